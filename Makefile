@@ -1,0 +1,28 @@
+# Two entry points a fresh machine needs: `make run` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+
+.PHONY: run test check lint bench install
+
+$(BIN)/svc: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(BIN)/svc
+
+install: $(BIN)/svc
+
+run: install
+	$(BIN)/svc serve
+
+lint: install
+	$(BIN)/ruff check app bench tests
+	$(BIN)/ruff format --check app bench tests
+	$(BIN)/mypy
+
+test: install lint
+	$(BIN)/pytest
+
+bench: install
+	$(BIN)/python -m bench

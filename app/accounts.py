@@ -1,0 +1,206 @@
+"""Account, grant and API key operations shared by the admin API, the CLI and ``/v1``.
+
+The durable store is written first (it is the record of truth for accounts, keys and
+grants), then Redis, whose writes are idempotent so a retried call converges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import msgspec
+
+from app.errors import ApiError, ErrorKind, invalid_value, service_unavailable
+from app.ids import random_id
+from app.keys import digest, generate_key, hash_secret, new_kid, public_id
+from app.ledger import Balance, Identity, Ledger, ScriptStatus
+from app.store import AccountRecord, GrantRecord, KeyRecord, Store
+
+
+class CreditBalance(msgspec.Struct):
+    """Spec 2.5."""
+
+    earned_available: int
+    earned_expires_at: str | None
+    purchased_available: int
+    total_available: int
+
+
+class ApiKeyCreated(msgspec.Struct):
+    """The create response: the only place the secret ever appears."""
+
+    id: str
+    object: str
+    name: str
+    environment: str
+    daily_cap_credits: int | None
+    created_at: int
+    key: str
+
+
+class ApiKeyItem(msgspec.Struct):
+    """A key in a list: never the secret, never a hash."""
+
+    id: str
+    object: str
+    name: str
+    environment: str
+    daily_cap_credits: int | None
+    created_at: int
+    last4: str
+    status: str
+
+
+class KeyCreateRequest(msgspec.Struct):
+    """Body of a key creation (``POST /v1/api-keys`` and the admin API)."""
+
+    name: str
+    environment: str
+    daily_cap_credits: int | None
+
+
+class GrantRequest(msgspec.Struct):
+    credits: int
+
+
+MAX_KEY_NAME = 100
+MAX_GRANT = 10**12
+
+
+def validate_key_request(req: KeyCreateRequest) -> KeyCreateRequest:
+    """Raise a 400 naming the field when a key request is out of range."""
+    if not 1 <= len(req.name) <= MAX_KEY_NAME or not req.name.isprintable():
+        raise invalid_value("name", f"'name' must be 1 to {MAX_KEY_NAME} printable characters.")
+    if req.environment not in ("live", "test"):
+        raise invalid_value("environment", "'environment' must be 'live' or 'test'.")
+    if req.daily_cap_credits is not None and not 0 <= req.daily_cap_credits <= MAX_GRANT:
+        raise invalid_value(
+            "daily_cap_credits", "'daily_cap_credits' must be an integer >= 0, or null."
+        )
+    return req
+
+
+def validate_grant(req: GrantRequest) -> GrantRequest:
+    if not 1 <= req.credits <= MAX_GRANT:
+        raise invalid_value("credits", f"'credits' must be an integer from 1 to {MAX_GRANT}.")
+    return req
+
+
+def iso_utc(ts: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def credit_balance(balance: Balance) -> CreditBalance:
+    expires = iso_utc(balance.earned_exp) if balance.earned > 0 and balance.earned_exp else None
+    return CreditBalance(
+        earned_available=balance.earned,
+        earned_expires_at=expires,
+        purchased_available=balance.purchased,
+        total_available=balance.total,
+    )
+
+
+def key_item(rec: KeyRecord) -> ApiKeyItem:
+    return ApiKeyItem(
+        id=public_id(rec.kid),
+        object="api_key",
+        name=rec.name,
+        environment=rec.environment,
+        daily_cap_credits=rec.daily_cap_credits,
+        created_at=rec.created_at,
+        last4=rec.last4,
+        status=rec.status,
+    )
+
+
+class Accounts:
+    """Operations on accounts, their credits and their keys."""
+
+    def __init__(
+        self,
+        store: Store,
+        ledger: Ledger,
+        pepper: bytes,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.ledger = ledger
+        self.pepper = pepper
+        self.clock = clock
+
+    async def create_account(self) -> str:
+        """A new account with empty pools; returns its public id."""
+        pid = random_id("acct_", 16)
+        await self.store.create_account(AccountRecord(pid=pid, created_at=int(self.clock())))
+        await self.ledger.open_account(pid)
+        return pid
+
+    async def require_account(self, pid: str) -> AccountRecord:
+        record = await self.store.get_account(pid)
+        if record is None:
+            raise ApiError(ErrorKind.ACCOUNT_NOT_FOUND, f"No account '{pid[:64]}'.", param="pid")
+        return record
+
+    async def grant_purchased(
+        self, pid: str, credits: int, *, grant_id: str | None = None, source: str = "admin"
+    ) -> CreditBalance:
+        """Add purchased credits (they never expire); written to the ledger table first."""
+        await self.require_account(pid)
+        now = self.clock()
+        grant = GrantRecord(
+            grant_id=grant_id or random_id("grant_", 20),
+            account_pid=pid,
+            pool="purchased",
+            credits=credits,
+            source=source,
+            reference=None,
+            created_at=int(now),
+        )
+        await self.store.insert_grant(grant)
+        await self.ledger.open_account(pid)
+        status, balance = await self.ledger.grant(
+            pid, pool="purchased", credits=credits, grant_id=grant.grant_id, now=now
+        )
+        if status not in (ScriptStatus.OK, ScriptStatus.DUPLICATE):
+            raise service_unavailable()
+        return credit_balance(balance)
+
+    async def balance(self, pid: str) -> CreditBalance:
+        """An account's pools, read straight from Redis."""
+        await self.require_account(pid)
+        balance = await self.ledger.account_balance(pid, self.clock())
+        return credit_balance(balance or Balance(0, 0, 0))
+
+    async def create_key(
+        self, pid: str, *, name: str, environment: str, daily_cap: int | None
+    ) -> ApiKeyCreated:
+        """A new key; the secret is returned here and never again."""
+        await self.require_account(pid)
+        kid = new_kid()
+        secret = generate_key(environment, kid)
+        record = KeyRecord(
+            kid=kid,
+            account_pid=pid,
+            name=name,
+            environment=environment,
+            daily_cap_credits=daily_cap,
+            secret_hash=await asyncio.to_thread(hash_secret, secret),
+            last4=secret[-4:],
+            created_at=int(self.clock()),
+        )
+        await self.store.insert_key(record)
+        ident = Identity(pid, kid, environment, self.ledger.keys.shard(pid))
+        await self.ledger.put_key(ident, status="active", daily_cap=daily_cap, name=name)
+        await self.ledger.map_digest(digest(self.pepper, secret), ident)
+        return ApiKeyCreated(
+            id=public_id(kid),
+            object="api_key",
+            name=name,
+            environment=environment,
+            daily_cap_credits=daily_cap,
+            created_at=record.created_at,
+            key=secret,
+        )

@@ -1,0 +1,141 @@
+"""Key secret → identity, with a per-process cache and an argon2id cold path.
+
+Hot path: parse (checksum) → HMAC digest → in-process cache, else one Redis GET. The
+mapping never changes for a key's life, so caching it is safe; revocation is enforced by
+the key status that every request's script (or status read) checks.
+
+Cold path (Redis lost the mapping): find the key by the id embedded in it, verify the
+secret against its argon2id hash, re-warm Redis. Unknown digests are negative-cached and
+verifications are rate-limited, so a flood of fake keys cannot burn CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+from app.errors import ApiError, ErrorKind, invalid_api_key
+from app.keys import bearer_secret, digest, parse_key, verify_secret
+from app.ledger import Identity, Ledger, key_refusal
+from app.store import Store
+
+
+class TokenBucket:
+    """``rate`` tokens a second, at most ``burst`` saved up."""
+
+    def __init__(self, rate: float, burst: float, clock: Callable[[], float]) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.tokens = burst
+        self.clock = clock
+        self.stamp = clock()
+
+    def take(self) -> bool:
+        now = self.clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
+
+
+class Authenticator:
+    """Turns an ``Authorization`` header into an ``Identity`` or a 401."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        store: Store,
+        pepper: bytes,
+        *,
+        cache_size: int = 100_000,
+        negative_ttl_s: float = 30.0,
+        cold_per_s: float = 20.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ledger = ledger
+        self.store = store
+        self.pepper = pepper
+        self.cache_size = cache_size
+        self.negative_ttl_s = negative_ttl_s
+        self.clock = clock
+        self._known: OrderedDict[str, Identity] = OrderedDict()
+        self._unknown: OrderedDict[str, float] = OrderedDict()
+        self._cold_budget = TokenBucket(cold_per_s, max(1.0, cold_per_s), clock)
+        self.cold_verifications = 0
+
+    async def identify(self, authorization: str | None) -> Identity:
+        """The identity of the request's key; raises 401 for missing, malformed or unknown."""
+        secret = bearer_secret(authorization)
+        parsed = parse_key(secret) if secret else None
+        if secret is None or parsed is None:
+            raise invalid_api_key()
+        key_digest = digest(self.pepper, secret)
+        ident = self._known.get(key_digest)
+        if ident is not None:
+            return ident
+        if self._is_known_unknown(key_digest):
+            raise invalid_api_key()
+        ident = await self.ledger.lookup_digest(key_digest)
+        if ident is None:
+            ident = await self._cold_path(secret, parsed.kid, parsed.environment, key_digest)
+        self._remember(key_digest, ident)
+        return ident
+
+    async def authorize(self, authorization: str | None) -> Identity:
+        """``identify`` plus the key's current status (revocation), for non-completion routes."""
+        ident = await self.identify(authorization)
+        refusal = key_refusal(await self.ledger.key_status(ident))
+        if refusal is not None:
+            raise refusal
+        return ident
+
+    def forget(self, key_digest: str) -> None:
+        self._known.pop(key_digest, None)
+
+    def _remember(self, key_digest: str, ident: Identity) -> None:
+        self._known[key_digest] = ident
+        if len(self._known) > self.cache_size:
+            self._known.popitem(last=False)
+
+    def _is_known_unknown(self, key_digest: str) -> bool:
+        until = self._unknown.get(key_digest)
+        if until is None:
+            return False
+        if until > self.clock():
+            return True
+        del self._unknown[key_digest]
+        return False
+
+    def _mark_unknown(self, key_digest: str) -> None:
+        self._unknown[key_digest] = self.clock() + self.negative_ttl_s
+        if len(self._unknown) > self.cache_size:
+            self._unknown.popitem(last=False)
+
+    async def _cold_path(
+        self, secret: str, kid: str, environment: str, key_digest: str
+    ) -> Identity:
+        record = await self.store.get_key(kid)
+        if record is None or record.environment != environment:
+            self._mark_unknown(key_digest)
+            raise invalid_api_key()
+        if not self._cold_budget.take():
+            raise ApiError(
+                ErrorKind.AUTH_RATE_LIMITED,
+                "Too many authentication attempts. Please retry shortly.",
+            )
+        self.cold_verifications += 1
+        if not await asyncio.to_thread(verify_secret, record.secret_hash, secret):
+            self._mark_unknown(key_digest)
+            raise invalid_api_key()
+        ident = Identity(
+            record.account_pid, kid, environment, self.ledger.keys.shard(record.account_pid)
+        )
+        await self.ledger.put_key(
+            ident, status=record.status, daily_cap=record.daily_cap_credits, name=record.name
+        )
+        await self.ledger.map_digest(key_digest, ident)
+        return ident

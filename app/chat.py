@@ -1,0 +1,112 @@
+"""The chat completion request: decoding, validation and prompt estimates."""
+
+from __future__ import annotations
+
+import msgspec
+
+from app.catalog import AUTO, Alias, route_auto
+from app.errors import ApiError, ErrorKind, invalid_value
+from app.upstream.base import ChatMessage
+from app.upstream.simulated import estimate_prompt_tokens
+from app.validation import decode_json
+
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+DEFAULT_TEMPERATURE = 0.7
+DEFAULT_TOP_P = 1.0
+
+
+class TextPart(msgspec.Struct):
+    type: str
+    text: str | None = None
+
+
+class Message(msgspec.Struct):
+    role: str
+    content: str | list[TextPart] | None = None
+
+
+class ChatRequest(msgspec.Struct):
+    """Fields svc reads; unknown fields (``stream_options``, ``user``, ``n``, …) are ignored."""
+
+    model: str
+    messages: list[Message]
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    stream: bool | None = None
+
+
+class ChatParams(msgspec.Struct, frozen=True, kw_only=True):
+    """A validated request, resolved against the alias catalog."""
+
+    requested: str
+    alias: Alias
+    messages: list[ChatMessage]
+    temperature: float
+    top_p: float
+    max_tokens: int | None
+    prompt_tokens: int
+
+
+def _message_text(message: Message, index: int) -> str:
+    if message.role not in ROLES:
+        raise invalid_value(
+            f"messages[{index}].role",
+            f"Invalid role '{message.role}'. Expected one of: {', '.join(sorted(ROLES))}.",
+        )
+    content = message.content
+    if content is None:
+        if message.role == "assistant":
+            return ""
+        raise invalid_value(f"messages[{index}].content", "Message content is required.")
+    if isinstance(content, str):
+        return content
+    parts = []
+    for j, part in enumerate(content):
+        if part.type != "text" or part.text is None:
+            raise invalid_value(
+                f"messages[{index}].content[{j}]", "Only text content parts are supported."
+            )
+        parts.append(part.text)
+    return "".join(parts)
+
+
+def parse_chat_request(body: bytes, aliases: dict[str, Alias]) -> ChatParams:
+    """Decode and validate a request body, or raise the ``ApiError`` that explains why not."""
+    req = decode_json(body, ChatRequest)
+    alias = aliases.get(req.model)
+    if alias is None or not alias.enabled:
+        raise ApiError(
+            ErrorKind.MODEL_NOT_FOUND,
+            f"The model '{req.model[:100]}' does not exist. "
+            f"Use one of: {', '.join(a for a, v in aliases.items() if v.enabled)}.",
+            param="model",
+        )
+    if not req.messages:
+        raise invalid_value("messages", "'messages' must contain at least one message.")
+    texts = [_message_text(m, i) for i, m in enumerate(req.messages)]
+    temperature = DEFAULT_TEMPERATURE if req.temperature is None else req.temperature
+    top_p = DEFAULT_TOP_P if req.top_p is None else req.top_p
+    if not 0.0 <= temperature <= 2.0:
+        raise invalid_value("temperature", "'temperature' must be between 0 and 2.")
+    if not 0.0 <= top_p <= 1.0:
+        raise invalid_value("top_p", "'top_p' must be between 0 and 1.")
+    max_tokens, param = req.max_tokens, "max_tokens"
+    if req.max_completion_tokens is not None:
+        max_tokens, param = req.max_completion_tokens, "max_completion_tokens"
+    if max_tokens is not None and not 1 <= max_tokens <= alias.max_output_tokens:
+        raise invalid_value(
+            param, f"'{param}' must be between 1 and {alias.max_output_tokens} for {alias.id}."
+        )
+    if alias.id == AUTO:
+        alias = aliases[route_auto("\n".join(texts), len(texts))]
+    return ChatParams(
+        requested=req.model,
+        alias=alias,
+        messages=[ChatMessage(m.role, t) for m, t in zip(req.messages, texts, strict=True)],
+        temperature=temperature,
+        top_p=top_p,
+        max_tokens=max_tokens,
+        prompt_tokens=estimate_prompt_tokens(texts),
+    )

@@ -1,0 +1,173 @@
+"""The ``svc`` command: ``svc serve`` and ``svc admin …``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+
+from app.errors import ApiError
+from app.http.errors import as_api_error
+from app.runtime import Services, bootstrap_dev, open_services, resolve
+from app.settings import Settings
+
+AdminOp = Callable[[Services], Awaitable[Any]]
+
+
+def _cap(value: str) -> int | None:
+    if value.lower() in ("none", "null"):
+        return None
+    cap = int(value)
+    if cap < 0:
+        raise argparse.ArgumentTypeError("the daily cap is an integer >= 0, or 'none'")
+    return cap
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="svc", description="Credit-metered chat gateway.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the HTTP server under granian")
+    serve.add_argument("--host", help="bind address (default SVC_HOST or 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default SVC_PORT or 8000)")
+    serve.add_argument("--workers", type=int, help="worker processes (default: CPU count)")
+
+    admin = sub.add_parser("admin", help="operator commands; print one JSON object")
+    ops = admin.add_subparsers(dest="op", required=True)
+    ops.add_parser("create-account", help="create an account")
+    grant = ops.add_parser("grant", help="add purchased credits to an account")
+    grant.add_argument("account_pid")
+    grant.add_argument("credits", type=int)
+    credits = ops.add_parser("credits", help="an account's credit balance")
+    credits.add_argument("account_pid")
+    key = ops.add_parser("create-key", help="create an API key (the secret is shown once)")
+    key.add_argument("account_pid")
+    key.add_argument("--name", required=True)
+    key.add_argument("--environment", choices=["live", "test"], default="live")
+    key.add_argument("--daily-cap", type=_cap, default=None, help="credits per UTC day, or none")
+    return parser
+
+
+def _admin_op(args: argparse.Namespace) -> AdminOp:
+    from app.accounts import (
+        GrantRequest,
+        KeyCreateRequest,
+        validate_grant,
+        validate_key_request,
+    )
+
+    async def create_account(s: Services) -> Any:
+        return {"account_pid": await s.accounts.create_account()}
+
+    async def grant(s: Services) -> Any:
+        req = validate_grant(GrantRequest(credits=args.credits))
+        return await s.accounts.grant_purchased(args.account_pid, req.credits)
+
+    async def credits(s: Services) -> Any:
+        return await s.accounts.balance(args.account_pid)
+
+    async def create_key(s: Services) -> Any:
+        req = validate_key_request(
+            KeyCreateRequest(
+                name=args.name, environment=args.environment, daily_cap_credits=args.daily_cap
+            )
+        )
+        return await s.accounts.create_key(
+            args.account_pid,
+            name=req.name,
+            environment=req.environment,
+            daily_cap=req.daily_cap_credits,
+        )
+
+    ops: dict[str, AdminOp] = {
+        "create-account": create_account,
+        "grant": grant,
+        "credits": credits,
+        "create-key": create_key,
+    }
+    return ops[args.op]
+
+
+async def _run_admin(settings: Settings, op: AdminOp) -> int:
+    services = await open_services(settings)
+    try:
+        result = await op(services)
+    except Exception as exc:
+        error: ApiError = as_api_error(exc)
+        sys.stdout.buffer.write(error.body() + b"\n")
+        return 1
+    finally:
+        await services.close()
+    sys.stdout.buffer.write(msgspec.json.encode(result) + b"\n")
+    return 0
+
+
+def admin(args: argparse.Namespace) -> int:
+    """Run one admin operation against Redis and the store directly (server up or not)."""
+    settings, owner = resolve(Settings.from_env())
+    try:
+        return asyncio.run(_run_admin(settings, _admin_op(args)))
+    finally:
+        if owner is not None:
+            owner.stop()
+
+
+async def _prepare(settings: Settings) -> str | None:
+    services = await open_services(settings)
+    try:
+        return await bootstrap_dev(services) if settings.dev_bootstrap else None
+    finally:
+        await services.close()
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Resolve the configuration, prepare storage, then run granian until stopped."""
+    from granian import Granian
+    from granian.constants import Interfaces, Loops
+
+    base = Settings.from_env()
+    overrides = {k: v for k in ("host", "port", "workers") if (v := getattr(args, k)) is not None}
+    settings, owner = resolve(msgspec.structs.replace(base, **overrides))
+    try:
+        dev_key = asyncio.run(_prepare(settings))
+        if dev_key is not None:
+            print(
+                f"svc: created a dev account; its live key (shown once, also in "
+                f"{settings.data_dir}/dev-key.txt):\n  {dev_key}",
+                flush=True,
+            )
+        os.environ.update(settings.env_vars())
+        workers = settings.workers or os.cpu_count() or 1
+        print(
+            f"svc: serving on http://{settings.host}:{settings.port}/v1 with {workers} worker(s)",
+            flush=True,
+        )
+        Granian(
+            "app.asgi:app",
+            address=settings.host,
+            port=settings.port,
+            interface=Interfaces.ASGI,
+            workers=workers,
+            loop=Loops.uvloop,
+            log_access=False,
+        ).serve()
+    finally:
+        if owner is not None:
+            owner.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return serve(args)
+    return admin(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""One chat completion from reservation to settlement, independent of the HTTP server.
+
+``CompletionService.open`` reserves credits and connects to an upstream (trying the alias's
+upstreams in order until one produces its first token); the HTTP layer then sends the
+response head and calls ``Completion.relay``. Settlement always runs in a task of its own
+that cancellation cannot interrupt, so a dropped client or a cancelled handler can never
+leave a reservation open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+from app.chat import ChatParams
+from app.chunks import DONE, ChunkEncoder, error_event
+from app.errors import ApiError, ErrorKind
+from app.ids import completion_ids, random_id
+from app.ledger import Hold, Identity, Ledger, Settlement
+from app.upstream.base import UpstreamCall, UpstreamError, Usage
+from app.upstream.router import UpstreamRouter
+
+SendBytes = Callable[[bytes], Awaitable[None]]
+MIN_OUTPUT_TOKENS = 16
+
+T = TypeVar("T")
+_background: set[asyncio.Task[Any]] = set()
+
+
+async def run_to_completion(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` in its own task and wait for it; cancelling the caller does not cancel it."""
+    task = asyncio.ensure_future(coro)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+    return await asyncio.shield(task)
+
+
+async def drain_background() -> None:
+    """Wait for settlements still running (graceful shutdown)."""
+    while _background:
+        await asyncio.gather(*list(_background), return_exceptions=True)
+
+
+class CompletionService:
+    """Opens completions: validates affordability, reserves, connects upstream."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        router: UpstreamRouter,
+        *,
+        deadline_s: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.ledger = ledger
+        self.router = router
+        self.deadline_s = deadline_s
+        self.clock = clock
+
+    async def open(self, ident: Identity, params: ChatParams) -> Completion:
+        """Reserve credits and start the upstream stream, or raise an ``ApiError``."""
+        alias = params.alias
+        max_out = params.max_tokens or alias.default_output_tokens
+        min_out = max_out if params.max_tokens else min(MIN_OUTPUT_TOKENS, max_out)
+        now = self.clock()
+        hold = await self.ledger.reserve(
+            ident,
+            rid=random_id("rsv_", 16),
+            now=now,
+            prompt_units=params.prompt_tokens * alias.price.input,
+            output_price=alias.price.output,
+            max_out=max_out,
+            min_out=min_out,
+            deadline=now + self.deadline_s,
+            alias=alias.id,
+            requested=params.requested,
+        )
+        completion = Completion(self, ident, params, hold)
+        try:
+            await completion.connect()
+        except BaseException:
+            await run_to_completion(completion.settle(outcome="released"))
+            raise
+        return completion
+
+
+class Completion:
+    """A reserved request with a connected upstream, ready to relay."""
+
+    def __init__(
+        self, service: CompletionService, ident: Identity, params: ChatParams, hold: Hold
+    ) -> None:
+        self.service = service
+        self.ident = ident
+        self.params = params
+        self.hold = hold
+        self.created = int(service.clock())
+        self.encoder = ChunkEncoder(completion_ids.next(), self.created, params.alias.id)
+        self.tokens_received = 0
+        self.usage: Usage | None = None
+        self._pieces: AsyncIterator[str | Usage] | None = None
+        self._first: str | None = None
+        self._settled: Settlement | None = None
+
+    def _call(self, model: str) -> UpstreamCall:
+        p = self.params
+        return UpstreamCall(
+            model=model,
+            messages=p.messages,
+            max_tokens=self.hold.out_tokens,
+            temperature=p.temperature,
+            top_p=p.top_p,
+        )
+
+    async def connect(self) -> None:
+        """Try the alias's upstreams in order until one yields its first piece."""
+        candidates = self.service.router.candidates(self.params.alias, self.ident.environment)
+        for provider, model in candidates:
+            pieces = provider.stream(self._call(model))
+            try:
+                first = await anext(pieces)
+            except StopAsyncIteration:
+                first = ""
+            except UpstreamError as exc:
+                await _close(pieces)
+                if exc.client_error:
+                    raise ApiError(ErrorKind.INVALID_VALUE, exc.reason) from exc
+                continue
+            self._pieces = pieces
+            if isinstance(first, Usage):
+                self.usage, first = first, ""
+            self._first = first
+            return
+        raise ApiError(
+            ErrorKind.UPSTREAM_UNAVAILABLE,
+            "The model is temporarily unavailable. Please retry the request.",
+        )
+
+    async def relay(self, send: SendBytes) -> None:
+        """Stream the chunks, settle, then send the metadata chunk and ``[DONE]``.
+
+        A failing upstream ends the stream with one error event; a failing ``send`` (the
+        client went away) or a cancellation settles what was generated and re-raises.
+        """
+        outcome = "completed"
+        try:
+            await self._relay_content(send)
+        except UpstreamError:
+            outcome = "upstream_error"
+        except BaseException:
+            await run_to_completion(self.settle(outcome="client_disconnect"))
+            raise
+        finally:
+            if self._pieces is not None:
+                await _close(self._pieces)
+        settled = await run_to_completion(self.settle(outcome=outcome))
+        if outcome == "upstream_error":
+            await send(
+                error_event(
+                    "The upstream failed while streaming; you were charged only for the "
+                    "content delivered.",
+                    "upstream_error",
+                    "upstream_unavailable",
+                )
+            )
+        meta = self.encoder.metadata(self.params.requested, settled.credits_used, settled.balance)
+        await send(meta + DONE)
+
+    async def _relay_content(self, send: SendBytes) -> None:
+        # Each content chunk is held back until the next arrives: only then is it known
+        # whether it is the last one, which must carry finish_reason "stop".
+        limit = self.hold.out_tokens
+        encoder = self.encoder
+        pending = self._first
+        first = True
+        heartbeat = _Heartbeat(self)
+        if pending:
+            self.tokens_received = 1
+        assert self._pieces is not None
+        try:
+            if self.tokens_received < limit:
+                async for piece in self._pieces:
+                    if isinstance(piece, Usage):
+                        self.usage = piece
+                        continue
+                    if not piece:
+                        continue
+                    if pending:
+                        await send(encoder.content(pending, first=first, last=False))
+                        first = False
+                    pending = piece
+                    self.tokens_received += 1
+                    if self.tokens_received >= limit:
+                        break  # generation stops at the reserved output tokens
+                    await heartbeat.beat()
+        except UpstreamError:
+            if pending:
+                await send(encoder.content(pending, first=first, last=False))
+            raise
+        await send(encoder.content(pending or "", first=first, last=True))
+
+    def _tokens(self) -> tuple[int, int]:
+        usage = self.usage
+        prompt = usage.prompt_tokens if usage else self.params.prompt_tokens
+        if usage is not None and usage.completion_tokens >= self.tokens_received:
+            return prompt, min(usage.completion_tokens, self.hold.out_tokens)
+        return prompt, self.tokens_received
+
+    async def settle(self, *, outcome: str) -> Settlement:
+        """Close the reservation for what was generated (idempotent per completion)."""
+        if self._settled is not None:
+            return self._settled
+        prompt, completion = self._tokens()
+        used = 0 if outcome == "released" else self.params.alias.price.credits(prompt, completion)
+        self._settled = await self.service.ledger.settle(
+            self.hold,
+            now=self.service.clock(),
+            credits_used=used,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            outcome=outcome,
+        )
+        return self._settled
+
+
+class _Heartbeat:
+    """Extends the reservation's deadline while the stream lives: at most once a third of it."""
+
+    def __init__(self, completion: Completion) -> None:
+        self.completion = completion
+        self.every = completion.service.deadline_s / 3
+        self.next = time.monotonic() + self.every
+
+    async def beat(self) -> None:
+        if time.monotonic() < self.next:
+            return
+        self.next = time.monotonic() + self.every
+        service = self.completion.service
+        await service.ledger.extend(self.completion.hold, service.clock() + service.deadline_s)
+
+
+async def _close(pieces: AsyncIterator[str | Usage]) -> None:
+    aclose = getattr(pieces, "aclose", None)
+    if aclose is not None:
+        with contextlib.suppress(Exception):
+            await aclose()

@@ -1,0 +1,100 @@
+"""Errors svc returns, each mapped to one HTTP status and one OpenAI-shaped body."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import msgspec
+
+
+class ErrorKind(Enum):
+    """(status, type, code) of every error the API returns."""
+
+    INVALID_API_KEY = (401, "authentication_error", "invalid_api_key")
+    API_KEY_REVOKED = (401, "authentication_error", "api_key_revoked")
+    ADMIN_UNAUTHORIZED = (401, "authentication_error", "invalid_admin_token")
+    TEST_KEY_FORBIDDEN = (403, "permission_error", "test_key_forbidden")
+    INVALID_VALUE = (400, "invalid_request_error", "invalid_value")
+    MODEL_NOT_FOUND = (404, "invalid_request_error", "model_not_found")
+    NOT_FOUND = (404, "not_found_error", "not_found")
+    ACCOUNT_NOT_FOUND = (404, "not_found_error", "account_not_found")
+    API_KEY_NOT_FOUND = (404, "not_found_error", "api_key_not_found")
+    METHOD_NOT_ALLOWED = (405, "invalid_request_error", "method_not_allowed")
+    REQUEST_TOO_LARGE = (413, "invalid_request_error", "request_too_large")
+    INSUFFICIENT_CREDITS = (402, "insufficient_credits", "insufficient_credits")
+    DAILY_CAP_EXCEEDED = (429, "rate_limit_error", "daily_cap_exceeded")
+    AUTH_RATE_LIMITED = (429, "rate_limit_error", "auth_rate_limited")
+    UPSTREAM_UNAVAILABLE = (502, "upstream_error", "upstream_unavailable")
+    SERVICE_UNAVAILABLE = (503, "server_error", "service_unavailable")
+    INTERNAL = (500, "server_error", "internal_error")
+
+    @property
+    def status(self) -> int:
+        return self.value[0]
+
+
+class ErrorDetail(msgspec.Struct, omit_defaults=False):
+    message: str
+    type: str
+    param: str | None
+    code: str
+
+
+class ErrorBody(msgspec.Struct):
+    error: ErrorDetail
+
+
+_DEFAULT_HEADERS: dict[ErrorKind, dict[str, str]] = {
+    ErrorKind.INSUFFICIENT_CREDITS: {"x-should-retry": "false"},
+    ErrorKind.DAILY_CAP_EXCEEDED: {"x-should-retry": "false"},
+    ErrorKind.UPSTREAM_UNAVAILABLE: {"x-should-retry": "true"},
+    ErrorKind.SERVICE_UNAVAILABLE: {"retry-after": "1"},
+    ErrorKind.AUTH_RATE_LIMITED: {"retry-after": "1"},
+}
+
+
+class ApiError(Exception):
+    """An error the client sees. The message is public: it never carries internals."""
+
+    def __init__(
+        self,
+        kind: ErrorKind,
+        message: str,
+        *,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.param = param
+        self.headers = {**_DEFAULT_HEADERS.get(kind, {}), **(headers or {})}
+
+    @property
+    def status(self) -> int:
+        return self.kind.status
+
+    def body(self) -> bytes:
+        """The JSON error body in the OpenAI shape."""
+        _, err_type, code = self.kind.value
+        detail = ErrorDetail(message=self.message, type=err_type, param=self.param, code=code)
+        return msgspec.json.encode(ErrorBody(error=detail))
+
+
+def service_unavailable() -> ApiError:
+    """Redis or the durable store cannot be reached: fail closed."""
+    return ApiError(
+        ErrorKind.SERVICE_UNAVAILABLE,
+        "The service is temporarily unavailable. Please retry shortly.",
+    )
+
+
+def invalid_api_key() -> ApiError:
+    return ApiError(
+        ErrorKind.INVALID_API_KEY,
+        "Incorrect API key provided. Pass a valid svc API key as 'Authorization: Bearer <key>'.",
+    )
+
+
+def invalid_value(param: str, message: str) -> ApiError:
+    return ApiError(ErrorKind.INVALID_VALUE, message, param=param)

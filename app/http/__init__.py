@@ -1,0 +1,1 @@
+"""The HTTP surface: Litestar routes, the streaming endpoint and the app factory."""

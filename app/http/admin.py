@@ -1,0 +1,56 @@
+"""``/admin/v1``: operator and companion-app operations, behind ``SVC_ADMIN_TOKEN``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Controller, Request, get, post
+from litestar.di import Provide
+
+from app.accounts import (
+    ApiKeyCreated,
+    CreditBalance,
+    GrantRequest,
+    KeyCreateRequest,
+    validate_grant,
+    validate_key_request,
+)
+from app.http.deps import admin_guard, provide_services
+from app.runtime import Services
+from app.validation import decode_json
+
+
+class AccountCreated(msgspec.Struct):
+    account_pid: str
+
+
+class AdminController(Controller):
+    path = "/admin/v1"
+    guards = [admin_guard]
+    dependencies = {"services": Provide(provide_services)}
+
+    @post("/accounts", status_code=201)
+    async def create_account(self, services: Services) -> AccountCreated:
+        return AccountCreated(account_pid=await services.accounts.create_account())
+
+    @post("/accounts/{pid:str}/grants", status_code=200)
+    async def grant(
+        self, services: Services, pid: str, request: Request[Any, Any, Any]
+    ) -> CreditBalance:
+        """Add purchased credits."""
+        req = validate_grant(decode_json(await request.body(), GrantRequest))
+        return await services.accounts.grant_purchased(pid, req.credits)
+
+    @get("/accounts/{pid:str}/credits")
+    async def credits(self, services: Services, pid: str) -> CreditBalance:
+        return await services.accounts.balance(pid)
+
+    @post("/accounts/{pid:str}/api-keys", status_code=201)
+    async def create_key(
+        self, services: Services, pid: str, request: Request[Any, Any, Any]
+    ) -> ApiKeyCreated:
+        req = validate_key_request(decode_json(await request.body(), KeyCreateRequest))
+        return await services.accounts.create_key(
+            pid, name=req.name, environment=req.environment, daily_cap=req.daily_cap_credits
+        )

@@ -1,0 +1,54 @@
+"""Identifiers made without a Redis call."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+
+from app.keys import BASE62
+
+_EPOCH_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+_SEQ_BITS = 12
+_WORKER_BITS = 10
+
+
+class CompletionIds:
+    """63-bit ids: 41 bits of milliseconds, 10 bits of worker, 12 bits of sequence.
+
+    Unique across workers (the worker part is the low bits of the process id, re-read after
+    fork: granian's workers of one host get distinct pids) and restarts (time moves on).
+    When the sequence wraps within a millisecond the id moves on to the next millisecond.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pid = -1
+        self._worker = 0
+        self._last_ms = 0
+        self._seq = 0
+
+    def next(self) -> int:
+        with self._lock:
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                self._worker = self._pid & ((1 << _WORKER_BITS) - 1)
+            now = int(time.time() * 1000) - _EPOCH_MS
+            if now <= self._last_ms:
+                now = self._last_ms
+                self._seq = (self._seq + 1) & ((1 << _SEQ_BITS) - 1)
+                if self._seq == 0:
+                    now += 1
+            else:
+                self._seq = 0
+            self._last_ms = now
+            return (now << (_WORKER_BITS + _SEQ_BITS)) | (self._worker << _SEQ_BITS) | self._seq
+
+
+completion_ids = CompletionIds()
+
+
+def random_id(prefix: str, length: int = 20) -> str:
+    """``prefix`` + ``length`` random base62 characters (account ids, reservation ids)."""
+    return prefix + "".join(secrets.choice(BASE62) for _ in range(length))

@@ -1,0 +1,394 @@
+"""The money path: every credit movement is one call into a Lua script in ``lua/``.
+
+Scripts are registered once and called with EVALSHA (redis-py reloads one after NOSCRIPT,
+e.g. after ``SCRIPT FLUSH`` or a failover). Every script returns a fixed tuple whose first
+item is a ``ScriptStatus``.
+"""
+
+from __future__ import annotations
+
+import time
+from enum import IntEnum
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+
+from app.errors import ApiError, ErrorKind, invalid_api_key
+from app.redis_keys import KeySpace
+
+LUA_DIRS = (Path(__file__).parent / "lua", Path(__file__).parent.parent / "lua")
+SCRIPT_NAMES = (
+    "reserve",
+    "settle",
+    "extend",
+    "balance",
+    "grant",
+    "open_account",
+    "put_key",
+    "revoke_key",
+)
+NO_CAP = -1
+
+
+class ScriptStatus(IntEnum):
+    OK = 0
+    KEY_UNKNOWN = 1
+    KEY_REVOKED = 2
+    ACCOUNT_MISSING = 3
+    INSUFFICIENT_CREDITS = 4
+    DAILY_CAP_EXCEEDED = 5
+    DUPLICATE = 6
+    NOT_FOUND = 7
+    NOT_EXPIRED = 8
+    DAILY_LIMIT = 9
+
+
+class Identity(msgspec.Struct, frozen=True):
+    """Who a key secret is: immutable for the key's whole life, so workers cache it."""
+
+    pid: str
+    kid: str
+    environment: str
+    shard: int
+
+    def encode(self) -> str:
+        return f"{self.pid} {self.kid} {self.environment}"
+
+
+class Hold(msgspec.Struct, kw_only=True):
+    """An open reservation, as the request that made it knows it."""
+
+    rid: str
+    shard: int
+    pid: str
+    kid: str
+    day: str  # YYYY-MM-DD, UTC day the reservation (and its usage) belongs to
+    amount: int
+    out_tokens: int
+    balance: int
+
+
+class Settlement(msgspec.Struct, frozen=True):
+    status: ScriptStatus
+    credits_used: int
+    balance: int
+
+
+class Balance(msgspec.Struct, frozen=True):
+    earned: int
+    earned_exp: int  # unix seconds; 0 while the earned pool is empty
+    purchased: int
+
+    @property
+    def total(self) -> int:
+        return self.earned + self.purchased
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def utc_day(now: float) -> str:
+    """``YYYY-MM-DD`` of a unix time, in UTC."""
+    return time.strftime("%Y-%m-%d", time.gmtime(now))
+
+
+def day_tag(day: str) -> str:
+    """The compact form a day takes in key names (``YYYYMMDD``)."""
+    return day.replace("-", "")
+
+
+def seconds_to_utc_midnight(now: float) -> int:
+    return max(1, 86_400 - int(now) % 86_400)
+
+
+def key_refusal(status: ScriptStatus) -> ApiError | None:
+    """The API error for a key or account status, or None when the status is OK."""
+    if status is ScriptStatus.KEY_REVOKED:
+        return ApiError(ErrorKind.API_KEY_REVOKED, "This API key has been revoked.")
+    if status in (ScriptStatus.KEY_UNKNOWN, ScriptStatus.ACCOUNT_MISSING):
+        return invalid_api_key()
+    return None
+
+
+def reserve_refusal(status: ScriptStatus, value: int, now: float) -> ApiError:
+    """The API error for a reservation the script refused."""
+    refusal = key_refusal(status)
+    if refusal is not None:
+        return refusal
+    if status is ScriptStatus.INSUFFICIENT_CREDITS:
+        return ApiError(
+            ErrorKind.INSUFFICIENT_CREDITS,
+            f"Not enough credits for this request ({value} available). "
+            "Lower max_tokens or add credits.",
+        )
+    if status is ScriptStatus.DAILY_CAP_EXCEEDED:
+        return ApiError(
+            ErrorKind.DAILY_CAP_EXCEEDED,
+            f"This API key's daily credit cap is reached ({value} credits left today).",
+            headers={"retry-after": str(seconds_to_utc_midnight(now))},
+        )
+    return ApiError(ErrorKind.INTERNAL, "The request could not be processed.")
+
+
+def load_script_sources() -> dict[str, str]:
+    """Read every script from the package's ``lua`` folder (or the source tree's)."""
+    for folder in LUA_DIRS:
+        if (folder / "reserve.lua").is_file():
+            return {name: (folder / f"{name}.lua").read_text() for name in SCRIPT_NAMES}
+    raise FileNotFoundError("lua scripts not found next to the app package")
+
+
+class Ledger:
+    """Typed calls into the scripts, with the key names of ``KeySpace``."""
+
+    def __init__(self, redis: Redis, keys: KeySpace, *, cap_ttl_s: int, usage_ttl_s: int) -> None:
+        self.redis = redis
+        self.keys = keys
+        self._cap_ttl = cap_ttl_s
+        self._usage_ttl = usage_ttl_s
+        sources = load_script_sources()
+        self._scripts: dict[str, AsyncScript] = {
+            name: redis.register_script(src) for name, src in sources.items()
+        }
+
+    async def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        return await self._scripts[name](keys=keys, args=args)
+
+    async def load_scripts(self) -> None:
+        """Load every script into the server's cache (start-up and readiness checks)."""
+        for script in self._scripts.values():
+            await self.redis.script_load(script.script)
+
+    # -- identities ---------------------------------------------------------------------
+
+    async def lookup_digest(self, key_digest: str) -> Identity | None:
+        raw = await self.redis.get(self.keys.digest(key_digest))
+        if raw is None:
+            return None
+        pid, kid, environment = _text(raw).split(" ")
+        return Identity(pid, kid, environment, self.keys.shard(pid))
+
+    async def map_digest(self, key_digest: str, ident: Identity) -> None:
+        await self.redis.set(self.keys.digest(key_digest), ident.encode())
+
+    async def key_status(self, ident: Identity) -> ScriptStatus:
+        """Whether the key may be used now (read on every authenticated request)."""
+        acct, status = await self.redis.hmget(
+            self.keys.api_key(ident.shard, ident.kid), ["acct", "status"]
+        )
+        if acct is None or _text(acct) != ident.pid:
+            return ScriptStatus.KEY_UNKNOWN
+        return ScriptStatus.OK if status == b"active" else ScriptStatus.KEY_REVOKED
+
+    # -- accounts and keys --------------------------------------------------------------
+
+    async def open_account(
+        self, pid: str, *, earned: int = 0, earned_exp: int = 0, purchased: int = 0
+    ) -> bool:
+        shard = self.keys.shard(pid)
+        created = await self._run(
+            "open_account", [self.keys.account(shard, pid)], [earned, earned_exp, purchased]
+        )
+        return bool(created)
+
+    async def put_key(
+        self, ident: Identity, *, status: str, daily_cap: int | None, name: str
+    ) -> bool:
+        cap = NO_CAP if daily_cap is None else daily_cap
+        written = await self._run(
+            "put_key",
+            [self.keys.api_key(ident.shard, ident.kid)],
+            [ident.pid, status, ident.environment, cap, name],
+        )
+        return bool(written)
+
+    async def revoke_key(self, ident: Identity, *, daily_cap: int | None, name: str) -> int:
+        cap = NO_CAP if daily_cap is None else daily_cap
+        result = await self._run(
+            "revoke_key",
+            [self.keys.api_key(ident.shard, ident.kid)],
+            [ident.pid, ident.environment, cap, name],
+        )
+        return int(result)
+
+    # -- credits ------------------------------------------------------------------------
+
+    async def balance(self, ident: Identity, now: float) -> tuple[ScriptStatus, Balance]:
+        status, earned, earned_exp, purchased = await self._run(
+            "balance",
+            [self.keys.api_key(ident.shard, ident.kid), self.keys.account(ident.shard, ident.pid)],
+            [int(now), ident.pid],
+        )
+        return ScriptStatus(status), Balance(int(earned), int(earned_exp), int(purchased))
+
+    async def account_balance(self, pid: str, now: float) -> Balance | None:
+        """Pools of an account, read directly (admin paths); None when it does not exist."""
+        shard = self.keys.shard(pid)
+        earned, earned_exp, purchased = await self.redis.hmget(
+            self.keys.account(shard, pid), ["earned", "earned_exp", "purchased"]
+        )
+        if purchased is None:
+            return None
+        e, exp = int(earned or 0), int(earned_exp or 0)
+        if exp and now >= exp:
+            e, exp = 0, 0
+        return Balance(e, exp, int(purchased))
+
+    async def grant(
+        self,
+        pid: str,
+        *,
+        pool: str,
+        credits: int,
+        grant_id: str,
+        now: float,
+        earned_ttl_s: int = 0,
+        daily_limit: int = 0,
+        marker_ttl_s: int = 400 * 86_400,
+    ) -> tuple[ScriptStatus, Balance]:
+        """Add ``credits`` to ``pool`` once per ``grant_id``."""
+        shard = self.keys.shard(pid)
+        day = day_tag(utc_day(now))
+        status, earned, earned_exp, purchased = await self._run(
+            "grant",
+            [
+                self.keys.account(shard, pid),
+                self.keys.grant_marker(shard, grant_id),
+                self.keys.spotlight(shard, pid, day),
+            ],
+            [int(now), pool, credits, earned_ttl_s, daily_limit, marker_ttl_s, 2 * 86_400],
+        )
+        return ScriptStatus(status), Balance(int(earned), int(earned_exp), int(purchased))
+
+    async def reserve(
+        self,
+        ident: Identity,
+        *,
+        rid: str,
+        now: float,
+        prompt_units: int,
+        output_price: int,
+        max_out: int,
+        min_out: int,
+        deadline: float,
+        alias: str,
+        requested: str,
+    ) -> Hold:
+        """Hold credits for one request, or raise the ``ApiError`` the script's refusal means."""
+        day = utc_day(now)
+        shard = ident.shard
+        status, amount, out_tokens, balance = await self._run(
+            "reserve",
+            [
+                self.keys.account(shard, ident.pid),
+                self.keys.api_key(shard, ident.kid),
+                self.keys.cap(shard, ident.kid, day_tag(day)),
+                self.keys.reservation(shard, rid),
+                self.keys.reservations(shard),
+            ],
+            [
+                int(now),
+                rid,
+                ident.pid,
+                ident.kid,
+                prompt_units,
+                output_price,
+                max_out,
+                min_out,
+                int(deadline),
+                self._cap_ttl,
+                alias,
+                requested,
+                day,
+            ],
+        )
+        if status != ScriptStatus.OK:
+            raise reserve_refusal(ScriptStatus(status), int(balance), now)
+        return Hold(
+            rid=rid,
+            shard=shard,
+            pid=ident.pid,
+            kid=ident.kid,
+            day=day,
+            amount=int(amount),
+            out_tokens=int(out_tokens),
+            balance=int(balance),
+        )
+
+    async def settle(
+        self,
+        hold: Hold,
+        *,
+        now: float,
+        credits_used: int,
+        prompt_tokens: int,
+        completion_tokens: int,
+        outcome: str,
+        only_if_expired: bool = False,
+    ) -> Settlement:
+        """Close a reservation at its actual cost; a second call changes nothing."""
+        shard, tag = hold.shard, day_tag(hold.day)
+        status, used, balance = await self._run(
+            "settle",
+            [
+                self.keys.reservation(shard, hold.rid),
+                self.keys.reservations(shard),
+                self.keys.account(shard, hold.pid),
+                self.keys.cap(shard, hold.kid, tag),
+                self.keys.usage_day(shard, hold.pid, tag),
+                self.keys.usage_total(shard, hold.pid),
+                self.keys.events(shard),
+            ],
+            [
+                int(now),
+                hold.rid,
+                credits_used,
+                prompt_tokens,
+                completion_tokens,
+                outcome,
+                1 if only_if_expired else 0,
+                self._usage_ttl,
+            ],
+        )
+        return Settlement(ScriptStatus(status), int(used), int(balance))
+
+    async def extend(self, hold: Hold, deadline: float) -> bool:
+        """Move the reservation's deadline forward while its stream is alive."""
+        extended = await self._run(
+            "extend",
+            [self.keys.reservation(hold.shard, hold.rid), self.keys.reservations(hold.shard)],
+            [hold.rid, int(deadline)],
+        )
+        return bool(extended)
+
+    async def expired_holds(self, shard: int, now: float, limit: int = 100) -> list[Hold]:
+        """Open reservations of a shard whose deadline has passed (for the sweeper)."""
+        rids = await self.redis.zrangebyscore(
+            self.keys.reservations(shard), "-inf", int(now), start=0, num=limit
+        )
+        holds: list[Hold] = []
+        for raw in rids:
+            rid = _text(raw)
+            fields = await self.redis.hmget(
+                self.keys.reservation(shard, rid), ["acct", "kid", "day", "amount"]
+            )
+            if fields[0] is None:
+                continue  # settled meanwhile
+            pid, kid, day, amount = (_text(f) for f in fields)
+            holds.append(
+                Hold(
+                    rid=rid,
+                    shard=shard,
+                    pid=pid,
+                    kid=kid,
+                    day=day,
+                    amount=int(amount),
+                    out_tokens=0,
+                    balance=0,
+                )
+            )
+        return holds

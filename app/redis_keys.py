@@ -1,0 +1,73 @@
+"""Every Redis key name svc uses, built in one place.
+
+All keys of one account carry the hash tag of its shard (``{sN}``), so each script touches
+a single cluster slot. Only the digest → identity mapping has no tag: it is looked up before
+the account is known.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+
+def shard_of(account_pid: str, shards: int) -> int:
+    """Stable shard of an account (CRC32, so every process and language agrees)."""
+    return zlib.crc32(account_pid.encode()) % shards
+
+
+class KeySpace:
+    """Key names under one prefix (default ``svc``)."""
+
+    def __init__(self, prefix: str, shards: int) -> None:
+        self.prefix = prefix
+        self.shards = shards
+
+    def shard(self, account_pid: str) -> int:
+        return shard_of(account_pid, self.shards)
+
+    def _tagged(self, shard: int, rest: str) -> str:
+        return f"{self.prefix}:{{s{shard}}}:{rest}"
+
+    def digest(self, key_digest: str) -> str:
+        """string: identity of a key secret's digest (``pid kid environment``)."""
+        return f"{self.prefix}:kd:{key_digest}"
+
+    def account(self, shard: int, pid: str) -> str:
+        """hash: earned, earned_exp, purchased, status."""
+        return self._tagged(shard, f"acct:{pid}")
+
+    def api_key(self, shard: int, kid: str) -> str:
+        """hash: acct, status, env, cap, name."""
+        return self._tagged(shard, f"key:{kid}")
+
+    def cap(self, shard: int, kid: str, day: str) -> str:
+        """string: credits held + settled by a key on a UTC day (``YYYYMMDD``)."""
+        return self._tagged(shard, f"cap:{kid}:{day}")
+
+    def reservation(self, shard: int, rid: str) -> str:
+        """hash: one open reservation."""
+        return self._tagged(shard, f"rsv:{rid}")
+
+    def reservations(self, shard: int) -> str:
+        """zset: open reservation ids scored by deadline (unix seconds)."""
+        return self._tagged(shard, "rsv")
+
+    def spotlight(self, shard: int, pid: str, day: str) -> str:
+        """string: spotlight rewards granted to an account on a UTC day."""
+        return self._tagged(shard, f"spot:{pid}:{day}")
+
+    def grant_marker(self, shard: int, grant_id: str) -> str:
+        """string: a grant id already applied (idempotency)."""
+        return self._tagged(shard, f"grant:{grant_id}")
+
+    def usage_day(self, shard: int, pid: str, day: str) -> str:
+        """hash: usage counters of an account on a UTC day, fields ``<env>:<counter>``."""
+        return self._tagged(shard, f"use:{pid}:{day}")
+
+    def usage_total(self, shard: int, pid: str) -> str:
+        """hash: all-time usage counters of an account, fields ``<env>:<counter>``."""
+        return self._tagged(shard, f"use:{pid}")
+
+    def events(self, shard: int) -> str:
+        """stream: settled usage events, drained by the flusher."""
+        return self._tagged(shard, "events")

@@ -1,0 +1,162 @@
+"""Wiring: resolve the zero-configuration defaults and build the clients and services.
+
+Used by the app's lifespan (one set per worker process) and by ``svc admin`` commands.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.exceptions import RedisError
+
+from app.accounts import Accounts
+from app.auth import Authenticator
+from app.catalog import DEFAULT_ALIASES, Alias
+from app.completions import CompletionService
+from app.embedded import EmbeddedValkey, ensure_embedded
+from app.ledger import Ledger
+from app.redis_keys import KeySpace
+from app.settings import Settings
+from app.store import Store, open_store
+from app.upstream.router import UpstreamRouter
+from app.upstream.simulated import SimulatedProvider
+
+DEV_KEY_FILE = "dev-key.txt"
+
+
+def read_or_create_secret(path: Path) -> str:
+    """A secret kept in a 0600 file, generated on first use."""
+    if path.exists():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    value = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(value + "\n")
+    return value
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read (mode 0600)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.chmod(path, 0o600)
+
+
+def resolve(
+    settings: Settings, *, start_embedded: bool = True
+) -> tuple[Settings, EmbeddedValkey | None]:
+    """Fill in what the zero-configuration mode provides: the embedded Valkey (started here
+    when none answers; returned so the caller stops it), SQLite and generated secrets."""
+    data_dir = Path(settings.data_dir).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    owner = None
+    redis_url = settings.redis_url
+    if not redis_url:
+        if not start_embedded:
+            raise ValueError(
+                "SVC_REDIS_URL is not set (only `svc serve` starts an embedded Valkey)"
+            )
+        redis_url, owner = ensure_embedded(data_dir)
+    resolved = msgspec.structs.replace(
+        settings,
+        data_dir=str(data_dir),
+        redis_url=redis_url,
+        database_url=settings.database_url or f"sqlite:///{data_dir / 'svc.db'}",
+        admin_token=settings.admin_token or read_or_create_secret(data_dir / "admin-token.txt"),
+        key_pepper=settings.key_pepper or read_or_create_secret(data_dir / "key-pepper.txt"),
+        dev_bootstrap=(
+            settings.redis_url is None if settings.dev_bootstrap is None else settings.dev_bootstrap
+        ),
+    )
+    return resolved, owner
+
+
+class Services:
+    """Everything a worker (or an admin command) uses, built from resolved settings."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        redis: Redis,
+        store: Store,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        assert settings.key_pepper, "settings must be resolved first"
+        self.settings = settings
+        self.redis = redis
+        self.store = store
+        self.clock = clock
+        self.aliases: dict[str, Alias] = dict(DEFAULT_ALIASES)
+        self.keys = KeySpace(settings.redis_prefix, settings.shards)
+        self.ledger = Ledger(
+            redis,
+            self.keys,
+            cap_ttl_s=settings.cap_counter_ttl_s,
+            usage_ttl_s=settings.usage_day_ttl_s,
+        )
+        pepper = settings.key_pepper.encode()
+        self.auth = Authenticator(
+            self.ledger,
+            store,
+            pepper,
+            cache_size=settings.auth_cache_size,
+            negative_ttl_s=settings.negative_cache_s,
+            cold_per_s=settings.cold_auth_per_s,
+        )
+        self.accounts = Accounts(store, self.ledger, pepper, clock=clock)
+        simulated = SimulatedProvider(settings.sim_reply_tokens, settings.sim_delay_ms)
+        self.router = UpstreamRouter({}, simulated)
+        self.completions = CompletionService(
+            self.ledger, self.router, deadline_s=settings.reservation_deadline_s, clock=clock
+        )
+
+    async def close(self) -> None:
+        await self.router.close()
+        await self.store.close()
+        await self.redis.aclose()
+
+
+async def open_services(settings: Settings, *, clock: Callable[[], float] = time.time) -> Services:
+    """Connect to Redis and the durable store (migrating it) and build the services."""
+    assert settings.redis_url, "settings must be resolved first"
+    assert settings.database_url, "settings must be resolved first"
+    # A blocking pool: under a burst, a request waits briefly for a connection instead of
+    # failing (redis-py's default pool raises once its 100 connections are in use).
+    pool = BlockingConnectionPool.from_url(
+        settings.redis_url,
+        max_connections=settings.redis_max_connections,
+        timeout=settings.redis_timeout_s,
+        socket_timeout=settings.redis_timeout_s,
+        socket_connect_timeout=settings.redis_timeout_s,
+    )
+    redis = Redis(connection_pool=pool)
+    store = open_store(settings.database_url)
+    await store.migrate()
+    services = Services(settings, redis, store, clock=clock)
+    with contextlib.suppress(RedisError):
+        await services.ledger.load_scripts()  # EVALSHA reloads them later anyway
+    return services
+
+
+async def bootstrap_dev(services: Services) -> str | None:
+    """On first start in dev mode: an account with credits and a live key, written to
+    ``data/dev-key.txt`` (0600). Returns the key when it was created now."""
+    path = Path(services.settings.data_dir) / DEV_KEY_FILE
+    if path.exists():
+        return None
+    accounts = services.accounts
+    pid = await accounts.create_account()
+    await accounts.grant_purchased(pid, services.settings.dev_credits, source="dev")
+    created = await accounts.create_key(pid, name="dev", environment="live", daily_cap=None)
+    write_private(path, created.key + "\n")
+    return created.key

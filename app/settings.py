@@ -1,0 +1,76 @@
+"""Typed settings, read once from ``SVC_*`` environment variables."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import msgspec
+
+ENV_PREFIX = "SVC_"
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    """Every knob of svc. The environment variable is ``SVC_`` + the field name in capitals."""
+
+    data_dir: str = "./data"
+    """Folder of the embedded Valkey, the SQLite file and the generated dev secrets."""
+    redis_url: str | None = None
+    """``redis://`` / ``rediss://`` / ``unix://`` URL; unset = embedded Valkey under data_dir."""
+    database_url: str | None = None
+    """``sqlite:///path.db`` or ``postgresql://…``; unset = SQLite under data_dir."""
+    admin_token: str | None = None
+    """Bearer token of ``/admin/v1``; unset = generated into data_dir/admin-token.txt."""
+    key_pepper: str | None = None
+    """HMAC secret for key digests; unset = generated into data_dir/key-pepper.txt."""
+    dev_bootstrap: bool | None = None
+    """Create a dev account and key on first start; default: on when Redis is embedded."""
+    dev_credits: int = 1_000_000
+    redis_prefix: str = "svc"
+    shards: int = 64
+    """Number of account shards (hash tags); fixed once data exists."""
+    host: str = "127.0.0.1"
+    port: int = 8000
+    workers: int = 0
+    """granian worker processes; 0 = one per CPU."""
+    max_body_bytes: int = 1_048_576
+    reservation_deadline_s: int = 900
+    """A reservation not settled by then (its worker died) is refunded by the sweeper."""
+    cap_counter_ttl_s: int = 172_800
+    usage_day_ttl_s: int = 40 * 86_400
+    auth_cache_size: int = 100_000
+    negative_cache_s: float = 30.0
+    cold_auth_per_s: float = 20.0
+    """Cold-path (argon2) verifications allowed per second per worker."""
+    sim_reply_tokens: int = 24
+    """Length of a simulated upstream reply, in tokens."""
+    sim_delay_ms: float = 0.0
+    """Delay between simulated tokens."""
+    redis_timeout_s: float = 2.0
+    redis_max_connections: int = 256
+    """Connections per worker process; a request waits up to redis_timeout_s for one."""
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Build settings from ``SVC_*`` variables; unknown or empty variables are ignored."""
+        env = os.environ if environ is None else environ
+        raw: dict[str, str] = {}
+        for field in cls.__struct_fields__:
+            value = env.get(ENV_PREFIX + field.upper())
+            if value not in (None, ""):
+                raw[field] = value
+        try:
+            return msgspec.convert(raw, cls, strict=False)
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"invalid SVC_* setting: {exc}") from exc
+
+    def env_vars(self) -> dict[str, str]:
+        """The settings as ``SVC_*`` variables, to hand resolved values to worker processes."""
+        out: dict[str, str] = {}
+        for field in self.__struct_fields__:
+            value = getattr(self, field)
+            if value is not None:
+                out[ENV_PREFIX + field.upper()] = (
+                    str(value).lower() if isinstance(value, bool) else str(value)
+                )
+        return out

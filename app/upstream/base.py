@@ -1,0 +1,54 @@
+"""The interface every provider implements."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+import msgspec
+
+
+class Usage(msgspec.Struct, frozen=True):
+    """Token counts an upstream reported for one completion."""
+
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class ChatMessage(msgspec.Struct, frozen=True):
+    role: str
+    content: str
+
+
+class UpstreamCall(msgspec.Struct, frozen=True, kw_only=True):
+    """What is sent upstream: the real model name and the capped output limit."""
+
+    model: str
+    messages: list[ChatMessage]
+    max_tokens: int
+    temperature: float
+    top_p: float
+
+
+class UpstreamError(Exception):
+    """An upstream failed. ``retryable`` failures before the first byte move on to the next
+    upstream of the alias; ``client_error`` ones (HTTP 400) are the request's fault."""
+
+    def __init__(self, reason: str, *, retryable: bool = True, client_error: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retryable = retryable
+        self.client_error = client_error
+
+
+class Provider(Protocol):
+    """A source of streamed completions."""
+
+    def stream(self, call: UpstreamCall) -> AsyncIterator[str | Usage]:
+        """Yield content pieces (one per token) and, last, the usage when the upstream sends it.
+
+        Raises ``UpstreamError`` when the upstream fails.
+        """
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,81 @@
+"""The built-in simulated upstream: deterministic text streamed token by token, no network.
+
+Used by default, by test keys always, and by tests. The reply is a function of the prompt,
+so the same conversation always streams the same tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import AsyncIterator
+
+from app.upstream.base import UpstreamCall, Usage
+
+_WORDS = [
+    "svc",
+    "simulated",
+    "reply:",
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "the",
+    "lazy",
+    "dog",
+    "while",
+    "credits",
+    "are",
+    "reserved",
+    "before",
+    "work",
+    "starts",
+    "and",
+    "settled",
+    "after,",
+    "so",
+    "none",
+    "is",
+    "ever",
+    "lost",
+    "doubled",
+    "or",
+    "overspent",
+    "and",
+    "every",
+    "stream",
+    "ends",
+    "with",
+    "one",
+    "metadata",
+    "chunk",
+]
+
+
+def estimate_prompt_tokens(texts: list[str]) -> int:
+    """Prompt tokens when an upstream reports none: characters / 4 + 4 per message."""
+    return sum(len(t) for t in texts) // 4 + 4 * len(texts)
+
+
+class SimulatedProvider:
+    """Streams ``reply_tokens`` words (fewer when max_tokens is lower)."""
+
+    def __init__(self, reply_tokens: int = 24, delay_ms: float = 0.0) -> None:
+        self.reply_tokens = reply_tokens
+        self.delay_s = delay_ms / 1000
+
+    async def stream(self, call: UpstreamCall) -> AsyncIterator[str | Usage]:
+        texts = [m.content for m in call.messages]
+        start = zlib.crc32("\n".join(texts).encode()) % len(_WORDS)
+        count = min(self.reply_tokens, call.max_tokens)
+        for i in range(count):
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
+            word = _WORDS[(start + i) % len(_WORDS)]
+            yield word if i == 0 else " " + word
+        yield Usage(prompt_tokens=estimate_prompt_tokens(texts), completion_tokens=count)
+
+    async def close(self) -> None:
+        return None

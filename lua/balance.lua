@@ -1,0 +1,20 @@
+--[[
+balance: read an account's credit pools through one of its keys. Read-only; an expired
+earned pool reads as 0 (the write happens lazily in reserve, settle and grant).
+
+KEYS[1]  api key hash        <p>:{sN}:key:<kid>
+KEYS[2]  account hash        <p>:{sN}:acct:<pid>
+ARGV[1]  now                 unix seconds
+ARGV[2]  pid                 account the key must belong to
+
+Returns {status, earned, earned_exp, purchased}
+  0 OK (earned_exp 0 = no expiry), 1 KEY_UNKNOWN, 2 KEY_REVOKED, 3 ACCOUNT_MISSING
+]]
+local key = redis.call('HMGET', KEYS[1], 'acct', 'status')
+if not key[1] or key[1] ~= ARGV[2] then return {1, 0, 0, 0} end
+if key[2] ~= 'active' then return {2, 0, 0, 0} end
+local acct = redis.call('HMGET', KEYS[2], 'earned', 'earned_exp', 'purchased')
+if not acct[3] then return {3, 0, 0, 0} end
+local earned, earned_exp = tonumber(acct[1]), tonumber(acct[2])
+if earned_exp > 0 and tonumber(ARGV[1]) >= earned_exp then earned, earned_exp = 0, 0 end
+return {0, earned, earned_exp, tonumber(acct[3])}

@@ -1,0 +1,47 @@
+--[[
+grant: add credits to one pool of an account, once per grant id. Earned grants roll the
+whole earned pool's expiry to now + earned_ttl; an optional daily limit counts them.
+
+KEYS[1]  account hash        <p>:{sN}:acct:<pid>
+KEYS[2]  grant marker        <p>:{sN}:grant:<grant_id>   (idempotency)
+KEYS[3]  daily counter       <p>:{sN}:spot:<pid>:<day>   (only read when daily_limit > 0)
+
+ARGV[1]  now                 unix seconds
+ARGV[2]  pool                earned | purchased
+ARGV[3]  credits             > 0
+ARGV[4]  earned_ttl          seconds an earned pool lives after its last grant
+ARGV[5]  daily_limit         grants allowed per day on KEYS[3]; 0 = no limit
+ARGV[6]  marker_ttl          seconds the grant marker lives
+ARGV[7]  counter_ttl         seconds a new daily counter lives
+
+Returns {status, earned, earned_exp, purchased}   (the pools after the call)
+  0 OK, 3 ACCOUNT_MISSING (zeros), 6 DUPLICATE (grant id seen before: nothing granted),
+  9 DAILY_LIMIT (the day's limit is reached: nothing granted)
+]]
+local now = tonumber(ARGV[1])
+local acct = redis.call('HMGET', KEYS[1], 'earned', 'earned_exp', 'purchased')
+if not acct[3] then return {3, 0, 0, 0} end
+local earned, earned_exp, purchased = tonumber(acct[1]), tonumber(acct[2]), tonumber(acct[3])
+local expired = earned_exp > 0 and now >= earned_exp
+if expired then earned, earned_exp = 0, 0 end
+if redis.call('EXISTS', KEYS[2]) == 1 then return {6, earned, earned_exp, purchased} end
+local limit = tonumber(ARGV[5])
+if limit > 0 and tonumber(redis.call('GET', KEYS[3]) or '0') >= limit then
+  return {9, earned, earned_exp, purchased}
+end
+
+-- writes start here
+local credits = tonumber(ARGV[3])
+if ARGV[2] == 'earned' then
+  earned = earned + credits
+  earned_exp = now + tonumber(ARGV[4])
+  redis.call('HSET', KEYS[1], 'earned', earned, 'earned_exp', earned_exp)
+else
+  purchased = redis.call('HINCRBY', KEYS[1], 'purchased', credits)
+  if expired then redis.call('HSET', KEYS[1], 'earned', 0, 'earned_exp', 0) end
+end
+if limit > 0 and redis.call('INCR', KEYS[3]) == 1 then
+  redis.call('EXPIRE', KEYS[3], ARGV[7])
+end
+redis.call('SET', KEYS[2], now, 'EX', ARGV[6])
+return {0, earned, earned_exp, purchased}

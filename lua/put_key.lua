@@ -1,0 +1,18 @@
+--[[
+put_key: write an API key's hot-path record unless it exists (key creation, and re-warming
+a key that Redis lost from the durable store). An existing record is never overwritten, so
+a revocation can't be undone by a late re-warm.
+
+KEYS[1]  api key hash        <p>:{sN}:key:<kid>
+ARGV[1]  acct                account pid
+ARGV[2]  status              active | revoked
+ARGV[3]  env                 live | test
+ARGV[4]  cap                 daily cap in credits; -1 = no cap
+ARGV[5]  name                the key's label
+
+Returns 1 when written, 0 when a record existed (left unchanged).
+]]
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'acct', ARGV[1], 'status', ARGV[2], 'env', ARGV[3],
+  'cap', ARGV[4], 'name', ARGV[5])
+return 1

@@ -1,0 +1,107 @@
+--[[
+reserve: check a key and its account, then hold credits for one request. Atomic.
+All checks come before the first write; nothing after the first write can fail.
+
+KEYS[1]  account hash        <p>:{sN}:acct:<pid>       earned, earned_exp, purchased
+KEYS[2]  api key hash        <p>:{sN}:key:<kid>        acct, status, env, cap
+KEYS[3]  cap counter         <p>:{sN}:cap:<kid>:<day>  credits held + settled today
+KEYS[4]  reservation hash    <p>:{sN}:rsv:<rid>        (created here)
+KEYS[5]  reservations zset   <p>:{sN}:rsv              rid scored by deadline
+
+ARGV[1]  now            unix seconds
+ARGV[2]  rid            reservation id
+ARGV[3]  pid            account the key must belong to
+ARGV[4]  kid            key id
+ARGV[5]  prompt_units   estimated prompt tokens x input price (credits per 1,000 tokens)
+ARGV[6]  output_price   credits per 1,000 output tokens
+ARGV[7]  max_out        output tokens wanted
+ARGV[8]  min_out        fewest output tokens acceptable (= max_out when the client set max_tokens)
+ARGV[9]  deadline       unix seconds after which the sweeper may refund the reservation
+ARGV[10] cap_ttl        seconds a new cap counter lives
+ARGV[11] alias          alias that serves the request
+ARGV[12] requested      alias the client asked for
+ARGV[13] day            UTC day of the request, YYYY-MM-DD
+
+Returns {status, amount, out_tokens, balance}
+  0 OK                    amount credits held, out_tokens the output cap, balance left after
+  1 KEY_UNKNOWN           (other fields 0)
+  2 KEY_REVOKED
+  3 ACCOUNT_MISSING
+  4 INSUFFICIENT_CREDITS  balance = credits available
+  5 DAILY_CAP_EXCEEDED    balance = credits left under the key's cap today
+  6 DUPLICATE             a reservation with this rid exists
+Test keys ("env" = test) hold against the daily cap only; balances are not touched.
+]]
+local now = tonumber(ARGV[1])
+local key = redis.call('HMGET', KEYS[2], 'acct', 'status', 'env', 'cap')
+if not key[1] or key[1] ~= ARGV[3] then return {1, 0, 0, 0} end
+if key[2] ~= 'active' then return {2, 0, 0, 0} end
+local acct = redis.call('HMGET', KEYS[1], 'earned', 'earned_exp', 'purchased')
+if not acct[3] then return {3, 0, 0, 0} end
+if redis.call('EXISTS', KEYS[4]) == 1 then return {6, 0, 0, 0} end
+
+local earned = tonumber(acct[1])
+local earned_exp = tonumber(acct[2])
+local purchased = tonumber(acct[3])
+local expired = earned_exp > 0 and now >= earned_exp
+if expired then earned = 0 end
+local available = earned + purchased
+local live = key[3] == 'live'
+
+local cap = tonumber(key[4])
+local cap_left = -1
+if cap >= 0 then
+  cap_left = cap - tonumber(redis.call('GET', KEYS[3]) or '0')
+  if cap_left < 0 then cap_left = 0 end
+end
+
+local prompt_units = tonumber(ARGV[5])
+local output_price = tonumber(ARGV[6])
+local max_out = tonumber(ARGV[7])
+local min_out = tonumber(ARGV[8])
+local function cost(out)
+  local c = math.ceil((prompt_units + out * output_price) / 1000)
+  if c < 1 then c = 1 end
+  return c
+end
+
+-- limit: the most this request may hold (-1 = no limit: a test key without a cap)
+local limit = -1
+if live then limit = available end
+if cap_left >= 0 and (limit < 0 or cap_left < limit) then limit = cap_left end
+
+local out = max_out
+if limit >= 0 and cost(out) > limit then
+  -- lower the output cap to what the limit affords
+  out = -1
+  if output_price > 0 then out = math.floor((limit * 1000 - prompt_units) / output_price) end
+  if out > max_out then out = max_out end
+  if out < min_out or cost(out) > limit then
+    if live and cost(min_out) > available then return {4, 0, 0, available} end
+    return {5, 0, 0, cap_left}
+  end
+end
+
+-- writes start here
+local amount = cost(out)
+local from_earned, from_purchased = 0, 0
+local balance = available
+if live then
+  if expired then redis.call('HSET', KEYS[1], 'earned', 0, 'earned_exp', 0) end
+  from_earned = math.min(earned, amount)
+  from_purchased = amount - from_earned
+  if from_earned > 0 then redis.call('HINCRBY', KEYS[1], 'earned', -from_earned) end
+  if from_purchased > 0 then redis.call('HINCRBY', KEYS[1], 'purchased', -from_purchased) end
+  balance = available - amount
+end
+
+if redis.call('INCRBY', KEYS[3], amount) == amount then
+  redis.call('EXPIRE', KEYS[3], ARGV[10])
+end
+redis.call('HSET', KEYS[4],
+  'acct', ARGV[3], 'kid', ARGV[4], 'env', key[3], 'amount', amount,
+  'fe', from_earned, 'fp', from_purchased, 'cap_key', KEYS[3],
+  'alias', ARGV[11], 'requested', ARGV[12], 'day', ARGV[13],
+  'deadline', ARGV[9], 'created', now)
+redis.call('ZADD', KEYS[5], ARGV[9], ARGV[2])
+return {0, amount, out, balance}

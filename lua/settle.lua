@@ -1,0 +1,89 @@
+--[[
+settle: close a reservation at its actual cost, exactly once. Atomic and idempotent:
+whichever of the request's own settle and the sweeper comes second changes nothing.
+
+KEYS[1]  reservation hash    <p>:{sN}:rsv:<rid>
+KEYS[2]  reservations zset   <p>:{sN}:rsv
+KEYS[3]  account hash        <p>:{sN}:acct:<pid>
+KEYS[4]  cap counter         <p>:{sN}:cap:<kid>:<day of the reservation>
+KEYS[5]  usage day hash      <p>:{sN}:use:<pid>:<day of the reservation>
+KEYS[6]  usage total hash    <p>:{sN}:use:<pid>
+KEYS[7]  events stream       <p>:{sN}:events
+
+ARGV[1]  now                unix seconds
+ARGV[2]  rid                reservation id
+ARGV[3]  credits_used       what the request cost; never more than the amount held is charged
+ARGV[4]  prompt_tokens
+ARGV[5]  completion_tokens
+ARGV[6]  outcome            completed | client_disconnect | upstream_error | swept | released
+                            (released: nothing was served; no usage is recorded)
+ARGV[7]  only_if_expired    1 = sweeper: change nothing unless the deadline has passed
+ARGV[8]  usage_ttl          seconds a usage day hash lives
+
+Returns {status, credits_used, balance}
+  0 OK           credits_used charged, balance = account balance after
+  7 NOT_FOUND    no such reservation (already settled or swept); nothing changed
+  8 NOT_EXPIRED  only_if_expired and the deadline is still ahead; nothing changed
+Spending is earned-first: the charge comes from the earned part of the hold first and the
+rest returns to the pool it came from. Earned credits that expired meanwhile are not returned.
+]]
+local now = tonumber(ARGV[1])
+local r = redis.call('HMGET', KEYS[1], 'amount', 'fe', 'fp', 'env', 'deadline',
+  'acct', 'kid', 'alias', 'requested', 'day')
+if not r[1] then return {7, 0, 0} end
+if ARGV[7] == '1' and tonumber(r[5]) > now then return {8, 0, 0} end
+
+local amount, held_earned, held_purchased = tonumber(r[1]), tonumber(r[2]), tonumber(r[3])
+local used = tonumber(ARGV[3])
+if used > amount then used = amount end
+if used < 0 then used = 0 end
+local env = r[4]
+
+local acct = redis.call('HMGET', KEYS[3], 'earned', 'earned_exp', 'purchased')
+local earned = tonumber(acct[1] or '0')
+local earned_exp = tonumber(acct[2] or '0')
+local expired = earned_exp > 0 and now >= earned_exp
+
+-- writes start here
+if acct[3] and env == 'live' then
+  local used_earned = math.min(held_earned, used)
+  local refund_earned = held_earned - used_earned
+  local refund_purchased = held_purchased - (used - used_earned)
+  if expired then
+    redis.call('HSET', KEYS[3], 'earned', 0, 'earned_exp', 0)
+  elseif refund_earned > 0 then
+    redis.call('HINCRBY', KEYS[3], 'earned', refund_earned)
+  end
+  if refund_purchased > 0 then redis.call('HINCRBY', KEYS[3], 'purchased', refund_purchased) end
+end
+
+local unused = amount - used
+if unused > 0 then
+  local held_today = tonumber(redis.call('GET', KEYS[4]) or '0')
+  if held_today > 0 then
+    redis.call('SET', KEYS[4], math.max(0, held_today - unused), 'KEEPTTL')
+  end
+end
+
+if ARGV[6] ~= 'released' then
+  local pt, ct = tonumber(ARGV[4]), tonumber(ARGV[5])
+  for _, k in ipairs({KEYS[5], KEYS[6]}) do
+    redis.call('HINCRBY', k, env .. ':requests', 1)
+    redis.call('HINCRBY', k, env .. ':prompt_tokens', pt)
+    redis.call('HINCRBY', k, env .. ':completion_tokens', ct)
+    redis.call('HINCRBY', k, env .. ':credits', used)
+  end
+  redis.call('EXPIRE', KEYS[5], ARGV[8])
+  redis.call('XADD', KEYS[7], '*',
+    'rid', ARGV[2], 'acct', r[6], 'kid', r[7], 'env', env, 'alias', r[8],
+    'requested', r[9], 'day', r[10], 'prompt_tokens', pt, 'completion_tokens', ct,
+    'credits', used, 'outcome', ARGV[6], 'ts', now)
+end
+
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[2])
+
+local after = redis.call('HMGET', KEYS[3], 'earned', 'purchased')
+local earned_after = tonumber(after[1] or '0')
+if expired then earned_after = 0 end
+return {0, used, earned_after + tonumber(after[2] or '0')}

@@ -1,0 +1,129 @@
+"""A real ``svc serve`` (granian, embedded Valkey, SQLite) for the end-to-end suites."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    """A running ``svc serve`` and what a test needs to talk to it."""
+
+    base_url: str  # ends in /v1
+    root_url: str
+    data_dir: Path
+    dev_key: str
+    admin_token: str
+    process: subprocess.Popen[bytes]
+    env: dict[str, str]
+
+    def admin(self, method: str, path: str, json: object | None = None) -> httpx.Response:
+        return httpx.request(
+            method,
+            f"{self.root_url}/admin/v1{path}",
+            json=json,
+            headers={"authorization": f"Bearer {self.admin_token}"},
+            timeout=30,
+        )
+
+    def new_account(self, credits: int) -> str:
+        pid = self.admin("POST", "/accounts").json()["account_pid"]
+        if credits:
+            assert self.admin("POST", f"/accounts/{pid}/grants", {"credits": credits}).is_success
+        return str(pid)
+
+    def new_key(self, pid: str, *, environment: str = "live", daily_cap: int | None = None) -> str:
+        body = {"name": "test", "environment": environment, "daily_cap_credits": daily_cap}
+        response = self.admin("POST", f"/accounts/{pid}/api-keys", body)
+        assert response.status_code == 201, response.text
+        return str(response.json()["key"])
+
+    def balance(self, pid: str) -> int:
+        return int(self.admin("GET", f"/accounts/{pid}/credits").json()["total_available"])
+
+
+def start_server(tmp: Path, *, workers: int = 1, extra_env: dict[str, str] | None = None) -> Server:
+    port = free_port()
+    data_dir = tmp / "data"
+    env = {
+        **os.environ,
+        "SVC_DATA_DIR": str(data_dir),
+        "SVC_PORT": str(port),
+        "SVC_WORKERS": str(workers),
+        **(extra_env or {}),
+    }
+    log = (tmp / "server.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    root = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    key_file = data_dir / "dev-key.txt"
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError("svc serve exited:\n" + (tmp / "server.log").read_text())
+        if key_file.exists():
+            key = key_file.read_text().strip()
+            try:
+                r = httpx.get(f"{root}/v1/models", headers={"authorization": f"Bearer {key}"})
+                if r.status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+        time.sleep(0.1)
+    else:
+        stop_server(process)
+        raise RuntimeError("svc serve did not become ready:\n" + (tmp / "server.log").read_text())
+    return Server(
+        base_url=f"{root}/v1",
+        root_url=root,
+        data_dir=data_dir,
+        dev_key=key_file.read_text().strip(),
+        admin_token=(data_dir / "admin-token.txt").read_text().strip(),
+        process=process,
+        env=env,
+    )
+
+
+def stop_server(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server (2 workers) shared by the end-to-end tests; each test makes its own account."""
+    srv = start_server(tmp_path_factory.mktemp("svc"), workers=2)
+    try:
+        yield srv
+    finally:
+        stop_server(srv.process)

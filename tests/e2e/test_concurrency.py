@@ -1,0 +1,45 @@
+"""Money invariants under concurrency, through the real server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import Server
+
+pytestmark = pytest.mark.e2e
+
+
+async def _one(client: httpx.AsyncClient, url: str, key: str) -> tuple[int, dict[str, object]]:
+    body = {"model": "svc-smart", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
+    r = await client.post(url, json=body, headers={"authorization": f"Bearer {key}"})
+    if r.status_code != 200:
+        return r.status_code, r.json()
+    events = [e for e in r.text.split("\n\n") if e]
+    assert events[-1] == "data: [DONE]"
+    return 200, json.loads(events[-2][6:])
+
+
+async def test_200_concurrent_requests_against_50_affordable(server: Server) -> None:
+    # svc-smart, prompt "hi" = 4 tokens, max_tokens 20: hold = ceil((200 + 3000)/1000) = 4
+    pid = server.new_account(4 * 50)
+    key = server.new_key(pid)
+    start = server.balance(pid)
+    limits = httpx.Limits(max_connections=200)
+    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+        url = f"{server.base_url}/chat/completions"
+        results = await asyncio.gather(*(_one(client, url, key) for _ in range(200)))
+    ok = [body for status, body in results if status == 200]
+    refused = [body for status, body in results if status != 200]
+    assert {status for status, _ in results} <= {200, 402}
+    # every request uses its whole hold (24 simulated tokens, cut at 20): exactly 50 fit
+    assert len(ok) == 50
+    for body in refused:
+        assert body["error"]["code"] == "insufficient_credits"  # type: ignore[index]
+    used = sum(int(body["svc"]["credits_used"]) for body in ok)  # type: ignore[index]
+    end = server.balance(pid)
+    assert end == 0
+    assert start - end == used == 200

@@ -1,0 +1,92 @@
+import pytest
+
+from app.catalog import DEFAULT_ALIASES, Price, route_auto
+from app.chat import parse_chat_request
+from app.errors import ApiError, ErrorKind
+
+
+def _parse(body: bytes):  # type: ignore[no-untyped-def]
+    return parse_chat_request(body, DEFAULT_ALIASES)
+
+
+def test_defaults_and_ignored_fields() -> None:
+    p = _parse(
+        b'{"model":"svc-fast","messages":[{"role":"user","content":"abcdefgh"}],'
+        b'"stream":false,"stream_options":{"include_usage":true},"user":"u","n":1}'
+    )
+    assert (p.temperature, p.top_p, p.max_tokens) == (0.7, 1.0, None)
+    assert p.prompt_tokens == 8 // 4 + 4
+    assert p.alias.id == "svc-fast"
+    assert p.requested == "svc-fast"
+
+
+def test_content_parts_and_roles() -> None:
+    p = _parse(
+        b'{"model":"svc-fast","messages":[{"role":"developer","content":"a"},'
+        b'{"role":"assistant","content":null},'
+        b'{"role":"user","content":[{"type":"text","text":"b"},{"type":"text","text":"c"}]}]}'
+    )
+    assert [m.content for m in p.messages] == ["a", "", "bc"]
+
+
+def test_max_completion_tokens_wins() -> None:
+    p = _parse(
+        b'{"model":"svc-fast","messages":[{"role":"user","content":"a"}],'
+        b'"max_tokens":5,"max_completion_tokens":9}'
+    )
+    assert p.max_tokens == 9
+
+
+@pytest.mark.parametrize(
+    ("body", "kind", "param"),
+    [
+        (b"nope", ErrorKind.INVALID_VALUE, None),
+        (
+            b'{"model":"svc-fast","messages":[{"role":"user","content":[{"type":"image_url"}]}]}',
+            ErrorKind.INVALID_VALUE,
+            "messages[0].content[0]",
+        ),
+        (
+            b'{"model":"svc-fast","messages":[{"role":"user"}]}',
+            ErrorKind.INVALID_VALUE,
+            "messages[0].content",
+        ),
+        (b'{"model":"x","messages":[]}', ErrorKind.MODEL_NOT_FOUND, "model"),
+        (
+            b'{"model":"svc-fast","messages":[{"role":"user","content":"a"}],"top_p":-1}',
+            ErrorKind.INVALID_VALUE,
+            "top_p",
+        ),
+        (
+            b'{"model":"svc-fast","messages":[{"role":"user","content":"a"}],'
+            b'"max_completion_tokens":0}',
+            ErrorKind.INVALID_VALUE,
+            "max_completion_tokens",
+        ),
+    ],
+)
+def test_refusals(body: bytes, kind: ErrorKind, param: str | None) -> None:
+    with pytest.raises(ApiError) as info:
+        _parse(body)
+    assert info.value.kind is kind
+    assert info.value.param == param
+
+
+def test_auto_routing() -> None:
+    assert route_auto("write a haiku", 1) == "svc-fast"
+    assert route_auto("```js\nx\n```", 1) == "svc-code"
+    assert route_auto("def f(x): return x", 1) == "svc-code"
+    assert route_auto("word " * 1000, 1) == "svc-smart"
+    assert route_auto("hi", 12) == "svc-smart"
+    p = _parse(b'{"model":"svc-auto","messages":[{"role":"user","content":"import os"}]}')
+    assert p.alias.id == "svc-code"
+    assert p.requested == "svc-auto"
+
+
+def test_price_rounds_up_with_minimum_one() -> None:
+    price = Price(input=5, output=15)
+    assert price.credits(0, 0) == 1
+    assert price.credits(100, 0) == 1
+    assert price.credits(1000, 1000) == 20
+    assert price.credits(1, 66) == 1  # 5 + 990 = 995 -> 1
+    assert price.credits(1, 67) == 2  # 5 + 1005 -> 2

@@ -1,0 +1,61 @@
+import json
+
+from app.chunks import DONE, ChunkEncoder, error_event
+from app.ids import CompletionIds
+
+
+def test_content_chunks() -> None:
+    enc = ChunkEncoder(42, 1_700_000_000, "svc-fast")
+    first = json.loads(enc.content('He said "hi"\n', first=True, last=False)[6:])
+    assert first == {
+        "id": "chatcmpl-svc-42",
+        "object": "chat.completion.chunk",
+        "created": 1_700_000_000,
+        "model": "svc-fast",
+        "choices": [
+            {
+                "index": 0,
+                "delta": {"role": "assistant", "content": 'He said "hi"\n'},
+                "finish_reason": None,
+            }
+        ],
+    }
+    last = json.loads(enc.content("end", first=False, last=True)[6:])
+    assert last["choices"] == [{"index": 0, "delta": {"content": "end"}, "finish_reason": "stop"}]
+    raw = enc.content("x", first=False, last=False)
+    assert raw.startswith(b"data: ")
+    assert raw.endswith(b"\n\n")
+    assert raw.count(b"\n") == 2
+
+
+def test_metadata_chunk_has_exactly_three_fields() -> None:
+    enc = ChunkEncoder(7, 1, "svc-code")
+    meta = json.loads(enc.metadata("svc-auto", 12, 988)[6:])
+    assert meta["choices"] == []
+    assert meta["svc"] == {
+        "requested_model": "svc-auto",
+        "credits_used": 12,
+        "balance_remaining": 988,
+    }
+    assert meta["model"] == "svc-code"
+    assert DONE == b"data: [DONE]\n\n"
+
+
+def test_error_event_shape() -> None:
+    body = json.loads(error_event("m", "upstream_error", "upstream_unavailable")[6:])
+    assert body == {
+        "error": {
+            "message": "m",
+            "type": "upstream_error",
+            "param": None,
+            "code": "upstream_unavailable",
+        }
+    }
+
+
+def test_completion_ids_are_unique_and_63_bit() -> None:
+    ids = CompletionIds()
+    seen = [ids.next() for _ in range(20_000)]
+    assert len(set(seen)) == len(seen)
+    assert all(0 < n < 2**63 for n in seen)
+    assert seen == sorted(seen)
