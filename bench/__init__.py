@@ -1,0 +1,1 @@
+"""Load-testing harness of svc: mock upstream, load generator, orchestrator."""

@@ -1,0 +1,95 @@
+"""``svc admin …`` prints one JSON object and works with or without a running server."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.embedded import is_serving, socket_path
+from tests.e2e.conftest import ROOT, Server
+
+pytestmark = pytest.mark.e2e
+
+
+def svc_admin(env: dict[str, str], *args: str) -> tuple[int, dict[str, object]]:
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "admin", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    lines = done.stdout.decode().strip().splitlines()
+    assert len(lines) == 1, done.stdout + done.stderr
+    return done.returncode, json.loads(lines[0])
+
+
+def test_admin_commands_without_a_server(tmp_path: Path) -> None:
+    env = {**os.environ, "SVC_DATA_DIR": str(tmp_path / "data")}
+    code, out = svc_admin(env, "create-account")
+    assert code == 0
+    pid = str(out["account_pid"])
+    assert pid.startswith("acct_")
+    code, out = svc_admin(env, "grant", pid, "1234")
+    assert (code, out["purchased_available"], out["total_available"]) == (0, 1234, 1234)
+    assert out["earned_expires_at"] is None
+    code, out = svc_admin(env, "grant", pid, "66")
+    assert out["total_available"] == 1300
+    code, out = svc_admin(
+        env, "create-key", pid, "--name", "ci", "--environment", "test", "--daily-cap", "500"
+    )
+    assert code == 0
+    assert str(out["key"]).startswith("svc_test_")
+    assert (out["object"], out["environment"], out["daily_cap_credits"]) == (
+        "api_key",
+        "test",
+        500,
+    )
+    assert str(out["id"]).startswith("key_")
+    code, out = svc_admin(env, "credits", pid)
+    assert out["total_available"] == 1300
+    # the command stopped the Valkey it started; the data (AOF) outlived it
+    assert not is_serving(socket_path(tmp_path / "data"))
+    code, out = svc_admin(env, "credits", pid)
+    assert out["total_available"] == 1300
+
+
+def test_admin_errors_are_json(tmp_path: Path) -> None:
+    env = {**os.environ, "SVC_DATA_DIR": str(tmp_path / "data")}
+    code, out = svc_admin(env, "grant", "acct_nope", "5")
+    assert code == 1
+    assert out["error"]["code"] == "account_not_found"  # type: ignore[index]
+    code, out = svc_admin(env, "create-account")
+    code, out = svc_admin(env, "grant", str(out["account_pid"]), "0")
+    assert code == 1
+    assert out["error"]["param"] == "credits"  # type: ignore[index]
+
+
+def test_admin_commands_next_to_a_running_server(server: Server) -> None:
+    _, out = svc_admin(server.env, "create-account")
+    pid = str(out["account_pid"])
+    svc_admin(server.env, "grant", pid, "5000")
+    _code, out = svc_admin(server.env, "create-key", pid, "--name", "cli")
+    key = str(out["key"])
+    r = httpx.get(f"{server.base_url}/credits", headers={"authorization": f"Bearer {key}"})
+    assert r.json()["total_available"] == 5000
+    assert is_serving(socket_path(server.data_dir))  # the server's Valkey is still up
+
+
+def test_dev_key_and_admin_token_are_private(server: Server) -> None:
+    for name in ("dev-key.txt", "admin-token.txt", "key-pepper.txt"):
+        mode = stat.S_IMODE((server.data_dir / name).stat().st_mode)
+        assert mode == 0o600, name
+    assert server.dev_key.startswith("svc_live_")
+    r = httpx.get(
+        f"{server.base_url}/credits", headers={"authorization": f"Bearer {server.dev_key}"}
+    )
+    assert r.json()["total_available"] > 0

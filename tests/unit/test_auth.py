@@ -1,0 +1,132 @@
+"""Key secret → identity: cache, negative cache, argon2 cold path and its rate limit."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from app.accounts import Accounts
+from app.auth import Authenticator
+from app.errors import ApiError, ErrorKind
+from app.keys import digest, generate_key
+from app.ledger import Ledger
+from app.store import Store, open_store
+from tests.conftest import Clock
+
+PEPPER = b"pepper"
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    s = open_store(f"sqlite:///{tmp_path / 'svc.db'}")
+    await s.migrate()
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+def accounts(store: Store, ledger: Ledger) -> Accounts:
+    return Accounts(store, ledger, PEPPER)
+
+
+def _auth(ledger: Ledger, store: Store, clock: Clock, per_s: float = 5.0) -> Authenticator:
+    return Authenticator(ledger, store, PEPPER, negative_ttl_s=30, cold_per_s=per_s, clock=clock)
+
+
+async def test_hot_path_uses_cache_after_first_lookup(
+    accounts: Accounts, ledger: Ledger, store: Store, clock: Clock
+) -> None:
+    pid = await accounts.create_account()
+    created = await accounts.create_key(pid, name="k", environment="live", daily_cap=None)
+    auth = _auth(ledger, store, clock)
+    ident = await auth.identify(f"Bearer {created.key}")
+    assert (ident.pid, ident.environment) == (pid, "live")
+    await ledger.redis.delete(ledger.keys.digest(digest(PEPPER, created.key)))
+    assert await auth.identify(f"Bearer {created.key}") == ident  # served from the cache
+    assert auth.cold_verifications == 0
+
+
+async def test_cold_path_rewarms_redis(
+    accounts: Accounts, ledger: Ledger, store: Store, clock: Clock
+) -> None:
+    pid = await accounts.create_account()
+    created = await accounts.create_key(pid, name="k", environment="test", daily_cap=7)
+    key_digest = digest(PEPPER, created.key)
+    await ledger.redis.delete(ledger.keys.digest(key_digest))
+    auth = _auth(ledger, store, clock)
+    ident = await auth.identify(f"Bearer {created.key}")
+    assert ident.pid == pid
+    assert auth.cold_verifications == 1
+    assert await ledger.lookup_digest(key_digest) == ident
+
+
+async def test_cold_path_restores_a_lost_key_record_with_its_status(
+    accounts: Accounts, ledger: Ledger, store: Store, clock: Clock
+) -> None:
+    pid = await accounts.create_account()
+    created = await accounts.create_key(pid, name="k", environment="live", daily_cap=None)
+    kid = created.id.removeprefix("key_")
+    await store.revoke_key(pid, kid, 1)
+    await ledger.redis.flushall()
+    await ledger.open_account(pid)
+    auth = _auth(ledger, store, clock)
+    with pytest.raises(ApiError) as info:
+        await auth.authorize(f"Bearer {created.key}")
+    assert info.value.kind is ErrorKind.API_KEY_REVOKED
+
+
+async def test_wrong_secret_with_a_real_key_id_is_refused_and_negative_cached(
+    accounts: Accounts, ledger: Ledger, store: Store, clock: Clock
+) -> None:
+    pid = await accounts.create_account()
+    created = await accounts.create_key(pid, name="k", environment="live", daily_cap=None)
+    forged = generate_key("live", kid=created.id.removeprefix("key_"))
+    auth = _auth(ledger, store, clock)
+    for _ in range(3):
+        with pytest.raises(ApiError) as info:
+            await auth.identify(f"Bearer {forged}")
+        assert info.value.kind is ErrorKind.INVALID_API_KEY
+    assert auth.cold_verifications == 1  # then the negative cache answers
+    clock.advance(31)
+    with pytest.raises(ApiError):
+        await auth.identify(f"Bearer {forged}")
+    assert auth.cold_verifications == 2
+
+
+async def test_fake_keys_cost_no_argon2_and_cold_path_is_rate_limited(
+    accounts: Accounts, ledger: Ledger, store: Store, clock: Clock
+) -> None:
+    auth = _auth(ledger, store, clock, per_s=2)
+    for _ in range(50):  # unknown key ids: a database miss, never argon2
+        with pytest.raises(ApiError):
+            await auth.identify(f"Bearer {generate_key('live')}")
+    assert auth.cold_verifications == 0
+    pid = await accounts.create_account()
+    created = await accounts.create_key(pid, name="k", environment="live", daily_cap=None)
+    kid = created.id.removeprefix("key_")
+    kinds = []
+    for _ in range(10):  # forged secrets for a real key id: argon2, bounded by the bucket
+        with pytest.raises(ApiError) as info:
+            await auth.identify(f"Bearer {generate_key('live', kid=kid)}")
+        kinds.append(info.value.kind)
+    assert auth.cold_verifications == 2
+    assert kinds.count(ErrorKind.AUTH_RATE_LIMITED) == 8
+
+
+async def test_malformed_keys_never_reach_redis(ledger: Ledger, store: Store, clock: Clock) -> None:
+    auth = _auth(ledger, store, clock)
+    calls = 0
+    original = ledger.lookup_digest
+
+    async def counting(d: str):  # type: ignore[no-untyped-def]
+        nonlocal calls
+        calls += 1
+        return await original(d)
+
+    ledger.lookup_digest = counting  # type: ignore[method-assign]
+    for header in [None, "", "Bearer x", "Bearer svc_live_" + "A" * 50, "Token abc"]:
+        with pytest.raises(ApiError):
+            await auth.identify(header)
+    assert calls == 0
