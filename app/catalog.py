@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import math
+import re
+import tomllib
+from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 
 ALIAS_IDS = ("svc-auto", "svc-fast", "svc-code", "svc-smart")
 AUTO = "svc-auto"
 SIMULATED = "simulated"
+T = TypeVar("T")
 
 
 class UpstreamRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -73,3 +78,178 @@ def route_auto(prompt_text: str, message_count: int) -> str:
     if len(prompt_text) > _SMART_PROMPT_CHARS or message_count > 8:
         return "svc-smart"
     return "svc-fast"
+
+
+# -- the models file (SVC_MODELS_FILE) ------------------------------------------------------
+
+
+class ProviderConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """An OpenAI-compatible provider."""
+
+    base_url: str
+    api_key_env: str | None = None
+    """Environment variable holding the key, sent as ``Authorization: Bearer <value>``."""
+    connect_timeout_s: float = 5.0
+    first_byte_timeout_s: float = 30.0
+    """Time allowed until the first content token; past it the next upstream is tried."""
+    idle_timeout_s: float = 60.0
+    """Longest silence allowed between two chunks of a stream that has started."""
+    max_connections: int = 4096
+
+
+class UpstreamEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    provider: str
+    model: str
+
+
+class AliasOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What the models file may set for an alias; anything left out keeps its default."""
+
+    enabled: bool | None = None
+    created: int | None = None
+    input_price: int | None = None
+    output_price: int | None = None
+    default_output_tokens: int | None = None
+    max_output_tokens: int | None = None
+    upstreams: list[UpstreamEntry] | None = None
+
+
+class ModelsFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    providers: dict[str, ProviderConfig] = {}
+    aliases: dict[str, AliasOverride] = {}
+
+
+class ModelsFileError(ValueError):
+    """The models file is broken; the message names the file, line and field."""
+
+
+class Catalog(msgspec.Struct, frozen=True):
+    aliases: dict[str, Alias]
+    providers: dict[str, ProviderConfig]
+
+
+def default_catalog() -> Catalog:
+    return Catalog(aliases=dict(DEFAULT_ALIASES), providers={})
+
+
+def _line_of(text: str, path: list[str]) -> int | None:
+    """Best effort: the line where the field at ``path`` is written."""
+    lines = text.splitlines()
+    table_depth, start = 0, 0
+    for depth in range(len(path), 0, -1):
+        dotted = ".".join(path[:depth])
+        quoted = ".".join(f'"{p}"' if "-" in p else p for p in path[:depth])
+        for i, line in enumerate(lines):
+            if line.strip().strip("[]").replace(" ", "") in (dotted, quoted.replace(" ", "")):
+                table_depth, start = depth, i
+                break
+        if table_depth:
+            break
+    keys = path[table_depth:]
+    if not keys:
+        return start + 1 if table_depth else None
+    for i in range(start, len(lines)):
+        if i > start and lines[i].lstrip().startswith("[") and table_depth:
+            break
+        if re.match(rf"\s*\"?{re.escape(keys[0])}\"?\s*=", lines[i]):
+            return i + 1
+    return start + 1 if table_depth else None
+
+
+def _fail(path: Path, text: str, field: list[str], message: str) -> ModelsFileError:
+    line = _line_of(text, field)
+    where = f"{path}:{line}" if line else str(path)
+    return ModelsFileError(f"{where}: field '{'.'.join(field)}': {message}")
+
+
+def _field_path(error_text: str) -> list[str]:
+    unknown = re.search(r"unknown field `([^`]*)`", error_text)
+    if unknown:
+        return [unknown.group(1)]
+    match = re.search(r"at `\$(.*)`", error_text)
+    if not match:
+        return []
+    return [p for p in re.split(r"\.|\[\d+\]", match.group(1)) if p]
+
+
+def _convert(path: Path, text: str, value: object, kind: type[T], where: list[str]) -> T:
+    try:
+        return msgspec.convert(value, kind)
+    except msgspec.ValidationError as exc:
+        message = re.sub(r" - at `\$.*`", "", str(exc))
+        raise _fail(path, text, [*where, *_field_path(str(exc))], message) from exc
+
+
+def _check(path: Path, text: str, spec: ModelsFile) -> None:
+    for name, override in spec.aliases.items():
+        field = ["aliases", name]
+        if name not in ALIAS_IDS:
+            raise _fail(path, text, field, f"unknown alias; use one of {', '.join(ALIAS_IDS)}")
+        for ref in override.upstreams or []:
+            if ref.provider != SIMULATED and ref.provider not in spec.providers:
+                raise _fail(
+                    path, text, [*field, "upstreams"], f"no provider named '{ref.provider}'"
+                )
+        if override.upstreams is not None and not override.upstreams:
+            raise _fail(path, text, [*field, "upstreams"], "needs at least one upstream")
+        for key in ("input_price", "output_price", "default_output_tokens", "max_output_tokens"):
+            value = getattr(override, key)
+            if value is not None and value < (0 if key.endswith("price") else 1):
+                raise _fail(path, text, [*field, key], "out of range")
+    for name, provider in spec.providers.items():
+        if not provider.base_url.startswith(("http://", "https://")):
+            raise _fail(path, text, ["providers", name, "base_url"], "must be an http(s) URL")
+
+
+def _merge(base: Alias, o: AliasOverride) -> Alias:
+    price = Price(
+        input=base.price.input if o.input_price is None else o.input_price,
+        output=base.price.output if o.output_price is None else o.output_price,
+    )
+    merged = msgspec.structs.replace(
+        base,
+        enabled=base.enabled if o.enabled is None else o.enabled,
+        created=base.created if o.created is None else o.created,
+        price=price,
+        default_output_tokens=o.default_output_tokens or base.default_output_tokens,
+        max_output_tokens=o.max_output_tokens or base.max_output_tokens,
+        upstreams=tuple(UpstreamRef(provider=u.provider, model=u.model) for u in o.upstreams)
+        if o.upstreams
+        else base.upstreams,
+    )
+    if merged.default_output_tokens > merged.max_output_tokens:
+        merged = msgspec.structs.replace(merged, default_output_tokens=merged.max_output_tokens)
+    return merged
+
+
+def load_catalog(path: Path) -> Catalog:
+    """Read a models file; raise ``ModelsFileError`` naming line and field when it is broken."""
+    text = path.read_text()
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ModelsFileError(f"{path}: {exc}") from exc
+    unknown = set(raw) - {"providers", "aliases"}
+    if unknown:
+        raise _fail(path, text, [sorted(unknown)[0]], "unknown section")
+    sections: dict[str, dict[str, object]] = {}
+    for section in ("providers", "aliases"):
+        value = raw.get(section, {})
+        if not isinstance(value, dict):
+            raise _fail(path, text, [section], "must be a table")
+        sections[section] = value
+    spec = ModelsFile(
+        providers={
+            name: _convert(path, text, value, ProviderConfig, ["providers", name])
+            for name, value in sections["providers"].items()
+        },
+        aliases={
+            name: _convert(path, text, value, AliasOverride, ["aliases", name])
+            for name, value in sections["aliases"].items()
+        },
+    )
+    _check(path, text, spec)
+    aliases = dict(DEFAULT_ALIASES)
+    for name, override in spec.aliases.items():
+        aliases[name] = _merge(aliases[name], override)
+    return Catalog(aliases=aliases, providers=dict(spec.providers))

@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from app.catalog import ModelsFileError
 from app.errors import ApiError
 from app.http.errors import as_api_error
 from app.runtime import Services, bootstrap_dev, open_services, resolve
@@ -134,7 +135,11 @@ def serve(args: argparse.Namespace) -> int:
     overrides = {k: v for k in ("host", "port", "workers") if (v := getattr(args, k)) is not None}
     settings, owner = resolve(msgspec.structs.replace(base, **overrides))
     try:
-        dev_key = asyncio.run(_prepare(settings))
+        try:
+            dev_key = asyncio.run(_prepare(settings))
+        except ModelsFileError as exc:
+            print(f"svc: {exc}", file=sys.stderr)
+            return 2
         if dev_key is not None:
             print(
                 f"svc: created a dev account; its live key (shown once, also in "

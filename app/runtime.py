@@ -18,13 +18,15 @@ from redis.exceptions import RedisError
 
 from app.accounts import Accounts
 from app.auth import Authenticator
-from app.catalog import DEFAULT_ALIASES, Alias
+from app.catalog import Alias, Catalog, default_catalog, load_catalog
 from app.completions import CompletionService
 from app.embedded import EmbeddedValkey, ensure_embedded
 from app.ledger import Ledger
 from app.redis_keys import KeySpace
 from app.settings import Settings
 from app.store import Store, open_store
+from app.upstream.base import Provider
+from app.upstream.openai_compat import AiohttpProvider, HttpxProvider
 from app.upstream.router import UpstreamRouter
 from app.upstream.simulated import SimulatedProvider
 
@@ -80,6 +82,14 @@ def resolve(
     return resolved, owner
 
 
+def build_providers(catalog: Catalog, client: str) -> dict[str, Provider]:
+    """One pooled client per provider of the models file."""
+    if client not in ("aiohttp", "httpx"):
+        raise ValueError("SVC_UPSTREAM_CLIENT must be 'aiohttp' or 'httpx'")
+    kind = AiohttpProvider if client == "aiohttp" else HttpxProvider
+    return {name: kind(config) for name, config in catalog.providers.items()}
+
+
 class Services:
     """Everything a worker (or an admin command) uses, built from resolved settings."""
 
@@ -96,7 +106,10 @@ class Services:
         self.redis = redis
         self.store = store
         self.clock = clock
-        self.aliases: dict[str, Alias] = dict(DEFAULT_ALIASES)
+        catalog = (
+            load_catalog(Path(settings.models_file)) if settings.models_file else default_catalog()
+        )
+        self.aliases: dict[str, Alias] = catalog.aliases
         self.keys = KeySpace(settings.redis_prefix, settings.shards)
         self.ledger = Ledger(
             redis,
@@ -115,7 +128,7 @@ class Services:
         )
         self.accounts = Accounts(store, self.ledger, pepper, clock=clock)
         simulated = SimulatedProvider(settings.sim_reply_tokens, settings.sim_delay_ms)
-        self.router = UpstreamRouter({}, simulated)
+        self.router = UpstreamRouter(build_providers(catalog, settings.upstream_client), simulated)
         self.completions = CompletionService(
             self.ledger, self.router, deadline_s=settings.reservation_deadline_s, clock=clock
         )

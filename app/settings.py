@@ -42,6 +42,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     negative_cache_s: float = 30.0
     cold_auth_per_s: float = 20.0
     """Cold-path (argon2) verifications allowed per second per worker."""
+    models_file: str | None = None
+    """TOML file of providers and per-alias upstreams, prices and limits (README)."""
+    upstream_client: str = "aiohttp"
+    """HTTP client of the upstream relay: aiohttp (fastest measured) or httpx."""
     sim_reply_tokens: int = 24
     """Length of a simulated upstream reply, in tokens."""
     sim_delay_ms: float = 0.0

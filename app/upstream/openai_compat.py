@@ -1,0 +1,204 @@
+"""OpenAI-compatible providers (OpenAI, vLLM, Ollama, llama.cpp, …) over HTTP.
+
+Two clients sit behind the same ``Provider`` interface; aiohttp is the default because it
+measured fastest as a streaming client (README, "Upstream client"); httpx is kept for
+operators who need its features and for the comparison.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+from collections.abc import AsyncIterator
+
+import aiohttp
+import httpx
+import msgspec
+
+from app.catalog import ProviderConfig
+from app.upstream.base import UpstreamCall, UpstreamError, Usage
+from app.upstream.sse import DONE, parse_data_line
+
+log = logging.getLogger("svc.upstream")
+_encode = msgspec.json.encode
+CLIENT_ERROR_STATUSES = frozenset({400, 413, 422})
+
+
+class _Request(msgspec.Struct):
+    model: str
+    messages: list[dict[str, str]]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    stream: bool = True
+    stream_options: dict[str, bool] = msgspec.field(default_factory=lambda: {"include_usage": True})
+
+
+def request_body(call: UpstreamCall) -> bytes:
+    """The JSON sent upstream: the real model, always streaming, usage always requested."""
+    return _encode(
+        _Request(
+            model=call.model,
+            messages=[{"role": m.role, "content": m.content} for m in call.messages],
+            max_tokens=call.max_tokens,
+            temperature=call.temperature,
+            top_p=call.top_p,
+        )
+    )
+
+
+def sanitize(message: str, model: str) -> str:
+    """An upstream's error message made safe to show: no model name, URL or provider id."""
+    text = re.sub(re.escape(model), "the model", message, flags=re.IGNORECASE)
+    text = re.sub(r"https?://\S+", "", text)
+    return text[:300].strip() or "The request was rejected as invalid."
+
+
+def _headers(config: ProviderConfig) -> dict[str, str]:
+    headers = {"content-type": "application/json", "accept": "text/event-stream"}
+    if config.api_key_env:
+        key = os.environ.get(config.api_key_env)
+        if key:
+            headers["authorization"] = f"Bearer {key}"
+        else:
+            log.warning("provider key variable %s is not set", config.api_key_env)
+    return headers
+
+
+def _status_error(status: int, body: bytes, model: str) -> UpstreamError:
+    if status in CLIENT_ERROR_STATUSES:
+        message = ""
+        try:
+            message = str(msgspec.json.decode(body)["error"]["message"])
+        except Exception:
+            message = ""
+        return UpstreamError(sanitize(message, model), retryable=False, client_error=True)
+    return UpstreamError(f"upstream status {status}")
+
+
+class AiohttpProvider:
+    """A pooled aiohttp session per provider; one streamed POST per completion."""
+
+    def __init__(self, config: ProviderConfig) -> None:
+        self.config = config
+        self.url = config.base_url.rstrip("/") + "/chat/completions"
+        self.headers = _headers(config)
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(
+                limit=self.config.max_connections, limit_per_host=0, keepalive_timeout=30
+            )
+            timeout = aiohttp.ClientTimeout(
+                total=None,
+                sock_connect=self.config.connect_timeout_s,
+                sock_read=self.config.idle_timeout_s,
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=timeout, auto_decompress=False
+            )
+        return self._session
+
+    async def stream(self, call: UpstreamCall) -> AsyncIterator[str | Usage]:
+        try:
+            async with asyncio.timeout(self.config.first_byte_timeout_s):
+                response = await self._client().post(
+                    self.url, data=request_body(call), headers=self.headers
+                )
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise UpstreamError(f"connect failed: {type(exc).__name__}") from exc
+        try:
+            if response.status != 200:
+                raise _status_error(response.status, await response.read(), call.model)
+            async for piece in self._pieces(response):
+                yield piece
+        finally:
+            response.close()  # a stream left early must not return to the pool half-read
+
+    async def _pieces(self, response: aiohttp.ClientResponse) -> AsyncIterator[str | Usage]:
+        first = True
+        lines = response.content
+        try:
+            while True:
+                if first:
+                    async with asyncio.timeout(self.config.first_byte_timeout_s):
+                        line = await lines.readline()
+                else:
+                    line = await lines.readline()
+                if not line:
+                    raise UpstreamError("upstream closed the stream early")
+                item = parse_data_line(line)
+                if item is None:
+                    continue
+                if item is DONE:
+                    return
+                first = False
+                yield item  # type: ignore[misc]
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise UpstreamError(f"stream failed: {type(exc).__name__}") from exc
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+class HttpxProvider:
+    """The same provider over ``httpx.AsyncClient`` (slower as a streaming client)."""
+
+    def __init__(self, config: ProviderConfig) -> None:
+        self.config = config
+        self.url = config.base_url.rstrip("/") + "/chat/completions"
+        self.headers = _headers(config)
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(
+                connect=config.connect_timeout_s,
+                read=config.idle_timeout_s,
+                write=config.connect_timeout_s,
+                pool=config.connect_timeout_s,
+            ),
+            limits=httpx.Limits(
+                max_connections=config.max_connections,
+                max_keepalive_connections=config.max_connections,
+            ),
+        )
+
+    async def stream(self, call: UpstreamCall) -> AsyncIterator[str | Usage]:
+        request = self._client.build_request(
+            "POST", self.url, content=request_body(call), headers=self.headers
+        )
+        try:
+            async with asyncio.timeout(self.config.first_byte_timeout_s):
+                response = await self._client.send(request, stream=True)
+        except (httpx.HTTPError, OSError, TimeoutError) as exc:
+            raise UpstreamError(f"connect failed: {type(exc).__name__}") from exc
+        try:
+            if response.status_code != 200:
+                raise _status_error(response.status_code, await response.aread(), call.model)
+            first = True
+            lines = response.aiter_lines()
+            while True:
+                try:
+                    if first:
+                        async with asyncio.timeout(self.config.first_byte_timeout_s):
+                            line = await anext(lines)
+                    else:
+                        line = await anext(lines)
+                except StopAsyncIteration:
+                    raise UpstreamError("upstream closed the stream early") from None
+                except (httpx.HTTPError, OSError, TimeoutError) as exc:
+                    raise UpstreamError(f"stream failed: {type(exc).__name__}") from exc
+                item = parse_data_line(line.encode())
+                if item is None:
+                    continue
+                if item is DONE:
+                    return
+                first = False
+                yield item  # type: ignore[misc]
+        finally:
+            await response.aclose()
+
+    async def close(self) -> None:
+        await self._client.aclose()

@@ -1,0 +1,399 @@
+"""A fast OpenAI-compatible streaming mock provider, for tests and the benchmark.
+
+Raw asyncio protocol (uvloop when available), HTTP/1.1 keep-alive, chunked SSE. Faults are
+injected per request with the ``x-mock-fault`` header, or by words in the model name, so a
+proxy's failover can be tested without headers: ``fail500``, ``fail429``, ``fail400``,
+``refuse``, ``stall`` (before the first byte), ``stallafterK``, ``dropK`` (close after K
+chunks), ``slowMS`` (MS between chunks), ``failonce`` (500 on the first request for that
+model name, then normal), ``nousage`` (no usage chunk), ``ignoremax`` (ignore max_tokens).
+
+Faults: ``refuse`` (close without answering), ``500``, ``429``, ``400`` (an OpenAI error that
+names the model), ``drop-after:K``, ``stall``, ``stall-after:K``, ``slow-first-byte:MS``.
+Per-request ``x-mock-chunks`` and ``x-mock-delay-ms`` override the server's defaults.
+
+``GET /_stats`` returns counters and the last request; ``POST /_reset`` zeroes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import multiprocessing
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
+_MODEL_FAULTS = (
+    (re.compile(r"fail(500|429|400)"), "{0}"),
+    (re.compile(r"refuse"), "refuse"),
+    (re.compile(r"stallafter(\d+)"), "stall-after:{0}"),
+    (re.compile(r"stall(?!after)"), "stall"),
+    (re.compile(r"drop(\d+)"), "drop-after:{0}"),
+)
+_SLOW = re.compile(r"slow(\d+)")
+
+
+@dataclass
+class Stats:
+    requests: int = 0
+    completed: int = 0
+    client_disconnects: int = 0
+    in_flight: int = 0
+    last_request: Any = None
+    last_headers: dict[str, str] = field(default_factory=dict)
+    seen_models: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "completed": self.completed,
+            "client_disconnects": self.client_disconnects,
+            "in_flight": self.in_flight,
+            "last_request": self.last_request,
+            "last_headers": self.last_headers,
+            "seen_models": self.seen_models,
+        }
+
+
+@dataclass
+class _Plan:
+    model: str
+    fault: str | None
+    chunks: int
+    delay_s: float
+    cut: bool
+    usage: bool
+
+
+@dataclass
+class Options:
+    chunks: int = 20
+    delay_ms: float = 0.0
+    usage: bool = True
+    fault: str | None = None
+
+
+def _response(status: int, body: bytes, content_type: bytes = b"application/json") -> bytes:
+    reason = {
+        200: b"OK",
+        400: b"Bad Request",
+        404: b"Not Found",
+        429: b"Too Many Requests",
+        500: b"Internal Server Error",
+    }.get(status, b"Error")
+    return (
+        b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n"
+        % (status, reason, content_type, len(body))
+        + body
+    )
+
+
+def _error_body(message: str, kind: str) -> bytes:
+    return json.dumps({"error": {"message": message, "type": kind, "code": None}}).encode()
+
+
+def _chunk(payload: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+class _Conn(asyncio.Protocol):
+    def __init__(self, server: MockUpstream) -> None:
+        self.server = server
+        self.buf = b""
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.streaming: asyncio.Task[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.streaming is not None and not self.streaming.done():
+            self.server.stats.client_disconnects += 1
+            self.streaming.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while self.streaming is None or self.streaming.done():
+            head_end = self.buf.find(b"\r\n\r\n")
+            if head_end < 0:
+                return
+            head = self.buf[:head_end].decode("latin-1").split("\r\n")
+            headers = {}
+            for line in head[1:]:
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+            length = int(headers.get("content-length", "0"))
+            if len(self.buf) < head_end + 4 + length:
+                return
+            body = self.buf[head_end + 4 : head_end + 4 + length]
+            self.buf = self.buf[head_end + 4 + length :]
+            method, path = head[0].split(" ")[:2]
+            self._dispatch(method, path, headers, body)
+
+    def _write(self, data: bytes) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.write(data)
+
+    def _dispatch(self, method: str, path: str, headers: dict[str, str], body: bytes) -> None:
+        if path.endswith("/chat/completions") and method == "POST":
+            self.streaming = asyncio.ensure_future(self._complete(headers, body))
+        elif path.endswith("/models"):
+            data = {"object": "list", "data": [{"id": "mock-model", "object": "model"}]}
+            self._write(_response(200, json.dumps(data).encode()))
+        elif path == "/_stats":
+            self._write(_response(200, json.dumps(self.server.stats.as_dict()).encode()))
+        elif path == "/_reset":
+            self.server.stats = Stats()
+            self._write(_response(200, b"{}"))
+        else:
+            self._write(_response(404, _error_body("not found", "invalid_request_error")))
+
+    async def _complete(self, headers: dict[str, str], body: bytes) -> None:
+        stats = self.server.stats
+        stats.requests += 1
+        stats.in_flight += 1
+        try:
+            await self._stream(headers, body)
+            stats.completed += 1
+        except asyncio.CancelledError:
+            pass
+        finally:
+            stats.in_flight -= 1
+
+    def _plan(self, headers: dict[str, str], request: dict[str, Any]) -> _Plan:
+        """What this request gets: fault, chunk count, delay, whether max_tokens cuts it."""
+        opts = self.server.options
+        stats = self.server.stats
+        model = str(request.get("model", ""))
+        stats.seen_models[model] = stats.seen_models.get(model, 0) + 1
+        fault = headers.get("x-mock-fault") or opts.fault
+        for pattern, template in _MODEL_FAULTS:
+            match = pattern.search(model)
+            if match:
+                fault = template.format(*match.groups())
+        if "failonce" in model and stats.seen_models[model] == 1:
+            fault = "500"
+        wanted = int(headers.get("x-mock-chunks", opts.chunks))
+        slow = _SLOW.search(model)
+        delay_ms = float(slow.group(1)) if slow else opts.delay_ms
+        max_tokens = request.get("max_completion_tokens") or request.get("max_tokens")
+        if "ignoremax" in model or max_tokens is None:
+            max_tokens = wanted
+        return _Plan(
+            model=model,
+            fault=fault,
+            chunks=min(wanted, int(max_tokens)),
+            delay_s=float(headers.get("x-mock-delay-ms", delay_ms)) / 1000,
+            cut=int(max_tokens) < wanted,
+            usage=opts.usage and "nousage" not in model,
+        )
+
+    async def _stream(self, headers: dict[str, str], raw: bytes) -> None:
+        request = json.loads(raw or b"{}")
+        stats = self.server.stats
+        stats.last_request, stats.last_headers = request, headers
+        plan = self._plan(headers, request)
+        fault, model, chunks, delay, cut = (
+            plan.fault,
+            plan.model,
+            plan.chunks,
+            plan.delay_s,
+            plan.cut,
+        )
+        if await self._early_fault(fault, model):
+            return
+        drop_after = int(fault.split(":")[1]) if fault and fault.startswith("drop-after") else None
+        stall_after = (
+            int(fault.split(":")[1]) if fault and fault.startswith("stall-after") else None
+        )
+        self._write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
+        )
+        cid = f"chatcmpl-mock{time.monotonic_ns()}"
+        created = int(time.time())
+        base = {
+            "id": cid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "system_fingerprint": "fp_mock",
+        }
+        self._event(
+            {
+                **base,
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"role": "assistant", "content": ""},
+                        "finish_reason": None,
+                    }
+                ],
+            }
+        )
+        for i in range(chunks):
+            if drop_after is not None and i == drop_after:
+                if self.transport is not None:
+                    self.transport.abort()
+                return
+            if stall_after is not None and i == stall_after:
+                await asyncio.sleep(3600)
+            if delay:
+                await asyncio.sleep(delay)
+            word = WORDS[i % len(WORDS)] + " "
+            self._event(
+                {
+                    **base,
+                    "choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}],
+                }
+            )
+        self._event(
+            {
+                **base,
+                "choices": [
+                    {"index": 0, "delta": {}, "finish_reason": "length" if cut else "stop"}
+                ],
+            }
+        )
+        include = (request.get("stream_options") or {}).get("include_usage")
+        if include and plan.usage:
+            prompt = sum(len(str(m.get("content", ""))) for m in request.get("messages", []))
+            prompt_tokens = prompt // 4 + 4 * len(request.get("messages", []))
+            usage = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": chunks,
+                "total_tokens": prompt_tokens + chunks,
+            }
+            self._event({**base, "choices": [], "usage": usage})
+        self._write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+
+    async def _early_fault(self, fault: str | None, model: str) -> bool:
+        if not fault:
+            return False
+        if fault == "refuse":
+            if self.transport is not None:
+                self.transport.close()
+            return True
+        if fault in ("500", "429"):
+            self._write(_response(int(fault), _error_body("mock failure", "server_error")))
+            return True
+        if fault == "400":
+            message = f"This model's maximum context length is 8192 tokens ({model})."
+            self._write(_response(400, _error_body(message, "invalid_request_error")))
+            return True
+        if fault == "stall":
+            await asyncio.sleep(3600)
+            return True
+        if fault.startswith("slow-first-byte:"):
+            await asyncio.sleep(float(fault.split(":")[1]) / 1000)
+        return False
+
+    def _event(self, payload: dict[str, Any]) -> None:
+        self._write(_chunk(b"data: " + msgspec.json.encode(payload) + b"\n\n"))
+
+
+class MockUpstream:
+    """The mock server inside the current event loop."""
+
+    def __init__(
+        self, chunks: int = 20, delay_ms: float = 0.0, usage: bool = True, fault: str | None = None
+    ) -> None:
+        self.options = Options(chunks=chunks, delay_ms=delay_ms, usage=usage, fault=fault)
+        self.stats = Stats()
+        self._server: asyncio.base_events.Server | None = None
+        self.port = 0
+        self.host = "127.0.0.1"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        loop = asyncio.get_running_loop()
+        self.host = host
+        self._server = await loop.create_server(lambda: _Conn(self), host, port, backlog=4096)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 1)
+
+
+def _serve(opts: Options, host: str, port: int, ready: Any) -> None:
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        uvloop.install()
+
+    async def main() -> None:
+        mock = MockUpstream(opts.chunks, opts.delay_ms, opts.usage, opts.fault)
+        await mock.start(host, port)
+        ready.send(mock.port)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+class MockProcess:
+    """The mock in a process of its own (tests and the benchmark keep it off their loop)."""
+
+    def __init__(self, process: Any, port: int, host: str) -> None:
+        self.process = process
+        self.port = port
+        self.base_url = f"http://{host}:{port}/v1"
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.join(5)
+
+
+def start_in_subprocess(
+    chunks: int = 20,
+    delay_ms: float = 0.0,
+    usage: bool = True,
+    fault: str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+) -> MockProcess:
+    """Start the mock in a child process and wait until it listens."""
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    process = ctx.Process(
+        target=_serve,
+        args=(Options(chunks, delay_ms, usage, fault), host, port, child),
+        daemon=True,
+    )
+    process.start()
+    if not parent.poll(20):
+        process.terminate()
+        raise RuntimeError("mock upstream did not start")
+    return MockProcess(process, int(parent.recv()), host)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="OpenAI-compatible streaming mock upstream")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9000)
+    parser.add_argument("--chunks", type=int, default=20)
+    parser.add_argument("--delay-ms", type=float, default=0.0)
+    parser.add_argument("--no-usage", action="store_true")
+    parser.add_argument("--fault", default=None)
+    args = parser.parse_args()
+    opts = Options(args.chunks, args.delay_ms, not args.no_usage, args.fault)
+    _reader, writer = multiprocessing.Pipe(duplex=False)
+    print(f"mock upstream on http://{args.host}:{args.port}/v1", flush=True)
+    _serve(opts, args.host, args.port, writer)
+
+
+if __name__ == "__main__":
+    main()
