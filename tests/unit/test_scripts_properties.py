@@ -71,6 +71,7 @@ async def _reserve(ledger: Ledger, m: Model, op: tuple, n: int) -> None:  # type
 
     available = m.earned + m.purchased
     cap_left = None if cap is None else max(0, cap - m.cap_used.get((kid, day), 0))
+    refused: ApiError | None = None
     try:
         hold = await ledger.reserve(
             ident,
@@ -85,14 +86,9 @@ async def _reserve(ledger: Ledger, m: Model, op: tuple, n: int) -> None:  # type
             requested="svc-fast",
         )
     except ApiError as err:
-        need = cost(min_out)
-        if err.kind is ErrorKind.INSUFFICIENT_CREDITS:
-            assert env == "live"
-            assert need > available
-        else:
-            assert err.kind is ErrorKind.DAILY_CAP_EXCEEDED
-            assert cap_left is not None
-            assert need > cap_left
+        refused = err
+    if refused is not None:
+        _check_refusal(refused, cost(min_out), env, available, cap_left)
         return
     limits = [x for x in (available if env == "live" else None, cap_left) if x is not None]
     assert min_out <= hold.out_tokens <= max_out
@@ -108,6 +104,19 @@ async def _reserve(ledger: Ledger, m: Model, op: tuple, n: int) -> None:  # type
         m.purchased -= fp
     m.holds[hold.rid] = (hold, fe, fp, env)
     m.cap_used[(kid, day)] = m.cap_used.get((kid, day), 0) + hold.amount
+
+
+def _check_refusal(
+    err: ApiError, need: int, env: str, available: int, cap_left: int | None
+) -> None:
+    """A refusal must be justified: the smallest acceptable hold did not fit."""
+    if err.kind is ErrorKind.INSUFFICIENT_CREDITS:
+        assert env == "live"
+        assert need > available
+    else:
+        assert err.kind is ErrorKind.DAILY_CAP_EXCEEDED
+        assert cap_left is not None
+        assert need > cap_left
 
 
 async def _settle(ledger: Ledger, m: Model, rid: str, used: int, sweep: bool) -> None:
