@@ -1,0 +1,85 @@
+"""The models file: the minimal example, defaults, and errors that name line and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.catalog import DEFAULT_ALIASES, ModelsFileError, Price, UpstreamRef, load_catalog
+
+MINIMAL = """\
+[providers.local]
+base_url = "http://127.0.0.1:9000/v1"
+api_key_env = "LOCAL_API_KEY"   # sent as Authorization: Bearer <value>
+
+[aliases.svc-fast]
+upstreams = [
+  { provider = "local", model = "llama-3.1-8b-instruct" },   # tried first
+  { provider = "local", model = "qwen2.5-7b-instruct" },     # then this
+]
+"""
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "models.toml"
+    path.write_text(text)
+    return path
+
+
+def test_the_minimal_file_is_accepted_as_it_is(tmp_path: Path) -> None:
+    catalog = load_catalog(_write(tmp_path, MINIMAL))
+    fast = catalog.aliases["svc-fast"]
+    assert fast.upstreams == (
+        UpstreamRef(provider="local", model="llama-3.1-8b-instruct"),
+        UpstreamRef(provider="local", model="qwen2.5-7b-instruct"),
+    )
+    assert fast.price == DEFAULT_ALIASES["svc-fast"].price
+    assert catalog.aliases["svc-code"] == DEFAULT_ALIASES["svc-code"]
+    provider = catalog.providers["local"]
+    assert (provider.api_key_env, provider.first_byte_timeout_s) == ("LOCAL_API_KEY", 30.0)
+
+
+def test_every_alias_setting(tmp_path: Path) -> None:
+    text = MINIMAL + (
+        "\n[aliases.svc-smart]\nenabled = false\ncreated = 123\ninput_price = 7\n"
+        "output_price = 9\ndefault_output_tokens = 100\nmax_output_tokens = 200\n"
+    )
+    smart = load_catalog(_write(tmp_path, text)).aliases["svc-smart"]
+    assert (smart.enabled, smart.created, smart.price) == (False, 123, Price(input=7, output=9))
+    assert (smart.default_output_tokens, smart.max_output_tokens) == (100, 200)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            '[providers.local]\nbase_url = "http://x/v1"\nconnect_timeout_s = "fast"\n',
+            "models.toml:3: field 'providers.local.connect_timeout_s': Expected `float`",
+        ),
+        ('[providers.local]\nbase_url = "x"\n', "models.toml:2: field 'providers.local.base_url'"),
+        (
+            "[aliases.svc-code]\ninput_price = 3\nbogus = 1\n",
+            "models.toml:3: field 'aliases.svc-code.bogus'",
+        ),
+        ("[aliases.svc-turbo]\ninput_price = 3\n", "models.toml:1: field 'aliases.svc-turbo'"),
+        (
+            '[aliases.svc-code]\nupstreams = [{ provider = "nope", model = "m" }]\n',
+            "models.toml:2: field 'aliases.svc-code.upstreams': no provider named 'nope'",
+        ),
+        (
+            "[aliases.svc-code]\nupstreams = []\n",
+            "models.toml:2: field 'aliases.svc-code.upstreams'",
+        ),
+        (
+            "[aliases.svc-code]\noutput_price = -1\n",
+            "models.toml:2: field 'aliases.svc-code.output_price': out of range",
+        ),
+        ("[aliases.svc-code\n", "at line 1"),
+        ("[extras]\nx = 1\n", "field 'extras': unknown section"),
+    ],
+)
+def test_broken_files_name_line_and_field(tmp_path: Path, text: str, expected: str) -> None:
+    with pytest.raises(ModelsFileError) as info:
+        load_catalog(_write(tmp_path, text))
+    assert expected in str(info.value)
