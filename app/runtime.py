@@ -31,6 +31,7 @@ from app.upstream.router import UpstreamRouter
 from app.upstream.simulated import SimulatedProvider
 
 DEV_KEY_FILE = "dev-key.txt"
+UPSTREAM_CLIENTS = ("aiohttp", "httpx", "httpx-aiohttp")
 
 
 def read_or_create_secret(path: Path) -> str:
@@ -84,10 +85,15 @@ def resolve(
 
 def build_providers(catalog: Catalog, client: str) -> dict[str, Provider]:
     """One pooled client per provider of the models file."""
-    if client not in ("aiohttp", "httpx"):
-        raise ValueError("SVC_UPSTREAM_CLIENT must be 'aiohttp' or 'httpx'")
-    kind = AiohttpProvider if client == "aiohttp" else HttpxProvider
-    return {name: kind(config) for name, config in catalog.providers.items()}
+    if client not in UPSTREAM_CLIENTS:
+        raise ValueError(f"SVC_UPSTREAM_CLIENT must be one of {', '.join(UPSTREAM_CLIENTS)}")
+    providers: dict[str, Provider] = {}
+    for name, config in catalog.providers.items():
+        if client == "aiohttp":
+            providers[name] = AiohttpProvider(config)
+        else:
+            providers[name] = HttpxProvider(config, aiohttp_transport=client == "httpx-aiohttp")
+    return providers
 
 
 class Services:

@@ -45,7 +45,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     models_file: str | None = None
     """TOML file of providers and per-alias upstreams, prices and limits (README)."""
     upstream_client: str = "aiohttp"
-    """HTTP client of the upstream relay: aiohttp (fastest measured) or httpx."""
+    """Upstream HTTP client: aiohttp (fastest measured), httpx, or httpx-aiohttp (optional
+    package ``httpx-aiohttp``)."""
     sim_reply_tokens: int = 24
     """Length of a simulated upstream reply, in tokens."""
     sim_delay_ms: float = 0.0

@@ -146,13 +146,20 @@ class AiohttpProvider:
 
 
 class HttpxProvider:
-    """The same provider over ``httpx.AsyncClient`` (slower as a streaming client)."""
+    """The same provider over ``httpx.AsyncClient`` (slower as a streaming client). With
+    ``aiohttp_transport`` it uses the optional ``httpx-aiohttp`` transport instead."""
 
-    def __init__(self, config: ProviderConfig) -> None:
+    def __init__(self, config: ProviderConfig, *, aiohttp_transport: bool = False) -> None:
         self.config = config
         self.url = config.base_url.rstrip("/") + "/chat/completions"
         self.headers = _headers(config)
+        transport: httpx.AsyncBaseTransport | None = None
+        if aiohttp_transport:
+            from httpx_aiohttp import AiohttpTransport  # optional dependency
+
+            transport = AiohttpTransport()
         self._client = httpx.AsyncClient(
+            transport=transport,
             timeout=httpx.Timeout(
                 connect=config.connect_timeout_s,
                 read=config.idle_timeout_s,
