@@ -1,10 +1,14 @@
-"""The durable store: what must outlive Redis (accounts, keys, grants, usage rollups)."""
+"""The durable store: what must outlive Redis (accounts, keys, grants, usage rollups).
+
+``open_store(url)`` picks the driver; callers only see the ``Store`` protocol, the record
+types and ``StoreError``, never a driver's own exceptions.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Protocol
 
-from app.store.base import Store, StoreError
 from app.store.records import AccountRecord, GrantRecord, KeyRecord, UsageRollup
 
 __all__ = [
@@ -12,22 +16,120 @@ __all__ = [
     "GrantRecord",
     "KeyRecord",
     "Store",
+    "StoreConflict",
     "StoreError",
     "UsageRollup",
     "open_store",
+    "stream_id_key",
 ]
 
 
-def open_store(database_url: str) -> Store:
-    """A store for ``sqlite:///relative.db``, ``sqlite:////absolute.db`` (or
-    ``sqlite:///`` followed by an absolute path)."""
-    if database_url.startswith("sqlite:///"):
-        from app.store.sqlite import SQLiteStore
+class StoreError(Exception):
+    """The durable store failed or cannot be reached (locked, I/O error, gone)."""
 
-        return SQLiteStore(Path(database_url[len("sqlite:///") :]))
-    if database_url.startswith(("postgresql://", "postgres://")):
-        raise NotImplementedError("the PostgreSQL store is not built yet")
-    raise ValueError(
-        "SVC_DATABASE_URL must start with sqlite:/// or postgresql:// "
-        f"(got a URL with scheme '{database_url.split(':', 1)[0]}')"
-    )
+
+class StoreConflict(StoreError):
+    """A write broke a constraint: the id exists already, or the account does not."""
+
+
+def stream_id_key(stream_id: str) -> tuple[int, int]:
+    """A Redis stream id (``ms-seq``) as a tuple that orders like the stream.
+
+    Raises ``ValueError`` for anything that is not a stream id.
+    """
+    ms, _, seq = stream_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+class Store(Protocol):
+    """What svc keeps outside Redis: accounts, keys, grants, usage rollups, flush cursors."""
+
+    async def migrate(self) -> None:
+        """Create or upgrade the schema; idempotent and safe from several processes."""
+
+    async def close(self) -> None:
+        """Release the connection; the store cannot be used afterwards."""
+
+    async def ping(self) -> None:
+        """A cheap round trip; raises ``StoreError`` when the store is unreachable."""
+
+    async def create_account(self, rec: AccountRecord) -> None:
+        """Add an account; ``StoreConflict`` when the pid exists."""
+
+    async def get_account(self, pid: str) -> AccountRecord | None:
+        """The account, or None."""
+
+    async def list_accounts(self) -> list[AccountRecord]:
+        """Every account, oldest first."""
+
+    async def insert_key(self, rec: KeyRecord) -> None:
+        """Add a key; ``StoreConflict`` when the kid exists or the account does not."""
+
+    async def get_key(self, kid: str) -> KeyRecord | None:
+        """The key (whatever its status or account), or None."""
+
+    async def list_keys(self, account_pid: str) -> list[KeyRecord]:
+        """The account's keys, revoked ones included: newest first (then by kid)."""
+
+    async def count_active_keys(self, account_pid: str) -> int:
+        """How many of the account's keys are not revoked."""
+
+    async def revoke_key(self, account_pid: str, kid: str, revoked_at: int) -> KeyRecord | None:
+        """The key after revocation; None when that account has no such key.
+
+        Idempotent: a revoked key is returned unchanged (it keeps its first revoked_at).
+        """
+
+    async def insert_grant(self, rec: GrantRecord) -> bool:
+        """True when written; False (and nothing written) when the grant id exists."""
+
+    async def get_grant(self, grant_id: str) -> GrantRecord | None:
+        """The grant, or None."""
+
+    async def list_grants(self, account_pid: str) -> list[GrantRecord]:
+        """The account's grants, oldest first."""
+
+    async def apply_usage(
+        self, shard: int, last_stream_id: str, rollups: list[UsageRollup]
+    ) -> bool:
+        """Add the rollups and move the shard's cursor to ``last_stream_id``, in one
+        transaction. False (nothing written) when ``last_stream_id`` is at or below the
+        cursor already, so a replayed batch is never counted twice."""
+
+    async def get_cursor(self, shard: int) -> str | None:
+        """The last stream id applied for the shard, or None."""
+
+    async def usage_daily(
+        self, account_pid: str, since_day: str, environment: str = "live"
+    ) -> list[UsageRollup]:
+        """One sum per day (kid and alias empty) from ``since_day`` on, newest first;
+        days without usage are absent."""
+
+    async def usage_totals(self, account_pid: str, environment: str = "live") -> UsageRollup | None:
+        """All-time sums (kid, alias and day empty); None when there is no usage."""
+
+
+def open_store(database_url: str) -> Store:
+    """The store for ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db``.
+
+    Opening does no I/O: the connection is made on first use. ``ValueError`` for a URL
+    that names no supported store.
+    """
+    scheme, sep, rest = database_url.partition("://")
+    scheme = scheme.lower()
+    if sep and scheme in ("postgresql", "postgres"):
+        raise NotImplementedError("PostgreSQL store not built yet")
+    if not sep or scheme != "sqlite":
+        # Only the scheme is echoed: the rest of a URL may hold a password.
+        got = f"scheme {scheme!r}" if sep else "no scheme"
+        raise ValueError(
+            f"unsupported database URL ({got}): use sqlite:///path/to/file.db (or postgresql://…)"
+        )
+    if not rest.startswith("/") or len(rest) < 2 or "?" in rest:
+        raise ValueError(
+            "a SQLite URL is sqlite:/// followed by a file path "
+            "(sqlite:///relative.db or sqlite:////absolute.db), with no query string"
+        )
+    from app.store.sqlite import SQLiteStore  # only the driver in use gets imported
+
+    return SQLiteStore(Path(rest[1:]))

@@ -1,294 +1,292 @@
-"""The SQLite store: one connection per process, WAL mode, calls run in a thread."""
+"""The SQLite store: one connection per ``Store``, WAL mode, calls run in a worker thread.
+
+Several processes (server workers, the CLI) share one file. Every write is a
+``BEGIN IMMEDIATE`` transaction: it takes the write lock up front (waiting up to the busy
+timeout), so two writers never deadlock upgrading read locks.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from app.store.base import StoreError
+import msgspec
+
+from app.store import StoreConflict, StoreError, stream_id_key
+from app.store import migrations as sql
 from app.store.records import AccountRecord, GrantRecord, KeyRecord, UsageRollup
-from app.store.schema import (
-    ACCOUNT_COLUMNS,
-    CREATE_VERSIONS,
-    CURSOR_UPSERT,
-    GRANT_COLUMNS,
-    KEY_COLUMNS,
-    MIGRATIONS,
-    USAGE_SUMS,
-    USAGE_UPSERT,
-    stream_id_key,
-)
 
 T = TypeVar("T")
+R = TypeVar("R", bound=msgspec.Struct)
+Row = tuple[Any, ...]
+
+BUSY_TIMEOUT_MS = 5000
 
 
 class SQLiteStore:
-    """``Store`` on a SQLite file. Several processes may share the file: writes take the
-    lock up front (``BEGIN IMMEDIATE``) and wait up to five seconds for it."""
+    """``Store`` on a SQLite file; the file and its folder are created on first use."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(
-            path, check_same_thread=False, isolation_level=None, timeout=5.0
-        )
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.execute("PRAGMA foreign_keys=ON")
+        self.busy_timeout_ms = busy_timeout_ms
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
         self._lock = asyncio.Lock()
 
-    async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    # -- plumbing ---------------------------------------------------------------------
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         async with self._lock:
+            job = asyncio.ensure_future(asyncio.to_thread(self._in_thread, fn))
             try:
-                return await asyncio.to_thread(fn, self._conn)
-            except sqlite3.OperationalError as exc:
-                raise StoreError(f"sqlite: {exc}") from exc
+                return await asyncio.shield(job)
+            except asyncio.CancelledError:
+                # A running thread cannot be stopped: hold the lock until it is done, or
+                # the next call would share the connection in the middle of a transaction.
+                await _wait_out(job)
+                raise
+
+    def _in_thread(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            return fn(self._connection())
+        except sqlite3.IntegrityError as exc:
+            raise StoreConflict(f"sqlite: {exc}") from exc
+        except sqlite3.ProgrammingError:
+            raise  # bad SQL or bindings are bugs, not an unavailable store
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(f"sqlite ({self.path}): {exc}") from exc
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            if self._closed:
+                raise StoreError("the store is closed")
+            self._conn = _connect(self.path, self.busy_timeout_ms)
+        return self._conn
 
     async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        def tx(conn: sqlite3.Connection) -> T:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                result = fn(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            return result
+        return await self._run(lambda conn: _transaction(conn, fn))
 
-        return await self._call(tx)
+    async def _rows(self, query: str, args: Row = ()) -> list[Row]:
+        return await self._run(lambda conn: conn.execute(query, args).fetchall())
 
-    async def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        return await self._call(lambda c: c.execute(sql, args).fetchall())
+    async def _record(self, record: type[R], query: str, args: Row) -> R | None:
+        rows = await self._rows(query, args)
+        return _to_record(record, rows[0]) if rows else None
+
+    async def _records(self, record: type[R], query: str, args: Row = ()) -> list[R]:
+        return [_to_record(record, row) for row in await self._rows(query, args)]
+
+    # -- lifecycle --------------------------------------------------------------------
 
     async def migrate(self) -> None:
-        def apply(conn: sqlite3.Connection) -> None:
-            conn.execute(CREATE_VERSIONS)
-            done = {v for (v,) in conn.execute("SELECT version FROM schema_migrations")}
-            for version, statements in MIGRATIONS:
-                if version in done:
-                    continue
-                for statement in statements:
-                    conn.execute(statement)
-                conn.execute(
-                    "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
-                    (version, int(time.time())),
-                )
-
-        await self._write(apply)
+        """Apply the migrations this file lacks, each in its own write transaction."""
+        await self._run(_migrate)
 
     async def close(self) -> None:
+        """Close the connection (idempotent); later calls raise ``StoreError``."""
         async with self._lock:
-            self._conn.close()
+            self._closed = True
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                await asyncio.to_thread(conn.close)
 
     async def ping(self) -> None:
-        await self._rows("SELECT 1")
+        """One ``SELECT 1``; ``StoreError`` when the file cannot be opened or read."""
+        await self._rows(sql.PING)
+
+    # -- accounts ---------------------------------------------------------------------
 
     async def create_account(self, rec: AccountRecord) -> None:
-        await self._write(
-            lambda c: c.execute(
-                f"INSERT INTO accounts ({ACCOUNT_COLUMNS}) VALUES (?, ?, ?)",
-                (rec.pid, rec.created_at, rec.status),
-            )
-        )
+        """Insert the account; ``StoreConflict`` when the pid exists."""
+        await self._write(lambda conn: conn.execute(sql.INSERT_ACCOUNT, _to_row(rec)))
 
     async def get_account(self, pid: str) -> AccountRecord | None:
-        rows = await self._rows(f"SELECT {ACCOUNT_COLUMNS} FROM accounts WHERE pid = ?", (pid,))
-        return (
-            AccountRecord(pid=rows[0][0], created_at=rows[0][1], status=rows[0][2])
-            if rows
-            else None
-        )
+        """The account, or None."""
+        return await self._record(AccountRecord, sql.GET_ACCOUNT, (pid,))
 
     async def list_accounts(self) -> list[AccountRecord]:
-        rows = await self._rows(f"SELECT {ACCOUNT_COLUMNS} FROM accounts ORDER BY created_at, pid")
-        return [AccountRecord(pid=r[0], created_at=r[1], status=r[2]) for r in rows]
+        """Every account, oldest first."""
+        return await self._records(AccountRecord, sql.LIST_ACCOUNTS)
+
+    # -- keys -------------------------------------------------------------------------
 
     async def insert_key(self, rec: KeyRecord) -> None:
-        await self._write(
-            lambda c: c.execute(
-                f"INSERT INTO api_keys ({KEY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                _key_row(rec),
-            )
-        )
+        """Insert the key; ``StoreConflict`` when the kid exists or the account does not."""
+        row = (*_to_row(rec), rec.account_pid)  # the account again, for the seq subquery
+        await self._write(lambda conn: conn.execute(sql.INSERT_KEY, row))
 
     async def get_key(self, kid: str) -> KeyRecord | None:
-        rows = await self._rows(f"SELECT {KEY_COLUMNS} FROM api_keys WHERE kid = ?", (kid,))
-        return _key(rows[0]) if rows else None
+        """The key, or None."""
+        return await self._record(KeyRecord, sql.GET_KEY, (kid,))
 
     async def list_keys(self, account_pid: str) -> list[KeyRecord]:
-        rows = await self._rows(
-            f"SELECT {KEY_COLUMNS} FROM api_keys WHERE account_pid = ? "
-            "ORDER BY created_at DESC, rowid DESC",
-            (account_pid,),
-        )
-        return [_key(r) for r in rows]
+        """The account's keys, revoked ones included, newest first."""
+        return await self._records(KeyRecord, sql.LIST_KEYS, (account_pid,))
 
     async def count_active_keys(self, account_pid: str) -> int:
-        rows = await self._rows(
-            "SELECT COUNT(*) FROM api_keys WHERE account_pid = ? AND status = 'active'",
-            (account_pid,),
-        )
+        """How many of the account's keys are active."""
+        rows = await self._rows(sql.COUNT_ACTIVE_KEYS, (account_pid,))
         return int(rows[0][0])
 
     async def revoke_key(self, account_pid: str, kid: str, revoked_at: int) -> KeyRecord | None:
+        """The key after revocation; None when that account has no such key."""
+
         def revoke(conn: sqlite3.Connection) -> KeyRecord | None:
-            conn.execute(
-                "UPDATE api_keys SET status = 'revoked', revoked_at = ? "
-                "WHERE kid = ? AND account_pid = ? AND status = 'active'",
-                (revoked_at, kid, account_pid),
-            )
-            rows = conn.execute(
-                f"SELECT {KEY_COLUMNS} FROM api_keys WHERE kid = ? AND account_pid = ?",
-                (kid, account_pid),
-            ).fetchall()
-            return _key(rows[0]) if rows else None
+            conn.execute(sql.REVOKE_KEY, (revoked_at, kid, account_pid))
+            row = conn.execute(sql.GET_ACCOUNT_KEY, (kid, account_pid)).fetchone()
+            return None if row is None else _to_record(KeyRecord, row)
 
         return await self._write(revoke)
 
-    async def insert_grant(self, rec: GrantRecord) -> bool:
-        def insert(conn: sqlite3.Connection) -> bool:
-            cur = conn.execute(
-                f"INSERT INTO credit_grants ({GRANT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (grant_id) DO NOTHING",
-                (
-                    rec.grant_id,
-                    rec.account_pid,
-                    rec.pool,
-                    rec.credits,
-                    rec.source,
-                    rec.reference,
-                    rec.created_at,
-                    rec.expires_at,
-                ),
-            )
-            return cur.rowcount == 1
+    # -- grants -----------------------------------------------------------------------
 
-        return await self._write(insert)
+    async def insert_grant(self, rec: GrantRecord) -> bool:
+        """True when written; False when the grant id exists (nothing changes)."""
+        return await self._write(
+            lambda conn: conn.execute(sql.INSERT_GRANT, _to_row(rec)).rowcount == 1
+        )
 
     async def get_grant(self, grant_id: str) -> GrantRecord | None:
-        rows = await self._rows(
-            f"SELECT {GRANT_COLUMNS} FROM credit_grants WHERE grant_id = ?", (grant_id,)
-        )
-        return _grant(rows[0]) if rows else None
+        """The grant, or None."""
+        return await self._record(GrantRecord, sql.GET_GRANT, (grant_id,))
 
     async def list_grants(self, account_pid: str) -> list[GrantRecord]:
-        rows = await self._rows(
-            f"SELECT {GRANT_COLUMNS} FROM credit_grants WHERE account_pid = ? "
-            "ORDER BY created_at, rowid",
-            (account_pid,),
-        )
-        return [_grant(r) for r in rows]
+        """The account's grants, oldest first."""
+        return await self._records(GrantRecord, sql.LIST_GRANTS, (account_pid,))
+
+    # -- usage ------------------------------------------------------------------------
 
     async def apply_usage(
         self, shard: int, last_stream_id: str, rollups: list[UsageRollup]
     ) -> bool:
+        """Add the rollups and move the cursor atomically; False for a replayed batch."""
+        position = stream_id_key(last_stream_id)  # a bad id fails before any I/O
+        rows = [_to_row(u) for u in rollups]
+
         def apply(conn: sqlite3.Connection) -> bool:
-            row = conn.execute(
-                "SELECT last_id FROM flush_cursors WHERE shard = ?", (shard,)
-            ).fetchone()
-            if row is not None and stream_id_key(last_stream_id) <= stream_id_key(row[0]):
+            cursor = conn.execute(sql.GET_CURSOR, (shard,)).fetchone()
+            if cursor is not None and position <= stream_id_key(cursor[0]):
                 return False
-            conn.executemany(USAGE_UPSERT, [_usage_row(u) for u in rollups])
-            conn.execute(CURSOR_UPSERT, (shard, last_stream_id, int(time.time())))
+            conn.executemany(sql.UPSERT_USAGE, rows)
+            conn.execute(sql.UPSERT_CURSOR, (shard, last_stream_id, int(time.time())))
             return True
 
         return await self._write(apply)
 
     async def get_cursor(self, shard: int) -> str | None:
-        rows = await self._rows("SELECT last_id FROM flush_cursors WHERE shard = ?", (shard,))
+        """The last stream id applied for the shard, or None."""
+        rows = await self._rows(sql.GET_CURSOR, (shard,))
         return str(rows[0][0]) if rows else None
 
     async def usage_daily(
         self, account_pid: str, since_day: str, environment: str = "live"
     ) -> list[UsageRollup]:
-        rows = await self._rows(
-            f"SELECT day, {USAGE_SUMS} FROM usage_daily WHERE account_pid = ? AND day >= ? "
-            "AND environment = ? GROUP BY day ORDER BY day DESC",
-            (account_pid, since_day, environment),
-        )
-        return [_sums(account_pid, environment, r[0], r[1:]) for r in rows]
+        """Per-day sums from ``since_day`` on, newest first."""
+        rows = await self._rows(sql.USAGE_DAILY, (account_pid, since_day, environment))
+        return [_sums(account_pid, environment, row[0], row[1:]) for row in rows]
 
     async def usage_totals(self, account_pid: str, environment: str = "live") -> UsageRollup | None:
-        rows = await self._rows(
-            f"SELECT COUNT(*), {USAGE_SUMS} FROM usage_daily "
-            "WHERE account_pid = ? AND environment = ?",
-            (account_pid, environment),
-        )
+        """All-time sums, or None when there is no usage."""
+        rows = await self._rows(sql.USAGE_TOTALS, (account_pid, environment))
         if not rows or rows[0][0] == 0:
             return None
         return _sums(account_pid, environment, "", rows[0][1:])
 
 
-def _key_row(rec: KeyRecord) -> tuple[Any, ...]:
-    return (
-        rec.kid,
-        rec.account_pid,
-        rec.name,
-        rec.environment,
-        rec.daily_cap_credits,
-        rec.secret_hash,
-        rec.last4,
-        rec.created_at,
-        rec.status,
-        rec.revoked_at,
+def _connect(path: Path, busy_timeout_ms: int) -> sqlite3.Connection:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # isolation_level=None: no implicit transactions, every write says BEGIN IMMEDIATE.
+    conn = sqlite3.connect(
+        path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False
     )
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        _enable_wal(conn, busy_timeout_ms)
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
-def _key(row: tuple[Any, ...]) -> KeyRecord:
-    return KeyRecord(
-        kid=row[0],
-        account_pid=row[1],
-        name=row[2],
-        environment=row[3],
-        daily_cap_credits=row[4],
-        secret_hash=row[5],
-        last4=row[6],
-        created_at=row[7],
-        status=row[8],
-        revoked_at=row[9],
-    )
+def _enable_wal(conn: sqlite3.Connection, busy_timeout_ms: int) -> None:
+    # Switching a fresh file to WAL takes an exclusive lock and SQLite answers BUSY
+    # without calling the busy handler, so processes opening a new file at once retry.
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            busy = exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
+            if not busy or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.005)
 
 
-def _grant(row: tuple[Any, ...]) -> GrantRecord:
-    return GrantRecord(
-        grant_id=row[0],
-        account_pid=row[1],
-        pool=row[2],
-        credits=row[3],
-        source=row[4],
-        reference=row[5],
-        created_at=row[6],
-        expires_at=row[7],
-    )
+def _transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = fn(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return result
 
 
-def _usage_row(u: UsageRollup) -> tuple[Any, ...]:
-    return (
-        u.account_pid,
-        u.kid,
-        u.day,
-        u.alias,
-        u.environment,
-        u.requests,
-        u.prompt_tokens,
-        u.completion_tokens,
-        u.credits,
-    )
+def _migrate(conn: sqlite3.Connection) -> None:
+    _transaction(conn, lambda c: c.execute(sql.CREATE_SCHEMA_MIGRATIONS))
+    for version, statements in sql.MIGRATIONS:
+        _transaction(conn, partial(_apply_migration, version=version, statements=statements))
 
 
-def _sums(pid: str, environment: str, day: str, sums: tuple[Any, ...]) -> UsageRollup:
+def _apply_migration(conn: sqlite3.Connection, version: int, statements: Sequence[str]) -> None:
+    # Checked under the write lock: of several processes migrating at once, the first
+    # applies the version and the others find it recorded.
+    if conn.execute(sql.MIGRATION_APPLIED, (version,)).fetchone() is not None:
+        return
+    for statement in statements:
+        conn.execute(statement)
+    conn.execute(sql.RECORD_MIGRATION, (version, int(time.time())))
+
+
+async def _wait_out(job: asyncio.Future[Any]) -> None:
+    """Wait for ``job`` to finish even if the waiting task is cancelled again."""
+    while not job.done():
+        try:
+            await asyncio.wait([job])
+        except asyncio.CancelledError:
+            continue
+    if not job.cancelled():
+        job.exception()  # retrieved, so asyncio does not log it as never retrieved
+
+
+def _to_row(rec: msgspec.Struct) -> Row:
+    return msgspec.structs.astuple(rec)
+
+
+def _to_record(record: type[R], row: Row) -> R:
+    return msgspec.convert(dict(zip(sql.columns(record), row, strict=True)), record)
+
+
+def _sums(pid: str, environment: str, day: str, sums: Row) -> UsageRollup:
+    requests, prompt_tokens, completion_tokens, credits = (int(s or 0) for s in sums)
     return UsageRollup(
         account_pid=pid,
         kid="",
         day=day,
         alias="",
         environment=environment,
-        requests=int(sums[0] or 0),
-        prompt_tokens=int(sums[1] or 0),
-        completion_tokens=int(sums[2] or 0),
-        credits=int(sums[3] or 0),
+        requests=requests,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        credits=credits,
     )

@@ -1,0 +1,153 @@
+"""Versioned schema migrations and every SQL statement the store drivers share.
+
+Only SQL that SQLite and PostgreSQL both accept. Statements use ``?`` placeholders; the
+PostgreSQL driver swaps them for ``%s`` (no statement holds a literal ``?`` or ``%``).
+Column lists come from the record types, so a record and its table cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from app.store.records import AccountRecord, GrantRecord, KeyRecord, UsageRollup
+
+Migration = tuple[int, tuple[str, ...]]
+
+# Append only: a version, once released, never changes (databases already ran it).
+MIGRATIONS: tuple[Migration, ...] = (
+    (
+        1,
+        (
+            """CREATE TABLE accounts (
+                pid TEXT PRIMARY KEY,
+                created_at BIGINT NOT NULL,
+                status TEXT NOT NULL DEFAULT 'active'
+            )""",
+            """CREATE TABLE api_keys (
+                kid TEXT PRIMARY KEY,
+                account_pid TEXT NOT NULL REFERENCES accounts (pid),
+                name TEXT NOT NULL,
+                environment TEXT NOT NULL,
+                daily_cap_credits BIGINT,
+                secret_hash TEXT NOT NULL,
+                last4 TEXT NOT NULL,
+                created_at BIGINT NOT NULL,
+                status TEXT NOT NULL DEFAULT 'active',
+                revoked_at BIGINT
+            )""",
+            "CREATE INDEX api_keys_account ON api_keys (account_pid, created_at)",
+            """CREATE TABLE credit_grants (
+                grant_id TEXT PRIMARY KEY,
+                account_pid TEXT NOT NULL REFERENCES accounts (pid),
+                pool TEXT NOT NULL,
+                credits BIGINT NOT NULL,
+                source TEXT NOT NULL,
+                reference TEXT,
+                created_at BIGINT NOT NULL,
+                expires_at BIGINT
+            )""",
+            "CREATE INDEX credit_grants_account ON credit_grants (account_pid, created_at)",
+            # No foreign key: the flusher must never fail on a row it cannot take back.
+            """CREATE TABLE usage_daily (
+                account_pid TEXT NOT NULL,
+                kid TEXT NOT NULL,
+                day TEXT NOT NULL,
+                alias TEXT NOT NULL,
+                environment TEXT NOT NULL,
+                requests BIGINT NOT NULL,
+                prompt_tokens BIGINT NOT NULL,
+                completion_tokens BIGINT NOT NULL,
+                credits BIGINT NOT NULL,
+                PRIMARY KEY (account_pid, kid, day, alias, environment)
+            )""",
+            """CREATE TABLE flush_cursors (
+                shard INTEGER PRIMARY KEY,
+                last_id TEXT NOT NULL,
+                updated_at BIGINT NOT NULL
+            )""",
+        ),
+    ),
+    (
+        2,
+        # Keys created in the same second still list newest first: seq counts an
+        # account's keys in insertion order (keys from before v2 keep 0).
+        ("ALTER TABLE api_keys ADD COLUMN seq BIGINT NOT NULL DEFAULT 0",),
+    ),
+)
+
+CREATE_SCHEMA_MIGRATIONS = (
+    "CREATE TABLE IF NOT EXISTS schema_migrations "
+    "(version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)"
+)
+MIGRATION_APPLIED = "SELECT 1 FROM schema_migrations WHERE version = ?"
+RECORD_MIGRATION = "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)"
+
+
+def columns(record: type[msgspec.Struct]) -> tuple[str, ...]:
+    """The table columns of a record type, in the order rows are read and written."""
+    return record.__struct_fields__
+
+
+def _insert(table: str, record: type[msgspec.Struct]) -> str:
+    names = columns(record)
+    return f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
+
+
+def _select(table: str, record: type[msgspec.Struct]) -> str:
+    return f"SELECT {', '.join(columns(record))} FROM {table}"
+
+
+PING = "SELECT 1"
+
+INSERT_ACCOUNT = _insert("accounts", AccountRecord)
+GET_ACCOUNT = _select("accounts", AccountRecord) + " WHERE pid = ?"
+LIST_ACCOUNTS = _select("accounts", AccountRecord) + " ORDER BY created_at, pid"
+
+# The extra argument is the account_pid again, for the seq subquery; the write lock
+# (SQLite) or the key limit check's row lock (PostgreSQL) keeps seq ordered.
+INSERT_KEY = (
+    f"INSERT INTO api_keys ({', '.join(columns(KeyRecord))}, seq) "
+    f"VALUES ({', '.join('?' * len(columns(KeyRecord)))}, "
+    "(SELECT COALESCE(MAX(seq), 0) + 1 FROM api_keys WHERE account_pid = ?))"
+)
+GET_KEY = _select("api_keys", KeyRecord) + " WHERE kid = ?"
+GET_ACCOUNT_KEY = _select("api_keys", KeyRecord) + " WHERE kid = ? AND account_pid = ?"
+LIST_KEYS = (
+    _select("api_keys", KeyRecord)
+    + " WHERE account_pid = ? ORDER BY created_at DESC, seq DESC, kid"
+)
+COUNT_ACTIVE_KEYS = "SELECT COUNT(*) FROM api_keys WHERE account_pid = ? AND status = 'active'"
+# Only an active key changes, so a second revoke keeps the first revoked_at.
+REVOKE_KEY = (
+    "UPDATE api_keys SET status = 'revoked', revoked_at = ? "
+    "WHERE kid = ? AND account_pid = ? AND status = 'active'"
+)
+
+INSERT_GRANT = _insert("credit_grants", GrantRecord) + " ON CONFLICT (grant_id) DO NOTHING"
+GET_GRANT = _select("credit_grants", GrantRecord) + " WHERE grant_id = ?"
+LIST_GRANTS = (
+    _select("credit_grants", GrantRecord) + " WHERE account_pid = ? ORDER BY created_at, grant_id"
+)
+
+GET_CURSOR = "SELECT last_id FROM flush_cursors WHERE shard = ?"
+UPSERT_CURSOR = (
+    "INSERT INTO flush_cursors (shard, last_id, updated_at) VALUES (?, ?, ?) "
+    "ON CONFLICT (shard) DO UPDATE SET last_id = excluded.last_id, "
+    "updated_at = excluded.updated_at"
+)
+
+USAGE_COUNTERS = ("requests", "prompt_tokens", "completion_tokens", "credits")
+UPSERT_USAGE = (
+    _insert("usage_daily", UsageRollup)
+    + " ON CONFLICT (account_pid, kid, day, alias, environment) DO UPDATE SET "
+    + ", ".join(f"{c} = usage_daily.{c} + excluded.{c}" for c in USAGE_COUNTERS)
+)
+_SUMS = ", ".join(f"SUM({c})" for c in USAGE_COUNTERS)
+USAGE_DAILY = (
+    f"SELECT day, {_SUMS} FROM usage_daily "
+    "WHERE account_pid = ? AND day >= ? AND environment = ? GROUP BY day ORDER BY day DESC"
+)
+# COUNT(*) tells "no rows" apart from rows that sum to zero.
+USAGE_TOTALS = (
+    f"SELECT COUNT(*), {_SUMS} FROM usage_daily WHERE account_pid = ? AND environment = ?"
+)
