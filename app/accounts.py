@@ -14,7 +14,7 @@ import msgspec
 
 from app.errors import ApiError, ErrorKind, invalid_value, service_unavailable
 from app.ids import random_id
-from app.keys import digest, generate_key, hash_secret, new_kid, public_id
+from app.keys import digest, generate_key, hash_secret, kid_from_public_id, new_kid, public_id
 from app.ledger import Balance, Identity, Ledger, ScriptStatus
 from app.store import AccountRecord, GrantRecord, KeyRecord, Store
 
@@ -51,6 +51,17 @@ class ApiKeyItem(msgspec.Struct):
     created_at: int
     last4: str
     status: str
+
+
+class ApiKeyDeleted(msgspec.Struct):
+    id: str
+    object: str
+    deleted: bool
+
+
+class ApiKeyList(msgspec.Struct):
+    object: str
+    data: list[ApiKeyItem]
 
 
 class KeyCreateRequest(msgspec.Struct):
@@ -124,11 +135,13 @@ class Accounts:
         ledger: Ledger,
         pepper: bytes,
         *,
+        max_active_keys: int = 100,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.ledger = ledger
         self.pepper = pepper
+        self.max_active_keys = max_active_keys
         self.clock = clock
 
     async def create_account(self) -> str:
@@ -179,6 +192,12 @@ class Accounts:
     ) -> ApiKeyCreated:
         """A new key; the secret is returned here and never again."""
         await self.require_account(pid)
+        if await self.store.count_active_keys(pid) >= self.max_active_keys:
+            raise ApiError(
+                ErrorKind.KEY_LIMIT,
+                f"This account has {self.max_active_keys} active keys, the most allowed. "
+                "Revoke one first.",
+            )
         kid = new_kid()
         secret = generate_key(environment, kid)
         record = KeyRecord(
@@ -204,3 +223,32 @@ class Accounts:
             created_at=record.created_at,
             key=secret,
         )
+
+    async def list_keys(self, pid: str) -> ApiKeyList:
+        """The account's keys, newest first: never a secret, never a hash."""
+        return ApiKeyList(
+            object="list", data=[key_item(r) for r in await self.store.list_keys(pid)]
+        )
+
+    async def revoke_key(self, pid: str, key_id: str) -> ApiKeyDeleted:
+        """Revoke a key of ``pid`` at once; 404 for another account's or an unknown key.
+
+        Redis is written first: from that moment every worker refuses the key, because every
+        request reads its status there. The durable record follows; a retry is harmless.
+        """
+        kid = kid_from_public_id(key_id)
+        record = await self.store.get_key(kid) if kid else None
+        if record is None or record.account_pid != pid:
+            raise ApiError(
+                ErrorKind.API_KEY_NOT_FOUND, f"No API key '{key_id[:40]}' on this account."
+            )
+        ident = Identity(pid, record.kid, record.environment, self.ledger.keys.shard(pid))
+        if (
+            await self.ledger.revoke_key(
+                ident, daily_cap=record.daily_cap_credits, name=record.name
+            )
+            < 0
+        ):
+            raise service_unavailable()  # the Redis record names another account: never here
+        await self.store.revoke_key(pid, record.kid, int(self.clock()))
+        return ApiKeyDeleted(id=public_id(record.kid), object="api_key", deleted=True)

@@ -15,6 +15,7 @@ class ErrorKind(Enum):
     ADMIN_UNAUTHORIZED = (401, "authentication_error", "invalid_admin_token")
     TEST_KEY_FORBIDDEN = (403, "permission_error", "test_key_forbidden")
     INVALID_VALUE = (400, "invalid_request_error", "invalid_value")
+    KEY_LIMIT = (400, "invalid_request_error", "api_key_limit_reached")
     MODEL_NOT_FOUND = (404, "invalid_request_error", "model_not_found")
     NOT_FOUND = (404, "not_found_error", "not_found")
     ACCOUNT_NOT_FOUND = (404, "not_found_error", "account_not_found")

@@ -132,7 +132,9 @@ class Services:
             negative_ttl_s=settings.negative_cache_s,
             cold_per_s=settings.cold_auth_per_s,
         )
-        self.accounts = Accounts(store, self.ledger, pepper, clock=clock)
+        self.accounts = Accounts(
+            store, self.ledger, pepper, max_active_keys=settings.max_active_keys, clock=clock
+        )
         simulated = SimulatedProvider(settings.sim_reply_tokens, settings.sim_delay_ms)
         self.router = UpstreamRouter(build_providers(catalog, settings.upstream_client), simulated)
         self.completions = CompletionService(

@@ -34,6 +34,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     workers: int = 0
     """granian worker processes; 0 = one per CPU."""
     max_body_bytes: int = 1_048_576
+    max_active_keys: int = 100
+    """Active API keys allowed per account."""
     reservation_deadline_s: int = 900
     """A reservation not settled by then (its worker died) is refunded by the sweeper."""
     cap_counter_ttl_s: int = 172_800

@@ -5,13 +5,31 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from litestar import Controller, Request, get
+from litestar import Controller, Request, delete, get, post
 from litestar.di import Provide
 
-from app.accounts import CreditBalance, credit_balance
+from app.accounts import (
+    ApiKeyCreated,
+    ApiKeyDeleted,
+    ApiKeyList,
+    CreditBalance,
+    KeyCreateRequest,
+    credit_balance,
+    validate_key_request,
+)
+from app.errors import ApiError, ErrorKind
 from app.http.deps import provide_identity, provide_services
 from app.ledger import Identity, key_refusal
 from app.runtime import Services
+from app.validation import decode_json
+
+
+def _managing(ident: Identity) -> Identity:
+    if ident.environment != "live":
+        raise ApiError(
+            ErrorKind.TEST_KEY_FORBIDDEN, "Test keys cannot manage API keys; use a live key."
+        )
+    return ident
 
 
 class ModelItem(msgspec.Struct):
@@ -49,3 +67,30 @@ class V1Controller(Controller):
         if refusal is not None:
             raise refusal
         return credit_balance(balance)
+
+    @get("/api-keys", dependencies={"ident": Provide(provide_identity)})
+    async def list_keys(self, services: Services, ident: Identity) -> ApiKeyList:
+        """The account's keys, newest first; secrets are never included (spec 4.5)."""
+        return await services.accounts.list_keys(ident.pid)
+
+    @post("/api-keys", status_code=201, dependencies={"ident": Provide(provide_identity)})
+    async def create_key(
+        self, services: Services, ident: Identity, request: Request[Any, Any, Any]
+    ) -> ApiKeyCreated:
+        """A new key for the caller's account; the secret is in this response only."""
+        _managing(ident)
+        req = validate_key_request(decode_json(await request.body(), KeyCreateRequest))
+        return await services.accounts.create_key(
+            ident.pid,
+            name=req.name,
+            environment=req.environment,
+            daily_cap=req.daily_cap_credits,
+        )
+
+    @delete(
+        "/api-keys/{key_id:str}", status_code=200, dependencies={"ident": Provide(provide_identity)}
+    )
+    async def revoke_key(self, services: Services, ident: Identity, key_id: str) -> ApiKeyDeleted:
+        """Revoke a key at once on every worker (spec 4.7)."""
+        _managing(ident)
+        return await services.accounts.revoke_key(ident.pid, key_id)

@@ -1,0 +1,292 @@
+"""API keys end to end: lifecycle, secrets at rest, isolation, revocation under load,
+daily caps, test keys and the cold path."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from datetime import UTC, datetime
+
+import httpx
+import openai
+import pytest
+import redis as redis_sync
+
+from app.embedded import redis_url, socket_path
+from app.keys import digest
+from tests.e2e.conftest import Server
+
+pytestmark = pytest.mark.e2e
+MSG = [{"role": "user", "content": "hi"}]
+
+
+def _h(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+def _redis(server: Server) -> redis_sync.Redis:
+    return redis_sync.Redis.from_url(redis_url(socket_path(server.data_dir)))
+
+
+def _chat(server: Server, key: str, **extra: object) -> httpx.Response:
+    return httpx.post(
+        f"{server.base_url}/chat/completions",
+        json={"model": "svc-fast", "messages": MSG, **extra},
+        headers=_h(key),
+        timeout=30,
+    )
+
+
+def test_lifecycle_through_the_sdk_and_raw_http(server: Server) -> None:
+    pid = server.new_account(10_000)
+    admin_key = server.new_key(pid)
+    client = openai.OpenAI(base_url=server.base_url, api_key=admin_key, max_retries=0)
+    created = client.post(
+        "/api-keys",
+        body={"name": "ci runner", "environment": "live", "daily_cap_credits": 500},
+        cast_to=httpx.Response,
+    )
+    assert created.status_code == 201
+    body = created.json()
+    secret = body["key"]
+    assert secret.startswith("svc_live_")
+    assert set(body) == {
+        "id",
+        "object",
+        "name",
+        "environment",
+        "daily_cap_credits",
+        "created_at",
+        "key",
+    }
+    assert (body["object"], body["name"], body["daily_cap_credits"]) == (
+        "api_key",
+        "ci runner",
+        500,
+    )
+    assert _chat(server, secret).status_code == 200
+
+    listed = httpx.get(f"{server.base_url}/api-keys", headers=_h(secret))
+    assert listed.status_code == 200
+    data = listed.json()
+    assert data["object"] == "list"
+    assert [k["id"] for k in data["data"]][:2] == [body["id"], data["data"][1]["id"]]
+    item = data["data"][0]
+    assert set(item) == {
+        "id",
+        "object",
+        "name",
+        "environment",
+        "daily_cap_credits",
+        "created_at",
+        "last4",
+        "status",
+    }
+    assert (item["last4"], item["status"]) == (secret[-4:], "active")
+    assert secret not in listed.text
+    assert admin_key not in listed.text
+
+    # the secret is nowhere at rest: not in the database file, not in any Redis key or value
+    for path in server.data_dir.rglob("*"):
+        if path.is_file() and path.name not in ("dev-key.txt",):
+            assert secret.encode() not in path.read_bytes(), path
+    r = _redis(server)
+    for name in r.scan_iter(count=1000):
+        assert secret.encode() not in name
+        kind = r.type(name)
+        if kind == b"string":
+            assert secret.encode() not in (r.get(name) or b"")
+        elif kind == b"hash":
+            assert all(secret.encode() not in v for v in r.hgetall(name).values())
+
+    deleted = httpx.delete(f"{server.base_url}/api-keys/{body['id']}", headers=_h(admin_key))
+    assert deleted.status_code == 200
+    assert deleted.json() == {"id": body["id"], "object": "api_key", "deleted": True}
+    for method, path in [
+        ("POST", "/chat/completions"),
+        ("GET", "/models"),
+        ("GET", "/credits"),
+        ("GET", "/api-keys"),
+    ]:
+        resp = httpx.request(
+            method,
+            server.base_url + path,
+            headers=_h(secret),
+            json={"model": "svc-fast", "messages": MSG} if method == "POST" else None,
+        )
+        assert resp.status_code == 401, path
+        assert resp.json()["error"]["code"] == "api_key_revoked"
+    again = httpx.delete(f"{server.base_url}/api-keys/{body['id']}", headers=_h(admin_key))
+    assert again.status_code == 200  # idempotent
+    listed = httpx.get(f"{server.base_url}/api-keys", headers=_h(admin_key)).json()
+    assert {k["id"]: k["status"] for k in listed["data"]}[body["id"]] == "revoked"
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"name": "", "environment": "live", "daily_cap_credits": None}, "name"),
+        ({"name": "x" * 101, "environment": "live", "daily_cap_credits": None}, "name"),
+        ({"name": "a\\nb", "environment": "live", "daily_cap_credits": None}, "name"),
+        ({"name": "ok", "environment": "prod", "daily_cap_credits": None}, "environment"),
+        ({"name": "ok", "environment": "live", "daily_cap_credits": -1}, "daily_cap_credits"),
+        ({"name": "ok", "environment": "live", "daily_cap_credits": 1.5}, "daily_cap_credits"),
+        ({"name": "ok", "environment": "live"}, "daily_cap_credits"),
+        ({"environment": "live", "daily_cap_credits": 3}, "name"),
+    ],
+)
+def test_create_validation(server: Server, body: dict[str, object], param: str) -> None:
+    pid = server.new_account(0)
+    key = server.new_key(pid)
+    if body.get("name") == "a\\nb":
+        body = {**body, "name": "a\nb"}
+    r = httpx.post(f"{server.base_url}/api-keys", json=body, headers=_h(key))
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == param
+    listed = httpx.get(f"{server.base_url}/api-keys", headers=_h(key)).json()
+    assert len(listed["data"]) == 1
+
+
+def test_test_keys_cannot_manage_keys(server: Server) -> None:
+    pid = server.new_account(0)
+    live = server.new_key(pid)
+    test = server.new_key(pid, environment="test")
+    body = {"name": "x", "environment": "live", "daily_cap_credits": None}
+    r = httpx.post(f"{server.base_url}/api-keys", json=body, headers=_h(test))
+    assert r.status_code == 403
+    assert r.json()["error"]["code"] == "test_key_forbidden"
+    key_id = httpx.get(f"{server.base_url}/api-keys", headers=_h(live)).json()["data"][0]["id"]
+    r = httpx.delete(f"{server.base_url}/api-keys/{key_id}", headers=_h(test))
+    assert r.status_code == 403
+    assert httpx.get(f"{server.base_url}/api-keys", headers=_h(test)).status_code == 200
+
+
+def test_accounts_cannot_see_or_touch_each_others_keys(server: Server) -> None:
+    a, b = server.new_account(100), server.new_account(100)
+    key_a, key_b = server.new_key(a), server.new_key(b)
+    id_a = httpx.get(f"{server.base_url}/api-keys", headers=_h(key_a)).json()["data"][0]["id"]
+    listed_b = httpx.get(f"{server.base_url}/api-keys", headers=_h(key_b)).text
+    assert id_a not in listed_b
+    foreign = httpx.delete(f"{server.base_url}/api-keys/{id_a}", headers=_h(key_b))
+    unknown = httpx.delete(f"{server.base_url}/api-keys/key_AAAAAAAAAAAA", headers=_h(key_b))
+    garbage = httpx.delete(f"{server.base_url}/api-keys/nonsense", headers=_h(key_b))
+    for r in (foreign, unknown, garbage):
+        assert r.status_code == 404
+        assert r.json()["error"]["code"] == "api_key_not_found"
+    assert foreign.json()["error"]["message"].replace(id_a, "X") == unknown.json()["error"][
+        "message"
+    ].replace("key_AAAAAAAAAAAA", "X")
+    assert _chat(server, key_a).status_code == 200
+
+
+def test_revocation_under_load_on_two_workers(server: Server) -> None:
+    pid = server.new_account(10_000_000)
+    manager = server.new_key(pid)
+    victim = server.new_key(pid)
+    key_id = httpx.get(f"{server.base_url}/api-keys", headers=_h(victim)).json()["data"][0]["id"]
+    revoked_at: list[float] = []
+    late_successes: list[float] = []
+    stop = threading.Event()
+
+    async def hammer() -> None:
+        async with httpx.AsyncClient(timeout=30) as client:
+
+            async def loop() -> None:
+                while not stop.is_set():
+                    started = time.monotonic()
+                    r = await client.post(
+                        f"{server.base_url}/chat/completions",
+                        json={"model": "svc-fast", "messages": MSG},
+                        headers=_h(victim),
+                    )
+                    if r.status_code == 200 and revoked_at and started > revoked_at[0]:
+                        late_successes.append(started)
+                    if r.status_code == 401:
+                        assert r.json()["error"]["code"] == "api_key_revoked"
+
+            await asyncio.gather(*(loop() for _ in range(8)))
+
+    thread = threading.Thread(target=lambda: asyncio.run(hammer()))
+    thread.start()
+    time.sleep(1.0)
+    r = httpx.delete(f"{server.base_url}/api-keys/{key_id}", headers=_h(manager))
+    revoked_at.append(time.monotonic())
+    assert r.status_code == 200
+    time.sleep(1.0)
+    stop.set()
+    thread.join(30)
+    assert late_successes == []
+    assert _chat(server, manager).status_code == 200
+
+
+async def test_daily_cap_holds_under_concurrency(server: Server) -> None:
+    pid = server.new_account(1_000_000)
+    cap = 30
+    key = server.new_key(pid, daily_cap=cap)
+    start = server.balance(pid)
+
+    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=50)) as client:
+
+        async def one() -> httpx.Response:
+            return await client.post(
+                f"{server.base_url}/chat/completions",
+                json={"model": "svc-fast", "messages": MSG, "max_tokens": 60},
+                headers=_h(key),
+            )
+
+        results = await asyncio.gather(*(one() for _ in range(50)))
+    ok = [r for r in results if r.status_code == 200]
+    capped = [r for r in results if r.status_code == 429]
+    assert len(ok) + len(capped) == 50
+    assert ok
+    assert capped
+    used = sum(json.loads(r.text.split("\n\n")[-3][6:])["svc"]["credits_used"] for r in ok)
+    assert used <= cap
+    assert start - server.balance(pid) == used
+    err = capped[0]
+    assert err.json()["error"]["code"] == "daily_cap_exceeded"
+    assert err.headers["x-should-retry"] == "false"
+    now = datetime.now(UTC)
+    to_midnight = 86_400 - (now.hour * 3600 + now.minute * 60 + now.second)
+    assert abs(int(err.headers["retry-after"]) - to_midnight) <= 5
+    # sequentially: requests are served until the next one would exceed the cap
+    r = await asyncio.to_thread(_chat, server, key, max_tokens=60)
+    assert r.status_code == 429
+
+
+def test_test_keys_deduct_nothing_and_are_recorded_as_test(server: Server) -> None:
+    pid = server.new_account(5_000)
+    key = server.new_key(pid, environment="test", daily_cap=1000)
+    reported = []
+    for _ in range(3):
+        r = _chat(server, key)
+        meta = json.loads(r.text.split("\n\n")[-3][6:])["svc"]
+        reported.append(meta["credits_used"])
+        assert meta["balance_remaining"] == 5_000
+    assert all(c >= 1 for c in reported)
+    assert server.balance(pid) == 5_000
+    r = _redis(server)
+    usage = {k: v for k, v in r.hgetall(f"svc:{{s{_shard(pid)}}}:use:{pid}").items()}
+    assert int(usage[b"test:credits"]) == sum(reported)
+    assert int(usage[b"test:requests"]) == 3
+    assert b"live:credits" not in usage
+
+
+def _shard(pid: str) -> int:
+    from app.redis_keys import shard_of
+
+    return shard_of(pid, 64)
+
+
+def test_cold_path_rewarms_a_lost_mapping(server: Server) -> None:
+    pid = server.new_account(1000)
+    key = server.new_key(pid)
+    pepper = (server.data_dir / "key-pepper.txt").read_text().strip().encode()
+    mapping = f"svc:kd:{digest(pepper, key)}"
+    r = _redis(server)
+    assert r.exists(mapping)
+    r.delete(mapping)
+    assert _chat(server, key).status_code == 200  # verified against the argon2id hash
+    assert r.exists(mapping)

@@ -1,0 +1,67 @@
+"""Account and key operations over fakeredis/Valkey and a real SQLite file."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from app.accounts import Accounts
+from app.errors import ApiError, ErrorKind
+from app.keys import digest
+from app.ledger import Ledger, ScriptStatus
+from app.store import Store, open_store
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    s = open_store(f"sqlite:///{tmp_path / 'svc.db'}")
+    await s.migrate()
+    yield s
+    await s.close()
+
+
+async def test_active_key_limit(store: Store, ledger: Ledger) -> None:
+    accounts = Accounts(store, ledger, b"p", max_active_keys=2)
+    pid = await accounts.create_account()
+    first = await accounts.create_key(pid, name="a", environment="live", daily_cap=None)
+    await accounts.create_key(pid, name="b", environment="test", daily_cap=5)
+    with pytest.raises(ApiError) as info:
+        await accounts.create_key(pid, name="c", environment="live", daily_cap=None)
+    assert info.value.kind is ErrorKind.KEY_LIMIT
+    await accounts.revoke_key(pid, first.id)
+    await accounts.create_key(pid, name="c", environment="live", daily_cap=None)
+    listed = await accounts.list_keys(pid)
+    assert [k.name for k in listed.data] == ["c", "b", "a"]
+    assert [k.status for k in listed.data] == ["active", "active", "revoked"]
+
+
+async def test_revoke_is_scoped_and_immediate(store: Store, ledger: Ledger) -> None:
+    accounts = Accounts(store, ledger, b"p")
+    a, b = await accounts.create_account(), await accounts.create_account()
+    key = await accounts.create_key(a, name="a", environment="live", daily_cap=None)
+    for pid, key_id in [(b, key.id), (a, "key_unknownunkn"), (a, "bad")]:
+        with pytest.raises(ApiError) as info:
+            await accounts.revoke_key(pid, key_id)
+        assert info.value.kind is ErrorKind.API_KEY_NOT_FOUND
+    deleted = await accounts.revoke_key(a, key.id)
+    assert (deleted.id, deleted.deleted) == (key.id, True)
+    ident = await ledger.lookup_digest(digest(b"p", key.key))
+    assert ident is not None
+    assert await ledger.key_status(ident) is ScriptStatus.KEY_REVOKED
+    record = await store.get_key(key.id.removeprefix("key_"))
+    assert record is not None
+    assert record.status == "revoked"
+
+
+async def test_grants_need_an_account(store: Store, ledger: Ledger) -> None:
+    accounts = Accounts(store, ledger, b"p")
+    with pytest.raises(ApiError) as info:
+        await accounts.grant_purchased("acct_missing", 5)
+    assert info.value.kind is ErrorKind.ACCOUNT_NOT_FOUND
+    pid = await accounts.create_account()
+    balance = await accounts.grant_purchased(pid, 5, grant_id="g1")
+    again = await accounts.grant_purchased(pid, 5, grant_id="g1")
+    assert (balance.total_available, again.total_available) == (5, 5)
+    assert [g.credits for g in await store.list_grants(pid)] == [5]
