@@ -338,7 +338,8 @@ def _serve(opts: Options, host: str, port: int, ready: Any) -> None:
     async def main() -> None:
         mock = MockUpstream(opts.chunks, opts.delay_ms, opts.usage, opts.fault)
         await mock.start(host, port)
-        ready.send(mock.port)
+        if ready is not None:
+            ready.send(mock.port)
         await asyncio.Event().wait()
 
     asyncio.run(main())

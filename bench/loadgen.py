@@ -1,0 +1,337 @@
+"""Closed-loop streaming load generator.
+
+C workers each send one streaming chat completion after another until the run's time is
+up; requests that end during the warm-up are not measured. Every stream is parsed and its
+shape verified: through svc, svc's chunk rules (one id, role first, ``stop`` on the last
+content chunk, one metadata chunk with exactly the three ``svc`` fields, ``[DONE]``);
+direct to an upstream, OpenAI's (content chunks, ``[DONE]``).
+
+Two clients: ``aiohttp`` (the fastest streaming client measured here) and ``openai``, the
+official SDK, for realism. Run it as ``python -m bench load …``; it prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import statistics
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+
+from bench.sse import SSEParser
+
+MESSAGES = [{"role": "user", "content": "Write one short sentence about load testing."}]
+
+
+class LoadConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """One measured point: where to send, how hard and for how long."""
+
+    base_url: str  # ends in /v1
+    model: str
+    api_key: str = "none"
+    svc: bool = True  # verify svc's chunk rules (False: a plain OpenAI-compatible upstream)
+    concurrency: int = 10
+    duration_s: float = 5.0
+    warmup_s: float = 1.0
+    ramp_s: float = 0.5  # workers start spread over this long, so connections open gradually
+    max_requests: int = 1_000_000  # a bound on the whole run, warm-up included
+    timeout_s: float = 30.0  # per request
+    client: str = "aiohttp"  # or "openai"
+    max_tokens: int | None = None
+    extra_headers: dict[str, str] = {}
+
+
+class Percentiles(msgspec.Struct, frozen=True):
+    p50: float
+    p90: float
+    p99: float
+
+
+class LoadResult(msgspec.Struct, kw_only=True):
+    """What one point measured. Latencies in milliseconds."""
+
+    concurrency: int
+    client: str
+    requests: int  # completed successfully inside the measured window
+    rps: float
+    ttfb_ms: Percentiles  # time to the first content byte
+    latency_ms: Percentiles  # time to the end of the stream
+    errors: dict[str, int]  # by kind, measured window only
+    client_cpu_ms_per_request: float
+    client_cpu_share: float  # client CPU time / wall time (1.0 = one core saturated)
+    window_s: float
+    total_requests: int  # every request sent, warm-up and drain included
+    total_ok: int
+    credits_used: int  # Σ svc.credits_used over every successful stream (svc only)
+
+
+class StreamShapeError(Exception):
+    """The stream broke a wire rule; the message names which."""
+
+
+class _Delta(msgspec.Struct):
+    role: str | None = None
+    content: str | None = None
+
+
+class _Choice(msgspec.Struct):
+    index: int
+    delta: _Delta
+    finish_reason: str | None = None
+
+
+class _Chunk(msgspec.Struct):
+    id: str = ""
+    object: str = ""
+    model: str = ""
+    choices: list[_Choice] = []
+    svc: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
+
+_decode_chunk = msgspec.json.Decoder(_Chunk).decode
+SVC_FIELDS = frozenset({"requested_model", "credits_used", "balance_remaining"})
+
+
+class StreamChecker:
+    """Checks one stream's events as they arrive; ``finish`` returns the credits used."""
+
+    __slots__ = ("content_chunks", "done", "first_content_at", "id", "last_finish", "meta", "svc")
+
+    def __init__(self, svc: bool) -> None:
+        self.svc = svc
+        self.id: str | None = None
+        self.content_chunks = 0
+        self.last_finish: str | None = None
+        self.meta: dict[str, Any] | None = None
+        self.done = False
+        self.first_content_at = 0.0
+
+    def event(self, data: str) -> None:
+        if self.done:
+            raise StreamShapeError("data after [DONE]")
+        if data == "[DONE]":
+            self.done = True
+            return
+        chunk = _decode_chunk(data)
+        if chunk.error is not None:
+            raise StreamShapeError("error event: " + str(chunk.error.get("code")))
+        if self.svc:
+            self._svc_rules(chunk)
+        elif chunk.choices and chunk.choices[0].delta.content:
+            self._content()
+
+    def _content(self) -> None:
+        if not self.first_content_at:
+            self.first_content_at = time.perf_counter()
+        self.content_chunks += 1
+
+    def _svc_rules(self, chunk: _Chunk) -> None:
+        if self.id is None:
+            if not chunk.id.startswith("chatcmpl-svc-"):
+                raise StreamShapeError("id is not chatcmpl-svc-<n>")
+            self.id = chunk.id
+        elif chunk.id != self.id:
+            raise StreamShapeError("id changed within the stream")
+        if self.meta is not None:
+            raise StreamShapeError("chunk after the metadata chunk")
+        if not chunk.choices:
+            if chunk.svc is None or set(chunk.svc) != SVC_FIELDS:
+                raise StreamShapeError("metadata chunk without exactly the three svc fields")
+            if self.last_finish != "stop":
+                raise StreamShapeError("last content chunk lacks finish_reason stop")
+            self.meta = chunk.svc
+            return
+        if chunk.svc is not None:
+            raise StreamShapeError("svc object on a content chunk")
+        if self.last_finish is not None:
+            raise StreamShapeError("content after finish_reason")
+        choice = chunk.choices[0]
+        if (choice.delta.role == "assistant") != (self.content_chunks == 0):
+            raise StreamShapeError("role must be on the first content chunk only")
+        self.last_finish = choice.finish_reason
+        self._content()
+
+    def finish(self) -> int:
+        if not self.done:
+            raise StreamShapeError("stream ended without [DONE]")
+        if self.svc:
+            if self.meta is None:
+                raise StreamShapeError("no metadata chunk")
+            return int(self.meta["credits_used"])
+        if not self.content_chunks:
+            raise StreamShapeError("no content chunk")
+        return 0
+
+
+class _Sample(msgspec.Struct, array_like=True):
+    started: float
+    ended: float
+    ttfb: float
+    error: str | None
+    credits: int
+
+
+OneRequest = Callable[[], Awaitable[_Sample]]
+
+
+def _body(cfg: LoadConfig) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": cfg.model, "messages": MESSAGES, "stream": True}
+    if not cfg.svc:
+        body["stream_options"] = {"include_usage": True}
+    if cfg.max_tokens is not None:
+        body["max_tokens"] = cfg.max_tokens
+    return body
+
+
+def _failed(started: float, kind: str) -> _Sample:
+    return _Sample(started, time.perf_counter(), 0.0, kind, 0)
+
+
+async def _aiohttp_requests(cfg: LoadConfig) -> tuple[OneRequest, Callable[[], Awaitable[None]]]:
+    import aiohttp
+
+    connector = aiohttp.TCPConnector(limit=cfg.concurrency, force_close=False)
+    session = aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=cfg.timeout_s)
+    )
+    url = cfg.base_url.rstrip("/") + "/chat/completions"
+    payload = msgspec.json.encode(_body(cfg))
+    headers = {
+        "authorization": f"Bearer {cfg.api_key}",
+        "content-type": "application/json",
+        **cfg.extra_headers,
+    }
+
+    async def one() -> _Sample:
+        started = time.perf_counter()
+        checker = StreamChecker(cfg.svc)
+        parser = SSEParser()
+        try:
+            async with session.post(url, data=payload, headers=headers) as resp:
+                if resp.status != 200:
+                    await resp.read()
+                    return _failed(started, f"http_{resp.status}")
+                async for data in resp.content.iter_any():
+                    for event in parser.feed(data):
+                        checker.event(event.data)
+            credits = checker.finish()
+        except StreamShapeError as exc:
+            return _failed(started, f"shape: {exc}")
+        except TimeoutError:
+            return _failed(started, "timeout")
+        except aiohttp.ClientError as exc:
+            return _failed(started, type(exc).__name__)
+        return _Sample(started, time.perf_counter(), checker.first_content_at, None, credits)
+
+    return one, session.close
+
+
+async def _openai_requests(cfg: LoadConfig) -> tuple[OneRequest, Callable[[], Awaitable[None]]]:
+    import openai
+
+    client = openai.AsyncOpenAI(
+        base_url=cfg.base_url,
+        api_key=cfg.api_key,
+        max_retries=0,
+        timeout=cfg.timeout_s,
+        http_client=_sdk_http_client(cfg.concurrency, cfg.timeout_s),
+    )
+    body = _body(cfg)
+
+    async def one() -> _Sample:
+        started = time.perf_counter()
+        checker = StreamChecker(cfg.svc)
+        try:
+            stream = await client.chat.completions.create(
+                **body, extra_headers=cfg.extra_headers or None
+            )
+            async for chunk in stream:
+                # The SDK has parsed the event already; re-check it against the wire rules.
+                checker.event(msgspec.json.encode(chunk.model_dump(exclude_unset=True)).decode())
+            checker.event("[DONE]")  # the SDK consumes the terminator itself
+            credits = checker.finish()
+        except StreamShapeError as exc:
+            return _failed(started, f"shape: {exc}")
+        except openai.APIStatusError as exc:
+            return _failed(started, f"http_{exc.status_code}")
+        except openai.APITimeoutError:
+            return _failed(started, "timeout")
+        except openai.APIConnectionError:
+            return _failed(started, "connect")
+        return _Sample(started, time.perf_counter(), checker.first_content_at, None, credits)
+
+    return one, client.close
+
+
+def _sdk_http_client(concurrency: int, timeout_s: float) -> Any:
+    """An HTTP client for the SDK with a pool as large as the load, built from the httpx
+    flavour the installed SDK is made on (httpx, or its fork httpx2)."""
+    import openai
+
+    base = openai.DefaultAsyncHttpxClient.__mro__[1]
+    http = importlib.import_module(base.__module__.split(".")[0])
+    limits = http.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    return openai.DefaultAsyncHttpxClient(limits=limits, timeout=timeout_s)
+
+
+def _percentiles(values: list[float]) -> Percentiles:
+    if not values:
+        return Percentiles(0.0, 0.0, 0.0)
+    if len(values) == 1:
+        return Percentiles(values[0], values[0], values[0])
+    q = statistics.quantiles(values, n=100, method="inclusive")
+    return Percentiles(round(q[49], 3), round(q[89], 3), round(q[98], 3))
+
+
+async def run_load(cfg: LoadConfig) -> LoadResult:
+    """Run one closed-loop point and summarise it."""
+    factory = _openai_requests if cfg.client == "openai" else _aiohttp_requests
+    one, close = await factory(cfg)
+    samples: list[_Sample] = []
+    t0 = time.perf_counter()
+    window_start = t0 + cfg.warmup_s
+    end = window_start + cfg.duration_s
+    cpu_marks: dict[str, float] = {}
+
+    async def mark_window() -> None:
+        await asyncio.sleep(max(0.0, window_start - time.perf_counter()))
+        cpu_marks["start"] = time.process_time()
+
+    async def worker(index: int) -> None:
+        await asyncio.sleep(cfg.ramp_s * index / cfg.concurrency)
+        while time.perf_counter() < end and len(samples) < cfg.max_requests:
+            samples.append(await one())
+
+    marker = asyncio.ensure_future(mark_window())
+    try:
+        await asyncio.gather(*(worker(i) for i in range(cfg.concurrency)))
+    finally:
+        await close()
+    cpu_marks.setdefault("start", time.process_time())
+    await marker
+    cpu_end = time.process_time()
+    window_end = min(end, time.perf_counter())
+    window = max(1e-9, window_end - window_start)
+    measured = [s for s in samples if window_start <= s.ended <= window_end]
+    ok = [s for s in measured if s.error is None]
+    cpu_s = cpu_end - cpu_marks["start"]
+    return LoadResult(
+        concurrency=cfg.concurrency,
+        client=cfg.client,
+        requests=len(ok),
+        rps=round(len(ok) / window, 1),
+        ttfb_ms=_percentiles([(s.ttfb - s.started) * 1000 for s in ok if s.ttfb]),
+        latency_ms=_percentiles([(s.ended - s.started) * 1000 for s in ok]),
+        errors=dict(Counter(s.error for s in measured if s.error is not None)),
+        client_cpu_ms_per_request=round(cpu_s * 1000 / max(1, len(measured)), 3),
+        client_cpu_share=round(cpu_s / window, 3),
+        window_s=round(window, 3),
+        total_requests=len(samples),
+        total_ok=sum(1 for s in samples if s.error is None),
+        credits_used=sum(s.credits for s in samples),
+    )

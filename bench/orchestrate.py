@@ -1,0 +1,536 @@
+"""One command, one run: Valkey, the mock upstream and ``svc serve`` started here; direct and
+through-svc load measured side by side; a Markdown table, a JSON file and a PNG chart.
+
+Everything listens on 127.0.0.1 (Valkey on a Unix socket) and stops when the run ends.
+The load generator runs in a process of its own for every point, so its CPU is its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgspec
+import psutil
+import redis
+
+from app.embedded import EmbeddedValkey
+from bench.loadgen import LoadConfig, LoadResult
+from bench.mock_upstream import MockProcess, start_in_subprocess
+from bench.peers import available as peer_available
+from bench.peers import running_peer
+
+ROOT = Path(__file__).resolve().parents[1]
+ACCOUNT_CREDITS = 10**11
+# Each scenario is one alias of svc, mapped by the bench's models file onto a mock model
+# whose name carries the mock's delay (the mock reads "slowMS" in the model name).
+SCENARIOS = {
+    "fast": ("svc-fast", "bench-model"),
+    "slow": ("svc-code", "bench-model-slow20"),
+    "memory": ("svc-smart", "bench-model-slow100"),
+}
+MODELS_FILE = """\
+[providers.mock]
+base_url = "{base_url}"
+api_key_env = "SVC_BENCH_MOCK_KEY"
+
+[aliases.svc-fast]
+upstreams = [{{ provider = "mock", model = "bench-model" }}]
+
+[aliases.svc-code]
+upstreams = [{{ provider = "mock", model = "bench-model-slow20" }}]
+
+[aliases.svc-smart]
+upstreams = [{{ provider = "mock", model = "bench-model-slow100" }}]
+"""
+
+
+class Profile(msgspec.Struct, frozen=True, kw_only=True):
+    """How big a run is."""
+
+    workers: int = 2
+    concurrency: tuple[int, ...] = (1, 10, 50, 200)
+    scenarios: tuple[str, ...] = ("fast", "slow")
+    duration_s: float = 8.0
+    warmup_s: float = 2.0
+    memory_streams: int = 1000  # concurrent slow streams held for the RSS check; 0 = skip
+    memory_duration_s: float = 8.0
+    monitor_requests: int = 50  # requests sampled with MONITOR for the wire-command count
+    client: str = "aiohttp"
+
+
+PROFILES = {
+    "default": Profile(),
+    "smoke": Profile(
+        workers=1,
+        concurrency=(1, 4),
+        scenarios=("fast",),
+        duration_s=1.0,
+        warmup_s=0.3,
+        memory_streams=20,
+        memory_duration_s=1.0,
+        monitor_requests=5,
+    ),
+}
+
+
+class Point(msgspec.Struct, kw_only=True):
+    """One measured point: a scenario, a target and a concurrency."""
+
+    scenario: str
+    target: str  # "direct" | "svc" | a peer's name
+    load: LoadResult
+    server_cpu_ms_per_request: float | None = None
+    redis_cpu_ms_per_request: float | None = None
+    rss_mb_per_worker: list[float] | None = None
+    script_calls_per_completion: float | None = None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def run_point(cfg: LoadConfig, sample: Callable[[], None] | None = None) -> LoadResult:
+    """Run the load generator in a fresh process and read its JSON result; ``sample`` is
+    called about every 0.25 s while it runs."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench", "load", "--config", msgspec.json.encode(cfg).decode()],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + cfg.warmup_s + cfg.duration_s + cfg.timeout_s + 60
+    while True:
+        try:
+            out, err = process.communicate(timeout=0.25)
+            break
+        except subprocess.TimeoutExpired:
+            if time.monotonic() > deadline:
+                process.kill()
+                raise RuntimeError("load generator did not finish in time") from None
+            if sample is not None:
+                sample()
+    if process.returncode != 0:
+        raise RuntimeError(f"load generator failed:\n{err.decode()[-3000:]}")
+    return msgspec.json.decode(out, type=LoadResult)
+
+
+@dataclass
+class Svc:
+    """A running ``svc serve`` and the handles the bench reads it through."""
+
+    process: subprocess.Popen[bytes]
+    base_url: str
+    admin_token: str
+    log_path: Path
+
+    def tree(self) -> list[psutil.Process]:
+        parent = psutil.Process(self.process.pid)
+        return [parent, *parent.children(recursive=True)]
+
+    def workers(self) -> list[psutil.Process]:
+        children: list[psutil.Process] = psutil.Process(self.process.pid).children(recursive=True)
+        return children
+
+    def cpu_seconds(self) -> float:
+        total = 0.0
+        for proc in self.tree():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                t = proc.cpu_times()
+                total += t.user + t.system
+        return total
+
+    def rss_mb(self) -> list[float]:
+        sizes = []
+        for proc in self.workers():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                sizes.append(round(proc.memory_info().rss / 2**20, 1))
+        return sizes
+
+    def admin(self, method: str, path: str, body: object | None = None) -> Any:
+        root = self.base_url.removesuffix("/v1")
+        r = httpx.request(
+            method,
+            f"{root}/admin/v1{path}",
+            json=body,
+            headers={"authorization": f"Bearer {self.admin_token}"},
+            timeout=30,
+        )
+        r.raise_for_status()
+        return r.json()
+
+    def new_funded_key(self) -> tuple[str, str]:
+        pid = self.admin("POST", "/accounts")["account_pid"]
+        self.admin("POST", f"/accounts/{pid}/grants", {"credits": ACCOUNT_CREDITS})
+        body = {"name": "bench", "environment": "live", "daily_cap_credits": None}
+        key = self.admin("POST", f"/accounts/{pid}/api-keys", body)["key"]
+        return pid, key
+
+
+def start_svc(work: Path, redis_url: str, mock_url: str, workers: int) -> Svc:
+    models = work / "models.toml"
+    models.write_text(MODELS_FILE.format(base_url=mock_url))
+    port = free_port()
+    token = secrets.token_urlsafe(24)
+    env = {
+        **os.environ,
+        "SVC_DATA_DIR": str(work / "svc"),
+        "SVC_REDIS_URL": redis_url,
+        "SVC_DATABASE_URL": f"sqlite:///{work / 'svc' / 'svc.db'}",
+        "SVC_MODELS_FILE": str(models),
+        "SVC_ADMIN_TOKEN": token,
+        "SVC_DEV_BOOTSTRAP": "false",
+        "SVC_BENCH_MOCK_KEY": "mock-key",
+    }
+    log_path = work / "svc.log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--port", str(port), "--workers", str(workers)],
+        cwd=ROOT,
+        env=env,
+        stdout=log_path.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    svc = Svc(process, f"http://127.0.0.1:{port}/v1", token, log_path)
+    deadline = time.monotonic() + 60
+    answered = 0
+    while time.monotonic() < deadline and answered < 5:  # 5 in a row: every worker is up
+        if process.poll() is not None:
+            raise RuntimeError("svc serve exited:\n" + log_path.read_text()[-3000:])
+        answered = answered + 1 if len(svc.workers()) >= workers and _answers(svc) else 0
+        time.sleep(0.1)
+    if answered < 5:
+        stop_process(process)
+        raise RuntimeError("svc serve did not become ready:\n" + log_path.read_text()[-3000:])
+    return svc
+
+
+def _answers(svc: Svc) -> bool:
+    root = svc.base_url.removesuffix("/v1")
+    try:
+        r = httpx.get(f"{root}/v1/models", timeout=5)
+    except httpx.HTTPError:
+        return False
+    return r.status_code == 401  # routed and authenticated by the app itself
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+@contextlib.contextmanager
+def running_stack(work: Path, workers: int) -> Iterator[tuple[EmbeddedValkey, MockProcess, Svc]]:
+    valkey = EmbeddedValkey(work / "valkey-data")
+    valkey.start()
+    mock: MockProcess | None = None
+    svc: Svc | None = None
+    try:
+        mock = start_in_subprocess(chunks=20)
+        svc = start_svc(work, valkey.url, mock.base_url, workers)
+        yield valkey, mock, svc
+    finally:
+        if svc is not None:
+            stop_process(svc.process)
+        if mock is not None:
+            mock.stop()
+        valkey.stop()
+
+
+def _script_calls(r: redis.Redis) -> int:
+    stats = r.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+
+
+def _redis_cpu(r: redis.Redis) -> float:
+    info = r.info("cpu")
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+
+def measure_svc_point(
+    svc: Svc, r: redis.Redis, scenario: str, concurrency: int, profile: Profile
+) -> tuple[Point, str]:
+    """One point through svc, with the server's CPU, RSS and Redis script calls around it."""
+    alias = SCENARIOS[scenario][0]
+    pid, key = svc.new_funded_key()
+    cfg = LoadConfig(
+        base_url=svc.base_url,
+        model=alias,
+        api_key=key,
+        svc=True,
+        concurrency=concurrency,
+        duration_s=profile.duration_s,
+        warmup_s=profile.warmup_s,
+        client=profile.client,
+    )
+    cpu0, redis_cpu0, calls0 = svc.cpu_seconds(), _redis_cpu(r), _script_calls(r)
+    load = run_point(cfg)
+    cpu1, redis_cpu1, calls1 = svc.cpu_seconds(), _redis_cpu(r), _script_calls(r)
+    total = max(1, load.total_requests)
+    point = Point(
+        scenario=scenario,
+        target="svc",
+        load=load,
+        server_cpu_ms_per_request=round((cpu1 - cpu0) * 1000 / total, 3),
+        redis_cpu_ms_per_request=round((redis_cpu1 - redis_cpu0) * 1000 / total, 3),
+        rss_mb_per_worker=svc.rss_mb(),
+        script_calls_per_completion=round((calls1 - calls0) / total, 3),
+    )
+    return point, pid
+
+
+def measure_direct_point(
+    mock: MockProcess, scenario: str, concurrency: int, profile: Profile
+) -> Point:
+    cfg = LoadConfig(
+        base_url=mock.base_url,
+        model=SCENARIOS[scenario][1],
+        svc=False,
+        concurrency=concurrency,
+        duration_s=profile.duration_s,
+        warmup_s=profile.warmup_s,
+        client=profile.client,
+    )
+    return Point(scenario=scenario, target="direct", load=run_point(cfg))
+
+
+class Conservation(msgspec.Struct, kw_only=True):
+    """The money check after a run: every figure must agree, to the credit."""
+
+    accounts: int
+    balance_decrease: int
+    credits_reported: int  # Σ svc.credits_used the clients saw
+    usage_counters: int  # Σ live:credits in Redis usage totals
+    durable_rollups: int | None  # Σ credits in the durable store (None: nothing flushed yet)
+    open_reservations: int
+    ok: bool
+
+
+def _redis_keys() -> Any:
+    from app.redis_keys import KeySpace
+    from app.settings import Settings
+
+    defaults = Settings()
+    return KeySpace(defaults.redis_prefix, defaults.shards)
+
+
+def open_reservations(r: redis.Redis) -> int:
+    keys = _redis_keys()
+    return sum(int(r.zcard(keys.reservations(shard))) for shard in range(keys.shards))
+
+
+def _durable_credits(svc_data: Path, pids: list[str]) -> int | None:
+    import asyncio
+
+    from app.store import open_store
+
+    async def total() -> int | None:
+        store = open_store(f"sqlite:///{svc_data / 'svc.db'}")
+        try:
+            sums = [await store.usage_totals(pid) for pid in pids]
+        finally:
+            await store.close()
+        found = [s.credits for s in sums if s is not None]
+        return sum(found) if found else None
+
+    return asyncio.run(total())
+
+
+def check_conservation(
+    svc: Svc, r: redis.Redis, accounts: dict[str, int], work: Path
+) -> Conservation:
+    """``accounts`` maps each seeded account to the credits its clients saw reported."""
+    keys = _redis_keys()
+    decrease = usage = 0
+    for pid in accounts:
+        balance = svc.admin("GET", f"/accounts/{pid}/credits")["total_available"]
+        decrease += ACCOUNT_CREDITS - int(balance)
+        raw = r.hget(keys.usage_total(keys.shard(pid), pid), "live:credits")
+        usage += int(raw or 0)
+    reported = sum(accounts.values())
+    durable = _durable_credits(work / "svc", list(accounts))
+    open_count = open_reservations(r)
+    ok = decrease == reported == usage and open_count == 0 and (durable is None or durable == usage)
+    return Conservation(
+        accounts=len(accounts),
+        balance_decrease=decrease,
+        credits_reported=reported,
+        usage_counters=usage,
+        durable_rollups=durable,
+        open_reservations=open_count,
+        ok=ok,
+    )
+
+
+def wire_commands(valkey: EmbeddedValkey, svc: Svc, requests: int) -> dict[str, float]:
+    """Commands clients send over the wire per completion, from a ``MONITOR`` sample of
+    ``requests`` sequential completions (commands a script issues are marked ``lua`` and
+    not counted: they are part of that one script call)."""
+    if requests <= 0:
+        return {}
+    _pid, key = svc.new_funded_key()
+    body = {"model": "svc-fast", "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"authorization": f"Bearer {key}"}
+    url = f"{svc.base_url}/chat/completions"
+    # Warm every worker's identity cache first: the key's first use in a worker reads its
+    # digest mapping once (a GET), which is not part of the per-completion hot path.
+    with httpx.Client(timeout=30, limits=httpx.Limits(max_keepalive_connections=0)) as client:
+        for _ in range(8 * max(1, len(svc.workers()))):
+            client.post(url, json=body, headers=headers).read()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(str(valkey.socket))
+    sock.sendall(b"MONITOR\r\n")
+    sock.recv(64)  # +OK
+    with httpx.Client(timeout=30) as client:
+        for _ in range(requests):
+            client.post(url, json=body, headers=headers).read()
+    time.sleep(0.2)
+    sock.settimeout(0.5)
+    data = b""
+    with contextlib.suppress(TimeoutError):
+        while chunk := sock.recv(1 << 20):
+            data += chunk
+    sock.close()
+    counts: dict[str, int] = {}
+    for line in data.decode(errors="replace").splitlines():
+        if " lua] " in line or '"' not in line:
+            continue
+        name = line.split('"', 2)[1].lower()
+        counts[name] = counts.get(name, 0) + 1
+    return {name: round(n / requests, 3) for name, n in sorted(counts.items())}
+
+
+def measure_memory(svc: Svc, profile: Profile) -> tuple[Point, str] | None:
+    """Peak RSS per worker while ``memory_streams`` slow streams are held open at once."""
+    if profile.memory_streams <= 0:
+        return None
+    pid, key = svc.new_funded_key()
+    cfg = LoadConfig(
+        base_url=svc.base_url,
+        model=SCENARIOS["memory"][0],
+        api_key=key,
+        concurrency=profile.memory_streams,
+        duration_s=profile.memory_duration_s,
+        warmup_s=1.0,
+        ramp_s=1.0,
+        client="aiohttp",
+    )
+    peak: list[float] = []
+
+    def sample() -> None:
+        sizes = svc.rss_mb()
+        if len(sizes) > len(peak):
+            peak.extend([0.0] * (len(sizes) - len(peak)))
+        for i, size in enumerate(sizes):
+            peak[i] = max(peak[i], size)
+
+    load = run_point(cfg, sample)
+    return Point(scenario="memory", target="svc", load=load, rss_mb_per_worker=peak), pid
+
+
+class RunReport(msgspec.Struct, kw_only=True):
+    """Everything one run measured."""
+
+    started_at: str
+    machine: dict[str, Any]
+    profile: Profile
+    points: list[Point]
+    wire_commands_per_completion: dict[str, float]
+    conservation: Conservation
+    peers: list[str] = []
+
+
+def machine_facts() -> dict[str, Any]:
+    import platform
+
+    return {
+        "cpus": os.cpu_count(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+        "cpu_model": _cpu_model(),
+    }
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def run(profile: Profile, peers: tuple[str, ...] = ()) -> RunReport:
+    """Start the stack, measure every point, check conservation, stop the stack."""
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    points: list[Point] = []
+    seen: dict[str, int] = {}
+    ran_peers = [p for p in peers if peer_available(p)]
+    with tempfile.TemporaryDirectory(prefix="svc-bench-") as tmp:
+        work = Path(tmp)
+        with running_stack(work, profile.workers) as (valkey, mock, svc):
+            r = redis.Redis(unix_socket_path=str(valkey.socket))
+            for scenario in profile.scenarios:
+                for concurrency in profile.concurrency:
+                    points.append(measure_direct_point(mock, scenario, concurrency, profile))
+                    point, pid = measure_svc_point(svc, r, scenario, concurrency, profile)
+                    seen[pid] = point.load.credits_used
+                    points.append(point)
+            memory = measure_memory(svc, profile)
+            if memory is not None:
+                points.append(memory[0])
+                seen[memory[1]] = memory[0].load.credits_used
+            wire = wire_commands(valkey, svc, profile.monitor_requests)
+            conservation = check_conservation(svc, r, seen, work)
+            r.close()
+            for peer in ran_peers:
+                points += measure_peer(peer, work, mock, profile)
+    return RunReport(
+        started_at=started,
+        machine=machine_facts(),
+        profile=profile,
+        points=points,
+        wire_commands_per_completion=wire,
+        conservation=conservation,
+        peers=ran_peers,
+    )
+
+
+def measure_peer(peer: str, work: Path, mock: MockProcess, profile: Profile) -> list[Point]:
+    """The same points against a peer gateway pointed at the same mock."""
+    models = [SCENARIOS[s][1] for s in profile.scenarios]
+    points = []
+    with running_peer(peer, work, mock, models, profile.workers, free_port()) as base_url:
+        for scenario in profile.scenarios:
+            for concurrency in profile.concurrency:
+                cfg = LoadConfig(
+                    base_url=base_url,
+                    model=SCENARIOS[scenario][1],
+                    api_key="sk-bench",
+                    svc=False,
+                    concurrency=concurrency,
+                    duration_s=profile.duration_s,
+                    warmup_s=profile.warmup_s,
+                    client=profile.client,
+                )
+                points.append(Point(scenario=scenario, target=peer, load=run_point(cfg)))
+    return points

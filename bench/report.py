@@ -1,0 +1,219 @@
+"""A run's results as JSON, a Markdown table with the targets, and a PNG chart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from bench.orchestrate import Point, RunReport
+
+# Targets of the bench issue; each is a ratio or a count measured within the same run.
+THROUGHPUT_RATIO = 0.20  # svc / direct req/s, fast upstream, C=50
+ADDED_TTFB_P50_MS = 1.0  # C=1
+ADDED_TTFB_P99_MS = 5.0  # C=1
+SERVER_CPU_MS = 1.5  # per request
+SCRIPT_CALLS = 2.0  # per completion
+RSS_MB = 150.0  # per worker, 1,000 slow streams held
+
+
+def _find(report: RunReport, scenario: str, target: str, concurrency: int) -> Point | None:
+    for p in report.points:
+        if (p.scenario, p.target, p.load.concurrency) == (scenario, target, concurrency):
+            return p
+    return None
+
+
+class Target(msgspec.Struct):
+    name: str
+    goal: str
+    measured: str
+    met: bool
+
+
+def targets(report: RunReport) -> list[Target]:
+    """Each target with what this run measured; a target this run could not measure is
+    left out (the smoke profile, say, runs no C=50 point)."""
+    out: list[Target] = []
+    direct50, svc50 = _find(report, "fast", "direct", 50), _find(report, "fast", "svc", 50)
+    if direct50 and svc50 and direct50.load.rps:
+        ratio = svc50.load.rps / direct50.load.rps
+        out.append(
+            Target(
+                "throughput, fast, C=50",
+                f">= {THROUGHPUT_RATIO:.2f} x direct",
+                f"{ratio:.3f} x ({svc50.load.rps:,.0f} / {direct50.load.rps:,.0f} req/s)",
+                ratio >= THROUGHPUT_RATIO,
+            )
+        )
+    direct1, svc1 = _find(report, "fast", "direct", 1), _find(report, "fast", "svc", 1)
+    if direct1 and svc1:
+        p50 = svc1.load.ttfb_ms.p50 - direct1.load.ttfb_ms.p50
+        p99 = svc1.load.ttfb_ms.p99 - direct1.load.ttfb_ms.p99
+        out.append(
+            Target(
+                "added TTFB p50, C=1",
+                f"<= {ADDED_TTFB_P50_MS} ms",
+                f"{p50:.2f} ms",
+                p50 <= ADDED_TTFB_P50_MS,
+            )
+        )
+        out.append(
+            Target(
+                "added TTFB p99, C=1",
+                f"<= {ADDED_TTFB_P99_MS} ms",
+                f"{p99:.2f} ms",
+                p99 <= ADDED_TTFB_P99_MS,
+            )
+        )
+    svc_points = [p for p in report.points if p.target == "svc" and p.scenario != "memory"]
+    cpu = [p.server_cpu_ms_per_request for p in svc_points if p.server_cpu_ms_per_request]
+    if cpu:
+        worst = max(cpu)
+        out.append(
+            Target(
+                "server CPU per request (worst point)",
+                f"<= {SERVER_CPU_MS} ms",
+                f"{worst:.3f} ms",
+                worst <= SERVER_CPU_MS,
+            )
+        )
+    calls = [p.script_calls_per_completion for p in svc_points]
+    wire = report.wire_commands_per_completion
+    if calls:
+        others = {k: v for k, v in wire.items() if k not in ("evalsha", "eval")}
+        exact = all(c == SCRIPT_CALLS for c in calls) and not others
+        measured = f"{min(c or 0 for c in calls)}-{max(c or 0 for c in calls)} script calls"
+        measured += "; other wire commands: " + (
+            ", ".join(f"{k} {v}" for k, v in others.items()) or "none"
+        )
+        out.append(Target("Redis per completion", "exactly 2 script calls", measured, exact))
+    memory = _find(report, "memory", "svc", report.profile.memory_streams)
+    if memory and memory.rss_mb_per_worker:
+        worst_rss = max(memory.rss_mb_per_worker)
+        out.append(
+            Target(
+                f"RSS per worker, {report.profile.memory_streams} slow streams",
+                f"<= {RSS_MB:.0f} MB",
+                f"{worst_rss:.0f} MB",
+                worst_rss <= RSS_MB,
+            )
+        )
+    c = report.conservation
+    durable = "not flushed" if c.durable_rollups is None else f"{c.durable_rollups:,}"
+    out.append(
+        Target(
+            "conservation",
+            "zero credits lost or doubled",
+            f"decrease {c.balance_decrease:,} = reported {c.credits_reported:,} = usage "
+            f"{c.usage_counters:,}; durable {durable}"
+            f"; open reservations {c.open_reservations}",
+            c.ok,
+        )
+    )
+    return out
+
+
+def markdown(report: RunReport) -> str:
+    """The results table, the targets and the machine, as Markdown."""
+    m = report.machine
+    lines = [
+        f"Run {report.started_at}: {m['cpus']} CPUs ({m['cpu_model']}), {m['memory_gb']} GB, "
+        f"Python {m['python']}; svc with {report.profile.workers} granian workers; load "
+        f"generator ({report.profile.client}), mock upstream, Valkey and svc on the same machine. "
+        f"{report.profile.duration_s:g} s measured after {report.profile.warmup_s:g} s warm-up "
+        "per point.",
+        "",
+        "| upstream | target | C | req/s | TTFB p50 | p90 | p99 | latency p50 | p99 | errors "
+        "| server CPU ms/req | RSS MB/worker |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for p in report.points:
+        load = p.load
+        errors = sum(load.errors.values())
+        cpu = f"{p.server_cpu_ms_per_request:.3f}" if p.server_cpu_ms_per_request else ""
+        rss = "/".join(f"{x:.0f}" for x in p.rss_mb_per_worker) if p.rss_mb_per_worker else ""
+        lines.append(
+            f"| {p.scenario} | {p.target} | {load.concurrency} | {load.rps:,.0f} "
+            f"| {load.ttfb_ms.p50:.2f} | {load.ttfb_ms.p90:.2f} | {load.ttfb_ms.p99:.2f} "
+            f"| {load.latency_ms.p50:.2f} | {load.latency_ms.p99:.2f} | {errors} | {cpu} | {rss} |"
+        )
+    lines += ["", "| target | goal | measured | met |", "|---|---|---|---|"]
+    for t in targets(report):
+        lines.append(f"| {t.name} | {t.goal} | {t.measured} | {'yes' if t.met else '**no**'} |")
+    wire = report.wire_commands_per_completion
+    if wire:
+        lines += [
+            "",
+            "Redis commands sent over the wire per completion (MONITOR sample): "
+            + ", ".join(f"`{k}` {v}" for k, v in wire.items()),
+        ]
+    by_kind: dict[str, int] = {}
+    for p in report.points:
+        for kind, count in p.load.errors.items():
+            by_kind[kind] = by_kind.get(kind, 0) + count
+    if by_kind:
+        lines += ["", "Errors by kind: " + ", ".join(f"{k}: {v}" for k, v in by_kind.items())]
+    return "\n".join(lines) + "\n"
+
+
+def chart(report: RunReport, path: Path) -> None:
+    """Throughput and TTFB p50/p99 against concurrency, one line per scenario and target."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_rps, ax_lat) = plt.subplots(1, 2, figsize=(12, 4.5))
+    series: dict[tuple[str, str], list[Point]] = {}
+    for p in report.points:
+        if p.scenario != "memory":
+            series.setdefault((p.scenario, p.target), []).append(p)
+    for (scenario, target), points in sorted(series.items()):
+        points.sort(key=lambda p: p.load.concurrency)
+        cs = [p.load.concurrency for p in points]
+        style = "-" if target == "svc" else "--" if target == "direct" else ":"
+        label = f"{target}, {scenario}"
+        ax_rps.plot(cs, [p.load.rps for p in points], style, marker="o", label=label)
+        line = ax_lat.plot(
+            cs, [p.load.ttfb_ms.p50 for p in points], style, marker="o", label=f"{label} p50"
+        )[0]
+        ax_lat.plot(
+            cs,
+            [p.load.ttfb_ms.p99 for p in points],
+            style,
+            marker="x",
+            color=line.get_color(),
+            alpha=0.5,
+            label=f"{label} p99",
+        )
+    for ax, title, unit in (
+        (ax_rps, "Throughput", "requests / s"),
+        (ax_lat, "Time to first content byte", "ms (log)"),
+    ):
+        ax.set_xscale("log")
+        ax.set_xlabel("concurrent streams")
+        ax.set_ylabel(unit)
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    ax_lat.set_yscale("log")
+    fig.suptitle(f"svc bench {report.started_at}, {report.profile.workers} workers")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write(report: RunReport, out_dir: Path, *, png: bool = True) -> list[Path]:
+    """``bench-results.json``, ``bench-results.md`` and ``bench-results.png`` in ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, md_path, png_path = (
+        out_dir / f"bench-results.{ext}" for ext in ("json", "md", "png")
+    )
+    json_path.write_bytes(msgspec.json.format(msgspec.json.encode(report), indent=2) + b"\n")
+    md_path.write_text(markdown(report))
+    written = [json_path, md_path]
+    if png:
+        chart(report, png_path)
+        written.append(png_path)
+    return written

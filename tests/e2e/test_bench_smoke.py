@@ -1,0 +1,54 @@
+"""The benchmark end to end, on a tiny load: it starts its own stack, measures, checks
+conservation and writes its three reports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.e2e
+
+
+def test_bench_smoke_run(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "run", "--profile", "smoke", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=110,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr.decode()[-3000:]
+    report = json.loads((tmp_path / "bench-results.json").read_text())
+    assert (tmp_path / "bench-results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    markdown = (tmp_path / "bench-results.md").read_text()
+    assert "| fast | svc | 4 |" in markdown
+    points = report["points"]
+    assert {(p["target"], p["load"]["concurrency"]) for p in points} >= {
+        ("direct", 1),
+        ("svc", 1),
+        ("direct", 4),
+        ("svc", 4),
+    }
+    for p in points:
+        assert p["load"]["errors"] == {}, p
+        assert p["load"]["total_ok"] == p["load"]["total_requests"] > 0
+    for p in points:
+        if p["target"] == "svc" and p["scenario"] != "memory":
+            assert p["load"]["requests"] > 0
+            assert p["script_calls_per_completion"] == 2.0
+            assert p["server_cpu_ms_per_request"] > 0
+    assert report["wire_commands_per_completion"] == {"evalsha": 2.0}
+    conservation = report["conservation"]
+    assert conservation["ok"] is True
+    assert conservation["open_reservations"] == 0
+    assert (
+        conservation["balance_decrease"]
+        == conservation["credits_reported"]
+        == conservation["usage_counters"]
+        > 0
+    )

@@ -1,0 +1,97 @@
+"""The load generator's stream checks: a stream that breaks a wire rule is an error."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.loadgen import StreamChecker, StreamShapeError, _percentiles
+
+
+def _chunk(
+    content: str | None, *, first: bool = False, finish: str | None = None, **kw: object
+) -> str:
+    delta: dict[str, object] = {}
+    if first:
+        delta["role"] = "assistant"
+    if content is not None:
+        delta["content"] = content
+    body = {
+        "id": kw.get("id", "chatcmpl-svc-7"),
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "svc-fast",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return json.dumps(body)
+
+
+META = json.dumps(
+    {
+        "id": "chatcmpl-svc-7",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "svc-fast",
+        "choices": [],
+        "svc": {"requested_model": "svc-fast", "credits_used": 3, "balance_remaining": 9},
+    }
+)
+GOOD = [_chunk("a", first=True), _chunk("b"), _chunk("c", finish="stop"), META, "[DONE]"]
+
+
+def _run(events: list[str], svc: bool = True) -> int:
+    checker = StreamChecker(svc)
+    for data in events:
+        checker.event(data)
+    return checker.finish()
+
+
+def test_a_well_formed_svc_stream_reports_its_credits() -> None:
+    assert _run(GOOD) == 3
+
+
+@pytest.mark.parametrize(
+    ("events", "rule"),
+    [
+        (GOOD[:-1], "without \\[DONE\\]"),
+        ([*GOOD[:3], "[DONE]"], "no metadata chunk"),
+        ([_chunk("a", first=True), _chunk("b", id="chatcmpl-svc-8"), *GOOD[2:]], "id changed"),
+        ([_chunk("a"), *GOOD[1:]], "role"),
+        ([GOOD[0], _chunk("b", first=True), *GOOD[2:]], "role"),
+        ([GOOD[0], GOOD[1], _chunk("c"), META, "[DONE]"], "finish_reason stop"),
+        ([GOOD[0], _chunk("b", finish="stop"), GOOD[2], META, "[DONE]"], "after finish_reason"),
+        (
+            [
+                *GOOD[:3],
+                META.replace('"choices": []', '"choices": [], "x": 1').replace(
+                    '"balance_remaining": 9', '"balance_remaining": 9, "extra": 1'
+                ),
+                "[DONE]",
+            ],
+            "three svc fields",
+        ),
+        ([*GOOD[:4], META, "[DONE]"], "after the metadata"),
+        ([*GOOD, "[DONE]"], "after \\[DONE\\]"),
+        ([GOOD[0], json.dumps({"error": {"code": "upstream_unavailable"}}), "[DONE]"], "error"),
+        (["[DONE]"], "no metadata chunk"),
+    ],
+)
+def test_a_stream_breaking_a_rule_is_refused(events: list[str], rule: str) -> None:
+    with pytest.raises(StreamShapeError, match=rule):
+        _run(events)
+
+
+def test_direct_streams_need_content_and_done() -> None:
+    usage = json.dumps({"id": "x", "object": "chat.completion.chunk", "choices": [], "usage": {}})
+    assert _run([_chunk("a", first=True, id="up-1"), usage, "[DONE]"], svc=False) == 0
+    with pytest.raises(StreamShapeError, match="no content"):
+        _run([usage, "[DONE]"], svc=False)
+
+
+def test_percentiles() -> None:
+    assert _percentiles([]).p50 == 0.0
+    assert _percentiles([5.0]).p99 == 5.0
+    values = [float(v) for v in range(1, 101)]
+    p = _percentiles(values)
+    assert (p.p50, p.p90, p.p99) == (50.5, 90.1, 99.01)
