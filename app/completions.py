@@ -20,10 +20,11 @@ from app.chunks import DONE, ChunkEncoder, error_event
 from app.errors import ApiError, ErrorKind
 from app.ids import completion_ids, random_id
 from app.ledger import Hold, Identity, Ledger, Settlement
-from app.upstream.base import UpstreamCall, UpstreamError, Usage
+from app.upstream.base import Piece, UpstreamCall, UpstreamError, Usage
 from app.upstream.router import UpstreamRouter
 
-SendBytes = Callable[[bytes], Awaitable[None]]
+SendBytes = Callable[[bytes, bool], Awaitable[None]]
+"""Writes response bytes; the flag says whether more will follow (False ends the body)."""
 MIN_OUTPUT_TOKENS = 16
 
 T = TypeVar("T")
@@ -101,8 +102,8 @@ class Completion:
         self.encoder = ChunkEncoder(completion_ids.next(), self.created, params.alias.id)
         self.tokens_received = 0
         self.usage: Usage | None = None
-        self._pieces: AsyncIterator[str | Usage] | None = None
-        self._first: str | None = None
+        self._pieces: AsyncIterator[list[Piece]] | None = None
+        self._first: list[Piece] = []
         self._settled: Settlement | None = None
 
     def _call(self, model: str) -> UpstreamCall:
@@ -121,17 +122,13 @@ class Completion:
         for provider, model in candidates:
             pieces = provider.stream(self._call(model))
             try:
-                first = await anext(pieces)
-            except StopAsyncIteration:
-                first = ""
+                first: list[Piece] = await anext(pieces, [])
             except UpstreamError as exc:
                 await _close(pieces)
                 if exc.client_error:
                     raise ApiError(ErrorKind.INVALID_VALUE, exc.reason) from exc
                 continue
             self._pieces = pieces
-            if isinstance(first, Usage):
-                self.usage, first = first, ""
             self._first = first
             return
         raise ApiError(
@@ -146,8 +143,9 @@ class Completion:
         client went away) or a cancellation settles what was generated and re-raises.
         """
         outcome = "completed"
+        last = b""
         try:
-            await self._relay_content(send)
+            last = await self._relay_content(send)
         except UpstreamError:
             outcome = "upstream_error"
         except BaseException:
@@ -158,49 +156,54 @@ class Completion:
                 await _close(self._pieces)
         settled = await run_to_completion(self.settle(outcome=outcome))
         if outcome == "upstream_error":
-            await send(
-                error_event(
-                    "The upstream failed while streaming; you were charged only for the "
-                    "content delivered.",
-                    "upstream_error",
-                    "upstream_unavailable",
-                )
+            last += error_event(
+                "The upstream failed while streaming; you were charged only for the "
+                "content delivered.",
+                "upstream_error",
+                "upstream_unavailable",
             )
         meta = self.encoder.metadata(self.params.requested, settled.credits_used, settled.balance)
-        await send(meta + DONE)
+        await send(last + meta + DONE, False)
 
-    async def _relay_content(self, send: SendBytes) -> None:
+    async def _relay_content(self, send: SendBytes) -> bytes:
+        """Send the content chunks but the last, whatever arrived together in one write;
+        return the last one (it goes out with the metadata chunk, after settlement)."""
         # Each content chunk is held back until the next arrives: only then is it known
         # whether it is the last one, which must carry finish_reason "stop".
         limit = self.hold.out_tokens
         encoder = self.encoder
-        pending = self._first
-        first = True
+        pieces = self._pieces
+        assert pieces is not None
         heartbeat = _Heartbeat(self)
-        if pending:
-            self.tokens_received = 1
-        assert self._pieces is not None
+        pending: str | None = None
+        first = True
+        batch: list[Piece] | None = self._first
         try:
-            if self.tokens_received < limit:
-                async for piece in self._pieces:
+            while batch is not None:
+                out: list[bytes] = []
+                for piece in batch:
                     if isinstance(piece, Usage):
                         self.usage = piece
-                        continue
-                    if not piece:
-                        continue
-                    if pending:
-                        await send(encoder.content(pending, first=first, last=False))
-                        first = False
-                    pending = piece
-                    self.tokens_received += 1
-                    if self.tokens_received >= limit:
-                        break  # generation stops at the reserved output tokens
+                    elif piece:
+                        if pending is not None:
+                            out.append(encoder.content(pending, first=first, last=False))
+                            first = False
+                        pending = piece
+                        self.tokens_received += 1
+                        if self.tokens_received >= limit:
+                            break  # generation stops at the reserved output tokens
+                if out:
+                    await send(b"".join(out), True)
+                if self.tokens_received >= limit:
+                    break
+                if time.monotonic() >= heartbeat.next:
                     await heartbeat.beat()
+                batch = await anext(pieces, None)
         except UpstreamError:
-            if pending:
-                await send(encoder.content(pending, first=first, last=False))
+            if pending is not None:
+                await send(encoder.content(pending, first=first, last=False), True)
             raise
-        await send(encoder.content(pending or "", first=first, last=True))
+        return encoder.content(pending or "", first=first, last=True)
 
     def _tokens(self) -> tuple[int, int]:
         usage = self.usage
@@ -235,14 +238,12 @@ class _Heartbeat:
         self.next = time.monotonic() + self.every
 
     async def beat(self) -> None:
-        if time.monotonic() < self.next:
-            return
         self.next = time.monotonic() + self.every
         service = self.completion.service
         await service.ledger.extend(self.completion.hold, service.clock() + service.deadline_s)
 
 
-async def _close(pieces: AsyncIterator[str | Usage]) -> None:
+async def _close(pieces: AsyncIterator[list[Piece]]) -> None:
     aclose = getattr(pieces, "aclose", None)
     if aclose is not None:
         with contextlib.suppress(Exception):

@@ -42,6 +42,7 @@ _SLOW = re.compile(r"slow(\d+)")
 @dataclass
 class Stats:
     requests: int = 0
+    connections: int = 0  # TCP connections accepted: fewer than requests means keep-alive
     completed: int = 0
     client_disconnects: int = 0
     in_flight: int = 0
@@ -52,6 +53,7 @@ class Stats:
     def as_dict(self) -> dict[str, Any]:
         return {
             "requests": self.requests,
+            "connections": self.connections,
             "completed": self.completed,
             "client_disconnects": self.client_disconnects,
             "in_flight": self.in_flight,
@@ -112,6 +114,7 @@ class _Conn(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.server.stats.connections += 1
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

@@ -6,13 +6,15 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from litestar import Litestar
+from litestar.enums import ScopeType
 from litestar.openapi import OpenAPIConfig
+from litestar.types import Receive, Scope, Send
 
 from app import __version__
 from app.completions import drain_background
 from app.http.admin import AdminController
 from app.http.api import V1Controller
-from app.http.chat import chat_completions
+from app.http.chat import CHAT_PATH, chat_completions, serve_chat
 from app.http.errors import handle_exception
 from app.runtime import open_services
 from app.settings import Settings
@@ -39,3 +41,18 @@ def create_app(settings: Settings) -> Litestar:
         openapi_config=OpenAPIConfig(title="svc", version=__version__),
         debug=False,
     )
+
+
+class Gateway:
+    """The ASGI app granian serves: ``POST /v1/chat/completions`` goes straight to its
+    handler (Litestar's exception middleware would otherwise wrap every chunk's ``send``);
+    everything else, lifespan included, goes to the Litestar app."""
+
+    def __init__(self, app: Litestar) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == ScopeType.HTTP and scope["path"] == CHAT_PATH:
+            await serve_chat(self.app.state.services, scope, receive, send)
+        else:
+            await self.app(scope, receive, send)

@@ -41,11 +41,16 @@ class UpstreamError(Exception):
         self.client_error = client_error
 
 
+Piece = str | Usage
+"""A content piece (one token's text) or, last, the usage an upstream reported."""
+
+
 class Provider(Protocol):
     """A source of streamed completions."""
 
-    def stream(self, call: UpstreamCall) -> AsyncIterator[str | Usage]:
-        """Yield content pieces (one per token) and, last, the usage when the upstream sends it.
+    def stream(self, call: UpstreamCall) -> AsyncIterator[list[Piece]]:
+        """Yield the pieces in order, grouped as they arrived (one network read each), so
+        the relay writes everything that is already there at once. Never an empty group.
 
         Raises ``UpstreamError`` when the upstream fails.
         """

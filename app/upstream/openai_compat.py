@@ -18,8 +18,8 @@ import httpx
 import msgspec
 
 from app.catalog import ProviderConfig
-from app.upstream.base import UpstreamCall, UpstreamError, Usage
-from app.upstream.sse import DONE, parse_data_line
+from app.upstream.base import Piece, UpstreamCall, UpstreamError
+from app.upstream.sse import LineSplitter
 
 log = logging.getLogger("svc.upstream")
 _encode = msgspec.json.encode
@@ -102,7 +102,7 @@ class AiohttpProvider:
             )
         return self._session
 
-    async def stream(self, call: UpstreamCall) -> AsyncIterator[str | Usage]:
+    async def stream(self, call: UpstreamCall) -> AsyncIterator[list[Piece]]:
         try:
             async with asyncio.timeout(self.config.first_byte_timeout_s):
                 response = await self._client().post(
@@ -113,30 +113,30 @@ class AiohttpProvider:
         try:
             if response.status != 200:
                 raise _status_error(response.status, await response.read(), call.model)
-            async for piece in self._pieces(response):
-                yield piece
+            async for pieces in self._pieces(response):
+                yield pieces
         finally:
             response.close()  # a stream left early must not return to the pool half-read
 
-    async def _pieces(self, response: aiohttp.ClientResponse) -> AsyncIterator[str | Usage]:
+    async def _pieces(self, response: aiohttp.ClientResponse) -> AsyncIterator[list[Piece]]:
+        # One read takes whatever has arrived: under load that is several events at once.
+        # Between reads the session's sock_read timeout is the idle timeout.
+        splitter = LineSplitter()
+        content = response.content
         first = True
-        lines = response.content
         try:
-            while True:
+            while not splitter.done:
                 if first:
                     async with asyncio.timeout(self.config.first_byte_timeout_s):
-                        line = await lines.readline()
+                        data = await content.readany()
                 else:
-                    line = await lines.readline()
-                if not line:
+                    data = await content.readany()
+                if not data:
                     raise UpstreamError("upstream closed the stream early")
-                item = parse_data_line(line)
-                if item is None:
-                    continue
-                if item is DONE:
-                    return
-                first = False
-                yield item  # type: ignore[misc]
+                pieces = splitter.feed(data)
+                if pieces:
+                    first = False
+                    yield pieces
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise UpstreamError(f"stream failed: {type(exc).__name__}") from exc
 
@@ -172,7 +172,7 @@ class HttpxProvider:
             ),
         )
 
-    async def stream(self, call: UpstreamCall) -> AsyncIterator[str | Usage]:
+    async def stream(self, call: UpstreamCall) -> AsyncIterator[list[Piece]]:
         request = self._client.build_request(
             "POST", self.url, content=request_body(call), headers=self.headers
         )
@@ -184,26 +184,24 @@ class HttpxProvider:
         try:
             if response.status_code != 200:
                 raise _status_error(response.status_code, await response.aread(), call.model)
+            splitter = LineSplitter()
+            reads = response.aiter_raw()
             first = True
-            lines = response.aiter_lines()
-            while True:
+            while not splitter.done:
                 try:
                     if first:
                         async with asyncio.timeout(self.config.first_byte_timeout_s):
-                            line = await anext(lines)
+                            data = await anext(reads)
                     else:
-                        line = await anext(lines)
+                        data = await anext(reads)
                 except StopAsyncIteration:
                     raise UpstreamError("upstream closed the stream early") from None
                 except (httpx.HTTPError, OSError, TimeoutError) as exc:
                     raise UpstreamError(f"stream failed: {type(exc).__name__}") from exc
-                item = parse_data_line(line.encode())
-                if item is None:
-                    continue
-                if item is DONE:
-                    return
-                first = False
-                yield item  # type: ignore[misc]
+                pieces = splitter.feed(data)
+                if pieces:
+                    first = False
+                    yield pieces
         finally:
             await response.aclose()
 

@@ -10,7 +10,7 @@ import asyncio
 import zlib
 from collections.abc import AsyncIterator
 
-from app.upstream.base import UpstreamCall, Usage
+from app.upstream.base import Piece, UpstreamCall, Usage
 
 _WORDS = [
     "svc",
@@ -66,16 +66,21 @@ class SimulatedProvider:
         self.reply_tokens = reply_tokens
         self.delay_s = delay_ms / 1000
 
-    async def stream(self, call: UpstreamCall) -> AsyncIterator[str | Usage]:
+    async def stream(self, call: UpstreamCall) -> AsyncIterator[list[Piece]]:
         texts = [m.content for m in call.messages]
         start = zlib.crc32("\n".join(texts).encode()) % len(_WORDS)
         count = min(self.reply_tokens, call.max_tokens)
-        for i in range(count):
-            if self.delay_s:
-                await asyncio.sleep(self.delay_s)
-            word = _WORDS[(start + i) % len(_WORDS)]
-            yield word if i == 0 else " " + word
-        yield Usage(prompt_tokens=estimate_prompt_tokens(texts), completion_tokens=count)
+        words: list[Piece] = [
+            (" " if i else "") + _WORDS[(start + i) % len(_WORDS)] for i in range(count)
+        ]
+        usage = Usage(prompt_tokens=estimate_prompt_tokens(texts), completion_tokens=count)
+        if not self.delay_s:
+            yield [*words, usage]  # all of it is there at once, like one fast network read
+            return
+        for word in words:
+            await asyncio.sleep(self.delay_s)
+            yield [word]
+        yield [usage]
 
     async def close(self) -> None:
         return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from app.upstream.base import UpstreamError, Usage
+from app.upstream.base import Piece, UpstreamError, Usage
 
 
 class _Delta(msgspec.Struct):
@@ -53,3 +53,31 @@ def parse_data_line(line: bytes) -> str | Usage | object | None:
     if chunk.usage is not None:
         return Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
     return None
+
+
+class LineSplitter:
+    """Turns the bytes of an upstream SSE stream, read in any sizes, into the pieces they
+    complete. ``done`` is set once ``data: [DONE]`` arrived."""
+
+    __slots__ = ("_rest", "done")
+
+    def __init__(self) -> None:
+        self._rest = b""
+        self.done = False
+
+    def feed(self, data: bytes) -> list[Piece]:
+        """The pieces completed by ``data`` (maybe none); nothing after ``[DONE]``."""
+        if self._rest:
+            data = self._rest + data
+        lines = data.split(b"\n")
+        self._rest = lines.pop()
+        pieces: list[Piece] = []
+        for line in lines:
+            item = parse_data_line(line)
+            if item is None:
+                continue
+            if item is DONE:
+                self.done = True
+                break
+            pieces.append(item)  # type: ignore[arg-type]
+        return pieces

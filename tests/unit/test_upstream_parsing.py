@@ -46,3 +46,36 @@ def test_sanitize_hides_model_and_urls() -> None:
     assert "example.com" not in text
     assert sanitize("", "m") == "The request was rejected as invalid."
     assert len(sanitize("x" * 1000, "m")) == 300
+
+
+def test_line_splitter_joins_reads_and_stops_at_done() -> None:
+    from app.upstream.sse import LineSplitter
+
+    splitter = LineSplitter()
+    stream = (
+        b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\r\n\r\n'
+        b'data: {"choices":[{"delta":{"content":"Hel"}}]}\n\n'
+        b'data: {"choices":[{"delta":{"content":"lo"}}]}\n\n'
+        b": keep-alive\n\n"
+        b'data: {"choices":[],"usage":{"prompt_tokens":2,"completion_tokens":2}}\n\n'
+        b"data: [DONE]\n\n"
+        b'data: {"choices":[{"delta":{"content":"late"}}]}\n\n'
+    )
+    pieces = []
+    for i in range(0, len(stream), 7):  # reads of any size, split mid-line
+        pieces += splitter.feed(stream[i : i + 7])
+        if splitter.done:
+            break
+    assert pieces == ["Hel", "lo", Usage(2, 2)]
+    assert splitter.done
+
+
+def test_line_splitter_groups_what_arrived_together() -> None:
+    from app.upstream.sse import LineSplitter
+
+    splitter = LineSplitter()
+    one = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
+    assert splitter.feed(one * 3) == ["a", "a", "a"]
+    assert splitter.feed(one[:10]) == []
+    assert splitter.feed(one[10:]) == ["a"]
+    assert not splitter.done
