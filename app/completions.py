@@ -54,11 +54,13 @@ class CompletionService:
         router: UpstreamRouter,
         *,
         deadline_s: int,
+        hold_back_s: float = 0.002,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.ledger = ledger
         self.router = router
         self.deadline_s = deadline_s
+        self.hold_back_s = hold_back_s
         self.clock = clock
 
     async def open(self, ident: Identity, params: ChatParams) -> Completion:
@@ -104,6 +106,9 @@ class Completion:
         self.usage: Usage | None = None
         self._pieces: AsyncIterator[list[Piece]] | None = None
         self._first: list[Piece] = []
+        self._fetch: asyncio.Future[list[Piece] | None] | None = None
+        self._pending: str | None = None  # the last token read, not yet sent
+        self._no_chunk_yet = True  # the next content chunk is the first (carries the role)
         self._settled: Settlement | None = None
 
     def _call(self, model: str) -> UpstreamCall:
@@ -152,8 +157,7 @@ class Completion:
             await run_to_completion(self.settle(outcome="client_disconnect"))
             raise
         finally:
-            if self._pieces is not None:
-                await _close(self._pieces)
+            await self._stop_upstream()
         settled = await run_to_completion(self.settle(outcome=outcome))
         if outcome == "upstream_error":
             last += error_event(
@@ -166,44 +170,70 @@ class Completion:
         await send(last + meta + DONE, False)
 
     async def _relay_content(self, send: SendBytes) -> bytes:
-        """Send the content chunks but the last, whatever arrived together in one write;
-        return the last one (it goes out with the metadata chunk, after settlement)."""
-        # Each content chunk is held back until the next arrives: only then is it known
-        # whether it is the last one, which must carry finish_reason "stop".
-        limit = self.hold.out_tokens
-        encoder = self.encoder
+        """Send the content chunks as they arrive, everything of one read in one write, and
+        return the closing chunk (it goes out with the metadata chunk, after settlement).
+
+        The last token of a read is held back up to ``hold_back_s`` for the next one: when
+        the stream ends meanwhile, that token's chunk itself carries finish_reason "stop";
+        when the upstream is slower than that, it goes out at once (the first token is never
+        late by a whole token interval) and the stream closes with an empty-content "stop"
+        chunk, as OpenAI's own streams do.
+        """
         pieces = self._pieces
         assert pieces is not None
         heartbeat = _Heartbeat(self)
-        pending: str | None = None
-        first = True
         batch: list[Piece] | None = self._first
         try:
             while batch is not None:
-                out: list[bytes] = []
-                for piece in batch:
-                    if isinstance(piece, Usage):
-                        self.usage = piece
-                    elif piece:
-                        if pending is not None:
-                            out.append(encoder.content(pending, first=first, last=False))
-                            first = False
-                        pending = piece
-                        self.tokens_received += 1
-                        if self.tokens_received >= limit:
-                            break  # generation stops at the reserved output tokens
+                out = self._take(batch)
                 if out:
-                    await send(b"".join(out), True)
-                if self.tokens_received >= limit:
-                    break
+                    await send(out, True)
+                if self.tokens_received >= self.hold.out_tokens:
+                    break  # generation stops at the reserved output tokens
                 if time.monotonic() >= heartbeat.next:
                     await heartbeat.beat()
-                batch = await anext(pieces, None)
+                self._fetch = fetch = asyncio.ensure_future(anext(pieces, None))
+                if self._pending is not None:
+                    done, _ = await asyncio.wait((fetch,), timeout=self.service.hold_back_s)
+                    if not done:
+                        await send(self._flush_pending(), True)
+                batch = await fetch
         except UpstreamError:
-            if pending is not None:
-                await send(encoder.content(pending, first=first, last=False), True)
+            if self._pending is not None:
+                await send(self._flush_pending(), True)
             raise
-        return encoder.content(pending or "", first=first, last=True)
+        return self.encoder.content(self._pending or "", first=self._no_chunk_yet, last=True)
+
+    def _take(self, batch: list[Piece]) -> bytes:
+        """The chunks of a batch's pieces but the last token, which becomes pending."""
+        out: list[bytes] = []
+        for piece in batch:
+            if isinstance(piece, Usage):
+                self.usage = piece
+            elif piece:
+                if self._pending is not None:
+                    out.append(self._flush_pending())
+                self._pending = piece
+                self.tokens_received += 1
+                if self.tokens_received >= self.hold.out_tokens:
+                    break
+        return b"".join(out)
+
+    def _flush_pending(self) -> bytes:
+        assert self._pending is not None
+        chunk = self.encoder.content(self._pending, first=self._no_chunk_yet, last=False)
+        self._pending, self._no_chunk_yet = None, False
+        return chunk
+
+    async def _stop_upstream(self) -> None:
+        """Stop reading the upstream (a read in flight is cancelled) and close its stream."""
+        fetch, self._fetch = self._fetch, None
+        if fetch is not None and not fetch.done():
+            fetch.cancel()
+            with contextlib.suppress(BaseException):
+                await fetch
+        if self._pieces is not None:
+            await _close(self._pieces)
 
     def _tokens(self) -> tuple[int, int]:
         usage = self.usage

@@ -138,7 +138,11 @@ class Services:
         simulated = SimulatedProvider(settings.sim_reply_tokens, settings.sim_delay_ms)
         self.router = UpstreamRouter(build_providers(catalog, settings.upstream_client), simulated)
         self.completions = CompletionService(
-            self.ledger, self.router, deadline_s=settings.reservation_deadline_s, clock=clock
+            self.ledger,
+            self.router,
+            deadline_s=settings.reservation_deadline_s,
+            hold_back_s=settings.stream_hold_back_ms / 1000,
+            clock=clock,
         )
 
     async def close(self) -> None:

@@ -36,6 +36,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_body_bytes: int = 1_048_576
     max_active_keys: int = 100
     """Active API keys allowed per account."""
+    stream_hold_back_ms: float = 2.0
+    """How long the last token read is held for the next, so that the last content chunk
+    can carry finish_reason "stop" itself; a slower upstream ends with an empty stop chunk."""
     reservation_deadline_s: int = 900
     """A reservation not settled by then (its worker died) is refunded by the sweeper."""
     cap_counter_ttl_s: int = 172_800

@@ -310,3 +310,35 @@ def test_client_disconnect_cancels_the_upstream(quirky: Server, mock: MockProces
     assert int(_stats(mock)["client_disconnects"]) == before + 1  # type: ignore[arg-type]
     spent = 100_000 - quirky.balance(pid)
     assert 1 <= spent <= 2
+
+
+def test_a_slow_upstream_is_relayed_token_by_token(quirky: Server, mock: MockProcess) -> None:
+    """100 ms between upstream chunks: each token is sent as it arrives, not held for the
+    next one; the last (followed at once by the upstream's end) carries stop itself."""
+    pid = quirky.new_account(100_000)
+    key = quirky.new_key(pid)
+    arrivals: list[tuple[float, dict[str, object]]] = []
+    body = {"model": "svc-smart", "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.stream(
+        "POST",
+        f"{quirky.base_url}/chat/completions",
+        json=body,
+        headers={"authorization": f"Bearer {key}"},
+        timeout=30,
+    ) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                arrivals.append((time.monotonic(), json.loads(line[6:])))
+    content = [(t, e) for t, e in arrivals if e["choices"]]
+    texts = [e["choices"][0]["delta"].get("content") for _, e in content]  # type: ignore[index]
+    finishes = [e["choices"][0]["finish_reason"] for _, e in content]  # type: ignore[index]
+    assert len(texts) == 20
+    assert all(texts)
+    assert finishes == [None] * 19 + ["stop"]
+    assert content[0][1]["choices"][0]["delta"]["role"] == "assistant"  # type: ignore[index]
+    # the first token reached the client about one upstream interval before the second
+    assert content[1][0] - content[0][0] > 0.05
+    assert content[19][0] - content[0][0] > 1.5
+    meta = arrivals[-1][1]["svc"]
+    assert meta["credits_used"] > 0  # type: ignore[index]
