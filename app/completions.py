@@ -173,11 +173,11 @@ class Completion:
         """Send the content chunks as they arrive, everything of one read in one write, and
         return the closing chunk (it goes out with the metadata chunk, after settlement).
 
-        The last token of a read is held back up to ``hold_back_s`` for the next one: when
-        the stream ends meanwhile, that token's chunk itself carries finish_reason "stop";
-        when the upstream is slower than that, it goes out at once (the first token is never
-        late by a whole token interval) and the stream closes with an empty-content "stop"
-        chunk, as OpenAI's own streams do.
+        The first token goes out at once. After that, the last token of a read is held back
+        up to ``hold_back_s`` for the next one: when the stream ends meanwhile, that token's
+        chunk itself carries finish_reason "stop"; when the upstream is slower than that, it
+        goes out then (no token waits a whole token interval) and the stream closes with an
+        empty-content "stop" chunk, as OpenAI's own streams do.
         """
         pieces = self._pieces
         assert pieces is not None
@@ -192,6 +192,8 @@ class Completion:
                     break  # generation stops at the reserved output tokens
                 if time.monotonic() >= heartbeat.next:
                     await heartbeat.beat()
+                if self._pending is not None and self._no_chunk_yet:
+                    await send(self._flush_pending(), True)  # the first token is never held
                 self._fetch = fetch = asyncio.ensure_future(anext(pieces, None))
                 if self._pending is not None:
                     done, _ = await asyncio.wait((fetch,), timeout=self.service.hold_back_s)
