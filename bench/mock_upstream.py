@@ -104,6 +104,35 @@ def _chunk(payload: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(payload), payload)
 
 
+_encode = msgspec.json.encode
+_STREAM_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+)
+_STREAM_END = _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+_ROLE_CHOICE = b'[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]'
+_STOP_CHOICE = b'[{"index":0,"delta":{},"finish_reason":"stop"}]'
+_LENGTH_CHOICE = b'[{"index":0,"delta":{},"finish_reason":"length"}]'
+
+
+def _word_choice(i: int) -> bytes:
+    word = _encode(WORDS[i % len(WORDS)] + " ")
+    return b'[{"index":0,"delta":{"content":%s},"finish_reason":null}]' % word
+
+
+def _usage(plan: _Plan, request: dict[str, Any]) -> dict[str, int] | None:
+    include = (request.get("stream_options") or {}).get("include_usage")
+    if not (include and plan.usage):
+        return None
+    messages = request.get("messages", [])
+    prompt = sum(len(str(m.get("content", ""))) for m in messages)
+    prompt_tokens = prompt // 4 + 4 * len(messages)
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": plan.chunks,
+        "total_tokens": prompt_tokens + plan.chunks,
+    }
+
+
 class _Conn(asyncio.Protocol):
     def __init__(self, server: MockUpstream) -> None:
         self.server = server
@@ -147,7 +176,8 @@ class _Conn(asyncio.Protocol):
 
     def _dispatch(self, method: str, path: str, headers: dict[str, str], body: bytes) -> None:
         if path.endswith("/chat/completions") and method == "POST":
-            self.streaming = asyncio.ensure_future(self._complete(headers, body))
+            if not self._serve_at_once(headers, body):
+                self.streaming = asyncio.ensure_future(self._complete(headers, body))
         elif path.endswith("/models"):
             data = {"object": "list", "data": [{"id": "mock-model", "object": "model"}]}
             self._write(_response(200, json.dumps(data).encode()))
@@ -158,6 +188,45 @@ class _Conn(asyncio.Protocol):
             self._write(_response(200, b"{}"))
         else:
             self._write(_response(404, _error_body("not found", "invalid_request_error")))
+
+    def _serve_at_once(self, headers: dict[str, str], raw: bytes) -> bool:
+        """The common case, no delay and no fault: the whole stream in one write, without a
+        task (this keeps the mock far from being the bottleneck of a benchmark)."""
+        try:
+            request = msgspec.json.decode(raw or b"{}")
+        except msgspec.DecodeError:
+            return False
+        stats = self.server.stats
+        plan = self._plan(headers, request)
+        if plan.fault or plan.delay_s or not isinstance(request, dict):
+            stats.seen_models[plan.model] -= 1  # _stream plans it again
+            return False
+        stats.requests += 1
+        stats.last_request, stats.last_headers = request, headers
+        self._write(_STREAM_HEAD + b"".join(self._events(plan, request)) + _STREAM_END)
+        stats.completed += 1
+        return True
+
+    def _events(self, plan: _Plan, request: dict[str, Any]) -> list[bytes]:
+        """Every event of a stream that runs to its end, as HTTP chunks."""
+        envelope = (
+            _encode(
+                {
+                    "id": f"chatcmpl-mock{time.monotonic_ns()}",
+                    "object": "chat.completion.chunk",
+                    "created": int(time.time()),
+                    "model": plan.model,
+                    "system_fingerprint": "fp_mock",
+                }
+            )[:-1]
+            + b',"choices":'
+        )
+        events = [_ROLE_CHOICE] + [_word_choice(i) for i in range(plan.chunks)]
+        events.append(_LENGTH_CHOICE if plan.cut else _STOP_CHOICE)
+        usage = _usage(plan, request)
+        if usage is not None:
+            events.append(b'[],"usage":' + _encode(usage))
+        return [_chunk(b"data: " + envelope + e + b"}\n\n") for e in events]
 
     async def _complete(self, headers: dict[str, str], body: bytes) -> None:
         stats = self.server.stats
@@ -266,17 +335,10 @@ class _Conn(asyncio.Protocol):
                 ],
             }
         )
-        include = (request.get("stream_options") or {}).get("include_usage")
-        if include and plan.usage:
-            prompt = sum(len(str(m.get("content", ""))) for m in request.get("messages", []))
-            prompt_tokens = prompt // 4 + 4 * len(request.get("messages", []))
-            usage = {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": chunks,
-                "total_tokens": prompt_tokens + chunks,
-            }
+        usage = _usage(plan, request)
+        if usage is not None:
             self._event({**base, "choices": [], "usage": usage})
-        self._write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        self._write(_STREAM_END)
 
     async def _early_fault(self, fault: str | None, model: str) -> bool:
         if not fault:
