@@ -61,6 +61,7 @@ class LoadResult(msgspec.Struct, kw_only=True):
     ttfb_ms: Percentiles  # time to the first content byte
     latency_ms: Percentiles  # time to the end of the stream
     errors: dict[str, int]  # by kind, measured window only
+    errors_outside_window: dict[str, int]  # by kind, warm-up and drain
     client_cpu_ms_per_request: float
     client_cpu_share: float  # client CPU time / wall time (1.0 = one core saturated)
     window_s: float
@@ -318,6 +319,7 @@ async def run_load(cfg: LoadConfig) -> LoadResult:
     window_end = min(end, time.perf_counter())
     window = max(1e-9, window_end - window_start)
     measured = [s for s in samples if window_start <= s.ended <= window_end]
+    outside = [s for s in samples if not window_start <= s.ended <= window_end]
     ok = [s for s in measured if s.error is None]
     cpu_s = cpu_end - cpu_marks["start"]
     return LoadResult(
@@ -328,6 +330,7 @@ async def run_load(cfg: LoadConfig) -> LoadResult:
         ttfb_ms=_percentiles([(s.ttfb - s.started) * 1000 for s in ok if s.ttfb]),
         latency_ms=_percentiles([(s.ended - s.started) * 1000 for s in ok]),
         errors=dict(Counter(s.error for s in measured if s.error is not None)),
+        errors_outside_window=dict(Counter(s.error for s in outside if s.error is not None)),
         client_cpu_ms_per_request=round(cpu_s * 1000 / max(1, len(measured)), 3),
         client_cpu_share=round(cpu_s / window, 3),
         window_s=round(window, 3),

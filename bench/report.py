@@ -108,7 +108,7 @@ def targets(report: RunReport) -> list[Target]:
             "zero credits lost or doubled",
             f"decrease {c.balance_decrease:,} = reported {c.credits_reported:,} = usage "
             f"{c.usage_counters:,}; durable {durable}"
-            f"; open reservations {c.open_reservations}",
+            f"; open reservations {c.open_reservations}; failed streams {c.failed_requests}",
             c.ok,
         )
     )
@@ -151,7 +151,7 @@ def markdown(report: RunReport) -> str:
         ]
     by_kind: dict[str, int] = {}
     for p in report.points:
-        for kind, count in p.load.errors.items():
+        for kind, count in [*p.load.errors.items(), *p.load.errors_outside_window.items()]:
             by_kind[kind] = by_kind.get(kind, 0) + count
     if by_kind:
         lines += ["", "Errors by kind: " + ", ".join(f"{k}: {v}" for k, v in by_kind.items())]

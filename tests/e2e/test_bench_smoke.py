@@ -46,6 +46,7 @@ def test_bench_smoke_run(tmp_path: Path) -> None:
     conservation = report["conservation"]
     assert conservation["ok"] is True
     assert conservation["open_reservations"] == 0
+    assert conservation["failed_requests"] == 0
     assert (
         conservation["balance_decrease"]
         == conservation["credits_reported"]
