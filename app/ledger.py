@@ -18,6 +18,7 @@ from redis.commands.core import AsyncScript
 
 from app.errors import ApiError, ErrorKind, invalid_api_key
 from app.redis_keys import KeySpace
+from app.usage import COUNTERS, UsageCounters
 
 LUA_DIRS = (Path(__file__).parent / "lua", Path(__file__).parent.parent / "lua")
 SCRIPT_NAMES = (
@@ -183,6 +184,21 @@ class Ledger:
         if acct is None or _text(acct) != ident.pid:
             return ScriptStatus.KEY_UNKNOWN
         return ScriptStatus.OK if status == b"active" else ScriptStatus.KEY_REVOKED
+
+    async def usage(
+        self, pid: str, environment: str, days: list[str]
+    ) -> tuple[UsageCounters, list[tuple[str, UsageCounters]]]:
+        """All-time usage counters of an account and those of each day (``YYYY-MM-DD``),
+        in one round trip."""
+        shard = self.keys.shard(pid)
+        fields = [f"{environment}:{name}" for name in COUNTERS]
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hmget(self.keys.usage_total(shard, pid), fields)
+        for day in days:
+            pipe.hmget(self.keys.usage_day(shard, pid, day_tag(day)), fields)
+        rows = await pipe.execute()
+        counters = [UsageCounters(*(int(v or 0) for v in row)) for row in rows]
+        return counters[0], list(zip(days, counters[1:], strict=True))
 
     # -- accounts and keys --------------------------------------------------------------
 

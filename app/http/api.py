@@ -21,6 +21,7 @@ from app.errors import ApiError, ErrorKind
 from app.http.deps import provide_identity, provide_services
 from app.ledger import Identity, key_refusal
 from app.runtime import Services
+from app.usage import UsageSummary, parse_days, summarize, window
 from app.validation import decode_json
 
 
@@ -67,6 +68,16 @@ class V1Controller(Controller):
         if refusal is not None:
             raise refusal
         return credit_balance(balance)
+
+    @get("/usage", dependencies={"ident": Provide(provide_identity)})
+    async def usage(
+        self, services: Services, ident: Identity, request: Request[Any, Any, Any]
+    ) -> UsageSummary:
+        """All-time usage and the last ``days`` (1-366, default 30) UTC days, newest first,
+        for the key's environment (spec 2.6)."""
+        days = window(services.clock(), parse_days(request.query_params.get("days")))
+        totals, daily = await services.ledger.usage(ident.pid, ident.environment, days)
+        return summarize(ident.pid, totals, daily)
 
     @get("/api-keys", dependencies={"ident": Provide(provide_identity)})
     async def list_keys(self, services: Services, ident: Identity) -> ApiKeyList:

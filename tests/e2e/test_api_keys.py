@@ -108,7 +108,9 @@ def test_lifecycle_through_the_sdk_and_raw_http(server: Server) -> None:
         ("POST", "/chat/completions"),
         ("GET", "/models"),
         ("GET", "/credits"),
+        ("GET", "/usage"),
         ("GET", "/api-keys"),
+        ("DELETE", f"/api-keys/{body['id']}"),
     ]:
         resp = httpx.request(
             method,
