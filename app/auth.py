@@ -53,7 +53,7 @@ class Authenticator:
         *,
         cache_size: int = 100_000,
         negative_ttl_s: float = 30.0,
-        cold_per_s: float = 20.0,
+        cold_per_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ledger = ledger

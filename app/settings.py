@@ -45,8 +45,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     usage_day_ttl_s: int = 40 * 86_400
     auth_cache_size: int = 100_000
     negative_cache_s: float = 30.0
-    cold_auth_per_s: float = 20.0
-    """Cold-path (argon2) verifications allowed per second per worker."""
+    cold_auth_per_s: float = 10.0
+    """Cold-path (argon2) verifications allowed per second per worker (~25 ms CPU each)."""
     models_file: str | None = None
     """TOML file of providers and per-alias upstreams, prices and limits (README)."""
     upstream_client: str = "aiohttp"

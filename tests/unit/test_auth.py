@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -130,3 +131,36 @@ async def test_malformed_keys_never_reach_redis(ledger: Ledger, store: Store, cl
         with pytest.raises(ApiError):
             await auth.identify(header)
     assert calls == 0
+
+
+async def test_a_burst_of_1000_fake_keys_costs_a_bounded_number_of_argon2_checks(
+    accounts: Accounts, ledger: Ledger, store: Store, clock: Clock
+) -> None:
+    pid = await accounts.create_account()
+    created = await accounts.create_key(pid, name="k", environment="live", daily_cap=None)
+    real_kid = created.id.removeprefix("key_")
+    auth = _auth(ledger, store, clock, per_s=20)
+
+    async def burst() -> list[ErrorKind]:
+        # half made-up key ids, half forged secrets for a real key id: all well-formed
+        fakes = [
+            generate_key("live", kid=real_kid) if i % 2 else generate_key("live")
+            for i in range(1000)
+        ]
+        outcomes: list[object] = []
+        for i in range(0, len(fakes), 50):  # 50 at a time, as concurrent requests would
+            outcomes += await asyncio.gather(
+                *(auth.identify(f"Bearer {k}") for k in fakes[i : i + 50]), return_exceptions=True
+            )
+        assert [o for o in outcomes if not isinstance(o, ApiError)] == []
+        return [o.kind for o in outcomes if isinstance(o, ApiError)]
+
+    kinds = await burst()
+    assert auth.cold_verifications <= 20  # the bucket's burst; the clock has not moved
+    assert set(kinds) == {ErrorKind.INVALID_API_KEY, ErrorKind.AUTH_RATE_LIMITED}
+    clock.advance(1.0)
+    await burst()
+    assert auth.cold_verifications <= 40  # 20 more per second, whatever the flood
+    # the real key still works, and through the cache without any argon2
+    ident = await auth.identify(f"Bearer {created.key}")
+    assert ident.pid == pid
