@@ -174,7 +174,7 @@ class Accounts:
         )
         await self.store.insert_grant(grant)
         await self.ledger.open_account(pid)
-        status, balance = await self.ledger.grant(
+        status, balance, _granted_at = await self.ledger.grant(
             pid, pool="purchased", credits=credits, grant_id=grant.grant_id, now=now
         )
         if status not in (ScriptStatus.OK, ScriptStatus.DUPLICATE):

@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     grant.add_argument("credits", type=int)
     credits = ops.add_parser("credits", help="an account's credit balance")
     credits.add_argument("account_pid")
+    spot = ops.add_parser("spotlight", help="reward a verified spotlight view (earned credits)")
+    spot.add_argument("account_pid")
+    spot.add_argument("view_id")
     key = ops.add_parser("create-key", help="create an API key (the secret is shown once)")
     key.add_argument("account_pid")
     key.add_argument("--name", required=True)
@@ -85,9 +88,13 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
             daily_cap=req.daily_cap_credits,
         )
 
+    async def spotlight(s: Services) -> Any:
+        return await s.spotlights.reward(args.account_pid, args.view_id)
+
     ops: dict[str, AdminOp] = {
         "create-account": create_account,
         "grant": grant,
+        "spotlight": spotlight,
         "credits": credits,
         "create-key": create_key,
     }
@@ -160,6 +167,8 @@ def serve(args: argparse.Namespace) -> int:
             workers=workers,
             loop=Loops.uvloop,
             log_access=False,
+            respawn_failed_workers=True,  # a crashed worker is replaced; the sweeper
+            # refunds what it held
         ).serve()
     finally:
         if owner is not None:

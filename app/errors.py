@@ -25,6 +25,7 @@ class ErrorKind(Enum):
     INSUFFICIENT_CREDITS = (402, "insufficient_credits", "insufficient_credits")
     DAILY_CAP_EXCEEDED = (429, "rate_limit_error", "daily_cap_exceeded")
     AUTH_RATE_LIMITED = (429, "rate_limit_error", "auth_rate_limited")
+    SPOTLIGHT_LIMIT = (429, "rate_limit_error", "spotlight_limit_reached")
     UPSTREAM_UNAVAILABLE = (502, "upstream_error", "upstream_unavailable")
     SERVICE_UNAVAILABLE = (503, "server_error", "service_unavailable")
     INTERNAL = (500, "server_error", "internal_error")
@@ -48,6 +49,7 @@ class ErrorBody(msgspec.Struct):
 _DEFAULT_HEADERS: dict[ErrorKind, dict[str, str]] = {
     ErrorKind.INSUFFICIENT_CREDITS: {"x-should-retry": "false"},
     ErrorKind.DAILY_CAP_EXCEEDED: {"x-should-retry": "false"},
+    ErrorKind.SPOTLIGHT_LIMIT: {"x-should-retry": "false"},
     ErrorKind.UPSTREAM_UNAVAILABLE: {"x-should-retry": "true"},
     ErrorKind.SERVICE_UNAVAILABLE: {"retry-after": "1"},
     ErrorKind.AUTH_RATE_LIMITED: {"retry-after": "1"},

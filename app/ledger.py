@@ -265,11 +265,12 @@ class Ledger:
         earned_ttl_s: int = 0,
         daily_limit: int = 0,
         marker_ttl_s: int = 400 * 86_400,
-    ) -> tuple[ScriptStatus, Balance]:
-        """Add ``credits`` to ``pool`` once per ``grant_id``."""
+    ) -> tuple[ScriptStatus, Balance, int]:
+        """Add ``credits`` to ``pool`` once per ``grant_id``; also returns when the grant
+        was applied (now, or the first time for a ``DUPLICATE``)."""
         shard = self.keys.shard(pid)
         day = day_tag(utc_day(now))
-        status, earned, earned_exp, purchased = await self._run(
+        status, earned, earned_exp, purchased, granted_at = await self._run(
             "grant",
             [
                 self.keys.account(shard, pid),
@@ -278,7 +279,8 @@ class Ledger:
             ],
             [int(now), pool, credits, earned_ttl_s, daily_limit, marker_ttl_s, 2 * 86_400],
         )
-        return ScriptStatus(status), Balance(int(earned), int(earned_exp), int(purchased))
+        balance = Balance(int(earned), int(earned_exp), int(purchased))
+        return ScriptStatus(status), balance, int(granted_at)
 
     async def reserve(
         self,
@@ -381,17 +383,27 @@ class Ledger:
         )
         return bool(extended)
 
-    async def expired_holds(self, shard: int, now: float, limit: int = 100) -> list[Hold]:
-        """Open reservations of a shard whose deadline has passed (for the sweeper)."""
-        rids = await self.redis.zrangebyscore(
-            self.keys.reservations(shard), "-inf", int(now), start=0, num=limit
-        )
+    async def expired_holds(self, now: float, limit: int = 100) -> list[Hold]:
+        """Open reservations past their deadline, at most ``limit`` per shard (sweeper).
+
+        Two round trips whatever the number of shards: the ids of every shard, then the
+        reservations they name."""
+        shards = range(self.keys.shards)
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in shards:
+            pipe.zrangebyscore(self.keys.reservations(shard), "-inf", int(now), start=0, num=limit)
+        found = [
+            (shard, _text(rid))
+            for shard, rids in zip(shards, await pipe.execute(), strict=True)
+            for rid in rids
+        ]
+        if not found:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for shard, rid in found:
+            pipe.hmget(self.keys.reservation(shard, rid), ["acct", "kid", "day", "amount"])
         holds: list[Hold] = []
-        for raw in rids:
-            rid = _text(raw)
-            fields = await self.redis.hmget(
-                self.keys.reservation(shard, rid), ["acct", "kid", "day", "amount"]
-            )
+        for (shard, rid), fields in zip(found, await pipe.execute(), strict=True):
             if fields[0] is None:
                 continue  # settled meanwhile
             pid, kid, day, amount = (_text(f) for f in fields)

@@ -23,8 +23,10 @@ from app.completions import CompletionService
 from app.embedded import EmbeddedValkey, ensure_embedded
 from app.ledger import Ledger
 from app.redis_keys import KeySpace
+from app.rewards import Spotlights
 from app.settings import Settings
 from app.store import Store, open_store
+from app.sweeper import Sweeper
 from app.upstream.base import Provider
 from app.upstream.openai_compat import AiohttpProvider, HttpxProvider
 from app.upstream.router import UpstreamRouter
@@ -135,8 +137,17 @@ class Services:
         self.accounts = Accounts(
             store, self.ledger, pepper, max_active_keys=settings.max_active_keys, clock=clock
         )
+        self.spotlights = Spotlights(
+            store,
+            self.ledger,
+            credits=settings.spotlight_credits,
+            daily_limit=settings.spotlight_daily_limit,
+            expiry_days=settings.earned_expiry_days,
+            clock=clock,
+        )
         simulated = SimulatedProvider(settings.sim_reply_tokens, settings.sim_delay_ms)
         self.router = UpstreamRouter(build_providers(catalog, settings.upstream_client), simulated)
+        self.sweeper = Sweeper(self.ledger, interval_s=settings.sweep_interval_s, clock=clock)
         self.completions = CompletionService(
             self.ledger,
             self.router,

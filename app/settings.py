@@ -36,6 +36,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_body_bytes: int = 1_048_576
     max_active_keys: int = 100
     """Active API keys allowed per account."""
+    spotlight_credits: int = 5_000
+    """Earned credits granted per verified spotlight view."""
+    spotlight_daily_limit: int = 5
+    """Spotlight rewards per account per UTC day."""
+    earned_expiry_days: int = 30
+    """The earned pool expires this long after its latest grant (rolling)."""
+    sweep_interval_s: float = 10.0
+    """How often each worker looks for reservations past their deadline."""
     stream_hold_back_ms: float = 2.0
     """How long the last token read is held for the next, so that the last content chunk
     can carry finish_reason "stop" itself; a slower upstream ends with an empty stop chunk."""

@@ -14,20 +14,23 @@ ARGV[5]  daily_limit         grants allowed per day on KEYS[3]; 0 = no limit
 ARGV[6]  marker_ttl          seconds the grant marker lives
 ARGV[7]  counter_ttl         seconds a new daily counter lives
 
-Returns {status, earned, earned_exp, purchased}   (the pools after the call)
-  0 OK, 3 ACCOUNT_MISSING (zeros), 6 DUPLICATE (grant id seen before: nothing granted),
-  9 DAILY_LIMIT (the day's limit is reached: nothing granted)
+Returns {status, earned, earned_exp, purchased, granted_at}   (the pools after the call)
+  0 OK                granted_at = now
+  3 ACCOUNT_MISSING   (zeros)
+  6 DUPLICATE         grant id seen before: nothing granted; granted_at = when it was
+  9 DAILY_LIMIT       the day's limit is reached: nothing granted; granted_at = 0
 ]]
 local now = tonumber(ARGV[1])
 local acct = redis.call('HMGET', KEYS[1], 'earned', 'earned_exp', 'purchased')
-if not acct[3] then return {3, 0, 0, 0} end
+if not acct[3] then return {3, 0, 0, 0, 0} end
 local earned, earned_exp, purchased = tonumber(acct[1]), tonumber(acct[2]), tonumber(acct[3])
 local expired = earned_exp > 0 and now >= earned_exp
 if expired then earned, earned_exp = 0, 0 end
-if redis.call('EXISTS', KEYS[2]) == 1 then return {6, earned, earned_exp, purchased} end
+local granted_at = redis.call('GET', KEYS[2])
+if granted_at then return {6, earned, earned_exp, purchased, tonumber(granted_at)} end
 local limit = tonumber(ARGV[5])
 if limit > 0 and tonumber(redis.call('GET', KEYS[3]) or '0') >= limit then
-  return {9, earned, earned_exp, purchased}
+  return {9, earned, earned_exp, purchased, 0}
 end
 
 -- writes start here
@@ -44,4 +47,4 @@ if limit > 0 and redis.call('INCR', KEYS[3]) == 1 then
   redis.call('EXPIRE', KEYS[3], ARGV[7])
 end
 redis.call('SET', KEYS[2], now, 'EX', ARGV[6])
-return {0, earned, earned_exp, purchased}
+return {0, earned, earned_exp, purchased, now}

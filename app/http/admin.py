@@ -17,6 +17,7 @@ from app.accounts import (
     validate_key_request,
 )
 from app.http.deps import admin_guard, provide_services
+from app.rewards import SpotlightRequest, SpotlightReward
 from app.runtime import Services
 from app.validation import decode_json
 
@@ -54,3 +55,11 @@ class AdminController(Controller):
         return await services.accounts.create_key(
             pid, name=req.name, environment=req.environment, daily_cap=req.daily_cap_credits
         )
+
+    @post("/accounts/{pid:str}/spotlights", status_code=200)
+    async def spotlight(
+        self, services: Services, pid: str, request: Request[Any, Any, Any]
+    ) -> SpotlightReward:
+        """Reward a verified spotlight view: earned credits, once per ``view_id``."""
+        req = decode_json(await request.body(), SpotlightRequest)
+        return await services.spotlights.reward(pid, req.view_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -27,10 +28,12 @@ def create_app(settings: Settings) -> Litestar:
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         services = await open_services(settings)
         app.state.services = services
+        sweeper = asyncio.create_task(services.sweeper.run())
         try:
             yield
         finally:
-            await drain_background()
+            sweeper.cancel()
+            await drain_background()  # settlements still running finish first
             await services.close()
 
     return Litestar(

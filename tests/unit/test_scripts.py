@@ -14,7 +14,7 @@ DAY = 86_400
 
 
 async def _earned(ledger: Ledger, pid: str, credits: int, now: float, gid: str = "g") -> None:
-    status, _ = await ledger.grant(
+    status, _, _granted = await ledger.grant(
         pid, pool="earned", credits=credits, grant_id=gid, now=now, earned_ttl_s=30 * DAY
     )
     assert status is ScriptStatus.OK
@@ -355,9 +355,9 @@ async def test_sweeper_guard_and_heartbeat(ledger: Ledger, clock: Clock) -> None
         clock() + 600
     )
     clock.advance(120)
-    assert await ledger.expired_holds(ident.shard, clock()) == []
+    assert await ledger.expired_holds(clock()) == []
     clock.advance(600)
-    (expired,) = await ledger.expired_holds(ident.shard, clock())
+    (expired,) = await ledger.expired_holds(clock())
     assert (expired.rid, expired.pid, expired.kid, expired.amount) == ("r1", "acct_A", "k1", 50)
     swept = await ledger.settle(
         expired,
@@ -379,13 +379,13 @@ async def test_earned_grants_roll_the_expiry(ledger: Ledger, clock: Clock) -> No
     await account(ledger, "acct_A")
     await _earned(ledger, "acct_A", 5000, clock(), "v1")
     clock.advance(10 * DAY)
-    status, balance = await ledger.grant(
+    status, balance, _granted = await ledger.grant(
         "acct_A", pool="earned", credits=5000, grant_id="v2", now=clock(), earned_ttl_s=30 * DAY
     )
     assert status is ScriptStatus.OK
     assert (balance.earned, balance.earned_exp) == (10_000, int(clock()) + 30 * DAY)
     clock.advance(30 * DAY - 1)
-    _, before_expiry = await ledger.grant(
+    _, before_expiry, _granted = await ledger.grant(
         "acct_A", pool="purchased", credits=1, grant_id="p1", now=clock()
     )
     assert before_expiry.earned == 10_000
@@ -397,18 +397,24 @@ async def test_earned_grants_roll_the_expiry(ledger: Ledger, clock: Clock) -> No
 
 async def test_duplicate_grant_grants_nothing(ledger: Ledger, clock: Clock) -> None:
     await account(ledger, "acct_A")
-    await ledger.grant("acct_A", pool="purchased", credits=10, grant_id="g1", now=clock())
-    status, balance = await ledger.grant(
+    first = clock()
+    _, _, granted = await ledger.grant(
+        "acct_A", pool="purchased", credits=10, grant_id="g1", now=first
+    )
+    assert granted == int(first)
+    clock.advance(60)
+    status, balance, granted = await ledger.grant(
         "acct_A", pool="purchased", credits=10, grant_id="g1", now=clock()
     )
     assert status is ScriptStatus.DUPLICATE
     assert balance.purchased == 10
+    assert granted == int(first)  # when it was granted, for an idempotent answer
 
 
 async def test_daily_grant_limit_resets_at_midnight(ledger: Ledger, clock: Clock) -> None:
     await account(ledger, "acct_A")
     for i in range(5):
-        status, _ = await ledger.grant(
+        status, _, _granted = await ledger.grant(
             "acct_A",
             pool="earned",
             credits=5000,
@@ -418,7 +424,7 @@ async def test_daily_grant_limit_resets_at_midnight(ledger: Ledger, clock: Clock
             daily_limit=5,
         )
         assert status is ScriptStatus.OK
-    status, balance = await ledger.grant(
+    status, balance, _granted = await ledger.grant(
         "acct_A",
         pool="earned",
         credits=5000,
@@ -430,7 +436,7 @@ async def test_daily_grant_limit_resets_at_midnight(ledger: Ledger, clock: Clock
     assert status is ScriptStatus.DAILY_LIMIT
     assert balance.earned == 25_000
     clock.advance(DAY - int(clock()) % DAY)
-    status, balance = await ledger.grant(
+    status, balance, _granted = await ledger.grant(
         "acct_A",
         pool="earned",
         credits=5000,
@@ -443,7 +449,7 @@ async def test_daily_grant_limit_resets_at_midnight(ledger: Ledger, clock: Clock
 
 
 async def test_grant_to_a_missing_account(ledger: Ledger, clock: Clock) -> None:
-    status, _ = await ledger.grant(
+    status, _, _granted = await ledger.grant(
         "acct_none", pool="purchased", credits=10, grant_id="g", now=clock()
     )
     assert status is ScriptStatus.ACCOUNT_MISSING

@@ -172,7 +172,7 @@ async def _run(redis: Redis, ops: list[tuple]) -> None:  # type: ignore[type-arg
     for n, op in enumerate(ops):
         m.expire()
         if op[0] in ("earned", "purchased"):
-            status, _ = await ledger.grant(
+            status, _, _granted = await ledger.grant(
                 PID,
                 pool=op[0],
                 credits=op[1],

@@ -1,0 +1,118 @@
+"""Spotlight rewards: earned credits for verified views in the companion app.
+
+A reward is applied in Redis first, where one script checks the day's limit, grants the
+credits, rolls the earned pool's expiry and marks the view as rewarded, atomically. The
+durable ledger row follows; it is keyed by the same grant id, so a retry after a failure in
+between writes it once, with the time the reward was really applied.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import msgspec
+
+from app.accounts import iso_utc
+from app.errors import ApiError, ErrorKind, invalid_value, service_unavailable
+from app.ledger import Ledger, ScriptStatus, seconds_to_utc_midnight
+from app.store import GrantRecord, Store
+
+MAX_VIEW_ID = 200
+DAY_S = 86_400
+
+
+class SpotlightRequest(msgspec.Struct):
+    """Body of ``POST /admin/v1/accounts/{pid}/spotlights``."""
+
+    view_id: str
+
+
+class SpotlightReward(msgspec.Struct):
+    """A reward as granted; a repeated view id answers the very same object."""
+
+    object: str
+    account_pid: str
+    view_id: str
+    credits: int
+    granted_at: str  # when the reward was applied, UTC
+    earned_expires_at: str  # the expiry this reward gave the earned pool
+
+
+def validate_view_id(view_id: str) -> str:
+    if not 1 <= len(view_id) <= MAX_VIEW_ID or not view_id.isprintable():
+        raise invalid_value(
+            "view_id", f"'view_id' must be 1 to {MAX_VIEW_ID} printable characters."
+        )
+    return view_id
+
+
+class Spotlights:
+    """Grants spotlight rewards: ``credits`` each, at most ``daily_limit`` per account per
+    UTC day, idempotent by view id, each rolling the earned pool's expiry."""
+
+    def __init__(
+        self,
+        store: Store,
+        ledger: Ledger,
+        *,
+        credits: int = 5_000,
+        daily_limit: int = 5,
+        expiry_days: int = 30,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.ledger = ledger
+        self.credits = credits
+        self.daily_limit = daily_limit
+        self.ttl_s = expiry_days * DAY_S
+        self.clock = clock
+
+    async def reward(self, pid: str, view_id: str) -> SpotlightReward:
+        """Grant the reward for ``view_id`` once; 404 for an unknown account, 429 past the
+        day's limit."""
+        validate_view_id(view_id)
+        if await self.store.get_account(pid) is None:
+            raise ApiError(ErrorKind.ACCOUNT_NOT_FOUND, f"No account '{pid[:64]}'.", param="pid")
+        await self.ledger.open_account(pid)  # an account Redis lost comes back empty
+        now = self.clock()
+        grant_id = f"spotlight:{pid}:{view_id}"
+        status, _balance, granted_at = await self.ledger.grant(
+            pid,
+            pool="earned",
+            credits=self.credits,
+            grant_id=grant_id,
+            now=now,
+            earned_ttl_s=self.ttl_s,
+            daily_limit=self.daily_limit,
+        )
+        if status is ScriptStatus.DAILY_LIMIT:
+            raise ApiError(
+                ErrorKind.SPOTLIGHT_LIMIT,
+                f"This account has received {self.daily_limit} spotlight rewards today, "
+                "the most allowed per UTC day.",
+                headers={"retry-after": str(seconds_to_utc_midnight(now))},
+            )
+        if status not in (ScriptStatus.OK, ScriptStatus.DUPLICATE):
+            raise service_unavailable()
+        record = GrantRecord(
+            grant_id=grant_id,
+            account_pid=pid,
+            pool="earned",
+            credits=self.credits,
+            source="spotlight",
+            reference=view_id,
+            created_at=granted_at,
+            expires_at=granted_at + self.ttl_s,
+        )
+        if not await self.store.insert_grant(record):
+            stored = await self.store.get_grant(grant_id)
+            record = stored or record
+        return SpotlightReward(
+            object="spotlight_reward",
+            account_pid=pid,
+            view_id=view_id,
+            credits=record.credits,
+            granted_at=iso_utc(record.created_at),
+            earned_expires_at=iso_utc(record.expires_at or record.created_at + self.ttl_s),
+        )
