@@ -21,7 +21,10 @@ lint: install
 	$(BIN)/ruff format --check app bench tests
 	$(BIN)/mypy
 
+# The store tests run on SQLite and on a throwaway PostgreSQL server (Debian's package,
+# installed when missing; SVC_TEST_POSTGRES_URL names a server to use instead).
 test: install lint
+	bash tests/ensure-postgresql.sh
 	$(BIN)/pytest
 
 bench: install

@@ -12,6 +12,7 @@ from typing import Protocol
 from app.store.records import AccountRecord, GrantRecord, KeyRecord, UsageRollup
 
 __all__ = [
+    "ANY_CURSOR",
     "AccountRecord",
     "GrantRecord",
     "KeyRecord",
@@ -22,6 +23,10 @@ __all__ = [
     "open_store",
     "stream_id_key",
 ]
+
+
+ANY_CURSOR = "*"
+"""``apply_usage(after=…)`` default: apply whatever the cursor is (never a stream id)."""
 
 
 class StoreError(Exception):
@@ -90,11 +95,18 @@ class Store(Protocol):
         """The account's grants, oldest first."""
 
     async def apply_usage(
-        self, shard: int, last_stream_id: str, rollups: list[UsageRollup]
+        self,
+        shard: int,
+        last_stream_id: str,
+        rollups: list[UsageRollup],
+        *,
+        after: str | None = ANY_CURSOR,
     ) -> bool:
         """Add the rollups and move the shard's cursor to ``last_stream_id``, in one
         transaction. False (nothing written) when ``last_stream_id`` is at or below the
-        cursor already, so a replayed batch is never counted twice."""
+        cursor already, so a replayed batch is never counted twice, and, when ``after`` is
+        given, unless the cursor is still ``after`` (None: no cursor yet), the one the
+        batch was read after: of two drainers that read overlapping batches, one applies."""
 
     async def get_cursor(self, shard: int) -> str | None:
         """The last stream id applied for the shard, or None."""
@@ -108,22 +120,33 @@ class Store(Protocol):
     async def usage_totals(self, account_pid: str, environment: str = "live") -> UsageRollup | None:
         """All-time sums (kid, alias and day empty); None when there is no usage."""
 
+    async def last_usage_day(self) -> str | None:
+        """The latest day any rollup covers (``YYYY-MM-DD``), or None when there are none."""
+
 
 def open_store(database_url: str) -> Store:
-    """The store for ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db``.
+    """The store a database URL names.
+
+    - ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db``: a SQLite file;
+    - ``postgresql://user:password@host:port/dbname`` (or ``postgres://…``, with any
+      libpq option as a query parameter, e.g. ``?sslmode=require``): a PostgreSQL database.
 
     Opening does no I/O: the connection is made on first use. ``ValueError`` for a URL
-    that names no supported store.
+    that names no supported store; its message never repeats the URL (it may hold a
+    password).
     """
     scheme, sep, rest = database_url.partition("://")
     scheme = scheme.lower()
     if sep and scheme in ("postgresql", "postgres"):
-        raise NotImplementedError("PostgreSQL store not built yet")
+        from app.store.postgres import PostgresStore  # only the driver in use gets imported
+
+        return PostgresStore("postgresql://" + rest)
     if not sep or scheme != "sqlite":
         # Only the scheme is echoed: the rest of a URL may hold a password.
         got = f"scheme {scheme!r}" if sep else "no scheme"
         raise ValueError(
-            f"unsupported database URL ({got}): use sqlite:///path/to/file.db (or postgresql://…)"
+            f"unsupported database URL ({got}): use sqlite:///path/to/file.db "
+            "or postgresql://user:password@host:5432/dbname"
         )
     if not rest.startswith("/") or len(rest) < 2 or "?" in rest:
         raise ValueError(

@@ -151,3 +151,4 @@ USAGE_DAILY = (
 USAGE_TOTALS = (
     f"SELECT COUNT(*), {_SUMS} FROM usage_daily WHERE account_pid = ? AND environment = ?"
 )
+LAST_USAGE_DAY = "SELECT MAX(day) FROM usage_daily"

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from app.store import StoreConflict, StoreError, stream_id_key
+from app.store import ANY_CURSOR, StoreConflict, StoreError, stream_id_key
 from app.store import migrations as sql
 from app.store.records import AccountRecord, GrantRecord, KeyRecord, UsageRollup
 
@@ -162,7 +162,12 @@ class SQLiteStore:
     # -- usage ------------------------------------------------------------------------
 
     async def apply_usage(
-        self, shard: int, last_stream_id: str, rollups: list[UsageRollup]
+        self,
+        shard: int,
+        last_stream_id: str,
+        rollups: list[UsageRollup],
+        *,
+        after: str | None = ANY_CURSOR,
     ) -> bool:
         """Add the rollups and move the cursor atomically; False for a replayed batch."""
         position = stream_id_key(last_stream_id)  # a bad id fails before any I/O
@@ -171,6 +176,8 @@ class SQLiteStore:
         def apply(conn: sqlite3.Connection) -> bool:
             cursor = conn.execute(sql.GET_CURSOR, (shard,)).fetchone()
             if cursor is not None and position <= stream_id_key(cursor[0]):
+                return False
+            if after != ANY_CURSOR and (cursor[0] if cursor else None) != after:
                 return False
             conn.executemany(sql.UPSERT_USAGE, rows)
             conn.execute(sql.UPSERT_CURSOR, (shard, last_stream_id, int(time.time())))
@@ -196,6 +203,11 @@ class SQLiteStore:
         if not rows or rows[0][0] == 0:
             return None
         return _sums(account_pid, environment, "", rows[0][1:])
+
+    async def last_usage_day(self) -> str | None:
+        """The latest day any rollup covers, or None."""
+        rows = await self._rows(sql.LAST_USAGE_DAY)
+        return str(rows[0][0]) if rows and rows[0][0] is not None else None
 
 
 def _connect(path: Path, busy_timeout_ms: int) -> sqlite3.Connection:

@@ -1,0 +1,421 @@
+"""The PostgreSQL store: psycopg 3 with an async connection pool, opened on first use.
+
+The SQL is ``app.store.migrations``'s, converted once at import: ``?`` placeholders become
+``%s``, and text sort keys sort byte-wise (``COLLATE "C"``) as in SQLite, whatever the
+database's collation. Connections run in autocommit; every write is one explicit
+``READ COMMITTED`` transaction. Two things are serialized with transaction-scoped advisory
+locks, so they hold across processes and need no row to exist yet: schema migrations (one
+lock) and usage batches (one lock per shard).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import msgspec
+import psycopg
+import psycopg.errors
+from psycopg import AsyncConnection, IsolationLevel
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from app.store import ANY_CURSOR, StoreConflict, StoreError, stream_id_key
+from app.store import migrations as sql
+from app.store.records import AccountRecord, GrantRecord, KeyRecord, UsageRollup
+
+T = TypeVar("T")
+R = TypeVar("R", bound=msgspec.Struct)
+Row = tuple[Any, ...]
+Conn = AsyncConnection[Row]
+
+MIN_CONNECTIONS = 1
+MAX_CONNECTIONS = 10
+CONNECT_TIMEOUT_S = 5.0  # libpq's connect_timeout for each new connection
+POOL_TIMEOUT_S = 5.0  # longest wait for a pooled connection before StoreError
+
+# Advisory lock keys (the two-int form; its key space is apart from the one-bigint form).
+LOCK_CLASS = 0x5356_4300  # "SVC\0": every lock of this store
+MIGRATION_LOCK = 0  # (LOCK_CLASS, 0) while a process migrates
+USAGE_LOCK_CLASS = LOCK_CLASS + 1  # (USAGE_LOCK_CLASS, shard) while a shard's batch applies
+LOCK = "SELECT pg_advisory_xact_lock(%s::integer, %s::integer)"
+
+# Text columns of the records: sorting on them must not depend on the database collation.
+_TEXT_COLUMNS = frozenset(
+    field.name
+    for record in (AccountRecord, KeyRecord, GrantRecord, UsageRollup)
+    for field in msgspec.structs.fields(record)
+    if field.type is str
+)
+
+
+def _pg(query: str) -> str:
+    """A shared statement in PostgreSQL's dialect: ``%s`` placeholders, byte-wise sorts."""
+    if "%" in query:
+        raise ValueError(f"a shared statement holds a literal %: {query}")
+    head, order_by, order = query.partition(" ORDER BY ")
+    if order_by:
+        terms = []
+        for term in order.split(", "):
+            column, _, direction = term.partition(" ")
+            if column in _TEXT_COLUMNS:
+                term = f'{column} COLLATE "C" {direction}'.rstrip()
+            terms.append(term)
+        query = head + order_by + ", ".join(terms)
+    return query.replace("?", "%s")
+
+
+MIGRATIONS = tuple((version, tuple(map(_pg, stmts))) for version, stmts in sql.MIGRATIONS)
+CREATE_SCHEMA_MIGRATIONS = _pg(sql.CREATE_SCHEMA_MIGRATIONS)
+MIGRATION_APPLIED = _pg(sql.MIGRATION_APPLIED)
+RECORD_MIGRATION = _pg(sql.RECORD_MIGRATION)
+PING = _pg(sql.PING)
+INSERT_ACCOUNT = _pg(sql.INSERT_ACCOUNT)
+GET_ACCOUNT = _pg(sql.GET_ACCOUNT)
+LIST_ACCOUNTS = _pg(sql.LIST_ACCOUNTS)
+INSERT_KEY = _pg(sql.INSERT_KEY)
+GET_KEY = _pg(sql.GET_KEY)
+GET_ACCOUNT_KEY = _pg(sql.GET_ACCOUNT_KEY)
+LIST_KEYS = _pg(sql.LIST_KEYS)
+COUNT_ACTIVE_KEYS = _pg(sql.COUNT_ACTIVE_KEYS)
+REVOKE_KEY = _pg(sql.REVOKE_KEY)
+INSERT_GRANT = _pg(sql.INSERT_GRANT)
+GET_GRANT = _pg(sql.GET_GRANT)
+LIST_GRANTS = _pg(sql.LIST_GRANTS)
+GET_CURSOR = _pg(sql.GET_CURSOR)
+UPSERT_CURSOR = _pg(sql.UPSERT_CURSOR)
+UPSERT_USAGE = _pg(sql.UPSERT_USAGE)
+USAGE_DAILY = _pg(sql.USAGE_DAILY)
+USAGE_TOTALS = _pg(sql.USAGE_TOTALS)
+LAST_USAGE_DAY = _pg(sql.LAST_USAGE_DAY)
+# PostgreSQL only: key inserts of one account take turns, so seq grows with each key.
+LOCK_ACCOUNT = "SELECT 1 FROM accounts WHERE pid = %s FOR NO KEY UPDATE"
+
+
+class PostgresStore:
+    """``Store`` on a PostgreSQL database; the pool opens on first use.
+
+    ``conninfo`` is a libpq URL (``postgresql://user:password@host:port/dbname``) or a
+    ``key=value`` string. The password never appears in an error message.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        min_size: int = MIN_CONNECTIONS,
+        max_size: int = MAX_CONNECTIONS,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
+        pool_timeout_s: float = POOL_TIMEOUT_S,
+    ) -> None:
+        try:
+            params = conninfo_to_dict(conninfo)  # parsing only, no I/O
+        except psycopg.Error:
+            # libpq's message repeats the URL, password included.
+            raise ValueError("invalid PostgreSQL URL (check its syntax and options)") from None
+        ports = str(params.get("port") or "5432").split(",")
+        if not all(p.strip().isdigit() for p in ports):
+            raise ValueError("invalid PostgreSQL URL: the port is not a number")
+        self._conninfo = conninfo
+        self._password = str(params.get("password") or "")
+        host, port, dbname = (params.get(k) for k in ("host", "port", "dbname"))
+        # Where the store points, for messages: never the password.
+        self.target = f"{host or 'local socket'}:{port or 5432}/{dbname or ''}"
+        self.min_size, self.max_size = min_size, max_size
+        self.connect_timeout_s = connect_timeout_s
+        self.pool_timeout_s = pool_timeout_s
+        self._pool: AsyncConnectionPool[Conn] | None = None
+        self._closed = False
+        self._opening = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.target!r})"
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    async def _get_pool(self) -> AsyncConnectionPool[Conn]:
+        if self._pool is not None:
+            return self._pool
+        async with self._opening:
+            if self._closed:
+                raise StoreError("the store is closed")
+            if self._pool is None:
+                pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
+                    self._conninfo,
+                    min_size=self.min_size,
+                    max_size=self.max_size,
+                    kwargs={
+                        "autocommit": True,
+                        "connect_timeout": max(1, round(self.connect_timeout_s)),
+                    },
+                    configure=_configure,
+                    check=AsyncConnectionPool.check_connection,
+                    timeout=self.pool_timeout_s,
+                    name="svc-store",
+                    open=False,
+                )
+                # wait=False: an unreachable server shows as a StoreError on each call,
+                # while the pool keeps reconnecting in the background.
+                await pool.open(wait=False)
+                self._pool = pool
+            return self._pool
+
+    async def _run(self, fn: Callable[[Conn], Awaitable[T]], *, write: bool = False) -> T:
+        try:
+            pool = await self._get_pool()
+            async with pool.connection() as conn:
+                if not write:
+                    return await fn(conn)
+                async with conn.transaction():
+                    return await fn(conn)
+        except psycopg.errors.IntegrityError as exc:
+            raise StoreConflict(self._message(exc)) from None
+        except psycopg.errors.NumericValueOutOfRange as exc:
+            # As in SQLite: a number that does not fit 64 bits is the caller's error.
+            raise OverflowError(self._message(exc)) from None
+        except psycopg.ProgrammingError as exc:
+            if exc.sqlstate is None:
+                raise  # misused by this code (bad bindings): a bug, not an unavailable store
+            raise StoreError(self._message(exc)) from None
+        except PoolTimeout as exc:
+            raise StoreError(self._message(await self._why_no_connection(exc))) from None
+        except psycopg.Error as exc:
+            raise StoreError(self._message(exc)) from None
+
+    async def _why_no_connection(self, waited: PoolTimeout) -> BaseException:
+        """The pool only says it waited in vain; one direct attempt tells why."""
+        try:
+            conn = await AsyncConnection.connect(
+                self._conninfo, connect_timeout=max(1, round(self.connect_timeout_s))
+            )
+        except psycopg.Error as exc:
+            return exc
+        await conn.close()
+        return waited  # the server answers: every pooled connection was busy
+
+    def _message(self, exc: BaseException) -> str:
+        text = str(exc).strip() or type(exc).__name__
+        if self._password:
+            text = text.replace(self._password, "***")
+        return f"postgresql ({self.target}): {text}"
+
+    async def _write(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        return await self._run(fn, write=True)
+
+    async def _rows(self, query: str, args: Row = ()) -> list[Row]:
+        async def rows(conn: Conn) -> list[Row]:
+            return await (await conn.execute(query, args)).fetchall()
+
+        return await self._run(rows)
+
+    async def _record(self, record: type[R], query: str, args: Row) -> R | None:
+        rows = await self._rows(query, args)
+        return _to_record(record, rows[0]) if rows else None
+
+    async def _records(self, record: type[R], query: str, args: Row = ()) -> list[R]:
+        return [_to_record(record, row) for row in await self._rows(query, args)]
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def migrate(self) -> None:
+        """Apply the migrations the database lacks, each in its own transaction under
+        the migration lock, so processes starting at once apply each version once."""
+        await self._run(_migrate)
+
+    async def close(self) -> None:
+        """Close the pool (idempotent); later calls raise ``StoreError``."""
+        async with self._opening:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    async def ping(self) -> None:
+        """One ``SELECT 1``; ``StoreError`` when the server cannot be reached."""
+        await self._rows(PING)
+
+    # -- accounts ---------------------------------------------------------------------
+
+    async def create_account(self, rec: AccountRecord) -> None:
+        """Insert the account; ``StoreConflict`` when the pid exists."""
+        await self._write(_execute(INSERT_ACCOUNT, _to_row(rec)))
+
+    async def get_account(self, pid: str) -> AccountRecord | None:
+        """The account, or None."""
+        return await self._record(AccountRecord, GET_ACCOUNT, (pid,))
+
+    async def list_accounts(self) -> list[AccountRecord]:
+        """Every account, oldest first."""
+        return await self._records(AccountRecord, LIST_ACCOUNTS)
+
+    # -- keys -------------------------------------------------------------------------
+
+    async def insert_key(self, rec: KeyRecord) -> None:
+        """Insert the key; ``StoreConflict`` when the kid exists or the account does not."""
+        row = (*_to_row(rec), rec.account_pid)  # the account again, for the seq subquery
+
+        async def insert(conn: Conn) -> None:
+            await conn.execute(LOCK_ACCOUNT, (rec.account_pid,))
+            await conn.execute(INSERT_KEY, row)
+
+        await self._write(insert)
+
+    async def get_key(self, kid: str) -> KeyRecord | None:
+        """The key, or None."""
+        return await self._record(KeyRecord, GET_KEY, (kid,))
+
+    async def list_keys(self, account_pid: str) -> list[KeyRecord]:
+        """The account's keys, revoked ones included, newest first."""
+        return await self._records(KeyRecord, LIST_KEYS, (account_pid,))
+
+    async def count_active_keys(self, account_pid: str) -> int:
+        """How many of the account's keys are active."""
+        rows = await self._rows(COUNT_ACTIVE_KEYS, (account_pid,))
+        return int(rows[0][0])
+
+    async def revoke_key(self, account_pid: str, kid: str, revoked_at: int) -> KeyRecord | None:
+        """The key after revocation; None when that account has no such key."""
+
+        async def revoke(conn: Conn) -> KeyRecord | None:
+            await conn.execute(REVOKE_KEY, (revoked_at, kid, account_pid))
+            row = await (await conn.execute(GET_ACCOUNT_KEY, (kid, account_pid))).fetchone()
+            return None if row is None else _to_record(KeyRecord, row)
+
+        return await self._write(revoke)
+
+    # -- grants -----------------------------------------------------------------------
+
+    async def insert_grant(self, rec: GrantRecord) -> bool:
+        """True when written; False when the grant id exists (nothing changes)."""
+
+        async def insert(conn: Conn) -> bool:
+            return (await conn.execute(INSERT_GRANT, _to_row(rec))).rowcount == 1
+
+        return await self._write(insert)
+
+    async def get_grant(self, grant_id: str) -> GrantRecord | None:
+        """The grant, or None."""
+        return await self._record(GrantRecord, GET_GRANT, (grant_id,))
+
+    async def list_grants(self, account_pid: str) -> list[GrantRecord]:
+        """The account's grants, oldest first."""
+        return await self._records(GrantRecord, LIST_GRANTS, (account_pid,))
+
+    # -- usage ------------------------------------------------------------------------
+
+    async def apply_usage(
+        self,
+        shard: int,
+        last_stream_id: str,
+        rollups: list[UsageRollup],
+        *,
+        after: str | None = ANY_CURSOR,
+    ) -> bool:
+        """Add the rollups and move the cursor atomically; False for a replayed batch.
+
+        The shard's advisory lock makes concurrent calls take turns (it needs no cursor
+        row, so the shard's first batch is covered too); under READ COMMITTED the cursor
+        read after the lock sees what the previous holder committed.
+        """
+        position = stream_id_key(last_stream_id)  # a bad id fails before any I/O
+        rows = [_to_row(u) for u in rollups]
+
+        async def apply(conn: Conn) -> bool:
+            await conn.execute(LOCK, (USAGE_LOCK_CLASS, shard))
+            cursor = await (await conn.execute(GET_CURSOR, (shard,))).fetchone()
+            if cursor is not None and position <= stream_id_key(cursor[0]):
+                return False
+            if after != ANY_CURSOR and (cursor[0] if cursor else None) != after:
+                return False
+            if rows:
+                async with conn.cursor() as cur:
+                    await cur.executemany(UPSERT_USAGE, rows)
+            await conn.execute(UPSERT_CURSOR, (shard, last_stream_id, int(time.time())))
+            return True
+
+        return await self._write(apply)
+
+    async def get_cursor(self, shard: int) -> str | None:
+        """The last stream id applied for the shard, or None."""
+        rows = await self._rows(GET_CURSOR, (shard,))
+        return str(rows[0][0]) if rows else None
+
+    async def usage_daily(
+        self, account_pid: str, since_day: str, environment: str = "live"
+    ) -> list[UsageRollup]:
+        """Per-day sums from ``since_day`` on, newest first."""
+        rows = await self._rows(USAGE_DAILY, (account_pid, since_day, environment))
+        return [_sums(account_pid, environment, row[0], row[1:]) for row in rows]
+
+    async def usage_totals(self, account_pid: str, environment: str = "live") -> UsageRollup | None:
+        """All-time sums, or None when there is no usage."""
+        rows = await self._rows(USAGE_TOTALS, (account_pid, environment))
+        if not rows or rows[0][0] == 0:
+            return None
+        return _sums(account_pid, environment, "", rows[0][1:])
+
+    async def last_usage_day(self) -> str | None:
+        """The latest day any rollup covers, or None."""
+        rows = await self._rows(LAST_USAGE_DAY)
+        return str(rows[0][0]) if rows and rows[0][0] is not None else None
+
+
+async def _configure(conn: Conn) -> None:
+    # The lock-then-read steps need a fresh snapshot per statement, whatever the
+    # server's default_transaction_isolation says.
+    await conn.set_isolation_level(IsolationLevel.READ_COMMITTED)
+
+
+def _execute(query: str, args: Row) -> Callable[[Conn], Awaitable[None]]:
+    async def execute(conn: Conn) -> None:
+        await conn.execute(query, args)
+
+    return execute
+
+
+async def _migrate(conn: Conn) -> None:
+    # CREATE TABLE IF NOT EXISTS races in PostgreSQL too (a unique violation in the
+    # catalog), so even this runs under the lock.
+    async with conn.transaction():
+        await conn.execute(LOCK, (LOCK_CLASS, MIGRATION_LOCK))
+        await conn.execute(CREATE_SCHEMA_MIGRATIONS)
+    for version, statements in MIGRATIONS:
+        async with conn.transaction():
+            await conn.execute(LOCK, (LOCK_CLASS, MIGRATION_LOCK))
+            await _apply_migration(conn, version, statements)
+
+
+async def _apply_migration(conn: Conn, version: int, statements: Sequence[str]) -> None:
+    # Checked under the lock: of several processes migrating at once, the first applies
+    # the version and the others find it recorded.
+    if await (await conn.execute(MIGRATION_APPLIED, (version,))).fetchone() is not None:
+        return
+    for statement in statements:
+        await conn.execute(statement)
+    await conn.execute(RECORD_MIGRATION, (version, int(time.time())))
+
+
+def _to_row(rec: msgspec.Struct) -> Row:
+    return msgspec.structs.astuple(rec)
+
+
+def _to_record(record: type[R], row: Row) -> R:
+    return msgspec.convert(dict(zip(sql.columns(record), row, strict=True)), record)
+
+
+def _sums(pid: str, environment: str, day: str, sums: Row) -> UsageRollup:
+    # SUM of a BIGINT is a NUMERIC in PostgreSQL: psycopg reads it as a Decimal.
+    requests, prompt_tokens, completion_tokens, credits = (int(s or 0) for s in sums)
+    return UsageRollup(
+        account_pid=pid,
+        kid="",
+        day=day,
+        alias="",
+        environment=environment,
+        requests=requests,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        credits=credits,
+    )

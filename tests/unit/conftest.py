@@ -1,0 +1,27 @@
+"""Fixtures of the unit suites: a real PostgreSQL database, emptied for each test.
+
+The server starts only when a test asks for it (see ``tests/postgres.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.postgres import reset_database, server_url, session_database
+
+
+@pytest.fixture(scope="session")
+def postgres_database() -> Iterator[str]:
+    """The session's database on the session's PostgreSQL server (``SVC_TEST_POSTGRES_URL``
+    or a throwaway one); its URL."""
+    with server_url() as server, session_database(server) as url:
+        yield url
+
+
+@pytest.fixture
+def postgres_url(postgres_database: str) -> str:
+    """The URL of an empty PostgreSQL database (no table, no connection but yours)."""
+    reset_database(postgres_database)
+    return postgres_database
