@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     spot = ops.add_parser("spotlight", help="reward a verified spotlight view (earned credits)")
     spot.add_argument("account_pid")
     spot.add_argument("view_id")
+    ops.add_parser("usage-lag", help="usage events not yet flushed to the durable store")
     key = ops.add_parser("create-key", help="create an API key (the secret is shown once)")
     key.add_argument("account_pid")
     key.add_argument("--name", required=True)
@@ -91,7 +92,11 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
     async def spotlight(s: Services) -> Any:
         return await s.spotlights.reward(args.account_pid, args.view_id)
 
+    async def usage_lag(s: Services) -> Any:
+        return await s.flusher.lag()
+
     ops: dict[str, AdminOp] = {
+        "usage-lag": usage_lag,
         "create-account": create_account,
         "grant": grant,
         "spotlight": spotlight,

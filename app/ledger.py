@@ -185,20 +185,32 @@ class Ledger:
             return ScriptStatus.KEY_UNKNOWN
         return ScriptStatus.OK if status == b"active" else ScriptStatus.KEY_REVOKED
 
-    async def usage(
+    async def usage_days(
         self, pid: str, environment: str, days: list[str]
-    ) -> tuple[UsageCounters, list[tuple[str, UsageCounters]]]:
-        """All-time usage counters of an account and those of each day (``YYYY-MM-DD``),
-        in one round trip."""
+    ) -> dict[str, UsageCounters]:
+        """The usage counters of an account for each day (``YYYY-MM-DD``), one round trip."""
         shard = self.keys.shard(pid)
         fields = [f"{environment}:{name}" for name in COUNTERS]
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hmget(self.keys.usage_total(shard, pid), fields)
         for day in days:
             pipe.hmget(self.keys.usage_day(shard, pid, day_tag(day)), fields)
         rows = await pipe.execute()
-        counters = [UsageCounters(*(int(v or 0) for v in row)) for row in rows]
-        return counters[0], list(zip(days, counters[1:], strict=True))
+        return {
+            day: UsageCounters(*(int(v or 0) for v in row))
+            for day, row in zip(days, rows, strict=True)
+        }
+
+    async def usage_epoch(self) -> int | None:
+        """The first day (unix seconds at its 00:00 UTC) this Redis holds complete usage
+        counters for; None when it was never set (a new or emptied Redis)."""
+        raw = await self.redis.get(self.keys.usage_epoch())
+        return None if raw is None else int(raw)
+
+    async def start_usage_epoch(self, first_day: int) -> int:
+        """Set the epoch unless set already; returns the epoch in force."""
+        key = self.keys.usage_epoch()
+        await self.redis.set(key, first_day, nx=True)
+        return int(await self.redis.get(key) or first_day)
 
     # -- accounts and keys --------------------------------------------------------------
 

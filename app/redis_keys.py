@@ -71,3 +71,12 @@ class KeySpace:
     def events(self, shard: int) -> str:
         """stream: settled usage events, drained by the flusher."""
         return self._tagged(shard, "events")
+
+    def flush_lease(self, shard: int) -> str:
+        """string: the token of the flusher draining the shard's events (SET NX PX)."""
+        return self._tagged(shard, "flush-lease")
+
+    def usage_epoch(self) -> str:
+        """string: the first day (unix seconds at 00:00 UTC) whose usage counters this
+        Redis holds completely; a Redis that lost its data starts a new epoch."""
+        return f"{self.prefix}:usage-epoch"

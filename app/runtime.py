@@ -21,6 +21,7 @@ from app.auth import Authenticator
 from app.catalog import Alias, Catalog, default_catalog, load_catalog
 from app.completions import CompletionService
 from app.embedded import EmbeddedValkey, ensure_embedded
+from app.flusher import Flusher
 from app.ledger import Ledger
 from app.redis_keys import KeySpace
 from app.rewards import Spotlights
@@ -31,6 +32,7 @@ from app.upstream.base import Provider
 from app.upstream.openai_compat import AiohttpProvider, HttpxProvider
 from app.upstream.router import UpstreamRouter
 from app.upstream.simulated import SimulatedProvider
+from app.usage import UsageReader
 
 DEV_KEY_FILE = "dev-key.txt"
 UPSTREAM_CLIENTS = ("aiohttp", "httpx", "httpx-aiohttp")
@@ -107,6 +109,7 @@ class Services:
         redis: Redis,
         store: Store,
         *,
+        background_redis: Redis | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         assert settings.key_pepper, "settings must be resolved first"
@@ -147,7 +150,26 @@ class Services:
         )
         simulated = SimulatedProvider(settings.sim_reply_tokens, settings.sim_delay_ms)
         self.router = UpstreamRouter(build_providers(catalog, settings.upstream_client), simulated)
-        self.sweeper = Sweeper(self.ledger, interval_s=settings.sweep_interval_s, clock=clock)
+        # Background tasks talk to Redis on connections of their own, named so operators
+        # (and the benchmark) can tell their commands from the requests'.
+        self.background_redis = background_redis or redis
+        background_ledger = Ledger(
+            self.background_redis,
+            self.keys,
+            cap_ttl_s=settings.cap_counter_ttl_s,
+            usage_ttl_s=settings.usage_day_ttl_s,
+        )
+        self.sweeper = Sweeper(background_ledger, interval_s=settings.sweep_interval_s, clock=clock)
+        self.flusher = Flusher(
+            self.background_redis,
+            self.keys,
+            store,
+            interval_s=settings.flush_interval_s,
+            batch_size=settings.flush_batch_size,
+            lease_s=settings.flush_lease_s,
+            clock=clock,
+        )
+        self.usage = UsageReader(self.ledger, store, retention_s=settings.usage_day_ttl_s)
         self.completions = CompletionService(
             self.ledger,
             self.router,
@@ -159,7 +181,25 @@ class Services:
     async def close(self) -> None:
         await self.router.close()
         await self.store.close()
+        if self.background_redis is not self.redis:
+            await self.background_redis.aclose()
         await self.redis.aclose()
+
+
+def _redis_pool(
+    settings: Settings, max_connections: int, name: str | None = None
+) -> BlockingConnectionPool:
+    assert settings.redis_url, "settings must be resolved first"
+    # A blocking pool: under a burst, a request waits briefly for a connection instead of
+    # failing (redis-py's default pool raises once its connections are all in use).
+    return BlockingConnectionPool.from_url(
+        settings.redis_url,
+        max_connections=max_connections,
+        timeout=settings.redis_timeout_s,
+        socket_timeout=settings.redis_timeout_s,
+        socket_connect_timeout=settings.redis_timeout_s,
+        client_name=name,
+    )
 
 
 async def open_services(settings: Settings, *, clock: Callable[[], float] = time.time) -> Services:
@@ -168,17 +208,11 @@ async def open_services(settings: Settings, *, clock: Callable[[], float] = time
     assert settings.database_url, "settings must be resolved first"
     # A blocking pool: under a burst, a request waits briefly for a connection instead of
     # failing (redis-py's default pool raises once its 100 connections are in use).
-    pool = BlockingConnectionPool.from_url(
-        settings.redis_url,
-        max_connections=settings.redis_max_connections,
-        timeout=settings.redis_timeout_s,
-        socket_timeout=settings.redis_timeout_s,
-        socket_connect_timeout=settings.redis_timeout_s,
-    )
-    redis = Redis(connection_pool=pool)
+    redis = Redis(connection_pool=_redis_pool(settings, settings.redis_max_connections))
+    background = Redis(connection_pool=_redis_pool(settings, 4, name="svc-background"))
     store = open_store(settings.database_url)
     await store.migrate()
-    services = Services(settings, redis, store, clock=clock)
+    services = Services(settings, redis, store, background_redis=background, clock=clock)
     with contextlib.suppress(RedisError):
         await services.ledger.load_scripts()  # EVALSHA reloads them later anyway
     return services

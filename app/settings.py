@@ -44,6 +44,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """The earned pool expires this long after its latest grant (rolling)."""
     sweep_interval_s: float = 10.0
     """How often each worker looks for reservations past their deadline."""
+    flush_interval_s: float = 1.0
+    """How often each worker drains the usage streams into the durable store."""
+    flush_batch_size: int = 1000
+    """Usage events per database transaction."""
+    flush_lease_s: float = 10.0
+    """A shard's drainer keeps it this long after its last batch; a dead one's shards are
+    taken over after that."""
     stream_hold_back_ms: float = 2.0
     """How long the last token read is held for the next, so that the last content chunk
     can carry finish_reason "stop" itself; a slower upstream ends with an empty stop chunk."""

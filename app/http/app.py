@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -10,6 +11,7 @@ from litestar import Litestar
 from litestar.enums import ScopeType
 from litestar.openapi import OpenAPIConfig
 from litestar.types import Receive, Scope, Send
+from redis.exceptions import RedisError
 
 from app import __version__
 from app.completions import drain_background
@@ -19,6 +21,7 @@ from app.http.chat import CHAT_PATH, chat_completions, serve_chat
 from app.http.errors import handle_exception
 from app.runtime import open_services
 from app.settings import Settings
+from app.store import StoreError
 
 
 def create_app(settings: Settings) -> Litestar:
@@ -28,12 +31,21 @@ def create_app(settings: Settings) -> Litestar:
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         services = await open_services(settings)
         app.state.services = services
-        sweeper = asyncio.create_task(services.sweeper.run())
+        with contextlib.suppress(RedisError, StoreError, OSError):
+            await services.usage.epoch()  # a new or emptied Redis starts its usage epoch
+        tasks = [
+            asyncio.create_task(services.sweeper.run()),
+            asyncio.create_task(services.flusher.run()),
+        ]
         try:
             yield
         finally:
-            sweeper.cancel()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             await drain_background()  # settlements still running finish first
+            with contextlib.suppress(RedisError, StoreError, OSError):
+                await services.flusher.flush_all()  # what they recorded goes out now
             await services.close()
 
     return Litestar(

@@ -141,6 +141,7 @@ def dying_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             "SVC_SIM_REPLY_TOKENS": "300",
             "SVC_RESERVATION_DEADLINE_S": "3",
             "SVC_SWEEP_INTERVAL_S": "0.5",
+            "SVC_FLUSH_INTERVAL_S": "3600",  # keep the usage events in the stream to read
         },
     )
     yield srv

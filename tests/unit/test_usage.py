@@ -5,7 +5,19 @@ from __future__ import annotations
 import pytest
 
 from app.errors import ApiError
-from app.usage import DEFAULT_DAYS, UsageCounters, parse_days, summarize, window
+from app.store import UsageRollup
+from app.usage import (
+    DEFAULT_DAYS,
+    UsageCounters,
+    UsageReader,
+    epoch_after,
+    first_redis_day,
+    parse_days,
+    summarize,
+    window,
+)
+
+DAY = 86_400
 
 
 @pytest.mark.parametrize(
@@ -41,3 +53,92 @@ def test_summary_adds_prompt_and_completion_tokens() -> None:
         ("2026-01-02", 5, 4, 1),
         ("2026-01-01", 0, 0, 0),
     ]
+
+
+def test_epoch_and_the_first_day_redis_serves() -> None:
+    new_year = 1_767_225_600  # 2026-01-01T00:00:00Z
+    assert epoch_after(None) == 0
+    assert epoch_after("2026-01-01") == new_year + DAY
+    noon = new_year + 12 * 3600
+    retention = 40 * DAY
+    assert first_redis_day(noon, 0, retention) == "2025-11-24"  # 38 days back
+    assert first_redis_day(noon, new_year + DAY, retention) == "2026-01-02"  # tomorrow
+
+
+class _Ledger:
+    """Redis counters of one account, by day; the epoch key."""
+
+    def __init__(self, days: dict[str, UsageCounters], epoch: int | None) -> None:
+        self.days = days
+        self.epoch: int | None = epoch
+
+    async def usage_days(self, pid: str, env: str, days: list[str]) -> dict[str, UsageCounters]:
+        return {d: self.days.get(d, UsageCounters()) for d in days}
+
+    async def usage_epoch(self) -> int | None:
+        return self.epoch
+
+    async def start_usage_epoch(self, first_day: int) -> int:
+        if self.epoch is None:
+            self.epoch = first_day
+        return self.epoch
+
+
+class _Store:
+    def __init__(self, days: dict[str, UsageCounters]) -> None:
+        self.days = days
+
+    async def usage_daily(self, pid: str, since: str, env: str) -> list[UsageRollup]:
+        return [_rollup(d, c) for d, c in sorted(self.days.items(), reverse=True) if d >= since]
+
+    async def usage_totals(self, pid: str, env: str) -> UsageRollup | None:
+        if not self.days:
+            return None
+        total = UsageCounters()
+        for c in self.days.values():
+            total = total.plus(c)
+        return _rollup("", total)
+
+    async def last_usage_day(self) -> str | None:
+        return max(self.days) if self.days else None
+
+
+def _rollup(day: str, c: UsageCounters) -> UsageRollup:
+    return UsageRollup(
+        account_pid="acct_X",
+        kid="",
+        day=day,
+        alias="",
+        environment="live",
+        requests=c.requests,
+        prompt_tokens=c.prompt_tokens,
+        completion_tokens=c.completion_tokens,
+        credits=c.credits,
+    )
+
+
+NOW = 1_767_268_800  # 2026-01-01T12:00:00Z
+
+
+async def test_recent_days_from_redis_older_from_the_store_never_both() -> None:
+    one = UsageCounters(1, 10, 10, 5)
+    redis_days = {"2026-01-01": one, "2025-12-31": one}
+    # the store has flushed everything: the recent days too, plus an old day
+    store_days = {"2026-01-01": one, "2025-12-31": one, "2025-10-01": UsageCounters(2, 1, 1, 7)}
+    reader = UsageReader(_Ledger(redis_days, 0), _Store(store_days), retention_s=40 * DAY)  # type: ignore[arg-type]
+    summary = await reader.summary("acct_X", "live", NOW, 120)
+    assert (summary.requests_count, summary.credits_spent) == (4, 17)  # not 6 / 27
+    by_day = {d.day_bucket: d.credits_spent for d in summary.daily}
+    assert (by_day["2026-01-01"], by_day["2025-12-31"], by_day["2025-10-01"]) == (5, 5, 7)
+    assert len(summary.daily) == 120
+
+
+async def test_after_redis_lost_its_data_flushed_history_is_still_whole() -> None:
+    one = UsageCounters(1, 10, 10, 5)
+    store_days = {"2026-01-01": one, "2025-12-30": one}  # flushed before the loss
+    ledger = _Ledger({"2026-01-01": UsageCounters(1, 1, 1, 1)}, None)  # Redis came back empty
+    reader = UsageReader(ledger, _Store(store_days), retention_s=40 * DAY)  # type: ignore[arg-type]
+    summary = await reader.summary("acct_X", "live", NOW, 7)
+    assert ledger.epoch == 1_767_225_600 + DAY  # the day after the last flushed day
+    assert (summary.requests_count, summary.credits_spent) == (2, 10)
+    assert [d.credits_spent for d in summary.daily[:3]] == [5, 0, 5]

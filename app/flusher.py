@@ -1,0 +1,204 @@
+"""The flusher: usage events from Redis streams into durable daily rollups, exactly once.
+
+Every settle appends one event to its shard's stream. Each worker runs a flusher; a lease
+per shard (``SET NX PX``, taken over once it lapses) lets one of them drain a shard at a
+time. A batch is the events after the shard's durable cursor; it is aggregated into
+rollups per (account, key, day, alias, environment) and written in one database
+transaction together with the new cursor, and only if the cursor is still the one the
+batch started from (two drainers racing after a lapsed lease cannot both apply). Only then
+are the entries trimmed from the stream, so a crash at any point replays at most what is
+already at or below the cursor, which is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from app.redis_keys import KeySpace
+from app.store import Store, StoreError, UsageRollup, stream_id_key
+
+log = logging.getLogger("svc.flusher")
+
+
+class UsageEvent(msgspec.Struct, frozen=True):
+    """One settled request, as ``settle.lua`` wrote it."""
+
+    id: str
+    account_pid: str
+    kid: str
+    environment: str
+    alias: str
+    day: str
+    prompt_tokens: int
+    completion_tokens: int
+    credits: int
+
+
+class Lag(msgspec.Struct):
+    """How far the durable rollups are behind Redis."""
+
+    pending_events: int  # entries still in the streams (flushed ones are trimmed)
+    oldest_event_age_s: float  # age of the oldest entry, 0 when none
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _event(entry_id: Any, fields: Any) -> UsageEvent:
+    f = {_text(k): _text(v) for k, v in fields.items()}
+    return UsageEvent(
+        id=_text(entry_id),
+        account_pid=f["acct"],
+        kid=f["kid"],
+        environment=f["env"],
+        alias=f["alias"],
+        day=f["day"],
+        prompt_tokens=int(f["prompt_tokens"]),
+        completion_tokens=int(f["completion_tokens"]),
+        credits=int(f["credits"]),
+    )
+
+
+def aggregate(events: list[UsageEvent]) -> list[UsageRollup]:
+    """Sum events per (account, key, day, alias, environment), in first-seen order."""
+    sums: dict[tuple[str, str, str, str, str], list[int]] = {}
+    for e in events:
+        key = (e.account_pid, e.kid, e.day, e.alias, e.environment)
+        acc = sums.setdefault(key, [0, 0, 0, 0])
+        acc[0] += 1
+        acc[1] += e.prompt_tokens
+        acc[2] += e.completion_tokens
+        acc[3] += e.credits
+    return [
+        UsageRollup(
+            account_pid=pid,
+            kid=kid,
+            day=day,
+            alias=alias,
+            environment=env,
+            requests=n,
+            prompt_tokens=pt,
+            completion_tokens=ct,
+            credits=cr,
+        )
+        for (pid, kid, day, alias, env), (n, pt, ct, cr) in sums.items()
+    ]
+
+
+def next_stream_id(stream_id: str) -> str:
+    """The smallest stream id after ``stream_id`` (for ``XTRIM MINID``)."""
+    ms, seq = stream_id_key(stream_id)
+    return f"{ms}-{seq + 1}"
+
+
+class Flusher:
+    """Drains the usage streams of every shard into the durable store."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        keys: KeySpace,
+        store: Store,
+        *,
+        interval_s: float = 1.0,
+        batch_size: int = 1000,
+        lease_s: float = 10.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.store = store
+        self.interval_s = interval_s
+        self.batch_size = batch_size
+        self.lease_ms = int(lease_s * 1000)
+        self.clock = clock
+        self.token = secrets.token_hex(8)
+        self.applied = 0  # events this process wrote to the store
+
+    async def _hold_lease(self, shard: int) -> bool:
+        key = self.keys.flush_lease(shard)
+        if await self.redis.set(key, self.token, nx=True, px=self.lease_ms):
+            return True
+        holder = await self.redis.get(key)
+        if holder is not None and _text(holder) == self.token:
+            await self.redis.pexpire(key, self.lease_ms)
+            return True
+        return False
+
+    async def events_after(self, shard: int, cursor: str | None, count: int) -> list[UsageEvent]:
+        """Up to ``count`` events of the shard with ids above ``cursor``, oldest first."""
+        start = f"({cursor}" if cursor else "-"
+        entries = await self.redis.xrange(self.keys.events(shard), start, "+", count=count)
+        return [_event(entry_id, fields) for entry_id, fields in entries or []]
+
+    async def flush_shard(self, shard: int) -> int:
+        """Apply the shard's pending events, batch by batch, while this process holds the
+        shard's lease; returns how many events it applied."""
+        applied = 0
+        while await self._hold_lease(shard):
+            cursor = await self.store.get_cursor(shard)
+            events = await self.events_after(shard, cursor, self.batch_size)
+            if events:
+                last = events[-1].id
+                if await self.store.apply_usage(shard, last, aggregate(events), after=cursor):
+                    applied += len(events)
+                    cursor = last
+                else:
+                    cursor = await self.store.get_cursor(shard)  # another drainer moved on
+            if cursor:
+                # everything at or below the durable cursor is in the store: drop it
+                await self.redis.xtrim(self.keys.events(shard), minid=next_stream_id(cursor))
+            if len(events) < self.batch_size:
+                break
+        self.applied += applied
+        return applied
+
+    async def flush_all(self) -> int:
+        """One pass over the shards that have events (in random order, so workers spread
+        out); an idle pass is one pipelined round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in range(self.keys.shards):
+            pipe.xlen(self.keys.events(shard))
+        busy = [shard for shard, n in enumerate(await pipe.execute()) if int(n)]
+        random.shuffle(busy)
+        total = 0
+        for shard in busy:
+            total += await self.flush_shard(shard)
+        return total
+
+    async def lag(self) -> Lag:
+        """Unflushed events and the age of the oldest, over every shard (two round trips)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in range(self.keys.shards):
+            pipe.xlen(self.keys.events(shard))
+        lengths = await pipe.execute()
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in range(self.keys.shards):
+            pipe.xrange(self.keys.events(shard), "-", "+", count=1)
+        firsts = await pipe.execute()
+        oldest_ms = min(
+            (stream_id_key(_text(entries[0][0]))[0] for entries in firsts if entries),
+            default=None,
+        )
+        age = 0.0 if oldest_ms is None else max(0.0, self.clock() - oldest_ms / 1000)
+        return Lag(pending_events=sum(int(n) for n in lengths), oldest_event_age_s=round(age, 3))
+
+    async def run(self) -> None:
+        """Flush every ``interval_s`` (jittered) until cancelled; failures wait a round."""
+        while True:
+            await asyncio.sleep(self.interval_s * random.uniform(0.5, 1.5))
+            try:
+                await self.flush_all()
+            except (RedisError, StoreError, OSError) as exc:
+                log.warning("flush failed, retrying next round: %s", type(exc).__name__)

@@ -1,0 +1,146 @@
+"""The flusher on both Redis flavours and a real SQLite file: exactly once, whatever fails."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from app.flusher import Flusher, UsageEvent, aggregate, next_stream_id
+from app.ledger import Ledger
+from app.store import Store, open_store
+from tests.conftest import Clock
+from tests.unit.scripts_helpers import account, key, reserve
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    s = open_store(f"sqlite:///{tmp_path / 'svc.db'}")
+    await s.migrate()
+    yield s
+    await s.close()
+
+
+def _flusher(redis: Redis, ledger: Ledger, store: Store, clock: Clock, **kw: float) -> Flusher:
+    return Flusher(redis, ledger.keys, store, clock=clock, **kw)  # type: ignore[arg-type]
+
+
+async def _traffic(ledger: Ledger, clock: Clock, accounts: int, each: int) -> int:
+    """Settled requests on several accounts (several shards); returns Σ credits charged."""
+    charged = 0
+    for a in range(accounts):
+        pid = f"acct_F{a}"
+        await account(ledger, pid, purchased=10_000)
+        ident = await key(ledger, pid, f"kidF{a:08d}")
+        for i in range(each):
+            hold = await reserve(ledger, ident, f"r{a}-{i}", clock())
+            used = 1 + i % 3
+            settled = await ledger.settle(
+                hold,
+                now=clock(),
+                credits_used=used,
+                prompt_tokens=5,
+                completion_tokens=used,
+                outcome="completed",
+            )
+            charged += settled.credits_used
+    return charged
+
+
+async def _durable_credits(store: Store, accounts: int) -> tuple[int, int]:
+    credits = requests = 0
+    for a in range(accounts):
+        totals = await store.usage_totals(f"acct_F{a}")
+        if totals is not None:
+            credits += totals.credits
+            requests += totals.requests
+    return credits, requests
+
+
+async def _pending(ledger: Ledger) -> int:
+    return sum([await ledger.redis.xlen(ledger.keys.events(s)) for s in range(ledger.keys.shards)])
+
+
+def test_aggregate_sums_per_key_day_alias_environment() -> None:
+    def ev(i: int, kid: str, day: str, env: str = "live") -> UsageEvent:
+        return UsageEvent(f"{i}-0", "acct_A", kid, env, "svc-fast", day, 10, i, i * 2)
+
+    rollups = aggregate(
+        [ev(1, "k1", "d1"), ev(2, "k1", "d1"), ev(3, "k2", "d1"), ev(4, "k1", "d1", "test")]
+    )
+    assert [
+        (r.kid, r.environment, r.requests, r.prompt_tokens, r.completion_tokens, r.credits)
+        for r in rollups
+    ] == [
+        ("k1", "live", 2, 20, 3, 6),
+        ("k2", "live", 1, 10, 3, 6),
+        ("k1", "test", 1, 10, 4, 8),
+    ]
+    assert next_stream_id("1700000000000-7") == "1700000000000-8"
+
+
+async def test_events_reach_the_store_once_and_leave_the_stream(
+    redis: Redis, ledger: Ledger, store: Store, clock: Clock
+) -> None:
+    charged = await _traffic(ledger, clock, accounts=6, each=7)
+    flusher = _flusher(redis, ledger, store, clock, batch_size=5)
+    lag = await flusher.lag()
+    assert lag.pending_events == 42
+    assert await flusher.flush_all() == 42
+    assert await _durable_credits(store, 6) == (charged, 42)
+    assert await _pending(ledger) == 0
+    assert await flusher.flush_all() == 0  # nothing twice
+    assert await _durable_credits(store, 6) == (charged, 42)
+    assert (await flusher.lag()).pending_events == 0
+
+
+async def test_a_crash_between_commit_and_trim_is_not_counted_twice(
+    redis: Redis, ledger: Ledger, store: Store, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    charged = await _traffic(ledger, clock, accounts=3, each=4)
+    first = _flusher(redis, ledger, store, clock)
+
+    async def die(*args: object, **kwargs: object) -> None:
+        raise ConnectionError("worker killed after the commit")
+
+    monkeypatch.setattr(first.redis, "xtrim", die)
+    with pytest.raises(ConnectionError):
+        await first.flush_all()
+    monkeypatch.undo()
+    assert await _pending(ledger) > 0  # committed but not trimmed
+    # another worker takes over (the dead one's leases lapse) and replays from the stream
+    for shard in range(ledger.keys.shards):
+        await redis.delete(ledger.keys.flush_lease(shard))
+    await _flusher(redis, ledger, store, clock).flush_all()
+    await _flusher(redis, ledger, store, clock).flush_all()
+    assert await _durable_credits(store, 3) == (charged, 12)
+    assert await _pending(ledger) == 0
+
+
+async def test_racing_flushers_never_double_count(
+    redis: Redis, ledger: Ledger, store: Store, clock: Clock
+) -> None:
+    charged = await _traffic(ledger, clock, accounts=8, each=5)
+    # leases that lapse at once: every flusher drains every shard, concurrently
+    flushers = [
+        _flusher(redis, ledger, store, clock, batch_size=3, lease_s=0.001) for _ in range(4)
+    ]
+    await asyncio.gather(*(f.flush_all() for f in flushers))
+    await asyncio.gather(*(f.flush_all() for f in flushers))
+    assert sum(f.applied for f in flushers) == 40
+    assert await _durable_credits(store, 8) == (charged, 40)
+
+
+async def test_a_shard_has_one_drainer_while_its_lease_lives(
+    redis: Redis, ledger: Ledger, store: Store, clock: Clock
+) -> None:
+    await _traffic(ledger, clock, accounts=2, each=2)
+    holder = _flusher(redis, ledger, store, clock, lease_s=60)
+    other = _flusher(redis, ledger, store, clock, lease_s=60)
+    shard = ledger.keys.shard("acct_F0")
+    await redis.set(ledger.keys.flush_lease(shard), holder.token, px=60_000)
+    assert await other.flush_shard(shard) == 0
+    assert await holder.flush_shard(shard) > 0
