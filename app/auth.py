@@ -16,7 +16,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from app.errors import ApiError, ErrorKind, invalid_api_key
+from app.errors import ApiError, ErrorKind, KeyRecordMissing, invalid_api_key
 from app.keys import bearer_secret, digest, parse_key, verify_secret
 from app.ledger import Identity, Ledger, key_refusal
 from app.store import Store
@@ -89,8 +89,24 @@ class Authenticator:
         """``identify`` plus the key's current status (revocation), for non-completion routes."""
         ident = await self.identify(authorization)
         refusal = key_refusal(await self.ledger.key_status(ident))
+        if isinstance(refusal, KeyRecordMissing):
+            ident = await self.restore(authorization)
+            refusal = key_refusal(await self.ledger.key_status(ident))
         if refusal is not None:
             raise refusal
+        return ident
+
+    async def restore(self, authorization: str | None) -> Identity:
+        """Re-create a key's Redis records from the durable store (cold path: argon2,
+        rate-limited), for a key whose record Redis lost while this worker cached it."""
+        secret = bearer_secret(authorization)
+        parsed = parse_key(secret) if secret else None
+        if secret is None or parsed is None:
+            raise invalid_api_key()
+        key_digest = digest(self.pepper, secret)
+        self.forget(key_digest)
+        ident = await self._cold_path(secret, parsed.kid, parsed.environment, key_digest)
+        self._remember(key_digest, ident)
         return ident
 
     def forget(self, key_digest: str) -> None:

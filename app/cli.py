@@ -50,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     spot.add_argument("account_pid")
     spot.add_argument("view_id")
     ops.add_parser("usage-lag", help="usage events not yet flushed to the durable store")
+    ops.add_parser("flush", help="flush pending usage events to the durable store now")
     key = ops.add_parser("create-key", help="create an API key (the secret is shown once)")
     key.add_argument("account_pid")
     key.add_argument("--name", required=True)
@@ -95,8 +96,12 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
     async def usage_lag(s: Services) -> Any:
         return await s.flusher.lag()
 
+    async def flush(s: Services) -> Any:
+        return {"flushed_events": await s.flusher.flush_all(), "lag": await s.flusher.lag()}
+
     ops: dict[str, AdminOp] = {
         "usage-lag": usage_lag,
+        "flush": flush,
         "create-account": create_account,
         "grant": grant,
         "spotlight": spotlight,

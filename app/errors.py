@@ -92,6 +92,11 @@ def service_unavailable() -> ApiError:
     )
 
 
+class KeyRecordMissing(ApiError):
+    """Redis has no record of a key the worker knows (Redis lost its data): the caller may
+    restore the record from the durable store and try once more; otherwise it is a 401."""
+
+
 def invalid_api_key() -> ApiError:
     return ApiError(
         ErrorKind.INVALID_API_KEY,

@@ -16,7 +16,7 @@ import msgspec
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
-from app.errors import ApiError, ErrorKind, invalid_api_key
+from app.errors import ApiError, ErrorKind, KeyRecordMissing, invalid_api_key
 from app.redis_keys import KeySpace
 from app.usage import COUNTERS, UsageCounters
 
@@ -110,7 +110,10 @@ def key_refusal(status: ScriptStatus) -> ApiError | None:
     """The API error for a key or account status, or None when the status is OK."""
     if status is ScriptStatus.KEY_REVOKED:
         return ApiError(ErrorKind.API_KEY_REVOKED, "This API key has been revoked.")
-    if status in (ScriptStatus.KEY_UNKNOWN, ScriptStatus.ACCOUNT_MISSING):
+    if status is ScriptStatus.KEY_UNKNOWN:
+        missing = invalid_api_key()
+        return KeyRecordMissing(missing.kind, missing.message)
+    if status is ScriptStatus.ACCOUNT_MISSING:
         return invalid_api_key()
     return None
 

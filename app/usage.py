@@ -20,7 +20,7 @@ from app.errors import invalid_value
 
 if TYPE_CHECKING:
     from app.ledger import Ledger
-    from app.store import Store
+    from app.store import Store, UsageRollup
 
 DEFAULT_DAYS = 30
 MAX_DAYS = 366
@@ -36,13 +36,19 @@ class UsageCounters(msgspec.Struct, frozen=True):
     completion_tokens: int = 0
     credits: int = 0
 
-    def plus(self, other: UsageCounters, sign: int = 1) -> UsageCounters:
+    def plus(self, other: UsageCounters) -> UsageCounters:
         return UsageCounters(
-            self.requests + sign * other.requests,
-            self.prompt_tokens + sign * other.prompt_tokens,
-            self.completion_tokens + sign * other.completion_tokens,
-            self.credits + sign * other.credits,
+            self.requests + other.requests,
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.credits + other.credits,
         )
+
+
+def _counters(rollup: UsageRollup) -> UsageCounters:
+    return UsageCounters(
+        rollup.requests, rollup.prompt_tokens, rollup.completion_tokens, rollup.credits
+    )
 
 
 class DailyUsage(msgspec.Struct):
@@ -139,22 +145,15 @@ class UsageReader:
         first = first_redis_day(now, await self.epoch(), self.retention_s)
         recent = [d for d in window(now, MAX_DAYS) if d >= first]  # newest first
         from_redis = await self.ledger.usage_days(pid, environment, recent) if recent else {}
+        # Days from ``first`` on come from Redis; every older day from the store, the
+        # window's days and the sum of all of them each read in one statement.
         durable = {
-            r.day: UsageCounters(r.requests, r.prompt_tokens, r.completion_tokens, r.credits)
-            for r in await self.store.usage_daily(pid, min(wanted[-1], first), environment)
+            r.day: _counters(r)
+            for r in await self.store.usage_daily(pid, wanted[-1], environment)
+            if r.day < first
         }
-        all_time = await self.store.usage_totals(pid, environment)
-        totals = UsageCounters()
-        if all_time is not None:
-            totals = UsageCounters(
-                all_time.requests,
-                all_time.prompt_tokens,
-                all_time.completion_tokens,
-                all_time.credits,
-            )
-        for day, counters in durable.items():
-            if day >= first:  # Redis serves these days: the store's copy is not counted
-                totals = totals.plus(counters, -1)
+        before = await self.store.usage_totals(pid, environment, before_day=first)
+        totals = UsageCounters() if before is None else _counters(before)
         for counters in from_redis.values():
             totals = totals.plus(counters)
         daily = [

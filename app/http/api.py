@@ -17,7 +17,7 @@ from app.accounts import (
     credit_balance,
     validate_key_request,
 )
-from app.errors import ApiError, ErrorKind
+from app.errors import ApiError, ErrorKind, KeyRecordMissing
 from app.http.deps import provide_identity, provide_services
 from app.ledger import Identity, key_refusal
 from app.runtime import Services
@@ -62,9 +62,14 @@ class V1Controller(Controller):
     @get("/credits")
     async def credits(self, services: Services, request: Request[Any, Any, Any]) -> CreditBalance:
         """The account's credit pools (spec 2.5); one script call checks the key too."""
-        ident = await services.auth.identify(request.headers.get("authorization"))
+        authorization = request.headers.get("authorization")
+        ident = await services.auth.identify(authorization)
         status, balance = await services.ledger.balance(ident, services.clock())
         refusal = key_refusal(status)
+        if isinstance(refusal, KeyRecordMissing):  # Redis lost the key's record: restore it
+            ident = await services.auth.restore(authorization)
+            status, balance = await services.ledger.balance(ident, services.clock())
+            refusal = key_refusal(status)
         if refusal is not None:
             raise refusal
         return credit_balance(balance)

@@ -14,7 +14,7 @@ from litestar import asgi
 from litestar.types import Receive, Scope, Send
 
 from app.chat import parse_chat_request
-from app.errors import ApiError, ErrorKind
+from app.errors import ApiError, ErrorKind, KeyRecordMissing
 from app.http.errors import as_api_error
 
 if TYPE_CHECKING:
@@ -72,10 +72,15 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
 async def _open(services: Services, scope: Scope, receive: Receive) -> Completion:
     if scope.get("method") != "POST":
         raise ApiError(ErrorKind.METHOD_NOT_ALLOWED, "Use POST for /v1/chat/completions.")
-    ident = await services.auth.identify(_header(scope, b"authorization"))
+    authorization = _header(scope, b"authorization")
+    ident = await services.auth.identify(authorization)
     body = await read_body(scope, receive, services.settings.max_body_bytes)
     params = parse_chat_request(body, services.aliases)
-    return await services.completions.open(ident, params)
+    try:
+        return await services.completions.open(ident, params)
+    except KeyRecordMissing:
+        ident = await services.auth.restore(authorization)  # Redis lost it: restore, once
+        return await services.completions.open(ident, params)
 
 
 async def _watch_disconnect(receive: Receive, relay: asyncio.Task[Any]) -> None:

@@ -13,6 +13,7 @@ from app.store.records import AccountRecord, GrantRecord, KeyRecord, UsageRollup
 
 __all__ = [
     "ANY_CURSOR",
+    "END_OF_TIME",
     "AccountRecord",
     "GrantRecord",
     "KeyRecord",
@@ -25,6 +26,8 @@ __all__ = [
 ]
 
 
+END_OF_TIME = "9999-12-31"
+"""A day after every real one: ``usage_totals`` sums all time up to it."""
 ANY_CURSOR = "*"
 """``apply_usage(after=…)`` default: apply whatever the cursor is (never a stream id)."""
 
@@ -117,8 +120,12 @@ class Store(Protocol):
         """One sum per day (kid and alias empty) from ``since_day`` on, newest first;
         days without usage are absent."""
 
-    async def usage_totals(self, account_pid: str, environment: str = "live") -> UsageRollup | None:
-        """All-time sums (kid, alias and day empty); None when there is no usage."""
+    async def usage_totals(
+        self, account_pid: str, environment: str = "live", before_day: str = END_OF_TIME
+    ) -> UsageRollup | None:
+        """Sums (kid, alias and day empty) of the days before ``before_day``, all time by
+        default; None when there is no such usage. One statement: consistent even while
+        the flusher writes."""
 
     async def last_usage_day(self) -> str | None:
         """The latest day any rollup covers (``YYYY-MM-DD``), or None when there are none."""

@@ -147,8 +147,10 @@ USAGE_DAILY = (
     f"SELECT day, {_SUMS} FROM usage_daily "
     "WHERE account_pid = ? AND day >= ? AND environment = ? GROUP BY day ORDER BY day DESC"
 )
-# COUNT(*) tells "no rows" apart from rows that sum to zero.
+# COUNT(*) tells "no rows" apart from rows that sum to zero; the last argument is a day
+# past every real one for all-time totals ("9999-12-31"), or where the sums stop.
 USAGE_TOTALS = (
-    f"SELECT COUNT(*), {_SUMS} FROM usage_daily WHERE account_pid = ? AND environment = ?"
+    f"SELECT COUNT(*), {_SUMS} FROM usage_daily "
+    "WHERE account_pid = ? AND environment = ? AND day < ?"
 )
 LAST_USAGE_DAY = "SELECT MAX(day) FROM usage_daily"

@@ -22,7 +22,7 @@ from psycopg import AsyncConnection, IsolationLevel
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from app.store import ANY_CURSOR, StoreConflict, StoreError, stream_id_key
+from app.store import ANY_CURSOR, END_OF_TIME, StoreConflict, StoreError, stream_id_key
 from app.store import migrations as sql
 from app.store.records import AccountRecord, GrantRecord, KeyRecord, UsageRollup
 
@@ -349,9 +349,12 @@ class PostgresStore:
         rows = await self._rows(USAGE_DAILY, (account_pid, since_day, environment))
         return [_sums(account_pid, environment, row[0], row[1:]) for row in rows]
 
-    async def usage_totals(self, account_pid: str, environment: str = "live") -> UsageRollup | None:
-        """All-time sums, or None when there is no usage."""
-        rows = await self._rows(USAGE_TOTALS, (account_pid, environment))
+    async def usage_totals(
+        self, account_pid: str, environment: str = "live", before_day: str = END_OF_TIME
+    ) -> UsageRollup | None:
+        """Sums of the days before ``before_day`` (all time by default), or None when
+        there is no such usage."""
+        rows = await self._rows(USAGE_TOTALS, (account_pid, environment, before_day))
         if not rows or rows[0][0] == 0:
             return None
         return _sums(account_pid, environment, "", rows[0][1:])

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from app.store import ANY_CURSOR, StoreConflict, StoreError, stream_id_key
+from app.store import ANY_CURSOR, END_OF_TIME, StoreConflict, StoreError, stream_id_key
 from app.store import migrations as sql
 from app.store.records import AccountRecord, GrantRecord, KeyRecord, UsageRollup
 
@@ -197,9 +197,12 @@ class SQLiteStore:
         rows = await self._rows(sql.USAGE_DAILY, (account_pid, since_day, environment))
         return [_sums(account_pid, environment, row[0], row[1:]) for row in rows]
 
-    async def usage_totals(self, account_pid: str, environment: str = "live") -> UsageRollup | None:
-        """All-time sums, or None when there is no usage."""
-        rows = await self._rows(sql.USAGE_TOTALS, (account_pid, environment))
+    async def usage_totals(
+        self, account_pid: str, environment: str = "live", before_day: str = END_OF_TIME
+    ) -> UsageRollup | None:
+        """Sums of the days before ``before_day`` (all time by default), or None when
+        there is no such usage."""
+        rows = await self._rows(sql.USAGE_TOTALS, (account_pid, environment, before_day))
         if not rows or rows[0][0] == 0:
             return None
         return _sums(account_pid, environment, "", rows[0][1:])

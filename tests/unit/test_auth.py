@@ -12,7 +12,7 @@ from app.accounts import Accounts
 from app.auth import Authenticator
 from app.errors import ApiError, ErrorKind
 from app.keys import digest, generate_key
-from app.ledger import Ledger
+from app.ledger import Ledger, ScriptStatus
 from app.store import Store, open_store
 from tests.conftest import Clock
 
@@ -164,3 +164,17 @@ async def test_a_burst_of_1000_fake_keys_costs_a_bounded_number_of_argon2_checks
     # the real key still works, and through the cache without any argon2
     ident = await auth.identify(f"Bearer {created.key}")
     assert ident.pid == pid
+
+
+async def test_a_cached_key_whose_redis_record_was_lost_is_restored(
+    accounts: Accounts, ledger: Ledger, store: Store, clock: Clock
+) -> None:
+    pid = await accounts.create_account()
+    created = await accounts.create_key(pid, name="k", environment="live", daily_cap=5)
+    auth = _auth(ledger, store, clock)
+    ident = await auth.authorize(f"Bearer {created.key}")  # now cached in this worker
+    await ledger.redis.flushall()  # Redis lost everything
+    assert await auth.authorize(f"Bearer {created.key}") == ident
+    assert auth.cold_verifications == 1
+    assert await ledger.key_status(ident) is ScriptStatus.OK  # the record is back
+    assert await ledger.lookup_digest(digest(PEPPER, created.key)) == ident

@@ -392,3 +392,16 @@ async def test_last_usage_day(store: Store) -> None:
     await store.apply_usage(1, "1-0", [_use("2026-11-20", 1), _use("2026-11-22", 1)])
     await store.apply_usage(2, "1-0", [_use("2026-11-21", 1, env="test")])
     assert await store.last_usage_day() == "2026-11-22"
+
+
+async def test_usage_totals_before_a_day(store: Store) -> None:
+    await store.apply_usage(
+        1, "1-0", [_use("2026-11-20", 1), _use("2026-11-21", 2), _use("2026-11-22", 4)]
+    )
+    before = await store.usage_totals("acct_A", before_day="2026-11-22")
+    assert before is not None
+    assert (before.requests, before.credits) == (2, 3)
+    assert await store.usage_totals("acct_A", before_day="2026-11-20") is None
+    everything = await store.usage_totals("acct_A")
+    assert everything is not None
+    assert everything.credits == 7

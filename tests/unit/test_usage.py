@@ -91,11 +91,12 @@ class _Store:
     async def usage_daily(self, pid: str, since: str, env: str) -> list[UsageRollup]:
         return [_rollup(d, c) for d, c in sorted(self.days.items(), reverse=True) if d >= since]
 
-    async def usage_totals(self, pid: str, env: str) -> UsageRollup | None:
-        if not self.days:
+    async def usage_totals(self, pid: str, env: str, before_day: str) -> UsageRollup | None:
+        days = [c for d, c in self.days.items() if d < before_day]
+        if not days:
             return None
         total = UsageCounters()
-        for c in self.days.values():
+        for c in days:
             total = total.plus(c)
         return _rollup("", total)
 
