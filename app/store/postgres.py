@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import msgspec
 import psycopg
@@ -24,11 +24,19 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from app.store import ANY_CURSOR, END_OF_TIME, StoreConflict, StoreError, stream_id_key
 from app.store import migrations as sql
-from app.store.records import AccountRecord, GrantRecord, KeyRecord, UsageRollup
+from app.store.records import (
+    AccountRecord,
+    GrantRecord,
+    KeyRecord,
+    Row,
+    UsageRollup,
+    to_record,
+    to_row,
+    usage_sums,
+)
 
 T = TypeVar("T")
 R = TypeVar("R", bound=msgspec.Struct)
-Row = tuple[Any, ...]
 Conn = AsyncConnection[Row]
 
 MIN_CONNECTIONS = 1
@@ -212,10 +220,10 @@ class PostgresStore:
 
     async def _record(self, record: type[R], query: str, args: Row) -> R | None:
         rows = await self._rows(query, args)
-        return _to_record(record, rows[0]) if rows else None
+        return to_record(record, rows[0]) if rows else None
 
     async def _records(self, record: type[R], query: str, args: Row = ()) -> list[R]:
-        return [_to_record(record, row) for row in await self._rows(query, args)]
+        return [to_record(record, row) for row in await self._rows(query, args)]
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -240,7 +248,7 @@ class PostgresStore:
 
     async def create_account(self, rec: AccountRecord) -> None:
         """Insert the account; ``StoreConflict`` when the pid exists."""
-        await self._write(_execute(INSERT_ACCOUNT, _to_row(rec)))
+        await self._write(_execute(INSERT_ACCOUNT, to_row(rec)))
 
     async def get_account(self, pid: str) -> AccountRecord | None:
         """The account, or None."""
@@ -254,7 +262,7 @@ class PostgresStore:
 
     async def insert_key(self, rec: KeyRecord) -> None:
         """Insert the key; ``StoreConflict`` when the kid exists or the account does not."""
-        row = (*_to_row(rec), rec.account_pid)  # the account again, for the seq subquery
+        row = (*to_row(rec), rec.account_pid)  # the account again, for the seq subquery
 
         async def insert(conn: Conn) -> None:
             await conn.execute(LOCK_ACCOUNT, (rec.account_pid,))
@@ -281,7 +289,7 @@ class PostgresStore:
         async def revoke(conn: Conn) -> KeyRecord | None:
             await conn.execute(REVOKE_KEY, (revoked_at, kid, account_pid))
             row = await (await conn.execute(GET_ACCOUNT_KEY, (kid, account_pid))).fetchone()
-            return None if row is None else _to_record(KeyRecord, row)
+            return None if row is None else to_record(KeyRecord, row)
 
         return await self._write(revoke)
 
@@ -291,7 +299,7 @@ class PostgresStore:
         """True when written; False when the grant id exists (nothing changes)."""
 
         async def insert(conn: Conn) -> bool:
-            return (await conn.execute(INSERT_GRANT, _to_row(rec))).rowcount == 1
+            return (await conn.execute(INSERT_GRANT, to_row(rec))).rowcount == 1
 
         return await self._write(insert)
 
@@ -320,7 +328,7 @@ class PostgresStore:
         read after the lock sees what the previous holder committed.
         """
         position = stream_id_key(last_stream_id)  # a bad id fails before any I/O
-        rows = [_to_row(u) for u in rollups]
+        rows = [to_row(u) for u in rollups]
 
         async def apply(conn: Conn) -> bool:
             await conn.execute(LOCK, (USAGE_LOCK_CLASS, shard))
@@ -347,7 +355,7 @@ class PostgresStore:
     ) -> list[UsageRollup]:
         """Per-day sums from ``since_day`` on, newest first."""
         rows = await self._rows(USAGE_DAILY, (account_pid, since_day, environment))
-        return [_sums(account_pid, environment, row[0], row[1:]) for row in rows]
+        return [usage_sums(account_pid, environment, row[0], row[1:]) for row in rows]
 
     async def usage_totals(
         self, account_pid: str, environment: str = "live", before_day: str = END_OF_TIME
@@ -357,7 +365,7 @@ class PostgresStore:
         rows = await self._rows(USAGE_TOTALS, (account_pid, environment, before_day))
         if not rows or rows[0][0] == 0:
             return None
-        return _sums(account_pid, environment, "", rows[0][1:])
+        return usage_sums(account_pid, environment, "", rows[0][1:])
 
     async def last_usage_day(self) -> str | None:
         """The latest day any rollup covers, or None."""
@@ -398,27 +406,3 @@ async def _apply_migration(conn: Conn, version: int, statements: Sequence[str]) 
     for statement in statements:
         await conn.execute(statement)
     await conn.execute(RECORD_MIGRATION, (version, int(time.time())))
-
-
-def _to_row(rec: msgspec.Struct) -> Row:
-    return msgspec.structs.astuple(rec)
-
-
-def _to_record(record: type[R], row: Row) -> R:
-    return msgspec.convert(dict(zip(sql.columns(record), row, strict=True)), record)
-
-
-def _sums(pid: str, environment: str, day: str, sums: Row) -> UsageRollup:
-    # SUM of a BIGINT is a NUMERIC in PostgreSQL: psycopg reads it as a Decimal.
-    requests, prompt_tokens, completion_tokens, credits = (int(s or 0) for s in sums)
-    return UsageRollup(
-        account_pid=pid,
-        kid="",
-        day=day,
-        alias="",
-        environment=environment,
-        requests=requests,
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
-        credits=credits,
-    )

@@ -5,7 +5,12 @@ Field names are the column names: the SQL in ``app.store.migrations`` is built f
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
 import msgspec
+
+R = TypeVar("R", bound=msgspec.Struct)
+Row = tuple[Any, ...]
 
 
 class AccountRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -56,3 +61,30 @@ class UsageRollup(msgspec.Struct, frozen=True, kw_only=True):
     prompt_tokens: int
     completion_tokens: int
     credits: int
+
+
+def to_row(rec: msgspec.Struct) -> Row:
+    """A record's values in column order (the order of its fields)."""
+    return msgspec.structs.astuple(rec)
+
+
+def to_record(record: type[R], row: Row) -> R:
+    """A row read with the record's columns, as the record."""
+    return msgspec.convert(dict(zip(record.__struct_fields__, row, strict=True)), record)
+
+
+def usage_sums(pid: str, environment: str, day: str, sums: Row) -> UsageRollup:
+    """A rollup of summed counters (kid and alias empty; day empty for totals). A driver's
+    SUM may come back as None (no rows) or a Decimal (PostgreSQL's SUM of a BIGINT)."""
+    requests, prompt_tokens, completion_tokens, credits = (int(s or 0) for s in sums)
+    return UsageRollup(
+        account_pid=pid,
+        kid="",
+        day=day,
+        alias="",
+        environment=environment,
+        requests=requests,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        credits=credits,
+    )

@@ -19,11 +19,19 @@ import msgspec
 
 from app.store import ANY_CURSOR, END_OF_TIME, StoreConflict, StoreError, stream_id_key
 from app.store import migrations as sql
-from app.store.records import AccountRecord, GrantRecord, KeyRecord, UsageRollup
+from app.store.records import (
+    AccountRecord,
+    GrantRecord,
+    KeyRecord,
+    Row,
+    UsageRollup,
+    to_record,
+    to_row,
+    usage_sums,
+)
 
 T = TypeVar("T")
 R = TypeVar("R", bound=msgspec.Struct)
-Row = tuple[Any, ...]
 
 BUSY_TIMEOUT_MS = 5000
 
@@ -76,10 +84,10 @@ class SQLiteStore:
 
     async def _record(self, record: type[R], query: str, args: Row) -> R | None:
         rows = await self._rows(query, args)
-        return _to_record(record, rows[0]) if rows else None
+        return to_record(record, rows[0]) if rows else None
 
     async def _records(self, record: type[R], query: str, args: Row = ()) -> list[R]:
-        return [_to_record(record, row) for row in await self._rows(query, args)]
+        return [to_record(record, row) for row in await self._rows(query, args)]
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -103,7 +111,7 @@ class SQLiteStore:
 
     async def create_account(self, rec: AccountRecord) -> None:
         """Insert the account; ``StoreConflict`` when the pid exists."""
-        await self._write(lambda conn: conn.execute(sql.INSERT_ACCOUNT, _to_row(rec)))
+        await self._write(lambda conn: conn.execute(sql.INSERT_ACCOUNT, to_row(rec)))
 
     async def get_account(self, pid: str) -> AccountRecord | None:
         """The account, or None."""
@@ -117,7 +125,7 @@ class SQLiteStore:
 
     async def insert_key(self, rec: KeyRecord) -> None:
         """Insert the key; ``StoreConflict`` when the kid exists or the account does not."""
-        row = (*_to_row(rec), rec.account_pid)  # the account again, for the seq subquery
+        row = (*to_row(rec), rec.account_pid)  # the account again, for the seq subquery
         await self._write(lambda conn: conn.execute(sql.INSERT_KEY, row))
 
     async def get_key(self, kid: str) -> KeyRecord | None:
@@ -139,7 +147,7 @@ class SQLiteStore:
         def revoke(conn: sqlite3.Connection) -> KeyRecord | None:
             conn.execute(sql.REVOKE_KEY, (revoked_at, kid, account_pid))
             row = conn.execute(sql.GET_ACCOUNT_KEY, (kid, account_pid)).fetchone()
-            return None if row is None else _to_record(KeyRecord, row)
+            return None if row is None else to_record(KeyRecord, row)
 
         return await self._write(revoke)
 
@@ -148,7 +156,7 @@ class SQLiteStore:
     async def insert_grant(self, rec: GrantRecord) -> bool:
         """True when written; False when the grant id exists (nothing changes)."""
         return await self._write(
-            lambda conn: conn.execute(sql.INSERT_GRANT, _to_row(rec)).rowcount == 1
+            lambda conn: conn.execute(sql.INSERT_GRANT, to_row(rec)).rowcount == 1
         )
 
     async def get_grant(self, grant_id: str) -> GrantRecord | None:
@@ -171,7 +179,7 @@ class SQLiteStore:
     ) -> bool:
         """Add the rollups and move the cursor atomically; False for a replayed batch."""
         position = stream_id_key(last_stream_id)  # a bad id fails before any I/O
-        rows = [_to_row(u) for u in rollups]
+        rows = [to_row(u) for u in rollups]
 
         def apply(conn: sqlite3.Connection) -> bool:
             cursor = conn.execute(sql.GET_CURSOR, (shard,)).fetchone()
@@ -195,7 +203,7 @@ class SQLiteStore:
     ) -> list[UsageRollup]:
         """Per-day sums from ``since_day`` on, newest first."""
         rows = await self._rows(sql.USAGE_DAILY, (account_pid, since_day, environment))
-        return [_sums(account_pid, environment, row[0], row[1:]) for row in rows]
+        return [usage_sums(account_pid, environment, row[0], row[1:]) for row in rows]
 
     async def usage_totals(
         self, account_pid: str, environment: str = "live", before_day: str = END_OF_TIME
@@ -205,7 +213,7 @@ class SQLiteStore:
         rows = await self._rows(sql.USAGE_TOTALS, (account_pid, environment, before_day))
         if not rows or rows[0][0] == 0:
             return None
-        return _sums(account_pid, environment, "", rows[0][1:])
+        return usage_sums(account_pid, environment, "", rows[0][1:])
 
     async def last_usage_day(self) -> str | None:
         """The latest day any rollup covers, or None."""
@@ -282,26 +290,3 @@ async def _wait_out(job: asyncio.Future[Any]) -> None:
             continue
     if not job.cancelled():
         job.exception()  # retrieved, so asyncio does not log it as never retrieved
-
-
-def _to_row(rec: msgspec.Struct) -> Row:
-    return msgspec.structs.astuple(rec)
-
-
-def _to_record(record: type[R], row: Row) -> R:
-    return msgspec.convert(dict(zip(sql.columns(record), row, strict=True)), record)
-
-
-def _sums(pid: str, environment: str, day: str, sums: Row) -> UsageRollup:
-    requests, prompt_tokens, completion_tokens, credits = (int(s or 0) for s in sums)
-    return UsageRollup(
-        account_pid=pid,
-        kid="",
-        day=day,
-        alias="",
-        environment=environment,
-        requests=requests,
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
-        credits=credits,
-    )
