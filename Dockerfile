@@ -21,6 +21,9 @@ ENV PATH=/opt/svc/bin:$PATH \
 USER svc
 WORKDIR /var/lib/svc
 EXPOSE 8000
+# Liveness: the process answers (readiness, with Redis and the store, is GET /readyz).
+HEALTHCHECK --interval=15s --timeout=3s --start-period=20s --retries=3 \
+  CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2)"]
 # Production configuration comes from the environment: SVC_REDIS_URL, SVC_DATABASE_URL,
 # SVC_KEY_PEPPER, SVC_ADMIN_TOKEN (see README). Workers default to the container's CPUs.
 ENTRYPOINT ["svc", "serve"]

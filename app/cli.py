@@ -14,7 +14,7 @@ import msgspec
 from app.catalog import ModelsFileError
 from app.errors import ApiError
 from app.http.errors import as_api_error
-from app.runtime import Services, bootstrap_dev, open_services, resolve
+from app.runtime import Services, StartupError, bootstrap_dev, open_services, resolve
 from app.settings import Settings
 
 AdminOp = Callable[[Services], Awaitable[Any]]
@@ -112,7 +112,11 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
 
 
 async def _run_admin(settings: Settings, op: AdminOp) -> int:
-    services = await open_services(settings)
+    try:
+        services = await open_services(settings)
+    except StartupError as exc:
+        print(f"svc: {exc}", file=sys.stderr)
+        return 2
     try:
         result = await op(services)
     except Exception as exc:
@@ -154,7 +158,7 @@ def serve(args: argparse.Namespace) -> int:
     try:
         try:
             dev_key = asyncio.run(_prepare(settings))
-        except ModelsFileError as exc:
+        except (ModelsFileError, StartupError) as exc:
             print(f"svc: {exc}", file=sys.stderr)
             return 2
         if dev_key is not None:

@@ -162,6 +162,15 @@ class Ledger:
     async def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
         return await self._scripts[name](keys=keys, args=args)
 
+    async def scripts_loaded(self) -> bool:
+        """Whether Redis holds every script now; loads the missing ones (after a
+        ``SCRIPT FLUSH`` or a failover) so that the answer is yes when Redis works."""
+        shas = [script.sha for script in self._scripts.values()]
+        if all(await self.redis.script_exists(*shas)):
+            return True
+        await self.load_scripts()
+        return all(await self.redis.script_exists(*shas))
+
     async def load_scripts(self) -> None:
         """Load every script into the server's cache (start-up and readiness checks)."""
         for script in self._scripts.values():

@@ -6,6 +6,7 @@ Used by the app's lifespan (one set per worker process) and by ``svc admin`` com
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import time
@@ -35,6 +36,7 @@ from app.upstream.simulated import SimulatedProvider
 from app.usage import UsageReader
 
 DEV_KEY_FILE = "dev-key.txt"
+log = logging.getLogger("svc.runtime")
 UPSTREAM_CLIENTS = ("aiohttp", "httpx", "httpx-aiohttp")
 
 
@@ -213,9 +215,34 @@ async def open_services(settings: Settings, *, clock: Callable[[], float] = time
     store = open_store(settings.database_url)
     await store.migrate()
     services = Services(settings, redis, store, background_redis=background, clock=clock)
+    try:
+        await check_eviction_policy(redis, allow=settings.allow_evicting_redis)
+    except StartupError:
+        await services.close()
+        raise
     with contextlib.suppress(RedisError):
         await services.ledger.load_scripts()  # EVALSHA reloads them later anyway
     return services
+
+
+class StartupError(Exception):
+    """The configuration or its servers are unfit to run on; the message says why."""
+
+
+async def check_eviction_policy(redis: Redis, *, allow: bool) -> None:
+    """Refuse a Redis that may evict keys: a balance or a cap counter evicted under memory
+    pressure is money lost or a cap lifted. A Redis that cannot be reached now is not
+    checked (the requests will fail closed until it answers)."""
+    try:
+        policy = str((await redis.info("memory")).get("maxmemory_policy", "noeviction"))
+    except RedisError:
+        log.warning("could not read Redis's maxmemory-policy; not checked")
+        return
+    if policy != "noeviction" and not allow:
+        raise StartupError(
+            f"Redis runs with maxmemory-policy {policy}: it may evict balances and cap "
+            "counters. Set it to noeviction, or set SVC_ALLOW_EVICTING_REDIS=true to run anyway."
+        )
 
 
 async def bootstrap_dev(services: Services) -> str | None:

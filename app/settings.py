@@ -71,6 +71,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """Length of a simulated upstream reply, in tokens."""
     sim_delay_ms: float = 0.0
     """Delay between simulated tokens."""
+    allow_evicting_redis: bool = False
+    """Start even when Redis's maxmemory-policy may evict keys (it should be noeviction)."""
     redis_timeout_s: float = 2.0
     redis_max_connections: int = 256
     """Connections per worker process; a request waits up to redis_timeout_s for one."""

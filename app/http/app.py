@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from litestar import Litestar
+from litestar.datastructures import ResponseHeader
 from litestar.enums import ScopeType
 from litestar.openapi import OpenAPIConfig
 from litestar.types import Receive, Scope, Send
@@ -19,6 +20,8 @@ from app.http.admin import AdminController
 from app.http.api import V1Controller
 from app.http.chat import CHAT_PATH, chat_completions, serve_chat
 from app.http.errors import handle_exception
+from app.http.headers import SECURITY_HEADERS
+from app.http.health import HealthController
 from app.runtime import open_services
 from app.settings import Settings
 from app.store import StoreError
@@ -49,7 +52,8 @@ def create_app(settings: Settings) -> Litestar:
             await services.close()
 
     return Litestar(
-        route_handlers=[V1Controller, AdminController, chat_completions],
+        route_handlers=[V1Controller, AdminController, HealthController, chat_completions],
+        response_headers=[ResponseHeader(name=k, value=v) for k, v in SECURITY_HEADERS],
         lifespan=[lifespan],
         exception_handlers={Exception: handle_exception},
         request_max_body_size=settings.max_body_bytes,

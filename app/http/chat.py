@@ -16,15 +16,18 @@ from litestar.types import Receive, Scope, Send
 from app.chat import parse_chat_request
 from app.errors import ApiError, ErrorKind, KeyRecordMissing
 from app.http.errors import as_api_error
+from app.http.headers import SECURITY_HEADERS
 
 if TYPE_CHECKING:
     from app.completions import Completion
     from app.runtime import Services
 
+_SECURITY = [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS]
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
+    *_SECURITY,
 ]
 
 
@@ -40,6 +43,7 @@ async def send_error(send: Send, error: ApiError) -> None:
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
+        *_SECURITY,
     ]
     headers += [(k.encode(), v.encode()) for k, v in error.headers.items()]
     await send({"type": "http.response.start", "status": error.status, "headers": headers})

@@ -10,6 +10,7 @@ from litestar.exceptions import HTTPException
 from redis.exceptions import RedisError
 
 from app.errors import ApiError, ErrorKind, service_unavailable
+from app.http.headers import SECURITY_HEADERS
 from app.store import StoreError
 
 log = logging.getLogger("svc.http")
@@ -53,7 +54,7 @@ def error_response(error: ApiError) -> Response[bytes]:
         content=error.body(),
         status_code=error.status,
         media_type="application/json",
-        headers=error.headers,
+        headers={**dict(SECURITY_HEADERS), **error.headers},
     )
 
 

@@ -30,7 +30,15 @@ def test_redis_down_is_503_and_recovers(tmp_path: Path) -> None:
         body = {"model": "svc-fast", "messages": [{"role": "user", "content": "hi"}]}
         url = f"{srv.base_url}/chat/completions"
         assert httpx.post(url, json=body, headers=headers).status_code == 200
+        assert httpx.get(f"{srv.root_url}/readyz").json()["status"] == "ok"
         valkey.stop()
+        not_ready = httpx.get(f"{srv.root_url}/readyz", timeout=30)
+        assert not_ready.status_code == 503
+        assert not_ready.json() == {
+            "status": "unavailable",
+            "checks": {"redis": False, "scripts": False, "store": True},
+        }
+        assert httpx.get(f"{srv.root_url}/healthz").status_code == 200  # alive all the same
         for path in ("/chat/completions", "/credits", "/models"):
             r = httpx.request(
                 "POST" if "chat" in path else "GET",
@@ -54,6 +62,7 @@ def test_redis_down_is_503_and_recovers(tmp_path: Path) -> None:
                 break
             time.sleep(0.2)
         assert r.status_code == 200
+        assert httpx.get(f"{srv.root_url}/readyz").status_code == 200
         meta = json.loads(r.text.split("\n\n")[-3][6:])
         assert meta["svc"]["balance_remaining"] == srv.balance(pid)
     finally:

@@ -1,4 +1,8 @@
+import pytest
+from redis.asyncio import Redis
+
 from app.ledger import Identity, Ledger, ScriptStatus
+from app.redis_keys import KeySpace
 from tests.conftest import Clock
 
 
@@ -40,3 +44,23 @@ async def test_reserve_settle_round_trip(ledger: Ledger, clock: Clock) -> None:
         outcome="completed",
     )
     assert again.status is ScriptStatus.NOT_FOUND
+
+
+async def test_an_evicting_redis_is_refused_unless_allowed(real_redis: Redis) -> None:
+    from app.runtime import StartupError, check_eviction_policy
+
+    await check_eviction_policy(real_redis, allow=False)  # noeviction: fine
+    await real_redis.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        with pytest.raises(StartupError, match="allkeys-lru"):
+            await check_eviction_policy(real_redis, allow=False)
+        await check_eviction_policy(real_redis, allow=True)
+    finally:
+        await real_redis.config_set("maxmemory-policy", "noeviction")
+
+
+async def test_scripts_are_reloaded_after_a_script_flush(real_redis: Redis) -> None:
+    ledger = Ledger(real_redis, KeySpace("svc", 64), cap_ttl_s=10, usage_ttl_s=10)
+    await ledger.load_scripts()
+    await real_redis.script_flush()
+    assert await ledger.scripts_loaded()  # missing ones were loaded again

@@ -1,0 +1,11 @@
+"""Headers every response carries."""
+
+from __future__ import annotations
+
+SECURITY_HEADERS = (
+    ("x-content-type-options", "nosniff"),
+    ("x-frame-options", "DENY"),
+    ("referrer-policy", "no-referrer"),
+    ("content-security-policy", "default-src 'none'; frame-ancestors 'none'"),
+)
+"""An API has no page to frame, sniff or refer from."""

@@ -1,0 +1,56 @@
+"""``/healthz`` (the process answers) and ``/readyz`` (it can serve: Redis, its scripts and
+the durable store all answer), for load balancers and orchestrators. No authentication."""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+from litestar import Controller, Response, get
+from litestar.di import Provide
+from redis.exceptions import RedisError
+
+from app.http.deps import provide_services
+from app.runtime import Services
+from app.store import StoreError
+
+READY_TIMEOUT_S = 2.0
+
+
+class Health(msgspec.Struct):
+    status: str  # "ok" | "unavailable"
+    checks: dict[str, bool] = {}
+
+
+class HealthController(Controller):
+    path = "/"
+    dependencies = {"services": Provide(provide_services)}
+    include_in_schema = True
+
+    @get("/healthz")
+    async def healthz(self) -> Health:
+        """The process is alive and answering."""
+        return Health(status="ok")
+
+    @get("/readyz")
+    async def readyz(self, services: Services) -> Response[Health]:
+        """Redis answers and holds every script; the durable store answers. 503 otherwise."""
+        checks = {"redis": False, "scripts": False, "store": False}
+        try:
+            async with asyncio.timeout(READY_TIMEOUT_S):
+                checks["redis"] = bool(await services.redis.ping())
+                checks["scripts"] = await services.ledger.scripts_loaded()
+        except (RedisError, OSError, TimeoutError):
+            pass
+        try:
+            async with asyncio.timeout(READY_TIMEOUT_S):
+                await services.store.ping()
+                checks["store"] = True
+        except (StoreError, OSError, TimeoutError):
+            pass
+        ready = all(checks.values())
+        return Response(
+            Health(status="ok" if ready else "unavailable", checks=checks),
+            status_code=200 if ready else 503,
+            headers={} if ready else {"retry-after": "1"},
+        )
