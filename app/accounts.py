@@ -193,11 +193,7 @@ class Accounts:
         """A new key; the secret is returned here and never again."""
         await self.require_account(pid)
         if await self.store.count_active_keys(pid) >= self.max_active_keys:
-            raise ApiError(
-                ErrorKind.KEY_LIMIT,
-                f"This account has {self.max_active_keys} active keys, the most allowed. "
-                "Revoke one first.",
-            )
+            raise self._key_limit()  # before the cost of hashing; the insert checks again
         kid = new_kid()
         secret = generate_key(environment, kid)
         record = KeyRecord(
@@ -210,7 +206,8 @@ class Accounts:
             last4=secret[-4:],
             created_at=int(self.clock()),
         )
-        await self.store.insert_key(record)
+        if not await self.store.insert_key(record, max_active=self.max_active_keys):
+            raise self._key_limit()
         ident = Identity(pid, kid, environment, self.ledger.keys.shard(pid))
         await self.ledger.put_key(ident, status="active", daily_cap=daily_cap, name=name)
         await self.ledger.map_digest(digest(self.pepper, secret), ident)
@@ -222,6 +219,13 @@ class Accounts:
             daily_cap_credits=daily_cap,
             created_at=record.created_at,
             key=secret,
+        )
+
+    def _key_limit(self) -> ApiError:
+        return ApiError(
+            ErrorKind.KEY_LIMIT,
+            f"This account has {self.max_active_keys} active keys, the most allowed. "
+            "Revoke one first.",
         )
 
     async def list_keys(self, pid: str) -> ApiKeyList:

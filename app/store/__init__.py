@@ -70,8 +70,11 @@ class Store(Protocol):
     async def list_accounts(self) -> list[AccountRecord]:
         """Every account, oldest first."""
 
-    async def insert_key(self, rec: KeyRecord) -> None:
-        """Add a key; ``StoreConflict`` when the kid exists or the account does not."""
+    async def insert_key(self, rec: KeyRecord, *, max_active: int | None = None) -> bool:
+        """Add a key; ``StoreConflict`` when the kid exists or the account does not. With
+        ``max_active``, False (nothing written) when the account has that many active keys
+        already: counted and inserted in one transaction, so concurrent creates cannot
+        pass the limit together."""
 
     async def get_key(self, kid: str) -> KeyRecord | None:
         """The key (whatever its status or account), or None."""

@@ -260,15 +260,23 @@ class PostgresStore:
 
     # -- keys -------------------------------------------------------------------------
 
-    async def insert_key(self, rec: KeyRecord) -> None:
-        """Insert the key; ``StoreConflict`` when the kid exists or the account does not."""
+    async def insert_key(self, rec: KeyRecord, *, max_active: int | None = None) -> bool:
+        """Insert the key unless the account is at ``max_active`` active keys; the account
+        row's lock makes the count and the insert one step for concurrent creates."""
         row = (*to_row(rec), rec.account_pid)  # the account again, for the seq subquery
 
-        async def insert(conn: Conn) -> None:
+        async def insert(conn: Conn) -> bool:
             await conn.execute(LOCK_ACCOUNT, (rec.account_pid,))
+            if max_active is not None:
+                counted = await (
+                    await conn.execute(COUNT_ACTIVE_KEYS, (rec.account_pid,))
+                ).fetchone()
+                if counted is not None and int(counted[0]) >= max_active:
+                    return False
             await conn.execute(INSERT_KEY, row)
+            return True
 
-        await self._write(insert)
+        return await self._write(insert)
 
     async def get_key(self, kid: str) -> KeyRecord | None:
         """The key, or None."""

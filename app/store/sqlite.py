@@ -123,10 +123,20 @@ class SQLiteStore:
 
     # -- keys -------------------------------------------------------------------------
 
-    async def insert_key(self, rec: KeyRecord) -> None:
-        """Insert the key; ``StoreConflict`` when the kid exists or the account does not."""
+    async def insert_key(self, rec: KeyRecord, *, max_active: int | None = None) -> bool:
+        """Insert the key unless the account is at ``max_active`` active keys (the write
+        lock makes the count and the insert one step); ``StoreConflict`` as documented."""
         row = (*to_row(rec), rec.account_pid)  # the account again, for the seq subquery
-        await self._write(lambda conn: conn.execute(sql.INSERT_KEY, row))
+
+        def insert(conn: sqlite3.Connection) -> bool:
+            if max_active is not None:
+                (active,) = conn.execute(sql.COUNT_ACTIVE_KEYS, (rec.account_pid,)).fetchone()
+                if active >= max_active:
+                    return False
+            conn.execute(sql.INSERT_KEY, row)
+            return True
+
+        return await self._write(insert)
 
     async def get_key(self, kid: str) -> KeyRecord | None:
         """The key, or None."""

@@ -405,3 +405,26 @@ async def test_usage_totals_before_a_day(store: Store) -> None:
     everything = await store.usage_totals("acct_A")
     assert everything is not None
     assert everything.credits == 7
+
+
+async def test_concurrent_key_inserts_never_pass_the_active_limit(
+    store: Store, database: Database
+) -> None:
+    # separate stores (separate connections, as separate workers would have)
+    others = [database.open() for _ in range(4)]
+    try:
+        results = await asyncio.gather(
+            *(
+                s.insert_key(_key(f"kid{i:09d}", 10 + i), max_active=5)
+                for i, s in enumerate([store, *others] * 3)
+            )
+        )
+    finally:
+        for s in others:
+            await s.close()
+    assert results.count(True) == 5
+    assert await store.count_active_keys("acct_A") == 5
+    await store.revoke_key("acct_A", "kid000000000", 99)
+    assert await store.insert_key(_key("kidlate00000", 50), max_active=5)
+    assert not await store.insert_key(_key("kidlate00001", 51), max_active=5)
+    assert await store.insert_key(_key("kidnolimit00", 52))  # no limit asked: written
