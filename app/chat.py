@@ -72,7 +72,13 @@ def _message_text(message: Message, index: int) -> str:
     return "".join(parts)
 
 
-def parse_chat_request(body: bytes, aliases: dict[str, Alias]) -> ChatParams:
+def parse_chat_request(
+    body: bytes,
+    aliases: dict[str, Alias],
+    *,
+    max_messages: int = 2048,
+    max_message_chars: int = 1_000_000,
+) -> ChatParams:
     """Decode and validate a request body, or raise the ``ApiError`` that explains why not."""
     req = decode_json(body, ChatRequest)
     alias = aliases.get(req.model)
@@ -85,7 +91,15 @@ def parse_chat_request(body: bytes, aliases: dict[str, Alias]) -> ChatParams:
         )
     if not req.messages:
         raise invalid_value("messages", "'messages' must contain at least one message.")
+    if len(req.messages) > max_messages:
+        raise invalid_value("messages", f"'messages' may hold at most {max_messages} messages.")
     texts = [_message_text(m, i) for i, m in enumerate(req.messages)]
+    for i, text in enumerate(texts):
+        if len(text) > max_message_chars:
+            raise invalid_value(
+                f"messages[{i}].content",
+                f"A message may hold at most {max_message_chars} characters.",
+            )
     temperature = DEFAULT_TEMPERATURE if req.temperature is None else req.temperature
     top_p = DEFAULT_TOP_P if req.top_p is None else req.top_p
     if not 0.0 <= temperature <= 2.0:

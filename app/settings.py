@@ -34,6 +34,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     workers: int = 0
     """granian worker processes; 0 = one per CPU."""
     max_body_bytes: int = 1_048_576
+    max_messages: int = 2048
+    """Messages one chat request may carry."""
+    max_message_chars: int = 1_000_000
+    """Characters one message's content may hold."""
     max_active_keys: int = 100
     """Active API keys allowed per account."""
     spotlight_credits: int = 5_000

@@ -79,7 +79,13 @@ async def _open(services: Services, scope: Scope, receive: Receive) -> Completio
     authorization = _header(scope, b"authorization")
     ident = await services.auth.identify(authorization)
     body = await read_body(scope, receive, services.settings.max_body_bytes)
-    params = parse_chat_request(body, services.aliases)
+    settings = services.settings
+    params = parse_chat_request(
+        body,
+        services.aliases,
+        max_messages=settings.max_messages,
+        max_message_chars=settings.max_message_chars,
+    )
     try:
         return await services.completions.open(ident, params)
     except KeyRecordMissing:

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from app.catalog import DEFAULT_ALIASES, Price, route_auto
@@ -90,3 +92,28 @@ def test_price_rounds_up_with_minimum_one() -> None:
     assert price.credits(1000, 1000) == 20
     assert price.credits(1, 66) == 1  # 5 + 990 = 995 -> 1
     assert price.credits(1, 67) == 2  # 5 + 1005 -> 2
+
+
+def test_message_count_and_length_limits() -> None:
+    aliases = dict(DEFAULT_ALIASES)
+
+    def body(messages: list[dict[str, str]]) -> bytes:
+        return json.dumps({"model": "svc-fast", "messages": messages}).encode()
+
+    ok = parse_chat_request(
+        body([{"role": "user", "content": "x" * 10}] * 3),
+        aliases,
+        max_messages=3,
+        max_message_chars=10,
+    )
+    assert len(ok.messages) == 3
+    with pytest.raises(ApiError) as info:
+        parse_chat_request(body([{"role": "user", "content": "x"}] * 4), aliases, max_messages=3)
+    assert info.value.param == "messages"
+    with pytest.raises(ApiError) as info:
+        parse_chat_request(
+            body([{"role": "user", "content": "ok"}, {"role": "user", "content": "x" * 11}]),
+            aliases,
+            max_message_chars=10,
+        )
+    assert info.value.param == "messages[1].content"
