@@ -72,6 +72,16 @@ def _message_text(message: Message, index: int) -> str:
     return "".join(parts)
 
 
+def _auto_target(aliases: dict[str, Alias], chosen: str) -> Alias:
+    """The alias svc-auto serves with: the heuristic's choice, or svc-fast when an operator
+    disabled it (or, failing that, any enabled alias but svc-auto itself)."""
+    for alias_id in (chosen, "svc-fast", *aliases):
+        alias = aliases.get(alias_id)
+        if alias is not None and alias.enabled and alias_id != AUTO:
+            return alias
+    raise ApiError(ErrorKind.MODEL_NOT_FOUND, "No model is available for svc-auto.", param="model")
+
+
 def parse_chat_request(
     body: bytes,
     aliases: dict[str, Alias],
@@ -114,7 +124,7 @@ def parse_chat_request(
             param, f"'{param}' must be between 1 and {alias.max_output_tokens} for {alias.id}."
         )
     if alias.id == AUTO:
-        alias = aliases[route_auto("\n".join(texts), len(texts))]
+        alias = _auto_target(aliases, route_auto("\n".join(texts), len(texts)))
     return ChatParams(
         requested=req.model,
         alias=alias,

@@ -103,8 +103,11 @@ class AiohttpProvider:
         return self._session
 
     async def stream(self, call: UpstreamCall) -> AsyncIterator[list[Piece]]:
+        # One deadline for the first token: connecting, the response head and the first
+        # content all count against first_byte_timeout_s together.
+        deadline = asyncio.get_running_loop().time() + self.config.first_byte_timeout_s
         try:
-            async with asyncio.timeout(self.config.first_byte_timeout_s):
+            async with asyncio.timeout_at(deadline):
                 response = await self._client().post(
                     self.url, data=request_body(call), headers=self.headers
                 )
@@ -113,12 +116,14 @@ class AiohttpProvider:
         try:
             if response.status != 200:
                 raise _status_error(response.status, await response.read(), call.model)
-            async for pieces in self._pieces(response):
+            async for pieces in self._pieces(response, deadline):
                 yield pieces
         finally:
             response.close()  # a stream left early must not return to the pool half-read
 
-    async def _pieces(self, response: aiohttp.ClientResponse) -> AsyncIterator[list[Piece]]:
+    async def _pieces(
+        self, response: aiohttp.ClientResponse, first_deadline: float
+    ) -> AsyncIterator[list[Piece]]:
         # One read takes whatever has arrived: under load that is several events at once.
         # Between reads the session's sock_read timeout is the idle timeout.
         splitter = LineSplitter()
@@ -127,7 +132,7 @@ class AiohttpProvider:
         try:
             while not splitter.done:
                 if first:
-                    async with asyncio.timeout(self.config.first_byte_timeout_s):
+                    async with asyncio.timeout_at(first_deadline):
                         data = await content.readany()
                 else:
                     data = await content.readany()
@@ -176,8 +181,9 @@ class HttpxProvider:
         request = self._client.build_request(
             "POST", self.url, content=request_body(call), headers=self.headers
         )
+        deadline = asyncio.get_running_loop().time() + self.config.first_byte_timeout_s
         try:
-            async with asyncio.timeout(self.config.first_byte_timeout_s):
+            async with asyncio.timeout_at(deadline):
                 response = await self._client.send(request, stream=True)
         except (httpx.HTTPError, OSError, TimeoutError) as exc:
             raise UpstreamError(f"connect failed: {type(exc).__name__}") from exc
@@ -190,7 +196,7 @@ class HttpxProvider:
             while not splitter.done:
                 try:
                     if first:
-                        async with asyncio.timeout(self.config.first_byte_timeout_s):
+                        async with asyncio.timeout_at(deadline):
                             data = await anext(reads)
                     else:
                         data = await anext(reads)

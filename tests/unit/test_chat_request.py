@@ -117,3 +117,15 @@ def test_message_count_and_length_limits() -> None:
             max_message_chars=10,
         )
     assert info.value.param == "messages[1].content"
+
+
+def test_auto_never_routes_to_a_disabled_alias() -> None:
+    import msgspec
+
+    aliases = dict(DEFAULT_ALIASES)
+    aliases["svc-code"] = msgspec.structs.replace(aliases["svc-code"], enabled=False)
+    body = json.dumps(
+        {"model": "svc-auto", "messages": [{"role": "user", "content": "```python\nx\n```"}]}
+    ).encode()
+    assert parse_chat_request(body, aliases).alias.id == "svc-fast"
+    assert parse_chat_request(body, dict(DEFAULT_ALIASES)).alias.id == "svc-code"
