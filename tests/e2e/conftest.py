@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,13 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench.orchestrate import free_port
+from bench.orchestrate import stop_process as stop_server
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -107,16 +102,6 @@ def start_server(tmp: Path, *, workers: int = 1, extra_env: dict[str, str] | Non
         process=process,
         env=env,
     )
-
-
-def stop_server(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
 
 
 @pytest.fixture(scope="session")
