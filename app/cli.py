@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     spot = ops.add_parser("spotlight", help="reward a verified spotlight view (earned credits)")
     spot.add_argument("account_pid")
     spot.add_argument("view_id")
+    inspect = ops.add_parser("inspect", help="an account as Redis holds it, read-only")
+    inspect.add_argument("account_pid")
     ops.add_parser("usage-lag", help="usage events not yet flushed to the durable store")
     ops.add_parser("flush", help="flush pending usage events to the durable store now")
     key = ops.add_parser("create-key", help="create an API key (the secret is shown once)")
@@ -99,7 +101,13 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
     async def flush(s: Services) -> Any:
         return {"flushed_events": await s.flusher.flush_all(), "lag": await s.flusher.lag()}
 
+    async def inspect(s: Services) -> Any:
+        from app.account_report import inspect_account
+
+        return await inspect_account(s.redis, s.keys, s.store, args.account_pid, s.clock)
+
     ops: dict[str, AdminOp] = {
+        "inspect": inspect,
         "usage-lag": usage_lag,
         "flush": flush,
         "create-account": create_account,

@@ -54,8 +54,21 @@ def test_admin_commands_without_a_server(tmp_path: Path) -> None:
         500,
     )
     assert str(out["id"]).startswith("key_")
+    key_id = out["id"]
     code, out = svc_admin(env, "credits", pid)
     assert out["total_available"] == 1300
+    code, out = svc_admin(env, "inspect", pid)
+    assert code == 0
+    assert (out["account_pid"], out["purchased"], out["open_reservations"]) == (pid, 1300, [])
+    assert out["keys"] == [
+        {
+            "id": key_id,
+            "environment": "test",
+            "status": "active",
+            "daily_cap_credits": 500,
+            "cap_used_today": 0,
+        }
+    ]
     # the command stopped the Valkey it started; the data (AOF) outlived it
     assert not is_serving(socket_path(tmp_path / "data"))
     code, out = svc_admin(env, "credits", pid)

@@ -1,0 +1,128 @@
+"""``svc admin inspect``: one account as Redis holds it, for operators.
+
+Read-only and straight from Redis (the durable store only names the account's keys):
+pools, each key's status and cap use today, open reservations, usage counters.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from redis.asyncio import Redis
+
+from app.errors import ApiError, ErrorKind
+from app.keys import public_id
+from app.ledger import day_tag, utc_day
+from app.redis_keys import KeySpace
+from app.store import Store
+
+
+class KeyState(msgspec.Struct):
+    id: str
+    environment: str
+    status: str  # in Redis: active | revoked | missing (Redis lost the record)
+    daily_cap_credits: int | None
+    cap_used_today: int  # credits held + settled today
+
+
+class Reservation(msgspec.Struct):
+    id: str
+    key_id: str
+    amount: int
+    earned: int
+    purchased: int
+    alias: str
+    deadline: int
+
+
+class AccountReport(msgspec.Struct):
+    account_pid: str
+    shard: int
+    earned: int
+    earned_expires_at: int  # unix seconds; 0 while the pool is empty
+    purchased: int
+    keys: list[KeyState]
+    open_reservations: list[Reservation]
+    usage_today: dict[str, int]
+    usage_total: dict[str, int]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _ints(raw: dict[Any, Any]) -> dict[str, int]:
+    return {_text(k): int(v) for k, v in sorted(raw.items())}
+
+
+async def inspect_account(
+    redis: Redis, keys: KeySpace, store: Store, pid: str, clock: Callable[[], float] = time.time
+) -> AccountReport:
+    """The account's state in Redis; 404 when the durable store does not know it."""
+    if await store.get_account(pid) is None:
+        raise ApiError(ErrorKind.ACCOUNT_NOT_FOUND, f"No account '{pid[:64]}'.", param="pid")
+    shard, today = keys.shard(pid), day_tag(utc_day(clock()))
+    records = await store.list_keys(pid)
+    pipe = redis.pipeline(transaction=False)
+    pipe.hmget(keys.account(shard, pid), ["earned", "earned_exp", "purchased"])
+    for rec in records:
+        pipe.hmget(keys.api_key(shard, rec.kid), ["status", "cap"])
+        pipe.get(keys.cap(shard, rec.kid, today))
+    pipe.zrange(keys.reservations(shard), 0, -1)
+    pipe.hgetall(keys.usage_day(shard, pid, today))
+    pipe.hgetall(keys.usage_total(shard, pid))
+    results = await pipe.execute()
+    earned, earned_exp, purchased = (int(v or 0) for v in results[0])
+    states = []
+    for i, rec in enumerate(records):
+        (status, cap), used = results[1 + 2 * i], results[2 + 2 * i]
+        states.append(
+            KeyState(
+                id=public_id(rec.kid),
+                environment=rec.environment,
+                status=_text(status) if status is not None else "missing",
+                daily_cap_credits=None if cap is None or int(cap) < 0 else int(cap),
+                cap_used_today=int(used or 0),
+            )
+        )
+    rids, usage_today, usage_total = results[-3:]
+    return AccountReport(
+        account_pid=pid,
+        shard=shard,
+        earned=earned,
+        earned_expires_at=earned_exp,
+        purchased=purchased,
+        keys=states,
+        open_reservations=await _reservations(redis, keys, shard, pid, rids),
+        usage_today=_ints(usage_today),
+        usage_total=_ints(usage_total),
+    )
+
+
+async def _reservations(
+    redis: Redis, keys: KeySpace, shard: int, pid: str, rids: list[Any]
+) -> list[Reservation]:
+    fields = ["acct", "kid", "amount", "fe", "fp", "alias", "deadline"]
+    pipe = redis.pipeline(transaction=False)
+    for rid in rids:
+        pipe.hmget(keys.reservation(shard, _text(rid)), fields)
+    found = []
+    for rid, row in zip(rids, await pipe.execute(), strict=True):
+        if row[0] is None or _text(row[0]) != pid:
+            continue  # another account of the shard, or settled meanwhile
+        _acct, kid, amount, fe, fp, alias, deadline = row
+        found.append(
+            Reservation(
+                id=_text(rid),
+                key_id=public_id(_text(kid)),
+                amount=int(amount),
+                earned=int(fe),
+                purchased=int(fp),
+                alias=_text(alias),
+                deadline=int(deadline),
+            )
+        )
+    return found

@@ -1,0 +1,60 @@
+"""``svc admin inspect``'s report of one account, on both Redis flavours and SQLite."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from app.account_report import inspect_account
+from app.accounts import Accounts
+from app.errors import ApiError, ErrorKind
+from app.ledger import Identity, Ledger
+from app.store import Store, open_store
+from tests.conftest import Clock
+from tests.unit.scripts_helpers import reserve
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    s = open_store(f"sqlite:///{tmp_path / 'svc.db'}")
+    await s.migrate()
+    yield s
+    await s.close()
+
+
+async def test_the_report_shows_pools_keys_caps_reservations_and_usage(
+    store: Store, ledger: Ledger, clock: Clock
+) -> None:
+    accounts = Accounts(store, ledger, b"pepper", clock=clock)
+    pid = await accounts.create_account()
+    await accounts.grant_purchased(pid, 1000)
+    capped = await accounts.create_key(pid, name="a", environment="live", daily_cap=300)
+    other = await accounts.create_key(pid, name="b", environment="test", daily_cap=None)
+    await accounts.revoke_key(pid, other.id)
+    shard = ledger.keys.shard(pid)
+    ident = Identity(pid, capped.id.removeprefix("key_"), "live", shard)
+    done = await reserve(ledger, ident, "r1", clock())
+    await ledger.settle(
+        done, now=clock(), credits_used=4, prompt_tokens=2, completion_tokens=4, outcome="completed"
+    )
+    open_hold = await reserve(ledger, ident, "r2", clock(), deadline=clock() + 60)
+
+    report = await inspect_account(ledger.redis, ledger.keys, store, pid, clock)
+    assert (report.account_pid, report.shard) == (pid, shard)
+    assert (report.earned, report.purchased) == (0, 1000 - 4 - open_hold.amount)
+    states = {k.id: (k.status, k.daily_cap_credits, k.cap_used_today) for k in report.keys}
+    assert states == {
+        capped.id: ("active", 300, 4 + open_hold.amount),
+        other.id: ("revoked", None, 0),
+    }
+    assert [(r.id, r.key_id, r.amount) for r in report.open_reservations] == [
+        ("r2", capped.id, open_hold.amount)
+    ]
+    assert report.usage_today["live:credits"] == 4
+    assert report.usage_total["live:requests"] == 1
+
+    with pytest.raises(ApiError) as info:
+        await inspect_account(ledger.redis, ledger.keys, store, "acct_nobody", clock)
+    assert info.value.kind is ErrorKind.ACCOUNT_NOT_FOUND
