@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 from app.errors import ApiError, ErrorKind
 from app.keys import public_id
 from app.ledger import day_tag, utc_day
-from app.redis_keys import KeySpace
+from app.redis_keys import KeySpace, as_text
 from app.store import Store
 
 
@@ -50,12 +50,8 @@ class AccountReport(msgspec.Struct):
     usage_total: dict[str, int]
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _ints(raw: dict[Any, Any]) -> dict[str, int]:
-    return {_text(k): int(v) for k, v in sorted(raw.items())}
+    return {as_text(k): int(v) for k, v in sorted(raw.items())}
 
 
 async def inspect_account(
@@ -83,7 +79,7 @@ async def inspect_account(
             KeyState(
                 id=public_id(rec.kid),
                 environment=rec.environment,
-                status=_text(status) if status is not None else "missing",
+                status=as_text(status) if status is not None else "missing",
                 daily_cap_credits=None if cap is None or int(cap) < 0 else int(cap),
                 cap_used_today=int(used or 0),
             )
@@ -108,20 +104,20 @@ async def _reservations(
     fields = ["acct", "kid", "amount", "fe", "fp", "alias", "deadline"]
     pipe = redis.pipeline(transaction=False)
     for rid in rids:
-        pipe.hmget(keys.reservation(shard, _text(rid)), fields)
+        pipe.hmget(keys.reservation(shard, as_text(rid)), fields)
     found = []
     for rid, row in zip(rids, await pipe.execute(), strict=True):
-        if row[0] is None or _text(row[0]) != pid:
+        if row[0] is None or as_text(row[0]) != pid:
             continue  # another account of the shard, or settled meanwhile
         _acct, kid, amount, fe, fp, alias, deadline = row
         found.append(
             Reservation(
-                id=_text(rid),
-                key_id=public_id(_text(kid)),
+                id=as_text(rid),
+                key_id=public_id(as_text(kid)),
                 amount=int(amount),
                 earned=int(fe),
                 purchased=int(fp),
-                alias=_text(alias),
+                alias=as_text(alias),
                 deadline=int(deadline),
             )
         )

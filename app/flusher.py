@@ -24,7 +24,7 @@ import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from app.redis_keys import KeySpace
+from app.redis_keys import KeySpace, as_text
 from app.store import Store, StoreError, UsageRollup, stream_id_key
 
 log = logging.getLogger("svc.flusher")
@@ -51,14 +51,10 @@ class Lag(msgspec.Struct):
     oldest_event_age_s: float  # age of the oldest entry, 0 when none
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def _event(entry_id: Any, fields: Any) -> UsageEvent:
-    f = {_text(k): _text(v) for k, v in fields.items()}
+    f = {as_text(k): as_text(v) for k, v in fields.items()}
     return UsageEvent(
-        id=_text(entry_id),
+        id=as_text(entry_id),
         account_pid=f["acct"],
         kid=f["kid"],
         environment=f["env"],
@@ -131,7 +127,7 @@ class Flusher:
         if await self.redis.set(key, self.token, nx=True, px=self.lease_ms):
             return True
         holder = await self.redis.get(key)
-        if holder is not None and _text(holder) == self.token:
+        if holder is not None and as_text(holder) == self.token:
             await self.redis.pexpire(key, self.lease_ms)
             return True
         return False
@@ -188,7 +184,7 @@ class Flusher:
             pipe.xrange(self.keys.events(shard), "-", "+", count=1)
         firsts = await pipe.execute()
         oldest_ms = min(
-            (stream_id_key(_text(entries[0][0]))[0] for entries in firsts if entries),
+            (stream_id_key(as_text(entries[0][0]))[0] for entries in firsts if entries),
             default=None,
         )
         age = 0.0 if oldest_ms is None else max(0.0, self.clock() - oldest_ms / 1000)

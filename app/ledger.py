@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 from app.errors import ApiError, ErrorKind, KeyRecordMissing, invalid_api_key
-from app.redis_keys import KeySpace
+from app.redis_keys import KeySpace, as_text
 from app.usage import COUNTERS, UsageCounters
 
 LUA_DIRS = (Path(__file__).parent / "lua", Path(__file__).parent.parent / "lua")
@@ -86,10 +86,6 @@ class Balance(msgspec.Struct, frozen=True):
     @property
     def total(self) -> int:
         return self.earned + self.purchased
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def utc_day(now: float) -> str:
@@ -182,7 +178,7 @@ class Ledger:
         raw = await self.redis.get(self.keys.digest(key_digest))
         if raw is None:
             return None
-        pid, kid, environment = _text(raw).split(" ")
+        pid, kid, environment = as_text(raw).split(" ")
         return Identity(pid, kid, environment, self.keys.shard(pid))
 
     async def map_digest(self, key_digest: str, ident: Identity) -> None:
@@ -193,7 +189,7 @@ class Ledger:
         acct, status = await self.redis.hmget(
             self.keys.api_key(ident.shard, ident.kid), ["acct", "status"]
         )
-        if acct is None or _text(acct) != ident.pid:
+        if acct is None or as_text(acct) != ident.pid:
             return ScriptStatus.KEY_UNKNOWN
         return ScriptStatus.OK if status == b"active" else ScriptStatus.KEY_REVOKED
 
@@ -417,7 +413,7 @@ class Ledger:
         for shard in shards:
             pipe.zrangebyscore(self.keys.reservations(shard), "-inf", int(now), start=0, num=limit)
         found = [
-            (shard, _text(rid))
+            (shard, as_text(rid))
             for shard, rids in zip(shards, await pipe.execute(), strict=True)
             for rid in rids
         ]
@@ -430,7 +426,7 @@ class Ledger:
         for (shard, rid), fields in zip(found, await pipe.execute(), strict=True):
             if fields[0] is None:
                 continue  # settled meanwhile
-            pid, kid, day, amount = (_text(f) for f in fields)
+            pid, kid, day, amount = (as_text(f) for f in fields)
             holds.append(
                 Hold(
                     rid=rid,

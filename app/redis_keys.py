@@ -8,6 +8,12 @@ the account is known.
 from __future__ import annotations
 
 import zlib
+from typing import Any
+
+
+def as_text(value: Any) -> str:
+    """A Redis reply (bytes, or str with decode_responses) as text."""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def shard_of(account_pid: str, shards: int) -> int:
