@@ -5,7 +5,12 @@ sets ``SVC_REDIS_URL``, ``SVC_DATABASE_URL``, ``SVC_KEY_PEPPER``, ``SVC_ADMIN_TO
 """
 
 from app.http.app import Gateway, create_app
+from app.logs import configure_logging
+from app.metrics import share_across_workers
 from app.runtime import resolve
 from app.settings import Settings
 
-app = Gateway(create_app(resolve(Settings.from_env(), start_embedded=False)[0]))
+settings = Settings.from_env()
+configure_logging(settings.log_level)
+share_across_workers(settings.shared_metrics_dir())
+app = Gateway(create_app(resolve(settings, start_embedded=False)[0]))

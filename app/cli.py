@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
+import logging.config
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -14,10 +19,12 @@ import msgspec
 from app.catalog import ModelsFileError
 from app.errors import ApiError
 from app.http.errors import as_api_error
+from app.logs import granian_log_config
 from app.runtime import Services, StartupError, bootstrap_dev, open_services, resolve
 from app.settings import Settings
 
 AdminOp = Callable[[Services], Awaitable[Any]]
+log = logging.getLogger("svc.serve")
 
 
 def _cap(value: str) -> int | None:
@@ -155,6 +162,17 @@ async def _prepare(settings: Settings) -> str | None:
         await services.close()
 
 
+def _fresh_metrics_dir(settings: Settings) -> tuple[Settings, str | None]:
+    """The workers' shared metrics directory, emptied: counters start at zero with the
+    server. Returns the directory to remove at exit when svc made it."""
+    if settings.metrics_dir:
+        for stale in Path(settings.metrics_dir).glob("*.db"):
+            stale.unlink()
+        return settings, None
+    made = tempfile.mkdtemp(prefix="svc-metrics-")
+    return msgspec.structs.replace(settings, metrics_dir=made), made
+
+
 def serve(args: argparse.Namespace) -> int:
     """Resolve the configuration, prepare storage, then run granian until stopped."""
     from granian import Granian
@@ -162,24 +180,23 @@ def serve(args: argparse.Namespace) -> int:
 
     base = Settings.from_env()
     overrides = {k: v for k in ("host", "port", "workers") if (v := getattr(args, k)) is not None}
+    log_config = granian_log_config(base.log_level)
+    logging.config.dictConfig(log_config)
     settings, owner = resolve(msgspec.structs.replace(base, **overrides))
+    settings, made_metrics_dir = _fresh_metrics_dir(settings)
     try:
         try:
             dev_key = asyncio.run(_prepare(settings))
         except (ModelsFileError, StartupError) as exc:
-            print(f"svc: {exc}", file=sys.stderr)
+            log.error("cannot start: %s", exc)
             return 2
         if dev_key is not None:
-            print(
-                f"svc: created a dev account; its live key (shown once, also in "
-                f"{settings.data_dir}/dev-key.txt):\n  {dev_key}",
-                flush=True,
-            )
+            # the key itself goes only to the 0600 file: logs are no place for a secret
+            log.info("created a dev account; its live key is in %s/dev-key.txt", settings.data_dir)
         os.environ.update(settings.env_vars())
         workers = settings.workers or os.cpu_count() or 1
-        print(
-            f"svc: serving on http://{settings.host}:{settings.port}/v1 with {workers} worker(s)",
-            flush=True,
+        log.info(
+            "serving on http://%s:%s/v1 with %d worker(s)", settings.host, settings.port, workers
         )
         Granian(
             "app.asgi:app",
@@ -189,12 +206,15 @@ def serve(args: argparse.Namespace) -> int:
             workers=workers,
             loop=Loops.uvloop,
             log_access=False,
+            log_dictconfig=log_config,
             respawn_failed_workers=True,  # a crashed worker is replaced; the sweeper
             # refunds what it held
         ).serve()
     finally:
         if owner is not None:
             owner.stop()
+        if made_metrics_dir is not None:
+            shutil.rmtree(made_metrics_dir, ignore_errors=True)
     return 0
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
@@ -19,7 +20,8 @@ from app.chat import ChatParams
 from app.chunks import DONE, ChunkEncoder, error_event
 from app.errors import ApiError, ErrorKind
 from app.ids import completion_ids, random_id
-from app.ledger import Hold, Identity, Ledger, Settlement
+from app.ledger import Hold, Identity, Ledger, ScriptStatus, Settlement
+from app.metrics import METRICS
 from app.upstream.base import Piece, UpstreamCall, UpstreamError, Usage
 from app.upstream.router import UpstreamRouter
 
@@ -28,6 +30,7 @@ SendBytes = Callable[[bytes, bool], Awaitable[None]]
 MIN_OUTPUT_TOKENS = 16
 
 T = TypeVar("T")
+log = logging.getLogger("svc.completions")
 _background: set[asyncio.Task[Any]] = set()
 
 
@@ -81,6 +84,7 @@ class CompletionService:
             alias=alias.id,
             requested=params.requested,
         )
+        METRICS.credits.labels("reserved", ident.environment).inc(hold.amount)
         completion = Completion(self, ident, params, hold)
         try:
             await completion.connect()
@@ -110,6 +114,7 @@ class Completion:
         self._pending: str | None = None  # the last token read, not yet sent
         self._no_chunk_yet = True  # the next content chunk is the first (carries the role)
         self._settled: Settlement | None = None
+        self._provider_name = ""
 
     def _call(self, model: str) -> UpstreamCall:
         p = self.params
@@ -124,15 +129,27 @@ class Completion:
     async def connect(self) -> None:
         """Try the alias's upstreams in order until one yields its first piece."""
         candidates = self.service.router.candidates(self.params.alias, self.ident.environment)
-        for provider, model in candidates:
+        for n, (provider_name, provider, model) in enumerate(candidates):
+            if n:
+                METRICS.failovers.labels(self.params.alias.id).inc()
             pieces = provider.stream(self._call(model))
             try:
                 first: list[Piece] = await anext(pieces, [])
             except UpstreamError as exc:
                 await _close(pieces)
+                METRICS.upstream_errors.labels(provider_name, "connect").inc()
+                log.warning(
+                    "upstream failed before its first token",
+                    extra={
+                        "provider": provider_name,
+                        "model": self.params.alias.id,
+                        "reason": exc.reason[:200],
+                    },
+                )
                 if exc.client_error:
                     raise ApiError(ErrorKind.INVALID_VALUE, exc.reason) from exc
                 continue
+            self._provider_name = provider_name
             self._pieces = pieces
             self._first = first
             return
@@ -151,8 +168,17 @@ class Completion:
         last = b""
         try:
             last = await self._relay_content(send)
-        except UpstreamError:
+        except UpstreamError as exc:
             outcome = "upstream_error"
+            METRICS.upstream_errors.labels(self._provider_name, "stream").inc()
+            log.warning(
+                "upstream failed mid-stream",
+                extra={
+                    "provider": self._provider_name,
+                    "model": self.params.alias.id,
+                    "reason": exc.reason[:200],
+                },
+            )
         except BaseException:
             await run_to_completion(self.settle(outcome="client_disconnect"))
             raise
@@ -258,6 +284,12 @@ class Completion:
             completion_tokens=completion,
             outcome=outcome,
         )
+        if self._settled.status is ScriptStatus.OK:
+            env = self.ident.environment
+            METRICS.settlements.labels(outcome).inc()
+            used = self._settled.credits_used
+            METRICS.credits.labels("settled", env).inc(used)
+            METRICS.credits.labels("refunded", env).inc(self.hold.amount - used)
         return self._settled
 
 

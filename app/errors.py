@@ -34,6 +34,10 @@ class ErrorKind(Enum):
     def status(self) -> int:
         return self.value[0]
 
+    @property
+    def code(self) -> str:
+        return self.value[2]
+
 
 class ErrorDetail(msgspec.Struct, omit_defaults=False):
     message: str

@@ -24,6 +24,7 @@ import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from app.metrics import METRICS
 from app.redis_keys import KeySpace, as_text
 from app.store import Store, StoreError, UsageRollup, stream_id_key
 
@@ -150,6 +151,8 @@ class Flusher:
                 if await self.store.apply_usage(shard, last, aggregate(events), after=cursor):
                     applied += len(events)
                     cursor = last
+                    METRICS.flushes.inc()
+                    METRICS.flushed_events.inc(len(events))
                 else:
                     cursor = await self.store.get_cursor(shard)  # another drainer moved on
             if cursor:
@@ -197,4 +200,5 @@ class Flusher:
             try:
                 await self.flush_all()
             except (RedisError, StoreError, OSError) as exc:
+                METRICS.background_errors.labels("flusher").inc()
                 log.warning("flush failed, retrying next round: %s", type(exc).__name__)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Mapping
 
 import msgspec
@@ -75,6 +76,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """Length of a simulated upstream reply, in tokens."""
     sim_delay_ms: float = 0.0
     """Delay between simulated tokens."""
+    log_level: str = "INFO"
+    """Lowest level logged (JSON lines on stderr): DEBUG, INFO, WARNING, ERROR."""
+    metrics_dir: str | None = None
+    """Directory where the workers of one server share their metrics (multiprocess mode);
+    unset = ``svc-metrics-<server pid>`` in the temp directory."""
+    metrics_token: str | None = None
+    """Bearer token ``GET /metrics`` requires; unset = the endpoint is open (keep it on an
+    internal network)."""
     allow_evicting_redis: bool = False
     """Start even when Redis's maxmemory-policy may evict keys (it should be noeviction)."""
     redis_timeout_s: float = 2.0
@@ -94,6 +103,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             return msgspec.convert(raw, cls, strict=False)
         except msgspec.ValidationError as exc:
             raise ValueError(f"invalid SVC_* setting: {exc}") from exc
+
+    def shared_metrics_dir(self) -> str:
+        """The metrics directory of this server: ``metrics_dir``, else one named after the
+        parent process, which is granian's main process for every worker of one server and
+        new at every server start."""
+        return self.metrics_dir or os.path.join(
+            tempfile.gettempdir(), f"svc-metrics-{os.getppid()}"
+        )
 
     def env_vars(self) -> dict[str, str]:
         """The settings as ``SVC_*`` variables, to hand resolved values to worker processes."""

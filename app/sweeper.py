@@ -17,6 +17,7 @@ from collections.abc import Callable
 from redis.exceptions import RedisError
 
 from app.ledger import Ledger, ScriptStatus
+from app.metrics import METRICS
 
 log = logging.getLogger("svc.sweeper")
 
@@ -52,6 +53,9 @@ class Sweeper:
             )
             if settled.status is ScriptStatus.OK:
                 done += 1
+                METRICS.settlements.labels("swept").inc()
+        METRICS.sweeps.inc()
+        METRICS.swept.inc(done)
         self.swept += done
         return done
 
@@ -62,6 +66,7 @@ class Sweeper:
             try:
                 swept = await self.sweep_once()
             except (RedisError, OSError) as exc:
+                METRICS.background_errors.labels("sweeper").inc()
                 log.warning("sweep failed, retrying next round: %s", type(exc).__name__)
                 continue
             if swept:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -11,17 +12,26 @@ from litestar import Litestar
 from litestar.datastructures import ResponseHeader
 from litestar.enums import ScopeType
 from litestar.openapi import OpenAPIConfig
-from litestar.types import Receive, Scope, Send
+from litestar.types import Message, Receive, Scope, Send
 from redis.exceptions import RedisError
 
 from app import __version__
 from app.completions import drain_background
 from app.http.admin import AdminController
 from app.http.api import V1Controller
-from app.http.chat import CHAT_PATH, chat_completions, serve_chat
+from app.http.chat import (
+    CHAT_PATH,
+    chat_completions,
+    incoming_request_id,
+    new_request_id,
+    serve_chat,
+)
 from app.http.errors import handle_exception
 from app.http.headers import SECURITY_HEADERS
 from app.http.health import HealthController
+from app.http.metrics import MetricsController
+from app.logs import request_id
+from app.metrics import METRICS
 from app.runtime import open_services
 from app.settings import Settings
 from app.store import StoreError
@@ -52,26 +62,62 @@ def create_app(settings: Settings) -> Litestar:
             await services.close()
 
     return Litestar(
-        route_handlers=[V1Controller, AdminController, HealthController, chat_completions],
+        route_handlers=[
+            V1Controller,
+            AdminController,
+            HealthController,
+            MetricsController,
+            chat_completions,
+        ],
         response_headers=[ResponseHeader(name=k, value=v) for k, v in SECURITY_HEADERS],
         lifespan=[lifespan],
         exception_handlers={Exception: handle_exception},
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(title="svc", version=__version__),
         debug=False,
+        logging_config=None,  # logging is svc's own: JSON lines (app.logs)
     )
 
 
 class Gateway:
     """The ASGI app granian serves: ``POST /v1/chat/completions`` goes straight to its
     handler (Litestar's exception middleware would otherwise wrap every chunk's ``send``);
-    everything else, lifespan included, goes to the Litestar app."""
+    everything else, lifespan included, goes to the Litestar app.
+
+    Every HTTP request gets a request id (the client's ``x-request-id`` when it is a sane
+    one, else a new one): it is sent back in ``x-request-id`` and tags the request's logs."""
 
     def __init__(self, app: Litestar) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == ScopeType.HTTP and scope["path"] == CHAT_PATH:
-            await serve_chat(self.app.state.services, scope, receive, send)
-        else:
+        if scope["type"] != ScopeType.HTTP:
             await self.app(scope, receive, send)
+            return
+        rid = incoming_request_id(scope) or new_request_id()
+        token = request_id.set(rid)
+        try:
+            if scope["path"] == CHAT_PATH:
+                await serve_chat(self.app.state.services, scope, receive, send, rid)
+            else:
+                await self._routed(scope, receive, send, rid)
+        finally:
+            request_id.reset(token)
+
+    async def _routed(self, scope: Scope, receive: Receive, send: Send, rid: str) -> None:
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", ()), (b"x-request-id", rid.encode())]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            # the route template, not the path: ids in paths would explode the label set
+            route = scope.get("path_template") or "unmatched"
+            METRICS.request_done(route, status, "", time.perf_counter() - started)

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
+import secrets
+import time
 from typing import TYPE_CHECKING, Any
 
 from litestar import asgi
@@ -17,6 +20,7 @@ from app.chat import parse_chat_request
 from app.errors import ApiError, ErrorKind, KeyRecordMissing
 from app.http.errors import as_api_error
 from app.http.headers import SECURITY_HEADERS
+from app.metrics import METRICS
 
 if TYPE_CHECKING:
     from app.completions import Completion
@@ -38,11 +42,27 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-async def send_error(send: Send, error: ApiError) -> None:
+_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
+
+
+def incoming_request_id(scope: Scope) -> str | None:
+    """The client's ``x-request-id``, when it is short and plain enough to log and echo."""
+    for key, value in scope["headers"]:
+        if key == b"x-request-id":
+            return value.decode() if _REQUEST_ID.fullmatch(value) else None
+    return None
+
+
+def new_request_id() -> str:
+    return "req_" + secrets.token_hex(12)
+
+
+async def send_error(send: Send, error: ApiError, rid: str = "") -> None:
     body = error.body()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
+        (b"x-request-id", rid.encode()),
         *_SECURITY,
     ]
     headers += [(k.encode(), v.encode()) for k, v in error.headers.items()]
@@ -111,18 +131,33 @@ async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
     await serve_chat(scope["app"].state.services, scope, receive, send)
 
 
-async def serve_chat(services: Services, scope: Scope, receive: Receive, send: Send) -> None:
+async def serve_chat(
+    services: Services, scope: Scope, receive: Receive, send: Send, rid: str = ""
+) -> None:
     """Reserve, stream, settle. Errors before the first byte are plain JSON responses."""
+    started = time.perf_counter()
     try:
         completion = await _open(services, scope, receive)
     except Exception as exc:
-        await send_error(send, as_api_error(exc))
+        error = as_api_error(exc)
+        await send_error(send, error, rid)
+        METRICS.rejections.labels(error.kind.code).inc()
+        METRICS.request_done(CHAT_PATH, error.status, "", time.perf_counter() - started)
         return
 
+    model = completion.params.alias.id
+    first_write = True
+
     async def send_bytes(data: bytes, more: bool = True) -> None:
+        nonlocal first_write
+        if first_write:
+            first_write = False
+            METRICS.ttfb.labels(model).observe(time.perf_counter() - started)
         await send({"type": "http.response.body", "body": data, "more_body": more})
 
-    await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+    headers = [*SSE_HEADERS, (b"x-request-id", rid.encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    METRICS.open_streams.inc()
     relay = asyncio.ensure_future(completion.relay(send_bytes))
     watcher = asyncio.ensure_future(_watch_disconnect(receive, relay))
     try:
@@ -133,3 +168,5 @@ async def serve_chat(services: Services, scope: Scope, receive: Receive, send: S
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
+        METRICS.open_streams.dec()
+        METRICS.request_done(CHAT_PATH, 200, model, time.perf_counter() - started)

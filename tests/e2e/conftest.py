@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -9,14 +10,17 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.orchestrate import free_port
 from bench.orchestrate import stop_process as stop_server
 
 ROOT = Path(__file__).resolve().parents[2]
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 @dataclass
@@ -54,6 +58,21 @@ class Server:
 
     def balance(self, pid: str) -> int:
         return int(self.admin("GET", f"/accounts/{pid}/credits").json()["total_available"])
+
+    def metrics(self) -> Samples:
+        """``GET /metrics`` parsed: (sample name, sorted label pairs) → value."""
+        response = httpx.get(f"{self.root_url}/metrics", timeout=30)
+        assert response.status_code == 200, response.text
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(response.text)
+            for sample in family.samples
+        }
+
+    def log_entries(self) -> list[dict[str, Any]]:
+        """The server's log so far, one parsed JSON object per line."""
+        text = (self.data_dir.parent / "server.log").read_text()
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def start_server(tmp: Path, *, workers: int = 1, extra_env: dict[str, str] | None = None) -> Server:

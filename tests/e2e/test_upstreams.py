@@ -180,6 +180,27 @@ def test_failover_respects_the_order(proxy: Server, mock: MockProcess) -> None:
     assert time.monotonic() - started < 5  # the stall cost one first-byte timeout (1 s)
 
 
+def test_failovers_are_counted_and_logged_under_the_request_id(proxy: Server) -> None:
+    key = proxy.new_key(proxy.new_account(100_000))
+    before = proxy.metrics()
+    r = _chat(proxy, key, "svc-code")
+    assert r.status_code == 200
+    after = proxy.metrics()
+
+    def delta(name: str, **labels: str) -> float:
+        sample = (name, tuple(sorted(labels.items())))
+        return after.get(sample, 0.0) - before.get(sample, 0.0)
+
+    assert delta("svc_upstream_failovers_total", model="svc-code") == 3
+    assert delta("svc_upstream_errors_total", provider="mock", phase="connect") == 3
+    rid = r.headers["x-request-id"]
+    mine = [e for e in proxy.log_entries() if e.get("request_id") == rid]
+    assert len(mine) == 3
+    assert {e["provider"] for e in mine} == {"mock"}
+    assert all(e["level"] == "warning" and e["model"] == "svc-code" for e in mine)
+    assert "mock-provider-key" not in (proxy.data_dir.parent / "server.log").read_text()
+
+
 def test_all_upstreams_failing_is_502_and_costs_nothing(proxy: Server) -> None:
     pid = proxy.new_account(100_000)
     r = _chat(proxy, proxy.new_key(pid), "svc-smart")

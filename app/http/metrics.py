@@ -1,0 +1,51 @@
+"""``GET /metrics``: Prometheus text format, summed over every worker of the server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+from typing import Any
+
+from litestar import Controller, Request, Response, get
+from litestar.di import Provide
+from redis.exceptions import RedisError
+
+from app.errors import ApiError, ErrorKind
+from app.http.deps import provide_services
+from app.keys import bearer_secret
+from app.metrics import CONTENT_TYPE, METRICS, exposition
+from app.runtime import Services
+
+REDIS_READ_TIMEOUT_S = 1.0
+
+
+async def redis_gauges(services: Services) -> tuple[int, int, float] | None:
+    """Open reservations over every shard and the usage streams' backlog (three pipelined
+    round trips), or ``None`` when Redis does not answer in time."""
+    with contextlib.suppress(RedisError, OSError, TimeoutError):
+        async with asyncio.timeout(REDIS_READ_TIMEOUT_S):
+            pipe = services.redis.pipeline(transaction=False)
+            for shard in range(services.keys.shards):
+                pipe.zcard(services.keys.reservations(shard))
+            open_rsv = sum(int(n) for n in await pipe.execute())
+            lag = await services.flusher.lag()
+            return open_rsv, lag.pending_events, lag.oldest_event_age_s
+    return None
+
+
+class MetricsController(Controller):
+    path = "/metrics"
+    dependencies = {"services": Provide(provide_services)}
+
+    @get("/", media_type=CONTENT_TYPE, summary="Prometheus metrics")
+    async def metrics(self, request: Request[Any, Any, Any], services: Services) -> Response[bytes]:
+        """Every worker's counters and histograms, plus gauges read from Redis. Needs
+        ``Authorization: Bearer <SVC_METRICS_TOKEN>`` when that token is set."""
+        expected = services.settings.metrics_token
+        if expected:
+            given = bearer_secret(request.headers.get("authorization")) or ""
+            if not hmac.compare_digest(given.encode(), expected.encode()):
+                raise ApiError(ErrorKind.ADMIN_UNAUTHORIZED, "A valid metrics token is required.")
+        body = await exposition(METRICS, lambda: redis_gauges(services))
+        return Response(body, media_type=CONTENT_TYPE)

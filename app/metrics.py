@@ -1,0 +1,225 @@
+"""Prometheus metrics, shared across granian's worker processes.
+
+Each worker writes its counters and histograms to memory-mapped files in one directory
+(prometheus-client's multiprocess mode); whichever worker answers ``GET /metrics`` sums
+them. The ASGI entry point (``app.asgi``) switches its worker over with
+``share_across_workers`` before serving; granian forks workers from a process that already
+imported this module, so the switch rebuilds the metrics in place. A process that never
+switches (tests, admin commands) keeps its metrics in memory.
+
+Recording costs a dictionary lookup and an mmap write (a few microseconds), so the hot path
+records every request. Numbers that live in Redis — open reservations, unflushed usage
+events — are read when scraped instead of counted.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+    values,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# Seconds. Time to first byte is dominated by the upstream; the low buckets resolve svc's
+# own share (about a millisecond), the high ones a slow model's first token.
+TTFB_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+def multiprocess_enabled() -> bool:
+    """Whether this process writes its metrics to the shared directory."""
+    return bool(getattr(values.ValueClass, "_multiprocess", False))
+
+
+class Metrics:
+    """Every metric svc records. One instance per process (``Services`` owns it)."""
+
+    def __init__(self) -> None:
+        self.build()
+
+    def build(self) -> None:
+        """(Re)create every metric on the storage prometheus-client uses now."""
+        # In multiprocess mode the live values are in the files, not in a registry.
+        reg = None if multiprocess_enabled() else CollectorRegistry()
+        self.registry = reg
+        self.requests = Counter(
+            "svc_requests",
+            "HTTP requests answered, by route template, status and model alias.",
+            ["route", "status", "model"],
+            registry=reg,
+        )
+        self.ttfb = Histogram(
+            "svc_time_to_first_byte_seconds",
+            "Chat completions: request start to the first content chunk sent.",
+            ["model"],
+            buckets=TTFB_BUCKETS,
+            registry=reg,
+        )
+        self.duration = Histogram(
+            "svc_request_duration_seconds",
+            "Request start to the last byte sent (whole stream for chat).",
+            ["route", "model"],
+            buckets=DURATION_BUCKETS,
+            registry=reg,
+        )
+        self.credits = Counter(
+            "svc_credits",
+            "Credits by movement: reserved, settled (charged) and refunded (returned unused).",
+            ["movement", "environment"],
+            registry=reg,
+        )
+        self.settlements = Counter(
+            "svc_settlements",
+            "Reservations closed, by outcome (completed, client_disconnect, upstream_error, "
+            "released, swept).",
+            ["outcome"],
+            registry=reg,
+        )
+        self.upstream_errors = Counter(
+            "svc_upstream_errors",
+            "Upstream failures, by provider and phase (connect = before the first token).",
+            ["provider", "phase"],
+            registry=reg,
+        )
+        self.failovers = Counter(
+            "svc_upstream_failovers",
+            "Requests moved on to an alias's next upstream after one failed.",
+            ["model"],
+            registry=reg,
+        )
+        self.open_streams = Gauge(
+            "svc_open_streams",
+            "Chat completion streams being relayed now.",
+            registry=reg,
+            multiprocess_mode="livesum",
+        )
+        self.rejections = Counter(
+            "svc_rejections",
+            "Requests refused before any work, by error code.",
+            ["code"],
+            registry=reg,
+        )
+        self.sweeps = Counter(
+            "svc_sweeper_runs", "Sweeper passes over the reservation sets.", registry=reg
+        )
+        self.swept = Counter(
+            "svc_sweeper_refunded_reservations",
+            "Reservations past their deadline refunded by the sweeper.",
+            registry=reg,
+        )
+        self.flushes = Counter(
+            "svc_flusher_batches",
+            "Usage event batches committed to the durable store.",
+            registry=reg,
+        )
+        self.flushed_events = Counter(
+            "svc_flusher_events",
+            "Usage events committed to the durable store.",
+            registry=reg,
+        )
+        self.background_errors = Counter(
+            "svc_background_errors",
+            "Failed sweeper or flusher rounds (retried next round), by task.",
+            ["task"],
+            registry=reg,
+        )
+        self._request_children: dict[tuple[str, int, str], Counter] = {}
+
+    def request_done(self, route: str, status: int, model: str, duration_s: float) -> None:
+        """Count one answered request and its duration."""
+        key = (route, status, model)
+        child = self._request_children.get(key)
+        if child is None:
+            child = self._request_children[key] = self.requests.labels(route, str(status), model)
+        child.inc()
+        self.duration.labels(route, model).observe(duration_s)
+
+
+class RedisGauges(Collector):
+    """Gauges read from Redis at scrape time: open reservations and unflushed usage events.
+
+    ``read`` returns ``(open_reservations, pending_events, oldest_event_age_s)``, or ``None``
+    when Redis does not answer (the gauges are then left out of that scrape)."""
+
+    def __init__(self, values_now: tuple[int, int, float] | None) -> None:
+        self.values_now = values_now
+
+    def collect(self) -> Iterable[Metric]:
+        if self.values_now is None:
+            return
+        open_rsv, pending, age = self.values_now
+        yield GaugeMetricFamily(
+            "svc_open_reservations", "Reservations not yet settled, over every shard.", open_rsv
+        )
+        yield GaugeMetricFamily(
+            "svc_usage_stream_pending_events",
+            "Usage events in the Redis streams not yet flushed to the durable store.",
+            pending,
+        )
+        yield GaugeMetricFamily(
+            "svc_usage_stream_lag_seconds",
+            "Age of the oldest unflushed usage event (0 when none).",
+            age,
+        )
+
+
+_PID_FILE = re.compile(r"gauge_live\w+?_(\d+)\.db$")
+
+
+def _forget_dead_workers(path: str) -> None:
+    """Drop the live gauges of workers that are gone (a crashed worker's open streams)."""
+    for name in glob.glob(os.path.join(path, "gauge_live*_*.db")):
+        match = _PID_FILE.search(name)
+        if match is None:
+            continue
+        pid = int(match.group(1))
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            multiprocess.mark_process_dead(pid, path)  # type: ignore[no-untyped-call]
+        except PermissionError:
+            pass  # alive, owned by someone else
+
+
+async def exposition(
+    metrics: Metrics, read_redis: Callable[[], Awaitable[tuple[int, int, float] | None]]
+) -> bytes:
+    """The text every worker's metrics add up to, plus the Redis gauges."""
+    registry = CollectorRegistry()
+    if metrics.registry is None:
+        path = os.environ[MULTIPROC_ENV]
+        _forget_dead_workers(path)
+        multiprocess.MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
+        body = generate_latest(registry)
+    else:
+        body = generate_latest(metrics.registry)
+    gauges = CollectorRegistry()
+    gauges.register(RedisGauges(await read_redis()))
+    return body + generate_latest(gauges)
+
+
+METRICS = Metrics()
+"""This process's metrics; every module records through this one object."""
+
+
+def share_across_workers(path: str) -> None:
+    """Keep this process's metrics in ``path``, summed with every other process's there."""
+    Path(path).mkdir(parents=True, exist_ok=True)
+    os.environ[MULTIPROC_ENV] = path
+    values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
+    METRICS.build()

@@ -1,0 +1,96 @@
+"""Metrics summed over granian's workers, request ids, and JSON logs, on a real server."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from tests.e2e.conftest import Samples, Server
+
+pytestmark = pytest.mark.e2e
+
+CHAT = "/v1/chat/completions"
+
+
+def _delta(after: Samples, before: Samples, name: str, **labels: str) -> float:
+    key = (name, tuple(sorted(labels.items())))
+    return after.get(key, 0.0) - before.get(key, 0.0)
+
+
+def test_metrics_add_up_every_worker_and_match_what_clients_were_charged(server: Server) -> None:
+    pid = server.new_account(1_000_000)
+    key = server.new_key(pid)
+    before = server.metrics()
+    charged = 0
+    for _ in range(12):
+        # a new client (connection) per request, so both workers serve some
+        client = openai.OpenAI(base_url=server.base_url, api_key=key, max_retries=0)
+        chunks = list(
+            client.chat.completions.create(
+                model="svc-fast", messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+        )
+        charged += chunks[-1].model_extra["svc"]["credits_used"]  # type: ignore[index]
+        client.close()
+    bad = openai.OpenAI(base_url=server.base_url, api_key="svc_live_nope", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad.chat.completions.create(model="svc-fast", messages=[{"role": "user", "content": "x"}])
+    after = server.metrics()
+
+    ok = {"route": CHAT, "status": "200", "model": "svc-fast"}
+    assert _delta(after, before, "svc_requests_total", **ok) == 12
+    denied = {"route": CHAT, "status": "401", "model": ""}
+    assert _delta(after, before, "svc_requests_total", **denied) == 1
+    assert _delta(after, before, "svc_rejections_total", code="invalid_api_key") == 1
+    assert _delta(after, before, "svc_time_to_first_byte_seconds_count", model="svc-fast") == 12
+    duration = {"route": CHAT, "model": "svc-fast"}
+    assert _delta(after, before, "svc_request_duration_seconds_count", **duration) == 12
+    assert _delta(after, before, "svc_settlements_total", outcome="completed") == 12
+    live = {"environment": "live"}
+    settled = _delta(after, before, "svc_credits_total", movement="settled", **live)
+    reserved = _delta(after, before, "svc_credits_total", movement="reserved", **live)
+    refunded = _delta(after, before, "svc_credits_total", movement="refunded", **live)
+    assert settled == charged
+    assert reserved == settled + refunded
+    assert after[("svc_open_reservations", ())] == 0
+    assert after[("svc_open_streams", ())] == 0
+    assert ("svc_usage_stream_pending_events", ()) in after
+
+
+def test_other_routes_are_counted_by_their_template(server: Server) -> None:
+    before = server.metrics()
+    for _ in range(3):
+        response = server.admin("GET", "/accounts/acct_doesnotexist/credits")
+        assert response.status_code == 404
+    after = server.metrics()
+    routes = {dict(labels).get("route") for name, labels in after if name == "svc_requests_total"}
+    route = "/admin/v1/accounts/{pid}/credits"
+    assert route in routes, routes
+    assert _delta(after, before, "svc_requests_total", route=route, status="404", model="") == 3
+
+
+def test_every_response_carries_a_request_id_and_a_sane_one_is_kept(server: Server) -> None:
+    headers = {"authorization": f"Bearer {server.dev_key}"}
+    mine = httpx.get(f"{server.base_url}/models", headers={**headers, "x-request-id": "trace-42"})
+    assert mine.headers["x-request-id"] == "trace-42"
+    odd = httpx.get(f"{server.base_url}/models", headers={**headers, "x-request-id": "a b\tc"})
+    assert odd.headers["x-request-id"].startswith("req_")
+    error = httpx.post(f"{server.base_url}/chat/completions", content=b"{", headers=headers)
+    assert error.status_code == 400
+    assert error.headers["x-request-id"].startswith("req_")
+    client = openai.OpenAI(base_url=server.base_url, api_key=server.dev_key)
+    with client.chat.completions.with_streaming_response.create(
+        model="svc-fast", messages=[{"role": "user", "content": "hi"}], stream=True
+    ) as response:
+        assert response.headers["x-request-id"].startswith("req_")
+        response.read()
+
+
+def test_the_log_is_json_lines_without_secrets(server: Server) -> None:
+    entries = server.log_entries()
+    assert entries, "the server logged nothing at all"
+    assert all({"ts", "level", "logger", "msg"} <= entry.keys() for entry in entries)
+    text = (server.data_dir.parent / "server.log").read_text()
+    assert server.dev_key not in text
+    assert server.admin_token not in text

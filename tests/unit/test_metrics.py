@@ -1,0 +1,47 @@
+"""Metrics in one process (no shared directory): what each recording call adds up to."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.metrics import Metrics, exposition
+
+
+def _samples(text: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text.decode()):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+async def _no_redis() -> None:
+    return None
+
+
+async def test_requests_are_counted_by_route_status_and_model() -> None:
+    metrics = Metrics()
+    for _ in range(3):
+        metrics.request_done("/v1/chat/completions", 200, "svc-fast", 0.02)
+    metrics.request_done("/v1/chat/completions", 401, "", 0.001)
+    samples = _samples(await exposition(metrics, _no_redis))
+    chat = (("model", "svc-fast"), ("route", "/v1/chat/completions"), ("status", "200"))
+    assert samples[("svc_requests_total", chat)] == 3
+    denied = (("model", ""), ("route", "/v1/chat/completions"), ("status", "401"))
+    assert samples[("svc_requests_total", denied)] == 1
+    duration = (("model", "svc-fast"), ("route", "/v1/chat/completions"))
+    assert samples[("svc_request_duration_seconds_count", duration)] == 3
+    assert samples[("svc_request_duration_seconds_sum", duration)] == pytest.approx(0.06)
+    # without Redis the Redis gauges are left out, not reported as zero
+    assert not any(name == "svc_open_reservations" for name, _ in samples)
+
+
+async def test_redis_gauges_are_reported_when_redis_answers() -> None:
+    async def read() -> tuple[int, int, float]:
+        return 4, 120, 1.5
+
+    samples = _samples(await exposition(Metrics(), read))
+    assert samples[("svc_open_reservations", ())] == 4
+    assert samples[("svc_usage_stream_pending_events", ())] == 120
+    assert samples[("svc_usage_stream_lag_seconds", ())] == 1.5
