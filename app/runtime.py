@@ -29,6 +29,7 @@ from app.rewards import Spotlights
 from app.settings import Settings
 from app.store import Store, open_store
 from app.sweeper import Sweeper
+from app.throttle import FailedAuthThrottle, parse_networks
 from app.upstream.base import Provider
 from app.upstream.openai_compat import AiohttpProvider, HttpxProvider
 from app.upstream.router import UpstreamRouter
@@ -139,6 +140,10 @@ class Services:
             negative_ttl_s=settings.negative_cache_s,
             cold_per_s=settings.cold_auth_per_s,
         )
+        self.auth_throttle = FailedAuthThrottle(
+            settings.failed_auth_limit, settings.failed_auth_window_s
+        )
+        self.trusted_proxies = parse_networks(settings.trusted_proxies)
         self.accounts = Accounts(
             store, self.ledger, pepper, max_active_keys=settings.max_active_keys, clock=clock
         )

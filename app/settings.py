@@ -67,6 +67,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     negative_cache_s: float = 30.0
     cold_auth_per_s: float = 10.0
     """Cold-path (argon2) verifications allowed per second per worker (~25 ms CPU each)."""
+    failed_auth_limit: int = 100
+    """Invalid keys or admin tokens one client address may present per window (per worker);
+    after that it is refused with 429 until the window ends; 0 = no limit."""
+    failed_auth_window_s: float = 60.0
+    trusted_proxies: str = ""
+    """Comma-separated addresses or CIDR networks of the load balancers in front of svc;
+    only from these is ``X-Forwarded-For`` believed when telling clients apart."""
     models_file: str | None = None
     """TOML file of providers and per-alias upstreams, prices and limits (README)."""
     upstream_client: str = "aiohttp"

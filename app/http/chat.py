@@ -18,6 +18,7 @@ from litestar.types import Receive, Scope, Send
 
 from app.chat import parse_chat_request
 from app.errors import ApiError, ErrorKind, KeyRecordMissing
+from app.http.deps import failed_auth_counted
 from app.http.errors import as_api_error
 from app.http.headers import SECURITY_HEADERS
 from app.metrics import METRICS
@@ -97,7 +98,8 @@ async def _open(services: Services, scope: Scope, receive: Receive) -> Completio
     if scope.get("method") != "POST":
         raise ApiError(ErrorKind.METHOD_NOT_ALLOWED, "Use POST for /v1/chat/completions.")
     authorization = _header(scope, b"authorization")
-    ident = await services.auth.identify(authorization)
+    with failed_auth_counted(services, scope):
+        ident = await services.auth.identify(authorization)
     body = await read_body(scope, receive, services.settings.max_body_bytes)
     settings = services.settings
     params = parse_chat_request(

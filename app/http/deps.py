@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import hmac
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from litestar import Request
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
+from litestar.types import Scope
 
 from app.errors import ApiError, ErrorKind
 from app.keys import bearer_secret
 from app.ledger import Identity
 from app.runtime import Services
+from app.throttle import client_address
 
 
 def services_of(connection: ASGIConnection[Any, Any, Any, Any]) -> Services:
@@ -24,14 +28,39 @@ async def provide_services(request: Request[Any, Any, Any]) -> Services:
     return services_of(request)
 
 
+_COUNTED_FAILURES = (ErrorKind.INVALID_API_KEY, ErrorKind.ADMIN_UNAUTHORIZED)
+
+
+@contextmanager
+def failed_auth_counted(services: Services, scope: Scope) -> Iterator[None]:
+    """Refuse a client address that failed authentication too often (429); count the
+    failure when the block inside raises an invalid-key or invalid-admin-token error."""
+    client = scope.get("client")
+    forwarded: list[str] = []
+    if services.trusted_proxies:
+        forwarded = [v.decode("latin-1") for k, v in scope["headers"] if k == b"x-forwarded-for"]
+    address = client_address(client[0] if client else None, forwarded, services.trusted_proxies)
+    services.auth_throttle.check(address)
+    try:
+        yield
+    except ApiError as exc:
+        if exc.kind in _COUNTED_FAILURES:
+            services.auth_throttle.failed(address)
+        raise
+
+
 async def provide_identity(request: Request[Any, Any, Any]) -> Identity:
     """The authenticated key, checked for revocation."""
-    return await services_of(request).auth.authorize(request.headers.get("authorization"))
+    services = services_of(request)
+    with failed_auth_counted(services, request.scope):
+        return await services.auth.authorize(request.headers.get("authorization"))
 
 
 async def admin_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
     """Only the bearer of ``SVC_ADMIN_TOKEN`` passes."""
-    expected = services_of(connection).settings.admin_token or ""
+    services = services_of(connection)
+    expected = services.settings.admin_token or ""
     given = bearer_secret(connection.headers.get("authorization")) or ""
-    if not expected or not hmac.compare_digest(given.encode(), expected.encode()):
-        raise ApiError(ErrorKind.ADMIN_UNAUTHORIZED, "A valid admin token is required.")
+    with failed_auth_counted(services, connection.scope):
+        if not expected or not hmac.compare_digest(given.encode(), expected.encode()):
+            raise ApiError(ErrorKind.ADMIN_UNAUTHORIZED, "A valid admin token is required.")
