@@ -275,6 +275,7 @@ async def test_settle_records_usage_and_one_event(ledger: Ledger, clock: Clock) 
         "prompt_tokens": "30",
         "completion_tokens": "40",
         "credits": "12",
+        "earned": "0",
         "outcome": "client_disconnect",
         "ts": str(int(clock())),
     }
