@@ -25,7 +25,8 @@ Returns {status, credits_used, balance}
   7 NOT_FOUND    no such reservation (already settled or swept); nothing changed
   8 NOT_EXPIRED  only_if_expired and the deadline is still ahead; nothing changed
 Spending is earned-first: the charge comes from the earned part of the hold first and the
-rest returns to the pool it came from. Earned credits that expired meanwhile are not returned.
+rest returns to the pool it came from. Earned credits that expired meanwhile are not returned
+(the pool expired, or another script zeroed it since the reserve).
 
 Events appended to KEYS[7] (the flusher makes them durable):
   usage   {rid, acct, kid, env, alias, requested, day, prompt_tokens, completion_tokens,
@@ -57,15 +58,19 @@ local used_earned = math.min(held_earned, used)
 if acct[3] and env == 'live' then
   local refund_earned = held_earned - used_earned
   local refund_purchased = held_purchased - (used - used_earned)
+  -- Earned credits held while the pool expired lapse. earned_exp 0 while earned credits are
+  -- held means another script zeroed the expired pool since the reserve: they lapse too.
+  local lapsed = 0
   if expired then
     redis.call('HSET', KEYS[3], 'earned', 0, 'earned_exp', 0)
-    local lapsed = earned + refund_earned
-    if lapsed > 0 then
-      redis.call('XADD', KEYS[7], '*', 'kind', 'expire', 'acct', r[6], 'credits', lapsed,
-        'ts', now)
-    end
+    lapsed = earned + refund_earned
+  elseif earned_exp == 0 then
+    lapsed = refund_earned
   elseif refund_earned > 0 then
     redis.call('HINCRBY', KEYS[3], 'earned', refund_earned)
+  end
+  if lapsed > 0 then
+    redis.call('XADD', KEYS[7], '*', 'kind', 'expire', 'acct', r[6], 'credits', lapsed, 'ts', now)
   end
   if refund_purchased > 0 then redis.call('HINCRBY', KEYS[3], 'purchased', refund_purchased) end
 end
