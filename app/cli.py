@@ -25,6 +25,14 @@ from app.settings import Settings
 
 AdminOp = Callable[[Services], Awaitable[Any]]
 log = logging.getLogger("svc.serve")
+DRIFT_EXIT = 3  # `svc admin reconcile` found drift (1: an error, 2: cannot start)
+
+
+class ExitWith(msgspec.Struct):
+    """An admin result printed as ``body`` with a non-zero exit code."""
+
+    body: Any
+    code: int
 
 
 def _cap(value: str) -> int | None:
@@ -60,6 +68,20 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("account_pid")
     ops.add_parser("usage-lag", help="usage events not yet flushed to the durable store")
     ops.add_parser("flush", help="flush pending usage events to the durable store now")
+    rec = ops.add_parser(
+        "reconcile",
+        help="compare Redis balances and usage with the durable ledger "
+        f"(exit {DRIFT_EXIT} on drift)",
+    )
+    rec.add_argument("--all", action="store_true", help="list every account, not only drift")
+    rebuild = ops.add_parser(
+        "rebuild-redis", help="restore accounts, keys and balances into an empty Redis"
+    )
+    rebuild.add_argument(
+        "--force",
+        action="store_true",
+        help="run against a Redis that holds accounts: write only what is missing",
+    )
     key = ops.add_parser("create-key", help="create an API key (the secret is shown once)")
     key.add_argument("account_pid")
     key.add_argument("--name", required=True)
@@ -113,7 +135,33 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
 
         return await inspect_account(s.redis, s.keys, s.store, args.account_pid, s.clock)
 
+    async def reconcile(s: Services) -> Any:
+        from app.reconcile import reconcile
+
+        report = await reconcile(
+            s.redis,
+            s.keys,
+            s.store,
+            now=s.clock(),
+            earned_ttl_s=s.settings.earned_expiry_days * 86_400,
+            everything=args.all,
+        )
+        return ExitWith(report, DRIFT_EXIT) if report.accounts_with_drift else report
+
+    async def rebuild_redis(s: Services) -> Any:
+        from app.reconcile import rebuild_redis
+
+        return await rebuild_redis(
+            s.ledger,
+            s.store,
+            now=s.clock(),
+            earned_ttl_s=s.settings.earned_expiry_days * 86_400,
+            force=args.force,
+        )
+
     ops: dict[str, AdminOp] = {
+        "reconcile": reconcile,
+        "rebuild-redis": rebuild_redis,
         "inspect": inspect,
         "usage-lag": usage_lag,
         "flush": flush,
@@ -140,8 +188,11 @@ async def _run_admin(settings: Settings, op: AdminOp) -> int:
         return 1
     finally:
         await services.close()
+    code = 0
+    if isinstance(result, ExitWith):
+        result, code = result.body, result.code
     sys.stdout.buffer.write(msgspec.json.encode(result) + b"\n")
-    return 0
+    return code
 
 
 def admin(args: argparse.Namespace) -> int:

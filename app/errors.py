@@ -20,6 +20,7 @@ class ErrorKind(Enum):
     NOT_FOUND = (404, "not_found_error", "not_found")
     ACCOUNT_NOT_FOUND = (404, "not_found_error", "account_not_found")
     API_KEY_NOT_FOUND = (404, "not_found_error", "api_key_not_found")
+    REDIS_NOT_EMPTY = (409, "invalid_request_error", "redis_not_empty")
     METHOD_NOT_ALLOWED = (405, "invalid_request_error", "method_not_allowed")
     REQUEST_TOO_LARGE = (413, "invalid_request_error", "request_too_large")
     INSUFFICIENT_CREDITS = (402, "insufficient_credits", "insufficient_credits")

@@ -1,13 +1,15 @@
 """The flusher: usage events from Redis streams into durable daily rollups, exactly once.
 
-Every settle appends one event to its shard's stream. Each worker runs a flusher; a lease
-per shard (``SET NX PX``, taken over once it lapses) lets one of them drain a shard at a
-time. A batch is the events after the shard's durable cursor; it is aggregated into
-rollups per (account, key, day, alias, environment) and written in one database
-transaction together with the new cursor, and only if the cursor is still the one the
-batch started from (two drainers racing after a lapsed lease cannot both apply). Only then
-are the entries trimmed from the stream, so a crash at any point replays at most what is
-already at or below the cursor, which is skipped.
+Every settle appends one event to its shard's stream; a script that finds an account's
+earned pool expired appends an expiry event there too (written to ``credit_expiries``).
+Each worker runs a flusher; a lease per shard (``SET NX PX``, taken over once it lapses)
+lets one of them drain a shard at a time. A batch is the events after the shard's durable
+cursor; it is aggregated into rollups per (account, key, day, alias, environment) and
+written, with its expiries, in one database transaction together with the new cursor, and
+only if the cursor is still the one the batch started from (two drainers racing after a
+lapsed lease cannot both apply). Only then are the entries trimmed from the stream, so a
+crash at any point replays at most what is already at or below the cursor, which is
+skipped.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import logging
 import random
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -26,7 +28,7 @@ from redis.exceptions import RedisError
 
 from app.metrics import METRICS
 from app.redis_keys import KeySpace, as_text
-from app.store import Store, StoreError, UsageRollup, stream_id_key
+from app.store import CreditExpiry, Store, StoreError, UsageRollup, stream_id_key
 
 log = logging.getLogger("svc.flusher")
 
@@ -43,6 +45,19 @@ class UsageEvent(msgspec.Struct, frozen=True):
     prompt_tokens: int
     completion_tokens: int
     credits: int
+    earned_credits: int = 0  # events written before the field existed count as 0
+
+
+class ExpiryEvent(msgspec.Struct, frozen=True):
+    """Earned credits that lapsed, as a script wrote it (``kind expire``)."""
+
+    id: str
+    account_pid: str
+    credits: int
+    ts: int
+
+
+StreamEvent = UsageEvent | ExpiryEvent
 
 
 class Lag(msgspec.Struct):
@@ -52,8 +67,14 @@ class Lag(msgspec.Struct):
     oldest_event_age_s: float  # age of the oldest entry, 0 when none
 
 
-def _event(entry_id: Any, fields: Any) -> UsageEvent:
+def parse_event(entry_id: Any, fields: Any) -> StreamEvent:
+    """One stream entry as the event it records; an entry without ``kind`` is a usage
+    event (settle writes no kind, to keep the hot path's entries small)."""
     f = {as_text(k): as_text(v) for k, v in fields.items()}
+    if f.get("kind") == "expire":
+        return ExpiryEvent(
+            id=as_text(entry_id), account_pid=f["acct"], credits=int(f["credits"]), ts=int(f["ts"])
+        )
     return UsageEvent(
         id=as_text(entry_id),
         account_pid=f["acct"],
@@ -64,19 +85,24 @@ def _event(entry_id: Any, fields: Any) -> UsageEvent:
         prompt_tokens=int(f["prompt_tokens"]),
         completion_tokens=int(f["completion_tokens"]),
         credits=int(f["credits"]),
+        earned_credits=int(f.get("earned", 0)),
     )
 
 
-def aggregate(events: list[UsageEvent]) -> list[UsageRollup]:
-    """Sum events per (account, key, day, alias, environment), in first-seen order."""
+def aggregate(events: Sequence[StreamEvent]) -> list[UsageRollup]:
+    """Sum the usage events per (account, key, day, alias, environment), in first-seen
+    order; expiry events are not usage and are left out."""
     sums: dict[tuple[str, str, str, str, str], list[int]] = {}
     for e in events:
+        if not isinstance(e, UsageEvent):
+            continue
         key = (e.account_pid, e.kid, e.day, e.alias, e.environment)
-        acc = sums.setdefault(key, [0, 0, 0, 0])
+        acc = sums.setdefault(key, [0, 0, 0, 0, 0])
         acc[0] += 1
         acc[1] += e.prompt_tokens
         acc[2] += e.completion_tokens
         acc[3] += e.credits
+        acc[4] += e.earned_credits
     return [
         UsageRollup(
             account_pid=pid,
@@ -88,8 +114,23 @@ def aggregate(events: list[UsageEvent]) -> list[UsageRollup]:
             prompt_tokens=pt,
             completion_tokens=ct,
             credits=cr,
+            earned_credits=ec,
         )
-        for (pid, kid, day, alias, env), (n, pt, ct, cr) in sums.items()
+        for (pid, kid, day, alias, env), (n, pt, ct, cr, ec) in sums.items()
+    ]
+
+
+def expiries(shard: int, events: Sequence[StreamEvent]) -> list[CreditExpiry]:
+    """The expiry events as durable rows, each keyed by its shard and stream id."""
+    return [
+        CreditExpiry(
+            expiry_id=f"{shard}:{e.id}",
+            account_pid=e.account_pid,
+            credits=e.credits,
+            expired_at=e.ts,
+        )
+        for e in events
+        if isinstance(e, ExpiryEvent)
     ]
 
 
@@ -133,11 +174,11 @@ class Flusher:
             return True
         return False
 
-    async def events_after(self, shard: int, cursor: str | None, count: int) -> list[UsageEvent]:
+    async def events_after(self, shard: int, cursor: str | None, count: int) -> list[StreamEvent]:
         """Up to ``count`` events of the shard with ids above ``cursor``, oldest first."""
         start = f"({cursor}" if cursor else "-"
         entries = await self.redis.xrange(self.keys.events(shard), start, "+", count=count)
-        return [_event(entry_id, fields) for entry_id, fields in entries or []]
+        return [parse_event(entry_id, fields) for entry_id, fields in entries or []]
 
     async def flush_shard(self, shard: int) -> int:
         """Apply the shard's pending events, batch by batch, while this process holds the
@@ -148,7 +189,13 @@ class Flusher:
             events = await self.events_after(shard, cursor, self.batch_size)
             if events:
                 last = events[-1].id
-                if await self.store.apply_usage(shard, last, aggregate(events), after=cursor):
+                if await self.store.apply_usage(
+                    shard,
+                    last,
+                    aggregate(events),
+                    after=cursor,
+                    expiries=expiries(shard, events),
+                ):
                     applied += len(events)
                     cursor = last
                     METRICS.flushes.inc()

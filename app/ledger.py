@@ -296,8 +296,9 @@ class Ledger:
                 self.keys.account(shard, pid),
                 self.keys.grant_marker(shard, grant_id),
                 self.keys.spotlight(shard, pid, day),
+                self.keys.events(shard),
             ],
-            [int(now), pool, credits, earned_ttl_s, daily_limit, marker_ttl_s, 2 * 86_400],
+            [int(now), pool, credits, earned_ttl_s, daily_limit, marker_ttl_s, 2 * 86_400, pid],
         )
         balance = Balance(int(earned), int(earned_exp), int(purchased))
         return ScriptStatus(status), balance, int(granted_at)
@@ -327,6 +328,7 @@ class Ledger:
                 self.keys.cap(shard, ident.kid, day_tag(day)),
                 self.keys.reservation(shard, rid),
                 self.keys.reservations(shard),
+                self.keys.events(shard),
             ],
             [
                 int(now),

@@ -75,7 +75,7 @@ class KeySpace:
         return self._tagged(shard, f"use:{pid}")
 
     def events(self, shard: int) -> str:
-        """stream: settled usage events, drained by the flusher."""
+        """stream: usage and earned-credit expiry events, drained by the flusher."""
         return self._tagged(shard, "events")
 
     def flush_lease(self, shard: int) -> str:

@@ -5,6 +5,7 @@ whole earned pool's expiry to now + earned_ttl; an optional daily limit counts t
 KEYS[1]  account hash        <p>:{sN}:acct:<pid>
 KEYS[2]  grant marker        <p>:{sN}:grant:<grant_id>   (idempotency)
 KEYS[3]  daily counter       <p>:{sN}:spot:<pid>:<day>   (only read when daily_limit > 0)
+KEYS[4]  events stream       <p>:{sN}:events             (an expiry event when earned lapses)
 
 ARGV[1]  now                 unix seconds
 ARGV[2]  pool                earned | purchased
@@ -13,12 +14,15 @@ ARGV[4]  earned_ttl          seconds an earned pool lives after its last grant
 ARGV[5]  daily_limit         grants allowed per day on KEYS[3]; 0 = no limit
 ARGV[6]  marker_ttl          seconds the grant marker lives
 ARGV[7]  counter_ttl         seconds a new daily counter lives
+ARGV[8]  pid                 the account (named in an expiry event)
 
 Returns {status, earned, earned_exp, purchased, granted_at}   (the pools after the call)
   0 OK                granted_at = now
   3 ACCOUNT_MISSING   (zeros)
   6 DUPLICATE         grant id seen before: nothing granted; granted_at = when it was
   9 DAILY_LIMIT       the day's limit is reached: nothing granted; granted_at = 0
+A grant that finds the earned pool expired zeroes it (before adding) and appends, in the
+same call, {kind expire, acct, credits (what lapsed), ts} to KEYS[4].
 ]]
 local now = tonumber(ARGV[1])
 local acct = redis.call('HMGET', KEYS[1], 'earned', 'earned_exp', 'purchased')
@@ -34,6 +38,11 @@ if limit > 0 and tonumber(redis.call('GET', KEYS[3]) or '0') >= limit then
 end
 
 -- writes start here
+local lapsed = tonumber(acct[1])
+if expired and lapsed > 0 then
+  redis.call('XADD', KEYS[4], '*', 'kind', 'expire', 'acct', ARGV[8], 'credits', lapsed,
+    'ts', now)
+end
 local credits = tonumber(ARGV[3])
 if ARGV[2] == 'earned' then
   earned = earned + credits

@@ -7,6 +7,7 @@ KEYS[2]  api key hash        <p>:{sN}:key:<kid>        acct, status, env, cap
 KEYS[3]  cap counter         <p>:{sN}:cap:<kid>:<day>  credits held + settled today
 KEYS[4]  reservation hash    <p>:{sN}:rsv:<rid>        (created here)
 KEYS[5]  reservations zset   <p>:{sN}:rsv              rid scored by deadline
+KEYS[6]  events stream       <p>:{sN}:events           (an expiry event when earned lapses)
 
 ARGV[1]  now            unix seconds
 ARGV[2]  rid            reservation id
@@ -31,6 +32,8 @@ Returns {status, amount, out_tokens, balance}
   5 DAILY_CAP_EXCEEDED    balance = credits left under the key's cap today
   6 DUPLICATE             a reservation with this rid exists
 Test keys ("env" = test) hold against the daily cap only; balances are not touched.
+A live reserve that finds the earned pool expired zeroes it and appends, in the same call,
+{kind expire, acct, credits (what lapsed), ts} to KEYS[6], so the durable ledger sees it.
 ]]
 local now = tonumber(ARGV[1])
 local key = redis.call('HMGET', KEYS[2], 'acct', 'status', 'env', 'cap')
@@ -87,7 +90,14 @@ local amount = cost(out)
 local from_earned, from_purchased = 0, 0
 local balance = available
 if live then
-  if expired then redis.call('HSET', KEYS[1], 'earned', 0, 'earned_exp', 0) end
+  if expired then
+    redis.call('HSET', KEYS[1], 'earned', 0, 'earned_exp', 0)
+    local lapsed = tonumber(acct[1])
+    if lapsed > 0 then
+      redis.call('XADD', KEYS[6], '*', 'kind', 'expire', 'acct', ARGV[3], 'credits', lapsed,
+        'ts', now)
+    end
+  end
   from_earned = math.min(earned, amount)
   from_purchased = amount - from_earned
   if from_earned > 0 then redis.call('HINCRBY', KEYS[1], 'earned', -from_earned) end

@@ -8,7 +8,7 @@ KEYS[3]  account hash        <p>:{sN}:acct:<pid>
 KEYS[4]  cap counter         <p>:{sN}:cap:<kid>:<day of the reservation>
 KEYS[5]  usage day hash      <p>:{sN}:use:<pid>:<day of the reservation>
 KEYS[6]  usage total hash    <p>:{sN}:use:<pid>
-KEYS[7]  events stream       <p>:{sN}:events
+KEYS[7]  events stream       <p>:{sN}:events            usage event; expiry event
 
 ARGV[1]  now                unix seconds
 ARGV[2]  rid                reservation id
@@ -25,7 +25,15 @@ Returns {status, credits_used, balance}
   7 NOT_FOUND    no such reservation (already settled or swept); nothing changed
   8 NOT_EXPIRED  only_if_expired and the deadline is still ahead; nothing changed
 Spending is earned-first: the charge comes from the earned part of the hold first and the
-rest returns to the pool it came from. Earned credits that expired meanwhile are not returned.
+rest returns to the pool it came from. Earned credits that expired meanwhile are not returned
+(the pool expired, or another script zeroed it since the reserve).
+
+Events appended to KEYS[7] (the flusher makes them durable):
+  usage   {rid, acct, kid, env, alias, requested, day, prompt_tokens, completion_tokens,
+           credits, earned (the part of credits paid from the earned pool), outcome, ts}
+           unless outcome is released
+  expire  {kind expire, acct, credits, ts} when a live settle finds the earned pool expired:
+           credits = the pool it zeroes plus the earned part of the hold it does not return
 ]]
 local now = tonumber(ARGV[1])
 local r = redis.call('HMGET', KEYS[1], 'amount', 'fe', 'fp', 'env', 'deadline',
@@ -44,15 +52,25 @@ local earned = tonumber(acct[1] or '0')
 local earned_exp = tonumber(acct[2] or '0')
 local expired = earned_exp > 0 and now >= earned_exp
 
+local used_earned = math.min(held_earned, used)
+
 -- writes start here
 if acct[3] and env == 'live' then
-  local used_earned = math.min(held_earned, used)
   local refund_earned = held_earned - used_earned
   local refund_purchased = held_purchased - (used - used_earned)
+  -- Earned credits held while the pool expired lapse. earned_exp 0 while earned credits are
+  -- held means another script zeroed the expired pool since the reserve: they lapse too.
+  local lapsed = 0
   if expired then
     redis.call('HSET', KEYS[3], 'earned', 0, 'earned_exp', 0)
+    lapsed = earned + refund_earned
+  elseif earned_exp == 0 then
+    lapsed = refund_earned
   elseif refund_earned > 0 then
     redis.call('HINCRBY', KEYS[3], 'earned', refund_earned)
+  end
+  if lapsed > 0 then
+    redis.call('XADD', KEYS[7], '*', 'kind', 'expire', 'acct', r[6], 'credits', lapsed, 'ts', now)
   end
   if refund_purchased > 0 then redis.call('HINCRBY', KEYS[3], 'purchased', refund_purchased) end
 end
@@ -77,7 +95,7 @@ if ARGV[6] ~= 'released' then
   redis.call('XADD', KEYS[7], '*',
     'rid', ARGV[2], 'acct', r[6], 'kid', r[7], 'env', env, 'alias', r[8],
     'requested', r[9], 'day', r[10], 'prompt_tokens', pt, 'completion_tokens', ct,
-    'credits', used, 'outcome', ARGV[6], 'ts', now)
+    'credits', used, 'earned', used_earned, 'outcome', ARGV[6], 'ts', now)
 end
 
 redis.call('DEL', KEYS[1])

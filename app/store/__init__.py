@@ -6,17 +6,29 @@ types and ``StoreError``, never a driver's own exceptions.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from app.store.records import AccountRecord, GrantRecord, KeyRecord, UsageRollup
+from app.store.records import (
+    AccountRecord,
+    CreditExpiry,
+    GrantRecord,
+    GrantTotal,
+    KeyRecord,
+    LedgerSnapshot,
+    UsageRollup,
+)
 
 __all__ = [
     "ANY_CURSOR",
     "END_OF_TIME",
     "AccountRecord",
+    "CreditExpiry",
     "GrantRecord",
+    "GrantTotal",
     "KeyRecord",
+    "LedgerSnapshot",
     "Store",
     "StoreConflict",
     "StoreError",
@@ -107,15 +119,28 @@ class Store(Protocol):
         rollups: list[UsageRollup],
         *,
         after: str | None = ANY_CURSOR,
+        expiries: Sequence[CreditExpiry] = (),
     ) -> bool:
-        """Add the rollups and move the shard's cursor to ``last_stream_id``, in one
-        transaction. False (nothing written) when ``last_stream_id`` is at or below the
-        cursor already, so a replayed batch is never counted twice, and, when ``after`` is
-        given, unless the cursor is still ``after`` (None: no cursor yet), the one the
-        batch was read after: of two drainers that read overlapping batches, one applies."""
+        """Add the rollups and the expiries (one already stored is skipped) and move the
+        shard's cursor to ``last_stream_id``, in one transaction. False (nothing written)
+        when ``last_stream_id`` is at or below the cursor already, so a replayed batch is
+        never counted twice, and, when ``after`` is given, unless the cursor is still
+        ``after`` (None: no cursor yet), the one the batch was read after: of two drainers
+        that read overlapping batches, one applies."""
 
     async def get_cursor(self, shard: int) -> str | None:
         """The last stream id applied for the shard, or None."""
+
+    async def ledger_snapshot(self) -> LedgerSnapshot:
+        """Accounts, flush cursors and the sums of grants, usage and expiries per account,
+        all read in one transaction (one consistent instant, even while the flusher
+        writes)."""
+
+    async def list_all_keys(self) -> list[KeyRecord]:
+        """Every key of every account, revoked ones included."""
+
+    async def list_grants_since(self, since: int) -> list[GrantRecord]:
+        """Every grant created at or after ``since`` (unix seconds), oldest first."""
 
     async def usage_daily(
         self, account_pid: str, since_day: str, environment: str = "live"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
-from app.store.records import AccountRecord, GrantRecord, KeyRecord, UsageRollup
+from app.store.records import AccountRecord, CreditExpiry, GrantRecord, KeyRecord, UsageRollup
 
 Migration = tuple[int, tuple[str, ...]]
 
@@ -73,6 +73,22 @@ MIGRATIONS: tuple[Migration, ...] = (
         # account's keys in insertion order (keys from before v2 keep 0).
         ("ALTER TABLE api_keys ADD COLUMN seq BIGINT NOT NULL DEFAULT 0",),
     ),
+    (
+        3,
+        # What balances follow from besides grants: the earned part of usage (rows from
+        # before v3 keep 0) and the earned credits that lapsed. Expiries are keyed by
+        # shard and stream id, so a replayed batch cannot write one twice.
+        (
+            "ALTER TABLE usage_daily ADD COLUMN earned_credits BIGINT NOT NULL DEFAULT 0",
+            """CREATE TABLE credit_expiries (
+                expiry_id TEXT PRIMARY KEY,
+                account_pid TEXT NOT NULL,
+                credits BIGINT NOT NULL,
+                expired_at BIGINT NOT NULL
+            )""",
+            "CREATE INDEX credit_expiries_account ON credit_expiries (account_pid)",
+        ),
+    ),
 )
 
 CREATE_SCHEMA_MIGRATIONS = (
@@ -128,6 +144,17 @@ GET_GRANT = _select("credit_grants", GrantRecord) + " WHERE grant_id = ?"
 LIST_GRANTS = (
     _select("credit_grants", GrantRecord) + " WHERE account_pid = ? ORDER BY created_at, grant_id"
 )
+LIST_GRANTS_SINCE = (
+    _select("credit_grants", GrantRecord) + " WHERE created_at >= ? ORDER BY created_at, grant_id"
+)
+LIST_ALL_KEYS = _select("api_keys", KeyRecord) + " ORDER BY account_pid, created_at, kid"
+GRANT_TOTALS = (
+    "SELECT account_pid, pool, SUM(credits), MAX(created_at), MAX(expires_at) "
+    "FROM credit_grants GROUP BY account_pid, pool"
+)
+INSERT_EXPIRY = _insert("credit_expiries", CreditExpiry) + " ON CONFLICT (expiry_id) DO NOTHING"
+EXPIRY_TOTALS = "SELECT account_pid, SUM(credits) FROM credit_expiries GROUP BY account_pid"
+LIST_CURSORS = "SELECT shard, last_id FROM flush_cursors"
 
 GET_CURSOR = "SELECT last_id FROM flush_cursors WHERE shard = ?"
 UPSERT_CURSOR = (
@@ -140,7 +167,9 @@ USAGE_COUNTERS = ("requests", "prompt_tokens", "completion_tokens", "credits")
 UPSERT_USAGE = (
     _insert("usage_daily", UsageRollup)
     + " ON CONFLICT (account_pid, kid, day, alias, environment) DO UPDATE SET "
-    + ", ".join(f"{c} = usage_daily.{c} + excluded.{c}" for c in USAGE_COUNTERS)
+    + ", ".join(
+        f"{c} = usage_daily.{c} + excluded.{c}" for c in (*USAGE_COUNTERS, "earned_credits")
+    )
 )
 _SUMS = ", ".join(f"SUM({c})" for c in USAGE_COUNTERS)
 USAGE_DAILY = (
@@ -154,3 +183,8 @@ USAGE_TOTALS = (
     "WHERE account_pid = ? AND environment = ? AND day < ?"
 )
 LAST_USAGE_DAY = "SELECT MAX(day) FROM usage_daily"
+# Per account and environment, all time: the usage side of the ledger (reconcile).
+USAGE_BY_ACCOUNT = (
+    f"SELECT account_pid, environment, {_SUMS}, SUM(earned_credits) FROM usage_daily "
+    "GROUP BY account_pid, environment"
+)

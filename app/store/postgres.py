@@ -26,10 +26,13 @@ from app.store import ANY_CURSOR, END_OF_TIME, StoreConflict, StoreError, stream
 from app.store import migrations as sql
 from app.store.records import (
     AccountRecord,
+    CreditExpiry,
     GrantRecord,
     KeyRecord,
+    LedgerSnapshot,
     Row,
     UsageRollup,
+    ledger_snapshot,
     to_record,
     to_row,
     usage_sums,
@@ -98,6 +101,14 @@ UPSERT_USAGE = _pg(sql.UPSERT_USAGE)
 USAGE_DAILY = _pg(sql.USAGE_DAILY)
 USAGE_TOTALS = _pg(sql.USAGE_TOTALS)
 LAST_USAGE_DAY = _pg(sql.LAST_USAGE_DAY)
+LIST_GRANTS_SINCE = _pg(sql.LIST_GRANTS_SINCE)
+LIST_ALL_KEYS = _pg(sql.LIST_ALL_KEYS)
+INSERT_EXPIRY = _pg(sql.INSERT_EXPIRY)
+SNAPSHOT_QUERIES = tuple(
+    _pg(q) for q in (sql.LIST_CURSORS, sql.GRANT_TOTALS, sql.USAGE_BY_ACCOUNT, sql.EXPIRY_TOTALS)
+)
+# The first statement of a snapshot's transaction: every later read sees the same instant.
+SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 # PostgreSQL only: key inserts of one account take turns, so seq grows with each key.
 LOCK_ACCOUNT = "SELECT 1 FROM accounts WHERE pid = %s FOR NO KEY UPDATE"
 
@@ -328,8 +339,10 @@ class PostgresStore:
         rollups: list[UsageRollup],
         *,
         after: str | None = ANY_CURSOR,
+        expiries: Sequence[CreditExpiry] = (),
     ) -> bool:
-        """Add the rollups and move the cursor atomically; False for a replayed batch.
+        """Add the rollups and expiries and move the cursor atomically; False for a
+        replayed batch.
 
         The shard's advisory lock makes concurrent calls take turns (it needs no cursor
         row, so the shard's first batch is covered too); under READ COMMITTED the cursor
@@ -337,6 +350,7 @@ class PostgresStore:
         """
         position = stream_id_key(last_stream_id)  # a bad id fails before any I/O
         rows = [to_row(u) for u in rollups]
+        expiry_rows = [to_row(e) for e in expiries]
 
         async def apply(conn: Conn) -> bool:
             await conn.execute(LOCK, (USAGE_LOCK_CLASS, shard))
@@ -348,6 +362,9 @@ class PostgresStore:
             if rows:
                 async with conn.cursor() as cur:
                     await cur.executemany(UPSERT_USAGE, rows)
+            if expiry_rows:
+                async with conn.cursor() as cur:
+                    await cur.executemany(INSERT_EXPIRY, expiry_rows)
             await conn.execute(UPSERT_CURSOR, (shard, last_stream_id, int(time.time())))
             return True
 
@@ -357,6 +374,28 @@ class PostgresStore:
         """The last stream id applied for the shard, or None."""
         rows = await self._rows(GET_CURSOR, (shard,))
         return str(rows[0][0]) if rows else None
+
+    async def ledger_snapshot(self) -> LedgerSnapshot:
+        """Accounts, cursors and ledger sums from one REPEATABLE READ transaction."""
+
+        async def read(conn: Conn) -> LedgerSnapshot:
+            await conn.execute(SNAPSHOT)
+            accounts = [
+                to_record(AccountRecord, row)
+                for row in await (await conn.execute(LIST_ACCOUNTS)).fetchall()
+            ]
+            results = [await (await conn.execute(q)).fetchall() for q in SNAPSHOT_QUERIES]
+            return ledger_snapshot(accounts, *results)
+
+        return await self._write(read)  # _write: one explicit transaction
+
+    async def list_all_keys(self) -> list[KeyRecord]:
+        """Every key of every account."""
+        return await self._records(KeyRecord, LIST_ALL_KEYS)
+
+    async def list_grants_since(self, since: int) -> list[GrantRecord]:
+        """Grants created at or after ``since``, oldest first."""
+        return await self._records(GrantRecord, LIST_GRANTS_SINCE, (since,))
 
     async def usage_daily(
         self, account_pid: str, since_day: str, environment: str = "live"

@@ -61,6 +61,38 @@ class UsageRollup(msgspec.Struct, frozen=True, kw_only=True):
     prompt_tokens: int
     completion_tokens: int
     credits: int
+    earned_credits: int = 0  # the part of credits paid from the earned pool (live only)
+
+
+class CreditExpiry(msgspec.Struct, frozen=True, kw_only=True):
+    """Earned credits that lapsed when an account's earned pool expired (a script zeroed
+    it and wrote an expiry event; the flusher made it durable)."""
+
+    expiry_id: str  # "<shard>:<stream id>": stable, so a replayed batch writes it once
+    account_pid: str
+    credits: int
+    expired_at: int  # unix seconds
+
+
+class GrantTotal(msgspec.Struct, frozen=True, kw_only=True):
+    """Sum of an account's grants to one pool."""
+
+    account_pid: str
+    pool: str
+    credits: int
+    last_granted_at: int
+    last_expires_at: int | None  # latest expires_at of the pool's grants (earned: rolling)
+
+
+class LedgerSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """The durable ledger at one instant (one read transaction): the flush cursors and
+    every sum the balances follow from, consistent with those cursors."""
+
+    accounts: list[AccountRecord]
+    cursors: dict[int, str]  # shard -> last stream id applied
+    grants: list[GrantTotal]
+    usage: list[UsageRollup]  # one per account and environment (kid, alias, day empty)
+    expiries: dict[str, int]  # account -> credits expired
 
 
 def to_row(rec: msgspec.Struct) -> Row:
@@ -87,4 +119,36 @@ def usage_sums(pid: str, environment: str, day: str, sums: Row) -> UsageRollup:
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         credits=credits,
+    )
+
+
+def ledger_snapshot(
+    accounts: list[AccountRecord],
+    cursors: list[Row],
+    grants: list[Row],
+    usage: list[Row],
+    expiries: list[Row],
+) -> LedgerSnapshot:
+    """A snapshot from the rows of the ``LIST_ACCOUNTS``, ``LIST_CURSORS``,
+    ``GRANT_TOTALS``, ``USAGE_BY_ACCOUNT`` and ``EXPIRY_TOTALS`` statements."""
+    return LedgerSnapshot(
+        accounts=accounts,
+        cursors={int(shard): str(last_id) for shard, last_id in cursors},
+        grants=[
+            GrantTotal(
+                account_pid=str(pid),
+                pool=str(pool),
+                credits=int(credits or 0),
+                last_granted_at=int(last or 0),
+                last_expires_at=None if expires is None else int(expires),
+            )
+            for pid, pool, credits, last, expires in grants
+        ],
+        usage=[
+            msgspec.structs.replace(
+                usage_sums(str(row[0]), str(row[1]), "", row[2:6]), earned_credits=int(row[6] or 0)
+            )
+            for row in usage
+        ],
+        expiries={str(pid): int(credits or 0) for pid, credits in expiries},
     )

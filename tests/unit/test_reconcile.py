@@ -1,0 +1,257 @@
+"""``reconcile`` and ``rebuild_redis`` on the real Valkey, over SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from app.accounts import Accounts
+from app.auth import Authenticator
+from app.errors import ApiError, ErrorKind
+from app.flusher import Flusher
+from app.ledger import Hold, Ledger
+from app.reconcile import ReconcileReport, rebuild_redis, reconcile
+from app.redis_keys import KeySpace
+from app.rewards import Spotlights
+from app.store import Store, open_store
+from tests.conftest import Clock
+
+DAY = 86_400
+TTL = 2 * DAY
+PEPPER = b"pepper"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'svc.db'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    s = open_store(url)
+    await s.migrate()
+    yield s
+    await s.close()
+
+
+@dataclass
+class World:
+    redis: Redis
+    keys: KeySpace
+    store: Store
+    ledger: Ledger
+    accounts: Accounts
+    spotlights: Spotlights
+    flusher: Flusher
+    clock: Clock
+    secrets: dict[str, str]  # name -> key secret
+    pids: list[str]
+    open_holds: list[Hold]
+
+
+@pytest.fixture
+async def world(real_redis: Redis, store: Store) -> World:
+    keys = KeySpace("svc", 8)
+    clock = Clock()
+    ledger = Ledger(real_redis, keys, cap_ttl_s=TTL, usage_ttl_s=40 * DAY)
+    return World(
+        redis=real_redis,
+        keys=keys,
+        store=store,
+        ledger=ledger,
+        accounts=Accounts(store, ledger, PEPPER, clock=clock),
+        spotlights=Spotlights(store, ledger, credits=500, expiry_days=2, clock=clock),
+        flusher=Flusher(real_redis, keys, store, clock=clock),
+        clock=clock,
+        secrets={},
+        pids=[],
+        open_holds=[],
+    )
+
+
+async def _request(w: World, name: str, rid: str, used: int | None, max_out: int = 40) -> Hold:
+    """One completion with key ``name``: reserved, then settled at ``used`` (None: left open)."""
+    auth = Authenticator(w.ledger, w.store, PEPPER, clock=w.clock)
+    ident = await auth.identify(f"Bearer {w.secrets[name]}")
+    hold = await w.ledger.reserve(
+        ident,
+        rid=rid,
+        now=w.clock(),
+        prompt_units=2000,
+        output_price=1000,
+        max_out=max_out,
+        min_out=1,
+        deadline=w.clock() + 600,
+        alias="svc-fast",
+        requested="svc-auto",
+    )
+    if used is None:
+        w.open_holds.append(hold)
+    else:
+        await w.ledger.settle(
+            hold,
+            now=w.clock(),
+            credits_used=used,
+            prompt_tokens=50,
+            completion_tokens=used,
+            outcome="completed",
+        )
+    return hold
+
+
+async def _key(w: World, pid: str, name: str, environment: str = "live") -> None:
+    created = await w.accounts.create_key(pid, name=name, environment=environment, daily_cap=None)
+    w.secrets[name] = created.key
+
+
+async def mixed_load(w: World) -> None:
+    """Live and test keys, purchased and earned grants, spotlights, expiries (in reserve,
+    settle and grant), flushed and unflushed usage, open reservations."""
+    for _ in range(3):
+        w.pids.append(await w.accounts.create_account())
+    a, b, c = w.pids
+    await w.accounts.grant_purchased(a, 10_000)
+    await w.accounts.grant_purchased(b, 300)
+    await w.accounts.grant_purchased(c, 100)
+    for pid, views in ((a, 2), (b, 1), (c, 1)):
+        for v in range(views):
+            await w.spotlights.reward(pid, f"view-{v}")
+    await _key(w, a, "a-live")
+    await _key(w, a, "a-test", "test")
+    await _key(w, b, "b-live")
+    await _key(w, c, "c-live")
+    await _request(w, "a-live", "r1", 25)
+    await _request(w, "a-test", "r2", 30)
+    await _request(w, "b-live", "r3", 10)
+    held_across_expiry = await _request(w, "a-live", "r4", None)
+    await w.flusher.flush_all()  # some usage durable, the rest not
+    await _request(w, "c-live", "r5", 12)
+    await _request(w, "a-test", "r6", None)
+    w.clock.advance(3 * DAY)  # every earned pool is past its expiry now
+    await _request(w, "c-live", "r7", 3)  # reserve expires c's pool
+    await w.ledger.settle(  # settle lapses what a's hold kept of the expired pool
+        held_across_expiry,
+        now=w.clock(),
+        credits_used=5,
+        prompt_tokens=9,
+        completion_tokens=5,
+        outcome="client_disconnect",
+    )
+    w.open_holds.remove(held_across_expiry)
+    await w.accounts.grant_purchased(b, 50)  # the grant expires b's pool
+    await w.spotlights.reward(a, "view-late")
+    await _request(w, "a-live", "r8", 7)
+    await w.flusher.flush_all()
+    await _request(w, "b-live", "r9", 4)
+    await _request(w, "a-live", "r10", None)  # open at the end
+
+
+async def _reconcile(w: World) -> ReconcileReport:
+    return await reconcile(
+        w.redis, w.keys, w.store, now=w.clock(), earned_ttl_s=2 * DAY, everything=True
+    )
+
+
+def _drifting(report: ReconcileReport) -> list[str]:
+    return [c.account_pid for c in report.accounts if c.status != "ok"]
+
+
+async def test_no_drift_after_a_mixed_load(world: World) -> None:
+    await mixed_load(world)
+    report = await _reconcile(world)
+    assert (report.accounts_checked, report.accounts_with_drift, report.balance_drift) == (3, 0, 0)
+    assert report.unflushed_events > 0
+    assert _drifting(report) == []
+    by_pid = {c.account_pid: c for c in report.accounts}
+    for pid in world.pids:
+        check = by_pid[pid]
+        assert check.redis is not None
+        assert check.ledger is not None
+        assert check.redis.total == check.ledger.total
+        assert check.ledger.expired > 0  # each account had earned credits lapse
+    a = by_pid[world.pids[0]]
+    assert a.redis is not None
+    assert a.redis.held > 0
+    assert world.open_holds
+    durable = await world.store.ledger_snapshot()
+    assert sum(durable.expiries.values()) > 0  # some expiries reached the store
+    assert any(u.earned_credits for u in durable.usage)
+
+
+async def test_a_lost_balance_is_reported_and_restored(world: World) -> None:
+    await mixed_load(world)
+    b = world.pids[1]
+    await world.redis.delete(world.keys.account(world.keys.shard(b), b))
+    report = await _reconcile(world)
+    assert _drifting(report) == [b]
+    (check,) = [c for c in report.accounts if c.account_pid == b]
+    assert check.status == "missing_in_redis"
+    assert check.ledger is not None
+    assert check.balance_drift == -check.ledger.total < 0
+    # only reporting: nothing changed
+    assert _drifting(await _reconcile(world)) == [b]
+
+    with pytest.raises(ApiError) as refused:
+        await rebuild_redis(world.ledger, world.store, now=world.clock(), earned_ttl_s=2 * DAY)
+    assert refused.value.kind is ErrorKind.REDIS_NOT_EMPTY
+    done = await rebuild_redis(
+        world.ledger, world.store, now=world.clock(), earned_ttl_s=2 * DAY, force=True
+    )
+    assert (done.accounts_restored, done.accounts_kept) == (1, 2)
+    assert done.purchased_credits + done.earned_credits == check.ledger.total
+    assert (await _reconcile(world)).accounts_with_drift == 0
+
+
+async def test_flushall_then_rebuild(world: World) -> None:
+    await mixed_load(world)
+    a, b, c = world.pids
+    await world.accounts.revoke_key(a, "key_" + world.secrets["a-test"][9:21])
+    before = {c.account_pid: c for c in (await _reconcile(world)).accounts}
+    # what the store can give back: the ledger without the events that were never flushed
+    expected = {
+        pid: check.ledger.total + check.ledger.unflushed_used + check.ledger.unflushed_expired
+        for pid, check in before.items()
+        if check.ledger is not None
+    }
+    await world.redis.flushall()
+
+    done = await rebuild_redis(world.ledger, world.store, now=world.clock(), earned_ttl_s=2 * DAY)
+    assert done.accounts_restored == 3
+    assert (done.keys_restored, done.revoked_keys_restored) == (4, 1)
+    assert done.purchased_credits + done.earned_credits == sum(expected.values())
+    assert done.grant_markers == 9  # 4 purchases + 5 spotlights
+    assert done.spotlight_counters == 1  # a's late view, today
+    assert "reservations" in done.lost
+    report = await _reconcile(world)
+    assert (report.accounts_with_drift, report.unflushed_events) == (0, 0)
+    for pid in (a, b, c):
+        balance = await world.accounts.balance(pid)
+        assert balance.total_available == expected[pid]
+
+    # the same keys work again: the cold path re-warms each digest from the store
+    assert not await world.redis.keys("svc:kd:*")
+    before_a = (await world.accounts.balance(a)).total_available
+    await _request(world, "a-live", "after-1", 9)
+    assert (await world.accounts.balance(a)).total_available == before_a - 9
+    with pytest.raises(ApiError) as revoked:
+        await _request(world, "a-test", "after-2", 1)
+    assert revoked.value.kind is ErrorKind.API_KEY_REVOKED
+    # a view rewarded before the loss is not rewarded twice
+    await world.spotlights.reward(a, "view-0")
+    assert (await world.accounts.balance(a)).total_available == before_a - 9
+    # and the new events flush after the old cursors
+    assert await world.flusher.flush_all() > 0
+    assert (await _reconcile(world)).accounts_with_drift == 0
+
+
+async def test_reconcile_sees_usage_counter_drift(world: World) -> None:
+    await mixed_load(world)
+    c = world.pids[2]
+    await world.redis.hincrby(world.keys.usage_total(world.keys.shard(c), c), "live:requests", 2)
+    report = await _reconcile(world)
+    assert _drifting(report) == [c]
+    (check,) = [x for x in report.accounts if x.account_pid == c]
+    assert (check.balance_drift, check.usage_drift) == (0, {"live:requests": 2})
