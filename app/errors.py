@@ -26,6 +26,7 @@ class ErrorKind(Enum):
     INSUFFICIENT_CREDITS = (402, "insufficient_credits", "insufficient_credits")
     DAILY_CAP_EXCEEDED = (429, "rate_limit_error", "daily_cap_exceeded")
     AUTH_RATE_LIMITED = (429, "rate_limit_error", "auth_rate_limited")
+    KEY_RATE_LIMITED = (429, "rate_limit_error", "rate_limit_exceeded")
     SPOTLIGHT_LIMIT = (429, "rate_limit_error", "spotlight_limit_reached")
     UPSTREAM_UNAVAILABLE = (502, "upstream_error", "upstream_unavailable")
     SERVICE_UNAVAILABLE = (503, "server_error", "service_unavailable")

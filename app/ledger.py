@@ -45,6 +45,7 @@ class ScriptStatus(IntEnum):
     NOT_FOUND = 7
     NOT_EXPIRED = 8
     DAILY_LIMIT = 9
+    RATE_LIMITED = 10
 
 
 class Identity(msgspec.Struct, frozen=True):
@@ -131,6 +132,12 @@ def reserve_refusal(status: ScriptStatus, value: int, now: float) -> ApiError:
             f"This API key's daily credit cap is reached ({value} credits left today).",
             headers={"retry-after": str(seconds_to_utc_midnight(now))},
         )
+    if status is ScriptStatus.RATE_LIMITED:
+        return ApiError(
+            ErrorKind.KEY_RATE_LIMITED,
+            "This API key sent too many requests. Retry after the time in retry-after.",
+            headers={"retry-after": str(value)},
+        )
     return ApiError(ErrorKind.INTERNAL, "The request could not be processed.")
 
 
@@ -145,11 +152,22 @@ def load_script_sources() -> dict[str, str]:
 class Ledger:
     """Typed calls into the scripts, with the key names of ``KeySpace``."""
 
-    def __init__(self, redis: Redis, keys: KeySpace, *, cap_ttl_s: int, usage_ttl_s: int) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        keys: KeySpace,
+        *,
+        cap_ttl_s: int,
+        usage_ttl_s: int,
+        key_rate_limit: int = 0,
+        key_rate_window_s: int = 60,
+    ) -> None:
         self.redis = redis
         self.keys = keys
         self._cap_ttl = cap_ttl_s
         self._usage_ttl = usage_ttl_s
+        self._rate_limit = key_rate_limit
+        self._rate_window = max(1, key_rate_window_s)
         sources = load_script_sources()
         self._scripts: dict[str, AsyncScript] = {
             name: redis.register_script(src) for name, src in sources.items()
@@ -320,6 +338,7 @@ class Ledger:
         """Hold credits for one request, or raise the ``ApiError`` the script's refusal means."""
         day = utc_day(now)
         shard = ident.shard
+        window = int(now) // self._rate_window
         status, amount, out_tokens, balance = await self._run(
             "reserve",
             [
@@ -329,6 +348,7 @@ class Ledger:
                 self.keys.reservation(shard, rid),
                 self.keys.reservations(shard),
                 self.keys.events(shard),
+                self.keys.rate(shard, ident.kid, window),
             ],
             [
                 int(now),
@@ -344,6 +364,8 @@ class Ledger:
                 alias,
                 requested,
                 day,
+                self._rate_limit,
+                (window + 1) * self._rate_window,
             ],
         )
         if status != ScriptStatus.OK:

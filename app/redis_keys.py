@@ -50,6 +50,10 @@ class KeySpace:
         """string: credits held + settled by a key on a UTC day (``YYYYMMDD``)."""
         return self._tagged(shard, f"cap:{kid}:{day}")
 
+    def rate(self, shard: int, kid: str, window: int) -> str:
+        """string: requests a key made in one rate-limit window (expires with the window)."""
+        return self._tagged(shard, f"rl:{kid}:{window}")
+
     def reservation(self, shard: int, rid: str) -> str:
         """hash: one open reservation."""
         return self._tagged(shard, f"rsv:{rid}")

@@ -130,6 +130,8 @@ class Services:
             self.keys,
             cap_ttl_s=settings.cap_counter_ttl_s,
             usage_ttl_s=settings.usage_day_ttl_s,
+            key_rate_limit=settings.key_rate_limit,
+            key_rate_window_s=settings.key_rate_window_s,
         )
         pepper = settings.key_pepper.encode()
         self.auth = Authenticator(

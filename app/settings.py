@@ -67,6 +67,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     negative_cache_s: float = 30.0
     cold_auth_per_s: float = 10.0
     """Cold-path (argon2) verifications allowed per second per worker (~25 ms CPU each)."""
+    key_rate_limit: int = 3000
+    """Chat completions one API key may start per window (429 with retry-after beyond
+    it); 0 = no limit. Counted in Redis, so the limit holds across workers and servers."""
+    key_rate_window_s: int = 60
     failed_auth_limit: int = 100
     """Invalid keys or admin tokens one client address may present per window (per worker);
     after that it is refused with 429 until the window ends; 0 = no limit."""

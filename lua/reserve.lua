@@ -8,6 +8,7 @@ KEYS[3]  cap counter         <p>:{sN}:cap:<kid>:<day>  credits held + settled to
 KEYS[4]  reservation hash    <p>:{sN}:rsv:<rid>        (created here)
 KEYS[5]  reservations zset   <p>:{sN}:rsv              rid scored by deadline
 KEYS[6]  events stream       <p>:{sN}:events           (an expiry event when earned lapses)
+KEYS[7]  rate counter        <p>:{sN}:rl:<kid>:<window> requests this key made in the window
 
 ARGV[1]  now            unix seconds
 ARGV[2]  rid            reservation id
@@ -22,6 +23,8 @@ ARGV[10] cap_ttl        seconds a new cap counter lives
 ARGV[11] alias          alias that serves the request
 ARGV[12] requested      alias the client asked for
 ARGV[13] day            UTC day of the request, YYYY-MM-DD
+ARGV[14] rate_limit     requests a key may make per window; 0 = no limit
+ARGV[15] window_end     unix seconds when KEYS[7]'s window ends (the counter lives until then)
 
 Returns {status, amount, out_tokens, balance}
   0 OK                    amount credits held, out_tokens the output cap, balance left after
@@ -31,6 +34,8 @@ Returns {status, amount, out_tokens, balance}
   4 INSUFFICIENT_CREDITS  balance = credits available
   5 DAILY_CAP_EXCEEDED    balance = credits left under the key's cap today
   6 DUPLICATE             a reservation with this rid exists
+ 10 RATE_LIMITED          the key made rate_limit requests this window; balance = seconds
+                          until the window ends
 Test keys ("env" = test) hold against the daily cap only; balances are not touched.
 A live reserve that finds the earned pool expired zeroes it and appends, in the same call,
 {kind expire, acct, credits (what lapsed), ts} to KEYS[6], so the durable ledger sees it.
@@ -39,6 +44,11 @@ local now = tonumber(ARGV[1])
 local key = redis.call('HMGET', KEYS[2], 'acct', 'status', 'env', 'cap')
 if not key[1] or key[1] ~= ARGV[3] then return {1, 0, 0, 0} end
 if key[2] ~= 'active' then return {2, 0, 0, 0} end
+local rate_limit = tonumber(ARGV[14])
+local window_end = tonumber(ARGV[15])
+if rate_limit > 0 and tonumber(redis.call('GET', KEYS[7]) or '0') >= rate_limit then
+  return {10, 0, 0, math.max(1, math.ceil(window_end - now))}
+end
 local acct = redis.call('HMGET', KEYS[1], 'earned', 'earned_exp', 'purchased')
 if not acct[3] then return {3, 0, 0, 0} end
 if redis.call('EXISTS', KEYS[4]) == 1 then return {6, 0, 0, 0} end
@@ -105,6 +115,10 @@ if live then
   balance = available - amount
 end
 
+if rate_limit > 0 and redis.call('INCR', KEYS[7]) == 1 then
+  -- relative: Redis's clock may not be the caller's
+  redis.call('EXPIRE', KEYS[7], math.max(1, math.ceil(window_end - now)))
+end
 if redis.call('INCRBY', KEYS[3], amount) == amount then
   redis.call('EXPIRE', KEYS[3], ARGV[10])
 end

@@ -84,7 +84,7 @@ def start_server(tmp: Path, *, workers: int = 1, extra_env: dict[str, str] | Non
         "SVC_PORT": str(port),
         "SVC_WORKERS": str(workers),
         # every test client shares 127.0.0.1: the suites that send bad keys on purpose
-        # must not lock the others out (test_auth_throttle tests the throttle)
+        # must not lock the others out (test_throttles tests the throttle)
         "SVC_FAILED_AUTH_LIMIT": "0",
         **(extra_env or {}),
     }

@@ -1,10 +1,12 @@
-"""Failed-auth throttling per client address on a real server, directly and behind a proxy."""
+"""Throttles on a real server: failed authentication per client address (directly and
+behind a trusted proxy) and the per-key request rate limit."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import httpx
+import openai
 import pytest
 
 from tests.e2e.conftest import Server, start_server, stop_server
@@ -12,6 +14,7 @@ from tests.e2e.conftest import Server, start_server, stop_server
 pytestmark = pytest.mark.e2e
 
 LIMIT = 5
+MESSAGES: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 
 
 @pytest.fixture(scope="module")
@@ -97,3 +100,35 @@ def test_an_address_that_keeps_failing_is_refused_even_with_a_valid_key(guarded:
     _assert_throttled(_models(guarded, key))
     _assert_throttled(guarded.admin("GET", f"/accounts/{pid}/credits"))
     assert _balance_via_proxy(guarded, pid) == balance  # refused requests cost nothing
+
+
+@pytest.fixture(scope="module")
+def rate_limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = start_server(
+        tmp_path_factory.mktemp("rate"),
+        workers=2,
+        extra_env={"SVC_KEY_RATE_LIMIT": "4", "SVC_KEY_RATE_WINDOW_S": "3600"},
+    )
+    yield srv
+    stop_server(srv.process)
+
+
+def test_a_key_over_its_rate_limit_gets_429_across_workers_and_pays_nothing(
+    rate_limited: Server,
+) -> None:
+    pid = rate_limited.new_account(100_000)
+    key, other = rate_limited.new_key(pid), rate_limited.new_key(pid)
+    client = openai.OpenAI(base_url=rate_limited.base_url, api_key=key, max_retries=0)
+    for _ in range(4):  # new connections: both workers serve some; Redis counts for all
+        fresh = openai.OpenAI(base_url=rate_limited.base_url, api_key=key, max_retries=0)
+        list(fresh.chat.completions.create(model="svc-fast", messages=MESSAGES, stream=True))
+        fresh.close()
+    balance = rate_limited.balance(pid)
+    with pytest.raises(openai.RateLimitError) as info:
+        client.chat.completions.create(model="svc-fast", messages=MESSAGES, stream=True)
+    error = info.value
+    assert error.code == "rate_limit_exceeded"
+    assert 0 < int(error.response.headers["retry-after"]) <= 3600
+    assert rate_limited.balance(pid) == balance
+    other_client = openai.OpenAI(base_url=rate_limited.base_url, api_key=other, max_retries=0)
+    list(other_client.chat.completions.create(model="svc-fast", messages=MESSAGES, stream=True))
