@@ -21,9 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
+from app.redis_client import REDIS_ERRORS, RedisClient
 from app.redis_keys import KeySpace, as_text
 from app.store import Store, StoreError, UsageRollup, stream_id_key
 
@@ -103,7 +102,7 @@ class Flusher:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: RedisClient,
         keys: KeySpace,
         store: Store,
         *,
@@ -196,5 +195,5 @@ class Flusher:
             await asyncio.sleep(self.interval_s * random.uniform(0.5, 1.5))
             try:
                 await self.flush_all()
-            except (RedisError, StoreError, OSError) as exc:
+            except (*REDIS_ERRORS, StoreError, OSError) as exc:
                 log.warning("flush failed, retrying next round: %s", type(exc).__name__)

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 from app.errors import ApiError, ErrorKind, KeyRecordMissing, invalid_api_key
+from app.redis_client import RedisClient
 from app.redis_keys import KeySpace, as_text
 from app.usage import COUNTERS, UsageCounters
 
@@ -145,7 +145,9 @@ def load_script_sources() -> dict[str, str]:
 class Ledger:
     """Typed calls into the scripts, with the key names of ``KeySpace``."""
 
-    def __init__(self, redis: Redis, keys: KeySpace, *, cap_ttl_s: int, usage_ttl_s: int) -> None:
+    def __init__(
+        self, redis: RedisClient, keys: KeySpace, *, cap_ttl_s: int, usage_ttl_s: int
+    ) -> None:
         self.redis = redis
         self.keys = keys
         self._cap_ttl = cap_ttl_s

@@ -14,9 +14,8 @@ import random
 import time
 from collections.abc import Callable
 
-from redis.exceptions import RedisError
-
 from app.ledger import Ledger, ScriptStatus
+from app.redis_client import REDIS_ERRORS
 
 log = logging.getLogger("svc.sweeper")
 
@@ -61,7 +60,7 @@ class Sweeper:
             await asyncio.sleep(self.interval_s * random.uniform(0.5, 1.5))
             try:
                 swept = await self.sweep_once()
-            except (RedisError, OSError) as exc:
+            except (*REDIS_ERRORS, OSError) as exc:
                 log.warning("sweep failed, retrying next round: %s", type(exc).__name__)
                 continue
             if swept:

@@ -12,7 +12,6 @@ from litestar.datastructures import ResponseHeader
 from litestar.enums import ScopeType
 from litestar.openapi import OpenAPIConfig
 from litestar.types import Receive, Scope, Send
-from redis.exceptions import RedisError
 
 from app import __version__
 from app.completions import drain_background
@@ -22,6 +21,7 @@ from app.http.chat import CHAT_PATH, chat_completions, serve_chat
 from app.http.errors import handle_exception
 from app.http.headers import SECURITY_HEADERS
 from app.http.health import HealthController
+from app.redis_client import REDIS_ERRORS
 from app.runtime import open_services
 from app.settings import Settings
 from app.store import StoreError
@@ -34,7 +34,7 @@ def create_app(settings: Settings) -> Litestar:
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         services = await open_services(settings)
         app.state.services = services
-        with contextlib.suppress(RedisError, StoreError, OSError):
+        with contextlib.suppress(*REDIS_ERRORS, StoreError, OSError):
             await services.usage.epoch()  # a new or emptied Redis starts its usage epoch
         tasks = [
             asyncio.create_task(services.sweeper.run()),
@@ -47,7 +47,7 @@ def create_app(settings: Settings) -> Litestar:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await drain_background()  # settlements still running finish first
-            with contextlib.suppress(RedisError, StoreError, OSError):
+            with contextlib.suppress(*REDIS_ERRORS, StoreError, OSError):
                 await services.flusher.flush_all()  # what they recorded goes out now
             await services.close()
 
