@@ -217,7 +217,7 @@ def test_invariants_on_fakeredis(ops: list[tuple]) -> None:  # type: ignore[type
     asyncio.run(go())
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 @given(ops=operations)
 def test_invariants_on_valkey_cluster(valkey_cluster: ValkeyCluster, ops: list[tuple]) -> None:  # type: ignore[type-arg]
     async def go() -> None:
