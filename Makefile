@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: run test check lint bench install
+.PHONY: run test test-cluster check lint bench install
 
 $(BIN)/svc: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ lint: install
 test: install lint
 	bash tests/ensure-postgresql.sh
 	$(BIN)/pytest
+
+# Only the tests on the real 3-primary Valkey Cluster (`make test` runs them too).
+test-cluster: install
+	$(BIN)/pytest -k cluster
 
 bench: install
 	$(BIN)/python -m bench

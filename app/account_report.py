@@ -11,11 +11,11 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
-from redis.asyncio import Redis
 
 from app.errors import ApiError, ErrorKind
 from app.keys import public_id
 from app.ledger import day_tag, utc_day
+from app.redis_client import RedisClient
 from app.redis_keys import KeySpace, as_text
 from app.store import Store
 
@@ -55,7 +55,11 @@ def _ints(raw: dict[Any, Any]) -> dict[str, int]:
 
 
 async def inspect_account(
-    redis: Redis, keys: KeySpace, store: Store, pid: str, clock: Callable[[], float] = time.time
+    redis: RedisClient,
+    keys: KeySpace,
+    store: Store,
+    pid: str,
+    clock: Callable[[], float] = time.time,
 ) -> AccountReport:
     """The account's state in Redis; 404 when the durable store does not know it."""
     if await store.get_account(pid) is None:
@@ -99,7 +103,7 @@ async def inspect_account(
 
 
 async def _reservations(
-    redis: Redis, keys: KeySpace, shard: int, pid: str, rids: list[Any]
+    redis: RedisClient, keys: KeySpace, shard: int, pid: str, rids: list[Any]
 ) -> list[Reservation]:
     fields = ["acct", "kid", "amount", "fe", "fp", "alias", "deadline"]
     pipe = redis.pipeline(transaction=False)

@@ -23,10 +23,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from app.metrics import METRICS
+from app.redis_client import REDIS_ERRORS, RedisClient
 from app.redis_keys import KeySpace, as_text
 from app.store import CreditExpiry, Store, StoreError, UsageRollup, stream_id_key
 
@@ -145,7 +144,7 @@ class Flusher:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: RedisClient,
         keys: KeySpace,
         store: Store,
         *,
@@ -246,6 +245,6 @@ class Flusher:
             await asyncio.sleep(self.interval_s * random.uniform(0.5, 1.5))
             try:
                 await self.flush_all()
-            except (RedisError, StoreError, OSError) as exc:
+            except (*REDIS_ERRORS, StoreError, OSError) as exc:
                 METRICS.background_errors.labels("flusher").inc()
                 log.warning("flush failed, retrying next round: %s", type(exc).__name__)

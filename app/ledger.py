@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 from app.errors import ApiError, ErrorKind, KeyRecordMissing, invalid_api_key
+from app.redis_client import RedisClient
 from app.redis_keys import KeySpace, as_text
 from app.usage import COUNTERS, UsageCounters
 
@@ -154,7 +154,7 @@ class Ledger:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: RedisClient,
         keys: KeySpace,
         *,
         cap_ttl_s: int,

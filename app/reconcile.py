@@ -22,11 +22,11 @@ from collections.abc import Iterable
 from typing import Any
 
 import msgspec
-from redis.asyncio import Redis
 
 from app.errors import ApiError, ErrorKind, service_unavailable
 from app.flusher import ExpiryEvent, StreamEvent, UsageEvent, next_stream_id, parse_event
 from app.ledger import Identity, Ledger, day_tag, utc_day
+from app.redis_client import RedisClient
 from app.redis_keys import KeySpace, as_text
 from app.store import LedgerSnapshot, Store
 from app.usage import COUNTERS, epoch_after
@@ -126,7 +126,7 @@ class Sums(msgspec.Struct):
 # -- reading -----------------------------------------------------------------------------
 
 
-async def redis_accounts(redis: Redis, keys: KeySpace) -> set[str]:
+async def redis_accounts(redis: RedisClient, keys: KeySpace) -> set[str]:
     """Every account that has a balance hash in Redis (SCAN: never blocks the server)."""
     head = f"{keys.prefix}:{{s"
     found = set()
@@ -145,7 +145,7 @@ def _by_shard(keys: KeySpace, pids: Iterable[str]) -> dict[int, list[str]]:
 
 
 async def read_shard(
-    redis: Redis, keys: KeySpace, shard: int, pids: list[str], cursor: str | None
+    redis: RedisClient, keys: KeySpace, shard: int, pids: list[str], cursor: str | None
 ) -> ShardRead:
     """Pools, holds, usage counters and unflushed events of a shard, at one instant.
 
@@ -238,7 +238,7 @@ Shards = dict[int, tuple[ShardRead, dict[str, Sums]]]
 
 
 async def consistent_shards(
-    redis: Redis, keys: KeySpace, store: Store, pids: set[str], earned_ttl_s: int
+    redis: RedisClient, keys: KeySpace, store: Store, pids: set[str], earned_ttl_s: int
 ) -> tuple[Shards, set[str]]:
     """Each shard's Redis state with the ledger sums of its accounts (``pids`` and every
     account of the store) at one instant; also the accounts the store knows.
@@ -325,7 +325,7 @@ def check_account(pid: str, shard: int, state: ShardRead, sums: Sums, known: boo
 
 
 async def reconcile(
-    redis: Redis,
+    redis: RedisClient,
     keys: KeySpace,
     store: Store,
     *,
@@ -488,7 +488,7 @@ async def _restore_grant_markers(
 
 
 async def _move_streams_past_cursors(
-    redis: Redis, keys: KeySpace, snapshot: LedgerSnapshot
+    redis: RedisClient, keys: KeySpace, snapshot: LedgerSnapshot
 ) -> None:
     """Make every new event id land after the shard's durable cursor, even when this
     Redis's clock is behind the lost one's: the flusher skips ids at or below the cursor.

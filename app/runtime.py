@@ -14,8 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.exceptions import RedisError
 
 from app.accounts import Accounts
 from app.auth import Authenticator
@@ -24,6 +22,7 @@ from app.completions import CompletionService
 from app.embedded import EmbeddedValkey, ensure_embedded
 from app.flusher import Flusher
 from app.ledger import Ledger
+from app.redis_client import REDIS_ERRORS, RedisClient, open_redis, primaries_info
 from app.redis_keys import KeySpace
 from app.rewards import Spotlights
 from app.settings import Settings
@@ -71,6 +70,8 @@ def resolve(
     owner = None
     redis_url = settings.redis_url
     if not redis_url:
+        if settings.redis_cluster:
+            raise ValueError("SVC_REDIS_CLUSTER needs SVC_REDIS_URL (a node of the cluster)")
         if not start_embedded:
             raise ValueError(
                 "SVC_REDIS_URL is not set (only `svc serve` starts an embedded Valkey)"
@@ -109,10 +110,10 @@ class Services:
     def __init__(
         self,
         settings: Settings,
-        redis: Redis,
+        redis: RedisClient,
         store: Store,
         *,
-        background_redis: Redis | None = None,
+        background_redis: RedisClient | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         assert settings.key_pepper, "settings must be resolved first"
@@ -195,30 +196,12 @@ class Services:
         await self.redis.aclose()
 
 
-def _redis_pool(
-    settings: Settings, max_connections: int, name: str | None = None
-) -> BlockingConnectionPool:
-    assert settings.redis_url, "settings must be resolved first"
-    # A blocking pool: under a burst, a request waits briefly for a connection instead of
-    # failing (redis-py's default pool raises once its connections are all in use).
-    return BlockingConnectionPool.from_url(
-        settings.redis_url,
-        max_connections=max_connections,
-        timeout=settings.redis_timeout_s,
-        socket_timeout=settings.redis_timeout_s,
-        socket_connect_timeout=settings.redis_timeout_s,
-        client_name=name,
-    )
-
-
 async def open_services(settings: Settings, *, clock: Callable[[], float] = time.time) -> Services:
     """Connect to Redis and the durable store (migrating it) and build the services."""
     assert settings.redis_url, "settings must be resolved first"
     assert settings.database_url, "settings must be resolved first"
-    # A blocking pool: under a burst, a request waits briefly for a connection instead of
-    # failing (redis-py's default pool raises once its 100 connections are in use).
-    redis = Redis(connection_pool=_redis_pool(settings, settings.redis_max_connections))
-    background = Redis(connection_pool=_redis_pool(settings, 4, name="svc-background"))
+    redis = open_redis(settings, settings.redis_max_connections)
+    background = open_redis(settings, 4, name="svc-background")
     store = open_store(settings.database_url)
     await store.migrate()
     services = Services(settings, redis, store, background_redis=background, clock=clock)
@@ -227,7 +210,7 @@ async def open_services(settings: Settings, *, clock: Callable[[], float] = time
     except StartupError:
         await services.close()
         raise
-    with contextlib.suppress(RedisError):
+    with contextlib.suppress(*REDIS_ERRORS):
         await services.ledger.load_scripts()  # EVALSHA reloads them later anyway
     return services
 
@@ -236,16 +219,19 @@ class StartupError(Exception):
     """The configuration or its servers are unfit to run on; the message says why."""
 
 
-async def check_eviction_policy(redis: Redis, *, allow: bool) -> None:
+async def check_eviction_policy(redis: RedisClient, *, allow: bool) -> None:
     """Refuse a Redis that may evict keys: a balance or a cap counter evicted under memory
-    pressure is money lost or a cap lifted. A Redis that cannot be reached now is not
-    checked (the requests will fail closed until it answers)."""
+    pressure is money lost or a cap lifted. Every primary of a cluster is asked. A Redis
+    that cannot be reached now is not checked (the requests will fail closed until it
+    answers)."""
     try:
-        policy = str((await redis.info("memory")).get("maxmemory_policy", "noeviction"))
-    except RedisError:
+        infos = await primaries_info(redis, "memory")
+    except REDIS_ERRORS:
         log.warning("could not read Redis's maxmemory-policy; not checked")
         return
-    if policy != "noeviction" and not allow:
+    policies = {str(info.get("maxmemory_policy", "noeviction")) for info in infos}
+    policy = ", ".join(sorted(policies - {"noeviction"}))
+    if policy and not allow:
         raise StartupError(
             f"Redis runs with maxmemory-policy {policy}: it may evict balances and cap "
             "counters. Set it to noeviction, or set SVC_ALLOW_EVICTING_REDIS=true to run anyway."

@@ -18,6 +18,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """Folder of the embedded Valkey, the SQLite file and the generated dev secrets."""
     redis_url: str | None = None
     """``redis://`` / ``rediss://`` / ``unix://`` URL; unset = embedded Valkey under data_dir."""
+    redis_cluster: bool = False
+    """redis_url names a node of a Redis Cluster (``redis://``/``rediss://``); the others
+    are discovered from it."""
     database_url: str | None = None
     """``sqlite:///path.db`` or ``postgresql://…``; unset = SQLite under data_dir."""
     admin_token: str | None = None

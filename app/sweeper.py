@@ -14,10 +14,9 @@ import random
 import time
 from collections.abc import Callable
 
-from redis.exceptions import RedisError
-
 from app.ledger import Ledger, ScriptStatus
 from app.metrics import METRICS
+from app.redis_client import REDIS_ERRORS
 
 log = logging.getLogger("svc.sweeper")
 
@@ -65,7 +64,7 @@ class Sweeper:
             await asyncio.sleep(self.interval_s * random.uniform(0.5, 1.5))
             try:
                 swept = await self.sweep_once()
-            except (RedisError, OSError) as exc:
+            except (*REDIS_ERRORS, OSError) as exc:
                 METRICS.background_errors.labels("sweeper").inc()
                 log.warning("sweep failed, retrying next round: %s", type(exc).__name__)
                 continue

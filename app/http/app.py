@@ -13,7 +13,6 @@ from litestar.datastructures import ResponseHeader
 from litestar.enums import ScopeType
 from litestar.openapi import OpenAPIConfig
 from litestar.types import Message, Receive, Scope, Send
-from redis.exceptions import RedisError
 
 from app import __version__
 from app.completions import drain_background
@@ -32,6 +31,7 @@ from app.http.health import HealthController
 from app.http.metrics import MetricsController
 from app.logs import request_id
 from app.metrics import METRICS
+from app.redis_client import REDIS_ERRORS
 from app.runtime import open_services
 from app.settings import Settings
 from app.store import StoreError
@@ -44,7 +44,7 @@ def create_app(settings: Settings) -> Litestar:
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         services = await open_services(settings)
         app.state.services = services
-        with contextlib.suppress(RedisError, StoreError, OSError):
+        with contextlib.suppress(*REDIS_ERRORS, StoreError, OSError):
             await services.usage.epoch()  # a new or emptied Redis starts its usage epoch
         tasks = [
             asyncio.create_task(services.sweeper.run()),
@@ -57,7 +57,7 @@ def create_app(settings: Settings) -> Litestar:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await drain_background()  # settlements still running finish first
-            with contextlib.suppress(RedisError, StoreError, OSError):
+            with contextlib.suppress(*REDIS_ERRORS, StoreError, OSError):
                 await services.flusher.flush_all()  # what they recorded goes out now
             await services.close()
 

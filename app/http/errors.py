@@ -7,10 +7,10 @@ from typing import Any
 
 from litestar import Request, Response
 from litestar.exceptions import HTTPException
-from redis.exceptions import RedisError
 
 from app.errors import ApiError, ErrorKind, service_unavailable
 from app.http.headers import SECURITY_HEADERS
+from app.redis_client import REDIS_ERRORS
 from app.store import StoreError
 
 log = logging.getLogger("svc.http")
@@ -28,7 +28,7 @@ def as_api_error(exc: Exception) -> ApiError:
     """The public error for any exception; internals never reach the message."""
     if isinstance(exc, ApiError):
         return exc
-    if isinstance(exc, RedisError | StoreError | ConnectionError):
+    if isinstance(exc, (*REDIS_ERRORS, StoreError, ConnectionError)):
         log.warning("backend unavailable: %s", type(exc).__name__)
         return service_unavailable()
     if isinstance(exc, HTTPException):

@@ -8,9 +8,9 @@ import asyncio
 import msgspec
 from litestar import Controller, Response, get
 from litestar.di import Provide
-from redis.exceptions import RedisError
 
 from app.http.deps import provide_services
+from app.redis_client import REDIS_ERRORS
 from app.runtime import Services
 from app.store import StoreError
 
@@ -40,7 +40,7 @@ class HealthController(Controller):
             async with asyncio.timeout(READY_TIMEOUT_S):
                 checks["redis"] = bool(await services.redis.ping())
                 checks["scripts"] = await services.ledger.scripts_loaded()
-        except (RedisError, OSError, TimeoutError):
+        except (*REDIS_ERRORS, OSError, TimeoutError):
             pass
         try:
             async with asyncio.timeout(READY_TIMEOUT_S):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from redis.asyncio.cluster import RedisCluster
+
 from app.ledger import Hold, Identity, Ledger
 
 
@@ -50,7 +52,11 @@ async def snapshot(ledger: Ledger) -> dict[bytes, Any]:
     """Every key with its type and value: compare two to prove nothing changed."""
     redis = ledger.redis
     out: dict[bytes, Any] = {}
-    for name in await redis.keys("*"):
+    if isinstance(redis, RedisCluster):
+        names = await redis.keys("*", target_nodes=RedisCluster.PRIMARIES)
+    else:
+        names = await redis.keys("*")
+    for name in names:
         kind = (await redis.type(name)).decode()
         if kind == "string":
             out[name] = await redis.get(name)

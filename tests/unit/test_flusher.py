@@ -1,4 +1,4 @@
-"""The flusher on both Redis flavours and a real SQLite file: exactly once, whatever fails."""
+"""The flusher on every Redis flavour and a real SQLite file: exactly once, whatever fails."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from redis.asyncio import Redis
 
 from app.flusher import ExpiryEvent, Flusher, UsageEvent, aggregate, expiries, next_stream_id
 from app.ledger import Ledger
+from app.redis_client import RedisClient
 from app.store import Store, open_store
 from tests.conftest import Clock
 from tests.unit.scripts_helpers import account, key, reserve
@@ -24,8 +24,10 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
     await s.close()
 
 
-def _flusher(redis: Redis, ledger: Ledger, store: Store, clock: Clock, **kw: float) -> Flusher:
-    return Flusher(redis, ledger.keys, store, clock=clock, **kw)  # type: ignore[arg-type]
+def _flusher(
+    redis: RedisClient, ledger: Ledger, store: Store, clock: Clock, **kw: float
+) -> Flusher:
+    return Flusher(redis, ledger.keys, store, clock=clock, **kw)
 
 
 async def _traffic(ledger: Ledger, clock: Clock, accounts: int, each: int) -> int:
@@ -83,7 +85,7 @@ def test_aggregate_sums_per_key_day_alias_environment() -> None:
 
 
 async def test_events_reach_the_store_once_and_leave_the_stream(
-    redis: Redis, ledger: Ledger, store: Store, clock: Clock
+    redis: RedisClient, ledger: Ledger, store: Store, clock: Clock
 ) -> None:
     charged = await _traffic(ledger, clock, accounts=6, each=7)
     flusher = _flusher(redis, ledger, store, clock, batch_size=5)
@@ -98,7 +100,7 @@ async def test_events_reach_the_store_once_and_leave_the_stream(
 
 
 async def test_a_crash_between_commit_and_trim_is_not_counted_twice(
-    redis: Redis, ledger: Ledger, store: Store, clock: Clock, monkeypatch: pytest.MonkeyPatch
+    redis: RedisClient, ledger: Ledger, store: Store, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     charged = await _traffic(ledger, clock, accounts=3, each=4)
     first = _flusher(redis, ledger, store, clock)
@@ -121,7 +123,7 @@ async def test_a_crash_between_commit_and_trim_is_not_counted_twice(
 
 
 async def test_racing_flushers_never_double_count(
-    redis: Redis, ledger: Ledger, store: Store, clock: Clock
+    redis: RedisClient, ledger: Ledger, store: Store, clock: Clock
 ) -> None:
     charged = await _traffic(ledger, clock, accounts=8, each=5)
     # leases that lapse at once: every flusher drains every shard, concurrently
@@ -135,7 +137,7 @@ async def test_racing_flushers_never_double_count(
 
 
 async def test_a_shard_has_one_drainer_while_its_lease_lives(
-    redis: Redis, ledger: Ledger, store: Store, clock: Clock
+    redis: RedisClient, ledger: Ledger, store: Store, clock: Clock
 ) -> None:
     await _traffic(ledger, clock, accounts=2, each=2)
     holder = _flusher(redis, ledger, store, clock, lease_s=60)
@@ -147,7 +149,7 @@ async def test_a_shard_has_one_drainer_while_its_lease_lives(
 
 
 async def test_expiries_and_old_events_flush_once(
-    redis: Redis, ledger: Ledger, store: Store, clock: Clock
+    redis: RedisClient, ledger: Ledger, store: Store, clock: Clock
 ) -> None:
     stream = ledger.keys.events(3)
     # a usage event as scripts wrote it before the earned part was recorded, and an expiry

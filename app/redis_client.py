@@ -1,0 +1,63 @@
+"""The Redis client svc talks through: one server (``Redis``) or a Redis Cluster.
+
+Both clients offer the same commands, so the rest of svc takes either (``RedisClient``).
+What works on both unchanged: every script call names keys of one hash tag (one slot, see
+``redis_keys``), and redis-py's cluster client routes it to that slot's primary; the
+untagged keys are read and written one key per command; a pipeline without a transaction
+may span slots (the cluster client splits it per node). ``SCRIPT LOAD``/``EXISTS``/
+``FLUSH`` go to every primary. What needs care is a server-wide question (``INFO``),
+which a cluster client would ask one node only: ``primaries_info`` asks each primary.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeAlias
+
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import RedisClusterException, RedisError
+
+from app.settings import Settings
+
+RedisClient: TypeAlias = Redis | RedisCluster
+
+REDIS_ERRORS: tuple[type[RedisError], type[RedisClusterException]] = (
+    RedisError,
+    RedisClusterException,
+)
+"""Failures of Redis or of reaching it. The cluster client raises some outside
+``RedisError`` (e.g. no node of the cluster answers when it maps the slots again)."""
+
+
+def open_redis(settings: Settings, max_connections: int, name: str | None = None) -> RedisClient:
+    """A client of ``settings.redis_url``: a cluster client when ``redis_cluster`` is set.
+
+    The single-server client uses a blocking pool: under a burst a request waits briefly
+    for a connection instead of failing (redis-py's default pool raises once its
+    connections are all in use). The cluster client has a pool per node, of
+    ``max_connections`` each, which raises when exhausted (the request fails closed)."""
+    assert settings.redis_url, "settings must be resolved first"
+    timeouts: dict[str, Any] = {
+        "socket_timeout": settings.redis_timeout_s,
+        "socket_connect_timeout": settings.redis_timeout_s,
+        "client_name": name,
+    }
+    if settings.redis_cluster:
+        return RedisCluster.from_url(
+            settings.redis_url, max_connections=max_connections, **timeouts
+        )
+    pool = BlockingConnectionPool.from_url(
+        settings.redis_url,
+        max_connections=max_connections,
+        timeout=settings.redis_timeout_s,
+        **timeouts,
+    )
+    return Redis(connection_pool=pool)
+
+
+async def primaries_info(redis: RedisClient, section: str) -> list[dict[str, Any]]:
+    """``INFO section`` of the server, or of every primary of a cluster."""
+    if isinstance(redis, RedisCluster):
+        await redis.initialize()
+        return [await redis.info(section, target_nodes=node) for node in redis.get_primaries()]
+    return [await redis.info(section)]
