@@ -10,11 +10,9 @@ from contextlib import asynccontextmanager
 from litestar import Litestar
 from litestar.datastructures import ResponseHeader
 from litestar.enums import ScopeType
-from litestar.openapi import OpenAPIConfig
 from litestar.types import Receive, Scope, Send
 from redis.exceptions import RedisError
 
-from app import __version__
 from app.completions import drain_background
 from app.http.admin import AdminController
 from app.http.api import V1Controller
@@ -22,6 +20,7 @@ from app.http.chat import CHAT_PATH, chat_completions, serve_chat
 from app.http.errors import handle_exception
 from app.http.headers import SECURITY_HEADERS
 from app.http.health import HealthController
+from app.http.openapi import openapi_config
 from app.runtime import open_services
 from app.settings import Settings
 from app.store import StoreError
@@ -57,7 +56,7 @@ def create_app(settings: Settings) -> Litestar:
         lifespan=[lifespan],
         exception_handlers={Exception: handle_exception},
         request_max_body_size=settings.max_body_bytes,
-        openapi_config=OpenAPIConfig(title="svc", version=__version__),
+        openapi_config=openapi_config(),
         debug=False,
     )
 
