@@ -6,16 +6,41 @@ this runs once per token on the hot path.
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
 import msgspec
 
 DONE = b"data: [DONE]\n\n"
 _encode = msgspec.json.encode
 
 
-class SvcMetadata(msgspec.Struct):
+class SvcMetadata(msgspec.Struct, forbid_unknown_fields=True):
     requested_model: str
     credits_used: int
     balance_remaining: int
+
+
+class ChunkDelta(msgspec.Struct, forbid_unknown_fields=True):
+    content: str
+    role: Literal["assistant"] | msgspec.UnsetType = msgspec.UNSET
+
+
+class ChunkChoice(msgspec.Struct, forbid_unknown_fields=True):
+    index: int
+    delta: ChunkDelta
+    finish_reason: Literal["stop"] | None
+
+
+class ChatCompletionChunk(msgspec.Struct, forbid_unknown_fields=True):
+    """What ``ChunkEncoder`` writes, as a type: the OpenAPI document's stream schema, and
+    the unit tests decode real chunks with it."""
+
+    id: Annotated[str, msgspec.Meta(pattern=r"^chatcmpl-svc-[0-9]+$")]
+    object: Literal["chat.completion.chunk"]
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    svc: SvcMetadata | msgspec.UnsetType = msgspec.UNSET
 
 
 class ChunkEncoder:

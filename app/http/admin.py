@@ -16,8 +16,10 @@ from app.accounts import (
     validate_grant,
     validate_key_request,
 )
+from app.errors import ErrorKind
 from app.flusher import Lag
 from app.http.deps import admin_guard, provide_services
+from app.http.openapi import ADMIN_ERRORS, ADMIN_TOKEN, BODY_ERRORS, documented, errors
 from app.rewards import SpotlightRequest, SpotlightReward
 from app.runtime import Services
 from app.validation import decode_json
@@ -31,12 +33,19 @@ class AdminController(Controller):
     path = "/admin/v1"
     guards = [admin_guard]
     dependencies = {"services": Provide(provide_services)}
+    security = ADMIN_TOKEN
+    tags = ["admin"]
 
-    @post("/accounts", status_code=201)
+    @post("/accounts", status_code=201, responses=errors(*ADMIN_ERRORS))
     async def create_account(self, services: Services) -> AccountCreated:
         return AccountCreated(account_pid=await services.accounts.create_account())
 
-    @post("/accounts/{pid:str}/grants", status_code=200)
+    @post(
+        "/accounts/{pid:str}/grants",
+        status_code=200,
+        responses=errors(*ADMIN_ERRORS, *BODY_ERRORS, ErrorKind.ACCOUNT_NOT_FOUND),
+        operation_class=documented(body=GrantRequest),
+    )
     async def grant(
         self, services: Services, pid: str, request: Request[Any, Any, Any]
     ) -> CreditBalance:
@@ -44,11 +53,21 @@ class AdminController(Controller):
         req = validate_grant(decode_json(await request.body(), GrantRequest))
         return await services.accounts.grant_purchased(pid, req.credits)
 
-    @get("/accounts/{pid:str}/credits")
+    @get(
+        "/accounts/{pid:str}/credits",
+        responses=errors(*ADMIN_ERRORS, ErrorKind.ACCOUNT_NOT_FOUND),
+    )
     async def credits(self, services: Services, pid: str) -> CreditBalance:
         return await services.accounts.balance(pid)
 
-    @post("/accounts/{pid:str}/api-keys", status_code=201)
+    @post(
+        "/accounts/{pid:str}/api-keys",
+        status_code=201,
+        responses=errors(
+            *ADMIN_ERRORS, *BODY_ERRORS, ErrorKind.KEY_LIMIT, ErrorKind.ACCOUNT_NOT_FOUND
+        ),
+        operation_class=documented(body=KeyCreateRequest),
+    )
     async def create_key(
         self, services: Services, pid: str, request: Request[Any, Any, Any]
     ) -> ApiKeyCreated:
@@ -57,7 +76,14 @@ class AdminController(Controller):
             pid, name=req.name, environment=req.environment, daily_cap=req.daily_cap_credits
         )
 
-    @post("/accounts/{pid:str}/spotlights", status_code=200)
+    @post(
+        "/accounts/{pid:str}/spotlights",
+        status_code=200,
+        responses=errors(
+            *ADMIN_ERRORS, *BODY_ERRORS, ErrorKind.ACCOUNT_NOT_FOUND, ErrorKind.SPOTLIGHT_LIMIT
+        ),
+        operation_class=documented(body=SpotlightRequest),
+    )
     async def spotlight(
         self, services: Services, pid: str, request: Request[Any, Any, Any]
     ) -> SpotlightReward:
@@ -65,7 +91,7 @@ class AdminController(Controller):
         req = decode_json(await request.body(), SpotlightRequest)
         return await services.spotlights.reward(pid, req.view_id)
 
-    @get("/usage-lag")
+    @get("/usage-lag", responses=errors(*ADMIN_ERRORS))
     async def usage_lag(self, services: Services) -> Lag:
         """Usage events not yet in the durable store, and the age of the oldest."""
         return await services.flusher.lag()

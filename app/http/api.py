@@ -19,6 +19,7 @@ from app.accounts import (
 )
 from app.errors import ApiError, ErrorKind, KeyRecordMissing
 from app.http.deps import provide_identity, provide_services
+from app.http.openapi import API_KEY, BODY_ERRORS, DAYS, KEY_ERRORS, documented, errors
 from app.ledger import Identity, key_refusal
 from app.runtime import Services
 from app.usage import UsageSummary, parse_days
@@ -45,11 +46,16 @@ class ModelList(msgspec.Struct):
     data: list[ModelItem]
 
 
+_IDENT = {"ident": Provide(provide_identity)}
+
+
 class V1Controller(Controller):
     path = "/v1"
     dependencies = {"services": Provide(provide_services)}
+    security = API_KEY
+    tags = ["v1"]
 
-    @get("/models", dependencies={"ident": Provide(provide_identity)})
+    @get("/models", dependencies=_IDENT, responses=errors(*KEY_ERRORS))
     async def models(self, services: Services, ident: Identity) -> ModelList:
         """The enabled model aliases (spec 2.1, 4.2)."""
         items = [
@@ -59,7 +65,7 @@ class V1Controller(Controller):
         ]
         return ModelList(object="list", data=items)
 
-    @get("/credits")
+    @get("/credits", responses=errors(*KEY_ERRORS))
     async def credits(self, services: Services, request: Request[Any, Any, Any]) -> CreditBalance:
         """The account's credit pools (spec 2.5); one script call checks the key too."""
         authorization = request.headers.get("authorization")
@@ -74,7 +80,12 @@ class V1Controller(Controller):
             raise refusal
         return credit_balance(balance)
 
-    @get("/usage", dependencies={"ident": Provide(provide_identity)})
+    @get(
+        "/usage",
+        dependencies=_IDENT,
+        responses=errors(*KEY_ERRORS, ErrorKind.INVALID_VALUE),
+        operation_class=documented(query=[DAYS]),
+    )
     async def usage(
         self, services: Services, ident: Identity, request: Request[Any, Any, Any]
     ) -> UsageSummary:
@@ -83,12 +94,20 @@ class V1Controller(Controller):
         days = parse_days(request.query_params.get("days"))
         return await services.usage.summary(ident.pid, ident.environment, services.clock(), days)
 
-    @get("/api-keys", dependencies={"ident": Provide(provide_identity)})
+    @get("/api-keys", dependencies=_IDENT, responses=errors(*KEY_ERRORS))
     async def list_keys(self, services: Services, ident: Identity) -> ApiKeyList:
         """The account's keys, newest first; secrets are never included (spec 4.5)."""
         return await services.accounts.list_keys(ident.pid)
 
-    @post("/api-keys", status_code=201, dependencies={"ident": Provide(provide_identity)})
+    @post(
+        "/api-keys",
+        status_code=201,
+        dependencies=_IDENT,
+        responses=errors(
+            *KEY_ERRORS, *BODY_ERRORS, ErrorKind.KEY_LIMIT, ErrorKind.TEST_KEY_FORBIDDEN
+        ),
+        operation_class=documented(body=KeyCreateRequest),
+    )
     async def create_key(
         self, services: Services, ident: Identity, request: Request[Any, Any, Any]
     ) -> ApiKeyCreated:
@@ -103,7 +122,10 @@ class V1Controller(Controller):
         )
 
     @delete(
-        "/api-keys/{key_id:str}", status_code=200, dependencies={"ident": Provide(provide_identity)}
+        "/api-keys/{key_id:str}",
+        status_code=200,
+        dependencies=_IDENT,
+        responses=errors(*KEY_ERRORS, ErrorKind.TEST_KEY_FORBIDDEN, ErrorKind.API_KEY_NOT_FOUND),
     )
     async def revoke_key(self, services: Services, ident: Identity, key_id: str) -> ApiKeyDeleted:
         """Revoke a key at once on every worker (spec 4.7)."""

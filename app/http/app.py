@@ -11,10 +11,8 @@ from contextlib import asynccontextmanager
 from litestar import Litestar
 from litestar.datastructures import ResponseHeader
 from litestar.enums import ScopeType
-from litestar.openapi import OpenAPIConfig
 from litestar.types import Message, Receive, Scope, Send
 
-from app import __version__
 from app.completions import drain_background
 from app.http.admin import AdminController
 from app.http.api import V1Controller
@@ -29,6 +27,7 @@ from app.http.errors import handle_exception
 from app.http.headers import SECURITY_HEADERS
 from app.http.health import HealthController
 from app.http.metrics import MetricsController
+from app.http.openapi import openapi_config
 from app.logs import request_id
 from app.metrics import METRICS
 from app.redis_client import REDIS_ERRORS
@@ -73,7 +72,7 @@ def create_app(settings: Settings) -> Litestar:
         lifespan=[lifespan],
         exception_handlers={Exception: handle_exception},
         request_max_body_size=settings.max_body_bytes,
-        openapi_config=OpenAPIConfig(title="svc", version=__version__),
+        openapi_config=openapi_config(),
         debug=False,
         logging_config=None,  # logging is svc's own: JSON lines (app.logs)
     )

@@ -8,6 +8,7 @@ import asyncio
 import msgspec
 from litestar import Controller, Response, get
 from litestar.di import Provide
+from litestar.openapi import ResponseSpec
 
 from app.http.deps import provide_services
 from app.redis_client import REDIS_ERRORS
@@ -26,13 +27,23 @@ class HealthController(Controller):
     path = "/"
     dependencies = {"services": Provide(provide_services)}
     include_in_schema = True
+    tags = ["health"]
 
     @get("/healthz")
     async def healthz(self) -> Health:
         """The process is alive and answering."""
         return Health(status="ok")
 
-    @get("/readyz")
+    @get(
+        "/readyz",
+        responses={
+            503: ResponseSpec(
+                data_container=Health,
+                generate_examples=False,
+                description="Not ready: `status` is `unavailable`, `checks` says what failed.",
+            )
+        },
+    )
     async def readyz(self, services: Services) -> Response[Health]:
         """Redis answers and holds every script; the durable store answers. 503 otherwise."""
         checks = {"redis": False, "scripts": False, "store": False}

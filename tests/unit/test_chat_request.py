@@ -129,3 +129,13 @@ def test_auto_never_routes_to_a_disabled_alias() -> None:
     ).encode()
     assert parse_chat_request(body, aliases).alias.id == "svc-fast"
     assert parse_chat_request(body, dict(DEFAULT_ALIASES)).alias.id == "svc-code"
+
+
+def test_integers_may_be_written_as_whole_floats() -> None:
+    """JSON Schema's ``integer`` (the OpenAPI document) includes 1.0; 1.5 stays an error."""
+    body = b'{"model":"svc-fast","messages":[{"role":"user","content":"a"}],"max_tokens":%s}'
+    assert _parse(body % b"64.0").max_tokens == 64
+    assert _parse(body % b"1e2").max_tokens == 100
+    with pytest.raises(ApiError) as info:
+        _parse(body % b"64.5")
+    assert info.value.param == "max_tokens"

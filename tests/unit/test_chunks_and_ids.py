@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from app.chunks import DONE, ChunkEncoder, error_event
 from app.ids import CompletionIds
 
@@ -59,3 +61,26 @@ def test_completion_ids_are_unique_and_63_bit() -> None:
     assert len(set(seen)) == len(seen)
     assert all(0 < n < 2**63 for n in seen)
     assert seen == sorted(seen)
+
+
+def test_the_documented_chunk_type_matches_the_encoder() -> None:
+    """``ChatCompletionChunk`` (the OpenAPI stream schema) decodes every chunk the encoder
+    writes, and refuses a field the encoder never writes."""
+    import msgspec
+
+    from app.chunks import ChatCompletionChunk
+
+    enc = ChunkEncoder(9, 1_700_000_000, "svc-smart")
+    decode = msgspec.json.Decoder(ChatCompletionChunk).decode
+    first = decode(enc.content("a", first=True, last=False)[6:])
+    assert (first.choices[0].delta.role, first.choices[0].finish_reason) == ("assistant", None)
+    last = decode(enc.content("b", first=False, last=True)[6:])
+    assert last.choices[0].delta.role is msgspec.UNSET
+    assert last.choices[0].finish_reason == "stop"
+    meta = decode(enc.metadata("svc-auto", 3, 7)[6:])
+    assert meta.choices == []
+    assert meta.svc is not msgspec.UNSET
+    assert meta.svc.credits_used == 3
+    extra = enc.content("c", first=False, last=False)[6:].replace(b'"created"', b'"x":1,"created"')
+    with pytest.raises(msgspec.ValidationError):
+        decode(extra)

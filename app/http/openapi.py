@@ -1,0 +1,325 @@
+"""The OpenAPI document at ``/schema`` and ``/schema/openapi.json``.
+
+Litestar generates it from the routes; handlers add what it cannot infer (their error
+responses, security, the bodies and query parameters they decode themselves), and
+``complete_document`` adds the rest once per worker: the raw ASGI chat route, the
+msgspec schemas of the request bodies and stream chunks, and the headers every response
+carries. The schemathesis suite (tests/e2e/test_schemathesis.py) holds the server to it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from litestar import Request
+from litestar.enums import ParamType
+from litestar.openapi import OpenAPIConfig, ResponseSpec
+from litestar.openapi.plugins import JsonRenderPlugin
+from litestar.openapi.spec import (
+    Components,
+    OpenAPIMediaType,
+    OpenAPIType,
+    Operation,
+    Parameter,
+    Reference,
+    RequestBody,
+    Schema,
+    SecurityRequirement,
+    SecurityScheme,
+)
+
+from app import __version__
+from app.accounts import MAX_GRANT, MAX_KEY_NAME
+from app.chat import ROLES, ChatRequest
+from app.chunks import ChatCompletionChunk
+from app.errors import ErrorBody, ErrorKind
+from app.http.headers import SECURITY_HEADERS
+from app.rewards import MAX_VIEW_ID
+from app.usage import DEFAULT_DAYS, MAX_DAYS
+
+API_KEY: list[SecurityRequirement] = [{"apiKey": []}]
+ADMIN_TOKEN: list[SecurityRequirement] = [{"adminToken": []}]
+
+# Errors any authenticated /v1 route can return before its own work.
+KEY_ERRORS = (
+    ErrorKind.INVALID_API_KEY,
+    ErrorKind.API_KEY_REVOKED,
+    ErrorKind.AUTH_RATE_LIMITED,
+    ErrorKind.SERVICE_UNAVAILABLE,
+    ErrorKind.INTERNAL,
+)
+ADMIN_ERRORS = (ErrorKind.ADMIN_UNAUTHORIZED, ErrorKind.SERVICE_UNAVAILABLE, ErrorKind.INTERNAL)
+BODY_ERRORS = (ErrorKind.INVALID_VALUE, ErrorKind.REQUEST_TOO_LARGE)
+CHAT_ERRORS = (
+    *KEY_ERRORS,
+    *BODY_ERRORS,
+    ErrorKind.MODEL_NOT_FOUND,
+    ErrorKind.INSUFFICIENT_CREDITS,
+    ErrorKind.DAILY_CAP_EXCEEDED,
+    ErrorKind.UPSTREAM_UNAVAILABLE,
+)
+
+_COMPONENT = "#/components/schemas/{name}"
+# No control, separator (but space) or format characters; str.isprintable, as a regex both
+# ECMA 262 and Python read (no \\p{...}); unassigned code points still get a 400.
+_PRINTABLE = (
+    "^[^\\x00-\\x1f\\x7f-\\xa0\\xad\\u2000-\\u200f\\u2028-\\u202f\\u205f-\\u206f"
+    "\\ue000-\\uf8ff\\ufeff]*$"
+)
+_BODY_TYPES: dict[str, type[msgspec.Struct]] = {}  # filled by ``documented``
+
+# Headers an error may carry besides the security headers (DESIGN.md §3).
+_ERROR_HEADERS: dict[ErrorKind, dict[str, str]] = {
+    ErrorKind.INSUFFICIENT_CREDITS: {"x-should-retry": "Always `false`."},
+    ErrorKind.DAILY_CAP_EXCEEDED: {
+        "x-should-retry": "Always `false`.",
+        "retry-after": "Seconds until the key's cap resets at UTC midnight.",
+    },
+    ErrorKind.SPOTLIGHT_LIMIT: {"x-should-retry": "Always `false`."},
+    ErrorKind.UPSTREAM_UNAVAILABLE: {"x-should-retry": "Always `true`: retry the request."},
+    ErrorKind.SERVICE_UNAVAILABLE: {"retry-after": "Seconds to wait before retrying."},
+    ErrorKind.AUTH_RATE_LIMITED: {"retry-after": "Seconds to wait before retrying."},
+}
+
+
+def _by_status(kinds: Iterable[ErrorKind]) -> dict[int, list[ErrorKind]]:
+    grouped: dict[int, list[ErrorKind]] = {}
+    for kind in kinds:
+        if kind not in grouped.setdefault(kind.status, []):
+            grouped[kind.status].append(kind)
+    return dict(sorted(grouped.items()))
+
+
+def _description(kinds: Sequence[ErrorKind]) -> str:
+    codes = ", ".join(f"`{kind.value[1]}` / `{kind.value[2]}`" for kind in kinds)
+    return f"OpenAI-shaped error; type / code: {codes}."
+
+
+def errors(*kinds: ErrorKind) -> dict[int, ResponseSpec]:
+    """A handler's documented error responses (``responses=``), one per status."""
+    return {
+        status: ResponseSpec(
+            data_container=ErrorBody, generate_examples=False, description=_description(group)
+        )
+        for status, group in _by_status(kinds).items()
+    }
+
+
+def documented(
+    *, body: type[msgspec.Struct] | None = None, query: Sequence[Parameter] = ()
+) -> type[Operation]:
+    """An ``operation_class`` for a handler that decodes its own body or query (so its
+    errors stay OpenAI-shaped and name the field): documents what it reads."""
+    if body is not None:
+        _BODY_TYPES[body.__name__] = body
+
+    @dataclass
+    class DocumentedOperation(Operation):
+        def __post_init__(self) -> None:
+            if body is not None:
+                ref = Reference(ref=_COMPONENT.format(name=body.__name__))
+                content = {"application/json": OpenAPIMediaType(schema=ref)}
+                self.request_body = RequestBody(content=content, required=True)
+            if query:
+                self.parameters = [*(self.parameters or []), *query]
+
+    return DocumentedOperation
+
+
+DAYS = Parameter(
+    name="days",
+    param_in=ParamType.QUERY,
+    required=False,
+    description=f"Days in the `daily` window, newest first (default {DEFAULT_DAYS}).",
+    schema=Schema(type=OpenAPIType.INTEGER, minimum=1, maximum=MAX_DAYS, default=DEFAULT_DAYS),
+)
+
+
+def openapi_config() -> OpenAPIConfig:
+    """Litestar's OpenAPI settings: the document is served at ``/schema`` and
+    ``/schema/openapi.json`` (no HTML viewer: the API's CSP forbids its scripts)."""
+    return OpenAPIConfig(
+        title="svc",
+        version=__version__,
+        description="Credit-metered, OpenAI-compatible chat completions (streaming only).",
+        use_handler_docstrings=True,
+        components=Components(
+            security_schemes={
+                "apiKey": SecurityScheme(
+                    type="http",
+                    scheme="bearer",
+                    bearer_format="svc_live_… or svc_test_… API key",
+                    description="An svc API key: `Authorization: Bearer <key>`.",
+                ),
+                "adminToken": SecurityScheme(
+                    type="http",
+                    scheme="bearer",
+                    description="The operator token (`SVC_ADMIN_TOKEN`).",
+                ),
+            }
+        ),
+        render_plugins=[CompleteJson()],
+    )
+
+
+class CompleteJson(JsonRenderPlugin):
+    """Serves the completed document; builds it once per worker."""
+
+    def __init__(self) -> None:
+        super().__init__(path=["/openapi.json", "/"])
+        self._rendered: bytes | None = None
+
+    def render(self, request: Request[Any, Any, Any], openapi_schema: dict[str, Any]) -> bytes:
+        if self._rendered is None:
+            services = request.app.state.services
+            aliases = [a.id for a in services.aliases.values() if a.enabled]
+            settings = services.settings
+            document = complete_document(
+                openapi_schema,
+                models=aliases,
+                max_messages=settings.max_messages,
+                max_message_chars=settings.max_message_chars,
+            )
+            self._rendered = self.render_json(request, document)
+        return self._rendered
+
+
+def complete_document(
+    generated: Mapping[str, Any], *, models: list[str], max_messages: int, max_message_chars: int
+) -> dict[str, Any]:
+    """Litestar's generated document plus what it cannot see (see the module docstring)."""
+    document = copy.deepcopy(dict(generated))
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    types = [ChatRequest, ChatCompletionChunk, ErrorBody, *_BODY_TYPES.values()]
+    _, components = msgspec.json.schema_components(types, ref_template=_COMPONENT)
+    for name, schema in components.items():
+        schemas.setdefault(name, schema)
+    _constrain(schemas, models, max_messages, max_message_chars)
+    document["paths"]["/v1/chat/completions"] = {"post": _chat_operation()}
+    for path_item in document["paths"].values():
+        for operation in path_item.values():
+            for status, response in operation.get("responses", {}).items():
+                # Litestar documents its own validation error body; the exception handler
+                # answers those in the OpenAI shape, so the document says that instead.
+                if int(status) == 400 and "$ref" not in _json_schema(response):
+                    response.update(_error_response([ErrorKind.INVALID_VALUE]))
+                response["headers"] = _headers(int(status), response.get("headers", {}))
+    return document
+
+
+def _json_schema(response: Mapping[str, Any]) -> Mapping[str, Any]:
+    schema: Mapping[str, Any] = response.get("content", {}).get("application/json", {})
+    return schema.get("schema", {})  # type: ignore[no-any-return]
+
+
+def _error_response(kinds: Sequence[ErrorKind]) -> dict[str, Any]:
+    """A documented error response: the OpenAI error body."""
+    schema = {"$ref": _COMPONENT.format(name="ErrorBody")}
+    return {"description": _description(kinds), "content": {"application/json": {"schema": schema}}}
+
+
+def _constrain(
+    schemas: dict[str, Any], models: list[str], max_messages: int, max_message_chars: int
+) -> None:
+    """Limits the handlers check after decoding, so the schema states them too."""
+    chat = schemas["ChatRequest"]["properties"]
+    chat["model"] = {"type": "string", "enum": models, "description": "A model alias."}
+    chat["messages"].update(minItems=1, maxItems=max_messages)
+    chat["temperature"]["anyOf"][0].update(minimum=0, maximum=2)
+    chat["top_p"]["anyOf"][0].update(minimum=0, maximum=1)
+    for field in ("max_tokens", "max_completion_tokens"):
+        chat[field]["anyOf"][0]["minimum"] = 1
+        chat[field]["description"] = "At most the alias's output limit (400 above it)."
+    message = schemas["Message"]
+    message["properties"]["role"] = {"type": "string", "enum": sorted(ROLES)}
+    message["properties"]["content"]["anyOf"][0]["maxLength"] = max_message_chars
+    message["properties"]["content"]["description"] = "Text or text parts (null: assistant only)."
+    message["if"] = {"properties": {"role": {"const": "assistant"}}}
+    not_null = {"content": {"not": {"type": "null"}}}
+    message["else"] = {"required": ["content"], "properties": not_null}
+    part = schemas["TextPart"]["properties"]
+    part["type"] = {"type": "string", "enum": ["text"]}
+    part["text"] = {"type": "string"}
+    schemas["TextPart"]["required"] = ["type", "text"]
+    key = schemas["KeyCreateRequest"]["properties"]
+    key["name"].update(minLength=1, maxLength=MAX_KEY_NAME, pattern=_PRINTABLE)
+    key["name"]["description"] = "Printable characters (str.isprintable)."
+    key["environment"] = {"type": "string", "enum": ["live", "test"]}
+    key["daily_cap_credits"]["anyOf"][0].update(minimum=0, maximum=MAX_GRANT)
+    schemas["GrantRequest"]["properties"]["credits"].update(minimum=1, maximum=MAX_GRANT)
+    view_id = schemas["SpotlightRequest"]["properties"]["view_id"]
+    view_id.update(minLength=1, maxLength=MAX_VIEW_ID, pattern=_PRINTABLE)
+
+
+def _headers(status: int, documented: dict[str, Any]) -> dict[str, Any]:
+    """Every response's headers: the security headers (fixed values), plus what an error of
+    that status may carry."""
+    headers = dict(documented)
+    for name, value in SECURITY_HEADERS:
+        headers[name] = {"required": True, "schema": {"type": "string", "const": value}}
+    for kind, extra in _ERROR_HEADERS.items():
+        if kind.status == status:
+            for name, text in extra.items():
+                headers.setdefault(name, {"required": False, "description": text})
+                headers[name]["schema"] = {"type": "string"}
+    return headers
+
+
+_DONE = {"const": "[DONE]", "description": "The last event."}
+_JSON_EVENT = {
+    "type": "string",
+    "contentMediaType": "application/json",
+    "contentSchema": {
+        "anyOf": [
+            {"$ref": _COMPONENT.format(name="ChatCompletionChunk")},
+            {"$ref": _COMPONENT.format(name="ErrorBody")},
+        ]
+    },
+}
+_STREAM_DOC = (
+    "A Server-Sent Events stream. The schema describes one event: its `data` is a JSON "
+    "`chat.completion.chunk` (content chunks; the last has `finish_reason` `stop`; then one "
+    "chunk with empty `choices` and the `svc` object), an OpenAI error object when the "
+    "upstream fails mid-stream, or the terminator `[DONE]`."
+)
+
+
+def _chat_operation() -> dict[str, Any]:
+    """``POST /v1/chat/completions``, a raw ASGI route Litestar does not document."""
+    responses: dict[str, Any] = {
+        "200": {
+            "description": _STREAM_DOC,
+            "content": {
+                "text/event-stream": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["data"],
+                        "properties": {"data": {"anyOf": [_DONE, _JSON_EVENT]}},
+                    }
+                }
+            },
+        }
+    }
+    for status, group in _by_status(CHAT_ERRORS).items():
+        responses[str(status)] = _error_response(group)
+    return {
+        "summary": "Create a chat completion (streamed)",
+        "description": (
+            "Reserves credits, streams the completion as Server-Sent Events, then settles to "
+            "actual use. Always streams; `stream` is accepted and ignored. Unknown fields are "
+            "ignored. Errors before the first byte are JSON."
+        ),
+        "operationId": "CreateChatCompletion",
+        "security": API_KEY,
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": {"$ref": _COMPONENT.format(name="ChatRequest")}}
+            },
+        },
+        "responses": responses,
+    }

@@ -1,0 +1,230 @@
+"""Schemathesis against the running server's own OpenAPI document (``/schema/openapi.json``).
+
+Every documented operation gets generated requests, valid and invalid, sent with a real live
+key or the admin token; each response must be no 5xx, a documented status, content type and
+headers, a body (event stream included) that matches its schema, and free of internals.
+The seed is fixed and the example count bounded, so a run is repeatable and short.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import hypothesis
+import pytest
+import schemathesis
+from schemathesis import BaseSchema, Case, CheckContext, GenerationMode, Response
+from schemathesis.checks import not_a_server_error
+from schemathesis.core.failures import FailureGroup
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from app.chunks import DONE, ChunkEncoder, error_event
+from app.http.headers import SECURITY_HEADERS
+from tests.e2e.conftest import Server
+from tests.e2e.leaks import INTERNALS
+
+pytestmark = pytest.mark.e2e
+
+# Per operation and mode; SVC_SCHEMATHESIS_EXAMPLES=500 for a deeper run by hand.
+MAX_EXAMPLES = int(os.environ.get("SVC_SCHEMATHESIS_EXAMPLES", "30"))
+CREDITS = 10**9  # far more than the run can spend
+
+
+READY_CHECKS = re.compile(r'"checks":\{[^}]*\}')
+
+
+def no_internals(ctx: CheckContext, response: Response, case: Case) -> bool | None:
+    """The body names no module, exception class, backend or SQL (``/readyz`` names the
+    dependencies it checks, as documented for operators: those keys are left out)."""
+    text = response.content.decode("utf-8", "replace")
+    if case.operation.path == "/readyz":
+        text = READY_CHECKS.sub("", text)
+    found = INTERNALS.search(text)
+    if found is not None:
+        raise AssertionError(f"response shows internals ({found.group(0)!r}): {text[:300]}")
+    return None
+
+
+CHECKS: list[Any] = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    no_internals,
+]
+
+
+# Every operation of the document; a new route fails the first test until it is listed here.
+OPERATIONS = [
+    "POST /v1/chat/completions",
+    "GET /v1/models",
+    "GET /v1/credits",
+    "GET /v1/usage",
+    "GET /v1/api-keys",
+    "POST /v1/api-keys",
+    "DELETE /v1/api-keys/{key_id}",
+    "POST /admin/v1/accounts",
+    "POST /admin/v1/accounts/{pid}/grants",
+    "GET /admin/v1/accounts/{pid}/credits",
+    "POST /admin/v1/accounts/{pid}/api-keys",
+    "POST /admin/v1/accounts/{pid}/spotlights",
+    "GET /admin/v1/usage-lag",
+    "GET /healthz",
+    "GET /readyz",
+]
+
+
+@dataclass
+class Known:
+    """A funded account with a live key for the /v1 operations, and ids that exist."""
+
+    key: str
+    pid: str
+    spare_key_id: str  # another key of that account, for the DELETE cases to revoke
+
+
+@pytest.fixture(scope="module")
+def api_schema(server: Server) -> BaseSchema:
+    config = schemathesis.Config.from_dict({"base-url": server.root_url, "request-timeout": 30})
+    return schemathesis.openapi.from_url(f"{server.root_url}/schema/openapi.json", config=config)
+
+
+@pytest.fixture(scope="module")
+def known(server: Server) -> Known:
+    pid = server.new_account(CREDITS)
+    spare = server.admin(
+        "POST",
+        f"/accounts/{pid}/api-keys",
+        {"name": "spare", "environment": "live", "daily_cap_credits": None},
+    )
+    return Known(key=server.new_key(pid), pid=pid, spare_key_id=spare.json()["id"])
+
+
+# Every operation of the document; a new route fails the first test until it is listed here.
+OPERATIONS = [
+    "POST /v1/chat/completions",
+    "GET /v1/models",
+    "GET /v1/credits",
+    "GET /v1/usage",
+    "GET /v1/api-keys",
+    "POST /v1/api-keys",
+    "DELETE /v1/api-keys/{key_id}",
+    "POST /admin/v1/accounts",
+    "POST /admin/v1/accounts/{pid}/grants",
+    "GET /admin/v1/accounts/{pid}/credits",
+    "POST /admin/v1/accounts/{pid}/api-keys",
+    "POST /admin/v1/accounts/{pid}/spotlights",
+    "GET /admin/v1/usage-lag",
+    "GET /healthz",
+    "GET /readyz",
+]
+# Operations with a typed input (a body or the ``days`` query) for negative cases to break;
+# the others take none, or only a free-form id, and run positive cases only.
+NEGATABLE = {
+    "POST /v1/chat/completions",
+    "GET /v1/usage",
+    "POST /v1/api-keys",
+    "POST /admin/v1/accounts/{pid}/grants",
+    "POST /admin/v1/accounts/{pid}/api-keys",
+    "POST /admin/v1/accounts/{pid}/spotlights",
+}
+CASES = [
+    pytest.param(label, mode, False, id=f"{label}-{mode.value}")
+    for label in OPERATIONS
+    for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
+    if mode is GenerationMode.POSITIVE or label in NEGATABLE
+] + [
+    # A generated id names nothing (404): these run again with ids that exist.
+    pytest.param(label, GenerationMode.POSITIVE, True, id=f"{label}-existing")
+    for label in OPERATIONS
+    if "{" in label
+]
+
+
+def test_the_document_lists_every_operation(api_schema: BaseSchema) -> None:
+    labels = [result.ok().label for result in api_schema.get_all_operations()]
+    assert sorted(labels) == sorted(OPERATIONS)
+
+
+@pytest.mark.parametrize(("label", "mode", "existing"), CASES)
+def test_operation_honours_the_document(
+    server: Server,
+    api_schema: BaseSchema,
+    known: Known,
+    label: str,
+    mode: GenerationMode,
+    existing: bool,
+) -> None:
+    operation = api_schema.find_operation_by_label(label)
+    assert operation is not None
+    token = server.admin_token if " /admin/" in label else known.key
+    ids = {"pid": known.pid, "key_id": known.spare_key_id} if existing else {}
+    strategy = operation.as_strategy(
+        mode,
+        headers={"Authorization": f"Bearer {token}"},
+        path_parameters={name: value for name, value in ids.items() if f"{{{name}}}" in label},
+    )
+
+    @hypothesis.settings(
+        max_examples=MAX_EXAMPLES,
+        deadline=None,  # a loaded CI machine is slow: the example count bounds the run
+        derandomize=True,  # the same cases every run: never flaky
+        database=None,
+        suppress_health_check=list(hypothesis.HealthCheck),
+    )
+    @hypothesis.given(case=strategy)
+    def run(case: Case) -> None:
+        case.call_and_validate(checks=CHECKS)
+
+    run()
+
+
+def _stream(*events: bytes) -> httpx.Response:
+    response = httpx.Response(
+        200,
+        headers={"content-type": "text/event-stream; charset=utf-8", **dict(SECURITY_HEADERS)},
+        content=b"".join(events),
+        request=httpx.Request("POST", "http://svc.invalid/v1/chat/completions"),
+    )
+    response.elapsed = timedelta(0)  # as if received: schemathesis reads it
+    return response
+
+
+def test_the_stream_schema_is_enforced(api_schema: BaseSchema) -> None:
+    """The SSE schema is checked event by event: what ChunkEncoder writes passes; a chunk
+    with an upstream field, a missing field or a stray event does not."""
+    operation = api_schema.find_operation_by_label("POST /v1/chat/completions")
+    assert operation is not None
+    case = operation.Case(
+        body={"model": "svc-fast", "messages": [{"role": "user", "content": "hi"}]}
+    )
+    enc = ChunkEncoder(7, 1_767_225_600, "svc-fast")
+    content = [
+        enc.content("Hel", first=True, last=False),
+        enc.content("lo", first=False, last=True),
+    ]
+    tail = [enc.metadata("svc-fast", 3, 97), DONE]
+    checks: list[Any] = [response_schema_conformance]
+    case.validate_response(_stream(*content, *tail), checks=checks)
+    case.validate_response(
+        _stream(*content, error_event("Upstream failed.", "upstream_error", "x"), *tail),
+        checks=checks,
+    )
+    leaked = enc.content("x", first=False, last=False).replace(
+        b'"object"', b'"system_fingerprint":"fp_1","object"'
+    )
+    broken = enc.content("x", first=False, last=False).replace(b'"index":0,', b"")
+    for bad in (leaked, broken, b"data: not json\n\n"):
+        with pytest.raises(FailureGroup):
+            case.validate_response(_stream(*content, bad, *tail), checks=checks)
