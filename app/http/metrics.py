@@ -12,7 +12,8 @@ from litestar.di import Provide
 from redis.exceptions import RedisError
 
 from app.errors import ApiError, ErrorKind
-from app.http.deps import provide_services
+from app.http.deps import failed_auth_counted, provide_services
+from app.http.openapi import errors
 from app.keys import bearer_secret
 from app.metrics import CONTENT_TYPE, METRICS, exposition
 from app.runtime import Services
@@ -38,14 +39,23 @@ class MetricsController(Controller):
     path = "/metrics"
     dependencies = {"services": Provide(provide_services)}
 
-    @get("/", media_type=CONTENT_TYPE, summary="Prometheus metrics")
+    @get(
+        "/",
+        media_type=CONTENT_TYPE,
+        summary="Prometheus metrics",
+        tags=["health"],
+        responses=errors(ErrorKind.ADMIN_UNAUTHORIZED, ErrorKind.AUTH_RATE_LIMITED),
+    )
     async def metrics(self, request: Request[Any, Any, Any], services: Services) -> Response[bytes]:
         """Every worker's counters and histograms, plus gauges read from Redis. Needs
         ``Authorization: Bearer <SVC_METRICS_TOKEN>`` when that token is set."""
         expected = services.settings.metrics_token
         if expected:
             given = bearer_secret(request.headers.get("authorization")) or ""
-            if not hmac.compare_digest(given.encode(), expected.encode()):
-                raise ApiError(ErrorKind.ADMIN_UNAUTHORIZED, "A valid metrics token is required.")
+            with failed_auth_counted(services, request.scope):
+                if not hmac.compare_digest(given.encode(), expected.encode()):
+                    raise ApiError(
+                        ErrorKind.ADMIN_UNAUTHORIZED, "A valid metrics token is required."
+                    )
         body = await exposition(METRICS, lambda: redis_gauges(services))
         return Response(body, media_type=CONTENT_TYPE)

@@ -52,7 +52,12 @@ KEY_ERRORS = (
     ErrorKind.SERVICE_UNAVAILABLE,
     ErrorKind.INTERNAL,
 )
-ADMIN_ERRORS = (ErrorKind.ADMIN_UNAUTHORIZED, ErrorKind.SERVICE_UNAVAILABLE, ErrorKind.INTERNAL)
+ADMIN_ERRORS = (
+    ErrorKind.ADMIN_UNAUTHORIZED,
+    ErrorKind.AUTH_RATE_LIMITED,
+    ErrorKind.SERVICE_UNAVAILABLE,
+    ErrorKind.INTERNAL,
+)
 BODY_ERRORS = (ErrorKind.INVALID_VALUE, ErrorKind.REQUEST_TOO_LARGE)
 CHAT_ERRORS = (
     *KEY_ERRORS,
@@ -60,6 +65,7 @@ CHAT_ERRORS = (
     ErrorKind.MODEL_NOT_FOUND,
     ErrorKind.INSUFFICIENT_CREDITS,
     ErrorKind.DAILY_CAP_EXCEEDED,
+    ErrorKind.KEY_RATE_LIMITED,
     ErrorKind.UPSTREAM_UNAVAILABLE,
 )
 
@@ -82,7 +88,13 @@ _ERROR_HEADERS: dict[ErrorKind, dict[str, str]] = {
     ErrorKind.SPOTLIGHT_LIMIT: {"x-should-retry": "Always `false`."},
     ErrorKind.UPSTREAM_UNAVAILABLE: {"x-should-retry": "Always `true`: retry the request."},
     ErrorKind.SERVICE_UNAVAILABLE: {"retry-after": "Seconds to wait before retrying."},
-    ErrorKind.AUTH_RATE_LIMITED: {"retry-after": "Seconds to wait before retrying."},
+    ErrorKind.AUTH_RATE_LIMITED: {
+        "retry-after": "Seconds to wait before retrying.",
+        "x-should-retry": "`false` when the client address failed authentication too often.",
+    },
+    ErrorKind.KEY_RATE_LIMITED: {
+        "retry-after": "Seconds until the key's rate-limit window ends.",
+    },
 }
 
 
