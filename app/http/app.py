@@ -22,6 +22,7 @@ from app.http.chat import CHAT_PATH, chat_completions, serve_chat
 from app.http.errors import handle_exception
 from app.http.headers import SECURITY_HEADERS
 from app.http.health import HealthController
+from app.lifecycle import GracePeriod
 from app.runtime import open_services
 from app.settings import Settings
 from app.store import StoreError
@@ -36,6 +37,8 @@ def create_app(settings: Settings) -> Litestar:
         app.state.services = services
         with contextlib.suppress(RedisError, StoreError, OSError):
             await services.usage.epoch()  # a new or emptied Redis starts its usage epoch
+        grace = GracePeriod(settings.shutdown_grace_s)
+        grace.install()  # SIGTERM: streams get the grace period, then are cut and settled
         tasks = [
             asyncio.create_task(services.sweeper.run()),
             asyncio.create_task(services.flusher.run()),
@@ -43,6 +46,7 @@ def create_app(settings: Settings) -> Litestar:
         try:
             yield
         finally:
+            grace.uninstall()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
