@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
 
 from app.errors import ApiError, ErrorKind, KeyRecordMissing, invalid_api_key
 from app.redis_keys import KeySpace, as_text
@@ -150,13 +151,20 @@ class Ledger:
         self.keys = keys
         self._cap_ttl = cap_ttl_s
         self._usage_ttl = usage_ttl_s
-        sources = load_script_sources()
+        self._sources = sources = load_script_sources()
         self._scripts: dict[str, AsyncScript] = {
             name: redis.register_script(src) for name, src in sources.items()
         }
 
     async def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        return await self._scripts[name](keys=keys, args=args)
+        script = self._scripts[name]
+        try:
+            return await script(keys=keys, args=args)
+        except NoScriptError:
+            # Flushed again between redis-py's reload and its retry (the script ran neither
+            # time): EVAL carries the source itself and cannot miss.
+            source = self._sources[name]
+            return await self.redis.eval(source, len(keys), *keys, *args)  # type: ignore[no-any-return]
 
     async def scripts_loaded(self) -> bool:
         """Whether Redis holds every script now; loads the missing ones (after a
