@@ -52,7 +52,8 @@ def create_app(settings: Settings) -> Litestar:
             await asyncio.gather(*tasks, return_exceptions=True)
             await drain_background()  # settlements still running finish first
             with contextlib.suppress(RedisError, StoreError, OSError):
-                await services.flusher.flush_all()  # what they recorded goes out now
+                # what they recorded goes out now
+                await services.flusher.final_flush(settings.flush_lease_s)
             await services.close()
 
     return Litestar(

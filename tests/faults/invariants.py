@@ -123,10 +123,12 @@ def _ints(values: dict[bytes, bytes]) -> dict[str, int]:
 
 
 def open_reservations(r: redis_sync.Redis) -> int:
-    """Reservations in the per-shard sets plus reservation hashes left anywhere."""
-    in_sets = sum(int(r.zcard(KEYS.reservations(s))) for s in range(KEYS.shards))
-    hashes = sum(1 for _ in r.scan_iter(match="svc:*:rsv:*", count=1000))
-    return in_sets + hashes
+    """Reservations in the per-shard sets (each has one hash, counted apart)."""
+    return sum(int(r.zcard(KEYS.reservations(s))) for s in range(KEYS.shards))
+
+
+def reservation_hashes(r: redis_sync.Redis) -> int:
+    return sum(1 for _ in r.scan_iter(match="svc:*:rsv:*", count=1000))
 
 
 def wait_settled(r: redis_sync.Redis, timeout_s: float = 20.0) -> None:
@@ -173,6 +175,7 @@ def check_money(
     failed before their client learned it (Redis died under them), so the request count is
     bounded rather than exact. Returns the totals, for the test's own assertions."""
     assert open_reservations(r) == 0, "reservations left open"
+    assert reservation_hashes(r) == 0, "reservation hashes left behind"
     assert negative_counters(r) == []
     durable = durable_totals(database_url, [a.pid for a in accounts])
     totals = {"decrease": 0, "reported": 0, "requests": 0, "with_meta": 0}
