@@ -85,8 +85,12 @@ def start_server(tmp: Path, *, workers: int = 1, extra_env: dict[str, str] | Non
         if key_file.exists() or not bootstrap:
             key = key_file.read_text().strip() if bootstrap else ""
             try:
-                r = httpx.get(f"{root}/v1/models", headers={"authorization": f"Bearer {key}"})
-                if r.status_code == (200 if bootstrap else 401):
+                if bootstrap:
+                    auth = {"authorization": f"Bearer {key}"}
+                    r = httpx.get(f"{root}/v1/models", headers=auth)
+                else:
+                    r = httpx.get(f"{root}/readyz")
+                if r.status_code == 200:
                     break
             except httpx.TransportError:
                 pass
