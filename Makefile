@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: run test test-cluster check lint bench install
+.PHONY: run test test-cluster faults check lint bench install
 
 $(BIN)/svc: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,9 +23,15 @@ lint: install
 
 # The store tests run on SQLite and on a throwaway PostgreSQL server (Debian's package,
 # installed when missing; SVC_TEST_POSTGRES_URL names a server to use instead).
+# The fault suite (tests/faults: Redis, workers and upstreams killed under load) runs as a
+# step of its own: `make faults`.
 test: install lint
 	bash tests/ensure-postgresql.sh
-	$(BIN)/pytest
+	$(BIN)/pytest -m "not faults"
+	$(BIN)/pytest -m faults tests/faults
+
+faults: install
+	$(BIN)/pytest -m faults tests/faults
 
 # Only the tests on the real 3-primary Valkey Cluster (`make test` runs them too).
 test-cluster: install

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import logging.config
+import math
 import os
 import shutil
 import sys
@@ -224,6 +225,16 @@ def _fresh_metrics_dir(settings: Settings) -> tuple[Settings, str | None]:
     return msgspec.structs.replace(settings, metrics_dir=made), made
 
 
+SETTLE_MARGIN_S = 15
+"""After the grace period a worker cuts its streams, settles them and flushes usage; granian
+kills a worker still running this much later (the sweeper then refunds what it held)."""
+
+
+def kill_timeout_s(grace_s: float) -> int:
+    """granian's workers_kill_timeout: whole seconds, 1 to 1800."""
+    return min(1800, math.ceil(max(0.0, grace_s)) + SETTLE_MARGIN_S)
+
+
 def serve(args: argparse.Namespace) -> int:
     """Resolve the configuration, prepare storage, then run granian until stopped."""
     from granian import Granian
@@ -260,6 +271,7 @@ def serve(args: argparse.Namespace) -> int:
             log_dictconfig=log_config,
             respawn_failed_workers=True,  # a crashed worker is replaced; the sweeper
             # refunds what it held
+            workers_kill_timeout=kill_timeout_s(settings.shutdown_grace_s),
         ).serve()
     finally:
         if owner is not None:

@@ -21,6 +21,7 @@ from app.chunks import DONE, ChunkEncoder, error_event
 from app.errors import ApiError, ErrorKind
 from app.ids import completion_ids, random_id
 from app.ledger import Hold, Identity, Ledger, ScriptStatus, Settlement
+from app.lifecycle import STREAMS, StreamCut, shutdown_error_event
 from app.metrics import METRICS
 from app.upstream.base import Piece, UpstreamCall, UpstreamError, Usage
 from app.upstream.router import UpstreamRouter
@@ -115,6 +116,7 @@ class Completion:
         self._no_chunk_yet = True  # the next content chunk is the first (carries the role)
         self._settled: Settlement | None = None
         self._provider_name = ""
+        self._cut = False  # the shutdown's grace period ran out: end the stream now
 
     def _call(self, model: str) -> UpstreamCall:
         p = self.params
@@ -166,6 +168,7 @@ class Completion:
         """
         outcome = "completed"
         last = b""
+        STREAMS.add(self)
         try:
             last = await self._relay_content(send)
         except UpstreamError as exc:
@@ -179,10 +182,13 @@ class Completion:
                     "reason": exc.reason[:200],
                 },
             )
+        except StreamCut:
+            outcome = "shutdown"
         except BaseException:
             await run_to_completion(self.settle(outcome="client_disconnect"))
             raise
         finally:
+            STREAMS.discard(self)
             await self._stop_upstream()
         settled = await run_to_completion(self.settle(outcome=outcome))
         if outcome == "upstream_error":
@@ -192,6 +198,8 @@ class Completion:
                 "upstream_error",
                 "upstream_unavailable",
             )
+        elif outcome == "shutdown":
+            last += shutdown_error_event()
         meta = self.encoder.metadata(self.params.requested, settled.credits_used, settled.balance)
         await send(last + meta + DONE, False)
 
@@ -220,17 +228,38 @@ class Completion:
                     await heartbeat.beat()
                 if self._pending is not None and self._no_chunk_yet:
                     await send(self._flush_pending(), True)  # the first token is never held
+                if self._cut:
+                    raise StreamCut
                 self._fetch = fetch = asyncio.ensure_future(anext(pieces, None))
                 if self._pending is not None:
                     done, _ = await asyncio.wait((fetch,), timeout=self.service.hold_back_s)
                     if not done:
                         await send(self._flush_pending(), True)
                 batch = await fetch
-        except UpstreamError:
-            if self._pending is not None:
-                await send(self._flush_pending(), True)
+        except asyncio.CancelledError:
+            if not self._cut_by_shutdown():
+                raise
+            await self._send_pending(send)
+            raise StreamCut from None
+        except (UpstreamError, StreamCut):
+            await self._send_pending(send)
             raise
         return self.encoder.content(self._pending or "", first=self._no_chunk_yet, last=True)
+
+    def _cut_by_shutdown(self) -> bool:
+        """Whether a CancelledError came from ``cut`` cancelling the read, not our caller."""
+        task = asyncio.current_task()
+        return self._cut and not (task is not None and task.cancelling())
+
+    async def _send_pending(self, send: SendBytes) -> None:
+        if self._pending is not None:
+            await send(self._flush_pending(), True)
+
+    def cut(self) -> None:
+        """End the stream at the next chunk boundary (graceful shutdown, app.lifecycle)."""
+        self._cut = True
+        if self._fetch is not None and not self._fetch.done():
+            self._fetch.cancel()
 
     def _take(self, batch: list[Piece]) -> bytes:
         """The chunks of a batch's pieces but the last token, which becomes pending."""

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
+from redis.exceptions import WatchError
 
 from app.metrics import METRICS
 from app.redis_client import REDIS_ERRORS, RedisClient
@@ -161,11 +162,13 @@ class Flusher:
         self.lease_ms = int(lease_s * 1000)
         self.clock = clock
         self.token = secrets.token_hex(8)
+        self._leased: set[int] = set()  # shards whose lease this process took
         self.applied = 0  # events this process wrote to the store
 
     async def _hold_lease(self, shard: int) -> bool:
         key = self.keys.flush_lease(shard)
         if await self.redis.set(key, self.token, nx=True, px=self.lease_ms):
+            self._leased.add(shard)
             return True
         holder = await self.redis.get(key)
         if holder is not None and as_text(holder) == self.token:
@@ -182,8 +185,14 @@ class Flusher:
     async def flush_shard(self, shard: int) -> int:
         """Apply the shard's pending events, batch by batch, while this process holds the
         shard's lease; returns how many events it applied."""
+        return (await self._drain(shard))[1]
+
+    async def _drain(self, shard: int) -> tuple[bool, int]:
+        """(whether this process got the shard's lease, events applied)."""
         applied = 0
+        leased = False
         while await self._hold_lease(shard):
+            leased = True
             cursor = await self.store.get_cursor(shard)
             events = await self.events_after(shard, cursor, self.batch_size)
             if events:
@@ -207,20 +216,65 @@ class Flusher:
             if len(events) < self.batch_size:
                 break
         self.applied += applied
-        return applied
+        return leased, applied
+
+    async def _busy_shards(self) -> list[int]:
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in range(self.keys.shards):
+            pipe.xlen(self.keys.events(shard))
+        return [shard for shard, n in enumerate(await pipe.execute()) if int(n)]
 
     async def flush_all(self) -> int:
         """One pass over the shards that have events (in random order, so workers spread
         out); an idle pass is one pipelined round trip."""
-        pipe = self.redis.pipeline(transaction=False)
-        for shard in range(self.keys.shards):
-            pipe.xlen(self.keys.events(shard))
-        busy = [shard for shard, n in enumerate(await pipe.execute()) if int(n)]
+        busy = await self._busy_shards()
         random.shuffle(busy)
         total = 0
         for shard in busy:
             total += await self.flush_shard(shard)
         return total
+
+    async def final_flush(self, wait_s: float) -> int:
+        """On shutdown, after this process's last settlement: drain every shard that has
+        events, waiting up to ``wait_s`` for a shard another drainer holds (it lets go when
+        it exits, or its lease lapses), then let go of this process's own leases so the
+        next worker to exit need not wait for them."""
+        deadline = time.monotonic() + wait_s
+        pending = await self._busy_shards()
+        total = 0
+        try:
+            while pending:
+                waiting = []
+                for shard in pending:
+                    leased, applied = await self._drain(shard)
+                    total += applied
+                    if not leased:
+                        waiting.append(shard)
+                pending = waiting
+                if pending and time.monotonic() < deadline:
+                    await asyncio.sleep(0.1)
+                elif pending:
+                    log.warning("shutdown: %d shards left to other drainers", len(pending))
+                    break
+        finally:
+            await self.release_leases()
+        return total
+
+    async def release_leases(self) -> None:
+        """Delete the leases this process still holds (only where it is still the holder)."""
+        for shard in sorted(self._leased):
+            key = self.keys.flush_lease(shard)
+            async with self.redis.pipeline(transaction=True) as pipe:
+                try:
+                    await pipe.watch(key)
+                    holder = await pipe.get(key)
+                    if holder is not None and as_text(holder) == self.token:
+                        pipe.multi()  # type: ignore[no-untyped-call]
+                        pipe.delete(key)
+                        await pipe.execute()
+                except WatchError:
+                    pass  # taken over meanwhile: not ours any more
+        self._leased.clear()
 
     async def lag(self) -> Lag:
         """Unflushed events and the age of the oldest, over every shard (two round trips)."""

@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
 
 from app.errors import ApiError, ErrorKind, KeyRecordMissing, invalid_api_key
 from app.redis_client import RedisClient
@@ -168,13 +169,20 @@ class Ledger:
         self._usage_ttl = usage_ttl_s
         self._rate_limit = key_rate_limit
         self._rate_window = max(1, key_rate_window_s)
-        sources = load_script_sources()
+        self._sources = sources = load_script_sources()
         self._scripts: dict[str, AsyncScript] = {
             name: redis.register_script(src) for name, src in sources.items()
         }
 
     async def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        return await self._scripts[name](keys=keys, args=args)
+        script = self._scripts[name]
+        try:
+            return await script(keys=keys, args=args)
+        except NoScriptError:
+            # Flushed again between redis-py's reload and its retry (the script ran neither
+            # time): EVAL carries the source itself and cannot miss.
+            source = self._sources[name]
+            return await self.redis.eval(source, len(keys), *keys, *args)  # type: ignore[no-any-return]
 
     async def scripts_loaded(self) -> bool:
         """Whether Redis holds every script now; loads the missing ones (after a

@@ -62,6 +62,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     stream_hold_back_ms: float = 2.0
     """How long the last token read is held for the next, so that the last content chunk
     can carry finish_reason "stop" itself; a slower upstream ends with an empty stop chunk."""
+    shutdown_grace_s: float = 30.0
+    """After SIGTERM, how long streams in flight may run on; then they are cut (an error
+    event, settled for what was delivered) and the worker flushes and exits."""
     reservation_deadline_s: int = 900
     """A reservation not settled by then (its worker died) is refunded by the sweeper."""
     cap_counter_ttl_s: int = 172_800

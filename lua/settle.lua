@@ -15,7 +15,8 @@ ARGV[2]  rid                reservation id
 ARGV[3]  credits_used       what the request cost; never more than the amount held is charged
 ARGV[4]  prompt_tokens
 ARGV[5]  completion_tokens
-ARGV[6]  outcome            completed | client_disconnect | upstream_error | swept | released
+ARGV[6]  outcome            completed | client_disconnect | upstream_error | shutdown | swept |
+                            released
                             (released: nothing was served; no usage is recorded)
 ARGV[7]  only_if_expired    1 = sweeper: change nothing unless the deadline has passed
 ARGV[8]  usage_ttl          seconds a usage day hash lives

@@ -28,6 +28,7 @@ from app.http.headers import SECURITY_HEADERS
 from app.http.health import HealthController
 from app.http.metrics import MetricsController
 from app.http.openapi import openapi_config
+from app.lifecycle import GracePeriod
 from app.logs import request_id
 from app.metrics import METRICS
 from app.redis_client import REDIS_ERRORS
@@ -45,6 +46,8 @@ def create_app(settings: Settings) -> Litestar:
         app.state.services = services
         with contextlib.suppress(*REDIS_ERRORS, StoreError, OSError):
             await services.usage.epoch()  # a new or emptied Redis starts its usage epoch
+        grace = GracePeriod(settings.shutdown_grace_s)
+        grace.install()  # SIGTERM: streams get the grace period, then are cut and settled
         tasks = [
             asyncio.create_task(services.sweeper.run()),
             asyncio.create_task(services.flusher.run()),
@@ -52,12 +55,14 @@ def create_app(settings: Settings) -> Litestar:
         try:
             yield
         finally:
+            grace.uninstall()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await drain_background()  # settlements still running finish first
             with contextlib.suppress(*REDIS_ERRORS, StoreError, OSError):
-                await services.flusher.flush_all()  # what they recorded goes out now
+                # what they recorded goes out now
+                await services.flusher.final_flush(settings.flush_lease_s)
             await services.close()
 
     return Litestar(

@@ -100,13 +100,18 @@ def start_server(tmp: Path, *, workers: int = 1, extra_env: dict[str, str] | Non
     root = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     key_file = data_dir / "dev-key.txt"
+    bootstrap = env.get("SVC_DEV_BOOTSTRAP") != "false"  # without it: no dev key to wait for
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError("svc serve exited:\n" + (tmp / "server.log").read_text())
-        if key_file.exists():
-            key = key_file.read_text().strip()
+        if key_file.exists() or not bootstrap:
+            key = key_file.read_text().strip() if bootstrap else ""
             try:
-                r = httpx.get(f"{root}/v1/models", headers={"authorization": f"Bearer {key}"})
+                if bootstrap:
+                    auth = {"authorization": f"Bearer {key}"}
+                    r = httpx.get(f"{root}/v1/models", headers=auth)
+                else:
+                    r = httpx.get(f"{root}/readyz")
                 if r.status_code == 200:
                     break
             except httpx.TransportError:
@@ -119,8 +124,9 @@ def start_server(tmp: Path, *, workers: int = 1, extra_env: dict[str, str] | Non
         base_url=f"{root}/v1",
         root_url=root,
         data_dir=data_dir,
-        dev_key=key_file.read_text().strip(),
-        admin_token=(data_dir / "admin-token.txt").read_text().strip(),
+        dev_key=key_file.read_text().strip() if bootstrap else "",
+        admin_token=env.get("SVC_ADMIN_TOKEN")
+        or (data_dir / "admin-token.txt").read_text().strip(),
         process=process,
         env=env,
     )

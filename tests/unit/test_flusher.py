@@ -174,3 +174,38 @@ async def test_expiries_and_old_events_flush_once(
     assert await store.apply_usage(3, next_stream_id(last), [], expiries=again)
     assert (await store.ledger_snapshot()).expiries == {"acct_O": 70}
     assert entry_id is None  # trimmed after the commit
+
+
+async def test_the_final_flush_lets_go_of_its_leases_and_waits_for_another_s(
+    redis: RedisClient, ledger: Ledger, store: Store, clock: Clock
+) -> None:
+    charged = await _traffic(ledger, clock, accounts=3, each=2)
+    first = _flusher(redis, ledger, store, clock, lease_s=60)
+    second = _flusher(redis, ledger, store, clock, lease_s=60)
+    await first.flush_all()  # first now holds every busy shard's lease for a minute
+    await _traffic_more(ledger, clock)  # settled after: only a drainer with the lease flushes
+    # a worker exiting while another still holds the leases waits for them (here: in vain)
+    assert await second.final_flush(wait_s=0.3) == 0
+    assert await _pending(ledger) == 2
+    await first.final_flush(wait_s=0.3)  # exits: flushes what it can, then lets go
+    shard = ledger.keys.shard("acct_F0")
+    assert await redis.get(ledger.keys.flush_lease(shard)) is None
+    await _traffic_more(ledger, clock, rid="late")
+    assert await second.final_flush(wait_s=5) == 2  # no wait for a lapse: taken at once
+    assert await _pending(ledger) == 0
+    assert await _durable_credits(store, 3) == (charged + 4, 3 * 2 + 4)
+
+
+async def _traffic_more(ledger: Ledger, clock: Clock, rid: str = "more") -> None:
+    """Two more settled requests (1 credit each) on acct_F0 and acct_F1."""
+    for a in (0, 1):
+        ident = await key(ledger, f"acct_F{a}", f"kidF{a:08d}")
+        hold = await reserve(ledger, ident, f"{rid}-{a}", clock())
+        await ledger.settle(
+            hold,
+            now=clock(),
+            credits_used=1,
+            prompt_tokens=5,
+            completion_tokens=1,
+            outcome="completed",
+        )

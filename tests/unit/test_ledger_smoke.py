@@ -74,3 +74,23 @@ async def test_scripts_are_reloaded_after_a_script_flush(real_redis: RedisClient
     await ledger.load_scripts()
     await real_redis.script_flush()
     assert await ledger.scripts_loaded()  # missing ones were loaded again
+
+
+async def test_a_script_flushed_again_during_its_reload_still_runs(
+    real_redis: RedisClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger = Ledger(real_redis, KeySpace("svc", 64), cap_ttl_s=10, usage_ttl_s=10)
+    load = real_redis.script_load
+
+    async def load_then_flush(script: str) -> str:  # another SCRIPT FLUSH lands right after
+        sha: str = await load(script)
+        await real_redis.script_flush()
+        return sha
+
+    monkeypatch.setattr(real_redis, "script_load", load_then_flush)
+    await real_redis.script_flush()
+    assert await ledger.open_account("acct_F", purchased=10)  # NOSCRIPT twice, then EVAL
+    ident = Identity("acct_F", "F" * 12, "live", ledger.keys.shard("acct_F"))
+    assert await ledger.put_key(ident, status="active", daily_cap=None, name="k")
+    status, balance = await ledger.balance(ident, 1_780_000_000.0)
+    assert (status, balance.total) == (ScriptStatus.OK, 10)
