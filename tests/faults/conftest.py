@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,10 +79,17 @@ class Stack:
     def redis(self) -> redis_sync.Redis:
         return self.valkey.client()
 
-    def flush(self) -> None:
-        """Drain every usage stream into the durable store (server up or not)."""
-        code, out = svc_admin(self.srv.env, "flush")
-        assert code == 0, out
+    def flush(self, timeout_s: float = 60.0) -> None:
+        """Drain every usage stream into the durable store (server up or not). While the
+        server runs, its workers' flushers hold the shards' leases and drain them within a
+        flush interval or two; the admin command only drains shards nobody holds."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            code, out = svc_admin(self.srv.env, "flush")
+            assert code == 0, out
+            if out["lag"]["pending_events"] == 0 or time.monotonic() > deadline:  # type: ignore[index]
+                break
+            time.sleep(0.5)
         assert out["lag"]["pending_events"] == 0, out  # type: ignore[index]
 
     def log(self) -> str:

@@ -82,11 +82,14 @@ async def test_redis_outage_fails_closed_and_recovers_without_losing_a_credit(
             ok = [end for _, end, seen in load.results if end > restarted and seen.meta]
             recovered = min(ok) if ok else None
         assert recovered is not None, "no request served after Redis came back"
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(3.0)
     finally:
         load.stopping.set()
         await running
-    after_recovery = load.between(recovered + 0.5, time.monotonic())
+    # Each worker finds Redis back on its own: the other one within a Redis timeout
+    # (SVC_REDIS_TIMEOUT_S, 1 s) of the first success, when a connect it began during the
+    # outage gives up. From then on every request must be served in full.
+    after_recovery = load.between(recovered + 1.5, time.monotonic())
 
     assert upstream_after == upstream_before  # nothing reached the upstream meanwhile
     down = load.between(quiet_from, quiet_to)
@@ -97,7 +100,8 @@ async def test_redis_outage_fails_closed_and_recovers_without_losing_a_credit(
         assert (seen.error["type"], seen.error["code"]) == ("server_error", "service_unavailable")
         assert seen.headers["retry-after"] == "1"
     assert after_recovery
-    assert all(s.status == 200 and s.meta is not None and s.done for s in after_recovery)
+    failed = [s for s in after_recovery if not (s.status == 200 and s.meta is not None and s.done)]
+    assert not failed, failed
 
     r = stack.redis()
     await asyncio.to_thread(wait_settled, r)  # streams cut by the outage: swept
