@@ -268,6 +268,18 @@ class _Conn(asyncio.Protocol):
             usage=opts.usage and "nousage" not in model,
         )
 
+    async def _drop(self) -> None:
+        """Break the connection after what was written so far has left: ``abort`` throws
+        away whatever is still buffered, which would make the drop point random."""
+        transport = self.transport
+        if transport is None:
+            return
+        # asyncio signals nothing when a transport's buffer empties (only the crossing of
+        # its high-water mark), so poll: a few milliseconds at most on loopback
+        while transport.get_write_buffer_size() and not transport.is_closing():  # noqa: ASYNC110
+            await asyncio.sleep(0.001)
+        transport.abort()
+
     async def _stream(self, headers: dict[str, str], raw: bytes) -> None:
         request = json.loads(raw or b"{}")
         stats = self.server.stats
@@ -313,8 +325,7 @@ class _Conn(asyncio.Protocol):
         )
         for i in range(chunks):
             if drop_after is not None and i == drop_after:
-                if self.transport is not None:
-                    self.transport.abort()
+                await self._drop()
                 return
             if stall_after is not None and i == stall_after:
                 await asyncio.sleep(3600)
