@@ -1,14 +1,17 @@
-"""Fixtures of the unit suites: a real PostgreSQL database, emptied for each test.
+"""Fixtures of the unit suites: a SQLite store, and a real PostgreSQL database emptied for
+each test.
 
 The server starts only when a test asks for it (see ``tests/postgres.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
+from app.store import Store, open_store
 from tests.postgres import reset_database, server_url, session_database
 
 
@@ -25,3 +28,13 @@ def postgres_url(postgres_database: str) -> str:
     """The URL of an empty PostgreSQL database (no table, no connection but yours)."""
     reset_database(postgres_database)
     return postgres_database
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    """A migrated SQLite store in the test's folder (suites that test both stores
+    parametrize a ``store`` of their own)."""
+    s = open_store(f"sqlite:///{tmp_path / 'svc.db'}")
+    await s.migrate()
+    yield s
+    await s.close()

@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 
 from app.account_report import inspect_account
 from app.accounts import Accounts
 from app.errors import ApiError, ErrorKind
 from app.ledger import Identity, Ledger
-from app.store import Store, open_store
+from app.store import Store
 from tests.conftest import Clock
 from tests.unit.scripts_helpers import reserve
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = open_store(f"sqlite:///{tmp_path / 'svc.db'}")
-    await s.migrate()
-    yield s
-    await s.close()
 
 
 async def test_the_report_shows_pools_keys_caps_reservations_and_usage(

@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 
 from app.accounts import Accounts
 from app.errors import ApiError, ErrorKind
 from app.keys import digest
 from app.ledger import Ledger, ScriptStatus
-from app.store import Store, open_store
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = open_store(f"sqlite:///{tmp_path / 'svc.db'}")
-    await s.migrate()
-    yield s
-    await s.close()
+from app.store import Store
 
 
 async def test_active_key_limit(store: Store, ledger: Ledger) -> None:

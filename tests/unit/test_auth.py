@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -13,18 +11,10 @@ from app.auth import Authenticator
 from app.errors import ApiError, ErrorKind
 from app.keys import digest, generate_key
 from app.ledger import Ledger, ScriptStatus
-from app.store import Store, open_store
+from app.store import Store
 from tests.conftest import Clock
 
 PEPPER = b"pepper"
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = open_store(f"sqlite:///{tmp_path / 'svc.db'}")
-    await s.migrate()
-    yield s
-    await s.close()
 
 
 @pytest.fixture

@@ -3,25 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
 from app.flusher import ExpiryEvent, Flusher, UsageEvent, aggregate, expiries, next_stream_id
 from app.ledger import Ledger
 from app.redis_client import RedisClient
-from app.store import Store, open_store
+from app.store import Store
 from tests.conftest import Clock
 from tests.unit.scripts_helpers import account, key, reserve
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = open_store(f"sqlite:///{tmp_path / 'svc.db'}")
-    await s.migrate()
-    yield s
-    await s.close()
 
 
 def _flusher(

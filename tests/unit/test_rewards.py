@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 
 from app.accounts import Accounts
 from app.errors import ApiError, ErrorKind
 from app.ledger import Ledger
 from app.rewards import Spotlights
-from app.store import GrantRecord, Store, StoreError, open_store
+from app.store import GrantRecord, Store, StoreError
 from tests.conftest import Clock
 
 DAY = 86_400
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = open_store(f"sqlite:///{tmp_path / 'svc.db'}")
-    await s.migrate()
-    yield s
-    await s.close()
 
 
 @pytest.fixture
