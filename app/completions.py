@@ -85,7 +85,7 @@ class CompletionService:
             alias=alias.id,
             requested=params.requested,
         )
-        METRICS.credits.labels("reserved", ident.environment).inc(hold.amount)
+        METRICS.reserved(ident.environment, hold.amount)
         completion = Completion(self, ident, params, hold)
         try:
             await completion.connect()
@@ -314,11 +314,12 @@ class Completion:
             outcome=outcome,
         )
         if self._settled.status is ScriptStatus.OK:
-            env = self.ident.environment
-            METRICS.settlements.labels(outcome).inc()
-            used = self._settled.credits_used
-            METRICS.credits.labels("settled", env).inc(used)
-            METRICS.credits.labels("refunded", env).inc(self.hold.amount - used)
+            METRICS.settled(
+                outcome,
+                self.ident.environment,
+                used=self._settled.credits_used,
+                held=self.hold.amount,
+            )
         return self._settled
 
 

@@ -19,6 +19,7 @@ import os
 import re
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from prometheus_client import (
     CollectorRegistry,
@@ -32,6 +33,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+M = TypeVar("M", Counter, Histogram)
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -138,16 +140,29 @@ class Metrics:
             ["task"],
             registry=reg,
         )
-        self._request_children: dict[tuple[str, int, str], Counter] = {}
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def labelled(self, metric: M, *values: str) -> M:
+        """``metric.labels(*values)``, looked up once per label set (it runs per request)."""
+        key = (id(metric), values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child  # type: ignore[no-any-return]
 
     def request_done(self, route: str, status: int, model: str, duration_s: float) -> None:
         """Count one answered request and its duration."""
-        key = (route, status, model)
-        child = self._request_children.get(key)
-        if child is None:
-            child = self._request_children[key] = self.requests.labels(route, str(status), model)
-        child.inc()
-        self.duration.labels(route, model).observe(duration_s)
+        self.labelled(self.requests, route, str(status), model).inc()
+        self.labelled(self.duration, route, model).observe(duration_s)
+
+    def reserved(self, environment: str, credits: int) -> None:
+        self.labelled(self.credits, "reserved", environment).inc(credits)
+
+    def settled(self, outcome: str, environment: str, *, used: int, held: int) -> None:
+        """One reservation closed: ``used`` of the ``held`` credits charged, the rest back."""
+        self.labelled(self.settlements, outcome).inc()
+        self.labelled(self.credits, "settled", environment).inc(used)
+        self.labelled(self.credits, "refunded", environment).inc(held - used)
 
 
 class RedisGauges(Collector):

@@ -52,7 +52,7 @@ class Sweeper:
             )
             if settled.status is ScriptStatus.OK:
                 done += 1
-                METRICS.settlements.labels("swept").inc()
+                METRICS.labelled(METRICS.settlements, "swept").inc()
         METRICS.sweeps.inc()
         METRICS.swept.inc(done)
         self.swept += done

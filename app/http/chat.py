@@ -143,7 +143,7 @@ async def serve_chat(
     except Exception as exc:
         error = as_api_error(exc)
         await send_error(send, error, rid)
-        METRICS.rejections.labels(error.kind.code).inc()
+        METRICS.labelled(METRICS.rejections, error.kind.code).inc()
         METRICS.request_done(CHAT_PATH, error.status, "", time.perf_counter() - started)
         return
 
@@ -154,7 +154,7 @@ async def serve_chat(
         nonlocal first_write
         if first_write:
             first_write = False
-            METRICS.ttfb.labels(model).observe(time.perf_counter() - started)
+            METRICS.labelled(METRICS.ttfb, model).observe(time.perf_counter() - started)
         await send({"type": "http.response.body", "body": data, "more_body": more})
 
     headers = [*SSE_HEADERS, (b"x-request-id", rid.encode())]

@@ -56,11 +56,19 @@ async def provide_identity(request: Request[Any, Any, Any]) -> Identity:
         return await services.auth.authorize(request.headers.get("authorization"))
 
 
-async def admin_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-    """Only the bearer of ``SVC_ADMIN_TOKEN`` passes."""
+def require_bearer(
+    connection: ASGIConnection[Any, Any, Any, Any], expected: str | None, message: str
+) -> None:
+    """Refuse (401, counted against the client address) a request that does not carry
+    ``Authorization: Bearer <expected>``; an unset ``expected`` refuses everyone."""
     services = services_of(connection)
-    expected = services.settings.admin_token or ""
     given = bearer_secret(connection.headers.get("authorization")) or ""
     with failed_auth_counted(services, connection.scope):
         if not expected or not hmac.compare_digest(given.encode(), expected.encode()):
-            raise ApiError(ErrorKind.ADMIN_UNAUTHORIZED, "A valid admin token is required.")
+            raise ApiError(ErrorKind.ADMIN_UNAUTHORIZED, message)
+
+
+async def admin_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    """Only the bearer of ``SVC_ADMIN_TOKEN`` passes."""
+    expected = services_of(connection).settings.admin_token
+    require_bearer(connection, expected, "A valid admin token is required.")

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 from typing import Any
 
 from litestar import Controller, Request, Response, get
 from litestar.di import Provide
-from redis.exceptions import RedisError
 
-from app.errors import ApiError, ErrorKind
-from app.http.deps import failed_auth_counted, provide_services
+from app.errors import ErrorKind
+from app.http.deps import provide_services, require_bearer
 from app.http.openapi import errors
-from app.keys import bearer_secret
 from app.metrics import CONTENT_TYPE, METRICS, exposition
+from app.redis_client import REDIS_ERRORS
 from app.runtime import Services
 
 REDIS_READ_TIMEOUT_S = 1.0
@@ -24,7 +22,7 @@ REDIS_READ_TIMEOUT_S = 1.0
 async def redis_gauges(services: Services) -> tuple[int, int, float] | None:
     """Open reservations over every shard and the usage streams' backlog (three pipelined
     round trips), or ``None`` when Redis does not answer in time."""
-    with contextlib.suppress(RedisError, OSError, TimeoutError):
+    with contextlib.suppress(*REDIS_ERRORS, OSError, TimeoutError):
         async with asyncio.timeout(REDIS_READ_TIMEOUT_S):
             pipe = services.redis.pipeline(transaction=False)
             for shard in range(services.keys.shards):
@@ -51,11 +49,6 @@ class MetricsController(Controller):
         ``Authorization: Bearer <SVC_METRICS_TOKEN>`` when that token is set."""
         expected = services.settings.metrics_token
         if expected:
-            given = bearer_secret(request.headers.get("authorization")) or ""
-            with failed_auth_counted(services, request.scope):
-                if not hmac.compare_digest(given.encode(), expected.encode()):
-                    raise ApiError(
-                        ErrorKind.ADMIN_UNAUTHORIZED, "A valid metrics token is required."
-                    )
+            require_bearer(request, expected, "A valid metrics token is required.")
         body = await exposition(METRICS, lambda: redis_gauges(services))
         return Response(body, media_type=CONTENT_TYPE)

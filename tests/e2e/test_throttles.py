@@ -25,6 +25,7 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             "SVC_FAILED_AUTH_LIMIT": str(LIMIT),
             "SVC_FAILED_AUTH_WINDOW_S": "600",
             "SVC_TRUSTED_PROXIES": "127.0.0.2",
+            "SVC_METRICS_TOKEN": "metrics-secret",
         },
     )
     yield srv
@@ -64,6 +65,16 @@ def _assert_throttled(response: httpx.Response) -> None:
     assert response.json()["error"]["code"] == "auth_rate_limited"
     assert 0 < int(response.headers["retry-after"]) <= 600
     assert response.headers["x-should-retry"] == "false"
+
+
+def test_metrics_need_the_metrics_token_when_one_is_set(guarded: Server) -> None:
+    malformed = _get(guarded, "/metrics", "-", via="127.0.0.3")
+    assert malformed.status_code == 401
+    assert malformed.json()["error"]["type"] == "authentication_error"
+    assert _get(guarded, "/metrics", "wrong", via="127.0.0.3").status_code == 401
+    scraped = _get(guarded, "/metrics", "metrics-secret", via="127.0.0.3")
+    assert scraped.status_code == 200
+    assert "svc_requests_total" in scraped.text
 
 
 def test_proxied_clients_are_told_apart_and_forged_hops_do_not_help(guarded: Server) -> None:
