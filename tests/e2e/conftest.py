@@ -63,16 +63,21 @@ class Server:
         """``GET /metrics`` parsed: (sample name, sorted label pairs) → value."""
         response = httpx.get(f"{self.root_url}/metrics", timeout=30)
         assert response.status_code == 200, response.text
-        return {
-            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(response.text)
-            for sample in family.samples
-        }
+        return metric_samples(response.text)
 
     def log_entries(self) -> list[dict[str, Any]]:
         """The server's log so far, one parsed JSON object per line."""
         text = (self.data_dir.parent / "server.log").read_text()
         return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def metric_samples(text: str) -> Samples:
+    """Prometheus text parsed: (sample name, sorted label pairs) → value."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 def start_server(tmp: Path, *, workers: int = 1, extra_env: dict[str, str] | None = None) -> Server:

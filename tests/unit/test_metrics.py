@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from app.metrics import Metrics, exposition
+from tests.e2e.conftest import Samples, metric_samples
 
 
-def _samples(text: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    out = {}
-    for family in text_string_to_metric_families(text.decode()):
-        for sample in family.samples:
-            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return out
+def _samples(text: bytes) -> Samples:
+    return metric_samples(text.decode())
 
 
 async def _no_redis() -> None:
