@@ -6,8 +6,8 @@ import msgspec
 
 from app.catalog import AUTO, Alias, route_auto
 from app.errors import ApiError, ErrorKind, invalid_value
+from app.tokens import estimate_prompt_tokens, prompt_token_bound
 from app.upstream.base import ChatMessage
-from app.upstream.simulated import estimate_prompt_tokens
 from app.validation import decode_json
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
@@ -47,6 +47,9 @@ class ChatParams(msgspec.Struct, frozen=True, kw_only=True):
     top_p: float
     max_tokens: int | None
     prompt_tokens: int
+    """Billed when the upstream reports no usage (an estimate)."""
+    prompt_token_bound: int
+    """Reserved for, and the most of an upstream's prompt_tokens that is billed."""
 
 
 def _message_text(message: Message, index: int) -> str:
@@ -133,4 +136,5 @@ def parse_chat_request(
         top_p=top_p,
         max_tokens=max_tokens,
         prompt_tokens=estimate_prompt_tokens(texts),
+        prompt_token_bound=prompt_token_bound(texts),
     )

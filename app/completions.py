@@ -23,24 +23,35 @@ from app.ids import completion_ids, random_id
 from app.ledger import Hold, Identity, Ledger, ScriptStatus, Settlement
 from app.lifecycle import STREAMS, StreamCut, shutdown_error_event
 from app.metrics import METRICS
+from app.redis_client import REDIS_ERRORS
 from app.upstream.base import Piece, UpstreamCall, UpstreamError, Usage
 from app.upstream.router import UpstreamRouter
 
 SendBytes = Callable[[bytes, bool], Awaitable[None]]
 """Writes response bytes; the flag says whether more will follow (False ends the body)."""
 MIN_OUTPUT_TOKENS = 16
+USAGE_WAIT_S = 1.0
+"""After the output cap, how long the relay reads on for the upstream's usage report (it
+comes right after the last token from an upstream that honours max_tokens)."""
 
 T = TypeVar("T")
 log = logging.getLogger("svc.completions")
 _background: set[asyncio.Task[Any]] = set()
 
 
-async def run_to_completion(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` in its own task and wait for it; cancelling the caller does not cancel it."""
+def in_background(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    """Start ``coro`` as a task of its own that no caller's cancellation reaches (graceful
+    shutdown waits for it: ``drain_background``)."""
     task = asyncio.ensure_future(coro)
     _background.add(task)
-    task.add_done_callback(_background.discard)
-    return await asyncio.shield(task)
+    task.add_done_callback(_finished)
+    return task
+
+
+def _finished(task: asyncio.Task[Any]) -> None:
+    _background.discard(task)
+    if not task.cancelled():
+        task.exception()  # retrieved: whoever waited for it reports it, or nobody needs to
 
 
 async def drain_background() -> None:
@@ -77,7 +88,7 @@ class CompletionService:
             ident,
             rid=random_id("rsv_", 16),
             now=now,
-            prompt_units=params.prompt_tokens * alias.price.input,
+            prompt_units=params.prompt_token_bound * alias.price.input,
             output_price=alias.price.output,
             max_out=max_out,
             min_out=min_out,
@@ -90,7 +101,7 @@ class CompletionService:
         try:
             await completion.connect()
         except BaseException:
-            await run_to_completion(completion.settle(outcome="released"))
+            await completion.settle(outcome="released")
             raise
         return completion
 
@@ -114,7 +125,7 @@ class Completion:
         self._fetch: asyncio.Future[list[Piece] | None] | None = None
         self._pending: str | None = None  # the last token read, not yet sent
         self._no_chunk_yet = True  # the next content chunk is the first (carries the role)
-        self._settled: Settlement | None = None
+        self._settling: asyncio.Task[Settlement] | None = None
         self._provider_name = ""
         self._cut = False  # the shutdown's grace period ran out: end the stream now
 
@@ -165,6 +176,8 @@ class Completion:
 
         A failing upstream ends the stream with one error event; a failing ``send`` (the
         client went away) or a cancellation settles what was generated and re-raises.
+        Settlement starts before the upstream is closed: closing may suspend (httpx's
+        ``aclose``), and a cancellation landing there must not be able to skip it.
         """
         outcome = "completed"
         last = b""
@@ -185,12 +198,13 @@ class Completion:
         except StreamCut:
             outcome = "shutdown"
         except BaseException:
-            await run_to_completion(self.settle(outcome="client_disconnect"))
+            outcome = "client_disconnect"
             raise
         finally:
             STREAMS.discard(self)
+            settling = self.begin_settle(outcome)
             await self._stop_upstream()
-        settled = await run_to_completion(self.settle(outcome=outcome))
+        settled = await asyncio.shield(settling)
         if outcome == "upstream_error":
             last += error_event(
                 "The upstream failed while streaming; you were charged only for the "
@@ -223,7 +237,10 @@ class Completion:
                 if out:
                     await send(out, True)
                 if self.tokens_received >= self.hold.out_tokens:
-                    break  # generation stops at the reserved output tokens
+                    # generation stops at the reserved output tokens; the usage report
+                    # that follows them is still read, to bill the upstream's counts
+                    await self._read_usage(pieces)
+                    break
                 if time.monotonic() >= heartbeat.next:
                     await heartbeat.beat()
                 if self._pending is not None and self._no_chunk_yet:
@@ -262,19 +279,31 @@ class Completion:
             self._fetch.cancel()
 
     def _take(self, batch: list[Piece]) -> bytes:
-        """The chunks of a batch's pieces but the last token, which becomes pending."""
+        """The chunks of a batch's pieces but the last token, which becomes pending. Tokens
+        past the reserved output cap are dropped (a usage report after them is kept)."""
         out: list[bytes] = []
         for piece in batch:
             if isinstance(piece, Usage):
                 self.usage = piece
-            elif piece:
+            elif piece and self.tokens_received < self.hold.out_tokens:
                 if self._pending is not None:
                     out.append(self._flush_pending())
                 self._pending = piece
                 self.tokens_received += 1
-                if self.tokens_received >= self.hold.out_tokens:
-                    break
         return b"".join(out)
+
+    async def _read_usage(self, pieces: AsyncIterator[list[Piece]]) -> None:
+        """Read on past the output cap, dropping content, until the upstream's usage report
+        or the end of its stream, for at most ``USAGE_WAIT_S``."""
+        if self.usage is not None:
+            return
+        with contextlib.suppress(TimeoutError, UpstreamError):
+            async with asyncio.timeout(USAGE_WAIT_S):
+                async for batch in pieces:
+                    for piece in batch:
+                        if isinstance(piece, Usage):
+                            self.usage = piece
+                            return
 
     def _flush_pending(self) -> bytes:
         assert self._pending is not None
@@ -292,35 +321,52 @@ class Completion:
         if self._pieces is not None:
             await _close(self._pieces)
 
-    def _tokens(self) -> tuple[int, int]:
+    def billed_tokens(self) -> tuple[int, int]:
+        """Prompt and completion tokens to bill: the upstream's report, each count clamped
+        to 0 .. what the reservation held for (the prompt's bound, the output cap), so
+        whatever an upstream reports, the charge stays within the hold; without a report,
+        svc's estimate of the prompt and the tokens relayed."""
         usage = self.usage
-        prompt = usage.prompt_tokens if usage else self.params.prompt_tokens
-        if usage is not None and usage.completion_tokens >= self.tokens_received:
-            return prompt, min(usage.completion_tokens, self.hold.out_tokens)
-        return prompt, self.tokens_received
+        if usage is None:
+            return self.params.prompt_tokens, self.tokens_received
+        prompt = min(max(usage.prompt_tokens, 0), self.params.prompt_token_bound)
+        completion = min(max(usage.completion_tokens, self.tokens_received), self.hold.out_tokens)
+        return prompt, completion
+
+    def begin_settle(self, outcome: str) -> asyncio.Task[Settlement]:
+        """Start closing the reservation for what was generated, in a task no cancellation
+        reaches; the first call decides, later ones return the same task."""
+        if self._settling is None:
+            self._settling = in_background(self._settle(outcome))
+        return self._settling
 
     async def settle(self, *, outcome: str) -> Settlement:
-        """Close the reservation for what was generated (idempotent per completion)."""
-        if self._settled is not None:
-            return self._settled
-        prompt, completion = self._tokens()
+        """Close the reservation and wait for it (idempotent per completion)."""
+        return await asyncio.shield(self.begin_settle(outcome))
+
+    async def _settle(self, outcome: str) -> Settlement:
+        prompt, completion = self.billed_tokens()
         used = 0 if outcome == "released" else self.params.alias.price.credits(prompt, completion)
-        self._settled = await self.service.ledger.settle(
-            self.hold,
-            now=self.service.clock(),
-            credits_used=used,
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-            outcome=outcome,
-        )
-        if self._settled.status is ScriptStatus.OK:
-            METRICS.settled(
-                outcome,
-                self.ident.environment,
-                used=self._settled.credits_used,
-                held=self.hold.amount,
+        try:
+            settled = await self.service.ledger.settle(
+                self.hold,
+                now=self.service.clock(),
+                credits_used=used,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                outcome=outcome,
             )
-        return self._settled
+        except REDIS_ERRORS as exc:
+            log.warning(
+                "settlement failed (%s): the sweeper refunds the reservation after its deadline",
+                type(exc).__name__,
+            )
+            raise
+        if settled.status is ScriptStatus.OK:
+            METRICS.settled(
+                outcome, self.ident.environment, used=settled.credits_used, held=self.hold.amount
+            )
+        return settled
 
 
 class _Heartbeat:

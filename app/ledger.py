@@ -2,7 +2,8 @@
 
 Scripts are registered once and called with EVALSHA (redis-py reloads one after NOSCRIPT,
 e.g. after ``SCRIPT FLUSH`` or a failover). Every script returns a fixed tuple whose first
-item is a ``ScriptStatus``.
+item is a ``ScriptStatus``. Each script is sent with ``lua/lib/checks.lua`` in front of it:
+the argument checks every script runs before its first write.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import msgspec
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
-from app.errors import ApiError, ErrorKind, KeyRecordMissing, invalid_api_key
+from app.errors import ApiError, ErrorKind, KeyRecordMissing, invalid_api_key, service_unavailable
 from app.redis_client import RedisClient
 from app.redis_keys import KeySpace, as_text
 from app.usage import COUNTERS, UsageCounters
 
 LUA_DIRS = (Path(__file__).parent / "lua", Path(__file__).parent.parent / "lua")
+PRELUDE = "lib/checks.lua"
 SCRIPT_NAMES = (
     "reserve",
     "settle",
@@ -47,6 +49,7 @@ class ScriptStatus(IntEnum):
     NOT_EXPIRED = 8
     DAILY_LIMIT = 9
     RATE_LIMITED = 10
+    GAVE_UP = 11
 
 
 class Identity(msgspec.Struct, frozen=True):
@@ -133,6 +136,10 @@ def reserve_refusal(status: ScriptStatus, value: int, now: float) -> ApiError:
             f"This API key's daily credit cap is reached ({value} credits left today).",
             headers={"retry-after": str(seconds_to_utc_midnight(now))},
         )
+    if status is ScriptStatus.GAVE_UP:
+        # Redis ran the reserve after this worker stopped waiting: what the caller saw (or
+        # sees now) is the same 503, and nothing was held.
+        return service_unavailable()
     if status is ScriptStatus.RATE_LIMITED:
         return ApiError(
             ErrorKind.KEY_RATE_LIMITED,
@@ -142,11 +149,26 @@ def reserve_refusal(status: ScriptStatus, value: int, now: float) -> ApiError:
     return ApiError(ErrorKind.INTERNAL, "The request could not be processed.")
 
 
+class RedisClock:
+    """Redis's clock as this host sees it: the offset ``Ledger.sync_clock`` last measured.
+    Shared by the ledgers of one process (the requests' and the background tasks')."""
+
+    def __init__(self) -> None:
+        self.offset_s = 0.0  # Redis's TIME minus this host's clock
+
+    def now(self) -> float:
+        return time.time() + self.offset_s
+
+
 def load_script_sources() -> dict[str, str]:
-    """Read every script from the package's ``lua`` folder (or the source tree's)."""
+    """Every script as sent to Redis: the argument checks, then the script's own file, from
+    the package's ``lua`` folder (or the source tree's)."""
     for folder in LUA_DIRS:
         if (folder / "reserve.lua").is_file():
-            return {name: (folder / f"{name}.lua").read_text() for name in SCRIPT_NAMES}
+            prelude = (folder / PRELUDE).read_text()
+            return {
+                name: prelude + "\n" + (folder / f"{name}.lua").read_text() for name in SCRIPT_NAMES
+            }
     raise FileNotFoundError("lua scripts not found next to the app package")
 
 
@@ -162,13 +184,19 @@ class Ledger:
         usage_ttl_s: int,
         key_rate_limit: int = 0,
         key_rate_window_s: int = 60,
+        command_timeout_s: float | None = None,
+        redis_clock: RedisClock | None = None,
     ) -> None:
+        """``command_timeout_s``: how long the client waits for Redis's reply (its socket
+        timeout); a reserve that Redis runs later than that holds nothing. None: no limit."""
         self.redis = redis
         self.keys = keys
         self._cap_ttl = cap_ttl_s
         self._usage_ttl = usage_ttl_s
         self._rate_limit = key_rate_limit
         self._rate_window = max(1, key_rate_window_s)
+        self._command_timeout_s = command_timeout_s
+        self.redis_clock = redis_clock or RedisClock()
         self._sources = sources = load_script_sources()
         self._scripts: dict[str, AsyncScript] = {
             name: redis.register_script(src) for name, src in sources.items()
@@ -197,6 +225,22 @@ class Ledger:
         """Load every script into the server's cache (start-up and readiness checks)."""
         for script in self._scripts.values():
             await self.redis.script_load(script.script)
+
+    async def sync_clock(self) -> float:
+        """Measure how far Redis's clock is from this host's (a reserve's give-up time is
+        compared with Redis's TIME); returns the offset in seconds. Called at start-up and
+        by the sweeper's rounds, so a drifting clock is followed."""
+        before = time.time()
+        seconds, micros = await self.redis.time()
+        after = time.time()
+        self.redis_clock.offset_s = seconds + micros / 1e6 - (before + after) / 2
+        return self.redis_clock.offset_s
+
+    def _give_up_ms(self) -> int:
+        """Redis's TIME, in ms, after which this worker no longer waits for a reserve."""
+        if self._command_timeout_s is None:
+            return 0
+        return int((self.redis_clock.now() + self._command_timeout_s) * 1000)
 
     # -- identities ---------------------------------------------------------------------
 
@@ -343,7 +387,10 @@ class Ledger:
         alias: str,
         requested: str,
     ) -> Hold:
-        """Hold credits for one request, or raise the ``ApiError`` the script's refusal means."""
+        """Hold credits for one request, or raise the ``ApiError`` the script's refusal means.
+
+        Safe to send again (redis-py retries a command whose reply timed out): a reserve of
+        a rid that is held already answers that reservation."""
         day = utc_day(now)
         shard = ident.shard
         window = int(now) // self._rate_window
@@ -374,9 +421,10 @@ class Ledger:
                 day,
                 self._rate_limit,
                 (window + 1) * self._rate_window,
+                self._give_up_ms(),
             ],
         )
-        if status != ScriptStatus.OK:
+        if status not in (ScriptStatus.OK, ScriptStatus.DUPLICATE) or not amount:
             raise reserve_refusal(ScriptStatus(status), int(balance), now)
         return Hold(
             rid=rid,

@@ -21,7 +21,7 @@ from app.catalog import Alias, Catalog, default_catalog, load_catalog
 from app.completions import CompletionService
 from app.embedded import EmbeddedValkey, ensure_embedded
 from app.flusher import Flusher
-from app.ledger import Ledger
+from app.ledger import Ledger, RedisClock
 from app.redis_client import REDIS_ERRORS, RedisClient, open_redis, primaries_info
 from app.redis_keys import KeySpace
 from app.rewards import Spotlights
@@ -126,6 +126,7 @@ class Services:
         )
         self.aliases: dict[str, Alias] = catalog.aliases
         self.keys = KeySpace(settings.redis_prefix, settings.shards)
+        redis_clock = RedisClock()
         self.ledger = Ledger(
             redis,
             self.keys,
@@ -133,6 +134,8 @@ class Services:
             usage_ttl_s=settings.usage_day_ttl_s,
             key_rate_limit=settings.key_rate_limit,
             key_rate_window_s=settings.key_rate_window_s,
+            command_timeout_s=settings.redis_timeout_s,
+            redis_clock=redis_clock,
         )
         pepper = settings.key_pepper.encode()
         self.auth = Authenticator(
@@ -168,6 +171,7 @@ class Services:
             self.keys,
             cap_ttl_s=settings.cap_counter_ttl_s,
             usage_ttl_s=settings.usage_day_ttl_s,
+            redis_clock=redis_clock,  # the sweeper's rounds keep it in step with Redis's
         )
         self.sweeper = Sweeper(background_ledger, interval_s=settings.sweep_interval_s, clock=clock)
         self.flusher = Flusher(
@@ -212,6 +216,7 @@ async def open_services(settings: Settings, *, clock: Callable[[], float] = time
         raise
     with contextlib.suppress(*REDIS_ERRORS):
         await services.ledger.load_scripts()  # EVALSHA reloads them later anyway
+        await services.ledger.sync_clock()  # the sweeper measures it again every round
     return services
 
 

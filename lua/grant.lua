@@ -21,18 +21,29 @@ Returns {status, earned, earned_exp, purchased, granted_at}   (the pools after t
   3 ACCOUNT_MISSING   (zeros)
   6 DUPLICATE         grant id seen before: nothing granted; granted_at = when it was
   9 DAILY_LIMIT       the day's limit is reached: nothing granted; granted_at = 0
-A grant that finds the earned pool expired zeroes it (before adding) and appends, in the
-same call, {kind expire, acct, credits (what lapsed), ts} to KEYS[4].
+A grant that finds the earned pool expired zeroes it (before adding), bumps the pool's
+generation (egen: reservations still holding credits of the old pool let them lapse) and
+appends, in the same call, {kind expire, acct, credits (what lapsed), ts} to KEYS[4].
+A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
 ]]
-local now = tonumber(ARGV[1])
-local acct = redis.call('HMGET', KEYS[1], 'earned', 'earned_exp', 'purchased')
+local now = count(1, 'now')
+local pool = one_of(2, 'pool', {earned = true, purchased = true})
+local credits = count(3, 'credits')
+local earned_ttl = count(4, 'earned_ttl')
+local limit = count(5, 'daily_limit')
+local marker_ttl = count(6, 'marker_ttl')
+local counter_ttl = count(7, 'counter_ttl')
+local pid = label(8, 'pid')
+if credits == 0 or marker_ttl == 0 or counter_ttl == 0 then refuse('credits/ttl') end
+
+local acct = redis.call('HMGET', KEYS[1], 'earned', 'earned_exp', 'purchased', 'egen')
 if not acct[3] then return {3, 0, 0, 0, 0} end
 local earned, earned_exp, purchased = tonumber(acct[1]), tonumber(acct[2]), tonumber(acct[3])
+local egen = tonumber(acct[4] or '0')
 local expired = earned_exp > 0 and now >= earned_exp
 if expired then earned, earned_exp = 0, 0 end
 local granted_at = redis.call('GET', KEYS[2])
 if granted_at then return {6, earned, earned_exp, purchased, tonumber(granted_at)} end
-local limit = tonumber(ARGV[5])
 if limit > 0 and tonumber(redis.call('GET', KEYS[3]) or '0') >= limit then
   return {9, earned, earned_exp, purchased, 0}
 end
@@ -40,20 +51,19 @@ end
 -- writes start here
 local lapsed = tonumber(acct[1])
 if expired and lapsed > 0 then
-  redis.call('XADD', KEYS[4], '*', 'kind', 'expire', 'acct', ARGV[8], 'credits', lapsed,
+  redis.call('XADD', KEYS[4], '*', 'kind', 'expire', 'acct', pid, 'credits', lapsed,
     'ts', now)
 end
-local credits = tonumber(ARGV[3])
-if ARGV[2] == 'earned' then
+if expired then redis.call('HSET', KEYS[1], 'earned', 0, 'earned_exp', 0, 'egen', egen + 1) end
+if pool == 'earned' then
   earned = earned + credits
-  earned_exp = now + tonumber(ARGV[4])
+  earned_exp = now + earned_ttl
   redis.call('HSET', KEYS[1], 'earned', earned, 'earned_exp', earned_exp)
 else
   purchased = redis.call('HINCRBY', KEYS[1], 'purchased', credits)
-  if expired then redis.call('HSET', KEYS[1], 'earned', 0, 'earned_exp', 0) end
 end
 if limit > 0 and redis.call('INCR', KEYS[3]) == 1 then
-  redis.call('EXPIRE', KEYS[3], ARGV[7])
+  redis.call('EXPIRE', KEYS[3], counter_ttl)
 end
-redis.call('SET', KEYS[2], now, 'EX', ARGV[6])
+redis.call('SET', KEYS[2], now, 'EX', marker_ttl)
 return {0, earned, earned_exp, purchased, now}

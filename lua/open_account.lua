@@ -8,8 +8,12 @@ ARGV[2]  earned_exp          unix seconds the earned pool expires (0 = empty poo
 ARGV[3]  purchased           credits in the purchased pool
 
 Returns 1 when created, 0 when the account existed (left unchanged).
+A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
 ]]
+local earned = count(1, 'earned')
+local earned_exp = count(2, 'earned_exp')
+local purchased = count(3, 'purchased')
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'earned', ARGV[1], 'earned_exp', ARGV[2],
-  'purchased', ARGV[3], 'status', 'active')
+redis.call('HSET', KEYS[1], 'earned', earned, 'earned_exp', earned_exp,
+  'purchased', purchased, 'status', 'active')
 return 1

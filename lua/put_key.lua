@@ -11,8 +11,14 @@ ARGV[4]  cap                 daily cap in credits; -1 = no cap
 ARGV[5]  name                the key's label
 
 Returns 1 when written, 0 when a record existed (left unchanged).
+A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
 ]]
+local acct = label(1, 'acct')
+local status = one_of(2, 'status', {active = true, revoked = true})
+local env = one_of(3, 'env', {live = true, test = true})
+local daily_cap = cap(4, 'cap')
+local name = text(5, 'name')
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'acct', ARGV[1], 'status', ARGV[2], 'env', ARGV[3],
-  'cap', ARGV[4], 'name', ARGV[5])
+redis.call('HSET', KEYS[1], 'acct', acct, 'status', status, 'env', env,
+  'cap', daily_cap, 'name', name)
 return 1

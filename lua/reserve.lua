@@ -25,6 +25,10 @@ ARGV[12] requested      alias the client asked for
 ARGV[13] day            UTC day of the request, YYYY-MM-DD
 ARGV[14] rate_limit     requests a key may make per window; 0 = no limit
 ARGV[15] window_end     unix seconds when KEYS[7]'s window ends (the counter lives until then)
+ARGV[16] give_up_ms     Redis TIME in milliseconds after which the caller no longer waits for
+                        this reply (its Redis timeout); 0 = no limit. A reserve that reaches
+                        Redis later (Redis was paused, the command sat in a buffer) holds
+                        nothing: the caller answered 503 and will not settle.
 
 Returns {status, amount, out_tokens, balance}
   0 OK                    amount credits held, out_tokens the output cap, balance left after
@@ -33,29 +37,70 @@ Returns {status, amount, out_tokens, balance}
   3 ACCOUNT_MISSING
   4 INSUFFICIENT_CREDITS  balance = credits available
   5 DAILY_CAP_EXCEEDED    balance = credits left under the key's cap today
-  6 DUPLICATE             a reservation with this rid exists
+  6 DUPLICATE             a reservation with this rid exists (the caller's own retry: rids are
+                          random): amount and out_tokens are that reservation's, balance the
+                          account's credits now; nothing changed
  10 RATE_LIMITED          the key made rate_limit requests this window; balance = seconds
                           until the window ends
+ 11 GAVE_UP               Redis ran this after give_up_ms; nothing changed
+A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
 Test keys ("env" = test) hold against the daily cap only; balances are not touched.
-A live reserve that finds the earned pool expired zeroes it and appends, in the same call,
-{kind expire, acct, credits (what lapsed), ts} to KEYS[6], so the durable ledger sees it.
+A live reserve that finds the earned pool expired zeroes it, bumps the pool's generation
+(egen) and appends, in the same call, {kind expire, acct, credits (what lapsed), ts} to
+KEYS[6], so the durable ledger sees it. The reservation records egen: settle lets the held
+earned credits lapse when the pool they came from expired meanwhile.
 ]]
-local now = tonumber(ARGV[1])
+local now = count(1, 'now')
+local rid = label(2, 'rid')
+local pid = label(3, 'pid')
+label(4, 'kid')
+local prompt_units = count(5, 'prompt_units')
+local output_price = count(6, 'output_price')
+local max_out = count(7, 'max_out')
+local min_out = count(8, 'min_out')
+local deadline = count(9, 'deadline')
+local cap_ttl = count(10, 'cap_ttl')
+label(11, 'alias')
+label(12, 'requested')
+label(13, 'day')
+local rate_limit = count(14, 'rate_limit')
+local window_end = count(15, 'window_end')
+local give_up_ms = count(16, 'give_up_ms')
+if min_out > max_out or cap_ttl == 0 then refuse('min_out/cap_ttl') end
+
 local key = redis.call('HMGET', KEYS[2], 'acct', 'status', 'env', 'cap')
-if not key[1] or key[1] ~= ARGV[3] then return {1, 0, 0, 0} end
+if not key[1] or key[1] ~= pid then return {1, 0, 0, 0} end
+
+local function available_now()
+  local a = redis.call('HMGET', KEYS[1], 'earned', 'earned_exp', 'purchased')
+  local e = tonumber(a[1] or '0')
+  local exp = tonumber(a[2] or '0')
+  if exp > 0 and now >= exp then e = 0 end
+  return e + tonumber(a[3] or '0')
+end
+
+local held = redis.call('HMGET', KEYS[4], 'acct', 'amount', 'out')
+if held[1] then
+  if held[1] ~= pid then return {6, 0, 0, 0} end
+  return {6, tonumber(held[2]), tonumber(held[3] or '0'), available_now()}
+end
+if give_up_ms > 0 then
+  local t = redis.call('TIME')
+  if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > give_up_ms then
+    return {11, 0, 0, 0}
+  end
+end
 if key[2] ~= 'active' then return {2, 0, 0, 0} end
-local rate_limit = tonumber(ARGV[14])
-local window_end = tonumber(ARGV[15])
 if rate_limit > 0 and tonumber(redis.call('GET', KEYS[7]) or '0') >= rate_limit then
   return {10, 0, 0, math.max(1, math.ceil(window_end - now))}
 end
-local acct = redis.call('HMGET', KEYS[1], 'earned', 'earned_exp', 'purchased')
+local acct = redis.call('HMGET', KEYS[1], 'earned', 'earned_exp', 'purchased', 'egen')
 if not acct[3] then return {3, 0, 0, 0} end
-if redis.call('EXISTS', KEYS[4]) == 1 then return {6, 0, 0, 0} end
 
 local earned = tonumber(acct[1])
 local earned_exp = tonumber(acct[2])
 local purchased = tonumber(acct[3])
+local egen = tonumber(acct[4] or '0')
 local expired = earned_exp > 0 and now >= earned_exp
 if expired then earned = 0 end
 local available = earned + purchased
@@ -68,10 +113,6 @@ if cap >= 0 then
   if cap_left < 0 then cap_left = 0 end
 end
 
-local prompt_units = tonumber(ARGV[5])
-local output_price = tonumber(ARGV[6])
-local max_out = tonumber(ARGV[7])
-local min_out = tonumber(ARGV[8])
 local function cost(out)
   local c = math.ceil((prompt_units + out * output_price) / 1000)
   if c < 1 then c = 1 end
@@ -101,10 +142,11 @@ local from_earned, from_purchased = 0, 0
 local balance = available
 if live then
   if expired then
-    redis.call('HSET', KEYS[1], 'earned', 0, 'earned_exp', 0)
+    egen = egen + 1
+    redis.call('HSET', KEYS[1], 'earned', 0, 'earned_exp', 0, 'egen', egen)
     local lapsed = tonumber(acct[1])
     if lapsed > 0 then
-      redis.call('XADD', KEYS[6], '*', 'kind', 'expire', 'acct', ARGV[3], 'credits', lapsed,
+      redis.call('XADD', KEYS[6], '*', 'kind', 'expire', 'acct', pid, 'credits', lapsed,
         'ts', now)
     end
   end
@@ -120,12 +162,12 @@ if rate_limit > 0 and redis.call('INCR', KEYS[7]) == 1 then
   redis.call('EXPIRE', KEYS[7], math.max(1, math.ceil(window_end - now)))
 end
 if redis.call('INCRBY', KEYS[3], amount) == amount then
-  redis.call('EXPIRE', KEYS[3], ARGV[10])
+  redis.call('EXPIRE', KEYS[3], cap_ttl)
 end
 redis.call('HSET', KEYS[4],
-  'acct', ARGV[3], 'kid', ARGV[4], 'env', key[3], 'amount', amount,
-  'fe', from_earned, 'fp', from_purchased, 'cap_key', KEYS[3],
+  'acct', pid, 'kid', ARGV[4], 'env', key[3], 'amount', amount, 'out', out,
+  'fe', from_earned, 'fp', from_purchased, 'egen', egen, 'cap_key', KEYS[3],
   'alias', ARGV[11], 'requested', ARGV[12], 'day', ARGV[13],
-  'deadline', ARGV[9], 'created', now)
-redis.call('ZADD', KEYS[5], ARGV[9], ARGV[2])
+  'deadline', deadline, 'created', now)
+redis.call('ZADD', KEYS[5], deadline, rid)
 return {0, amount, out, balance}

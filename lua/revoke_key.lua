@@ -11,14 +11,19 @@ ARGV[4]  name                the key's label
 
 Returns 1 when revoked now, 0 when it was revoked already, -1 when the record names
 another account (nothing changed).
+A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
 ]]
+local acct = label(1, 'acct')
+local env = one_of(2, 'env', {live = true, test = true})
+local daily_cap = cap(3, 'cap')
+local name = text(4, 'name')
 local key = redis.call('HMGET', KEYS[1], 'acct', 'status')
-if key[1] and key[1] ~= ARGV[1] then return -1 end
+if key[1] and key[1] ~= acct then return -1 end
 if key[2] == 'revoked' then return 0 end
 if key[1] then
   redis.call('HSET', KEYS[1], 'status', 'revoked')
 else
-  redis.call('HSET', KEYS[1], 'acct', ARGV[1], 'status', 'revoked', 'env', ARGV[2],
-    'cap', ARGV[3], 'name', ARGV[4])
+  redis.call('HSET', KEYS[1], 'acct', acct, 'status', 'revoked', 'env', env,
+    'cap', daily_cap, 'name', name)
 end
 return 1

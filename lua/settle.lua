@@ -13,6 +13,7 @@ KEYS[7]  events stream       <p>:{sN}:events            usage event; expiry even
 ARGV[1]  now                unix seconds
 ARGV[2]  rid                reservation id
 ARGV[3]  credits_used       what the request cost; never more than the amount held is charged
+                            (the caller clamps token counts first: app.completions)
 ARGV[4]  prompt_tokens
 ARGV[5]  completion_tokens
 ARGV[6]  outcome            completed | client_disconnect | upstream_error | shutdown | swept |
@@ -25,9 +26,12 @@ Returns {status, credits_used, balance}
   0 OK           credits_used charged, balance = account balance after
   7 NOT_FOUND    no such reservation (already settled or swept); nothing changed
   8 NOT_EXPIRED  only_if_expired and the deadline is still ahead; nothing changed
+A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
 Spending is earned-first: the charge comes from the earned part of the hold first and the
-rest returns to the pool it came from. Earned credits that expired meanwhile are not returned
-(the pool expired, or another script zeroed it since the reserve).
+rest returns to the pool it came from. Held earned credits whose pool expired meanwhile lapse
+instead of returning: the pool is expired now, or its generation (egen, bumped by every
+script that zeroes an expired pool) is not the one the reservation recorded — whatever
+grants refilled the pool since.
 
 Events appended to KEYS[7] (the flusher makes them durable):
   usage   {rid, acct, kid, env, alias, requested, day, prompt_tokens, completion_tokens,
@@ -36,22 +40,34 @@ Events appended to KEYS[7] (the flusher makes them durable):
   expire  {kind expire, acct, credits, ts} when a live settle finds the earned pool expired:
            credits = the pool it zeroes plus the earned part of the hold it does not return
 ]]
-local now = tonumber(ARGV[1])
+local now = count(1, 'now')
+local rid = label(2, 'rid')
+local used = count(3, 'credits_used')
+local pt = count(4, 'prompt_tokens')
+local ct = count(5, 'completion_tokens')
+local outcome = one_of(6, 'outcome', {completed = true, client_disconnect = true,
+  upstream_error = true, shutdown = true, swept = true, released = true})
+local only_if_expired = one_of(7, 'only_if_expired', {['0'] = true, ['1'] = true}) == '1'
+local usage_ttl = count(8, 'usage_ttl')
+
 local r = redis.call('HMGET', KEYS[1], 'amount', 'fe', 'fp', 'env', 'deadline',
-  'acct', 'kid', 'alias', 'requested', 'day')
+  'acct', 'kid', 'alias', 'requested', 'day', 'egen')
 if not r[1] then return {7, 0, 0} end
-if ARGV[7] == '1' and tonumber(r[5]) > now then return {8, 0, 0} end
+if only_if_expired and tonumber(r[5]) > now then return {8, 0, 0} end
 
 local amount, held_earned, held_purchased = tonumber(r[1]), tonumber(r[2]), tonumber(r[3])
-local used = tonumber(ARGV[3])
 if used > amount then used = amount end
-if used < 0 then used = 0 end
 local env = r[4]
 
-local acct = redis.call('HMGET', KEYS[3], 'earned', 'earned_exp', 'purchased')
+local acct = redis.call('HMGET', KEYS[3], 'earned', 'earned_exp', 'purchased', 'egen')
 local earned = tonumber(acct[1] or '0')
 local earned_exp = tonumber(acct[2] or '0')
+local egen = tonumber(acct[4] or '0')
 local expired = earned_exp > 0 and now >= earned_exp
+-- the pool the held earned credits came from is gone (reservations made before egen existed:
+-- the pool was zeroed, earned_exp 0, since the reserve)
+local pool_gone
+if r[11] then pool_gone = tonumber(r[11]) ~= egen else pool_gone = earned_exp == 0 end
 
 local used_earned = math.min(held_earned, used)
 
@@ -59,14 +75,13 @@ local used_earned = math.min(held_earned, used)
 if acct[3] and env == 'live' then
   local refund_earned = held_earned - used_earned
   local refund_purchased = held_purchased - (used - used_earned)
-  -- Earned credits held while the pool expired lapse. earned_exp 0 while earned credits are
-  -- held means another script zeroed the expired pool since the reserve: they lapse too.
   local lapsed = 0
   if expired then
-    redis.call('HSET', KEYS[3], 'earned', 0, 'earned_exp', 0)
-    lapsed = earned + refund_earned
-  elseif earned_exp == 0 then
-    lapsed = refund_earned
+    redis.call('HSET', KEYS[3], 'earned', 0, 'earned_exp', 0, 'egen', egen + 1)
+    lapsed = earned
+  end
+  if expired or pool_gone then
+    lapsed = lapsed + refund_earned
   elseif refund_earned > 0 then
     redis.call('HINCRBY', KEYS[3], 'earned', refund_earned)
   end
@@ -84,23 +99,22 @@ if unused > 0 then
   end
 end
 
-if ARGV[6] ~= 'released' then
-  local pt, ct = tonumber(ARGV[4]), tonumber(ARGV[5])
+if outcome ~= 'released' then
   for _, k in ipairs({KEYS[5], KEYS[6]}) do
     redis.call('HINCRBY', k, env .. ':requests', 1)
     redis.call('HINCRBY', k, env .. ':prompt_tokens', pt)
     redis.call('HINCRBY', k, env .. ':completion_tokens', ct)
     redis.call('HINCRBY', k, env .. ':credits', used)
   end
-  redis.call('EXPIRE', KEYS[5], ARGV[8])
+  redis.call('EXPIRE', KEYS[5], usage_ttl)
   redis.call('XADD', KEYS[7], '*',
-    'rid', ARGV[2], 'acct', r[6], 'kid', r[7], 'env', env, 'alias', r[8],
+    'rid', rid, 'acct', r[6], 'kid', r[7], 'env', env, 'alias', r[8],
     'requested', r[9], 'day', r[10], 'prompt_tokens', pt, 'completion_tokens', ct,
-    'credits', used, 'earned', used_earned, 'outcome', ARGV[6], 'ts', now)
+    'credits', used, 'earned', used_earned, 'outcome', outcome, 'ts', now)
 end
 
 redis.call('DEL', KEYS[1])
-redis.call('ZREM', KEYS[2], ARGV[2])
+redis.call('ZREM', KEYS[2], rid)
 
 local after = redis.call('HMGET', KEYS[3], 'earned', 'purchased')
 local earned_after = tonumber(after[1] or '0')

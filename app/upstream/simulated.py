@@ -10,6 +10,7 @@ import asyncio
 import zlib
 from collections.abc import AsyncIterator
 
+from app.tokens import estimate_prompt_tokens
 from app.upstream.base import Piece, UpstreamCall, Usage
 
 _WORDS = [
@@ -52,11 +53,6 @@ _WORDS = [
     "metadata",
     "chunk",
 ]
-
-
-def estimate_prompt_tokens(texts: list[str]) -> int:
-    """Prompt tokens when an upstream reports none: characters / 4 + 4 per message."""
-    return sum(len(t) for t in texts) // 4 + 4 * len(texts)
 
 
 class SimulatedProvider:

