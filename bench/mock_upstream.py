@@ -5,7 +5,8 @@ injected per request with the ``x-mock-fault`` header, or by words in the model 
 proxy's failover can be tested without headers: ``fail500``, ``fail429``, ``fail400``,
 ``refuse``, ``stall`` (before the first byte), ``stallafterK``, ``dropK`` (close after K
 chunks), ``slowMS`` (MS between chunks), ``failonce`` (500 on the first request for that
-model name, then normal), ``nousage`` (no usage chunk), ``ignoremax`` (ignore max_tokens).
+model name, then normal), ``nousage`` (no usage chunk), ``ignoremax`` (ignore max_tokens),
+``dense`` (usage counts one prompt token per character, as CJK text does).
 
 Faults: ``refuse`` (close without answering), ``500``, ``429``, ``400`` (an OpenAI error that
 names the model), ``drop-after:K``, ``stall``, ``stall-after:K``, ``slow-first-byte:MS``.
@@ -125,7 +126,10 @@ def _usage(plan: _Plan, request: dict[str, Any]) -> dict[str, int] | None:
         return None
     messages = request.get("messages", [])
     prompt = sum(len(str(m.get("content", ""))) for m in messages)
-    prompt_tokens = prompt // 4 + 4 * len(messages)
+    if "dense" in plan.model:  # one token per character, as CJK text counts
+        prompt_tokens = prompt + 3 * len(messages) + 3
+    else:
+        prompt_tokens = prompt // 4 + 4 * len(messages)
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": plan.chunks,

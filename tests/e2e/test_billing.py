@@ -1,0 +1,106 @@
+"""Billing against a real upstream over HTTP, through a real granian server, with each
+upstream client (aiohttp and httpx): a token-dense prompt is charged what the upstream
+reports, and a disconnect right after a max_tokens cut still settles at once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from bench.mock_upstream import MockProcess, start_in_subprocess
+from tests.e2e.conftest import Server, start_server, stop_server
+from tests.e2e.test_upstreams import models_file
+
+pytestmark = pytest.mark.e2e
+FUNDS = 10_000_000
+
+
+@pytest.fixture(scope="module")
+def mock() -> Iterator[MockProcess]:
+    process = start_in_subprocess(chunks=40)
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module", params=["aiohttp", "httpx"])
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, mock: MockProcess
+) -> Iterator[Server]:
+    tmp = tmp_path_factory.mktemp(f"billing-{request.param}")
+    aliases = {"svc-code": ["code-dense"], "svc-fast": ["fast-ignoremax-slow5"]}
+    path = models_file(tmp / "models.toml", mock.base_url, aliases)
+    srv = start_server(
+        tmp,
+        workers=2,
+        extra_env={"SVC_MODELS_FILE": str(path), "SVC_UPSTREAM_CLIENT": request.param},
+    )
+    yield srv
+    stop_server(srv.process)
+
+
+def _open_reservations(srv: Server) -> float:
+    return srv.metrics()[("svc_open_reservations", ())]
+
+
+def test_a_cjk_prompt_is_charged_the_upstream_usage(server: Server) -> None:
+    """200,000 '的' with max_tokens 32: the upstream counts 200,006 prompt tokens and svc
+    charges them at svc-code's price (it used to hold for chars/4 and charge 1,003)."""
+    pid = server.new_account(FUNDS)
+    body = {
+        "model": "svc-code",
+        "messages": [{"role": "user", "content": "的" * 200_000}],
+        "max_tokens": 32,
+    }
+    r = httpx.post(
+        f"{server.base_url}/chat/completions",
+        json=body,
+        headers={"authorization": f"Bearer {server.new_key(pid)}"},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    meta = json.loads(r.text.split("\n\n")[-3][6:])["svc"]
+    expected = -(-(200_006 * 20 + 32 * 60) // 1000)  # 4,003 at 20 in / 60 out per 1,000
+    assert meta["credits_used"] == expected
+    assert server.balance(pid) == FUNDS - expected
+
+
+def test_disconnects_right_after_a_max_tokens_cut_are_settled_at_once(server: Server) -> None:
+    """Clients that hang up as the cut arrives: every reservation is settled by its own
+    request within a second or two (not left for the sweeper), and the balance fell by
+    exactly the usage recorded."""
+    pid = server.new_account(FUNDS)
+    key = server.new_key(pid)
+    body = {"model": "svc-fast", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+    async def one(client: httpx.AsyncClient, n: int) -> None:
+        async with client.stream("POST", "/chat/completions", json=body) as response:
+            seen = 0
+            async for line in response.aiter_lines():
+                if line.startswith("data: {") and '"content"' in line:
+                    seen += 1
+                    if seen >= 3 + n % 2:  # hang up at the cut, or one chunk before it
+                        return
+
+    async def run() -> None:
+        auth = {"authorization": f"Bearer {key}"}
+        limits = httpx.Limits(max_connections=100)
+        async with httpx.AsyncClient(
+            base_url=server.base_url, headers=auth, timeout=30, limits=limits
+        ) as client:
+            await asyncio.gather(*(one(client, n) for n in range(200)))
+
+    asyncio.run(run())
+    deadline = time.monotonic() + 5
+    while _open_reservations(server) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _open_reservations(server) == 0
+    usage = httpx.get(
+        f"{server.base_url}/usage", headers={"authorization": f"Bearer {key}"}, timeout=30
+    ).json()
+    assert usage["requests_count"] == 200
+    assert server.balance(pid) == FUNDS - usage["credits_spent"]
