@@ -52,7 +52,11 @@ class Sweeper:
             )
             if settled.status is ScriptStatus.OK:
                 done += 1
-                METRICS.labelled(METRICS.settlements, "swept").inc()
+                # The hold goes back as refunded credits, so the audit identity
+                # reserved = settled + refunded holds in the metrics after a worker died.
+                METRICS.settled(
+                    "swept", hold.environment, used=settled.credits_used, held=hold.amount
+                )
         METRICS.sweeps.inc()
         METRICS.swept.inc(done)
         self.swept += done
