@@ -124,7 +124,11 @@ class Services:
         self.store = store
         self.clock = clock
         catalog = (
-            load_catalog(Path(settings.models_file)) if settings.models_file else default_catalog()
+            load_catalog(
+                Path(settings.models_file), reservation_deadline_s=settings.reservation_deadline_s
+            )
+            if settings.models_file
+            else default_catalog()
         )
         self.aliases: dict[str, Alias] = catalog.aliases
         self.keys = KeySpace(settings.redis_prefix, settings.shards)
