@@ -10,6 +10,8 @@ from typing import TypeVar
 
 import msgspec
 
+from app.settings import HEARTBEATS_PER_DEADLINE
+
 ALIAS_IDS = ("svc-auto", "svc-fast", "svc-code", "svc-smart")
 AUTO = "svc-auto"
 SIMULATED = "simulated"
@@ -180,6 +182,32 @@ def _convert(path: Path, text: str, value: object, kind: type[T], where: list[st
         raise _fail(path, text, [*where, *_field_path(str(exc))], message) from exc
 
 
+def _check_timeouts(path: Path, text: str, spec: ModelsFile, deadline_s: float) -> None:
+    """A stream still waiting on its upstream must never be swept as if its worker died.
+
+    The relay moves the deadline to now + deadline only when a chunk arrives, and at most
+    once a third of the deadline (the first time a third after the first token). Worst
+    case: the first token takes first_byte_timeout_s, the next chunk lands just before an
+    extension is due (none is made), then the upstream stays silent for idle_timeout_s.
+    With both under a third, that adds up to less than the deadline; a limit of the whole
+    deadline would let a silence of two thirds outlive it. (An alias that fails over waits
+    for several first bytes in a row before its first extension; not covered here.)"""
+    limit = deadline_s / HEARTBEATS_PER_DEADLINE
+    for name, provider in spec.providers.items():
+        for setting in ("first_byte_timeout_s", "idle_timeout_s"):
+            value = getattr(provider, setting)
+            if value >= limit:
+                raise _fail(
+                    path,
+                    text,
+                    ["providers", name, setting],
+                    f"{value:g} s is not shorter than a third of SVC_RESERVATION_DEADLINE_S "
+                    f"({deadline_s:g} s / {HEARTBEATS_PER_DEADLINE} = {limit:g} s): the "
+                    f"sweeper could refund a stream still waiting on provider '{name}'. "
+                    "Lower the timeout or raise SVC_RESERVATION_DEADLINE_S",
+                )
+
+
 def _check(path: Path, text: str, spec: ModelsFile) -> None:
     for name, override in spec.aliases.items():
         field = ["aliases", name]
@@ -222,8 +250,9 @@ def _merge(base: Alias, o: AliasOverride) -> Alias:
     return merged
 
 
-def load_catalog(path: Path) -> Catalog:
-    """Read a models file; raise ``ModelsFileError`` naming line and field when it is broken."""
+def load_catalog(path: Path, *, reservation_deadline_s: float | None = None) -> Catalog:
+    """Read a models file; raise ``ModelsFileError`` naming line and field when it is broken,
+    or when a provider's timeouts do not fit the reservation deadline (unchecked if None)."""
     text = path.read_text()
     try:
         raw = tomllib.loads(text)
@@ -249,6 +278,8 @@ def load_catalog(path: Path) -> Catalog:
         },
     )
     _check(path, text, spec)
+    if reservation_deadline_s is not None:
+        _check_timeouts(path, text, spec, reservation_deadline_s)
     aliases = dict(DEFAULT_ALIASES)
     for name, override in spec.aliases.items():
         aliases[name] = _merge(aliases[name], override)

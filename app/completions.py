@@ -24,6 +24,7 @@ from app.ledger import Hold, Identity, Ledger, ScriptStatus, Settlement
 from app.lifecycle import STREAMS, StreamCut, shutdown_error_event
 from app.metrics import METRICS
 from app.redis_client import REDIS_ERRORS
+from app.settings import HEARTBEATS_PER_DEADLINE
 from app.upstream.base import Piece, UpstreamCall, UpstreamError, Usage
 from app.upstream.router import UpstreamRouter
 
@@ -374,7 +375,7 @@ class _Heartbeat:
 
     def __init__(self, completion: Completion) -> None:
         self.completion = completion
-        self.every = completion.service.deadline_s / 3
+        self.every = completion.service.deadline_s / HEARTBEATS_PER_DEADLINE
         self.next = time.monotonic() + self.every
 
     async def beat(self) -> None:

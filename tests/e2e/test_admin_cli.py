@@ -97,10 +97,13 @@ def test_admin_commands_next_to_a_running_server(server: Server) -> None:
     assert is_serving(socket_path(server.data_dir))  # the server's Valkey is still up
 
 
-def test_dev_key_and_admin_token_are_private(server: Server) -> None:
-    for name in ("dev-key.txt", "admin-token.txt", "key-pepper.txt"):
+def test_dev_key_admin_token_database_and_valkey_data_are_private(server: Server) -> None:
+    for name in ("dev-key.txt", "admin-token.txt", "key-pepper.txt", "svc.db", "svc.db-wal"):
         mode = stat.S_IMODE((server.data_dir / name).stat().st_mode)
         assert mode == 0o600, name
+    # the embedded Valkey's AOF holds key digests and balances: its folder is closed
+    for folder in (server.data_dir, server.data_dir / "valkey"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
     assert server.dev_key.startswith("svc_live_")
     r = httpx.get(
         f"{server.base_url}/credits", headers={"authorization": f"Bearer {server.dev_key}"}

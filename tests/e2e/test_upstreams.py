@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +17,7 @@ import openai
 import pytest
 
 from bench.mock_upstream import MockProcess, start_in_subprocess
-from tests.e2e.conftest import Server, start_server, stop_server
+from tests.e2e.conftest import ROOT, Server, free_port, start_server, stop_server
 
 pytestmark = pytest.mark.e2e
 
@@ -363,3 +366,31 @@ def test_a_slow_upstream_is_relayed_token_by_token(quirky: Server, mock: MockPro
     assert content[19][0] - content[0][0] > 1.5
     meta = arrivals[-1][1]["svc"]
     assert meta["credits_used"] > 0  # type: ignore[index]
+
+
+def test_serve_refuses_an_upstream_timeout_the_sweeper_could_cut(tmp_path: Path) -> None:
+    path = models_file(
+        tmp_path / "models.toml",
+        "http://127.0.0.1:9/v1",
+        {"svc-fast": ["m"]},
+        first_byte_timeout_s=5,
+        idle_timeout_s=20,
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "serve", "--port", str(free_port())],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "SVC_DATA_DIR": str(tmp_path / "data"),
+            "SVC_MODELS_FILE": str(path),
+            "SVC_RESERVATION_DEADLINE_S": "60",
+        },
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    output = (done.stdout + done.stderr).decode()
+    assert done.returncode == 2, output
+    assert "cannot start" in output
+    assert "field 'providers.mock.idle_timeout_s': 20 s is not shorter" in output
+    assert "SVC_RESERVATION_DEADLINE_S (60 s / 3 = 20 s)" in output

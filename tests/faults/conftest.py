@@ -114,13 +114,18 @@ def start_stack(
     env: dict[str, str] | None = None,
     aliases: dict[str, list[str]] | None = None,
     chunks: int = 100,
+    idle_timeout_s: float = 60.0,
 ) -> Stack:
     valkey = Valkey(tmp / "valkey")
     valkey.start()
     mock = start_in_subprocess(chunks=chunks)
     try:
         path = models_file(
-            tmp / "models.toml", mock.base_url, aliases or ALIASES, first_byte_timeout_s=1.0
+            tmp / "models.toml",
+            mock.base_url,
+            aliases or ALIASES,
+            first_byte_timeout_s=1.0,
+            idle_timeout_s=idle_timeout_s,
         )
         srv = start_server(
             tmp,

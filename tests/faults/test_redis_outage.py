@@ -55,8 +55,9 @@ async def test_redis_outage_fails_closed_and_recovers_without_losing_a_credit(
     stack = await asyncio.to_thread(
         start_stack,
         tmp_path,
+        idle_timeout_s=1.9,  # under a third of the deadline, or svc refuses to start
         env={
-            "SVC_RESERVATION_DEADLINE_S": "3",  # streams cut by the outage are swept soon
+            "SVC_RESERVATION_DEADLINE_S": "6",  # streams cut by the outage are swept soon
             "SVC_SWEEP_INTERVAL_S": "0.5",
             "SVC_REDIS_TIMEOUT_S": "1",
         },

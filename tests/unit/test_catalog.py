@@ -83,3 +83,30 @@ def test_broken_files_name_line_and_field(tmp_path: Path, text: str, expected: s
     with pytest.raises(ModelsFileError) as info:
         load_catalog(_write(tmp_path, text))
     assert expected in str(info.value)
+
+
+@pytest.mark.parametrize("setting", ["first_byte_timeout_s", "idle_timeout_s"])
+def test_a_timeout_a_waiting_stream_could_be_swept_in_is_refused(
+    tmp_path: Path, setting: str
+) -> None:
+    # a third of the 900 s deadline is 300 s: the limit itself is too long already
+    path = _write(tmp_path, f'[providers.local]\nbase_url = "http://x/v1"\n{setting} = 300\n')
+    with pytest.raises(ModelsFileError) as info:
+        load_catalog(path, reservation_deadline_s=900)
+    message = str(info.value)
+    assert f"models.toml:3: field 'providers.local.{setting}': 300 s" in message
+    assert "SVC_RESERVATION_DEADLINE_S (900 s / 3 = 300 s)" in message
+    assert "provider 'local'" in message
+    (tmp_path / "models.toml").write_text(
+        f'[providers.local]\nbase_url = "http://x/v1"\n{setting} = 299.5\n'
+    )
+    assert "local" in load_catalog(path, reservation_deadline_s=900).providers
+
+
+def test_the_default_timeouts_fit_the_default_deadline_but_not_a_short_one(
+    tmp_path: Path,
+) -> None:
+    path = _write(tmp_path, MINIMAL)  # first byte 30 s, idle 60 s
+    assert load_catalog(path, reservation_deadline_s=900).providers["local"]
+    with pytest.raises(ModelsFileError, match="first_byte_timeout_s': 30 s is not shorter"):
+        load_catalog(path, reservation_deadline_s=90)

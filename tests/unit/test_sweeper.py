@@ -5,9 +5,13 @@ from __future__ import annotations
 import asyncio
 
 from app.ledger import Ledger
+from app.metrics import METRICS, exposition
 from app.sweeper import Sweeper
 from tests.conftest import Clock
+from tests.e2e.conftest import metric_samples
 from tests.unit.scripts_helpers import account, key, pools, reserve
+
+MOVEMENTS = ("reserved", "settled", "refunded")
 
 
 async def test_expired_reservations_are_refunded_exactly_once_by_racing_sweepers(
@@ -50,3 +54,59 @@ async def test_a_settled_reservation_is_never_swept(ledger: Ledger, clock: Clock
     clock.advance(11)
     assert await Sweeper(ledger, interval_s=1, clock=clock).sweep_once() == 0
     assert await pools(ledger, "acct_A") == (0, 96)
+
+
+async def _credit_totals() -> dict[tuple[str, str], float]:
+    """``svc_credits_total`` of this process by (movement, environment)."""
+
+    async def no_redis() -> None:
+        return None
+
+    samples = metric_samples((await exposition(METRICS, no_redis)).decode())
+    return {
+        (labels["movement"], labels["environment"]): value
+        for (name, pairs), value in samples.items()
+        if name == "svc_credits_total"
+        for labels in [dict(pairs)]
+    }
+
+
+async def test_swept_holds_are_counted_as_refunded_credits(ledger: Ledger, clock: Clock) -> None:
+    before = await _credit_totals()
+    await account(ledger, "acct_M", purchased=100)
+    swept = []
+    for environment in ("live", "test"):
+        ident = await key(ledger, "acct_M", f"kid{environment}00000", environment=environment)
+        completed = await reserve(ledger, ident, f"done-{environment}", clock())
+        abandoned = await reserve(ledger, ident, f"dead-{environment}", clock(), max_out=7)
+        for hold in (completed, abandoned):
+            METRICS.reserved(environment, hold.amount)  # as the chat route records it
+        settled = await ledger.settle(
+            completed,
+            now=clock(),
+            credits_used=4,
+            prompt_tokens=1,
+            completion_tokens=4,
+            outcome="completed",
+        )
+        METRICS.settled("completed", environment, used=settled.credits_used, held=completed.amount)
+        swept.append(abandoned.amount)
+    clock.advance(61)  # past the deadlines: the abandoned holds' workers are gone
+
+    assert await Sweeper(ledger, interval_s=1, clock=clock).sweep_once() == 2
+
+    after = await _credit_totals()
+    moved = {
+        (movement, environment): after.get((movement, environment), 0)
+        - before.get((movement, environment), 0)
+        for movement in MOVEMENTS
+        for environment in ("live", "test")
+    }
+    for environment, abandoned_amount in zip(("live", "test"), swept, strict=True):
+        assert moved["reserved", environment] == 10 + abandoned_amount
+        assert moved["settled", environment] == 4
+        assert moved["refunded", environment] == 6 + abandoned_amount  # the swept hold too
+        assert (
+            moved["reserved", environment]
+            == moved["settled", environment] + moved["refunded", environment]
+        )
