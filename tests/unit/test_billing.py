@@ -15,7 +15,7 @@ import pytest
 from app.catalog import default_catalog
 from app.chat import ChatParams, parse_chat_request
 from app.completions import Completion, CompletionService, drain_background
-from app.ledger import Identity, Ledger
+from app.ledger import Identity, Ledger, day_tag, utc_day
 from app.tokens import prompt_token_bound, utf8_length
 from app.upstream.base import Piece, UpstreamCall, Usage
 from app.upstream.router import UpstreamRouter
@@ -101,8 +101,6 @@ async def _check_money(ledger: Ledger, clock: Clock, ident: Identity, charged: i
 
 
 def _tag(clock: Clock) -> str:
-    from app.ledger import day_tag, utc_day
-
     return day_tag(utc_day(clock()))
 
 

@@ -11,7 +11,16 @@ import pytest
 from redis.exceptions import ResponseError
 
 from app.errors import ApiError, ErrorKind
-from app.ledger import Identity, Ledger, RedisClock, ScriptStatus, day_tag, utc_day
+from app.ledger import (
+    Hold,
+    Identity,
+    Ledger,
+    RedisClock,
+    ScriptStatus,
+    Settlement,
+    day_tag,
+    utc_day,
+)
 from app.redis_client import RedisClient
 from app.redis_keys import KeySpace
 from tests.conftest import Clock
@@ -163,27 +172,31 @@ async def test_a_reserve_redis_runs_after_its_caller_gave_up_holds_nothing(
     assert hold.amount == 10
 
 
+async def _reward(ledger: Ledger, pid: str, grant_id: str, now: float) -> None:
+    """A spotlight-sized earned grant: 5,000 credits, the pool rolled to now + 30 days."""
+    status, _, _ = await ledger.grant(
+        pid, pool="earned", credits=5_000, grant_id=grant_id, now=now, earned_ttl_s=30 * DAY
+    )
+    assert status is ScriptStatus.OK
+
+
+async def _settle_one_credit(ledger: Ledger, hold: Hold, now: float) -> Settlement:
+    return await ledger.settle(
+        hold, now=now, credits_used=1, prompt_tokens=1, completion_tokens=1, outcome="completed"
+    )
+
+
 async def test_earned_credits_that_expire_while_held_lapse(ledger: Ledger, clock: Clock) -> None:
     """Reward 5,000, hold 1,000, 31 days, a new reward, settle 1: the 999 unused held
     credits belonged to the expired pool and lapse (they used to rejoin the new pool)."""
     await account(ledger, "acct_E")
     ident = await key(ledger, "acct_E", "kidE00000000")
-    grant = {"pool": "earned", "credits": 5_000, "earned_ttl_s": 30 * DAY}
-    status, _, _ = await ledger.grant("acct_E", grant_id="g1", now=clock(), **grant)  # type: ignore[arg-type]
-    assert status is ScriptStatus.OK
+    await _reward(ledger, "acct_E", "g1", clock())
     hold = await reserve(ledger, ident, "r1", clock(), max_out=1_000)
     assert hold.amount == 1_000
     clock.advance(31 * DAY)
-    status, _, _ = await ledger.grant("acct_E", grant_id="g2", now=clock(), **grant)  # type: ignore[arg-type]
-    assert status is ScriptStatus.OK
-    done = await ledger.settle(
-        hold,
-        now=clock(),
-        credits_used=1,
-        prompt_tokens=1,
-        completion_tokens=1,
-        outcome="completed",
-    )
+    await _reward(ledger, "acct_E", "g2", clock())
+    done = await _settle_one_credit(ledger, hold, clock())
     assert (done.status, done.credits_used, done.balance) == (ScriptStatus.OK, 1, 5_000)
     assert await pools(ledger, "acct_E") == (5_000, 0)
     entries = await ledger.redis.xrange(ledger.keys.events(ident.shard))
@@ -197,18 +210,10 @@ async def test_a_pool_extended_before_it_expired_keeps_the_held_credits(
     """Rolling expiry: a reward while the pool is alive extends it, held credits included."""
     await account(ledger, "acct_X")
     ident = await key(ledger, "acct_X", "kidX00000000")
-    grant = {"pool": "earned", "credits": 5_000, "earned_ttl_s": 30 * DAY}
-    await ledger.grant("acct_X", grant_id="g1", now=clock(), **grant)  # type: ignore[arg-type]
+    await _reward(ledger, "acct_X", "g1", clock())
     hold = await reserve(ledger, ident, "r1", clock(), max_out=1_000)
     clock.advance(29 * DAY)
-    await ledger.grant("acct_X", grant_id="g2", now=clock(), **grant)  # type: ignore[arg-type]
+    await _reward(ledger, "acct_X", "g2", clock())
     clock.advance(2 * DAY)  # past the first expiry, not the rolled one
-    await ledger.settle(
-        hold,
-        now=clock(),
-        credits_used=1,
-        prompt_tokens=1,
-        completion_tokens=1,
-        outcome="completed",
-    )
+    await _settle_one_credit(ledger, hold, clock())
     assert await pools(ledger, "acct_X") == (9_999, 0)
