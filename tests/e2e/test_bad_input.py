@@ -268,3 +268,22 @@ def test_bad_body_on_every_json_route(
         server.base_url + "/api-keys", headers={"authorization": f"Bearer {key}"}
     ).json()
     assert keys_after == keys_before
+
+
+@pytest.mark.parametrize("days", ["²", "1²", "٣", "0x10"])
+def test_usage_days_that_are_not_plain_digits(
+    server: Server, account: tuple[str, str], days: str
+) -> None:
+    _, key = account
+    r = httpx.get(
+        server.base_url + "/usage",
+        params={"days": days},
+        headers={"authorization": f"Bearer {key}"},
+    )
+    assert r.status_code == 400, r.text
+    err = _error(r)
+    assert (err["type"], err["code"], err["param"]) == (
+        "invalid_request_error",
+        "invalid_value",
+        "days",
+    )
