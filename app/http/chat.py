@@ -23,6 +23,7 @@ from app.http.deps import failed_auth_counted
 from app.http.errors import as_api_error
 from app.http.headers import SECURITY_HEADERS
 from app.metrics import METRICS
+from app.redis_client import REDIS_ERRORS
 
 if TYPE_CHECKING:
     from app.completions import Completion
@@ -178,6 +179,14 @@ async def serve_chat(
         await relay  # its last write ended the response
     except (asyncio.CancelledError, OSError, RuntimeError):
         pass  # the client went away; the relay settled what was generated
+    except REDIS_ERRORS as exc:
+        # A settlement (or heartbeat) Redis did not answer in time. The response is cut
+        # short as before; a reservation left open passes its deadline and the sweeper
+        # refunds it. An outage, not a bug: one line, no traceback.
+        log.warning(
+            "stream ended on a Redis failure (%s); the sweeper refunds a reservation left open",
+            type(exc).__name__,
+        )
     finally:
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
