@@ -70,7 +70,8 @@ def parse_days(raw: str | None) -> int:
     """The ``days`` query parameter: an integer from 1 to 366, default 30."""
     if raw is None or raw == "":
         return DEFAULT_DAYS
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_DAYS:
+    # isdigit() alone admits digits int() refuses, such as '²'
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_DAYS:
         raise invalid_value("days", f"'days' must be an integer from 1 to {MAX_DAYS}.")
     return int(raw)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 import secrets
 import time
@@ -22,11 +23,13 @@ from app.http.deps import failed_auth_counted
 from app.http.errors import as_api_error
 from app.http.headers import SECURITY_HEADERS
 from app.metrics import METRICS
+from app.redis_client import REDIS_ERRORS
 
 if TYPE_CHECKING:
     from app.completions import Completion
     from app.runtime import Services
 
+log = logging.getLogger("svc.http")
 _SECURITY = [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS]
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -71,8 +74,13 @@ async def send_error(send: Send, error: ApiError, rid: str = "") -> None:
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
+class ClientDisconnected(Exception):
+    """The client closed the connection before its request body arrived in full."""
+
+
 async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
-    """The request body, refusing more than ``limit`` bytes (413) without reading it all."""
+    """The request body, refusing more than ``limit`` bytes (413) without reading it all;
+    ``ClientDisconnected`` when the client leaves before sending it all."""
     declared = _header(scope, b"content-length")
     too_large = ApiError(
         ErrorKind.REQUEST_TOO_LARGE, f"The request body is larger than {limit} bytes."
@@ -84,7 +92,7 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise asyncio.CancelledError
+            raise ClientDisconnected
         chunk: bytes = message.get("body", b"")  # type: ignore[assignment]
         size += len(chunk)
         if size > limit:
@@ -140,6 +148,11 @@ async def serve_chat(
     started = time.perf_counter()
     try:
         completion = await _open(services, scope, receive)
+    except ClientDisconnected:
+        # Clients do this (a timeout, a cancelled upload): nothing was reserved, nobody
+        # is left to answer, and it is no server error.
+        log.info("client disconnected before sending the whole request body")
+        return
     except Exception as exc:
         error = as_api_error(exc)
         await send_error(send, error, rid)
@@ -166,6 +179,14 @@ async def serve_chat(
         await relay  # its last write ended the response
     except (asyncio.CancelledError, OSError, RuntimeError):
         pass  # the client went away; the relay settled what was generated
+    except REDIS_ERRORS as exc:
+        # A settlement (or heartbeat) Redis did not answer in time. The response is cut
+        # short as before; a reservation left open passes its deadline and the sweeper
+        # refunds it. An outage, not a bug: one line, no traceback.
+        log.warning(
+            "stream ended on a Redis failure (%s); the sweeper refunds a reservation left open",
+            type(exc).__name__,
+        )
     finally:
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):

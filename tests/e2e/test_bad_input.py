@@ -60,6 +60,7 @@ def test_unknown_well_formed_key(server: Server) -> None:
     assert _error(r)["code"] == "invalid_api_key"
 
 
+DEEP = b"[" * 1000 + b"]" * 1000
 BAD_BODIES: list[tuple[object, int, str | None, str]] = [
     (b"{not json", 400, None, "invalid_value"),
     ([], 400, "body", "invalid_value"),
@@ -109,6 +110,26 @@ BAD_BODIES: list[tuple[object, int, str | None, str]] = [
     ),
     ({"model": "svc-fast", "messages": MSG, "max_tokens": 1.5}, 400, "max_tokens", "invalid_value"),
     ({"model": "svc-fast", "messages": MSG, "stream": "yes"}, 400, "stream", "invalid_value"),
+    # strict types, as OpenAI's: a string is never a number or a boolean
+    ({"model": "svc-fast", "messages": MSG, "max_tokens": "5"}, 400, "max_tokens", "invalid_value"),
+    (
+        {"model": "svc-fast", "messages": MSG, "temperature": "1"},
+        400,
+        "temperature",
+        "invalid_value",
+    ),
+    ({"model": "svc-fast", "messages": MSG, "stream": "true"}, 400, "stream", "invalid_value"),
+    # undecodable: invalid UTF-8 in a string, nesting past the decoder's depth limit (in a
+    # field svc ignores, too)
+    (
+        b'{"model":"svc-fast","messages":[{"role":"user","content":"\xff\xfe"}]}',
+        400,
+        None,
+        "invalid_value",
+    ),
+    (b'{"model":"svc-fast\xc3","messages":[]}', 400, None, "invalid_value"),
+    (b'{"model":"svc-fast","messages":[],"metadata":%s}' % DEEP, 400, None, "invalid_value"),
+    (b'{"model":"svc-fast","messages":%s}' % DEEP, 400, None, "invalid_value"),
     ({"model": "gpt-4o", "messages": MSG}, 404, "model", "model_not_found"),
 ]
 
@@ -183,3 +204,86 @@ def test_admin_requires_token(server: Server) -> None:
     )
     assert r.status_code == 401
     assert _error(r)["code"] == "invalid_admin_token"
+
+
+def test_a_whole_float_is_an_integer(server: Server, account: tuple[str, str]) -> None:
+    """JSON Schema's ``integer`` includes 64.0 (schemathesis and computing clients send it)."""
+    _, key = account
+    r = httpx.post(
+        server.base_url + "/chat/completions",
+        json={"model": "svc-fast", "messages": MSG, "max_tokens": 4.0},
+        headers={"authorization": f"Bearer {key}"},
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
+    assert r.text.endswith("data: [DONE]\n\n")
+
+
+KEY_BODY = b'{"name":"k","environment":"live","daily_cap_credits":%s}'
+# (route, body, param) for every JSON route but chat completions (BAD_BODIES covers it)
+OTHER_BAD_BODIES: list[tuple[str, bytes, str | None]] = [
+    (route, body, param)
+    for route in ("/v1/api-keys", "/admin/v1/accounts/{pid}/api-keys")
+    for body, param in [
+        (KEY_BODY % b'"5"', "daily_cap_credits"),
+        (KEY_BODY % b"true", "daily_cap_credits"),
+        (KEY_BODY % b"1.5", "daily_cap_credits"),
+        (b'{"name":"\xff\xfe","environment":"live","daily_cap_credits":null}', None),
+        (b'{"name":"k","environment":"live","daily_cap_credits":null,"x":%s}' % DEEP, None),
+    ]
+] + [
+    ("/admin/v1/accounts/{pid}/grants", b'{"credits":"5"}', "credits"),
+    ("/admin/v1/accounts/{pid}/grants", b'{"credits":5,"x":%s}' % DEEP, None),
+    ("/admin/v1/accounts/{pid}/spotlights", b'{"view_id":"\xff\xfe"}', None),
+    ("/admin/v1/accounts/{pid}/spotlights", b'{"view_id":5}', "view_id"),
+    ("/admin/v1/accounts/{pid}/spotlights", b'{"view_id":"v","x":%s}' % DEEP, None),
+]
+
+
+@pytest.mark.parametrize(("route", "body", "param"), OTHER_BAD_BODIES)
+def test_bad_body_on_every_json_route(
+    server: Server, account: tuple[str, str], route: str, body: bytes, param: str | None
+) -> None:
+    pid, key = account
+    token = server.admin_token if route.startswith("/admin/") else key
+    before = server.admin("GET", f"/accounts/{pid}/credits").json()
+    keys_before = httpx.get(
+        server.base_url + "/api-keys", headers={"authorization": f"Bearer {key}"}
+    ).json()
+    r = httpx.post(
+        server.root_url + route.format(pid=pid),
+        content=body,
+        headers={"authorization": f"Bearer {token}", "content-type": "application/json"},
+        timeout=30,
+    )
+    assert r.status_code == 400, r.text
+    err = _error(r)
+    assert (err["type"], err["code"], err["param"]) == (
+        "invalid_request_error",
+        "invalid_value",
+        param,
+    )
+    assert server.admin("GET", f"/accounts/{pid}/credits").json() == before
+    keys_after = httpx.get(
+        server.base_url + "/api-keys", headers={"authorization": f"Bearer {key}"}
+    ).json()
+    assert keys_after == keys_before
+
+
+@pytest.mark.parametrize("days", ["²", "1²", "٣", "0x10"])
+def test_usage_days_that_are_not_plain_digits(
+    server: Server, account: tuple[str, str], days: str
+) -> None:
+    _, key = account
+    r = httpx.get(
+        server.base_url + "/usage",
+        params={"days": days},
+        headers={"authorization": f"Bearer {key}"},
+    )
+    assert r.status_code == 400, r.text
+    err = _error(r)
+    assert (err["type"], err["code"], err["param"]) == (
+        "invalid_request_error",
+        "invalid_value",
+        "days",
+    )

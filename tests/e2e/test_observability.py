@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import secrets
+import socket
+import time
+
 import httpx
 import openai
 import pytest
@@ -94,3 +99,41 @@ def test_the_log_is_json_lines_without_secrets(server: Server) -> None:
     text = (server.data_dir.parent / "server.log").read_text()
     assert server.dev_key not in text
     assert server.admin_token not in text
+
+
+def test_a_client_leaving_during_the_upload_is_one_info_line(server: Server) -> None:
+    """Headers and half the body, then the client closes: expected client behaviour, so one
+    INFO line with the request id, no ERROR and no traceback (nothing is charged)."""
+    pid = server.new_account(1_000)
+    key = server.new_key(pid)
+    log_file = server.data_dir.parent / "server.log"
+    offset = log_file.stat().st_size
+    rid = "upload-drop-" + secrets.token_hex(6)
+    body = b'{"model":"svc-fast","messages":[{"role":"user","content":"hi"}]}'
+    host, port = server.root_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\n"
+            b"host: %s\r\n"
+            b"authorization: Bearer %s\r\n"
+            b"x-request-id: %s\r\n"
+            b"content-type: application/json\r\n"
+            b"content-length: %d\r\n\r\n"
+            % (host.encode(), key.encode(), rid.encode(), len(body))
+            + body[: len(body) // 2]
+        )
+        time.sleep(0.3)  # the server has read the headers and started on the body
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        with log_file.open("rb") as log:
+            log.seek(offset)
+            text = log.read().decode()
+        ours = [e for e in map(json.loads, text.splitlines()) if e.get("request_id") == rid]
+        if ours:
+            break
+    entries = [json.loads(line) for line in text.splitlines()]
+    assert [(e["level"], e["logger"]) for e in ours] == [("info", "svc.http")], text
+    assert "Traceback" not in text
+    assert [e for e in entries if e["level"] in ("error", "critical")] == [], text
+    assert server.balance(pid) == 1_000

@@ -212,3 +212,57 @@ def test_the_stream_schema_is_enforced(api_schema: BaseSchema) -> None:
     for bad in (leaked, broken, b"data: not json\n\n"):
         with pytest.raises(FailureGroup):
             case.validate_response(_stream(*content, bad, *tail), checks=checks)
+
+
+DEEP = b"[" * 1000 + b"]" * 1000
+# Explicit hostile cases generation rarely reaches: invalid UTF-8 inside a string, nesting
+# past the decoder's depth limit inside an ignored field, a number written as a string.
+HOSTILE_BODIES = {
+    "POST /v1/chat/completions": [
+        b'{"model":"svc-fast","messages":[{"role":"user","content":"\xff\xfe"}]}',
+        b'{"model":"svc-fast","messages":[{"role":"user","content":"hi"}],"x":%s}' % DEEP,
+        b'{"model":"svc-fast","messages":[{"role":"user","content":"hi"}],"max_tokens":"5"}',
+    ],
+    "POST /v1/api-keys": [
+        b'{"name":"\xff\xfe","environment":"live","daily_cap_credits":null}',
+        b'{"name":"k","environment":"live","daily_cap_credits":null,"x":%s}' % DEEP,
+        b'{"name":"k","environment":"live","daily_cap_credits":"5"}',
+    ],
+    "POST /admin/v1/accounts/{pid}/api-keys": [
+        b'{"name":"\xff\xfe","environment":"live","daily_cap_credits":null}',
+        b'{"name":"k","environment":"test","daily_cap_credits":null,"x":%s}' % DEEP,
+    ],
+    "POST /admin/v1/accounts/{pid}/grants": [b'{"credits":"5"}', b'{"credits":1,"x":%s}' % DEEP],
+    "POST /admin/v1/accounts/{pid}/spotlights": [
+        b'{"view_id":"\xff\xfe"}',
+        b'{"view_id":"v","x":%s}' % DEEP,
+    ],
+}
+HOSTILE = [
+    pytest.param(label, {"body": body}, id=f"{label}-{n}")
+    for label, bodies in HOSTILE_BODIES.items()
+    for n, body in enumerate(bodies)
+] + [pytest.param("GET /v1/usage", {"query": {"days": "²"}}, id="GET /v1/usage-days")]
+
+
+@pytest.mark.parametrize(("label", "request_parts"), HOSTILE)
+def test_hostile_input_is_a_documented_400(
+    server: Server,
+    api_schema: BaseSchema,
+    known: Known,
+    label: str,
+    request_parts: dict[str, Any],
+) -> None:
+    operation = api_schema.find_operation_by_label(label)
+    assert operation is not None
+    token = server.admin_token if " /admin/" in label else known.key
+    media_type = {"media_type": "application/json"} if "body" in request_parts else {}
+    case = operation.Case(
+        headers={"Authorization": f"Bearer {token}"},
+        path_parameters={"pid": known.pid} if "{pid}" in label else {},
+        **media_type,
+        **request_parts,
+    )
+    response = case.call_and_validate(checks=CHECKS)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "invalid_value"

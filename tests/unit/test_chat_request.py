@@ -139,3 +139,65 @@ def test_integers_may_be_written_as_whole_floats() -> None:
     with pytest.raises(ApiError) as info:
         _parse(body % b"64.5")
     assert info.value.param == "max_tokens"
+
+
+CHAT = b'{"model":"svc-fast","messages":[{"role":"user","content":"a"}],%s}'
+
+
+@pytest.mark.parametrize(
+    ("field", "param"),
+    [
+        (b'"max_tokens":"5"', "max_tokens"),
+        (b'"max_completion_tokens":"5"', "max_completion_tokens"),
+        (b'"temperature":"0.5"', "temperature"),
+        (b'"top_p":"1"', "top_p"),
+        (b'"stream":"true"', "stream"),
+        (b'"stream":1', "stream"),
+        (b'"max_tokens":true', "max_tokens"),
+    ],
+)
+def test_strings_are_never_numbers_or_booleans(field: bytes, param: str) -> None:
+    with pytest.raises(ApiError) as info:
+        _parse(CHAT % field)
+    assert info.value.kind is ErrorKind.INVALID_VALUE
+    assert info.value.param == param
+    assert f"'{param}'" in info.value.message
+
+
+def test_a_whole_float_is_an_integer_even_when_another_field_is_refused() -> None:
+    """The lenient retry converts whole floats only: the string next to one is still refused,
+    and named."""
+    with pytest.raises(ApiError) as info:
+        _parse(CHAT % b'"max_tokens":64.0,"temperature":"1"')
+    assert info.value.param == "temperature"
+    p = _parse(CHAT % b'"max_tokens":64.0,"temperature":1,"top_p":1.0,"user":[1.0,{"a":2.0}]')
+    assert (p.max_tokens, p.temperature, p.top_p) == (64, 1.0, 1.0)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"model":"svc-fast","messages":[{"role":"user","content":"\xff\xfe"}]}',
+        b'{"model":"svc-\xc3","messages":[]}',
+        b'{"model":"svc-fast","messages":[{"role":"user","content":"\xed\xa0\x80"}]}',
+        CHAT % (b'"metadata":' + b"[" * 1000 + b"]" * 1000),
+        CHAT % (b'"max_tokens":"5","metadata":' + b"[" * 1000 + b"]" * 1000),
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"model":7,"messages":' + b"{}" * 2 + b"}",
+    ],
+    ids=[
+        "bad-utf8",
+        "cut-utf8",
+        "surrogate",
+        "deep-ignored",
+        "deep-after-bad",
+        "deep",
+        "malformed-after-bad-field",
+    ],
+)
+def test_undecodable_bodies_are_a_400_without_a_param(body: bytes) -> None:
+    with pytest.raises(ApiError) as info:
+        _parse(body)
+    assert info.value.kind is ErrorKind.INVALID_VALUE
+    assert info.value.param is None
+    assert info.value.message.startswith(("We could not parse", "The JSON body"))

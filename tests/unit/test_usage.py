@@ -27,7 +27,8 @@ def test_days_accepted(raw: str | None, days: int) -> None:
     assert parse_days(raw) == days
 
 
-@pytest.mark.parametrize("raw", ["0", "367", "-1", "7.5", "seven", " 7", "1e2"])
+# "²" and "٣" are digits to str.isdigit() (int() refuses the first, reads the second as 3)
+@pytest.mark.parametrize("raw", ["0", "367", "-1", "7.5", "seven", " 7", "1e2", "²", "٣", "1²"])
 def test_days_refused_with_param(raw: str) -> None:
     with pytest.raises(ApiError) as info:
         parse_days(raw)
