@@ -200,6 +200,8 @@ class Completion:
             outcome = "shutdown"
         except BaseException:
             outcome = "client_disconnect"
+            # nobody waits for this settlement: its own callback reports a failure
+            self.begin_settle(outcome).add_done_callback(_report_abandoned_settlement)
             raise
         finally:
             STREAMS.discard(self)
@@ -348,26 +350,34 @@ class Completion:
     async def _settle(self, outcome: str) -> Settlement:
         prompt, completion = self.billed_tokens()
         used = 0 if outcome == "released" else self.params.alias.price.credits(prompt, completion)
-        try:
-            settled = await self.service.ledger.settle(
-                self.hold,
-                now=self.service.clock(),
-                credits_used=used,
-                prompt_tokens=prompt,
-                completion_tokens=completion,
-                outcome=outcome,
-            )
-        except REDIS_ERRORS as exc:
-            log.warning(
-                "settlement failed (%s): the sweeper refunds the reservation after its deadline",
-                type(exc).__name__,
-            )
-            raise
+        settled = await self.service.ledger.settle(
+            self.hold,
+            now=self.service.clock(),
+            credits_used=used,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            outcome=outcome,
+        )
         if settled.status is ScriptStatus.OK:
             METRICS.settled(
                 outcome, self.ident.environment, used=settled.credits_used, held=self.hold.amount
             )
         return settled
+
+
+def _report_abandoned_settlement(task: asyncio.Task[Settlement]) -> None:
+    """One line for a settlement of a stream that is gone (the request's handler, which
+    reports the others, has returned)."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if isinstance(exc, REDIS_ERRORS):
+        log.warning(
+            "settlement failed (%s): the sweeper refunds the reservation after its deadline",
+            type(exc).__name__,
+        )
+    elif exc is not None:
+        log.error("settlement failed", exc_info=exc)
 
 
 class _Heartbeat:
