@@ -12,7 +12,10 @@ balance):
 The stored earned field counts even when its expiry has passed: a script that zeroes an
 expired pool appends the expiry event in the same atomic call, so until then the credits
 are still on both sides. Second check, per account and environment: the all-time usage
-counters (``use:<pid>``) = durable rollups + unflushed usage events.
+counters (``use:<pid>``) = durable rollups + unflushed usage events. Third, the same per
+day (``use:<pid>:<YYYYMMDD>`` = that day's rollups + unflushed events of that day) for the
+days Redis holds completely: a script that fails half-way can leave a day counter apart
+from the all-time one.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from app.redis_client import RedisClient
 from app.redis_keys import KeySpace
 from app.shard_state import ShardRead, Sums, consistent_shards, redis_accounts
 from app.store import LedgerSnapshot, Store
-from app.usage import epoch_after
+from app.usage import epoch_after, first_redis_day, redis_days
 
 GRANT_MARKER_TTL_S = 400 * 86_400  # as Ledger.grant's default
 SPOTLIGHT_COUNTER_TTL_S = 2 * 86_400
@@ -62,6 +65,7 @@ class AccountCheck(msgspec.Struct):
     ledger: LedgerSide | None
     balance_drift: int  # redis total − ledger total
     usage_drift: dict[str, int]  # "<env>:<counter>": redis − ledger, non-zero ones only
+    day_drift: dict[str, dict[str, int]]  # "YYYY-MM-DD" -> as usage_drift, for that day
 
 
 class ReconcileReport(msgspec.Struct):
@@ -72,6 +76,7 @@ class ReconcileReport(msgspec.Struct):
     balance_drift: int  # Σ over the accounts
     unflushed_events: int
     accounts: list[AccountCheck]  # those with drift (every account with ``everything``)
+    first_day_checked: str | None  # day counters compared from this day to today; None: none
 
 
 class RebuildReport(msgspec.Struct):
@@ -95,8 +100,18 @@ class RebuildReport(msgspec.Struct):
 # -- reconcile ---------------------------------------------------------------------------
 
 
+def _drift(counted: dict[str, int], ledger: dict[str, int]) -> dict[str, int]:
+    """Redis − ledger per "<env>:<counter>", the non-zero ones only."""
+    return {
+        name: counted.get(name, 0) - ledger.get(name, 0)
+        for name in sorted(set(counted) | set(ledger))
+        if counted.get(name, 0) != ledger.get(name, 0)
+    }
+
+
 def check_account(pid: str, shard: int, state: ShardRead, sums: Sums, known: bool) -> AccountCheck:
-    """One account's balances and usage counters against its ledger."""
+    """One account's balances and usage counters (all-time and of the days read) against
+    its ledger."""
     pools = state.pools.get(pid)
     held_e, held_p = state.held.get(pid, (0, 0))
     redis_side = None
@@ -118,11 +133,13 @@ def check_account(pid: str, shard: int, state: ShardRead, sums: Sums, known: boo
             unflushed_expired=sums.unflushed_expired,
             total=sums.total,
         )
-    counted = state.usage.get(pid, {})
-    usage_drift = {
-        name: counted.get(name, 0) - sums.usage.get(name, 0)
-        for name in sorted(set(counted) | set(sums.usage))
-        if counted.get(name, 0) != sums.usage.get(name, 0)
+    usage_drift = _drift(state.usage.get(pid, {}), sums.usage)
+    # Only the days read from Redis: the ledger's other days (older unflushed events) are
+    # outside the window on both sides.
+    day_drift = {
+        day: of_day
+        for day, counted in sorted(state.days.get(pid, {}).items())
+        if (of_day := _drift(counted, sums.days.get(day, {})))
     }
     drift = (redis_side.total if redis_side else 0) - (ledger_side.total if ledger_side else 0)
     if redis_side is None:
@@ -130,7 +147,7 @@ def check_account(pid: str, shard: int, state: ShardRead, sums: Sums, known: boo
     elif ledger_side is None:
         status = "missing_in_store"
     else:
-        status = "drift" if drift or usage_drift else "ok"
+        status = "drift" if drift or usage_drift or day_drift else "ok"
     return AccountCheck(
         account_pid=pid,
         shard=shard,
@@ -139,7 +156,20 @@ def check_account(pid: str, shard: int, state: ShardRead, sums: Sums, known: boo
         ledger=ledger_side,
         balance_drift=drift,
         usage_drift=usage_drift,
+        day_drift=day_drift,
     )
+
+
+async def complete_usage_days(
+    redis: RedisClient, keys: KeySpace, store: Store, *, now: float, retention_s: int
+) -> list[str]:
+    """The days Redis holds every usage counter of, newest first (``first_redis_day``):
+    an older day's hash may have expired, or hold only what came after this Redis's usage
+    epoch. Without an epoch (no server started on this Redis since it was new or emptied)
+    the one a server would start; reconcile only reads, so it does not set it."""
+    raw = await redis.get(keys.usage_epoch())
+    epoch = int(raw) if raw is not None else epoch_after(await store.last_usage_day())
+    return redis_days(now, first_redis_day(now, epoch, retention_s))
 
 
 async def reconcile(
@@ -149,11 +179,14 @@ async def reconcile(
     *,
     now: float,
     earned_ttl_s: int,
+    usage_retention_s: int,
     everything: bool = False,
 ) -> ReconcileReport:
-    """Every account's Redis balance and usage counters against the durable ledger."""
+    """Every account's Redis balance and usage counters against the durable ledger;
+    ``usage_retention_s`` is how long a usage day hash lives (``usage_day_ttl_s``)."""
+    days = await complete_usage_days(redis, keys, store, now=now, retention_s=usage_retention_s)
     in_redis = await redis_accounts(redis, keys)
-    shards, known = await consistent_shards(redis, keys, store, in_redis, earned_ttl_s)
+    shards, known = await consistent_shards(redis, keys, store, in_redis, earned_ttl_s, days)
     checks = [
         check_account(pid, shard, state, sums, pid in known)
         for shard, (state, shard_sums) in sorted(shards.items())
@@ -169,6 +202,7 @@ async def reconcile(
         balance_drift=sum(c.balance_drift for c in checks),
         unflushed_events=sum(len(state.events) for state, _ in shards.values()),
         accounts=checks if everything else drifting,
+        first_day_checked=days[-1] if days else None,
     )
 
 
