@@ -145,6 +145,7 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
             s.store,
             now=s.clock(),
             earned_ttl_s=s.settings.earned_expiry_days * 86_400,
+            usage_retention_s=s.settings.usage_day_ttl_s,
             everything=args.all,
         )
         return ExitWith(report, DRIFT_EXIT) if report.accounts_with_drift else report

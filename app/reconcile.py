@@ -12,27 +12,27 @@ balance):
 The stored earned field counts even when its expiry has passed: a script that zeroes an
 expired pool appends the expiry event in the same atomic call, so until then the credits
 are still on both sides. Second check, per account and environment: the all-time usage
-counters (``use:<pid>``) = durable rollups + unflushed usage events.
+counters (``use:<pid>``) = durable rollups + unflushed usage events. Third, the same per
+day (``use:<pid>:<YYYYMMDD>`` = that day's rollups + unflushed events of that day) for the
+days Redis holds completely: a script that fails half-way can leave a day counter apart
+from the all-time one.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
-from typing import Any
 
 import msgspec
 
-from app.errors import ApiError, ErrorKind, service_unavailable
-from app.flusher import ExpiryEvent, StreamEvent, UsageEvent, next_stream_id, parse_event
+from app.errors import ApiError, ErrorKind
+from app.flusher import next_stream_id
 from app.ledger import Identity, Ledger, day_tag, utc_day
 from app.redis_client import RedisClient
-from app.redis_keys import KeySpace, as_text
+from app.redis_keys import KeySpace
+from app.shard_state import ShardRead, Sums, consistent_shards, redis_accounts
 from app.store import LedgerSnapshot, Store
-from app.usage import COUNTERS, epoch_after
+from app.usage import epoch_after, first_redis_day, redis_days
 
-MAX_ROUNDS = 20  # durable snapshots before giving up on a flusher that keeps moving
-MAX_READS = 50  # reads of one shard before giving up on reservations that keep changing
 GRANT_MARKER_TTL_S = 400 * 86_400  # as Ledger.grant's default
 SPOTLIGHT_COUNTER_TTL_S = 2 * 86_400
 LOST_ON_REBUILD = (
@@ -65,6 +65,7 @@ class AccountCheck(msgspec.Struct):
     ledger: LedgerSide | None
     balance_drift: int  # redis total − ledger total
     usage_drift: dict[str, int]  # "<env>:<counter>": redis − ledger, non-zero ones only
+    day_drift: dict[str, dict[str, int]]  # "YYYY-MM-DD" -> as usage_drift, for that day
 
 
 class ReconcileReport(msgspec.Struct):
@@ -75,6 +76,7 @@ class ReconcileReport(msgspec.Struct):
     balance_drift: int  # Σ over the accounts
     unflushed_events: int
     accounts: list[AccountCheck]  # those with drift (every account with ``everything``)
+    first_day_checked: str | None  # day counters compared from this day to today; None: none
 
 
 class RebuildReport(msgspec.Struct):
@@ -95,190 +97,21 @@ class RebuildReport(msgspec.Struct):
     lost: str
 
 
-class ShardRead(msgspec.Struct):
-    """One instant of one shard in Redis."""
-
-    pools: dict[str, tuple[int, int]]  # pid -> (earned, purchased); absent: no hash
-    held: dict[str, tuple[int, int]]  # pid -> (earned, purchased) held, live reservations
-    usage: dict[str, dict[str, int]]  # pid -> "<env>:<counter>" -> all-time value
-    events: list[StreamEvent]  # after the durable cursor
-
-
-class Sums(msgspec.Struct):
-    """One account's ledger: durable sums plus its unflushed events."""
-
-    granted_earned: int = 0
-    granted_purchased: int = 0
-    last_earned_grant: int = 0
-    last_earned_expiry: int | None = None
-    expired: int = 0
-    used: int = 0  # live credits
-    used_earned: int = 0
-    unflushed_used: int = 0
-    unflushed_expired: int = 0
-    usage: dict[str, int] = msgspec.field(default_factory=dict)  # "<env>:<counter>"
-
-    @property
-    def total(self) -> int:
-        return self.granted_earned + self.granted_purchased - self.expired - self.used
-
-
-# -- reading -----------------------------------------------------------------------------
-
-
-async def redis_accounts(redis: RedisClient, keys: KeySpace) -> set[str]:
-    """Every account that has a balance hash in Redis (SCAN: never blocks the server)."""
-    head = f"{keys.prefix}:{{s"
-    found = set()
-    async for name in redis.scan_iter(match=f"{keys.prefix}:{{s*}}:acct:*", count=1000):
-        text = as_text(name)
-        if text.startswith(head):
-            found.add(text.split(":acct:", 1)[1])
-    return found
-
-
-def _by_shard(keys: KeySpace, pids: Iterable[str]) -> dict[int, list[str]]:
-    shards: dict[int, list[str]] = defaultdict(list)
-    for pid in sorted(set(pids)):
-        shards[keys.shard(pid)].append(pid)
-    return shards
-
-
-async def read_shard(
-    redis: RedisClient, keys: KeySpace, shard: int, pids: list[str], cursor: str | None
-) -> ShardRead:
-    """Pools, holds, usage counters and unflushed events of a shard, at one instant.
-
-    All of a shard's keys share one hash tag, so one MULTI reads them atomically (on a
-    Cluster too). The reservation ids are read first and again inside the MULTI: when the
-    two differ a reservation opened or closed in between, and the shard is read again.
-    """
-    rsv_key = keys.reservations(shard)
-    for _ in range(MAX_READS):
-        rids = [as_text(r) for r in await redis.zrange(rsv_key, 0, -1)]
-        pipe = redis.pipeline(transaction=True)
-        pipe.zrange(rsv_key, 0, -1)
-        for pid in pids:
-            pipe.hmget(keys.account(shard, pid), ["earned", "purchased"])
-            pipe.hgetall(keys.usage_total(shard, pid))
-        for rid in rids:
-            pipe.hmget(keys.reservation(shard, rid), ["acct", "env", "fe", "fp"])
-        pipe.xrange(keys.events(shard), f"({cursor}" if cursor else "-", "+")
-        results = await pipe.execute()
-        if sorted(as_text(r) for r in results[0]) == sorted(rids):
-            return _shard_read(pids, results[1:])
-    raise service_unavailable()
-
-
-def _shard_read(pids: list[str], results: list[Any]) -> ShardRead:
-    pools: dict[str, tuple[int, int]] = {}
-    usage: dict[str, dict[str, int]] = {}
-    for i, pid in enumerate(pids):
-        earned, purchased = results[2 * i]
-        if purchased is not None:
-            pools[pid] = (int(earned or 0), int(purchased))
-        usage[pid] = {as_text(k): int(v) for k, v in results[2 * i + 1].items()}
-    held: dict[str, tuple[int, int]] = {}
-    for row in results[2 * len(pids) : -1]:
-        acct, env, fe, fp = row
-        if acct is None or as_text(env) != "live":
-            continue  # settled between the two reads (then the ids differ), or a test key
-        e, p = held.get(as_text(acct), (0, 0))
-        held[as_text(acct)] = (e + int(fe), p + int(fp))
-    events = [parse_event(entry_id, fields) for entry_id, fields in results[-1] or []]
-    return ShardRead(pools=pools, held=held, usage=usage, events=events)
-
-
-def ledger_sums(snapshot: LedgerSnapshot, earned_ttl_s: int) -> dict[str, Sums]:
-    """Durable sums per account."""
-    sums: dict[str, Sums] = defaultdict(Sums)
-    for account in snapshot.accounts:
-        sums[account.pid]  # every account, even one without any grant
-    for g in snapshot.grants:
-        s = sums[g.account_pid]
-        if g.pool == "earned":
-            s.granted_earned += g.credits
-            s.last_earned_grant = g.last_granted_at
-            s.last_earned_expiry = g.last_expires_at or g.last_granted_at + earned_ttl_s
-        else:
-            s.granted_purchased += g.credits
-    for u in snapshot.usage:
-        s = sums[u.account_pid]
-        for name in COUNTERS:
-            s.usage[f"{u.environment}:{name}"] = getattr(u, name)
-        if u.environment == "live":
-            s.used += u.credits
-            s.used_earned += u.earned_credits
-    for pid, credits in snapshot.expiries.items():
-        sums[pid].expired += credits
-    return dict(sums)
-
-
-def add_unflushed(sums: dict[str, Sums], events: list[StreamEvent]) -> None:
-    """Count the events after the durable cursor into the accounts' sums."""
-    for e in events:
-        s = sums.setdefault(e.account_pid, Sums())
-        if isinstance(e, ExpiryEvent):
-            s.expired += e.credits
-            s.unflushed_expired += e.credits
-            continue
-        assert isinstance(e, UsageEvent)
-        env = e.environment
-        for name, value in zip(
-            COUNTERS, (1, e.prompt_tokens, e.completion_tokens, e.credits), strict=True
-        ):
-            s.usage[f"{env}:{name}"] = s.usage.get(f"{env}:{name}", 0) + value
-        if env == "live":
-            s.used += e.credits
-            s.used_earned += e.earned_credits
-            s.unflushed_used += e.credits
-
-
-Shards = dict[int, tuple[ShardRead, dict[str, Sums]]]
-
-
-async def consistent_shards(
-    redis: RedisClient, keys: KeySpace, store: Store, pids: set[str], earned_ttl_s: int
-) -> tuple[Shards, set[str]]:
-    """Each shard's Redis state with the ledger sums of its accounts (``pids`` and every
-    account of the store) at one instant; also the accounts the store knows.
-
-    Race with the flusher: it moves events from a stream into the store (and then trims
-    them) between any two reads. The store's sums and cursors come from one read
-    transaction; the shard is read atomically with only the entries after that cursor;
-    then the cursor is read again. Unchanged, no batch was applied in between (the cursor
-    only grows, and entries are trimmed only up to it), so each event was counted exactly
-    once. Moved, the shard is read again against a fresh snapshot. This never pauses the
-    flusher or takes its lease (a busy shard's lease is only free lease_s after its last
-    batch, which would make a pass over 64 shards take minutes); a retry costs one more
-    snapshot and one more read of the shards that moved.
-    """
-    done: Shards = {}
-    for _ in range(MAX_ROUNDS):
-        snapshot = await store.ledger_snapshot()
-        known = {a.pid for a in snapshot.accounts}
-        sums = ledger_sums(snapshot, earned_ttl_s)
-        shards = _by_shard(keys, pids | set(sums))
-        for shard, shard_pids in sorted(shards.items()):
-            if shard in done:
-                continue
-            cursor = snapshot.cursors.get(shard)
-            state = await read_shard(redis, keys, shard, shard_pids, cursor)
-            if await store.get_cursor(shard) != cursor:
-                continue  # the flusher applied a batch meanwhile: again next round
-            shard_sums = {pid: sums.get(pid, Sums()) for pid in shard_pids}
-            add_unflushed(shard_sums, state.events)
-            done[shard] = (state, shard_sums)
-        if len(done) == len(shards):
-            return done, known
-    raise service_unavailable()
-
-
 # -- reconcile ---------------------------------------------------------------------------
 
 
+def _drift(counted: dict[str, int], ledger: dict[str, int]) -> dict[str, int]:
+    """Redis − ledger per "<env>:<counter>", the non-zero ones only."""
+    return {
+        name: counted.get(name, 0) - ledger.get(name, 0)
+        for name in sorted(set(counted) | set(ledger))
+        if counted.get(name, 0) != ledger.get(name, 0)
+    }
+
+
 def check_account(pid: str, shard: int, state: ShardRead, sums: Sums, known: bool) -> AccountCheck:
-    """One account's balances and usage counters against its ledger."""
+    """One account's balances and usage counters (all-time and of the days read) against
+    its ledger."""
     pools = state.pools.get(pid)
     held_e, held_p = state.held.get(pid, (0, 0))
     redis_side = None
@@ -300,11 +133,13 @@ def check_account(pid: str, shard: int, state: ShardRead, sums: Sums, known: boo
             unflushed_expired=sums.unflushed_expired,
             total=sums.total,
         )
-    counted = state.usage.get(pid, {})
-    usage_drift = {
-        name: counted.get(name, 0) - sums.usage.get(name, 0)
-        for name in sorted(set(counted) | set(sums.usage))
-        if counted.get(name, 0) != sums.usage.get(name, 0)
+    usage_drift = _drift(state.usage.get(pid, {}), sums.usage)
+    # Only the days read from Redis: the ledger's other days (older unflushed events) are
+    # outside the window on both sides.
+    day_drift = {
+        day: of_day
+        for day, counted in sorted(state.days.get(pid, {}).items())
+        if (of_day := _drift(counted, sums.days.get(day, {})))
     }
     drift = (redis_side.total if redis_side else 0) - (ledger_side.total if ledger_side else 0)
     if redis_side is None:
@@ -312,7 +147,7 @@ def check_account(pid: str, shard: int, state: ShardRead, sums: Sums, known: boo
     elif ledger_side is None:
         status = "missing_in_store"
     else:
-        status = "drift" if drift or usage_drift else "ok"
+        status = "drift" if drift or usage_drift or day_drift else "ok"
     return AccountCheck(
         account_pid=pid,
         shard=shard,
@@ -321,7 +156,20 @@ def check_account(pid: str, shard: int, state: ShardRead, sums: Sums, known: boo
         ledger=ledger_side,
         balance_drift=drift,
         usage_drift=usage_drift,
+        day_drift=day_drift,
     )
+
+
+async def complete_usage_days(
+    redis: RedisClient, keys: KeySpace, store: Store, *, now: float, retention_s: int
+) -> list[str]:
+    """The days Redis holds every usage counter of, newest first (``first_redis_day``):
+    an older day's hash may have expired, or hold only what came after this Redis's usage
+    epoch. Without an epoch (no server started on this Redis since it was new or emptied)
+    the one a server would start; reconcile only reads, so it does not set it."""
+    raw = await redis.get(keys.usage_epoch())
+    epoch = int(raw) if raw is not None else epoch_after(await store.last_usage_day())
+    return redis_days(now, first_redis_day(now, epoch, retention_s))
 
 
 async def reconcile(
@@ -331,11 +179,14 @@ async def reconcile(
     *,
     now: float,
     earned_ttl_s: int,
+    usage_retention_s: int,
     everything: bool = False,
 ) -> ReconcileReport:
-    """Every account's Redis balance and usage counters against the durable ledger."""
+    """Every account's Redis balance and usage counters against the durable ledger;
+    ``usage_retention_s`` is how long a usage day hash lives (``usage_day_ttl_s``)."""
+    days = await complete_usage_days(redis, keys, store, now=now, retention_s=usage_retention_s)
     in_redis = await redis_accounts(redis, keys)
-    shards, known = await consistent_shards(redis, keys, store, in_redis, earned_ttl_s)
+    shards, known = await consistent_shards(redis, keys, store, in_redis, earned_ttl_s, days)
     checks = [
         check_account(pid, shard, state, sums, pid in known)
         for shard, (state, shard_sums) in sorted(shards.items())
@@ -351,6 +202,7 @@ async def reconcile(
         balance_drift=sum(c.balance_drift for c in checks),
         unflushed_events=sum(len(state.events) for state, _ in shards.values()),
         accounts=checks if everything else drifting,
+        first_day_checked=days[-1] if days else None,
     )
 
 

@@ -115,6 +115,12 @@ def first_redis_day(now: float, epoch: int, retention_s: int) -> str:
     return day_of(max(by_retention, epoch // DAY_S) * DAY_S)
 
 
+def redis_days(now: float, first: str) -> list[str]:
+    """The days from ``first`` (see ``first_redis_day``) to today, newest first, at most
+    ``MAX_DAYS`` of them: the days read from Redis."""
+    return [d for d in window(now, MAX_DAYS) if d >= first]
+
+
 def epoch_after(last_durable_day: str | None) -> int:
     """The epoch a Redis without one starts: the day after the last day the durable store
     has rollups for (that day and older are read from there), or 0 when it has none."""
@@ -144,7 +150,7 @@ class UsageReader:
         """All-time totals and the last ``days`` UTC days of ``pid`` in ``environment``."""
         wanted = window(now, days)
         first = first_redis_day(now, await self.epoch(), self.retention_s)
-        recent = [d for d in window(now, MAX_DAYS) if d >= first]  # newest first
+        recent = redis_days(now, first)
         from_redis = await self.ledger.usage_days(pid, environment, recent) if recent else {}
         # Days from ``first`` on come from Redis; every older day from the store, the
         # window's days and the sum of all of them each read in one statement.

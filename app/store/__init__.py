@@ -131,10 +131,11 @@ class Store(Protocol):
     async def get_cursor(self, shard: int) -> str | None:
         """The last stream id applied for the shard, or None."""
 
-    async def ledger_snapshot(self) -> LedgerSnapshot:
+    async def ledger_snapshot(self, since_day: str = END_OF_TIME) -> LedgerSnapshot:
         """Accounts, flush cursors and the sums of grants, usage and expiries per account,
-        all read in one transaction (one consistent instant, even while the flusher
-        writes)."""
+        and the usage sums per account, environment and day from ``since_day`` on (none
+        by default), all read in one transaction (one consistent instant, even while the
+        flusher writes)."""
 
     async def list_all_keys(self) -> list[KeyRecord]:
         """Every key of every account, revoked ones included."""

@@ -188,3 +188,8 @@ USAGE_BY_ACCOUNT = (
     f"SELECT account_pid, environment, {_SUMS}, SUM(earned_credits) FROM usage_daily "
     "GROUP BY account_pid, environment"
 )
+# Per account, environment and day, from a day on: the day counters reconcile compares.
+USAGE_DAYS_BY_ACCOUNT = (
+    f"SELECT account_pid, environment, day, {_SUMS} FROM usage_daily "
+    "WHERE day >= ? GROUP BY account_pid, environment, day"
+)

@@ -107,6 +107,7 @@ INSERT_EXPIRY = _pg(sql.INSERT_EXPIRY)
 SNAPSHOT_QUERIES = tuple(
     _pg(q) for q in (sql.LIST_CURSORS, sql.GRANT_TOTALS, sql.USAGE_BY_ACCOUNT, sql.EXPIRY_TOTALS)
 )
+USAGE_DAYS_BY_ACCOUNT = _pg(sql.USAGE_DAYS_BY_ACCOUNT)
 # The first statement of a snapshot's transaction: every later read sees the same instant.
 SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 # PostgreSQL only: key inserts of one account take turns, so seq grows with each key.
@@ -375,7 +376,7 @@ class PostgresStore:
         rows = await self._rows(GET_CURSOR, (shard,))
         return str(rows[0][0]) if rows else None
 
-    async def ledger_snapshot(self) -> LedgerSnapshot:
+    async def ledger_snapshot(self, since_day: str = END_OF_TIME) -> LedgerSnapshot:
         """Accounts, cursors and ledger sums from one REPEATABLE READ transaction."""
 
         async def read(conn: Conn) -> LedgerSnapshot:
@@ -385,7 +386,8 @@ class PostgresStore:
                 for row in await (await conn.execute(LIST_ACCOUNTS)).fetchall()
             ]
             results = [await (await conn.execute(q)).fetchall() for q in SNAPSHOT_QUERIES]
-            return ledger_snapshot(accounts, *results)
+            days = await (await conn.execute(USAGE_DAYS_BY_ACCOUNT, (since_day,))).fetchall()
+            return ledger_snapshot(accounts, *results, usage_days=days)
 
         return await self._write(read)  # _write: one explicit transaction
 

@@ -93,6 +93,8 @@ class LedgerSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     grants: list[GrantTotal]
     usage: list[UsageRollup]  # one per account and environment (kid, alias, day empty)
     expiries: dict[str, int]  # account -> credits expired
+    # one per account, environment and day from the day asked for on (kid, alias empty)
+    usage_days: list[UsageRollup]
 
 
 def to_row(rec: msgspec.Struct) -> Row:
@@ -128,9 +130,12 @@ def ledger_snapshot(
     grants: list[Row],
     usage: list[Row],
     expiries: list[Row],
+    *,
+    usage_days: list[Row],
 ) -> LedgerSnapshot:
     """A snapshot from the rows of the ``LIST_ACCOUNTS``, ``LIST_CURSORS``,
-    ``GRANT_TOTALS``, ``USAGE_BY_ACCOUNT`` and ``EXPIRY_TOTALS`` statements."""
+    ``GRANT_TOTALS``, ``USAGE_BY_ACCOUNT``, ``EXPIRY_TOTALS`` and
+    ``USAGE_DAYS_BY_ACCOUNT`` statements."""
     return LedgerSnapshot(
         accounts=accounts,
         cursors={int(shard): str(last_id) for shard, last_id in cursors},
@@ -151,4 +156,7 @@ def ledger_snapshot(
             for row in usage
         ],
         expiries={str(pid): int(credits or 0) for pid, credits in expiries},
+        usage_days=[
+            usage_sums(str(row[0]), str(row[1]), str(row[2]), row[3:7]) for row in usage_days
+        ],
     )

@@ -217,7 +217,7 @@ class SQLiteStore:
         rows = await self._rows(sql.GET_CURSOR, (shard,))
         return str(rows[0][0]) if rows else None
 
-    async def ledger_snapshot(self) -> LedgerSnapshot:
+    async def ledger_snapshot(self, since_day: str = END_OF_TIME) -> LedgerSnapshot:
         """Accounts, cursors and ledger sums from one read transaction: in WAL mode it
         reads one snapshot of the file, and it does not block the writers."""
 
@@ -239,6 +239,7 @@ class SQLiteStore:
                             sql.EXPIRY_TOTALS,
                         )
                     ),
+                    usage_days=conn.execute(sql.USAGE_DAYS_BY_ACCOUNT, (since_day,)).fetchall(),
                 )
             finally:
                 conn.execute("COMMIT")

@@ -13,15 +13,17 @@ from app.accounts import Accounts
 from app.auth import Authenticator
 from app.errors import ApiError, ErrorKind
 from app.flusher import Flusher
-from app.ledger import Hold, Ledger
+from app.ledger import Hold, Ledger, day_tag, utc_day
 from app.reconcile import ReconcileReport, rebuild_redis, reconcile
 from app.redis_keys import KeySpace
 from app.rewards import Spotlights
 from app.store import Store, open_store
+from app.usage import UsageReader
 from tests.conftest import Clock
 
 DAY = 86_400
 TTL = 2 * DAY
+USAGE_TTL = 40 * DAY
 PEPPER = b"pepper"
 
 
@@ -56,7 +58,9 @@ class World:
 async def world(real_redis: Redis, store: Store) -> World:
     keys = KeySpace("svc", 8)
     clock = Clock()
-    ledger = Ledger(real_redis, keys, cap_ttl_s=TTL, usage_ttl_s=40 * DAY)
+    ledger = Ledger(real_redis, keys, cap_ttl_s=TTL, usage_ttl_s=USAGE_TTL)
+    # as a server does at start-up: Redis holds every day's counters from its epoch on
+    await UsageReader(ledger, store, retention_s=USAGE_TTL).epoch()
     return World(
         redis=real_redis,
         keys=keys,
@@ -151,7 +155,13 @@ async def mixed_load(w: World) -> None:
 
 async def _reconcile(w: World) -> ReconcileReport:
     return await reconcile(
-        w.redis, w.keys, w.store, now=w.clock(), earned_ttl_s=2 * DAY, everything=True
+        w.redis,
+        w.keys,
+        w.store,
+        now=w.clock(),
+        earned_ttl_s=2 * DAY,
+        usage_retention_s=USAGE_TTL,
+        everything=True,
     )
 
 
@@ -160,11 +170,15 @@ def _drifting(report: ReconcileReport) -> list[str]:
 
 
 async def test_no_drift_after_a_mixed_load(world: World) -> None:
+    first_day = utc_day(world.clock())
     await mixed_load(world)
     report = await _reconcile(world)
     assert (report.accounts_checked, report.accounts_with_drift, report.balance_drift) == (3, 0, 0)
     assert report.unflushed_events > 0
     assert _drifting(report) == []
+    # the day counters were compared too, both days of the load (durable and unflushed)
+    assert report.first_day_checked is not None
+    assert report.first_day_checked <= first_day
     by_pid = {c.account_pid: c for c in report.accounts}
     for pid in world.pids:
         check = by_pid[pid]
@@ -172,6 +186,9 @@ async def test_no_drift_after_a_mixed_load(world: World) -> None:
         assert check.ledger is not None
         assert check.redis.total == check.ledger.total
         assert check.ledger.expired > 0  # each account had earned credits lapse
+        assert (check.usage_drift, check.day_drift) == ({}, {})
+    by_day = await world.store.ledger_snapshot(since_day=report.first_day_checked)
+    assert {d.day for d in by_day.usage_days} == {first_day, utc_day(world.clock())}
     a = by_pid[world.pids[0]]
     assert a.redis is not None
     assert a.redis.held > 0
@@ -255,3 +272,46 @@ async def test_reconcile_sees_usage_counter_drift(world: World) -> None:
     assert _drifting(report) == [c]
     (check,) = [x for x in report.accounts if x.account_pid == c]
     assert (check.balance_drift, check.usage_drift) == (0, {"live:requests": 2})
+
+
+async def _bump_day_counter(w: World, pid: str, day: str, field: str, by: int) -> None:
+    """What a settle that failed half-way did: one day counter moved, nothing else."""
+    await w.redis.hincrby(w.keys.usage_day(w.keys.shard(pid), pid, day_tag(day)), field, by)
+
+
+async def test_reconcile_sees_a_day_counter_apart_from_the_all_time_one(world: World) -> None:
+    first_day = utc_day(world.clock())
+    await mixed_load(world)
+    c = world.pids[2]
+    await _bump_day_counter(world, c, first_day, "live:requests", 1)
+    report = await _reconcile(world)
+    assert _drifting(report) == [c]
+    assert report.accounts_with_drift == 1
+    (check,) = [x for x in report.accounts if x.account_pid == c]
+    assert check.status == "drift"
+    assert (check.balance_drift, check.usage_drift) == (0, {})
+    assert check.day_drift == {first_day: {"live:requests": 1}}
+
+
+async def test_days_before_the_usage_epoch_are_not_compared(world: World) -> None:
+    first_day = utc_day(world.clock())
+    await mixed_load(world)
+    today = utc_day(world.clock())
+    c = world.pids[2]
+    await _bump_day_counter(world, c, first_day, "live:requests", 1)
+    # Redis lost its data yesterday: it holds complete counters from today on only
+    await world.redis.set(world.keys.usage_epoch(), int(world.clock()) // DAY * DAY)
+    report = await _reconcile(world)
+    assert (report.first_day_checked, report.accounts_with_drift) == (today, 0)
+    await _bump_day_counter(world, c, today, "test:credits", -2)
+    report = await _reconcile(world)
+    assert _drifting(report) == [c]
+    (check,) = [x for x in report.accounts if x.account_pid == c]
+    assert check.day_drift == {today: {"test:credits": -2}}
+
+    # Without an epoch, the one a server would start (after the last durable day, today
+    # here): no day is compared, and reconcile does not set it.
+    await world.redis.delete(world.keys.usage_epoch())
+    report = await _reconcile(world)
+    assert (report.first_day_checked, report.accounts_with_drift) == (None, 0)
+    assert await world.redis.get(world.keys.usage_epoch()) is None

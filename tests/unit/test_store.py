@@ -429,3 +429,30 @@ async def test_concurrent_key_inserts_never_pass_the_active_limit(
     assert await store.insert_key(_key("kidlate00000", 50), max_active=5)
     assert not await store.insert_key(_key("kidlate00001", 51), max_active=5)
     assert await store.insert_key(_key("kidnolimit00", 52))  # no limit asked: written
+
+
+async def test_ledger_snapshot_sums_days_from_the_day_asked_for(store: Store) -> None:
+    await store.apply_usage(
+        1,
+        "1-0",
+        [
+            _use("2026-11-20", 1),
+            _use("2026-11-21", 2, kid="k1"),
+            _use("2026-11-21", 3, kid="k2", alias="svc-code"),
+            _use("2026-11-21", 100, env="test"),
+            _use("2026-11-22", 1000, pid="acct_B"),
+        ],
+    )
+    assert (await store.ledger_snapshot()).usage_days == []  # none unless asked for
+    snap = await store.ledger_snapshot(since_day="2026-11-21")
+    days = sorted(
+        (d.account_pid, d.environment, d.day, d.requests, d.prompt_tokens, d.credits)
+        for d in snap.usage_days
+    )
+    assert days == [
+        ("acct_A", "live", "2026-11-21", 2, 20, 5),
+        ("acct_A", "test", "2026-11-21", 1, 10, 100),
+        ("acct_B", "live", "2026-11-22", 1, 10, 1000),
+    ]
+    assert {(d.kid, d.alias) for d in snap.usage_days} == {("", "")}
+    assert sum(u.credits for u in snap.usage) == 1106  # the all-time sums are unchanged
