@@ -24,7 +24,8 @@ async def _one(client: httpx.AsyncClient, url: str, key: str) -> tuple[int, dict
 
 
 async def test_200_concurrent_requests_against_50_affordable(server: Server) -> None:
-    # svc-smart, prompt "hi" = 4 tokens, max_tokens 20: hold = ceil((200 + 3000)/1000) = 4
+    # svc-smart, "hi", max_tokens 20: each request costs ceil((4 x 50 + 20 x 150) / 1000) = 4
+    # (24 simulated tokens, cut at 20) but holds 6: its prompt's bound is 42 tokens
     pid = server.new_account(4 * 50)
     key = server.new_key(pid)
     start = server.balance(pid)
@@ -35,11 +36,12 @@ async def test_200_concurrent_requests_against_50_affordable(server: Server) -> 
     ok = [body for status, body in results if status == 200]
     refused = [body for status, body in results if status != 200]
     assert {status for status, _ in results} <= {200, 402}
-    # every request uses its whole hold (24 simulated tokens, cut at 20): exactly 50 fit
-    assert len(ok) == 50
+    # at least what fits when every hold is open at once, at most what the charges allow
+    assert 200 // 6 <= len(ok) <= 50
     for body in refused:
         assert body["error"]["code"] == "insufficient_credits"  # type: ignore[index]
     used = sum(int(body["svc"]["credits_used"]) for body in ok)  # type: ignore[index]
+    assert all(int(body["svc"]["credits_used"]) == 4 for body in ok)  # type: ignore[index]
     end = server.balance(pid)
-    assert end == 0
-    assert start - end == used == 200
+    assert end >= 0
+    assert start - end == used == 4 * len(ok)
