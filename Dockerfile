@@ -6,10 +6,9 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY app ./app
-COPY lua ./lua
 COPY bench ./bench
 RUN python -m venv /opt/svc && /opt/svc/bin/pip install . \
- && /opt/svc/bin/python -c "import json; from app.logs import granian_log_config; \
+ && /opt/svc/bin/python -c "import json; from app.core.logs import granian_log_config; \
 print(json.dumps(granian_log_config()))" > /opt/svc/granian-log.json
 
 # Runtime stage: the virtualenv only, run as an unprivileged user.

@@ -4,11 +4,11 @@ Reads resolved settings from the environment (``svc serve`` exports them; a cont
 sets ``SVC_REDIS_URL``, ``SVC_DATABASE_URL``, ``SVC_KEY_PEPPER``, ``SVC_ADMIN_TOKEN``).
 """
 
+from app.core.logs import configure_logging
+from app.core.metrics import share_across_workers
+from app.core.settings import Settings
 from app.http.app import Gateway, create_app
-from app.logs import configure_logging
-from app.metrics import share_across_workers
 from app.runtime import resolve
-from app.settings import Settings
 
 settings = Settings.from_env()
 configure_logging(settings.log_level)

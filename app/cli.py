@@ -17,12 +17,12 @@ from typing import Any
 
 import msgspec
 
-from app.catalog import ModelsFileError
-from app.errors import ApiError
+from app.chat.catalog import ModelsFileError
+from app.core.errors import ApiError
+from app.core.logs import granian_log_config
+from app.core.settings import Settings
 from app.http.errors import as_api_error
-from app.logs import granian_log_config
 from app.runtime import Services, StartupError, bootstrap_dev, open_services, resolve
-from app.settings import Settings
 
 AdminOp = Callable[[Services], Awaitable[Any]]
 log = logging.getLogger("svc.serve")
@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _admin_op(args: argparse.Namespace) -> AdminOp:
-    from app.accounts import (
+    from app.credits.accounts import (
         GrantRequest,
         KeyCreateRequest,
         validate_grant,
@@ -132,12 +132,12 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
         return {"flushed_events": await s.flusher.flush_all(), "lag": await s.flusher.lag()}
 
     async def inspect(s: Services) -> Any:
-        from app.account_report import inspect_account
+        from app.ops.inspect import inspect_account
 
         return await inspect_account(s.redis, s.keys, s.store, args.account_pid, s.clock)
 
     async def reconcile(s: Services) -> Any:
-        from app.reconcile import reconcile
+        from app.ops.reconcile import reconcile
 
         report = await reconcile(
             s.redis,
@@ -151,7 +151,7 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
         return ExitWith(report, DRIFT_EXIT) if report.accounts_with_drift else report
 
     async def rebuild_redis(s: Services) -> Any:
-        from app.reconcile import rebuild_redis
+        from app.ops.reconcile import rebuild_redis
 
         return await rebuild_redis(
             s.ledger,

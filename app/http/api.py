@@ -8,7 +8,9 @@ import msgspec
 from litestar import Controller, Request, delete, get, post
 from litestar.di import Provide
 
-from app.accounts import (
+from app.core.errors import ApiError, ErrorKind, KeyRecordMissing
+from app.core.validation import decode_json
+from app.credits.accounts import (
     ApiKeyCreated,
     ApiKeyDeleted,
     ApiKeyList,
@@ -17,13 +19,11 @@ from app.accounts import (
     credit_balance,
     validate_key_request,
 )
-from app.errors import ApiError, ErrorKind, KeyRecordMissing
+from app.credits.ledger import Identity, key_refusal
 from app.http.deps import provide_identity, provide_services
 from app.http.openapi import API_KEY, BODY_ERRORS, DAYS, KEY_ERRORS, documented, errors
-from app.ledger import Identity, key_refusal
 from app.runtime import Services
-from app.usage import UsageSummary, parse_days
-from app.validation import decode_json
+from app.usage.reader import UsageSummary, parse_days
 
 
 def _managing(ident: Identity) -> Identity:

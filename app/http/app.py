@@ -13,7 +13,11 @@ from litestar.datastructures import ResponseHeader
 from litestar.enums import ScopeType
 from litestar.types import Message, Receive, Scope, Send
 
-from app.completions import drain_background
+from app.chat.completion import drain_background
+from app.chat.lifecycle import GracePeriod
+from app.core.logs import request_id
+from app.core.metrics import METRICS
+from app.core.settings import Settings
 from app.http.admin import AdminController
 from app.http.api import V1Controller
 from app.http.chat import (
@@ -28,12 +32,8 @@ from app.http.headers import SECURITY_HEADERS
 from app.http.health import HealthController
 from app.http.metrics import MetricsController
 from app.http.openapi import openapi_config
-from app.lifecycle import GracePeriod
-from app.logs import request_id
-from app.metrics import METRICS
-from app.redis_client import REDIS_ERRORS
+from app.kv.client import REDIS_ERRORS
 from app.runtime import open_services
-from app.settings import Settings
 from app.store import StoreError
 
 
@@ -79,7 +79,7 @@ def create_app(settings: Settings) -> Litestar:
         request_max_body_size=settings.max_body_bytes,
         openapi_config=openapi_config(),
         debug=False,
-        logging_config=None,  # logging is svc's own: JSON lines (app.logs)
+        logging_config=None,  # logging is svc's own: JSON lines (app.core.logs)
     )
 
 

@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING, Any
 from litestar import asgi
 from litestar.types import Receive, Scope, Send
 
-from app.chat import parse_chat_request
-from app.errors import ApiError, ErrorKind, KeyRecordMissing
+from app.chat.request import parse_chat_request
+from app.core.errors import ApiError, ErrorKind, KeyRecordMissing
+from app.core.metrics import METRICS
 from app.http.deps import failed_auth_counted
 from app.http.errors import as_api_error
 from app.http.headers import SECURITY_HEADERS
-from app.metrics import METRICS
-from app.redis_client import REDIS_ERRORS
+from app.kv.client import REDIS_ERRORS
 
 if TYPE_CHECKING:
-    from app.completions import Completion
+    from app.chat.completion import Completion
     from app.runtime import Services
 
 log = logging.getLogger("svc.http")

@@ -12,11 +12,11 @@ from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 from litestar.types import Scope
 
-from app.errors import ApiError, ErrorKind
-from app.keys import bearer_secret
-from app.ledger import Identity
+from app.core.errors import ApiError, ErrorKind
+from app.credits.ledger import Identity
+from app.keys.format import bearer_secret
+from app.keys.throttle import client_address
 from app.runtime import Services
-from app.throttle import client_address
 
 
 def services_of(connection: ASGIConnection[Any, Any, Any, Any]) -> Services:

@@ -8,9 +8,9 @@ from typing import Any
 from litestar import Request, Response
 from litestar.exceptions import HTTPException
 
-from app.errors import ApiError, ErrorKind, service_unavailable
+from app.core.errors import ApiError, ErrorKind, service_unavailable
 from app.http.headers import SECURITY_HEADERS
-from app.redis_client import REDIS_ERRORS
+from app.kv.client import REDIS_ERRORS
 from app.store import StoreError
 
 log = logging.getLogger("svc.http")

@@ -11,7 +11,7 @@ from litestar.di import Provide
 from litestar.openapi import ResponseSpec
 
 from app.http.deps import provide_services
-from app.redis_client import REDIS_ERRORS
+from app.kv.client import REDIS_ERRORS
 from app.runtime import Services
 from app.store import StoreError
 

@@ -9,11 +9,11 @@ from typing import Any
 from litestar import Controller, Request, Response, get
 from litestar.di import Provide
 
-from app.errors import ErrorKind
+from app.core.errors import ErrorKind
+from app.core.metrics import CONTENT_TYPE, METRICS, exposition
 from app.http.deps import provide_services, require_bearer
 from app.http.openapi import errors
-from app.metrics import CONTENT_TYPE, METRICS, exposition
-from app.redis_client import REDIS_ERRORS
+from app.kv.client import REDIS_ERRORS
 from app.runtime import Services
 
 REDIS_READ_TIMEOUT_S = 1.0

@@ -33,13 +33,13 @@ from litestar.openapi.spec import (
 )
 
 from app import __version__
-from app.accounts import MAX_GRANT, MAX_KEY_NAME
-from app.chat import ROLES, ChatRequest
-from app.chunks import ChatCompletionChunk
-from app.errors import ErrorBody, ErrorKind
+from app.chat.chunks import ChatCompletionChunk
+from app.chat.request import ROLES, ChatRequest
+from app.core.errors import ErrorBody, ErrorKind
+from app.credits.accounts import MAX_GRANT, MAX_KEY_NAME
+from app.credits.rewards import MAX_VIEW_ID
 from app.http.headers import SECURITY_HEADERS
-from app.rewards import MAX_VIEW_ID
-from app.usage import DEFAULT_DAYS, MAX_DAYS
+from app.usage.reader import DEFAULT_DAYS, MAX_DAYS
 
 API_KEY: list[SecurityRequirement] = [{"apiKey": []}]
 ADMIN_TOKEN: list[SecurityRequirement] = [{"adminToken": []}]

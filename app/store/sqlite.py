@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from app.private_files import PRIVATE_FOLDER_MODE, create_private_file, make_private
+from app.core.private_files import PRIVATE_FOLDER_MODE, create_private_file, make_private
 from app.store import ANY_CURSOR, END_OF_TIME, StoreConflict, StoreError, stream_id_key
 from app.store import migrations as sql
 from app.store.records import (

@@ -17,7 +17,7 @@ import aiohttp
 import httpx
 import msgspec
 
-from app.catalog import ProviderConfig
+from app.chat.catalog import ProviderConfig
 from app.upstream.base import Piece, UpstreamCall, UpstreamError
 from app.upstream.sse import LineSplitter
 

@@ -10,7 +10,7 @@ import asyncio
 import zlib
 from collections.abc import AsyncIterator
 
-from app.tokens import estimate_prompt_tokens
+from app.core.tokens import estimate_prompt_tokens
 from app.upstream.base import Piece, UpstreamCall, Usage
 
 _WORDS = [

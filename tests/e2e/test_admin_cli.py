@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.embedded import is_serving, socket_path
+from app.ops.embedded import is_serving, socket_path
 from tests.e2e.conftest import ROOT, Server
 
 pytestmark = pytest.mark.e2e

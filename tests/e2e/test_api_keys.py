@@ -14,8 +14,8 @@ import openai
 import pytest
 import redis as redis_sync
 
-from app.embedded import redis_url, socket_path
-from app.keys import digest
+from app.keys.format import digest
+from app.ops.embedded import redis_url, socket_path
 from tests.e2e.conftest import Server
 
 pytestmark = pytest.mark.e2e
@@ -284,7 +284,7 @@ def test_test_keys_deduct_nothing_and_are_recorded_as_test(server: Server) -> No
 
 
 def _shard(pid: str) -> int:
-    from app.redis_keys import shard_of
+    from app.kv.layout import shard_of
 
     return shard_of(pid, 64)
 

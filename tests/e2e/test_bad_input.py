@@ -51,7 +51,7 @@ def test_missing_or_garbled_key(server: Server, auth: str | None, code: str) -> 
 
 
 def test_unknown_well_formed_key(server: Server) -> None:
-    from app.keys import generate_key
+    from app.keys.format import generate_key
 
     r = httpx.get(
         server.base_url + "/models", headers={"authorization": f"Bearer {generate_key('live')}"}

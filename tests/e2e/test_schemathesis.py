@@ -28,7 +28,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from app.chunks import DONE, ChunkEncoder, error_event
+from app.chat.chunks import DONE, ChunkEncoder, error_event
 from app.http.headers import SECURITY_HEADERS
 from tests.e2e.conftest import Server
 from tests.e2e.leaks import INTERNALS

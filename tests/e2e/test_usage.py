@@ -19,8 +19,8 @@ import openai
 import pytest
 import redis as redis_sync
 
-from app.embedded import redis_url, socket_path
-from app.redis_keys import KeySpace
+from app.kv.layout import KeySpace
+from app.ops.embedded import redis_url, socket_path
 from tests.e2e.conftest import ROOT, Server, start_server, stop_server
 from tests.e2e.test_admin_cli import svc_admin
 

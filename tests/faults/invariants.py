@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import httpx
 import redis as redis_sync
 
-from app.redis_keys import KeySpace
+from app.kv.layout import KeySpace
 from app.store import open_store
 
 KEYS = KeySpace("svc", 64)

@@ -6,7 +6,7 @@ from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
 
-from app.ledger import Hold, Identity, Ledger
+from app.credits.ledger import Hold, Identity, Ledger
 
 
 async def account(ledger: Ledger, pid: str, *, purchased: int = 0) -> None:

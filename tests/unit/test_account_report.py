@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from app.account_report import inspect_account
-from app.accounts import Accounts
-from app.errors import ApiError, ErrorKind
-from app.ledger import Identity, Ledger
+from app.core.errors import ApiError, ErrorKind
+from app.credits.accounts import Accounts
+from app.credits.ledger import Identity, Ledger
+from app.ops.inspect import inspect_account
 from app.store import Store
 from tests.conftest import Clock
 from tests.unit.scripts_helpers import reserve

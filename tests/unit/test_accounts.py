@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from app.accounts import Accounts
-from app.errors import ApiError, ErrorKind
-from app.keys import digest
-from app.ledger import Ledger, ScriptStatus
+from app.core.errors import ApiError, ErrorKind
+from app.credits.accounts import Accounts
+from app.credits.ledger import Ledger, ScriptStatus
+from app.keys.format import digest
 from app.store import Store
 
 

@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
-from app.accounts import Accounts
-from app.auth import Authenticator
-from app.errors import ApiError, ErrorKind
-from app.keys import digest, generate_key
-from app.ledger import Ledger, ScriptStatus
+from app.core.errors import ApiError, ErrorKind
+from app.credits.accounts import Accounts
+from app.credits.ledger import Ledger, ScriptStatus
+from app.keys.auth import Authenticator
+from app.keys.format import digest, generate_key
 from app.store import Store
 from tests.conftest import Clock
 

@@ -12,13 +12,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.catalog import default_catalog
-from app.chat import ChatParams, parse_chat_request
-from app.completions import Completion, CompletionService, drain_background
-from app.ledger import Identity, Ledger, day_tag, utc_day
-from app.tokens import prompt_token_bound, utf8_length
+from app.chat.catalog import default_catalog
+from app.chat.completion import Completion, CompletionService, drain_background
+from app.chat.request import ChatParams, parse_chat_request
+from app.chat.router import UpstreamRouter
+from app.core.tokens import prompt_token_bound, utf8_length
+from app.credits.ledger import Identity, Ledger, day_tag, utc_day
 from app.upstream.base import Piece, UpstreamCall, Usage
-from app.upstream.router import UpstreamRouter
 from app.upstream.simulated import SimulatedProvider
 from tests.conftest import Clock
 from tests.unit.scripts_helpers import account, key

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.catalog import DEFAULT_ALIASES, ModelsFileError, Price, UpstreamRef, load_catalog
+from app.chat.catalog import DEFAULT_ALIASES, ModelsFileError, Price, UpstreamRef, load_catalog
 
 MINIMAL = """\
 [providers.local]

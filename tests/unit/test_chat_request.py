@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from app.catalog import DEFAULT_ALIASES, Price, route_auto
-from app.chat import parse_chat_request
-from app.errors import ApiError, ErrorKind
+from app.chat.catalog import DEFAULT_ALIASES, Price, route_auto
+from app.chat.request import parse_chat_request
+from app.core.errors import ApiError, ErrorKind
 
 
 def _parse(body: bytes):  # type: ignore[no-untyped-def]

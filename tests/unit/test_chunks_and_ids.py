@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from app.chunks import DONE, ChunkEncoder, error_event
-from app.ids import CompletionIds
+from app.chat.chunks import DONE, ChunkEncoder, error_event
+from app.core.ids import CompletionIds
 
 
 def test_content_chunks() -> None:
@@ -68,7 +68,7 @@ def test_the_documented_chunk_type_matches_the_encoder() -> None:
     writes, and refuses a field the encoder never writes."""
     import msgspec
 
-    from app.chunks import ChatCompletionChunk
+    from app.chat.chunks import ChatCompletionChunk
 
     enc = ChunkEncoder(9, 1_700_000_000, "svc-smart")
     decode = msgspec.json.Decoder(ChatCompletionChunk).decode

@@ -11,12 +11,12 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
+from app.core.settings import Settings
+from app.credits.ledger import Ledger
 from app.http.errors import as_api_error
-from app.ledger import Ledger
-from app.redis_client import REDIS_ERRORS, open_redis
-from app.redis_keys import KeySpace
+from app.kv.client import REDIS_ERRORS, open_redis
+from app.kv.layout import KeySpace
 from app.runtime import resolve
-from app.settings import Settings
 from bench.orchestrate import free_port
 from tests.valkey_cluster import ValkeyCluster, other_primary
 

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from app.flusher import ExpiryEvent, Flusher, UsageEvent, aggregate, expiries, next_stream_id
-from app.ledger import Ledger
-from app.redis_client import RedisClient
+from app.credits.ledger import Ledger
+from app.kv.client import RedisClient
 from app.store import Store
+from app.usage.flusher import ExpiryEvent, Flusher, UsageEvent, aggregate, expiries, next_stream_id
 from tests.conftest import Clock
 from tests.unit.scripts_helpers import account, key, reserve
 

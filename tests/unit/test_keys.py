@@ -1,4 +1,4 @@
-from app import keys
+from app.keys import format as keys
 
 
 def test_generated_keys_parse_back() -> None:

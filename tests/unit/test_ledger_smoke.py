@@ -1,9 +1,9 @@
 import pytest
 from redis.asyncio.cluster import RedisCluster
 
-from app.ledger import Identity, Ledger, ScriptStatus
-from app.redis_client import RedisClient
-from app.redis_keys import KeySpace
+from app.credits.ledger import Identity, Ledger, ScriptStatus
+from app.kv.client import RedisClient
+from app.kv.layout import KeySpace
 from tests.conftest import Clock
 from tests.valkey_cluster import other_primary
 

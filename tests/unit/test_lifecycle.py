@@ -9,13 +9,13 @@ import os
 import signal
 from collections.abc import AsyncIterator
 
-from app.catalog import default_catalog
-from app.chat import parse_chat_request
-from app.completions import Completion, CompletionService
-from app.ledger import Identity, Ledger
-from app.lifecycle import STREAMS, GracePeriod, OpenStreams
+from app.chat.catalog import default_catalog
+from app.chat.completion import Completion, CompletionService
+from app.chat.lifecycle import STREAMS, GracePeriod, OpenStreams
+from app.chat.request import parse_chat_request
+from app.chat.router import UpstreamRouter
+from app.credits.ledger import Identity, Ledger
 from app.upstream.base import Piece, UpstreamCall
-from app.upstream.router import UpstreamRouter
 from app.upstream.simulated import SimulatedProvider
 from tests.conftest import Clock
 from tests.unit.scripts_helpers import account, key

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from app.keys import generate_key
-from app.logs import REDACTED, JsonFormatter, redact, request_id
+from app.core.logs import REDACTED, JsonFormatter, redact, request_id
+from app.keys.format import generate_key
 
 
 def _format(record: logging.LogRecord) -> dict[str, object]:

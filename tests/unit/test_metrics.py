@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.metrics import Metrics, exposition
+from app.core.metrics import Metrics, exposition
 from tests.e2e.conftest import Samples, metric_samples
 
 

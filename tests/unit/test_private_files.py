@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from app.core.settings import Settings
 from app.runtime import resolve, write_private
-from app.settings import Settings
 from app.store import open_store
 
 SECRET_FILES = ("admin-token.txt", "key-pepper.txt")

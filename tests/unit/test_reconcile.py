@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from app.accounts import Accounts
-from app.auth import Authenticator
-from app.errors import ApiError, ErrorKind
-from app.flusher import Flusher
-from app.ledger import Hold, Ledger, day_tag, utc_day
-from app.reconcile import ReconcileReport, rebuild_redis, reconcile
-from app.redis_keys import KeySpace
-from app.rewards import Spotlights
+from app.core.errors import ApiError, ErrorKind
+from app.credits.accounts import Accounts
+from app.credits.ledger import Hold, Ledger, day_tag, utc_day
+from app.credits.rewards import Spotlights
+from app.keys.auth import Authenticator
+from app.kv.layout import KeySpace
+from app.ops.reconcile import ReconcileReport, rebuild_redis, reconcile
 from app.store import Store, open_store
-from app.usage import UsageReader
+from app.usage.flusher import Flusher
+from app.usage.reader import UsageReader
 from tests.conftest import Clock
 
 DAY = 86_400

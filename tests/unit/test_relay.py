@@ -8,12 +8,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.catalog import default_catalog
-from app.chat import parse_chat_request
-from app.completions import CompletionService
-from app.ledger import Ledger
+from app.chat.catalog import default_catalog
+from app.chat.completion import CompletionService
+from app.chat.request import parse_chat_request
+from app.chat.router import UpstreamRouter
+from app.credits.ledger import Ledger
 from app.upstream.base import Piece, UpstreamCall, UpstreamError, Usage
-from app.upstream.router import UpstreamRouter
 from app.upstream.simulated import SimulatedProvider
 from tests.conftest import Clock
 from tests.unit.scripts_helpers import account, key

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from redis.exceptions import ResponseError
 
-from app.errors import ApiError, ErrorKind
-from app.ledger import (
+from app.core.errors import ApiError, ErrorKind
+from app.credits.ledger import (
     Hold,
     Identity,
     Ledger,
@@ -21,8 +21,8 @@ from app.ledger import (
     day_tag,
     utc_day,
 )
-from app.redis_client import RedisClient
-from app.redis_keys import KeySpace
+from app.kv.client import RedisClient
+from app.kv.layout import KeySpace
 from tests.conftest import Clock
 from tests.unit.scripts_helpers import account, key, pools, reserve, snapshot
 

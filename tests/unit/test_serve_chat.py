@@ -12,15 +12,15 @@ import fakeredis
 import pytest
 import redis.exceptions
 
-from app.catalog import default_catalog
-from app.completions import CompletionService
+from app.chat.catalog import default_catalog
+from app.chat.completion import CompletionService
+from app.chat.router import UpstreamRouter
+from app.core.logs import JsonFormatter, request_id
+from app.credits.ledger import Ledger
+from app.credits.sweeper import Sweeper
 from app.http.chat import CHAT_PATH, serve_chat
-from app.ledger import Ledger
-from app.logs import JsonFormatter, request_id
-from app.redis_keys import KeySpace
+from app.kv.layout import KeySpace
 from app.runtime import Services
-from app.sweeper import Sweeper
-from app.upstream.router import UpstreamRouter
 from app.upstream.simulated import SimulatedProvider
 from tests.conftest import Clock
 from tests.unit.scripts_helpers import account, key

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from app.ledger import Ledger
-from app.metrics import METRICS, exposition
-from app.sweeper import Sweeper
+from app.core.metrics import METRICS, exposition
+from app.credits.ledger import Ledger
+from app.credits.sweeper import Sweeper
 from tests.conftest import Clock
 from tests.e2e.conftest import metric_samples
 from tests.unit.scripts_helpers import account, key, pools, reserve

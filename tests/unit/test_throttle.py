@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.errors import ApiError, ErrorKind
-from app.throttle import UNIX_SOCKET, FailedAuthThrottle, client_address, parse_networks
+from app.core.errors import ApiError, ErrorKind
+from app.keys.throttle import UNIX_SOCKET, FailedAuthThrottle, client_address, parse_networks
 
 
 class Clock:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.errors import ApiError
+from app.core.errors import ApiError
 from app.store import UsageRollup
-from app.usage import (
+from app.usage.reader import (
     DEFAULT_DAYS,
     UsageCounters,
     UsageReader,

@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 import msgspec
 
-from app.accounts import iso_utc
-from app.errors import ApiError, ErrorKind, invalid_value, service_unavailable
-from app.ledger import Ledger, ScriptStatus, seconds_to_utc_midnight
+from app.core.errors import ApiError, ErrorKind, invalid_value, service_unavailable
+from app.credits.accounts import iso_utc
+from app.credits.ledger import Ledger, ScriptStatus, seconds_to_utc_midnight
 from app.store import GrantRecord, Store
 
 MAX_VIEW_ID = 200

@@ -12,11 +12,11 @@ from typing import Any
 
 import msgspec
 
-from app.errors import ApiError, ErrorKind
-from app.keys import public_id
-from app.ledger import day_tag, utc_day
-from app.redis_client import RedisClient
-from app.redis_keys import KeySpace, as_text
+from app.core.errors import ApiError, ErrorKind
+from app.credits.ledger import day_tag, utc_day
+from app.keys.format import public_id
+from app.kv.client import RedisClient
+from app.kv.layout import KeySpace, as_text
 from app.store import Store
 
 

@@ -7,7 +7,7 @@ import secrets
 import threading
 import time
 
-from app.keys import BASE62
+from app.keys.format import BASE62
 
 _EPOCH_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 _SEQ_BITS = 12

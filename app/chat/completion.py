@@ -16,17 +16,17 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-from app.chat import ChatParams
-from app.chunks import DONE, ChunkEncoder, error_event
-from app.errors import ApiError, ErrorKind
-from app.ids import completion_ids, random_id
-from app.ledger import Hold, Identity, Ledger, ScriptStatus, Settlement
-from app.lifecycle import STREAMS, StreamCut, shutdown_error_event
-from app.metrics import METRICS
-from app.redis_client import REDIS_ERRORS
-from app.settings import HEARTBEATS_PER_DEADLINE
+from app.chat.chunks import DONE, ChunkEncoder, error_event
+from app.chat.lifecycle import STREAMS, StreamCut, shutdown_error_event
+from app.chat.request import ChatParams
+from app.chat.router import UpstreamRouter
+from app.core.errors import ApiError, ErrorKind
+from app.core.ids import completion_ids, random_id
+from app.core.metrics import METRICS
+from app.core.settings import HEARTBEATS_PER_DEADLINE
+from app.credits.ledger import Hold, Identity, Ledger, ScriptStatus, Settlement
+from app.kv.client import REDIS_ERRORS
 from app.upstream.base import Piece, UpstreamCall, UpstreamError, Usage
-from app.upstream.router import UpstreamRouter
 
 SendBytes = Callable[[bytes, bool], Awaitable[None]]
 """Writes response bytes; the flag says whether more will follow (False ends the body)."""
@@ -276,7 +276,7 @@ class Completion:
             await send(self._flush_pending(), True)
 
     def cut(self) -> None:
-        """End the stream at the next chunk boundary (graceful shutdown, app.lifecycle)."""
+        """End the stream at the next chunk boundary (graceful shutdown, app.chat.lifecycle)."""
         self._cut = True
         if self._fetch is not None and not self._fetch.done():
             self._fetch.cancel()

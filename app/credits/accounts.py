@@ -12,10 +12,17 @@ from collections.abc import Callable
 
 import msgspec
 
-from app.errors import ApiError, ErrorKind, invalid_value, service_unavailable
-from app.ids import random_id
-from app.keys import digest, generate_key, hash_secret, kid_from_public_id, new_kid, public_id
-from app.ledger import Balance, Identity, Ledger, ScriptStatus
+from app.core.errors import ApiError, ErrorKind, invalid_value, service_unavailable
+from app.core.ids import random_id
+from app.credits.ledger import Balance, Identity, Ledger, ScriptStatus
+from app.keys.format import (
+    digest,
+    generate_key,
+    hash_secret,
+    kid_from_public_id,
+    new_kid,
+    public_id,
+)
 from app.store import AccountRecord, GrantRecord, KeyRecord, Store
 
 

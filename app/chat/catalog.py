@@ -10,7 +10,7 @@ from typing import TypeVar
 
 import msgspec
 
-from app.settings import HEARTBEATS_PER_DEADLINE
+from app.core.settings import HEARTBEATS_PER_DEADLINE
 
 ALIAS_IDS = ("svc-auto", "svc-fast", "svc-code", "svc-smart")
 AUTO = "svc-auto"

@@ -17,7 +17,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
-from app.settings import Settings
+from app.core.settings import Settings
 
 RedisClient: TypeAlias = Redis | RedisCluster
 

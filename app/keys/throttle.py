@@ -23,7 +23,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 
-from app.errors import ApiError, ErrorKind
+from app.core.errors import ApiError, ErrorKind
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 UNIX_SOCKET = "unix"
