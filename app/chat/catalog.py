@@ -11,6 +11,7 @@ from typing import TypeVar
 import msgspec
 
 from app.core.settings import HEARTBEATS_PER_DEADLINE
+from app.upstream.config import ProviderConfig
 
 ALIAS_IDS = ("svc-auto", "svc-fast", "svc-code", "svc-smart")
 AUTO = "svc-auto"
@@ -83,20 +84,6 @@ def route_auto(prompt_text: str, message_count: int) -> str:
 
 
 # -- the models file (SVC_MODELS_FILE) ------------------------------------------------------
-
-
-class ProviderConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """An OpenAI-compatible provider."""
-
-    base_url: str
-    api_key_env: str | None = None
-    """Environment variable holding the key, sent as ``Authorization: Bearer <value>``."""
-    connect_timeout_s: float = 5.0
-    first_byte_timeout_s: float = 30.0
-    """Time allowed until the first content token; past it the next upstream is tried."""
-    idle_timeout_s: float = 60.0
-    """Longest silence allowed between two chunks of a stream that has started."""
-    max_connections: int = 4096
 
 
 class UpstreamEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

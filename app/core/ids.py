@@ -7,8 +7,7 @@ import secrets
 import threading
 import time
 
-from app.keys.format import BASE62
-
+BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _EPOCH_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 _SEQ_BITS = 12
 _WORKER_BITS = 10
@@ -60,3 +59,17 @@ def random_id(prefix: str, length: int = 20) -> str:
         n, digit = divmod(n, 62)
         chars.append(BASE62[digit])
     return prefix + "".join(chars)
+
+
+def random_base62(length: int) -> str:
+    """``length`` random base62 characters, each drawn on its own (key secrets)."""
+    return "".join(secrets.choice(BASE62) for _ in range(length))
+
+
+def base62(number: int, width: int) -> str:
+    """``number`` in base62, ``width`` characters (the high digits beyond it are dropped)."""
+    chars = []
+    for _ in range(width):
+        number, rem = divmod(number, 62)
+        chars.append(BASE62[rem])
+    return "".join(reversed(chars))

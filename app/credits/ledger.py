@@ -17,6 +17,7 @@ import msgspec
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
+from app.core.clock import DAY_S, day_tag, seconds_to_utc_midnight, utc_day
 from app.core.errors import (
     ApiError,
     ErrorKind,
@@ -25,8 +26,8 @@ from app.core.errors import (
     service_unavailable,
 )
 from app.kv.client import RedisClient
+from app.kv.fields import COUNTERS, UsageCounters, usage_field
 from app.kv.layout import KeySpace, as_text
-from app.usage.reader import COUNTERS, UsageCounters
 
 PRELUDE = "lib/checks.lua"
 SCRIPT_NAMES = (
@@ -40,6 +41,10 @@ SCRIPT_NAMES = (
     "revoke_key",
 )
 NO_CAP = -1
+GRANT_MARKER_TTL_S = 400 * DAY_S
+"""How long a grant id is remembered (a grant retried within it is applied once)."""
+SPOTLIGHT_COUNTER_TTL_S = 2 * DAY_S
+"""How long a day's reward counter lives (its day and the next, for late readers)."""
 
 
 class ScriptStatus(IntEnum):
@@ -97,20 +102,6 @@ class Balance(msgspec.Struct, frozen=True):
     @property
     def total(self) -> int:
         return self.earned + self.purchased
-
-
-def utc_day(now: float) -> str:
-    """``YYYY-MM-DD`` of a unix time, in UTC."""
-    return time.strftime("%Y-%m-%d", time.gmtime(now))
-
-
-def day_tag(day: str) -> str:
-    """The compact form a day takes in key names (``YYYYMMDD``)."""
-    return day.replace("-", "")
-
-
-def seconds_to_utc_midnight(now: float) -> int:
-    return max(1, 86_400 - int(now) % 86_400)
 
 
 def key_refusal(status: ScriptStatus) -> ApiError | None:
@@ -272,7 +263,7 @@ class Ledger:
     ) -> dict[str, UsageCounters]:
         """The usage counters of an account for each day (``YYYY-MM-DD``), one round trip."""
         shard = self.keys.shard(pid)
-        fields = [f"{environment}:{name}" for name in COUNTERS]
+        fields = [usage_field(environment, name) for name in COUNTERS]
         pipe = self.redis.pipeline(transaction=False)
         for day in days:
             pipe.hmget(self.keys.usage_day(shard, pid, day_tag(day)), fields)
@@ -358,7 +349,7 @@ class Ledger:
         now: float,
         earned_ttl_s: int = 0,
         daily_limit: int = 0,
-        marker_ttl_s: int = 400 * 86_400,
+        marker_ttl_s: int = GRANT_MARKER_TTL_S,
     ) -> tuple[ScriptStatus, Balance, int]:
         """Add ``credits`` to ``pool`` once per ``grant_id``; also returns when the grant
         was applied (now, or the first time for a ``DUPLICATE``)."""
@@ -372,7 +363,16 @@ class Ledger:
                 self.keys.spotlight(shard, pid, day),
                 self.keys.events(shard),
             ],
-            [int(now), pool, credits, earned_ttl_s, daily_limit, marker_ttl_s, 2 * 86_400, pid],
+            [
+                int(now),
+                pool,
+                credits,
+                earned_ttl_s,
+                daily_limit,
+                marker_ttl_s,
+                SPOTLIGHT_COUNTER_TTL_S,
+                pid,
+            ],
         )
         balance = Balance(int(earned), int(earned_exp), int(purchased))
         return ScriptStatus(status), balance, int(granted_at)

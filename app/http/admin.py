@@ -8,9 +8,7 @@ import msgspec
 from litestar import Controller, Request, get, post
 from litestar.di import Provide
 
-from app.core.errors import ErrorKind
-from app.core.validation import decode_json
-from app.credits.accounts import (
+from app.accounts.manage import (
     ApiKeyCreated,
     CreditBalance,
     GrantRequest,
@@ -18,7 +16,9 @@ from app.credits.accounts import (
     validate_grant,
     validate_key_request,
 )
-from app.credits.rewards import SpotlightRequest, SpotlightReward
+from app.accounts.rewards import SpotlightRequest, SpotlightReward
+from app.core.errors import ErrorKind
+from app.core.validation import decode_json
 from app.http.deps import admin_guard, provide_services
 from app.http.openapi import ADMIN_ERRORS, ADMIN_TOKEN, BODY_ERRORS, documented, errors
 from app.runtime import Services

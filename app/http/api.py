@@ -8,9 +8,7 @@ import msgspec
 from litestar import Controller, Request, delete, get, post
 from litestar.di import Provide
 
-from app.core.errors import ApiError, ErrorKind, KeyRecordMissing
-from app.core.validation import decode_json
-from app.credits.accounts import (
+from app.accounts.manage import (
     ApiKeyCreated,
     ApiKeyDeleted,
     ApiKeyList,
@@ -19,6 +17,8 @@ from app.credits.accounts import (
     credit_balance,
     validate_key_request,
 )
+from app.core.errors import ApiError, ErrorKind, KeyRecordMissing
+from app.core.validation import decode_json
 from app.credits.ledger import Identity, key_refusal
 from app.http.deps import provide_identity, provide_services
 from app.http.openapi import API_KEY, BODY_ERRORS, DAYS, KEY_ERRORS, documented, errors

@@ -8,10 +8,9 @@ from typing import Any
 from litestar import Request, Response
 from litestar.exceptions import HTTPException
 
-from app.core.errors import ApiError, ErrorKind, service_unavailable
+from app.core.errors import ApiError, ErrorKind
 from app.http.headers import SECURITY_HEADERS
-from app.kv.client import REDIS_ERRORS
-from app.store import StoreError
+from app.runtime import public_error
 
 log = logging.getLogger("svc.http")
 
@@ -25,18 +24,13 @@ _BY_STATUS = {
 
 
 def as_api_error(exc: Exception) -> ApiError:
-    """The public error for any exception; internals never reach the message."""
-    if isinstance(exc, ApiError):
-        return exc
-    if isinstance(exc, (*REDIS_ERRORS, StoreError, ConnectionError)):
-        log.warning("backend unavailable: %s", type(exc).__name__)
-        return service_unavailable()
+    """The public error for any exception, Litestar's own included; internals never reach
+    the message."""
     if isinstance(exc, HTTPException):
         kind = _BY_STATUS.get(exc.status_code)
         if kind is not None:
             return ApiError(kind, _public_message(exc, kind))
-    log.exception("unhandled error", exc_info=exc)
-    return ApiError(ErrorKind.INTERNAL, "The server had an error processing your request.")
+    return public_error(exc)
 
 
 def _public_message(exc: HTTPException, kind: ErrorKind) -> str:

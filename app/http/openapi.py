@@ -33,11 +33,11 @@ from litestar.openapi.spec import (
 )
 
 from app import __version__
+from app.accounts.manage import MAX_GRANT, MAX_KEY_NAME
+from app.accounts.rewards import MAX_VIEW_ID
 from app.chat.chunks import ChatCompletionChunk
 from app.chat.request import ROLES, ChatRequest
 from app.core.errors import ErrorBody, ErrorKind
-from app.credits.accounts import MAX_GRANT, MAX_KEY_NAME
-from app.credits.rewards import MAX_VIEW_ID
 from app.http.headers import SECURITY_HEADERS
 from app.usage.reader import DEFAULT_DAYS, MAX_DAYS
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import secrets
 import zlib
 
 import msgspec
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 
-BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+from app.core.ids import BASE62, base62, random_base62
+
 _BASE62_SET = frozenset(BASE62)
 PREFIXES = {"live": "svc_live_", "test": "svc_test_"}
 KID_LEN = 12
@@ -39,30 +39,18 @@ class ParsedKey(msgspec.Struct, frozen=True):
     kid: str
 
 
-def _random_base62(length: int) -> str:
-    return "".join(secrets.choice(BASE62) for _ in range(length))
-
-
-def _base62(number: int, width: int) -> str:
-    chars = []
-    for _ in range(width):
-        number, rem = divmod(number, 62)
-        chars.append(BASE62[rem])
-    return "".join(reversed(chars))
-
-
 def _checksum(text: str) -> str:
-    return _base62(zlib.crc32(text.encode()), CHECKSUM_LEN)
+    return base62(zlib.crc32(text.encode()), CHECKSUM_LEN)
 
 
 def new_kid() -> str:
     """A fresh 12-character key id."""
-    return _random_base62(KID_LEN)
+    return random_base62(KID_LEN)
 
 
 def generate_key(environment: str, kid: str | None = None) -> str:
     """A new key secret for ``environment`` ("live" or "test")."""
-    head = PREFIXES[environment] + (kid or new_kid()) + _random_base62(RANDOM_LEN)
+    head = PREFIXES[environment] + (kid or new_kid()) + random_base62(RANDOM_LEN)
     return head + _checksum(head)
 
 

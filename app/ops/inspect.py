@@ -12,8 +12,8 @@ from typing import Any
 
 import msgspec
 
+from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import day_tag, utc_day
 from app.keys.format import public_id
 from app.kv.client import RedisClient
 from app.kv.layout import KeySpace, as_text

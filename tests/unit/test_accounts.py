@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from app.accounts.manage import Accounts
 from app.core.errors import ApiError, ErrorKind
-from app.credits.accounts import Accounts
 from app.credits.ledger import Ledger, ScriptStatus
 from app.keys.format import digest
 from app.store import Store

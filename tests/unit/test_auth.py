@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
+from app.accounts.manage import Accounts
 from app.core.errors import ApiError, ErrorKind
-from app.credits.accounts import Accounts
 from app.credits.ledger import Ledger, ScriptStatus
 from app.keys.auth import Authenticator
 from app.keys.format import digest, generate_key

@@ -16,8 +16,9 @@ from app.chat.catalog import default_catalog
 from app.chat.completion import Completion, CompletionService, drain_background
 from app.chat.request import ChatParams, parse_chat_request
 from app.chat.router import UpstreamRouter
+from app.core.clock import day_tag, utc_day
 from app.core.tokens import prompt_token_bound, utf8_length
-from app.credits.ledger import Identity, Ledger, day_tag, utc_day
+from app.credits.ledger import Identity, Ledger
 from app.upstream.base import Piece, UpstreamCall, Usage
 from app.upstream.simulated import SimulatedProvider
 from tests.conftest import Clock

@@ -17,7 +17,7 @@ from app.http.errors import as_api_error
 from app.kv.client import REDIS_ERRORS, open_redis
 from app.kv.layout import KeySpace
 from app.runtime import resolve
-from bench.orchestrate import free_port
+from tests.processes import free_port
 from tests.valkey_cluster import ValkeyCluster, other_primary
 
 

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
+from app.accounts.manage import Accounts
+from app.accounts.rewards import Spotlights
+from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
-from app.credits.accounts import Accounts
-from app.credits.ledger import Hold, Ledger, day_tag, utc_day
-from app.credits.rewards import Spotlights
+from app.credits.ledger import Hold, Ledger
 from app.keys.auth import Authenticator
 from app.kv.layout import KeySpace
 from app.ops.reconcile import ReconcileReport, rebuild_redis, reconcile

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from app.accounts.manage import Accounts
+from app.accounts.rewards import Spotlights
 from app.core.errors import ApiError, ErrorKind
-from app.credits.accounts import Accounts
 from app.credits.ledger import Ledger
-from app.credits.rewards import Spotlights
 from app.store import GrantRecord, Store, StoreError
 from tests.conftest import Clock
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import Ledger, ScriptStatus, day_tag, utc_day
+from app.credits.ledger import Ledger, ScriptStatus
 from app.kv.client import RedisClient
 from tests.conftest import Clock
 from tests.unit.scripts_helpers import account, key, pools, reserve, snapshot

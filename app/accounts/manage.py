@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from app.core.clock import iso_utc
 from app.core.errors import ApiError, ErrorKind, invalid_value, service_unavailable
 from app.core.ids import random_id
 from app.credits.ledger import Balance, Identity, Ledger, ScriptStatus
@@ -104,10 +105,6 @@ def validate_grant(req: GrantRequest) -> GrantRequest:
     if not 1 <= req.credits <= MAX_GRANT:
         raise invalid_value("credits", f"'credits' must be an integer from 1 to {MAX_GRANT}.")
     return req
-
-
-def iso_utc(ts: int) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
 def credit_balance(balance: Balance) -> CreditBalance:

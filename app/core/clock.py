@@ -1,0 +1,28 @@
+"""The calendar svc counts in: UTC days, in the forms they take in keys, the API and logs."""
+
+from __future__ import annotations
+
+import time
+
+DAY_S = 86_400
+"""Seconds in a UTC day (no leap seconds in unix time)."""
+
+
+def utc_day(now: float) -> str:
+    """``YYYY-MM-DD`` of a unix time, in UTC."""
+    return time.strftime("%Y-%m-%d", time.gmtime(now))
+
+
+def day_tag(day: str) -> str:
+    """The compact form a day takes in Redis key names (``YYYYMMDD``)."""
+    return day.replace("-", "")
+
+
+def seconds_to_utc_midnight(now: float) -> int:
+    """Seconds until the next UTC day starts (at least 1): a daily cap's ``retry-after``."""
+    return max(1, DAY_S - int(now) % DAY_S)
+
+
+def iso_utc(ts: int) -> str:
+    """A unix time as the API shows it: ``YYYY-MM-DDThh:mm:ssZ``."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))

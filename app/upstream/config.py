@@ -1,0 +1,19 @@
+"""What the models file says about one upstream provider."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class ProviderConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """An OpenAI-compatible provider."""
+
+    base_url: str
+    api_key_env: str | None = None
+    """Environment variable holding the key, sent as ``Authorization: Bearer <value>``."""
+    connect_timeout_s: float = 5.0
+    first_byte_timeout_s: float = 30.0
+    """Time allowed until the first content token; past it the next upstream is tried."""
+    idle_timeout_s: float = 60.0
+    """Longest silence allowed between two chunks of a stream that has started."""
+    max_connections: int = 4096
