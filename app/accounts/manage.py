@@ -15,7 +15,8 @@ import msgspec
 from app.core.clock import iso_utc
 from app.core.errors import ApiError, ErrorKind, invalid_value, service_unavailable
 from app.core.ids import random_id
-from app.credits.ledger import Balance, Identity, Ledger, ScriptStatus
+from app.credits.ledger import Ledger
+from app.credits.outcomes import Balance, Identity, ScriptStatus
 from app.keys.format import (
     digest,
     generate_key,
@@ -251,12 +252,10 @@ class Accounts:
                 ErrorKind.API_KEY_NOT_FOUND, f"No API key '{key_id[:40]}' on this account."
             )
         ident = Identity(pid, record.kid, record.environment, self.ledger.keys.shard(pid))
-        if (
-            await self.ledger.revoke_key(
-                ident, daily_cap=record.daily_cap_credits, name=record.name
-            )
-            < 0
-        ):
+        revoked = await self.ledger.revoke_key(
+            ident, daily_cap=record.daily_cap_credits, name=record.name
+        )
+        if revoked.status is ScriptStatus.KEY_UNKNOWN:
             raise service_unavailable()  # the Redis record names another account: never here
         await self.store.revoke_key(pid, record.kid, int(self.clock()))
         return ApiKeyDeleted(id=public_id(record.kid), object="api_key", deleted=True)

@@ -15,7 +15,8 @@ import msgspec
 
 from app.core.clock import DAY_S, iso_utc, seconds_to_utc_midnight
 from app.core.errors import ApiError, ErrorKind, invalid_value, service_unavailable
-from app.credits.ledger import Ledger, ScriptStatus
+from app.credits.ledger import Ledger
+from app.credits.outcomes import ScriptStatus
 from app.store import GrantRecord, Store
 
 MAX_VIEW_ID = 200

@@ -24,7 +24,8 @@ from app.core.errors import ApiError, ErrorKind
 from app.core.ids import completion_ids, random_id
 from app.core.metrics import METRICS
 from app.core.settings import HEARTBEATS_PER_DEADLINE
-from app.credits.ledger import Hold, Identity, Ledger, ScriptStatus, Settlement
+from app.credits.ledger import Ledger
+from app.credits.outcomes import Hold, Identity, ScriptStatus, Settlement
 from app.kv.client import REDIS_ERRORS
 from app.upstream.base import Piece, UpstreamCall, UpstreamError, Usage
 

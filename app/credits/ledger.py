@@ -9,21 +9,23 @@ the argument checks every script runs before its first write.
 from __future__ import annotations
 
 import time
-from enum import IntEnum
 from importlib import resources
 from typing import Any
 
-import msgspec
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
-from app.core.clock import DAY_S, day_tag, seconds_to_utc_midnight, utc_day
-from app.core.errors import (
-    ApiError,
-    ErrorKind,
-    KeyRecordMissing,
-    invalid_api_key,
-    service_unavailable,
+from app.core.clock import DAY_S, day_tag, utc_day
+from app.credits.outcomes import (
+    Balance,
+    BalanceRead,
+    Granted,
+    Hold,
+    Identity,
+    ScriptStatus,
+    Settlement,
+    Written,
+    reserve_refusal,
 )
 from app.kv.client import RedisClient
 from app.kv.fields import COUNTERS, UsageCounters, usage_field
@@ -45,105 +47,6 @@ GRANT_MARKER_TTL_S = 400 * DAY_S
 """How long a grant id is remembered (a grant retried within it is applied once)."""
 SPOTLIGHT_COUNTER_TTL_S = 2 * DAY_S
 """How long a day's reward counter lives (its day and the next, for late readers)."""
-
-
-class ScriptStatus(IntEnum):
-    OK = 0
-    KEY_UNKNOWN = 1
-    KEY_REVOKED = 2
-    ACCOUNT_MISSING = 3
-    INSUFFICIENT_CREDITS = 4
-    DAILY_CAP_EXCEEDED = 5
-    DUPLICATE = 6
-    NOT_FOUND = 7
-    NOT_EXPIRED = 8
-    DAILY_LIMIT = 9
-    RATE_LIMITED = 10
-    GAVE_UP = 11
-
-
-class Identity(msgspec.Struct, frozen=True):
-    """Who a key secret is: immutable for the key's whole life, so workers cache it."""
-
-    pid: str
-    kid: str
-    environment: str
-    shard: int
-
-    def encode(self) -> str:
-        return f"{self.pid} {self.kid} {self.environment}"
-
-
-class Hold(msgspec.Struct, kw_only=True):
-    """An open reservation, as the request that made it knows it."""
-
-    rid: str
-    shard: int
-    pid: str
-    kid: str
-    day: str  # YYYY-MM-DD, UTC day the reservation (and its usage) belongs to
-    amount: int
-    out_tokens: int
-    balance: int
-    environment: str  # the key's: live or test
-
-
-class Settlement(msgspec.Struct, frozen=True):
-    status: ScriptStatus
-    credits_used: int
-    balance: int
-
-
-class Balance(msgspec.Struct, frozen=True):
-    earned: int
-    earned_exp: int  # unix seconds; 0 while the earned pool is empty
-    purchased: int
-
-    @property
-    def total(self) -> int:
-        return self.earned + self.purchased
-
-
-def key_refusal(status: ScriptStatus) -> ApiError | None:
-    """The API error for a key or account status, or None when the status is OK."""
-    if status is ScriptStatus.KEY_REVOKED:
-        return ApiError(ErrorKind.API_KEY_REVOKED, "This API key has been revoked.")
-    if status is ScriptStatus.KEY_UNKNOWN:
-        missing = invalid_api_key()
-        return KeyRecordMissing(missing.kind, missing.message)
-    if status is ScriptStatus.ACCOUNT_MISSING:
-        return invalid_api_key()
-    return None
-
-
-def reserve_refusal(status: ScriptStatus, value: int, now: float) -> ApiError:
-    """The API error for a reservation the script refused."""
-    refusal = key_refusal(status)
-    if refusal is not None:
-        return refusal
-    if status is ScriptStatus.INSUFFICIENT_CREDITS:
-        return ApiError(
-            ErrorKind.INSUFFICIENT_CREDITS,
-            f"Not enough credits for this request ({value} available). "
-            "Lower max_tokens or add credits.",
-        )
-    if status is ScriptStatus.DAILY_CAP_EXCEEDED:
-        return ApiError(
-            ErrorKind.DAILY_CAP_EXCEEDED,
-            f"This API key's daily credit cap is reached ({value} credits left today).",
-            headers={"retry-after": str(seconds_to_utc_midnight(now))},
-        )
-    if status is ScriptStatus.GAVE_UP:
-        # Redis ran the reserve after this worker stopped waiting: what the caller saw (or
-        # sees now) is the same 503, and nothing was held.
-        return service_unavailable()
-    if status is ScriptStatus.RATE_LIMITED:
-        return ApiError(
-            ErrorKind.KEY_RATE_LIMITED,
-            "This API key sent too many requests. Retry after the time in retry-after.",
-            headers={"retry-after": str(value)},
-        )
-    return ApiError(ErrorKind.INTERNAL, "The request could not be processed.")
 
 
 class RedisClock:
@@ -289,42 +192,53 @@ class Ledger:
 
     async def open_account(
         self, pid: str, *, earned: int = 0, earned_exp: int = 0, purchased: int = 0
-    ) -> bool:
+    ) -> Written:
+        """Create an account's balance hash unless it exists (DUPLICATE: left unchanged)."""
         shard = self.keys.shard(pid)
         created = await self._run(
             "open_account", [self.keys.account(shard, pid)], [earned, earned_exp, purchased]
         )
-        return bool(created)
+        return Written(ScriptStatus.OK if created else ScriptStatus.DUPLICATE)
 
     async def put_key(
         self, ident: Identity, *, status: str, daily_cap: int | None, name: str
-    ) -> bool:
+    ) -> Written:
+        """Write a key's hot-path record unless one exists (DUPLICATE: left unchanged, so a
+        late re-warm can never undo a revocation)."""
         cap = NO_CAP if daily_cap is None else daily_cap
         written = await self._run(
             "put_key",
             [self.keys.api_key(ident.shard, ident.kid)],
             [ident.pid, status, ident.environment, cap, name],
         )
-        return bool(written)
+        return Written(ScriptStatus.OK if written else ScriptStatus.DUPLICATE)
 
-    async def revoke_key(self, ident: Identity, *, daily_cap: int | None, name: str) -> int:
+    async def revoke_key(self, ident: Identity, *, daily_cap: int | None, name: str) -> Written:
+        """Mark a key revoked: OK now, DUPLICATE when it was already, KEY_UNKNOWN when the
+        record names another account (nothing changed)."""
         cap = NO_CAP if daily_cap is None else daily_cap
-        result = await self._run(
-            "revoke_key",
-            [self.keys.api_key(ident.shard, ident.kid)],
-            [ident.pid, ident.environment, cap, name],
+        result = int(
+            await self._run(
+                "revoke_key",
+                [self.keys.api_key(ident.shard, ident.kid)],
+                [ident.pid, ident.environment, cap, name],
+            )
         )
-        return int(result)
+        statuses = {1: ScriptStatus.OK, 0: ScriptStatus.DUPLICATE}
+        return Written(statuses.get(result, ScriptStatus.KEY_UNKNOWN))
 
     # -- credits ------------------------------------------------------------------------
 
-    async def balance(self, ident: Identity, now: float) -> tuple[ScriptStatus, Balance]:
+    async def balance(self, ident: Identity, now: float) -> BalanceRead:
+        """An account's pools, read through one of its keys (the key's status checked too)."""
         status, earned, earned_exp, purchased = await self._run(
             "balance",
             [self.keys.api_key(ident.shard, ident.kid), self.keys.account(ident.shard, ident.pid)],
             [int(now), ident.pid],
         )
-        return ScriptStatus(status), Balance(int(earned), int(earned_exp), int(purchased))
+        return BalanceRead(
+            ScriptStatus(status), Balance(int(earned), int(earned_exp), int(purchased))
+        )
 
     async def account_balance(self, pid: str, now: float) -> Balance | None:
         """Pools of an account, read directly (admin paths); None when it does not exist."""
@@ -350,7 +264,7 @@ class Ledger:
         earned_ttl_s: int = 0,
         daily_limit: int = 0,
         marker_ttl_s: int = GRANT_MARKER_TTL_S,
-    ) -> tuple[ScriptStatus, Balance, int]:
+    ) -> Granted:
         """Add ``credits`` to ``pool`` once per ``grant_id``; also returns when the grant
         was applied (now, or the first time for a ``DUPLICATE``)."""
         shard = self.keys.shard(pid)
@@ -375,7 +289,7 @@ class Ledger:
             ],
         )
         balance = Balance(int(earned), int(earned_exp), int(purchased))
-        return ScriptStatus(status), balance, int(granted_at)
+        return Granted(ScriptStatus(status), balance, int(granted_at))
 
     async def reserve(
         self,
@@ -479,14 +393,15 @@ class Ledger:
         )
         return Settlement(ScriptStatus(status), int(used), int(balance))
 
-    async def extend(self, hold: Hold, deadline: float) -> bool:
-        """Move the reservation's deadline forward while its stream is alive."""
+    async def extend(self, hold: Hold, deadline: float) -> Written:
+        """Move the reservation's deadline forward while its stream is alive (NOT_FOUND: it
+        was settled or swept meanwhile)."""
         extended = await self._run(
             "extend",
             [self.keys.reservation(hold.shard, hold.rid), self.keys.reservations(hold.shard)],
             [hold.rid, int(deadline)],
         )
-        return bool(extended)
+        return Written(ScriptStatus.OK if extended else ScriptStatus.NOT_FOUND)
 
     async def expired_holds(self, now: float, limit: int = 100) -> list[Hold]:
         """Open reservations past their deadline, at most ``limit`` per shard (sweeper).

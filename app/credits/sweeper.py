@@ -15,7 +15,8 @@ import time
 from collections.abc import Callable
 
 from app.core.metrics import METRICS
-from app.credits.ledger import Ledger, ScriptStatus
+from app.credits.ledger import Ledger
+from app.credits.outcomes import ScriptStatus
 from app.kv.client import REDIS_ERRORS
 
 log = logging.getLogger("svc.sweeper")

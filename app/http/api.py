@@ -19,7 +19,7 @@ from app.accounts.manage import (
 )
 from app.core.errors import ApiError, ErrorKind, KeyRecordMissing
 from app.core.validation import decode_json
-from app.credits.ledger import Identity, key_refusal
+from app.credits.outcomes import Identity, key_refusal
 from app.http.deps import provide_identity, provide_services
 from app.http.openapi import API_KEY, BODY_ERRORS, DAYS, KEY_ERRORS, documented, errors
 from app.runtime import Services

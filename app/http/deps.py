@@ -13,7 +13,7 @@ from litestar.handlers.base import BaseRouteHandler
 from litestar.types import Scope
 
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import Identity
+from app.credits.outcomes import Identity
 from app.keys.format import bearer_secret
 from app.keys.throttle import client_address
 from app.runtime import Services

@@ -17,7 +17,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from app.core.errors import ApiError, ErrorKind, KeyRecordMissing, invalid_api_key
-from app.credits.ledger import Identity, Ledger, key_refusal
+from app.credits.ledger import Ledger
+from app.credits.outcomes import Identity, key_refusal
 from app.keys.format import bearer_secret, digest, parse_key, verify_secret
 from app.store import Store
 

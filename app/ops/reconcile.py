@@ -26,7 +26,8 @@ import msgspec
 
 from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import GRANT_MARKER_TTL_S, SPOTLIGHT_COUNTER_TTL_S, Identity, Ledger
+from app.credits.ledger import GRANT_MARKER_TTL_S, SPOTLIGHT_COUNTER_TTL_S, Ledger
+from app.credits.outcomes import Identity, ScriptStatus
 from app.kv.client import RedisClient
 from app.kv.layout import KeySpace
 from app.ops.shard_state import ShardRead, Sums, consistent_shards, redis_accounts
@@ -284,7 +285,8 @@ async def _restore_account(
         report.accounts_kept += 1
     else:
         earned, exp, purchased = restored_pools(sums, state.held.get(pid, (0, 0)))
-        if await ledger.open_account(pid, earned=earned, earned_exp=exp, purchased=purchased):
+        opened = await ledger.open_account(pid, earned=earned, earned_exp=exp, purchased=purchased)
+        if opened.status is ScriptStatus.OK:
             report.accounts_restored += 1
             report.earned_credits += earned
             report.purchased_credits += purchased
@@ -309,9 +311,10 @@ async def _restore_keys(ledger: Ledger, store: Store, report: RebuildReport) -> 
         ident = Identity(
             rec.account_pid, rec.kid, rec.environment, ledger.keys.shard(rec.account_pid)
         )
-        if await ledger.put_key(
+        written = await ledger.put_key(
             ident, status=rec.status, daily_cap=rec.daily_cap_credits, name=rec.name
-        ):
+        )
+        if written.status is ScriptStatus.OK:
             report.keys_restored += 1
             report.revoked_keys_restored += int(rec.status == "revoked")
 

@@ -6,7 +6,8 @@ from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
 
-from app.credits.ledger import Hold, Identity, Ledger
+from app.credits.ledger import Ledger
+from app.credits.outcomes import Hold, Identity
 
 
 async def account(ledger: Ledger, pid: str, *, purchased: int = 0) -> None:

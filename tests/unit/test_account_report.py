@@ -6,7 +6,8 @@ import pytest
 
 from app.accounts.manage import Accounts
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import Identity, Ledger
+from app.credits.ledger import Ledger
+from app.credits.outcomes import Identity
 from app.ops.inspect import inspect_account
 from app.store import Store
 from tests.conftest import Clock

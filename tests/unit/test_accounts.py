@@ -6,7 +6,8 @@ import pytest
 
 from app.accounts.manage import Accounts
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import Ledger, ScriptStatus
+from app.credits.ledger import Ledger
+from app.credits.outcomes import ScriptStatus
 from app.keys.format import digest
 from app.store import Store
 

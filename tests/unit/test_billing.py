@@ -18,7 +18,8 @@ from app.chat.request import ChatParams, parse_chat_request
 from app.chat.router import UpstreamRouter
 from app.core.clock import day_tag, utc_day
 from app.core.tokens import prompt_token_bound, utf8_length
-from app.credits.ledger import Identity, Ledger
+from app.credits.ledger import Ledger
+from app.credits.outcomes import Identity
 from app.upstream.base import Piece, UpstreamCall, Usage
 from app.upstream.simulated import SimulatedProvider
 from tests.conftest import Clock

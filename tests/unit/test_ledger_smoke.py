@@ -1,7 +1,8 @@
 import pytest
 from redis.asyncio.cluster import RedisCluster
 
-from app.credits.ledger import Identity, Ledger, ScriptStatus
+from app.credits.ledger import Ledger
+from app.credits.outcomes import Identity, ScriptStatus
 from app.kv.client import RedisClient
 from app.kv.layout import KeySpace
 from tests.conftest import Clock
@@ -11,8 +12,10 @@ from tests.valkey_cluster import other_primary
 async def test_reserve_settle_round_trip(ledger: Ledger, clock: Clock) -> None:
     pid, kid = "acct_A", "K" * 12
     ident = Identity(pid, kid, "live", ledger.keys.shard(pid))
-    assert await ledger.open_account(pid, purchased=1000)
-    assert await ledger.put_key(ident, status="active", daily_cap=None, name="k")
+    assert (await ledger.open_account(pid, purchased=1000)).status is ScriptStatus.OK
+    assert (
+        await ledger.put_key(ident, status="active", daily_cap=None, name="k")
+    ).status is ScriptStatus.OK
     hold = await ledger.reserve(
         ident,
         rid="r1",
@@ -89,8 +92,12 @@ async def test_a_script_flushed_again_during_its_reload_still_runs(
 
     monkeypatch.setattr(real_redis, "script_load", load_then_flush)
     await real_redis.script_flush()
-    assert await ledger.open_account("acct_F", purchased=10)  # NOSCRIPT twice, then EVAL
+    assert (
+        await ledger.open_account("acct_F", purchased=10)
+    ).status is ScriptStatus.OK  # NOSCRIPT twice, then EVAL
     ident = Identity("acct_F", "F" * 12, "live", ledger.keys.shard("acct_F"))
-    assert await ledger.put_key(ident, status="active", daily_cap=None, name="k")
+    assert (
+        await ledger.put_key(ident, status="active", daily_cap=None, name="k")
+    ).status is ScriptStatus.OK
     status, balance = await ledger.balance(ident, 1_780_000_000.0)
     assert (status, balance.total) == (ScriptStatus.OK, 10)

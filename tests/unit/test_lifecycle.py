@@ -14,7 +14,8 @@ from app.chat.completion import Completion, CompletionService
 from app.chat.lifecycle import STREAMS, GracePeriod, OpenStreams
 from app.chat.request import parse_chat_request
 from app.chat.router import UpstreamRouter
-from app.credits.ledger import Identity, Ledger
+from app.credits.ledger import Ledger
+from app.credits.outcomes import Identity
 from app.upstream.base import Piece, UpstreamCall
 from app.upstream.simulated import SimulatedProvider
 from tests.conftest import Clock

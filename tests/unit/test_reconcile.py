@@ -13,7 +13,8 @@ from app.accounts.manage import Accounts
 from app.accounts.rewards import Spotlights
 from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import Hold, Ledger
+from app.credits.ledger import Ledger
+from app.credits.outcomes import Hold
 from app.keys.auth import Authenticator
 from app.kv.layout import KeySpace
 from app.ops.reconcile import ReconcileReport, rebuild_redis, reconcile

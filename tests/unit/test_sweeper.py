@@ -6,6 +6,7 @@ import asyncio
 
 from app.core.metrics import METRICS, exposition
 from app.credits.ledger import Ledger
+from app.credits.outcomes import ScriptStatus
 from app.credits.sweeper import Sweeper
 from tests.conftest import Clock
 from tests.e2e.conftest import metric_samples
@@ -28,7 +29,9 @@ async def test_expired_reservations_are_refunded_exactly_once_by_racing_sweepers
 
     assert await sweepers[0].sweep_once() == 0  # nothing is past its deadline yet
     clock.advance(30)
-    assert await ledger.extend(alive, clock() + 60)  # a live stream's heartbeat
+    assert (
+        await ledger.extend(alive, clock() + 60)
+    ).status is ScriptStatus.OK  # a live stream's heartbeat
     clock.advance(31)
     counts = await asyncio.gather(*(s.sweep_once() for s in sweepers))
     assert sum(counts) == 11  # every dead reservation once; the extended one is left
