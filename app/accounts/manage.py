@@ -1,7 +1,8 @@
 """Account, grant and API key operations shared by the admin API, the CLI and ``/v1``.
 
-The durable store is written first (it is the record of truth for accounts, keys and
-grants), then Redis, whose writes are idempotent so a retried call converges.
+Creating an account, a key or a grant writes the durable store first (the record of truth),
+then Redis. Revoking a key writes Redis first, so every worker refuses the key from that
+moment, then the durable record. Redis's writes are idempotent, so a retried call converges.
 """
 
 from __future__ import annotations

@@ -49,7 +49,8 @@ def multiprocess_enabled() -> bool:
 
 
 class Metrics:
-    """Every metric svc records. One instance per process (``Services`` owns it)."""
+    """Every metric svc records. One instance per process: ``METRICS`` below, which every
+    module records through."""
 
     def __init__(self) -> None:
         self.build()

@@ -35,7 +35,6 @@ class Sweeper:
         self.ledger = ledger
         self.interval_s = interval_s
         self.clock = clock
-        self.swept = 0  # reservations this process refunded
 
     async def sweep_once(self) -> int:
         """Refund every reservation past its deadline now; returns how many this call did."""
@@ -60,7 +59,6 @@ class Sweeper:
                 )
         METRICS.sweeps.inc()
         METRICS.swept.inc(done)
-        self.swept += done
         return done
 
     async def run(self) -> None:

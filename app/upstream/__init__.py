@@ -1,5 +1,3 @@
-"""Upstream providers: where completions come from, behind one small interface."""
-
-from app.upstream.base import Provider, UpstreamCall, UpstreamError, Usage
-
-__all__ = ["Provider", "UpstreamCall", "UpstreamError", "Usage"]
+"""Upstream providers: where completions come from, behind one small interface (``base``):
+the models file's provider settings, OpenAI-compatible HTTP providers, the simulated one.
+"""

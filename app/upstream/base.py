@@ -31,13 +31,12 @@ class UpstreamCall(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class UpstreamError(Exception):
-    """An upstream failed. ``retryable`` failures before the first byte move on to the next
-    upstream of the alias; ``client_error`` ones (HTTP 400) are the request's fault."""
+    """An upstream failed. Before the first byte the alias's next upstream is tried, unless
+    the failure is a ``client_error`` (HTTP 400/413/422: the request's fault)."""
 
-    def __init__(self, reason: str, *, retryable: bool = True, client_error: bool = False) -> None:
+    def __init__(self, reason: str, *, client_error: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
-        self.retryable = retryable
         self.client_error = client_error
 
 

@@ -74,7 +74,7 @@ def _status_error(status: int, body: bytes, model: str) -> UpstreamError:
             message = str(msgspec.json.decode(body)["error"]["message"])
         except Exception:
             message = ""
-        return UpstreamError(sanitize(message, model), retryable=False, client_error=True)
+        return UpstreamError(sanitize(message, model), client_error=True)
     return UpstreamError(f"upstream status {status}")
 
 
