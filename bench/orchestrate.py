@@ -370,7 +370,7 @@ def _redis_keys() -> KeySpace:
 
 def open_reservations(r: redis.Redis) -> int:
     keys = _redis_keys()
-    return sum(int(r.zcard(keys.reservations(shard))) for shard in range(keys.shards))
+    return sum(int(r.zcard(keys.reservations(shard))) for shard in keys.all_shards())
 
 
 def _durable_credits(svc: Svc, pids: list[str]) -> int | None:

@@ -14,7 +14,13 @@ from collections.abc import Callable
 import msgspec
 
 from app.core.clock import iso_utc
-from app.core.errors import ApiError, ErrorKind, invalid_value, service_unavailable
+from app.core.errors import (
+    ApiError,
+    ErrorKind,
+    account_not_found,
+    invalid_value,
+    service_unavailable,
+)
 from app.core.ids import random_id
 from app.credits.ledger import Ledger
 from app.credits.outcomes import Balance, Identity, ScriptStatus
@@ -160,7 +166,7 @@ class Accounts:
     async def require_account(self, pid: str) -> AccountRecord:
         record = await self.store.get_account(pid)
         if record is None:
-            raise ApiError(ErrorKind.ACCOUNT_NOT_FOUND, f"No account '{pid[:64]}'.", param="pid")
+            raise account_not_found(pid)
         return record
 
     async def grant_purchased(

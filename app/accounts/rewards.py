@@ -14,7 +14,13 @@ from collections.abc import Callable
 import msgspec
 
 from app.core.clock import DAY_S, iso_utc, seconds_to_utc_midnight
-from app.core.errors import ApiError, ErrorKind, invalid_value, service_unavailable
+from app.core.errors import (
+    ApiError,
+    ErrorKind,
+    account_not_found,
+    invalid_value,
+    service_unavailable,
+)
 from app.credits.ledger import Ledger
 from app.credits.outcomes import ScriptStatus
 from app.store import GrantRecord, Store
@@ -73,7 +79,7 @@ class Spotlights:
         day's limit."""
         validate_view_id(view_id)
         if await self.store.get_account(pid) is None:
-            raise ApiError(ErrorKind.ACCOUNT_NOT_FOUND, f"No account '{pid[:64]}'.", param="pid")
+            raise account_not_found(pid)
         await self.ledger.open_account(pid)  # an account Redis lost comes back empty
         now = self.clock()
         grant_id = f"spotlight:{pid}:{view_id}"

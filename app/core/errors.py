@@ -110,5 +110,10 @@ def invalid_api_key() -> ApiError:
     )
 
 
+def account_not_found(pid: str) -> ApiError:
+    """An admin route or command named an account the durable store does not know."""
+    return ApiError(ErrorKind.ACCOUNT_NOT_FOUND, f"No account '{pid[:64]}'.", param="pid")
+
+
 def invalid_value(param: str, message: str) -> ApiError:
     return ApiError(ErrorKind.INVALID_VALUE, message, param=param)

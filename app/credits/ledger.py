@@ -28,7 +28,16 @@ from app.credits.outcomes import (
     reserve_refusal,
 )
 from app.kv.client import RedisClient
-from app.kv.fields import COUNTERS, UsageCounters, usage_field
+from app.kv.fields import (
+    ACCOUNT_POOLS,
+    COUNTERS,
+    KEY_ACTIVE,
+    KeyField,
+    ReservationField,
+    UsageCounters,
+    pools,
+    usage_field,
+)
 from app.kv.layout import KeySpace, as_text
 
 PRELUDE = "lib/checks.lua"
@@ -47,6 +56,13 @@ GRANT_MARKER_TTL_S = 400 * DAY_S
 """How long a grant id is remembered (a grant retried within it is applied once)."""
 SPOTLIGHT_COUNTER_TTL_S = 2 * DAY_S
 """How long a day's reward counter lives (its day and the next, for late readers)."""
+SWEPT_FIELDS = [  # what the sweeper needs of a reservation
+    ReservationField.ACCOUNT,
+    ReservationField.KEY,
+    ReservationField.DAY,
+    ReservationField.AMOUNT,
+    ReservationField.ENVIRONMENT,
+]
 
 
 class RedisClock:
@@ -155,11 +171,11 @@ class Ledger:
     async def key_status(self, ident: Identity) -> ScriptStatus:
         """Whether the key may be used now (read on every authenticated request)."""
         acct, status = await self.redis.hmget(
-            self.keys.api_key(ident.shard, ident.kid), ["acct", "status"]
+            self.keys.api_key(ident.shard, ident.kid), [KeyField.ACCOUNT, KeyField.STATUS]
         )
         if acct is None or as_text(acct) != ident.pid:
             return ScriptStatus.KEY_UNKNOWN
-        return ScriptStatus.OK if status == b"active" else ScriptStatus.KEY_REVOKED
+        return ScriptStatus.OK if status == KEY_ACTIVE else ScriptStatus.KEY_REVOKED
 
     async def usage_days(
         self, pid: str, environment: str, days: list[str]
@@ -243,15 +259,13 @@ class Ledger:
     async def account_balance(self, pid: str, now: float) -> Balance | None:
         """Pools of an account, read directly (admin paths); None when it does not exist."""
         shard = self.keys.shard(pid)
-        earned, earned_exp, purchased = await self.redis.hmget(
-            self.keys.account(shard, pid), ["earned", "earned_exp", "purchased"]
-        )
-        if purchased is None:
+        found = pools(await self.redis.hmget(self.keys.account(shard, pid), ACCOUNT_POOLS))
+        if found is None:
             return None
-        e, exp = int(earned or 0), int(earned_exp or 0)
+        earned, exp, purchased = found
         if exp and now >= exp:
-            e, exp = 0, 0
-        return Balance(e, exp, int(purchased))
+            earned, exp = 0, 0
+        return Balance(earned, exp, purchased)
 
     async def grant(
         self,
@@ -408,7 +422,7 @@ class Ledger:
 
         Two round trips whatever the number of shards: the ids of every shard, then the
         reservations they name."""
-        shards = range(self.keys.shards)
+        shards = self.keys.all_shards()
         pipe = self.redis.pipeline(transaction=False)
         for shard in shards:
             pipe.zrangebyscore(self.keys.reservations(shard), "-inf", int(now), start=0, num=limit)
@@ -421,7 +435,7 @@ class Ledger:
             return []
         pipe = self.redis.pipeline(transaction=False)
         for shard, rid in found:
-            pipe.hmget(self.keys.reservation(shard, rid), ["acct", "kid", "day", "amount", "env"])
+            pipe.hmget(self.keys.reservation(shard, rid), SWEPT_FIELDS)
         holds: list[Hold] = []
         for (shard, rid), fields in zip(found, await pipe.execute(), strict=True):
             if fields[0] is None:

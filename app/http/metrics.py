@@ -25,7 +25,7 @@ async def redis_gauges(services: Services) -> tuple[int, int, float] | None:
     with contextlib.suppress(*REDIS_ERRORS, OSError, TimeoutError):
         async with asyncio.timeout(REDIS_READ_TIMEOUT_S):
             pipe = services.redis.pipeline(transaction=False)
-            for shard in range(services.keys.shards):
+            for shard in services.keys.all_shards():
                 pipe.zcard(services.keys.reservations(shard))
             open_rsv = sum(int(n) for n in await pipe.execute())
             lag = await services.flusher.lag()

@@ -1,10 +1,63 @@
-"""The fields of svc's Redis hashes, named once: the scripts in ``app/credits/lua`` write
-them, and everything that reads a hash (the ledger, reconcile, inspect, the metrics, the
-benchmark's conservation check) names them through here."""
+"""The fields of svc's Redis hashes and stream entries, named and parsed once: the scripts
+in ``app/credits/lua`` write them, and everything that reads them (the ledger, the flusher,
+reconcile, inspect, the benchmark's conservation check) names them through here."""
 
 from __future__ import annotations
 
+from typing import Any, Final
+
 import msgspec
+
+from app.kv.layout import as_text
+
+
+class AccountField:
+    """The account hash ``<p>:{sN}:acct:<pid>``."""
+
+    EARNED: Final = "earned"
+    EARNED_EXP: Final = "earned_exp"  # unix seconds; 0 while the pool is empty
+    PURCHASED: Final = "purchased"
+    STATUS: Final = "status"
+    EGEN: Final = "egen"  # times the earned pool expired
+
+
+class KeyField:
+    """The API key hash ``<p>:{sN}:key:<kid>``."""
+
+    ACCOUNT: Final = "acct"
+    STATUS: Final = "status"  # KEY_ACTIVE | KEY_REVOKED
+    ENVIRONMENT: Final = "env"
+    CAP: Final = "cap"  # credits per UTC day; -1 = no cap
+    NAME: Final = "name"
+
+
+KEY_ACTIVE: Final = b"active"
+
+
+class ReservationField:
+    """An open reservation's hash ``<p>:{sN}:rsv:<rid>``."""
+
+    ACCOUNT: Final = "acct"
+    KEY: Final = "kid"
+    ENVIRONMENT: Final = "env"
+    AMOUNT: Final = "amount"
+    FROM_EARNED: Final = "fe"
+    FROM_PURCHASED: Final = "fp"
+    ALIAS: Final = "alias"
+    DAY: Final = "day"
+    DEADLINE: Final = "deadline"
+
+
+def pools(values: list[Any]) -> tuple[int, int, int] | None:
+    """``(earned, earned_exp, purchased)`` from an HMGET of ``ACCOUNT_POOLS``; None when the
+    account hash does not exist."""
+    earned, earned_exp, purchased = values
+    if purchased is None:
+        return None
+    return int(earned or 0), int(earned_exp or 0), int(purchased)
+
+
+ACCOUNT_POOLS = [AccountField.EARNED, AccountField.EARNED_EXP, AccountField.PURCHASED]
 
 COUNTERS = ("requests", "prompt_tokens", "completion_tokens", "credits")
 
@@ -29,3 +82,52 @@ class UsageCounters(msgspec.Struct, frozen=True):
 def usage_field(environment: str, counter: str) -> str:
     """A usage hash's field: ``<environment>:<counter>`` (``live:credits``)."""
     return f"{environment}:{counter}"
+
+
+class UsageEvent(msgspec.Struct, frozen=True):
+    """One settled request, as ``settle.lua`` wrote it."""
+
+    id: str
+    account_pid: str
+    kid: str
+    environment: str
+    alias: str
+    day: str
+    prompt_tokens: int
+    completion_tokens: int
+    credits: int
+    earned_credits: int = 0  # events written before the field existed count as 0
+
+
+class ExpiryEvent(msgspec.Struct, frozen=True):
+    """Earned credits that lapsed, as a script wrote it (``kind expire``)."""
+
+    id: str
+    account_pid: str
+    credits: int
+    ts: int
+
+
+StreamEvent = UsageEvent | ExpiryEvent
+
+
+def parse_event(entry_id: Any, fields: Any) -> StreamEvent:
+    """One stream entry as the event it records; an entry without ``kind`` is a usage
+    event (settle writes no kind, to keep the hot path's entries small)."""
+    f = {as_text(k): as_text(v) for k, v in fields.items()}
+    if f.get("kind") == "expire":
+        return ExpiryEvent(
+            id=as_text(entry_id), account_pid=f["acct"], credits=int(f["credits"]), ts=int(f["ts"])
+        )
+    return UsageEvent(
+        id=as_text(entry_id),
+        account_pid=f["acct"],
+        kid=f["kid"],
+        environment=f["env"],
+        alias=f["alias"],
+        day=f["day"],
+        prompt_tokens=int(f["prompt_tokens"]),
+        completion_tokens=int(f["completion_tokens"]),
+        credits=int(f["credits"]),
+        earned_credits=int(f.get("earned", 0)),
+    )

@@ -31,6 +31,10 @@ class KeySpace:
     def shard(self, account_pid: str) -> int:
         return shard_of(account_pid, self.shards)
 
+    def all_shards(self) -> range:
+        """Every shard, in order (the sweeper, the flusher and the gauges walk them all)."""
+        return range(self.shards)
+
     def _tagged(self, shard: int, rest: str) -> str:
         return f"{self.prefix}:{{s{shard}}}:{rest}"
 

@@ -13,9 +13,10 @@ from typing import Any
 import msgspec
 
 from app.core.clock import day_tag, utc_day
-from app.core.errors import ApiError, ErrorKind
+from app.core.errors import account_not_found
 from app.keys.format import public_id
 from app.kv.client import RedisClient
+from app.kv.fields import ACCOUNT_POOLS, KeyField, ReservationField, pools
 from app.kv.layout import KeySpace, as_text
 from app.store import Store
 
@@ -63,19 +64,19 @@ async def inspect_account(
 ) -> AccountReport:
     """The account's state in Redis; 404 when the durable store does not know it."""
     if await store.get_account(pid) is None:
-        raise ApiError(ErrorKind.ACCOUNT_NOT_FOUND, f"No account '{pid[:64]}'.", param="pid")
+        raise account_not_found(pid)
     shard, today = keys.shard(pid), day_tag(utc_day(clock()))
     records = await store.list_keys(pid)
     pipe = redis.pipeline(transaction=False)
-    pipe.hmget(keys.account(shard, pid), ["earned", "earned_exp", "purchased"])
+    pipe.hmget(keys.account(shard, pid), ACCOUNT_POOLS)
     for rec in records:
-        pipe.hmget(keys.api_key(shard, rec.kid), ["status", "cap"])
+        pipe.hmget(keys.api_key(shard, rec.kid), [KeyField.STATUS, KeyField.CAP])
         pipe.get(keys.cap(shard, rec.kid, today))
     pipe.zrange(keys.reservations(shard), 0, -1)
     pipe.hgetall(keys.usage_day(shard, pid, today))
     pipe.hgetall(keys.usage_total(shard, pid))
     results = await pipe.execute()
-    earned, earned_exp, purchased = (int(v or 0) for v in results[0])
+    earned, earned_exp, purchased = pools(results[0]) or (0, 0, 0)
     states = []
     for i, rec in enumerate(records):
         (status, cap), used = results[1 + 2 * i], results[2 + 2 * i]
@@ -105,7 +106,15 @@ async def inspect_account(
 async def _reservations(
     redis: RedisClient, keys: KeySpace, shard: int, pid: str, rids: list[Any]
 ) -> list[Reservation]:
-    fields = ["acct", "kid", "amount", "fe", "fp", "alias", "deadline"]
+    fields = [
+        ReservationField.ACCOUNT,
+        ReservationField.KEY,
+        ReservationField.AMOUNT,
+        ReservationField.FROM_EARNED,
+        ReservationField.FROM_PURCHASED,
+        ReservationField.ALIAS,
+        ReservationField.DEADLINE,
+    ]
     pipe = redis.pipeline(transaction=False)
     for rid in rids:
         pipe.hmget(keys.reservation(shard, as_text(rid)), fields)

@@ -17,10 +17,17 @@ import msgspec
 from app.core.clock import day_tag
 from app.core.errors import service_unavailable
 from app.kv.client import RedisClient
-from app.kv.fields import COUNTERS
+from app.kv.fields import (
+    COUNTERS,
+    AccountField,
+    ExpiryEvent,
+    ReservationField,
+    StreamEvent,
+    UsageEvent,
+    parse_event,
+)
 from app.kv.layout import KeySpace, as_text
 from app.store import END_OF_TIME, LedgerSnapshot, Store
-from app.usage.flusher import ExpiryEvent, StreamEvent, UsageEvent, parse_event
 
 MAX_ROUNDS = 20  # durable snapshots before giving up on a flusher that keeps moving
 MAX_READS = 50  # reads of one shard before giving up on reservations that keep changing
@@ -75,6 +82,14 @@ def _by_shard(keys: KeySpace, pids: Iterable[str]) -> dict[int, list[str]]:
     return shards
 
 
+HELD_FIELDS = [
+    ReservationField.ACCOUNT,
+    ReservationField.ENVIRONMENT,
+    ReservationField.FROM_EARNED,
+    ReservationField.FROM_PURCHASED,
+]
+
+
 async def read_shard(
     redis: RedisClient,
     keys: KeySpace,
@@ -96,12 +111,12 @@ async def read_shard(
         pipe = redis.pipeline(transaction=True)
         pipe.zrange(rsv_key, 0, -1)
         for pid in pids:
-            pipe.hmget(keys.account(shard, pid), ["earned", "purchased"])
+            pipe.hmget(keys.account(shard, pid), [AccountField.EARNED, AccountField.PURCHASED])
             pipe.hgetall(keys.usage_total(shard, pid))
             for day in days:
                 pipe.hgetall(keys.usage_day(shard, pid, day_tag(day)))
         for rid in rids:
-            pipe.hmget(keys.reservation(shard, rid), ["acct", "env", "fe", "fp"])
+            pipe.hmget(keys.reservation(shard, rid), HELD_FIELDS)
         pipe.xrange(keys.events(shard), f"({cursor}" if cursor else "-", "+")
         results = await pipe.execute()
         if sorted(as_text(r) for r in results[0]) == sorted(rids):

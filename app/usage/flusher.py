@@ -20,44 +20,17 @@ import random
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import msgspec
 from redis.exceptions import WatchError
 
 from app.core.metrics import METRICS
 from app.kv.client import REDIS_ERRORS, RedisClient
+from app.kv.fields import ExpiryEvent, StreamEvent, UsageEvent, parse_event
 from app.kv.layout import KeySpace, as_text
 from app.store import CreditExpiry, Store, StoreError, UsageRollup, stream_id_key
 
 log = logging.getLogger("svc.flusher")
-
-
-class UsageEvent(msgspec.Struct, frozen=True):
-    """One settled request, as ``settle.lua`` wrote it."""
-
-    id: str
-    account_pid: str
-    kid: str
-    environment: str
-    alias: str
-    day: str
-    prompt_tokens: int
-    completion_tokens: int
-    credits: int
-    earned_credits: int = 0  # events written before the field existed count as 0
-
-
-class ExpiryEvent(msgspec.Struct, frozen=True):
-    """Earned credits that lapsed, as a script wrote it (``kind expire``)."""
-
-    id: str
-    account_pid: str
-    credits: int
-    ts: int
-
-
-StreamEvent = UsageEvent | ExpiryEvent
 
 
 class Lag(msgspec.Struct):
@@ -65,28 +38,6 @@ class Lag(msgspec.Struct):
 
     pending_events: int  # entries still in the streams (flushed ones are trimmed)
     oldest_event_age_s: float  # age of the oldest entry, 0 when none
-
-
-def parse_event(entry_id: Any, fields: Any) -> StreamEvent:
-    """One stream entry as the event it records; an entry without ``kind`` is a usage
-    event (settle writes no kind, to keep the hot path's entries small)."""
-    f = {as_text(k): as_text(v) for k, v in fields.items()}
-    if f.get("kind") == "expire":
-        return ExpiryEvent(
-            id=as_text(entry_id), account_pid=f["acct"], credits=int(f["credits"]), ts=int(f["ts"])
-        )
-    return UsageEvent(
-        id=as_text(entry_id),
-        account_pid=f["acct"],
-        kid=f["kid"],
-        environment=f["env"],
-        alias=f["alias"],
-        day=f["day"],
-        prompt_tokens=int(f["prompt_tokens"]),
-        completion_tokens=int(f["completion_tokens"]),
-        credits=int(f["credits"]),
-        earned_credits=int(f.get("earned", 0)),
-    )
 
 
 def aggregate(events: Sequence[StreamEvent]) -> list[UsageRollup]:
@@ -220,7 +171,7 @@ class Flusher:
 
     async def _busy_shards(self) -> list[int]:
         pipe = self.redis.pipeline(transaction=False)
-        for shard in range(self.keys.shards):
+        for shard in self.keys.all_shards():
             pipe.xlen(self.keys.events(shard))
         return [shard for shard, n in enumerate(await pipe.execute()) if int(n)]
 
@@ -279,11 +230,11 @@ class Flusher:
     async def lag(self) -> Lag:
         """Unflushed events and the age of the oldest, over every shard (two round trips)."""
         pipe = self.redis.pipeline(transaction=False)
-        for shard in range(self.keys.shards):
+        for shard in self.keys.all_shards():
             pipe.xlen(self.keys.events(shard))
         lengths = await pipe.execute()
         pipe = self.redis.pipeline(transaction=False)
-        for shard in range(self.keys.shards):
+        for shard in self.keys.all_shards():
             pipe.xrange(self.keys.events(shard), "-", "+", count=1)
         firsts = await pipe.execute()
         oldest_ms = min(

@@ -8,8 +8,9 @@ import pytest
 
 from app.credits.ledger import Ledger
 from app.kv.client import RedisClient
+from app.kv.fields import ExpiryEvent, UsageEvent
 from app.store import Store
-from app.usage.flusher import ExpiryEvent, Flusher, UsageEvent, aggregate, expiries, next_stream_id
+from app.usage.flusher import Flusher, aggregate, expiries, next_stream_id
 from tests.conftest import Clock
 from tests.unit.scripts_helpers import account, key, reserve
 

@@ -22,8 +22,8 @@ from app.core.errors import ApiError, ErrorKind
 from app.credits.ledger import Ledger
 from app.credits.outcomes import Hold, ScriptStatus
 from app.kv.client import RedisClient
+from app.kv.fields import ExpiryEvent, UsageEvent, parse_event
 from app.kv.layout import KeySpace
-from app.usage.flusher import ExpiryEvent, UsageEvent, parse_event
 from tests.unit.scripts_helpers import account, key
 from tests.valkey_cluster import ValkeyCluster
 
