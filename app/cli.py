@@ -92,29 +92,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _admin_op(args: argparse.Namespace) -> AdminOp:
-    from app.accounts.manage import (
-        GrantRequest,
-        KeyCreateRequest,
-        validate_grant,
-        validate_key_request,
-    )
+    from app.accounts.manage import GrantRequest, KeyCreateRequest, validate_key_request
+    from app.core.validation import convert_fields
 
     async def create_account(s: Services) -> Any:
         return {"account_pid": await s.accounts.create_account()}
 
     async def grant(s: Services) -> Any:
-        req = validate_grant(GrantRequest(credits=args.credits))
+        req = convert_fields({"credits": args.credits}, GrantRequest)
         return await s.accounts.grant_purchased(args.account_pid, req.credits)
 
     async def credits(s: Services) -> Any:
         return await s.accounts.balance(args.account_pid)
 
     async def create_key(s: Services) -> Any:
-        req = validate_key_request(
-            KeyCreateRequest(
-                name=args.name, environment=args.environment, daily_cap_credits=args.daily_cap
-            )
-        )
+        fields = {
+            "name": args.name,
+            "environment": args.environment,
+            "daily_cap_credits": args.daily_cap,
+        }
+        req = validate_key_request(convert_fields(fields, KeyCreateRequest))
         return await s.accounts.create_key(
             args.account_pid,
             name=req.name,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -80,38 +81,31 @@ class ApiKeyList(msgspec.Struct):
     data: list[ApiKeyItem]
 
 
+MAX_KEY_NAME = 100
+MAX_GRANT = 10**12
+# The limits of the request bodies, declared once: decoding enforces them and the OpenAPI
+# document states them (both read these annotations).
+KeyName = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_KEY_NAME)]
+Credits = Annotated[int, msgspec.Meta(ge=1, le=MAX_GRANT)]
+DailyCap = Annotated[int, msgspec.Meta(ge=0, le=MAX_GRANT)]
+
+
 class KeyCreateRequest(msgspec.Struct):
     """Body of a key creation (``POST /v1/api-keys`` and the admin API)."""
 
-    name: str
-    environment: str
-    daily_cap_credits: int | None
+    name: KeyName
+    environment: Literal["live", "test"]
+    daily_cap_credits: DailyCap | None
 
 
 class GrantRequest(msgspec.Struct):
-    credits: int
-
-
-MAX_KEY_NAME = 100
-MAX_GRANT = 10**12
+    credits: Credits
 
 
 def validate_key_request(req: KeyCreateRequest) -> KeyCreateRequest:
-    """Raise a 400 naming the field when a key request is out of range."""
-    if not 1 <= len(req.name) <= MAX_KEY_NAME or not req.name.isprintable():
+    """What decoding cannot check: a key's name is printable text (``str.isprintable``)."""
+    if not req.name.isprintable():
         raise invalid_value("name", f"'name' must be 1 to {MAX_KEY_NAME} printable characters.")
-    if req.environment not in ("live", "test"):
-        raise invalid_value("environment", "'environment' must be 'live' or 'test'.")
-    if req.daily_cap_credits is not None and not 0 <= req.daily_cap_credits <= MAX_GRANT:
-        raise invalid_value(
-            "daily_cap_credits", "'daily_cap_credits' must be an integer >= 0, or null."
-        )
-    return req
-
-
-def validate_grant(req: GrantRequest) -> GrantRequest:
-    if not 1 <= req.credits <= MAX_GRANT:
-        raise invalid_value("credits", f"'credits' must be an integer from 1 to {MAX_GRANT}.")
     return req
 
 

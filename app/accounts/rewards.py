@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Annotated
 
 import msgspec
 
@@ -21,6 +22,7 @@ from app.core.errors import (
     invalid_value,
     service_unavailable,
 )
+from app.core.validation import convert_fields
 from app.credits.ledger import Ledger
 from app.credits.outcomes import ScriptStatus
 from app.store import GrantRecord, Store
@@ -31,7 +33,7 @@ MAX_VIEW_ID = 200
 class SpotlightRequest(msgspec.Struct):
     """Body of ``POST /admin/v1/accounts/{pid}/spotlights``."""
 
-    view_id: str
+    view_id: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_VIEW_ID)]
 
 
 class SpotlightReward(msgspec.Struct):
@@ -46,7 +48,10 @@ class SpotlightReward(msgspec.Struct):
 
 
 def validate_view_id(view_id: str) -> str:
-    if not 1 <= len(view_id) <= MAX_VIEW_ID or not view_id.isprintable():
+    """A view id as ``SpotlightRequest`` limits it (from the CLI too), and printable text
+    (what decoding cannot check)."""
+    convert_fields({"view_id": view_id}, SpotlightRequest)
+    if not view_id.isprintable():
         raise invalid_value(
             "view_id", f"'view_id' must be 1 to {MAX_VIEW_ID} printable characters."
         )

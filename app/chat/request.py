@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
 from app.chat.catalog import AUTO, Alias, route_auto
@@ -25,15 +27,22 @@ class Message(msgspec.Struct):
     content: str | list[TextPart] | None = None
 
 
+# The limits of the request, declared once: decoding enforces them and the OpenAPI document
+# states them (both read these annotations). The alias's own output limit is checked after.
+Temperature = Annotated[float, msgspec.Meta(ge=0, le=2)]
+TopP = Annotated[float, msgspec.Meta(ge=0, le=1)]
+OutputTokens = Annotated[int, msgspec.Meta(ge=1)]
+
+
 class ChatRequest(msgspec.Struct):
     """Fields svc reads; unknown fields (``stream_options``, ``user``, ``n``, …) are ignored."""
 
     model: str
     messages: list[Message]
-    temperature: float | None = None
-    top_p: float | None = None
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    max_tokens: OutputTokens | None = None
+    max_completion_tokens: OutputTokens | None = None
     stream: bool | None = None
 
 
@@ -115,10 +124,6 @@ def parse_chat_request(
             )
     temperature = DEFAULT_TEMPERATURE if req.temperature is None else req.temperature
     top_p = DEFAULT_TOP_P if req.top_p is None else req.top_p
-    if not 0.0 <= temperature <= 2.0:
-        raise invalid_value("temperature", "'temperature' must be between 0 and 2.")
-    if not 0.0 <= top_p <= 1.0:
-        raise invalid_value("top_p", "'top_p' must be between 0 and 1.")
     max_tokens, param = req.max_tokens, "max_tokens"
     if req.max_completion_tokens is not None:
         max_tokens, param = req.max_completion_tokens, "max_completion_tokens"

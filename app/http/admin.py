@@ -13,7 +13,6 @@ from app.accounts.manage import (
     CreditBalance,
     GrantRequest,
     KeyCreateRequest,
-    validate_grant,
     validate_key_request,
 )
 from app.accounts.rewards import SpotlightRequest, SpotlightReward
@@ -50,7 +49,7 @@ class AdminController(Controller):
         self, services: Services, pid: str, request: Request[Any, Any, Any]
     ) -> CreditBalance:
         """Add purchased credits."""
-        req = validate_grant(decode_json(await request.body(), GrantRequest))
+        req = decode_json(await request.body(), GrantRequest)
         return await services.accounts.grant_purchased(pid, req.credits)
 
     @get(
