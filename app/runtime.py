@@ -23,7 +23,8 @@ from app.chat.router import UpstreamRouter
 from app.core.errors import ApiError, ErrorKind, service_unavailable
 from app.core.private_files import PRIVATE_FILE_MODE, make_private, private_folder
 from app.core.settings import Settings
-from app.credits.ledger import Ledger, RedisClock
+from app.credits.ledger import Ledger
+from app.credits.scripts import RedisClock
 from app.credits.sweeper import Sweeper
 from app.keys.auth import Authenticator
 from app.keys.throttle import FailedAuthThrottle, parse_networks
@@ -222,7 +223,7 @@ async def open_services(settings: Settings, *, clock: Callable[[], float] = time
         await services.close()
         raise
     with contextlib.suppress(*REDIS_ERRORS):
-        await services.ledger.load_scripts()  # EVALSHA reloads them later anyway
+        await services.ledger.scripts.load()  # EVALSHA reloads them later anyway
         await services.ledger.sync_clock()  # the sweeper measures it again every round
     return services
 

@@ -1,19 +1,9 @@
-"""The money path: every credit movement is one call into a Lua script in ``app/credits/lua/``.
-
-Scripts are registered once and called with EVALSHA (redis-py reloads one after NOSCRIPT,
-e.g. after ``SCRIPT FLUSH`` or a failover). Every script returns a fixed tuple whose first
-item is a ``ScriptStatus``. Each script is sent with ``lua/lib/checks.lua`` in front of it:
-the argument checks every script runs before its first write.
+"""The money path: every credit movement is one call into a Lua script (``scripts``), made
+here with the key names of ``KeySpace`` and answered with the typed results of
+``outcomes``.
 """
 
 from __future__ import annotations
-
-import time
-from importlib import resources
-from typing import Any
-
-from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
 
 from app.core.clock import DAY_S, day_tag, utc_day
 from app.credits.outcomes import (
@@ -27,6 +17,7 @@ from app.credits.outcomes import (
     Written,
     reserve_refusal,
 )
+from app.credits.scripts import RedisClock, Scripts
 from app.kv.client import RedisClient
 from app.kv.fields import (
     ACCOUNT_POOLS,
@@ -40,17 +31,6 @@ from app.kv.fields import (
 )
 from app.kv.layout import KeySpace, as_text
 
-PRELUDE = "lib/checks.lua"
-SCRIPT_NAMES = (
-    "reserve",
-    "settle",
-    "extend",
-    "balance",
-    "grant",
-    "open_account",
-    "put_key",
-    "revoke_key",
-)
 NO_CAP = -1
 GRANT_MARKER_TTL_S = 400 * DAY_S
 """How long a grant id is remembered (a grant retried within it is applied once)."""
@@ -63,27 +43,6 @@ SWEPT_FIELDS = [  # what the sweeper needs of a reservation
     ReservationField.AMOUNT,
     ReservationField.ENVIRONMENT,
 ]
-
-
-class RedisClock:
-    """Redis's clock as this host sees it: the offset ``Ledger.sync_clock`` last measured.
-    Shared by the ledgers of one process (the requests' and the background tasks')."""
-
-    def __init__(self) -> None:
-        self.offset_s = 0.0  # Redis's TIME minus this host's clock
-
-    def now(self) -> float:
-        return time.time() + self.offset_s
-
-
-def load_script_sources() -> dict[str, str]:
-    """Every script as sent to Redis: the argument checks, then the script's own file (package
-    data of ``app.credits``)."""
-    folder = resources.files(__package__).joinpath("lua")
-    prelude = folder.joinpath(PRELUDE).read_text()
-    return {
-        name: prelude + "\n" + folder.joinpath(f"{name}.lua").read_text() for name in SCRIPT_NAMES
-    }
 
 
 class Ledger:
@@ -111,44 +70,14 @@ class Ledger:
         self._rate_window = max(1, key_rate_window_s)
         self._command_timeout_s = command_timeout_s
         self.redis_clock = redis_clock or RedisClock()
-        self._sources = sources = load_script_sources()
-        self._scripts: dict[str, AsyncScript] = {
-            name: redis.register_script(src) for name, src in sources.items()
-        }
-
-    async def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        script = self._scripts[name]
-        try:
-            return await script(keys=keys, args=args)
-        except NoScriptError:
-            # Flushed again between redis-py's reload and its retry (the script ran neither
-            # time): EVAL carries the source itself and cannot miss.
-            source = self._sources[name]
-            return await self.redis.eval(source, len(keys), *keys, *args)  # type: ignore[no-any-return]
-
-    async def scripts_loaded(self) -> bool:
-        """Whether Redis holds every script now; loads the missing ones (after a
-        ``SCRIPT FLUSH`` or a failover) so that the answer is yes when Redis works."""
-        shas = [script.sha for script in self._scripts.values()]
-        if all(await self.redis.script_exists(*shas)):
-            return True
-        await self.load_scripts()
-        return all(await self.redis.script_exists(*shas))
-
-    async def load_scripts(self) -> None:
-        """Load every script into the server's cache (start-up and readiness checks)."""
-        for script in self._scripts.values():
-            await self.redis.script_load(script.script)
+        self.scripts = Scripts(redis)
+        self._run = self.scripts.run
 
     async def sync_clock(self) -> float:
         """Measure how far Redis's clock is from this host's (a reserve's give-up time is
         compared with Redis's TIME); returns the offset in seconds. Called at start-up and
         by the sweeper's rounds, so a drifting clock is followed."""
-        before = time.time()
-        seconds, micros = await self.redis.time()
-        after = time.time()
-        self.redis_clock.offset_s = seconds + micros / 1e6 - (before + after) / 2
-        return self.redis_clock.offset_s
+        return await self.redis_clock.sync(self.redis)
 
     def _give_up_ms(self) -> int:
         """Redis's TIME, in ms, after which this worker no longer waits for a reserve."""

@@ -23,7 +23,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from app.store import ANY_CURSOR, END_OF_TIME, StoreConflict, StoreError, stream_id_key
-from app.store import migrations as sql
+from app.store import postgres_sql as pgsql
 from app.store.records import (
     AccountRecord,
     CreditExpiry,
@@ -46,72 +46,6 @@ MIN_CONNECTIONS = 1
 MAX_CONNECTIONS = 10
 CONNECT_TIMEOUT_S = 5.0  # libpq's connect_timeout for each new connection
 POOL_TIMEOUT_S = 5.0  # longest wait for a pooled connection before StoreError
-
-# Advisory lock keys (the two-int form; its key space is apart from the one-bigint form).
-LOCK_CLASS = 0x5356_4300  # "SVC\0": every lock of this store
-MIGRATION_LOCK = 0  # (LOCK_CLASS, 0) while a process migrates
-USAGE_LOCK_CLASS = LOCK_CLASS + 1  # (USAGE_LOCK_CLASS, shard) while a shard's batch applies
-LOCK = "SELECT pg_advisory_xact_lock(%s::integer, %s::integer)"
-
-# Text columns of the records: sorting on them must not depend on the database collation.
-_TEXT_COLUMNS = frozenset(
-    field.name
-    for record in (AccountRecord, KeyRecord, GrantRecord, UsageRollup)
-    for field in msgspec.structs.fields(record)
-    if field.type is str
-)
-
-
-def _pg(query: str) -> str:
-    """A shared statement in PostgreSQL's dialect: ``%s`` placeholders, byte-wise sorts."""
-    if "%" in query:
-        raise ValueError(f"a shared statement holds a literal %: {query}")
-    head, order_by, order = query.partition(" ORDER BY ")
-    if order_by:
-        terms = []
-        for term in order.split(", "):
-            column, _, direction = term.partition(" ")
-            if column in _TEXT_COLUMNS:
-                term = f'{column} COLLATE "C" {direction}'.rstrip()
-            terms.append(term)
-        query = head + order_by + ", ".join(terms)
-    return query.replace("?", "%s")
-
-
-MIGRATIONS = tuple((version, tuple(map(_pg, stmts))) for version, stmts in sql.MIGRATIONS)
-CREATE_SCHEMA_MIGRATIONS = _pg(sql.CREATE_SCHEMA_MIGRATIONS)
-MIGRATION_APPLIED = _pg(sql.MIGRATION_APPLIED)
-RECORD_MIGRATION = _pg(sql.RECORD_MIGRATION)
-PING = _pg(sql.PING)
-INSERT_ACCOUNT = _pg(sql.INSERT_ACCOUNT)
-GET_ACCOUNT = _pg(sql.GET_ACCOUNT)
-LIST_ACCOUNTS = _pg(sql.LIST_ACCOUNTS)
-INSERT_KEY = _pg(sql.INSERT_KEY)
-GET_KEY = _pg(sql.GET_KEY)
-GET_ACCOUNT_KEY = _pg(sql.GET_ACCOUNT_KEY)
-LIST_KEYS = _pg(sql.LIST_KEYS)
-COUNT_ACTIVE_KEYS = _pg(sql.COUNT_ACTIVE_KEYS)
-REVOKE_KEY = _pg(sql.REVOKE_KEY)
-INSERT_GRANT = _pg(sql.INSERT_GRANT)
-GET_GRANT = _pg(sql.GET_GRANT)
-LIST_GRANTS = _pg(sql.LIST_GRANTS)
-GET_CURSOR = _pg(sql.GET_CURSOR)
-UPSERT_CURSOR = _pg(sql.UPSERT_CURSOR)
-UPSERT_USAGE = _pg(sql.UPSERT_USAGE)
-USAGE_DAILY = _pg(sql.USAGE_DAILY)
-USAGE_TOTALS = _pg(sql.USAGE_TOTALS)
-LAST_USAGE_DAY = _pg(sql.LAST_USAGE_DAY)
-LIST_GRANTS_SINCE = _pg(sql.LIST_GRANTS_SINCE)
-LIST_ALL_KEYS = _pg(sql.LIST_ALL_KEYS)
-INSERT_EXPIRY = _pg(sql.INSERT_EXPIRY)
-SNAPSHOT_QUERIES = tuple(
-    _pg(q) for q in (sql.LIST_CURSORS, sql.GRANT_TOTALS, sql.USAGE_BY_ACCOUNT, sql.EXPIRY_TOTALS)
-)
-USAGE_DAYS_BY_ACCOUNT = _pg(sql.USAGE_DAYS_BY_ACCOUNT)
-# The first statement of a snapshot's transaction: every later read sees the same instant.
-SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
-# PostgreSQL only: key inserts of one account take turns, so seq grows with each key.
-LOCK_ACCOUNT = "SELECT 1 FROM accounts WHERE pid = %s FOR NO KEY UPDATE"
 
 
 class PostgresStore:
@@ -254,21 +188,21 @@ class PostgresStore:
 
     async def ping(self) -> None:
         """One ``SELECT 1``; ``StoreError`` when the server cannot be reached."""
-        await self._rows(PING)
+        await self._rows(pgsql.PING)
 
     # -- accounts ---------------------------------------------------------------------
 
     async def create_account(self, rec: AccountRecord) -> None:
         """Insert the account; ``StoreConflict`` when the pid exists."""
-        await self._write(_execute(INSERT_ACCOUNT, to_row(rec)))
+        await self._write(_execute(pgsql.INSERT_ACCOUNT, to_row(rec)))
 
     async def get_account(self, pid: str) -> AccountRecord | None:
         """The account, or None."""
-        return await self._record(AccountRecord, GET_ACCOUNT, (pid,))
+        return await self._record(AccountRecord, pgsql.GET_ACCOUNT, (pid,))
 
     async def list_accounts(self) -> list[AccountRecord]:
         """Every account, oldest first."""
-        return await self._records(AccountRecord, LIST_ACCOUNTS)
+        return await self._records(AccountRecord, pgsql.LIST_ACCOUNTS)
 
     # -- keys -------------------------------------------------------------------------
 
@@ -278,37 +212,37 @@ class PostgresStore:
         row = (*to_row(rec), rec.account_pid)  # the account again, for the seq subquery
 
         async def insert(conn: Conn) -> bool:
-            await conn.execute(LOCK_ACCOUNT, (rec.account_pid,))
+            await conn.execute(pgsql.LOCK_ACCOUNT, (rec.account_pid,))
             if max_active is not None:
                 counted = await (
-                    await conn.execute(COUNT_ACTIVE_KEYS, (rec.account_pid,))
+                    await conn.execute(pgsql.COUNT_ACTIVE_KEYS, (rec.account_pid,))
                 ).fetchone()
                 if counted is not None and int(counted[0]) >= max_active:
                     return False
-            await conn.execute(INSERT_KEY, row)
+            await conn.execute(pgsql.INSERT_KEY, row)
             return True
 
         return await self._write(insert)
 
     async def get_key(self, kid: str) -> KeyRecord | None:
         """The key, or None."""
-        return await self._record(KeyRecord, GET_KEY, (kid,))
+        return await self._record(KeyRecord, pgsql.GET_KEY, (kid,))
 
     async def list_keys(self, account_pid: str) -> list[KeyRecord]:
         """The account's keys, revoked ones included, newest first."""
-        return await self._records(KeyRecord, LIST_KEYS, (account_pid,))
+        return await self._records(KeyRecord, pgsql.LIST_KEYS, (account_pid,))
 
     async def count_active_keys(self, account_pid: str) -> int:
         """How many of the account's keys are active."""
-        rows = await self._rows(COUNT_ACTIVE_KEYS, (account_pid,))
+        rows = await self._rows(pgsql.COUNT_ACTIVE_KEYS, (account_pid,))
         return int(rows[0][0])
 
     async def revoke_key(self, account_pid: str, kid: str, revoked_at: int) -> KeyRecord | None:
         """The key after revocation; None when that account has no such key."""
 
         async def revoke(conn: Conn) -> KeyRecord | None:
-            await conn.execute(REVOKE_KEY, (revoked_at, kid, account_pid))
-            row = await (await conn.execute(GET_ACCOUNT_KEY, (kid, account_pid))).fetchone()
+            await conn.execute(pgsql.REVOKE_KEY, (revoked_at, kid, account_pid))
+            row = await (await conn.execute(pgsql.GET_ACCOUNT_KEY, (kid, account_pid))).fetchone()
             return None if row is None else to_record(KeyRecord, row)
 
         return await self._write(revoke)
@@ -319,17 +253,17 @@ class PostgresStore:
         """True when written; False when the grant id exists (nothing changes)."""
 
         async def insert(conn: Conn) -> bool:
-            return (await conn.execute(INSERT_GRANT, to_row(rec))).rowcount == 1
+            return (await conn.execute(pgsql.INSERT_GRANT, to_row(rec))).rowcount == 1
 
         return await self._write(insert)
 
     async def get_grant(self, grant_id: str) -> GrantRecord | None:
         """The grant, or None."""
-        return await self._record(GrantRecord, GET_GRANT, (grant_id,))
+        return await self._record(GrantRecord, pgsql.GET_GRANT, (grant_id,))
 
     async def list_grants(self, account_pid: str) -> list[GrantRecord]:
         """The account's grants, oldest first."""
-        return await self._records(GrantRecord, LIST_GRANTS, (account_pid,))
+        return await self._records(GrantRecord, pgsql.LIST_GRANTS, (account_pid,))
 
     # -- usage ------------------------------------------------------------------------
 
@@ -354,56 +288,56 @@ class PostgresStore:
         expiry_rows = [to_row(e) for e in expiries]
 
         async def apply(conn: Conn) -> bool:
-            await conn.execute(LOCK, (USAGE_LOCK_CLASS, shard))
-            cursor = await (await conn.execute(GET_CURSOR, (shard,))).fetchone()
+            await conn.execute(pgsql.LOCK, (pgsql.USAGE_LOCK_CLASS, shard))
+            cursor = await (await conn.execute(pgsql.GET_CURSOR, (shard,))).fetchone()
             if cursor is not None and position <= stream_id_key(cursor[0]):
                 return False
             if after != ANY_CURSOR and (cursor[0] if cursor else None) != after:
                 return False
             if rows:
                 async with conn.cursor() as cur:
-                    await cur.executemany(UPSERT_USAGE, rows)
+                    await cur.executemany(pgsql.UPSERT_USAGE, rows)
             if expiry_rows:
                 async with conn.cursor() as cur:
-                    await cur.executemany(INSERT_EXPIRY, expiry_rows)
-            await conn.execute(UPSERT_CURSOR, (shard, last_stream_id, int(time.time())))
+                    await cur.executemany(pgsql.INSERT_EXPIRY, expiry_rows)
+            await conn.execute(pgsql.UPSERT_CURSOR, (shard, last_stream_id, int(time.time())))
             return True
 
         return await self._write(apply)
 
     async def get_cursor(self, shard: int) -> str | None:
         """The last stream id applied for the shard, or None."""
-        rows = await self._rows(GET_CURSOR, (shard,))
+        rows = await self._rows(pgsql.GET_CURSOR, (shard,))
         return str(rows[0][0]) if rows else None
 
     async def ledger_snapshot(self, since_day: str = END_OF_TIME) -> LedgerSnapshot:
         """Accounts, cursors and ledger sums from one REPEATABLE READ transaction."""
 
         async def read(conn: Conn) -> LedgerSnapshot:
-            await conn.execute(SNAPSHOT)
+            await conn.execute(pgsql.SNAPSHOT)
             accounts = [
                 to_record(AccountRecord, row)
-                for row in await (await conn.execute(LIST_ACCOUNTS)).fetchall()
+                for row in await (await conn.execute(pgsql.LIST_ACCOUNTS)).fetchall()
             ]
-            results = [await (await conn.execute(q)).fetchall() for q in SNAPSHOT_QUERIES]
-            days = await (await conn.execute(USAGE_DAYS_BY_ACCOUNT, (since_day,))).fetchall()
+            results = [await (await conn.execute(q)).fetchall() for q in pgsql.SNAPSHOT_QUERIES]
+            days = await (await conn.execute(pgsql.USAGE_DAYS_BY_ACCOUNT, (since_day,))).fetchall()
             return ledger_snapshot(accounts, *results, usage_days=days)
 
         return await self._write(read)  # _write: one explicit transaction
 
     async def list_all_keys(self) -> list[KeyRecord]:
         """Every key of every account."""
-        return await self._records(KeyRecord, LIST_ALL_KEYS)
+        return await self._records(KeyRecord, pgsql.LIST_ALL_KEYS)
 
     async def list_grants_since(self, since: int) -> list[GrantRecord]:
         """Grants created at or after ``since``, oldest first."""
-        return await self._records(GrantRecord, LIST_GRANTS_SINCE, (since,))
+        return await self._records(GrantRecord, pgsql.LIST_GRANTS_SINCE, (since,))
 
     async def usage_daily(
         self, account_pid: str, since_day: str, environment: str = "live"
     ) -> list[UsageRollup]:
         """Per-day sums from ``since_day`` on, newest first."""
-        rows = await self._rows(USAGE_DAILY, (account_pid, since_day, environment))
+        rows = await self._rows(pgsql.USAGE_DAILY, (account_pid, since_day, environment))
         return [usage_sums(account_pid, environment, row[0], row[1:]) for row in rows]
 
     async def usage_totals(
@@ -411,14 +345,14 @@ class PostgresStore:
     ) -> UsageRollup | None:
         """Sums of the days before ``before_day`` (all time by default), or None when
         there is no such usage."""
-        rows = await self._rows(USAGE_TOTALS, (account_pid, environment, before_day))
+        rows = await self._rows(pgsql.USAGE_TOTALS, (account_pid, environment, before_day))
         if not rows or rows[0][0] == 0:
             return None
         return usage_sums(account_pid, environment, "", rows[0][1:])
 
     async def last_usage_day(self) -> str | None:
         """The latest day any rollup covers, or None."""
-        rows = await self._rows(LAST_USAGE_DAY)
+        rows = await self._rows(pgsql.LAST_USAGE_DAY)
         return str(rows[0][0]) if rows and rows[0][0] is not None else None
 
 
@@ -439,19 +373,19 @@ async def _migrate(conn: Conn) -> None:
     # CREATE TABLE IF NOT EXISTS races in PostgreSQL too (a unique violation in the
     # catalog), so even this runs under the lock.
     async with conn.transaction():
-        await conn.execute(LOCK, (LOCK_CLASS, MIGRATION_LOCK))
-        await conn.execute(CREATE_SCHEMA_MIGRATIONS)
-    for version, statements in MIGRATIONS:
+        await conn.execute(pgsql.LOCK, (pgsql.LOCK_CLASS, pgsql.MIGRATION_LOCK))
+        await conn.execute(pgsql.CREATE_SCHEMA_MIGRATIONS)
+    for version, statements in pgsql.MIGRATIONS:
         async with conn.transaction():
-            await conn.execute(LOCK, (LOCK_CLASS, MIGRATION_LOCK))
+            await conn.execute(pgsql.LOCK, (pgsql.LOCK_CLASS, pgsql.MIGRATION_LOCK))
             await _apply_migration(conn, version, statements)
 
 
 async def _apply_migration(conn: Conn, version: int, statements: Sequence[str]) -> None:
     # Checked under the lock: of several processes migrating at once, the first applies
     # the version and the others find it recorded.
-    if await (await conn.execute(MIGRATION_APPLIED, (version,))).fetchone() is not None:
+    if await (await conn.execute(pgsql.MIGRATION_APPLIED, (version,))).fetchone() is not None:
         return
     for statement in statements:
         await conn.execute(statement)
-    await conn.execute(RECORD_MIGRATION, (version, int(time.time())))
+    await conn.execute(pgsql.RECORD_MIGRATION, (version, int(time.time())))

@@ -13,7 +13,7 @@ import openai
 import pytest
 from redis.cluster import RedisCluster
 
-from app.credits.ledger import load_script_sources
+from app.credits.scripts import load_script_sources
 from app.kv.layout import KeySpace
 from tests.e2e.conftest import Server, start_server, stop_server
 from tests.e2e.test_admin_cli import svc_admin

@@ -72,13 +72,13 @@ async def test_a_script_cache_lost_on_one_primary_is_noticed_and_refilled(
     """A failover or a restart empties one primary's script cache: the readiness check sees
     it (SCRIPT EXISTS asks every primary) and loads the scripts there again."""
     ledger = Ledger(cluster_client, keyspace, cap_ttl_s=10, usage_ttl_s=10)
-    await ledger.load_scripts()
+    await ledger.scripts.load()
     node = other_primary(cluster_client)
-    shas = [script.sha for script in ledger._scripts.values()]
+    shas = ledger.scripts.shas
     await cluster_client.execute_command("SCRIPT FLUSH", target_nodes=node)
     assert not any(await cluster_client.execute_command("SCRIPT EXISTS", *shas, target_nodes=node))
-    assert await cluster_client.script_exists(shas[0]) == [False]  # as scripts_loaded asks
-    assert await ledger.scripts_loaded()
+    assert await cluster_client.script_exists(shas[0]) == [False]  # as Scripts.loaded asks
+    assert await ledger.scripts.loaded()
     assert all(await cluster_client.execute_command("SCRIPT EXISTS", *shas, target_nodes=node))
 
 

@@ -74,9 +74,9 @@ async def test_an_evicting_redis_is_refused_unless_allowed(real_redis: RedisClie
 
 async def test_scripts_are_reloaded_after_a_script_flush(real_redis: RedisClient) -> None:
     ledger = Ledger(real_redis, KeySpace("svc", 64), cap_ttl_s=10, usage_ttl_s=10)
-    await ledger.load_scripts()
+    await ledger.scripts.load()
     await real_redis.script_flush()
-    assert await ledger.scripts_loaded()  # missing ones were loaded again
+    assert await ledger.scripts.loaded()  # missing ones were loaded again
 
 
 async def test_a_script_flushed_again_during_its_reload_still_runs(

@@ -12,8 +12,9 @@ from redis.exceptions import ResponseError
 
 from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import Ledger, RedisClock
+from app.credits.ledger import Ledger
 from app.credits.outcomes import Hold, Identity, ScriptStatus, Settlement
+from app.credits.scripts import RedisClock
 from app.kv.client import RedisClient
 from app.kv.layout import KeySpace
 from tests.conftest import Clock

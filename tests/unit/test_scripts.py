@@ -553,7 +553,7 @@ async def test_scripts_survive_script_flush(
     ledger = Ledger(real_redis, keyspace, cap_ttl_s=100, usage_ttl_s=100)  # type: ignore[arg-type]
     await account(ledger, "acct_A", purchased=100)
     ident = await key(ledger, "acct_A", "k1")
-    await ledger.load_scripts()
+    await ledger.scripts.load()
     await real_redis.script_flush()
     hold = await reserve(ledger, ident, "r1", clock())
     await real_redis.script_flush()
