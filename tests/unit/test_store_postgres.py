@@ -14,7 +14,8 @@ import pytest
 
 from app.store import AccountRecord, KeyRecord, StoreError, UsageRollup, open_store
 from app.store.migrations import MIGRATIONS
-from app.store.postgres import USAGE_LOCK_CLASS, PostgresStore, _pg
+from app.store.postgres import PostgresStore
+from app.store.postgres_sql import USAGE_LOCK_CLASS, _pg
 
 PASSWORD = "s3cret-Pa55word"
 
