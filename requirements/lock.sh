@@ -20,14 +20,24 @@ if [[ "$("$UV" --version 2>/dev/null)" != "uv $UV_VERSION"* ]]; then
   "$LOCK_TOOLS/bin/pip" install --quiet --disable-pip-version-check "uv==$UV_VERSION"
 fi
 
+# uv does not read pip's configuration: when pip is set to an index of its own (a mirror) and
+# uv is not, hand pip's to uv, so that `make lock` reads the index `make install` reads. The
+# locks never name an index.
+if [[ -z "${UV_DEFAULT_INDEX:-}${UV_INDEX_URL:-}" ]]; then
+  index=${PIP_INDEX_URL:-$("$LOCK_TOOLS/bin/pip" config get global.index-url 2>/dev/null || true)}
+  if [[ -n "$index" ]]; then export UV_DEFAULT_INDEX=$index; fi
+fi
+
 upgrade=()
 [[ -n "${UPGRADE:-}" ]] && upgrade=(--upgrade)
+
+tmp=
+trap 'rm -f "$tmp"' EXIT
 
 # $1: the lock to write, $2: what it holds; the rest: uv's arguments for it.
 compile() {
   local lock=$1 holds=$2
   shift 2
-  local tmp
   tmp=$(mktemp "$lock.XXXXXX")
   # An existing lock is uv's starting point (its pins are kept unless --upgrade).
   [[ -f "$lock" ]] && cp "$lock" "$tmp"
