@@ -4,10 +4,16 @@
 FROM python:3.11-slim AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
+# The dependencies exactly as requirements/runtime.lock pins them (hash-checked; `make lock`
+# refreshes it), in a layer of their own that a change to svc's code leaves cached.
+COPY requirements/runtime.lock ./requirements/
+RUN python -m venv /opt/svc \
+ && /opt/svc/bin/pip install --require-hashes -r requirements/runtime.lock
+# Then svc itself, without dependencies: pip check fails the build if the lock lacks one.
 COPY pyproject.toml README.md ./
 COPY app ./app
 COPY bench ./bench
-RUN python -m venv /opt/svc && /opt/svc/bin/pip install . \
+RUN /opt/svc/bin/pip install --no-deps . && /opt/svc/bin/pip check \
  && /opt/svc/bin/python -c "import json; from app.core.logs import granian_log_config; \
 print(json.dumps(granian_log_config()))" > /opt/svc/granian-log.json
 

@@ -3,15 +3,29 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: run test test-cluster faults check lint bench install
+.PHONY: run test test-cluster faults check lint bench install lock
 
-$(BIN)/svc: pyproject.toml
+# .venv holds exactly requirements/test.lock (every package pinned with its hashes: svc's
+# dependencies plus the test and bench extras), then svc itself, editable and without
+# dependencies of its own; it is brought up to date whenever the lock or pyproject.toml
+# changes. check.py fails when pyproject.toml asks for something the lock lacks.
+$(BIN)/svc: pyproject.toml requirements/test.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet --require-hashes -r requirements/test.lock
+	$(BIN)/pip install --quiet --no-deps -e .
+	$(BIN)/pip check
+	$(BIN)/python requirements/check.py 'svc[test]'
 	touch $(BIN)/svc
 
 install: $(BIN)/svc
+
+# Refreshes requirements/test.lock and requirements/runtime.lock from pyproject.toml (needs
+# the package index): after changing a dependency, `make lock` keeps every other pin;
+# `make lock UPGRADE=1` moves all of them to the newest allowed versions. Commit both locks.
+# See docs/development.md.
+lock:
+	PYTHON=$(PYTHON) UPGRADE=$(UPGRADE) bash requirements/lock.sh
 
 run: install
 	$(BIN)/svc serve

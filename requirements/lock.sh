@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Writes requirements/test.lock and requirements/runtime.lock from pyproject.toml: every
+# package, transitive ones included, pinned with its hashes, for CPython 3.11 on Linux x86_64
+# (what the Dockerfile's python:3.11-slim and the developers' and CI's machines run).
+# Run it through `make lock` (UPGRADE=1 to move every pin to the newest allowed version;
+# without it, pins that pyproject.toml still allows are kept). Needs the package index.
+#
+# uv is pinned and lives in a virtualenv of its own ($LOCK_TOOLS), not in .venv: it is only
+# needed to write the locks, never to install from them (pip does that).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+LOCK_TOOLS=${LOCK_TOOLS:-.venv-lock}
+UV_VERSION=0.13.8
+UV=$LOCK_TOOLS/bin/uv
+
+if [[ "$("$UV" --version 2>/dev/null)" != "uv $UV_VERSION"* ]]; then
+  "$PYTHON" -m venv "$LOCK_TOOLS"
+  "$LOCK_TOOLS/bin/pip" install --quiet --disable-pip-version-check "uv==$UV_VERSION"
+fi
+
+# uv does not read pip's configuration: when pip is set to an index of its own (a mirror) and
+# uv is not, hand pip's to uv, so that `make lock` reads the index `make install` reads. The
+# locks never name an index.
+if [[ -z "${UV_DEFAULT_INDEX:-}${UV_INDEX_URL:-}" ]]; then
+  index=${PIP_INDEX_URL:-$("$LOCK_TOOLS/bin/pip" config get global.index-url 2>/dev/null || true)}
+  if [[ -n "$index" ]]; then export UV_DEFAULT_INDEX=$index; fi
+fi
+
+upgrade=()
+[[ -n "${UPGRADE:-}" ]] && upgrade=(--upgrade)
+
+tmp=
+trap 'rm -f "$tmp"' EXIT
+
+# $1: the lock to write, $2: what it holds; the rest: uv's arguments for it.
+compile() {
+  local lock=$1 holds=$2
+  shift 2
+  tmp=$(mktemp "$lock.XXXXXX")
+  # An existing lock is uv's starting point (its pins are kept unless --upgrade).
+  [[ -f "$lock" ]] && cp "$lock" "$tmp"
+  "$UV" pip compile pyproject.toml "$@" "${upgrade[@]}" \
+    --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+    --generate-hashes --no-header --quiet --output-file "$tmp"
+  {
+    echo "# $holds"
+    echo "# Every package pinned with its hashes, for CPython 3.11 on Linux x86_64."
+    echo "# Do not edit: written by \`make lock\` (requirements/lock.sh, uv $UV_VERSION) from pyproject.toml."
+    echo "# Refresh: \`make lock\` after changing dependencies in pyproject.toml (keeps the other pins);"
+    echo "# \`make lock UPGRADE=1\` moves every pin to the newest allowed version. Commit both locks."
+    echo "# See docs/development.md, \"Dependencies and the lock file\"."
+    echo
+    cat "$tmp"
+  } >"$lock"
+  rm -f "$tmp"
+}
+
+# The test lock first: it is the superset, and the runtime lock takes its versions from it,
+# so the image runs exactly the versions the tests ran with.
+compile requirements/test.lock \
+  "What \`make install\` puts in .venv: svc's dependencies and its test and bench extras." \
+  --extra test
+compile requirements/runtime.lock \
+  "What the Dockerfile installs: svc's runtime dependencies only (versions as in test.lock)." \
+  --constraint requirements/test.lock
