@@ -33,14 +33,19 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     dev_bootstrap: bool | None = None
     """Create a dev account and key on first start; default: on when Redis is embedded."""
     dev_credits: int = 1_000_000
+    """Credits the dev account starts with."""
     redis_prefix: str = "svc"
+    """Prefix of every Redis key."""
     shards: int = 64
     """Number of account shards (hash tags); fixed once data exists."""
     host: str = "127.0.0.1"
+    """Address ``svc serve`` listens on."""
     port: int = 8000
+    """Port ``svc serve`` listens on."""
     workers: int = 0
     """granian worker processes; 0 = one per CPU."""
     max_body_bytes: int = 1_048_576
+    """Largest request body accepted (413 beyond it)."""
     max_messages: int = 2048
     """Messages one chat request may carry."""
     max_message_chars: int = 1_000_000
@@ -73,24 +78,31 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     Every provider's first_byte_timeout_s and idle_timeout_s must be shorter than a third
     of it (checked at start)."""
     cap_counter_ttl_s: int = 172_800
+    """Lifetime of a key's daily cap counter in Redis (2 days)."""
     usage_day_ttl_s: int = 40 * 86_400
+    """Lifetime of a daily usage counter in Redis (40 days); older days come from the
+    durable store."""
     auth_cache_size: int = 100_000
+    """Key identities (digest → account, key, environment) cached per worker."""
     negative_cache_s: float = 30.0
+    """How long an unknown key digest is remembered as unknown."""
     cold_auth_per_s: float = 10.0
     """Cold-path (argon2) verifications allowed per second per worker (~25 ms CPU each)."""
     key_rate_limit: int = 3000
     """Chat completions one API key may start per window (429 with retry-after beyond
     it); 0 = no limit. Counted in Redis, so the limit holds across workers and servers."""
     key_rate_window_s: int = 60
+    """Length of the key_rate_limit window, in seconds."""
     failed_auth_limit: int = 100
     """Invalid keys or admin tokens one client address may present per window (per worker);
     after that it is refused with 429 until the window ends; 0 = no limit."""
     failed_auth_window_s: float = 60.0
+    """Length of the failed_auth_limit window, in seconds."""
     trusted_proxies: str = ""
     """Comma-separated addresses or CIDR networks of the load balancers in front of svc;
     only from these is ``X-Forwarded-For`` believed when telling clients apart."""
     models_file: str | None = None
-    """TOML file of providers and per-alias upstreams, prices and limits (README)."""
+    """TOML file of providers and per-alias upstreams, prices and limits (docs/operations.md)."""
     upstream_client: str = "aiohttp"
     """Upstream HTTP client: aiohttp (fastest measured), httpx, or httpx-aiohttp (optional
     package ``httpx-aiohttp``)."""
@@ -109,6 +121,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     allow_evicting_redis: bool = False
     """Start even when Redis's maxmemory-policy may evict keys (it should be noeviction)."""
     redis_timeout_s: float = 2.0
+    """How long a Redis connect, command or wait for a free connection may take."""
     redis_max_connections: int = 256
     """Connections per worker process; a request waits up to redis_timeout_s for one."""
 

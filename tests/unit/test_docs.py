@@ -1,0 +1,208 @@
+"""The documentation holds together: relative links resolve (files and headings), the README
+stays a front page (its two set-up commands near the top, at most 15 KB), and the
+configuration table in docs/operations.md matches ``app.core.settings.Settings``."""
+
+from __future__ import annotations
+
+import ast
+import re
+import unicodedata
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from app.core.settings import ENV_PREFIX, Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+OPERATIONS = ROOT / "docs" / "operations.md"
+SETTINGS_SOURCE = ROOT / "app" / "core" / "settings.py"
+README_MAX_BYTES = 15 * 1024
+DOCS = [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "README.md"]
+
+_FENCE = re.compile(r"^ {0,3}(```|~~~)")
+_HEADING = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+_CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+_LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+_SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
+
+
+def prose_lines(text: str) -> list[str]:
+    """The lines of a Markdown file outside fenced code blocks."""
+    out: list[str] = []
+    fenced = False
+    for line in text.splitlines():
+        if _FENCE.match(line):
+            fenced = not fenced
+            continue
+        if not fenced:
+            out.append(line)
+    return out
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: its rendered text lowercased, punctuation dropped
+    (letters, digits, '_' and '-' stay), spaces turned into '-'."""
+    text = _CODE_SPAN.sub(lambda m: m.group(2), heading)
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", text)  # a link renders as its text
+    text = re.sub(r"<[^>]+>", "", text)  # inline HTML
+    text = text.replace("*", "")
+    kept = []
+    for ch in text.lower():
+        cat = unicodedata.category(ch)
+        if ch in "-_ " or cat[0] in "LN":
+            kept.append(ch)
+    return "".join(kept).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    """Every heading anchor of a Markdown file, with GitHub's -1, -2… for repeats."""
+    seen: dict[str, int] = {}
+    out: set[str] = set()
+    for line in prose_lines(path.read_text(encoding="utf-8")):
+        m = _HEADING.match(line)
+        if not m:
+            continue
+        base = slug(m.group(2))
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        out.add(base if n == 0 else f"{base}-{n}")
+    return out
+
+
+def relative_links(path: Path) -> list[str]:
+    """Link and image targets of a Markdown file that point inside the repository."""
+    targets: list[str] = []
+    for line in prose_lines(path.read_text(encoding="utf-8")):
+        line = _CODE_SPAN.sub("", line)
+        for m in _LINK.finditer(line):
+            target = m.group(1)
+            if not _SCHEME.match(target) and not target.startswith("//"):
+                targets.append(target)
+    return targets
+
+
+def test_the_documents_exist() -> None:
+    for path in DOCS:
+        assert path.is_file(), path
+    assert {p.name for p in DOCS} >= {"api.md", "operations.md", "architecture.md"}
+
+
+def test_slug_follows_githubs_rules() -> None:
+    assert slug("Admin commands: inspect, reconcile, rebuild") == (
+        "admin-commands-inspect-reconcile-rebuild"
+    )
+    assert slug("The layout of `app/`") == "the-layout-of-app"
+    assert slug("Usage: flusher exactly-once") == "usage-flusher-exactly-once"
+    assert slug("`SVC_UPSTREAM_CLIENT` and [bench](x.md)") == "svc_upstream_client-and-bench"
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(doc: Path) -> None:
+    broken: list[str] = []
+    for target in relative_links(doc):
+        file_part, _, anchor = target.partition("#")
+        dest = (doc.parent / file_part).resolve() if file_part else doc
+        if not dest.exists():
+            broken.append(f"{target}: no such file")
+            continue
+        if anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            broken.append(f"{target}: no heading #{anchor} in {dest.relative_to(ROOT)}")
+    assert not broken, f"{doc.relative_to(ROOT)}: " + "; ".join(broken)
+
+
+def test_readme_is_a_front_page() -> None:
+    size = len(README.read_bytes())
+    assert size <= README_MAX_BYTES, f"README.md is {size} bytes, over {README_MAX_BYTES}"
+    # The two set-up commands, each in a code block, within the first 40 lines.
+    head = README.read_text(encoding="utf-8").splitlines()[:40]
+    blocks: list[str] = []
+    inside: list[str] | None = None
+    for line in head:
+        if _FENCE.match(line):
+            if inside is None:
+                inside = []
+            else:
+                blocks.append("\n".join(inside))
+                inside = None
+        elif inside is not None:
+            inside.append(line)
+    commands = [b.split("#")[0].strip() for b in blocks]
+    assert "make run" in commands
+    assert "make test" in commands
+
+
+# --- The configuration table against the settings ---------------------------------------
+
+
+def field_docstrings() -> dict[str, str]:
+    """Each ``Settings`` field's docstring: the string literal right after its annotation."""
+    tree = ast.parse(SETTINGS_SOURCE.read_text(encoding="utf-8"))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Settings")
+    docs: dict[str, str] = {}
+    body = cls.body
+    for node, nxt in zip(body, [*body[1:], None], strict=True):
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+            continue
+        if (
+            isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            docs[node.target.id] = nxt.value.value.strip()
+    return docs
+
+
+def shown_default(value: object) -> str | None:
+    """How the table writes a default: the value as the variable would be set, or None
+    for "unset" (no value, or an empty string)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def config_rows() -> dict[str, str]:
+    """``SVC_*`` variable → its Default cell, from the table under "## Configuration"."""
+    text = OPERATIONS.read_text(encoding="utf-8")
+    section = text.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, str] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or not cells[0].startswith(f"`{ENV_PREFIX}"):
+            continue
+        m = re.fullmatch(r"`(SVC_[A-Z0-9_]+)`", cells[0])
+        assert m, f"one variable per row: {cells[0]}"
+        assert m.group(1) not in rows, f"{m.group(1)} has two rows"
+        rows[m.group(1)] = cells[1]
+    return rows
+
+
+def test_every_setting_has_a_docstring() -> None:
+    docs = field_docstrings()
+    missing = [f for f in Settings.__struct_fields__ if not docs.get(f)]
+    assert not missing, f"fields without a docstring in app/core/settings.py: {missing}"
+
+
+def test_configuration_table_matches_the_settings() -> None:
+    rows = config_rows()
+    fields = {ENV_PREFIX + f.name.upper(): f for f in msgspec.structs.fields(Settings)}
+    assert sorted(set(fields) - set(rows)) == [], "settings missing from docs/operations.md"
+    assert sorted(set(rows) - set(fields)) == [], "rows that name no setting"
+    wrong: list[str] = []
+    for var, info in fields.items():
+        assert info.default is not msgspec.NODEFAULT, f"{var} has no default"
+        expected = shown_default(info.default)
+        cell = rows[var]
+        if expected is None:
+            if not cell.startswith("unset"):
+                wrong.append(f"{var}: default is unset, table says {cell!r}")
+        else:
+            first = re.match(r"`([^`]*)`", cell)
+            if not first or first.group(1) != expected:
+                wrong.append(f"{var}: default is `{expected}`, table says {cell!r}")
+    assert not wrong, "; ".join(wrong)
