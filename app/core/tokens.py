@@ -10,7 +10,7 @@ Two numbers with two jobs:
   chat templates add a few tokens per message (role markers, separators) and some a default
   system prompt, which the per-message and per-request allowances cover.
 - ``estimate_prompt_tokens``: the fair guess billed when an upstream reports no usage
-  (characters / 4 + 4 per message, DESIGN.md §2).
+  (characters / 4 + 4 per message, docs/api.md).
 """
 
 from __future__ import annotations

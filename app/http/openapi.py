@@ -76,7 +76,7 @@ _PRINTABLE = (
 )
 _BODY_TYPES: dict[str, type[msgspec.Struct]] = {}  # filled by ``documented``
 
-# Headers an error may carry besides the security headers (DESIGN.md §3).
+# Headers an error may carry besides the security headers (docs/api.md, Errors).
 _ERROR_HEADERS: dict[ErrorKind, dict[str, str]] = {
     ErrorKind.INSUFFICIENT_CREDITS: {"x-should-retry": "Always `false`."},
     ErrorKind.DAILY_CAP_EXCEEDED: {

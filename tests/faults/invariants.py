@@ -1,4 +1,4 @@
-"""The money invariants of DESIGN.md §5, checked against Redis and the durable store after a
+"""The money invariants (docs/architecture.md, Money rules), checked against Redis and the durable store after a
 run, and the client side of a run (what each request saw).
 
 Every fault test ends with ``check_money``:

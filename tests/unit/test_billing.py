@@ -2,7 +2,7 @@
 token-dense the prompt, whatever the upstream reports, and wherever a cancellation lands.
 
 Each test runs on fakeredis, a real Valkey and the Valkey Cluster (the ``ledger`` fixture)
-and ends with the money invariants of DESIGN.md §5 for the account."""
+and ends with the money invariants (docs/architecture.md, Money rules) for the account."""
 
 from __future__ import annotations
 

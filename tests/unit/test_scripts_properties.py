@@ -1,5 +1,5 @@
 """Random sequences of grants, reserves, settles (with hostile usage values among them),
-sweeps and clock moves, with the money invariants (DESIGN.md §5) checked against a model
+sweeps and clock moves, with the money invariants (docs/architecture.md, Money rules) checked against a model
 after every step."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ operations = st.lists(st.one_of(op_grant, op_reserve, op_settle, op_time, op_swe
 
 @dataclass
 class Model:
-    """What the pools must be, by the rules of DESIGN.md §2."""
+    """What the pools must be, by the rules of docs/api.md (Credits)."""
 
     now: float = 1_780_000_000.0
     earned: int = 0

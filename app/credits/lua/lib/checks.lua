@@ -1,5 +1,5 @@
 --[[
-checks: argument checks that app.ledger puts in front of every script, so that each script
+checks: argument checks that app.credits.scripts puts in front of every script, so that each script
 refuses a bad ARGV before its first write (Redis has no rollback: a command that fails after
 a write leaves the writes before it in place).
 
