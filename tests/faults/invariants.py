@@ -1,5 +1,5 @@
-"""The money invariants (docs/architecture.md, Money rules), checked against Redis and the durable store after a
-run, and the client side of a run (what each request saw).
+"""The money invariants (docs/architecture.md, Money rules), checked against Redis and the
+durable store after a run, and the client side of a run (what each request saw).
 
 Every fault test ends with ``check_money``:
 

@@ -1,6 +1,6 @@
 """Random sequences of grants, reserves, settles (with hostile usage values among them),
-sweeps and clock moves, with the money invariants (docs/architecture.md, Money rules) checked against a model
-after every step."""
+sweeps and clock moves, with the money invariants (docs/architecture.md, Money rules)
+checked against a model after every step."""
 
 from __future__ import annotations
 
