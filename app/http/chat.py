@@ -18,15 +18,17 @@ from litestar import asgi
 from litestar.types import Receive, Scope, Send
 
 from app.chat.request import parse_chat_request
-from app.core.errors import ApiError, ErrorKind, KeyRecordMissing
+from app.core.errors import ApiError, ErrorKind
 from app.core.metrics import METRICS
-from app.http.deps import failed_auth_counted
+from app.http.deps import request_address
 from app.http.errors import as_api_error
 from app.http.headers import SECURITY_HEADERS
 from app.kv.client import REDIS_ERRORS
 
 if TYPE_CHECKING:
     from app.chat.completion import Completion
+    from app.chat.request import ChatParams
+    from app.credits.ledger import Identity
     from app.runtime import Services
 
 log = logging.getLogger("svc.http")
@@ -105,22 +107,25 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
 async def _open(services: Services, scope: Scope, receive: Receive) -> Completion:
     if scope.get("method") != "POST":
         raise ApiError(ErrorKind.METHOD_NOT_ALLOWED, "Use POST for /v1/chat/completions.")
-    authorization = _header(scope, b"authorization")
-    with failed_auth_counted(services, scope):
-        ident = await services.auth.identify(authorization)
-    body = await read_body(scope, receive, services.settings.max_body_bytes)
-    settings = services.settings
-    params = parse_chat_request(
-        body,
-        services.aliases,
-        max_messages=settings.max_messages,
-        max_message_chars=settings.max_message_chars,
+    params: ChatParams | None = None
+
+    async def reserve(ident: Identity) -> Completion:
+        # The body is read once the key is known (a bad key is refused unread), and once
+        # only: when Redis lost the key's record, the reservation is tried again with it.
+        nonlocal params
+        if params is None:
+            settings = services.settings
+            params = parse_chat_request(
+                await read_body(scope, receive, settings.max_body_bytes),
+                services.aliases,
+                max_messages=settings.max_messages,
+                max_message_chars=settings.max_message_chars,
+            )
+        return await services.completions.open(ident, params)
+
+    return await services.auth.authenticated(
+        _header(scope, b"authorization"), request_address(services, scope), reserve
     )
-    try:
-        return await services.completions.open(ident, params)
-    except KeyRecordMissing:
-        ident = await services.auth.restore(authorization)  # Redis lost it: restore, once
-        return await services.completions.open(ident, params)
 
 
 async def _watch_disconnect(receive: Receive, relay: asyncio.Task[Any]) -> None:

@@ -195,6 +195,27 @@ async def test_a_key_record_redis_lost_is_restored_from_the_store_on_every_route
     assert svc.services.auth.cold_verifications == 1
 
 
+@pytest.mark.parametrize(("method", "path", "body", "_ok"), KEY_ROUTES, ids=ROUTE_IDS)
+async def test_failed_keys_are_counted_on_every_route_and_then_refused_with_429(
+    svc: Svc, method: str, path: str, body: Any, _ok: int
+) -> None:
+    unknown = generate_key("live")
+    async with svc.client("198.51.100.7") as client:
+        for _ in range(FAILED_AUTH_LIMIT):
+            response = await call(client, method, path, unknown, body, svc)
+            assert_error(response, 401, "authentication_error", "invalid_api_key")
+        # over the limit the address is refused, its valid keys included
+        for key in (unknown, svc.account.live_key):
+            response = await call(client, method, path, key, body, svc)
+            assert_error(response, 429, "rate_limit_error", "auth_rate_limited")
+            assert 0 < int(response.headers["retry-after"]) <= 600
+            assert response.headers["x-should-retry"] == "false"
+            assert_common_headers(response)
+    async with svc.client("198.51.100.8") as other:
+        response = await call(other, method, path, svc.account.live_key, body, svc)
+    assert response.status_code != 429  # other addresses are not affected
+
+
 async def test_a_revoked_key_is_401_api_key_revoked(svc: Svc) -> None:
     async with svc.client() as client:
         spare = await svc.services.accounts.create_key(
