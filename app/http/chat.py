@@ -80,15 +80,16 @@ class ClientDisconnected(Exception):
     """The client closed the connection before its request body arrived in full."""
 
 
+def _too_large(limit: int) -> ApiError:
+    return ApiError(ErrorKind.REQUEST_TOO_LARGE, f"The request body is larger than {limit} bytes.")
+
+
 async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     """The request body, refusing more than ``limit`` bytes (413) without reading it all;
     ``ClientDisconnected`` when the client leaves before sending it all."""
     declared = _header(scope, b"content-length")
-    too_large = ApiError(
-        ErrorKind.REQUEST_TOO_LARGE, f"The request body is larger than {limit} bytes."
-    )
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise too_large
+        raise _too_large(limit)
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -98,7 +99,7 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
         chunk: bytes = message.get("body", b"")  # type: ignore[assignment]
         size += len(chunk)
         if size > limit:
-            raise too_large
+            raise _too_large(limit)
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)

@@ -278,6 +278,18 @@ async def test_a_bad_key_is_refused_before_the_body_is_judged(svc: Svc) -> None:
     assert_error(response, 401, "authentication_error", "invalid_api_key")
 
 
+async def test_a_body_over_the_limit_is_413(svc: Svc) -> None:
+    limit = svc.services.settings.max_body_bytes
+    async with svc.client() as client:
+        response = await client.post(
+            CHAT,
+            content=b" " * (limit + 1),
+            headers={"authorization": f"Bearer {svc.account.live_key}"},
+        )
+    assert_error(response, 413, "invalid_request_error", "request_too_large")
+    assert_common_headers(response)
+
+
 async def test_not_enough_credits_is_402_and_tells_sdks_not_to_retry(svc: Svc) -> None:
     accounts = svc.services.accounts
     pid = await accounts.create_account()  # no credits
