@@ -1,7 +1,8 @@
 """``POST /v1/chat/completions``: a raw ASGI route that writes its own SSE bytes.
 
 Litestar routes everything else; this one endpoint skips the framework's response
-machinery and middleware because they run per token (measured in bench/README.md).
+machinery and middleware because they run per token (measured in bench/README.md). It is
+not a Litestar route at all: ``app.http.app.Gateway`` is its only way in.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
-from litestar import asgi
 from litestar.types import Receive, Scope, Send
 
 from app.chat.request import parse_chat_request
@@ -63,7 +63,7 @@ def new_request_id() -> str:
     return "req_" + secrets.token_hex(12)
 
 
-async def send_error(send: Send, error: ApiError, rid: str = "") -> None:
+async def send_error(send: Send, error: ApiError, rid: str) -> None:
     body = error.body()
     headers = [
         (b"content-type", b"application/json"),
@@ -138,17 +138,14 @@ async def _watch_disconnect(receive: Receive, relay: asyncio.Task[Any]) -> None:
 
 
 CHAT_PATH = "/v1/chat/completions"
-
-
-@asgi(CHAT_PATH, is_mount=False, copy_scope=False, include_in_schema=False)
-async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
-    """The route as Litestar sees it; ``app.http.app.Gateway`` calls ``serve_chat`` directly
-    and skips the framework's per-message middleware."""
-    await serve_chat(scope["app"].state.services, scope, receive, send)
+# The paths the Gateway serves chat on. Litestar answers every other route with or without
+# a trailing slash, so chat does too (the SDKs never send one): same handler, same request
+# id, same metric series.
+CHAT_PATHS = (CHAT_PATH, CHAT_PATH + "/")
 
 
 async def serve_chat(
-    services: Services, scope: Scope, receive: Receive, send: Send, rid: str = ""
+    services: Services, scope: Scope, receive: Receive, send: Send, rid: str
 ) -> None:
     """Reserve, stream, settle. Errors before the first byte are plain JSON responses."""
     started = time.perf_counter()

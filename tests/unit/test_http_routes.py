@@ -312,6 +312,21 @@ async def test_the_client_request_id_is_echoed_once(svc: Svc) -> None:
     assert response.headers.get_list("x-request-id") == ["abc-1"]
 
 
+@pytest.mark.parametrize(("key", "status"), [("bad", 401), ("test", 200)])
+async def test_the_trailing_slash_reaches_the_one_chat_handler(
+    svc: Svc, key: str, status: int
+) -> None:
+    secret = svc.account.test_key if key == "test" else "not-a-key"
+    before = requests_answered()
+    async with svc.client() as client:
+        response = await call(client, "POST", CHAT + "/", secret, CHAT_BODY)
+    assert response.status_code == status, response.text
+    assert_common_headers(response)  # one x-request-id
+    assert requests_answered() == before + 1
+    if status == 200:
+        assert sse_events(response)[-1] == "[DONE]"
+
+
 async def test_chat_refuses_other_methods_with_405(svc: Svc) -> None:
     async with svc.client() as client:
         response = await call(client, "GET", CHAT, svc.account.live_key)
