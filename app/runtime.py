@@ -146,6 +146,9 @@ class Services:
             redis_clock=redis_clock,
         )
         pepper = settings.key_pepper.encode()
+        self.auth_throttle = FailedAuthThrottle(
+            settings.failed_auth_limit, settings.failed_auth_window_s
+        )
         self.auth = Authenticator(
             self.ledger,
             store,
@@ -153,9 +156,7 @@ class Services:
             cache_size=settings.auth_cache_size,
             negative_ttl_s=settings.negative_cache_s,
             cold_per_s=settings.cold_auth_per_s,
-        )
-        self.auth_throttle = FailedAuthThrottle(
-            settings.failed_auth_limit, settings.failed_auth_window_s
+            throttle=self.auth_throttle,  # shared with the admin and metrics tokens
         )
         self.trusted_proxies = parse_networks(settings.trusted_proxies)
         self.accounts = Accounts(

@@ -17,10 +17,10 @@ from app.accounts.manage import (
     credit_balance,
     validate_key_request,
 )
-from app.core.errors import ApiError, ErrorKind, KeyRecordMissing
+from app.core.errors import ApiError, ErrorKind
 from app.core.validation import decode_json
 from app.credits.outcomes import Identity, key_refusal
-from app.http.deps import provide_identity, provide_services
+from app.http.deps import provide_identity, provide_services, request_address
 from app.http.openapi import API_KEY, BODY_ERRORS, DAYS, KEY_ERRORS, documented, errors
 from app.runtime import Services
 from app.usage.reader import UsageSummary, parse_days
@@ -68,17 +68,19 @@ class V1Controller(Controller):
     @get("/credits", responses=errors(*KEY_ERRORS))
     async def credits(self, services: Services, request: Request[Any, Any, Any]) -> CreditBalance:
         """The account's credit pools (spec 2.5); one script call checks the key too."""
-        authorization = request.headers.get("authorization")
-        ident = await services.auth.identify(authorization)
-        status, balance = await services.ledger.balance(ident, services.clock())
-        refusal = key_refusal(status)
-        if isinstance(refusal, KeyRecordMissing):  # Redis lost the key's record: restore it
-            ident = await services.auth.restore(authorization)
+
+        async def balance_of(ident: Identity) -> CreditBalance:
             status, balance = await services.ledger.balance(ident, services.clock())
             refusal = key_refusal(status)
-        if refusal is not None:
-            raise refusal
-        return credit_balance(balance)
+            if refusal is not None:
+                raise refusal
+            return credit_balance(balance)
+
+        return await services.auth.authenticated(
+            request.headers.get("authorization"),
+            request_address(services, request.scope),
+            balance_of,
+        )
 
     @get(
         "/usage",

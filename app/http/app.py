@@ -20,13 +20,7 @@ from app.core.metrics import METRICS
 from app.core.settings import Settings
 from app.http.admin import AdminController
 from app.http.api import V1Controller
-from app.http.chat import (
-    CHAT_PATH,
-    chat_completions,
-    incoming_request_id,
-    new_request_id,
-    serve_chat,
-)
+from app.http.chat import CHAT_PATHS, incoming_request_id, new_request_id, serve_chat
 from app.http.errors import handle_exception
 from app.http.headers import SECURITY_HEADERS
 from app.http.health import HealthController
@@ -38,7 +32,8 @@ from app.store import StoreError
 
 
 def create_app(settings: Settings) -> Litestar:
-    """A Litestar app for resolved settings (``runtime.resolve``)."""
+    """A Litestar app for resolved settings (``runtime.resolve``): every route but chat
+    completions, which ``Gateway`` serves."""
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -71,7 +66,6 @@ def create_app(settings: Settings) -> Litestar:
             AdminController,
             HealthController,
             MetricsController,
-            chat_completions,
         ],
         response_headers=[ResponseHeader(name=k, value=v) for k, v in SECURITY_HEADERS],
         lifespan=[lifespan],
@@ -84,9 +78,9 @@ def create_app(settings: Settings) -> Litestar:
 
 
 class Gateway:
-    """The ASGI app granian serves: ``POST /v1/chat/completions`` goes straight to its
-    handler (Litestar's exception middleware would otherwise wrap every chunk's ``send``);
-    everything else, lifespan included, goes to the Litestar app.
+    """The ASGI app granian serves: ``/v1/chat/completions`` (trailing slash or not) goes
+    straight to its handler (Litestar's exception middleware would otherwise wrap every
+    chunk's ``send``); everything else, lifespan included, goes to the Litestar app.
 
     Every HTTP request gets a request id (the client's ``x-request-id`` when it is a sane
     one, else a new one): it is sent back in ``x-request-id`` and tags the request's logs."""
@@ -101,7 +95,7 @@ class Gateway:
         rid = incoming_request_id(scope) or new_request_id()
         token = request_id.set(rid)
         try:
-            if scope["path"] == CHAT_PATH:
+            if scope["path"] in CHAT_PATHS:
                 await serve_chat(self.app.state.services, scope, receive, send, rid)
             else:
                 await self._routed(scope, receive, send, rid)

@@ -1,7 +1,8 @@
 """``POST /v1/chat/completions``: a raw ASGI route that writes its own SSE bytes.
 
 Litestar routes everything else; this one endpoint skips the framework's response
-machinery and middleware because they run per token (measured in bench/README.md).
+machinery and middleware because they run per token (measured in bench/README.md). It is
+not a Litestar route at all: ``app.http.app.Gateway`` is its only way in.
 """
 
 from __future__ import annotations
@@ -14,19 +15,20 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
-from litestar import asgi
 from litestar.types import Receive, Scope, Send
 
 from app.chat.request import parse_chat_request
-from app.core.errors import ApiError, ErrorKind, KeyRecordMissing
+from app.core.errors import ApiError, ErrorKind
 from app.core.metrics import METRICS
-from app.http.deps import failed_auth_counted
+from app.http.deps import request_address
 from app.http.errors import as_api_error
 from app.http.headers import SECURITY_HEADERS
 from app.kv.client import REDIS_ERRORS
 
 if TYPE_CHECKING:
     from app.chat.completion import Completion
+    from app.chat.request import ChatParams
+    from app.credits.outcomes import Identity
     from app.runtime import Services
 
 log = logging.getLogger("svc.http")
@@ -61,7 +63,7 @@ def new_request_id() -> str:
     return "req_" + secrets.token_hex(12)
 
 
-async def send_error(send: Send, error: ApiError, rid: str = "") -> None:
+async def send_error(send: Send, error: ApiError, rid: str) -> None:
     body = error.body()
     headers = [
         (b"content-type", b"application/json"),
@@ -78,15 +80,16 @@ class ClientDisconnected(Exception):
     """The client closed the connection before its request body arrived in full."""
 
 
+def _too_large(limit: int) -> ApiError:
+    return ApiError(ErrorKind.REQUEST_TOO_LARGE, f"The request body is larger than {limit} bytes.")
+
+
 async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     """The request body, refusing more than ``limit`` bytes (413) without reading it all;
     ``ClientDisconnected`` when the client leaves before sending it all."""
     declared = _header(scope, b"content-length")
-    too_large = ApiError(
-        ErrorKind.REQUEST_TOO_LARGE, f"The request body is larger than {limit} bytes."
-    )
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise too_large
+        raise _too_large(limit)
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -96,7 +99,7 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
         chunk: bytes = message.get("body", b"")  # type: ignore[assignment]
         size += len(chunk)
         if size > limit:
-            raise too_large
+            raise _too_large(limit)
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
@@ -105,22 +108,25 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
 async def _open(services: Services, scope: Scope, receive: Receive) -> Completion:
     if scope.get("method") != "POST":
         raise ApiError(ErrorKind.METHOD_NOT_ALLOWED, "Use POST for /v1/chat/completions.")
-    authorization = _header(scope, b"authorization")
-    with failed_auth_counted(services, scope):
-        ident = await services.auth.identify(authorization)
-    body = await read_body(scope, receive, services.settings.max_body_bytes)
-    settings = services.settings
-    params = parse_chat_request(
-        body,
-        services.aliases,
-        max_messages=settings.max_messages,
-        max_message_chars=settings.max_message_chars,
+    params: ChatParams | None = None
+
+    async def reserve(ident: Identity) -> Completion:
+        # The body is read once the key is known (a bad key is refused unread), and once
+        # only: when Redis lost the key's record, the reservation is tried again with it.
+        nonlocal params
+        if params is None:
+            settings = services.settings
+            params = parse_chat_request(
+                await read_body(scope, receive, settings.max_body_bytes),
+                services.aliases,
+                max_messages=settings.max_messages,
+                max_message_chars=settings.max_message_chars,
+            )
+        return await services.completions.open(ident, params)
+
+    return await services.auth.authenticated(
+        _header(scope, b"authorization"), request_address(services, scope), reserve
     )
-    try:
-        return await services.completions.open(ident, params)
-    except KeyRecordMissing:
-        ident = await services.auth.restore(authorization)  # Redis lost it: restore, once
-        return await services.completions.open(ident, params)
 
 
 async def _watch_disconnect(receive: Receive, relay: asyncio.Task[Any]) -> None:
@@ -132,17 +138,14 @@ async def _watch_disconnect(receive: Receive, relay: asyncio.Task[Any]) -> None:
 
 
 CHAT_PATH = "/v1/chat/completions"
-
-
-@asgi(CHAT_PATH, is_mount=False, copy_scope=False, include_in_schema=False)
-async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
-    """The route as Litestar sees it; ``app.http.app.Gateway`` calls ``serve_chat`` directly
-    and skips the framework's per-message middleware."""
-    await serve_chat(scope["app"].state.services, scope, receive, send)
+# The paths the Gateway serves chat on. Litestar answers every other route with or without
+# a trailing slash, so chat does too (the SDKs never send one): same handler, same request
+# id, same metric series.
+CHAT_PATHS = (CHAT_PATH, CHAT_PATH + "/")
 
 
 async def serve_chat(
-    services: Services, scope: Scope, receive: Receive, send: Send, rid: str = ""
+    services: Services, scope: Scope, receive: Receive, send: Send, rid: str
 ) -> None:
     """Reserve, stream, settle. Errors before the first byte are plain JSON responses."""
     started = time.perf_counter()

@@ -1,10 +1,8 @@
-"""Dependencies shared by the Litestar routes."""
+"""Dependencies shared by the routes."""
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from litestar import Request
@@ -28,32 +26,24 @@ async def provide_services(request: Request[Any, Any, Any]) -> Services:
     return services_of(request)
 
 
-_COUNTED_FAILURES = (ErrorKind.INVALID_API_KEY, ErrorKind.ADMIN_UNAUTHORIZED)
-
-
-@contextmanager
-def failed_auth_counted(services: Services, scope: Scope) -> Iterator[None]:
-    """Refuse a client address that failed authentication too often (429); count the
-    failure when the block inside raises an invalid-key or invalid-admin-token error."""
+def request_address(services: Services, scope: Scope) -> str:
+    """The client address the failed-auth throttle counts for this request."""
     client = scope.get("client")
     forwarded: list[str] = []
     if services.trusted_proxies:
         forwarded = [v.decode("latin-1") for k, v in scope["headers"] if k == b"x-forwarded-for"]
-    address = client_address(client[0] if client else None, forwarded, services.trusted_proxies)
-    services.auth_throttle.check(address)
-    try:
-        yield
-    except ApiError as exc:
-        if exc.kind in _COUNTED_FAILURES:
-            services.auth_throttle.failed(address)
-        raise
+    return client_address(client[0] if client else None, forwarded, services.trusted_proxies)
 
 
 async def provide_identity(request: Request[Any, Any, Any]) -> Identity:
     """The authenticated key, checked for revocation."""
     services = services_of(request)
-    with failed_auth_counted(services, request.scope):
-        return await services.auth.authorize(request.headers.get("authorization"))
+    auth = services.auth
+    return await auth.authenticated(
+        request.headers.get("authorization"),
+        request_address(services, request.scope),
+        auth.key_active,
+    )
 
 
 def require_bearer(
@@ -63,7 +53,7 @@ def require_bearer(
     ``Authorization: Bearer <expected>``; an unset ``expected`` refuses everyone."""
     services = services_of(connection)
     given = bearer_secret(connection.headers.get("authorization")) or ""
-    with failed_auth_counted(services, connection.scope):
+    with services.auth_throttle.guarding(request_address(services, connection.scope)):
         if not expected or not hmac.compare_digest(given.encode(), expected.encode()):
             raise ApiError(ErrorKind.ADMIN_UNAUTHORIZED, message)
 

@@ -7,6 +7,9 @@ the key status that every request's script (or status read) checks.
 Cold path (Redis lost the mapping): find the key by the id embedded in it, verify the
 secret against its argon2id hash, re-warm Redis. Unknown digests are negative-cached and
 verifications are rate-limited, so a flood of fake keys cannot burn CPU.
+
+``Authenticator.authenticated`` is the one way a request's key is checked, on every route
+that takes one (chat completions included).
 """
 
 from __future__ import annotations
@@ -14,13 +17,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from app.core.errors import ApiError, ErrorKind, KeyRecordMissing, invalid_api_key
 from app.credits.ledger import Ledger
 from app.credits.outcomes import Identity, key_refusal
 from app.keys.format import bearer_secret, digest, parse_key, verify_secret
+from app.keys.throttle import FailedAuthThrottle
 from app.store import Store
+
+T = TypeVar("T")
 
 
 class TokenBucket:
@@ -55,9 +62,11 @@ class Authenticator:
         cache_size: int = 100_000,
         negative_ttl_s: float = 30.0,
         cold_per_s: float = 10.0,
+        throttle: FailedAuthThrottle | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ledger = ledger
+        self.throttle = throttle or FailedAuthThrottle(0, 0.0)  # none given: no throttling
         self.store = store
         self.pepper = pepper
         self.cache_size = cache_size
@@ -86,18 +95,34 @@ class Authenticator:
         self._remember(key_digest, ident)
         return ident
 
-    async def authorize(self, authorization: str | None) -> Identity:
-        """``identify`` plus the key's current status (revocation), for non-completion routes."""
-        ident = await self.identify(authorization)
+    async def authenticated(
+        self, authorization: str | None, address: str, use: Callable[[Identity], Awaitable[T]]
+    ) -> T:
+        """What ``use`` makes of the request's key: the one authentication path of every
+        route that takes a key.
+
+        An ``address`` over its failed-authentication limit is refused (429) first. Then the
+        key is identified (401 when missing, malformed or unknown) and ``use``d; ``use``
+        checks the key's status in Redis (revocation) with its own work, or with
+        ``key_active``. When Redis lost the key's record (``KeyRecordMissing``) the record
+        is restored once from the durable store and ``use`` runs again. A wrong key, at any
+        of these steps, counts against ``address``."""
+        with self.throttle.guarding(address):
+            ident = await self.identify(authorization)
+            try:
+                return await use(ident)
+            except KeyRecordMissing:
+                return await use(await self._restore(authorization))
+
+    async def key_active(self, ident: Identity) -> Identity:
+        """``ident`` once Redis says its key is active (a ``use`` for ``authenticated``, for
+        routes whose own work does not check the key)."""
         refusal = key_refusal(await self.ledger.key_status(ident))
-        if isinstance(refusal, KeyRecordMissing):
-            ident = await self.restore(authorization)
-            refusal = key_refusal(await self.ledger.key_status(ident))
         if refusal is not None:
             raise refusal
         return ident
 
-    async def restore(self, authorization: str | None) -> Identity:
+    async def _restore(self, authorization: str | None) -> Identity:
         """Re-create a key's Redis records from the durable store (cold path: argon2,
         rate-limited), for a key whose record Redis lost while this worker cached it."""
         secret = bearer_secret(authorization)

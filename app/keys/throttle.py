@@ -21,12 +21,16 @@ import ipaddress
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 
 from app.core.errors import ApiError, ErrorKind
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 UNIX_SOCKET = "unix"
+# What a failed authentication is: a wrong API key or a wrong admin (or metrics) token.
+# A revoked key is not a guess, and a cold-path refusal (AUTH_RATE_LIMITED) is not a failure.
+FAILED_AUTHENTICATION = (ErrorKind.INVALID_API_KEY, ErrorKind.ADMIN_UNAUTHORIZED)
 
 
 def parse_networks(spec: str) -> tuple[Network, ...]:
@@ -91,6 +95,18 @@ class FailedAuthThrottle:
             "Too many failed authentication attempts from this address. Retry later.",
             headers={"retry-after": str(math.ceil(left)), "x-should-retry": "false"},
         )
+
+    @contextmanager
+    def guarding(self, address: str) -> Iterator[None]:
+        """Refuse ``address`` when it is over its limit (429), then run the block inside and
+        count a failed authentication when it raises one."""
+        self.check(address)
+        try:
+            yield
+        except ApiError as exc:
+            if exc.kind in FAILED_AUTHENTICATION:
+                self.failed(address)
+            raise
 
     def failed(self, address: str) -> None:
         """Count one failed authentication of ``address``."""

@@ -7,15 +7,17 @@ import asyncio
 import pytest
 
 from app.accounts.manage import Accounts
-from app.core.errors import ApiError, ErrorKind
+from app.core.errors import ApiError, ErrorKind, KeyRecordMissing, invalid_api_key
 from app.credits.ledger import Ledger
-from app.credits.outcomes import ScriptStatus
+from app.credits.outcomes import Identity, ScriptStatus
 from app.keys.auth import Authenticator
 from app.keys.format import digest, generate_key
+from app.keys.throttle import FailedAuthThrottle
 from app.store import Store
 from tests.conftest import Clock
 
 PEPPER = b"pepper"
+ADDRESS = "192.0.2.1"
 
 
 @pytest.fixture
@@ -65,7 +67,7 @@ async def test_cold_path_restores_a_lost_key_record_with_its_status(
     await ledger.open_account(pid)
     auth = _auth(ledger, store, clock)
     with pytest.raises(ApiError) as info:
-        await auth.authorize(f"Bearer {created.key}")
+        await auth.authenticated(f"Bearer {created.key}", ADDRESS, auth.key_active)
     assert info.value.kind is ErrorKind.API_KEY_REVOKED
 
 
@@ -163,9 +165,43 @@ async def test_a_cached_key_whose_redis_record_was_lost_is_restored(
     pid = await accounts.create_account()
     created = await accounts.create_key(pid, name="k", environment="live", daily_cap=5)
     auth = _auth(ledger, store, clock)
-    ident = await auth.authorize(f"Bearer {created.key}")  # now cached in this worker
+    ident = await auth.authenticated(
+        f"Bearer {created.key}", ADDRESS, auth.key_active
+    )  # now cached in this worker
     await ledger.redis.flushall()  # Redis lost everything
-    assert await auth.authorize(f"Bearer {created.key}") == ident
+    assert await auth.authenticated(f"Bearer {created.key}", ADDRESS, auth.key_active) == ident
     assert auth.cold_verifications == 1
     assert await ledger.key_status(ident) is ScriptStatus.OK  # the record is back
     assert await ledger.lookup_digest(digest(PEPPER, created.key)) == ident
+
+
+async def test_authenticated_restores_a_lost_record_once_and_counts_a_wrong_key_at_any_step(
+    accounts: Accounts, ledger: Ledger, store: Store, clock: Clock
+) -> None:
+    pid = await accounts.create_account()
+    created = await accounts.create_key(pid, name="k", environment="live", daily_cap=None)
+    throttle = FailedAuthThrottle(2, 60.0, clock=clock)
+    auth = Authenticator(ledger, store, PEPPER, throttle=throttle, clock=clock)
+    uses: list[Identity] = []
+
+    async def record_always_missing(ident: Identity) -> None:
+        uses.append(ident)
+        missing = invalid_api_key()
+        raise KeyRecordMissing(missing.kind, missing.message)
+
+    # The record is restored once and `use` tried once more; then the key is a 401 ...
+    with pytest.raises(ApiError) as info:
+        await auth.authenticated(f"Bearer {created.key}", ADDRESS, record_always_missing)
+    assert info.value.kind is ErrorKind.INVALID_API_KEY
+    assert len(uses) == 2
+    assert auth.cold_verifications == 1
+    # ... counted like a wrong key from `identify`: two failures and the address is refused
+    with pytest.raises(ApiError) as info:
+        await auth.authenticated(f"Bearer {generate_key('live')}", ADDRESS, auth.key_active)
+    assert info.value.kind is ErrorKind.INVALID_API_KEY
+    with pytest.raises(ApiError) as info:
+        await auth.authenticated(f"Bearer {created.key}", ADDRESS, auth.key_active)
+    assert info.value.kind is ErrorKind.AUTH_RATE_LIMITED
+    assert len(uses) == 2  # refused before the key was looked at
+    ident = await auth.authenticated(f"Bearer {created.key}", "192.0.2.2", auth.key_active)
+    assert ident.pid == pid

@@ -39,8 +39,8 @@ async def test_a_settlement_redis_times_out_is_one_warning_and_the_sweeper_refun
         ledger, UpstreamRouter({}, SimulatedProvider()), deadline_s=900, clock=clock
     )
 
-    async def identify(_authorization: str | None) -> Any:
-        return ident
+    async def authenticated(_authorization: str | None, _address: str, use: Any) -> Any:
+        return await use(ident)
 
     services = cast(
         Services,
@@ -49,10 +49,9 @@ async def test_a_settlement_redis_times_out_is_one_warning_and_the_sweeper_refun
                 max_body_bytes=1 << 20, max_messages=2048, max_message_chars=1_000_000
             ),
             aliases=default_catalog().aliases,
-            auth=SimpleNamespace(identify=identify),
+            auth=SimpleNamespace(authenticated=authenticated),
             completions=service,
             trusted_proxies=[],
-            auth_throttle=SimpleNamespace(check=lambda _address: None),
         ),
     )
 

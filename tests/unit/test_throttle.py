@@ -56,6 +56,29 @@ def test_memory_is_bounded_by_evicting_the_oldest_address() -> None:
     assert len(throttle._windows) == 100
 
 
+@pytest.mark.parametrize(
+    ("kind", "counted"),
+    [
+        (ErrorKind.INVALID_API_KEY, True),
+        (ErrorKind.ADMIN_UNAUTHORIZED, True),
+        (ErrorKind.API_KEY_REVOKED, False),  # a real key: no guess
+        (ErrorKind.AUTH_RATE_LIMITED, False),  # the cold path's budget, not the client's fault
+        (ErrorKind.INVALID_VALUE, False),
+    ],
+)
+def test_guarding_counts_failed_authentications_only(kind: ErrorKind, counted: bool) -> None:
+    throttle = FailedAuthThrottle(1, 60.0, clock=Clock())
+    with pytest.raises(ApiError), throttle.guarding("192.0.2.9"):
+        raise ApiError(kind, "refused")
+    if counted:
+        with pytest.raises(ApiError) as refused, throttle.guarding("192.0.2.9"):
+            pass
+        assert refused.value.kind is ErrorKind.AUTH_RATE_LIMITED
+    else:
+        with throttle.guarding("192.0.2.9"):
+            pass
+
+
 PROXIES = "10.0.0.0/8, 127.0.0.1"
 
 
