@@ -131,14 +131,14 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
     async def inspect(s: Services) -> Any:
         from app.ops.inspect import inspect_account
 
-        return await inspect_account(s.redis, s.keys, s.store, args.account_pid, s.clock)
+        return await inspect_account(s.redis, s.layout, s.store, args.account_pid, s.clock)
 
     async def reconcile(s: Services) -> Any:
         from app.ops.reconcile import reconcile
 
         report = await reconcile(
             s.redis,
-            s.keys,
+            s.layout,
             s.store,
             now=s.clock(),
             earned_ttl_s=s.settings.earned_expiry_days * DAY_S,

@@ -23,7 +23,7 @@ from app.chat.router import UpstreamRouter
 from app.core.errors import ApiError, ErrorKind, service_unavailable
 from app.core.private_files import PRIVATE_FILE_MODE, make_private, private_folder
 from app.core.settings import Settings
-from app.credits.ledger import Ledger
+from app.credits.ledger import RedisLedger
 from app.credits.scripts import RedisClock
 from app.credits.sweeper import Sweeper
 from app.keys.auth import Authenticator
@@ -133,11 +133,11 @@ class Services:
             else default_catalog()
         )
         self.aliases: dict[str, Alias] = catalog.aliases
-        self.keys = KeySpace(settings.redis_prefix, settings.shards)
+        self.layout = KeySpace(settings.redis_prefix, settings.shards)
         redis_clock = RedisClock()
-        self.ledger = Ledger(
+        self.ledger = RedisLedger(
             redis,
-            self.keys,
+            self.layout,
             cap_ttl_s=settings.cap_counter_ttl_s,
             usage_ttl_s=settings.usage_day_ttl_s,
             key_rate_limit=settings.key_rate_limit,
@@ -175,9 +175,9 @@ class Services:
         # Background tasks talk to Redis on connections of their own, named so operators
         # (and the benchmark) can tell their commands from the requests'.
         self.background_redis = background_redis or redis
-        background_ledger = Ledger(
+        background_ledger = RedisLedger(
             self.background_redis,
-            self.keys,
+            self.layout,
             cap_ttl_s=settings.cap_counter_ttl_s,
             usage_ttl_s=settings.usage_day_ttl_s,
             redis_clock=redis_clock,  # the sweeper's rounds keep it in step with Redis's
@@ -185,7 +185,7 @@ class Services:
         self.sweeper = Sweeper(background_ledger, interval_s=settings.sweep_interval_s, clock=clock)
         self.flusher = Flusher(
             self.background_redis,
-            self.keys,
+            self.layout,
             store,
             interval_s=settings.flush_interval_s,
             batch_size=settings.flush_batch_size,

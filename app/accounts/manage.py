@@ -23,7 +23,7 @@ from app.core.errors import (
     service_unavailable,
 )
 from app.core.ids import random_id
-from app.credits.ledger import Ledger
+from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Balance, Identity, ScriptStatus
 from app.keys.format import (
     digest,
@@ -138,7 +138,7 @@ class Accounts:
     def __init__(
         self,
         store: Store,
-        ledger: Ledger,
+        ledger: RedisLedger,
         pepper: bytes,
         *,
         max_active_keys: int = 100,
@@ -214,7 +214,7 @@ class Accounts:
         )
         if not await self.store.insert_key(record, max_active=self.max_active_keys):
             raise self._key_limit()
-        ident = Identity(pid, kid, environment, self.ledger.keys.shard(pid))
+        ident = Identity(pid, kid, environment, self.ledger.layout.shard(pid))
         await self.ledger.put_key(ident, status="active", daily_cap=daily_cap, name=name)
         await self.ledger.map_digest(digest(self.pepper, secret), ident)
         return ApiKeyCreated(
@@ -252,7 +252,7 @@ class Accounts:
             raise ApiError(
                 ErrorKind.API_KEY_NOT_FOUND, f"No API key '{key_id[:40]}' on this account."
             )
-        ident = Identity(pid, record.kid, record.environment, self.ledger.keys.shard(pid))
+        ident = Identity(pid, record.kid, record.environment, self.ledger.layout.shard(pid))
         revoked = await self.ledger.revoke_key(
             ident, daily_cap=record.daily_cap_credits, name=record.name
         )

@@ -23,7 +23,7 @@ from app.core.errors import (
     service_unavailable,
 )
 from app.core.validation import convert_fields
-from app.credits.ledger import Ledger
+from app.credits.ledger import RedisLedger
 from app.credits.outcomes import ScriptStatus
 from app.store import GrantRecord, Store
 
@@ -65,7 +65,7 @@ class Spotlights:
     def __init__(
         self,
         store: Store,
-        ledger: Ledger,
+        ledger: RedisLedger,
         *,
         credits: int = 5_000,
         daily_limit: int = 5,

@@ -24,7 +24,7 @@ from app.core.errors import ApiError, ErrorKind
 from app.core.ids import completion_ids, random_id
 from app.core.metrics import METRICS
 from app.core.settings import HEARTBEATS_PER_DEADLINE
-from app.credits.ledger import Ledger
+from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Hold, Identity, ScriptStatus, Settlement
 from app.kv.client import REDIS_ERRORS
 from app.upstream.base import Piece, UpstreamCall, UpstreamError, Usage
@@ -67,7 +67,7 @@ class CompletionService:
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: RedisLedger,
         router: UpstreamRouter,
         *,
         deadline_s: int,

@@ -45,13 +45,13 @@ SWEPT_FIELDS = [  # what the sweeper needs of a reservation
 ]
 
 
-class Ledger:
+class RedisLedger:
     """Typed calls into the scripts, with the key names of ``KeySpace``."""
 
     def __init__(
         self,
         redis: RedisClient,
-        keys: KeySpace,
+        layout: KeySpace,
         *,
         cap_ttl_s: int,
         usage_ttl_s: int,
@@ -63,7 +63,7 @@ class Ledger:
         """``command_timeout_s``: how long the client waits for Redis's reply (its socket
         timeout); a reserve that Redis runs later than that holds nothing. None: no limit."""
         self.redis = redis
-        self.keys = keys
+        self.layout = layout
         self._cap_ttl = cap_ttl_s
         self._usage_ttl = usage_ttl_s
         self._rate_limit = key_rate_limit
@@ -88,19 +88,19 @@ class Ledger:
     # -- identities ---------------------------------------------------------------------
 
     async def lookup_digest(self, key_digest: str) -> Identity | None:
-        raw = await self.redis.get(self.keys.digest(key_digest))
+        raw = await self.redis.get(self.layout.digest(key_digest))
         if raw is None:
             return None
         pid, kid, environment = as_text(raw).split(" ")
-        return Identity(pid, kid, environment, self.keys.shard(pid))
+        return Identity(pid, kid, environment, self.layout.shard(pid))
 
     async def map_digest(self, key_digest: str, ident: Identity) -> None:
-        await self.redis.set(self.keys.digest(key_digest), ident.encode())
+        await self.redis.set(self.layout.digest(key_digest), ident.encode())
 
     async def key_status(self, ident: Identity) -> ScriptStatus:
         """Whether the key may be used now (read on every authenticated request)."""
         acct, status = await self.redis.hmget(
-            self.keys.api_key(ident.shard, ident.kid), [KeyField.ACCOUNT, KeyField.STATUS]
+            self.layout.api_key(ident.shard, ident.kid), [KeyField.ACCOUNT, KeyField.STATUS]
         )
         if acct is None or as_text(acct) != ident.pid:
             return ScriptStatus.KEY_UNKNOWN
@@ -110,11 +110,11 @@ class Ledger:
         self, pid: str, environment: str, days: list[str]
     ) -> dict[str, UsageCounters]:
         """The usage counters of an account for each day (``YYYY-MM-DD``), one round trip."""
-        shard = self.keys.shard(pid)
+        shard = self.layout.shard(pid)
         fields = [usage_field(environment, name) for name in COUNTERS]
         pipe = self.redis.pipeline(transaction=False)
         for day in days:
-            pipe.hmget(self.keys.usage_day(shard, pid, day_tag(day)), fields)
+            pipe.hmget(self.layout.usage_day(shard, pid, day_tag(day)), fields)
         rows = await pipe.execute()
         return {
             day: UsageCounters(*(int(v or 0) for v in row))
@@ -124,12 +124,12 @@ class Ledger:
     async def usage_epoch(self) -> int | None:
         """The first day (unix seconds at its 00:00 UTC) this Redis holds complete usage
         counters for; None when it was never set (a new or emptied Redis)."""
-        raw = await self.redis.get(self.keys.usage_epoch())
+        raw = await self.redis.get(self.layout.usage_epoch())
         return None if raw is None else int(raw)
 
     async def start_usage_epoch(self, first_day: int) -> int:
         """Set the epoch unless set already; returns the epoch in force."""
-        key = self.keys.usage_epoch()
+        key = self.layout.usage_epoch()
         await self.redis.set(key, first_day, nx=True)
         return int(await self.redis.get(key) or first_day)
 
@@ -139,9 +139,9 @@ class Ledger:
         self, pid: str, *, earned: int = 0, earned_exp: int = 0, purchased: int = 0
     ) -> Written:
         """Create an account's balance hash unless it exists (DUPLICATE: left unchanged)."""
-        shard = self.keys.shard(pid)
+        shard = self.layout.shard(pid)
         created = await self._run(
-            "open_account", [self.keys.account(shard, pid)], [earned, earned_exp, purchased]
+            "open_account", [self.layout.account(shard, pid)], [earned, earned_exp, purchased]
         )
         return Written(ScriptStatus.OK if created else ScriptStatus.DUPLICATE)
 
@@ -153,7 +153,7 @@ class Ledger:
         cap = NO_CAP if daily_cap is None else daily_cap
         written = await self._run(
             "put_key",
-            [self.keys.api_key(ident.shard, ident.kid)],
+            [self.layout.api_key(ident.shard, ident.kid)],
             [ident.pid, status, ident.environment, cap, name],
         )
         return Written(ScriptStatus.OK if written else ScriptStatus.DUPLICATE)
@@ -165,7 +165,7 @@ class Ledger:
         result = int(
             await self._run(
                 "revoke_key",
-                [self.keys.api_key(ident.shard, ident.kid)],
+                [self.layout.api_key(ident.shard, ident.kid)],
                 [ident.pid, ident.environment, cap, name],
             )
         )
@@ -178,7 +178,10 @@ class Ledger:
         """An account's pools, read through one of its keys (the key's status checked too)."""
         status, earned, earned_exp, purchased = await self._run(
             "balance",
-            [self.keys.api_key(ident.shard, ident.kid), self.keys.account(ident.shard, ident.pid)],
+            [
+                self.layout.api_key(ident.shard, ident.kid),
+                self.layout.account(ident.shard, ident.pid),
+            ],
             [int(now), ident.pid],
         )
         return BalanceRead(
@@ -187,8 +190,8 @@ class Ledger:
 
     async def account_balance(self, pid: str, now: float) -> Balance | None:
         """Pools of an account, read directly (admin paths); None when it does not exist."""
-        shard = self.keys.shard(pid)
-        found = pools(await self.redis.hmget(self.keys.account(shard, pid), ACCOUNT_POOLS))
+        shard = self.layout.shard(pid)
+        found = pools(await self.redis.hmget(self.layout.account(shard, pid), ACCOUNT_POOLS))
         if found is None:
             return None
         earned, exp, purchased = found
@@ -210,15 +213,15 @@ class Ledger:
     ) -> Granted:
         """Add ``credits`` to ``pool`` once per ``grant_id``; also returns when the grant
         was applied (now, or the first time for a ``DUPLICATE``)."""
-        shard = self.keys.shard(pid)
+        shard = self.layout.shard(pid)
         day = day_tag(utc_day(now))
         status, earned, earned_exp, purchased, granted_at = await self._run(
             "grant",
             [
-                self.keys.account(shard, pid),
-                self.keys.grant_marker(shard, grant_id),
-                self.keys.spotlight(shard, pid, day),
-                self.keys.events(shard),
+                self.layout.account(shard, pid),
+                self.layout.grant_marker(shard, grant_id),
+                self.layout.spotlight(shard, pid, day),
+                self.layout.events(shard),
             ],
             [
                 int(now),
@@ -258,13 +261,13 @@ class Ledger:
         status, amount, out_tokens, balance = await self._run(
             "reserve",
             [
-                self.keys.account(shard, ident.pid),
-                self.keys.api_key(shard, ident.kid),
-                self.keys.cap(shard, ident.kid, day_tag(day)),
-                self.keys.reservation(shard, rid),
-                self.keys.reservations(shard),
-                self.keys.events(shard),
-                self.keys.rate(shard, ident.kid, window),
+                self.layout.account(shard, ident.pid),
+                self.layout.api_key(shard, ident.kid),
+                self.layout.cap(shard, ident.kid, day_tag(day)),
+                self.layout.reservation(shard, rid),
+                self.layout.reservations(shard),
+                self.layout.events(shard),
+                self.layout.rate(shard, ident.kid, window),
             ],
             [
                 int(now),
@@ -315,13 +318,13 @@ class Ledger:
         status, used, balance = await self._run(
             "settle",
             [
-                self.keys.reservation(shard, hold.rid),
-                self.keys.reservations(shard),
-                self.keys.account(shard, hold.pid),
-                self.keys.cap(shard, hold.kid, tag),
-                self.keys.usage_day(shard, hold.pid, tag),
-                self.keys.usage_total(shard, hold.pid),
-                self.keys.events(shard),
+                self.layout.reservation(shard, hold.rid),
+                self.layout.reservations(shard),
+                self.layout.account(shard, hold.pid),
+                self.layout.cap(shard, hold.kid, tag),
+                self.layout.usage_day(shard, hold.pid, tag),
+                self.layout.usage_total(shard, hold.pid),
+                self.layout.events(shard),
             ],
             [
                 int(now),
@@ -341,7 +344,7 @@ class Ledger:
         was settled or swept meanwhile)."""
         extended = await self._run(
             "extend",
-            [self.keys.reservation(hold.shard, hold.rid), self.keys.reservations(hold.shard)],
+            [self.layout.reservation(hold.shard, hold.rid), self.layout.reservations(hold.shard)],
             [hold.rid, int(deadline)],
         )
         return Written(ScriptStatus.OK if extended else ScriptStatus.NOT_FOUND)
@@ -351,10 +354,12 @@ class Ledger:
 
         Two round trips whatever the number of shards: the ids of every shard, then the
         reservations they name."""
-        shards = self.keys.all_shards()
+        shards = self.layout.all_shards()
         pipe = self.redis.pipeline(transaction=False)
         for shard in shards:
-            pipe.zrangebyscore(self.keys.reservations(shard), "-inf", int(now), start=0, num=limit)
+            pipe.zrangebyscore(
+                self.layout.reservations(shard), "-inf", int(now), start=0, num=limit
+            )
         found = [
             (shard, as_text(rid))
             for shard, rids in zip(shards, await pipe.execute(), strict=True)
@@ -364,7 +369,7 @@ class Ledger:
             return []
         pipe = self.redis.pipeline(transaction=False)
         for shard, rid in found:
-            pipe.hmget(self.keys.reservation(shard, rid), SWEPT_FIELDS)
+            pipe.hmget(self.layout.reservation(shard, rid), SWEPT_FIELDS)
         holds: list[Hold] = []
         for (shard, rid), fields in zip(found, await pipe.execute(), strict=True):
             if fields[0] is None:

@@ -82,7 +82,7 @@ class Scripts:
 
 
 class RedisClock:
-    """Redis's clock as this host sees it: the offset ``Ledger.sync_clock`` last measured.
+    """Redis's clock as this host sees it: the offset ``RedisLedger.sync_clock`` last measured.
     Shared by the ledgers of one process (the requests' and the background tasks')."""
 
     def __init__(self) -> None:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from app.core.metrics import METRICS
-from app.credits.ledger import Ledger
+from app.credits.ledger import RedisLedger
 from app.credits.outcomes import ScriptStatus
 from app.kv.client import REDIS_ERRORS
 
@@ -27,7 +27,7 @@ class Sweeper:
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: RedisLedger,
         *,
         interval_s: float,
         clock: Callable[[], float] = time.time,

@@ -25,8 +25,8 @@ async def redis_gauges(services: Services) -> tuple[int, int, float] | None:
     with contextlib.suppress(*REDIS_ERRORS, OSError, TimeoutError):
         async with asyncio.timeout(REDIS_READ_TIMEOUT_S):
             pipe = services.redis.pipeline(transaction=False)
-            for shard in services.keys.all_shards():
-                pipe.zcard(services.keys.reservations(shard))
+            for shard in services.layout.all_shards():
+                pipe.zcard(services.layout.reservations(shard))
             open_rsv = sum(int(n) for n in await pipe.execute())
             lag = await services.flusher.lag()
             return open_rsv, lag.pending_events, lag.oldest_event_age_s

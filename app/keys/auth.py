@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from app.core.errors import ApiError, ErrorKind, KeyRecordMissing, invalid_api_key
-from app.credits.ledger import Ledger
+from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Identity, key_refusal
 from app.keys.format import bearer_secret, digest, parse_key, verify_secret
 from app.keys.throttle import FailedAuthThrottle
@@ -55,7 +55,7 @@ class Authenticator:
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: RedisLedger,
         store: Store,
         pepper: bytes,
         *,
@@ -174,7 +174,7 @@ class Authenticator:
             self._mark_unknown(key_digest)
             raise invalid_api_key()
         ident = Identity(
-            record.account_pid, kid, environment, self.ledger.keys.shard(record.account_pid)
+            record.account_pid, kid, environment, self.ledger.layout.shard(record.account_pid)
         )
         await self.ledger.put_key(
             ident, status=record.status, daily_cap=record.daily_cap_credits, name=record.name

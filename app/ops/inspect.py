@@ -57,7 +57,7 @@ def _ints(raw: dict[Any, Any]) -> dict[str, int]:
 
 async def inspect_account(
     redis: RedisClient,
-    keys: KeySpace,
+    layout: KeySpace,
     store: Store,
     pid: str,
     clock: Callable[[], float] = time.time,
@@ -65,16 +65,16 @@ async def inspect_account(
     """The account's state in Redis; 404 when the durable store does not know it."""
     if await store.get_account(pid) is None:
         raise account_not_found(pid)
-    shard, today = keys.shard(pid), day_tag(utc_day(clock()))
+    shard, today = layout.shard(pid), day_tag(utc_day(clock()))
     records = await store.list_keys(pid)
     pipe = redis.pipeline(transaction=False)
-    pipe.hmget(keys.account(shard, pid), ACCOUNT_POOLS)
+    pipe.hmget(layout.account(shard, pid), ACCOUNT_POOLS)
     for rec in records:
-        pipe.hmget(keys.api_key(shard, rec.kid), [KeyField.STATUS, KeyField.CAP])
-        pipe.get(keys.cap(shard, rec.kid, today))
-    pipe.zrange(keys.reservations(shard), 0, -1)
-    pipe.hgetall(keys.usage_day(shard, pid, today))
-    pipe.hgetall(keys.usage_total(shard, pid))
+        pipe.hmget(layout.api_key(shard, rec.kid), [KeyField.STATUS, KeyField.CAP])
+        pipe.get(layout.cap(shard, rec.kid, today))
+    pipe.zrange(layout.reservations(shard), 0, -1)
+    pipe.hgetall(layout.usage_day(shard, pid, today))
+    pipe.hgetall(layout.usage_total(shard, pid))
     results = await pipe.execute()
     earned, earned_exp, purchased = pools(results[0]) or (0, 0, 0)
     states = []
@@ -97,14 +97,14 @@ async def inspect_account(
         earned_expires_at=earned_exp,
         purchased=purchased,
         keys=states,
-        open_reservations=await _reservations(redis, keys, shard, pid, rids),
+        open_reservations=await _reservations(redis, layout, shard, pid, rids),
         usage_today=_ints(usage_today),
         usage_total=_ints(usage_total),
     )
 
 
 async def _reservations(
-    redis: RedisClient, keys: KeySpace, shard: int, pid: str, rids: list[Any]
+    redis: RedisClient, layout: KeySpace, shard: int, pid: str, rids: list[Any]
 ) -> list[Reservation]:
     fields = [
         ReservationField.ACCOUNT,
@@ -117,7 +117,7 @@ async def _reservations(
     ]
     pipe = redis.pipeline(transaction=False)
     for rid in rids:
-        pipe.hmget(keys.reservation(shard, as_text(rid)), fields)
+        pipe.hmget(layout.reservation(shard, as_text(rid)), fields)
     found = []
     for rid, row in zip(rids, await pipe.execute(), strict=True):
         if row[0] is None or as_text(row[0]) != pid:

@@ -26,7 +26,7 @@ import msgspec
 
 from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import GRANT_MARKER_TTL_S, SPOTLIGHT_COUNTER_TTL_S, Ledger
+from app.credits.ledger import GRANT_MARKER_TTL_S, SPOTLIGHT_COUNTER_TTL_S, RedisLedger
 from app.credits.outcomes import Identity, ScriptStatus
 from app.kv.client import RedisClient
 from app.kv.layout import KeySpace
@@ -161,20 +161,20 @@ def check_account(pid: str, shard: int, state: ShardRead, sums: Sums, known: boo
 
 
 async def complete_usage_days(
-    redis: RedisClient, keys: KeySpace, store: Store, *, now: float, retention_s: int
+    redis: RedisClient, layout: KeySpace, store: Store, *, now: float, retention_s: int
 ) -> list[str]:
     """The days Redis holds every usage counter of, newest first (``first_redis_day``):
     an older day's hash may have expired, or hold only what came after this Redis's usage
     epoch. Without an epoch (no server started on this Redis since it was new or emptied)
     the one a server would start; reconcile only reads, so it does not set it."""
-    raw = await redis.get(keys.usage_epoch())
+    raw = await redis.get(layout.usage_epoch())
     epoch = int(raw) if raw is not None else epoch_after(await store.last_usage_day())
     return redis_days(now, first_redis_day(now, epoch, retention_s))
 
 
 async def reconcile(
     redis: RedisClient,
-    keys: KeySpace,
+    layout: KeySpace,
     store: Store,
     *,
     now: float,
@@ -184,9 +184,9 @@ async def reconcile(
 ) -> ReconcileReport:
     """Every account's Redis balance and usage counters against the durable ledger;
     ``usage_retention_s`` is how long a usage day hash lives (``usage_day_ttl_s``)."""
-    days = await complete_usage_days(redis, keys, store, now=now, retention_s=usage_retention_s)
-    in_redis = await redis_accounts(redis, keys)
-    shards, known = await consistent_shards(redis, keys, store, in_redis, earned_ttl_s, days)
+    days = await complete_usage_days(redis, layout, store, now=now, retention_s=usage_retention_s)
+    in_redis = await redis_accounts(redis, layout)
+    shards, known = await consistent_shards(redis, layout, store, in_redis, earned_ttl_s, days)
     checks = [
         check_account(pid, shard, state, sums, pid in known)
         for shard, (state, shard_sums) in sorted(shards.items())
@@ -221,7 +221,7 @@ def restored_pools(sums: Sums, held: tuple[int, int]) -> tuple[int, int, int]:
 
 
 async def rebuild_redis(
-    ledger: Ledger,
+    ledger: RedisLedger,
     store: Store,
     *,
     now: float,
@@ -231,15 +231,15 @@ async def rebuild_redis(
     """Restore accounts, balances, keys, grant markers, today's spotlight counters and
     usage totals from the durable store; refuses a Redis that holds accounts already
     unless ``force`` (then only what is missing is written, existing records are kept)."""
-    redis, keys = ledger.redis, ledger.keys
-    in_redis = await redis_accounts(redis, keys)
+    redis, layout = ledger.redis, ledger.layout
+    in_redis = await redis_accounts(redis, layout)
     if in_redis and not force:
         raise ApiError(
             ErrorKind.REDIS_NOT_EMPTY,
             f"Redis holds {len(in_redis)} svc account(s) already; rebuild-redis restores an "
             "empty Redis. Use --force to restore only what is missing.",
         )
-    shards, known = await consistent_shards(redis, keys, store, set(), earned_ttl_s)
+    shards, known = await consistent_shards(redis, layout, store, set(), earned_ttl_s)
     report = RebuildReport(
         object="rebuild_report",
         rebuilt_at=int(now),
@@ -266,12 +266,12 @@ async def rebuild_redis(
     await _restore_grant_markers(ledger, store, report, now)
     epoch = await ledger.start_usage_epoch(epoch_after(await store.last_usage_day()))
     report.usage_epoch_day = utc_day(epoch) if epoch else None
-    await _move_streams_past_cursors(redis, keys, await store.ledger_snapshot())
+    await _move_streams_past_cursors(redis, layout, await store.ledger_snapshot())
     return report
 
 
 async def _restore_account(
-    ledger: Ledger,
+    ledger: RedisLedger,
     report: RebuildReport,
     shard: int,
     state: ShardRead,
@@ -292,7 +292,7 @@ async def _restore_account(
             report.purchased_credits += purchased
             if exp and exp <= now:
                 report.earned_already_expired += earned
-    usage_key = ledger.keys.usage_total(shard, pid)
+    usage_key = ledger.layout.usage_total(shard, pid)
     # HSETNX per field: a counter a settle created meanwhile (--force) is not overwritten.
     if sums.usage and not await ledger.redis.exists(usage_key):
         pipe = ledger.redis.pipeline(transaction=True)
@@ -302,14 +302,14 @@ async def _restore_account(
         report.usage_totals += 1
 
 
-async def _restore_keys(ledger: Ledger, store: Store, report: RebuildReport) -> None:
+async def _restore_keys(ledger: RedisLedger, store: Store, report: RebuildReport) -> None:
     """Every key's record, revoked ones too (a key Redis does not know would otherwise be
     re-warmed from the store by the cold path anyway; a revoked one must stay revoked).
     The digest mappings need the secrets: the cold path restores each on the key's first
     use (argon2 check against the stored hash)."""
     for rec in await store.list_all_keys():
         ident = Identity(
-            rec.account_pid, rec.kid, rec.environment, ledger.keys.shard(rec.account_pid)
+            rec.account_pid, rec.kid, rec.environment, ledger.layout.shard(rec.account_pid)
         )
         written = await ledger.put_key(
             ident, status=rec.status, daily_cap=rec.daily_cap_credits, name=rec.name
@@ -320,36 +320,36 @@ async def _restore_keys(ledger: Ledger, store: Store, report: RebuildReport) -> 
 
 
 async def _restore_grant_markers(
-    ledger: Ledger, store: Store, report: RebuildReport, now: float
+    ledger: RedisLedger, store: Store, report: RebuildReport, now: float
 ) -> None:
     """Grant ids seen (so a retried spotlight view is not rewarded twice) and today's
     spotlight counters (so the daily limit still holds)."""
-    keys, today = ledger.keys, utc_day(now)
+    layout, today = ledger.layout, utc_day(now)
     spotlights: dict[str, int] = defaultdict(int)
     pipe = ledger.redis.pipeline(transaction=False)
     for g in await store.list_grants_since(int(now) - GRANT_MARKER_TTL_S):
-        shard = keys.shard(g.account_pid)
+        shard = layout.shard(g.account_pid)
         ttl = g.created_at + GRANT_MARKER_TTL_S - int(now)
         if ttl > 0:
-            pipe.set(keys.grant_marker(shard, g.grant_id), g.created_at, ex=ttl, nx=True)
+            pipe.set(layout.grant_marker(shard, g.grant_id), g.created_at, ex=ttl, nx=True)
         if g.source == "spotlight" and utc_day(g.created_at) == today:
             spotlights[g.account_pid] += 1
     report.grant_markers = sum(1 for ok in await pipe.execute() if ok)
     for pid, count in sorted(spotlights.items()):
-        key = keys.spotlight(keys.shard(pid), pid, day_tag(today))
+        key = layout.spotlight(layout.shard(pid), pid, day_tag(today))
         if await ledger.redis.set(key, count, ex=SPOTLIGHT_COUNTER_TTL_S, nx=True):
             report.spotlight_counters += 1
 
 
 async def _move_streams_past_cursors(
-    redis: RedisClient, keys: KeySpace, snapshot: LedgerSnapshot
+    redis: RedisClient, layout: KeySpace, snapshot: LedgerSnapshot
 ) -> None:
     """Make every new event id land after the shard's durable cursor, even when this
     Redis's clock is behind the lost one's: the flusher skips ids at or below the cursor.
     One entry at the cursor's successor, trimmed by the same command, sets the stream's
     last id; a stream that has entries already (--force) is left alone."""
     for shard, cursor in sorted(snapshot.cursors.items()):
-        name = keys.events(shard)
+        name = layout.events(shard)
         if await redis.exists(name):
             continue
         await redis.xadd(

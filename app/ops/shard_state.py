@@ -64,21 +64,21 @@ class Sums(msgspec.Struct):
         return self.granted_earned + self.granted_purchased - self.expired - self.used
 
 
-async def redis_accounts(redis: RedisClient, keys: KeySpace) -> set[str]:
+async def redis_accounts(redis: RedisClient, layout: KeySpace) -> set[str]:
     """Every account that has a balance hash in Redis (SCAN: never blocks the server)."""
-    head = f"{keys.prefix}:{{s"
+    head = f"{layout.prefix}:{{s"
     found = set()
-    async for name in redis.scan_iter(match=f"{keys.prefix}:{{s*}}:acct:*", count=1000):
+    async for name in redis.scan_iter(match=f"{layout.prefix}:{{s*}}:acct:*", count=1000):
         text = as_text(name)
         if text.startswith(head):
             found.add(text.split(":acct:", 1)[1])
     return found
 
 
-def _by_shard(keys: KeySpace, pids: Iterable[str]) -> dict[int, list[str]]:
+def _by_shard(layout: KeySpace, pids: Iterable[str]) -> dict[int, list[str]]:
     shards: dict[int, list[str]] = defaultdict(list)
     for pid in sorted(set(pids)):
-        shards[keys.shard(pid)].append(pid)
+        shards[layout.shard(pid)].append(pid)
     return shards
 
 
@@ -92,7 +92,7 @@ HELD_FIELDS = [
 
 async def read_shard(
     redis: RedisClient,
-    keys: KeySpace,
+    layout: KeySpace,
     shard: int,
     pids: list[str],
     cursor: str | None,
@@ -105,19 +105,19 @@ async def read_shard(
     Cluster too). The reservation ids are read first and again inside the MULTI: when the
     two differ a reservation opened or closed in between, and the shard is read again.
     """
-    rsv_key = keys.reservations(shard)
+    rsv_key = layout.reservations(shard)
     for _ in range(MAX_READS):
         rids = [as_text(r) for r in await redis.zrange(rsv_key, 0, -1)]
         pipe = redis.pipeline(transaction=True)
         pipe.zrange(rsv_key, 0, -1)
         for pid in pids:
-            pipe.hmget(keys.account(shard, pid), [AccountField.EARNED, AccountField.PURCHASED])
-            pipe.hgetall(keys.usage_total(shard, pid))
+            pipe.hmget(layout.account(shard, pid), [AccountField.EARNED, AccountField.PURCHASED])
+            pipe.hgetall(layout.usage_total(shard, pid))
             for day in days:
-                pipe.hgetall(keys.usage_day(shard, pid, day_tag(day)))
+                pipe.hgetall(layout.usage_day(shard, pid, day_tag(day)))
         for rid in rids:
-            pipe.hmget(keys.reservation(shard, rid), HELD_FIELDS)
-        pipe.xrange(keys.events(shard), f"({cursor}" if cursor else "-", "+")
+            pipe.hmget(layout.reservation(shard, rid), HELD_FIELDS)
+        pipe.xrange(layout.events(shard), f"({cursor}" if cursor else "-", "+")
         results = await pipe.execute()
         if sorted(as_text(r) for r in results[0]) == sorted(rids):
             return _shard_read(pids, days, results[1:])
@@ -205,7 +205,7 @@ Shards = dict[int, tuple[ShardRead, dict[str, Sums]]]
 
 async def consistent_shards(
     redis: RedisClient,
-    keys: KeySpace,
+    layout: KeySpace,
     store: Store,
     pids: set[str],
     earned_ttl_s: int,
@@ -230,12 +230,12 @@ async def consistent_shards(
         snapshot = await store.ledger_snapshot(since_day=min(days, default=END_OF_TIME))
         known = {a.pid for a in snapshot.accounts}
         sums = ledger_sums(snapshot, earned_ttl_s)
-        shards = _by_shard(keys, pids | set(sums))
+        shards = _by_shard(layout, pids | set(sums))
         for shard, shard_pids in sorted(shards.items()):
             if shard in done:
                 continue
             cursor = snapshot.cursors.get(shard)
-            state = await read_shard(redis, keys, shard, shard_pids, cursor, days)
+            state = await read_shard(redis, layout, shard, shard_pids, cursor, days)
             if await store.get_cursor(shard) != cursor:
                 continue  # the flusher applied a batch meanwhile: again next round
             shard_sums = {pid: sums.get(pid, Sums()) for pid in shard_pids}

@@ -97,7 +97,7 @@ class Flusher:
     def __init__(
         self,
         redis: RedisClient,
-        keys: KeySpace,
+        layout: KeySpace,
         store: Store,
         *,
         interval_s: float = 1.0,
@@ -106,7 +106,7 @@ class Flusher:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.redis = redis
-        self.keys = keys
+        self.layout = layout
         self.store = store
         self.interval_s = interval_s
         self.batch_size = batch_size
@@ -117,7 +117,7 @@ class Flusher:
         self.applied = 0  # events this process wrote to the store
 
     async def _hold_lease(self, shard: int) -> bool:
-        key = self.keys.flush_lease(shard)
+        key = self.layout.flush_lease(shard)
         if await self.redis.set(key, self.token, nx=True, px=self.lease_ms):
             self._leased.add(shard)
             return True
@@ -130,7 +130,7 @@ class Flusher:
     async def events_after(self, shard: int, cursor: str | None, count: int) -> list[StreamEvent]:
         """Up to ``count`` events of the shard with ids above ``cursor``, oldest first."""
         start = f"({cursor}" if cursor else "-"
-        entries = await self.redis.xrange(self.keys.events(shard), start, "+", count=count)
+        entries = await self.redis.xrange(self.layout.events(shard), start, "+", count=count)
         return [parse_event(entry_id, fields) for entry_id, fields in entries or []]
 
     async def flush_shard(self, shard: int) -> int:
@@ -163,7 +163,7 @@ class Flusher:
                     cursor = await self.store.get_cursor(shard)  # another drainer moved on
             if cursor:
                 # everything at or below the durable cursor is in the store: drop it
-                await self.redis.xtrim(self.keys.events(shard), minid=next_stream_id(cursor))
+                await self.redis.xtrim(self.layout.events(shard), minid=next_stream_id(cursor))
             if len(events) < self.batch_size:
                 break
         self.applied += applied
@@ -171,8 +171,8 @@ class Flusher:
 
     async def _busy_shards(self) -> list[int]:
         pipe = self.redis.pipeline(transaction=False)
-        for shard in self.keys.all_shards():
-            pipe.xlen(self.keys.events(shard))
+        for shard in self.layout.all_shards():
+            pipe.xlen(self.layout.events(shard))
         return [shard for shard, n in enumerate(await pipe.execute()) if int(n)]
 
     async def flush_all(self) -> int:
@@ -214,7 +214,7 @@ class Flusher:
     async def release_leases(self) -> None:
         """Delete the leases this process still holds (only where it is still the holder)."""
         for shard in sorted(self._leased):
-            key = self.keys.flush_lease(shard)
+            key = self.layout.flush_lease(shard)
             async with self.redis.pipeline(transaction=True) as pipe:
                 try:
                     await pipe.watch(key)
@@ -230,12 +230,12 @@ class Flusher:
     async def lag(self) -> Lag:
         """Unflushed events and the age of the oldest, over every shard (two round trips)."""
         pipe = self.redis.pipeline(transaction=False)
-        for shard in self.keys.all_shards():
-            pipe.xlen(self.keys.events(shard))
+        for shard in self.layout.all_shards():
+            pipe.xlen(self.layout.events(shard))
         lengths = await pipe.execute()
         pipe = self.redis.pipeline(transaction=False)
-        for shard in self.keys.all_shards():
-            pipe.xrange(self.keys.events(shard), "-", "+", count=1)
+        for shard in self.layout.all_shards():
+            pipe.xrange(self.layout.events(shard), "-", "+", count=1)
         firsts = await pipe.execute()
         oldest_ms = min(
             (stream_id_key(as_text(entries[0][0]))[0] for entries in firsts if entries),

@@ -21,7 +21,7 @@ from app.core.errors import invalid_value
 from app.kv.fields import UsageCounters
 
 if TYPE_CHECKING:
-    from app.credits.ledger import Ledger
+    from app.credits.ledger import RedisLedger
     from app.store import Store, UsageRollup
 
 DEFAULT_DAYS = 30
@@ -111,7 +111,7 @@ def epoch_after(last_durable_day: str | None) -> int:
 class UsageReader:
     """Builds usage summaries from Redis counters and durable rollups."""
 
-    def __init__(self, ledger: Ledger, store: Store, *, retention_s: int) -> None:
+    def __init__(self, ledger: RedisLedger, store: Store, *, retention_s: int) -> None:
         self.ledger = ledger
         self.store = store
         self.retention_s = retention_s

@@ -53,8 +53,8 @@ def test_reconcile_and_rebuild_json(tmp_path: Path) -> None:
         assert out["error"]["code"] == "redis_not_empty"  # type: ignore[index]
 
         client = redis.Redis(unix_socket_path=str(socket_path(srv.data_dir)))
-        keys = KeySpace("svc", 64)
-        client.delete(keys.account(keys.shard(pid), pid))
+        layout = KeySpace("svc", 64)
+        client.delete(layout.account(layout.shard(pid), pid))
         code, out = svc_admin(srv.env, "reconcile")
         assert (code, out["accounts_with_drift"]) == (3, 1)
         (check,) = out["accounts"]  # type: ignore[misc]
@@ -75,7 +75,7 @@ def test_reconcile_and_rebuild_json(tmp_path: Path) -> None:
 
         # one day counter moved alone (what a settle that failed half-way left behind)
         day = utc_day(time.time())
-        client.hincrby(keys.usage_day(keys.shard(pid), pid, day_tag(day)), "live:requests", 1)
+        client.hincrby(layout.usage_day(layout.shard(pid), pid, day_tag(day)), "live:requests", 1)
         code, out = svc_admin(srv.env, "reconcile")
         assert (code, out["accounts_with_drift"]) == (3, 1)
         (check,) = out["accounts"]  # type: ignore[misc]

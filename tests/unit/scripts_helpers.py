@@ -6,24 +6,24 @@ from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
 
-from app.credits.ledger import Ledger
+from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Hold, Identity
 
 
-async def account(ledger: Ledger, pid: str, *, purchased: int = 0) -> None:
+async def account(ledger: RedisLedger, pid: str, *, purchased: int = 0) -> None:
     await ledger.open_account(pid, purchased=purchased)
 
 
 async def key(
-    ledger: Ledger, pid: str, kid: str, *, environment: str = "live", cap: int | None = None
+    ledger: RedisLedger, pid: str, kid: str, *, environment: str = "live", cap: int | None = None
 ) -> Identity:
-    ident = Identity(pid, kid, environment, ledger.keys.shard(pid))
+    ident = Identity(pid, kid, environment, ledger.layout.shard(pid))
     await ledger.put_key(ident, status="active", daily_cap=cap, name="k")
     return ident
 
 
 async def reserve(
-    ledger: Ledger,
+    ledger: RedisLedger,
     ident: Identity,
     rid: str,
     now: float,
@@ -49,7 +49,7 @@ async def reserve(
     )
 
 
-async def snapshot(ledger: Ledger) -> dict[bytes, Any]:
+async def snapshot(ledger: RedisLedger) -> dict[bytes, Any]:
     """Every key with its type and value: compare two to prove nothing changed."""
     redis = ledger.redis
     out: dict[bytes, Any] = {}
@@ -72,8 +72,8 @@ async def snapshot(ledger: Ledger) -> dict[bytes, Any]:
     return out
 
 
-async def pools(ledger: Ledger, pid: str) -> tuple[int, int]:
+async def pools(ledger: RedisLedger, pid: str) -> tuple[int, int]:
     earned, purchased = await ledger.redis.hmget(
-        ledger.keys.account(ledger.keys.shard(pid), pid), ["earned", "purchased"]
+        ledger.layout.account(ledger.layout.shard(pid), pid), ["earned", "purchased"]
     )
     return int(earned), int(purchased)

@@ -6,7 +6,7 @@ import pytest
 
 from app.accounts.manage import Accounts
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import Ledger
+from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Identity
 from app.ops.inspect import inspect_account
 from app.store import Store
@@ -15,7 +15,7 @@ from tests.unit.scripts_helpers import reserve
 
 
 async def test_the_report_shows_pools_keys_caps_reservations_and_usage(
-    store: Store, ledger: Ledger, clock: Clock
+    store: Store, ledger: RedisLedger, clock: Clock
 ) -> None:
     accounts = Accounts(store, ledger, b"pepper", clock=clock)
     pid = await accounts.create_account()
@@ -23,7 +23,7 @@ async def test_the_report_shows_pools_keys_caps_reservations_and_usage(
     capped = await accounts.create_key(pid, name="a", environment="live", daily_cap=300)
     other = await accounts.create_key(pid, name="b", environment="test", daily_cap=None)
     await accounts.revoke_key(pid, other.id)
-    shard = ledger.keys.shard(pid)
+    shard = ledger.layout.shard(pid)
     ident = Identity(pid, capped.id.removeprefix("key_"), "live", shard)
     done = await reserve(ledger, ident, "r1", clock())
     await ledger.settle(
@@ -31,7 +31,7 @@ async def test_the_report_shows_pools_keys_caps_reservations_and_usage(
     )
     open_hold = await reserve(ledger, ident, "r2", clock(), deadline=clock() + 60)
 
-    report = await inspect_account(ledger.redis, ledger.keys, store, pid, clock)
+    report = await inspect_account(ledger.redis, ledger.layout, store, pid, clock)
     assert (report.account_pid, report.shard) == (pid, shard)
     assert (report.earned, report.purchased) == (0, 1000 - 4 - open_hold.amount)
     states = {k.id: (k.status, k.daily_cap_credits, k.cap_used_today) for k in report.keys}
@@ -46,5 +46,5 @@ async def test_the_report_shows_pools_keys_caps_reservations_and_usage(
     assert report.usage_total["live:requests"] == 1
 
     with pytest.raises(ApiError) as info:
-        await inspect_account(ledger.redis, ledger.keys, store, "acct_nobody", clock)
+        await inspect_account(ledger.redis, ledger.layout, store, "acct_nobody", clock)
     assert info.value.kind is ErrorKind.ACCOUNT_NOT_FOUND

@@ -6,13 +6,13 @@ import pytest
 
 from app.accounts.manage import Accounts
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import Ledger
+from app.credits.ledger import RedisLedger
 from app.credits.outcomes import ScriptStatus
 from app.keys.format import digest
 from app.store import Store
 
 
-async def test_active_key_limit(store: Store, ledger: Ledger) -> None:
+async def test_active_key_limit(store: Store, ledger: RedisLedger) -> None:
     accounts = Accounts(store, ledger, b"p", max_active_keys=2)
     pid = await accounts.create_account()
     first = await accounts.create_key(pid, name="a", environment="live", daily_cap=None)
@@ -27,7 +27,7 @@ async def test_active_key_limit(store: Store, ledger: Ledger) -> None:
     assert [k.status for k in listed.data] == ["active", "active", "revoked"]
 
 
-async def test_revoke_is_scoped_and_immediate(store: Store, ledger: Ledger) -> None:
+async def test_revoke_is_scoped_and_immediate(store: Store, ledger: RedisLedger) -> None:
     accounts = Accounts(store, ledger, b"p")
     a, b = await accounts.create_account(), await accounts.create_account()
     key = await accounts.create_key(a, name="a", environment="live", daily_cap=None)
@@ -45,7 +45,7 @@ async def test_revoke_is_scoped_and_immediate(store: Store, ledger: Ledger) -> N
     assert record.status == "revoked"
 
 
-async def test_grants_need_an_account(store: Store, ledger: Ledger) -> None:
+async def test_grants_need_an_account(store: Store, ledger: RedisLedger) -> None:
     accounts = Accounts(store, ledger, b"p")
     with pytest.raises(ApiError) as info:
         await accounts.grant_purchased("acct_missing", 5)

@@ -8,7 +8,7 @@ import pytest
 
 from app.accounts.manage import Accounts
 from app.core.errors import ApiError, ErrorKind, KeyRecordMissing, invalid_api_key
-from app.credits.ledger import Ledger
+from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Identity, ScriptStatus
 from app.keys.auth import Authenticator
 from app.keys.format import digest, generate_key
@@ -21,34 +21,34 @@ ADDRESS = "192.0.2.1"
 
 
 @pytest.fixture
-def accounts(store: Store, ledger: Ledger) -> Accounts:
+def accounts(store: Store, ledger: RedisLedger) -> Accounts:
     return Accounts(store, ledger, PEPPER)
 
 
-def _auth(ledger: Ledger, store: Store, clock: Clock, per_s: float = 5.0) -> Authenticator:
+def _auth(ledger: RedisLedger, store: Store, clock: Clock, per_s: float = 5.0) -> Authenticator:
     return Authenticator(ledger, store, PEPPER, negative_ttl_s=30, cold_per_s=per_s, clock=clock)
 
 
 async def test_hot_path_uses_cache_after_first_lookup(
-    accounts: Accounts, ledger: Ledger, store: Store, clock: Clock
+    accounts: Accounts, ledger: RedisLedger, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
     created = await accounts.create_key(pid, name="k", environment="live", daily_cap=None)
     auth = _auth(ledger, store, clock)
     ident = await auth.identify(f"Bearer {created.key}")
     assert (ident.pid, ident.environment) == (pid, "live")
-    await ledger.redis.delete(ledger.keys.digest(digest(PEPPER, created.key)))
+    await ledger.redis.delete(ledger.layout.digest(digest(PEPPER, created.key)))
     assert await auth.identify(f"Bearer {created.key}") == ident  # served from the cache
     assert auth.cold_verifications == 0
 
 
 async def test_cold_path_rewarms_redis(
-    accounts: Accounts, ledger: Ledger, store: Store, clock: Clock
+    accounts: Accounts, ledger: RedisLedger, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
     created = await accounts.create_key(pid, name="k", environment="test", daily_cap=7)
     key_digest = digest(PEPPER, created.key)
-    await ledger.redis.delete(ledger.keys.digest(key_digest))
+    await ledger.redis.delete(ledger.layout.digest(key_digest))
     auth = _auth(ledger, store, clock)
     ident = await auth.identify(f"Bearer {created.key}")
     assert ident.pid == pid
@@ -57,7 +57,7 @@ async def test_cold_path_rewarms_redis(
 
 
 async def test_cold_path_restores_a_lost_key_record_with_its_status(
-    accounts: Accounts, ledger: Ledger, store: Store, clock: Clock
+    accounts: Accounts, ledger: RedisLedger, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
     created = await accounts.create_key(pid, name="k", environment="live", daily_cap=None)
@@ -72,7 +72,7 @@ async def test_cold_path_restores_a_lost_key_record_with_its_status(
 
 
 async def test_wrong_secret_with_a_real_key_id_is_refused_and_negative_cached(
-    accounts: Accounts, ledger: Ledger, store: Store, clock: Clock
+    accounts: Accounts, ledger: RedisLedger, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
     created = await accounts.create_key(pid, name="k", environment="live", daily_cap=None)
@@ -90,7 +90,7 @@ async def test_wrong_secret_with_a_real_key_id_is_refused_and_negative_cached(
 
 
 async def test_fake_keys_cost_no_argon2_and_cold_path_is_rate_limited(
-    accounts: Accounts, ledger: Ledger, store: Store, clock: Clock
+    accounts: Accounts, ledger: RedisLedger, store: Store, clock: Clock
 ) -> None:
     auth = _auth(ledger, store, clock, per_s=2)
     for _ in range(50):  # unknown key ids: a database miss, never argon2
@@ -109,7 +109,9 @@ async def test_fake_keys_cost_no_argon2_and_cold_path_is_rate_limited(
     assert kinds.count(ErrorKind.AUTH_RATE_LIMITED) == 8
 
 
-async def test_malformed_keys_never_reach_redis(ledger: Ledger, store: Store, clock: Clock) -> None:
+async def test_malformed_keys_never_reach_redis(
+    ledger: RedisLedger, store: Store, clock: Clock
+) -> None:
     auth = _auth(ledger, store, clock)
     calls = 0
     original = ledger.lookup_digest
@@ -127,7 +129,7 @@ async def test_malformed_keys_never_reach_redis(ledger: Ledger, store: Store, cl
 
 
 async def test_a_burst_of_1000_fake_keys_costs_a_bounded_number_of_argon2_checks(
-    accounts: Accounts, ledger: Ledger, store: Store, clock: Clock
+    accounts: Accounts, ledger: RedisLedger, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
     created = await accounts.create_key(pid, name="k", environment="live", daily_cap=None)
@@ -160,7 +162,7 @@ async def test_a_burst_of_1000_fake_keys_costs_a_bounded_number_of_argon2_checks
 
 
 async def test_a_cached_key_whose_redis_record_was_lost_is_restored(
-    accounts: Accounts, ledger: Ledger, store: Store, clock: Clock
+    accounts: Accounts, ledger: RedisLedger, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
     created = await accounts.create_key(pid, name="k", environment="live", daily_cap=5)
@@ -176,7 +178,7 @@ async def test_a_cached_key_whose_redis_record_was_lost_is_restored(
 
 
 async def test_authenticated_restores_a_lost_record_once_and_counts_a_wrong_key_at_any_step(
-    accounts: Accounts, ledger: Ledger, store: Store, clock: Clock
+    accounts: Accounts, ledger: RedisLedger, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
     created = await accounts.create_key(pid, name="k", environment="live", daily_cap=None)

@@ -18,7 +18,7 @@ from app.chat.request import ChatParams, parse_chat_request
 from app.chat.router import UpstreamRouter
 from app.core.clock import day_tag, utc_day
 from app.core.tokens import prompt_token_bound, utf8_length
-from app.credits.ledger import Ledger
+from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Identity
 from app.upstream.base import Piece, UpstreamCall, Usage
 from app.upstream.simulated import SimulatedProvider
@@ -66,7 +66,7 @@ class ReportingProvider:
 
 
 async def _open(
-    ledger: Ledger, clock: Clock, provider: ReportingProvider, body: dict[str, object]
+    ledger: RedisLedger, clock: Clock, provider: ReportingProvider, body: dict[str, object]
 ) -> tuple[Identity, Completion]:
     await account(ledger, "acct_B", purchased=FUNDS)
     ident = await key(ledger, "acct_B", "kidB00000000")
@@ -88,16 +88,16 @@ async def _relay(completion: Completion) -> dict[str, object]:
     return meta
 
 
-async def _check_money(ledger: Ledger, clock: Clock, ident: Identity, charged: int) -> None:
+async def _check_money(ledger: RedisLedger, clock: Clock, ident: Identity, charged: int) -> None:
     """No hold left open; the balance fell by exactly what was charged, and the usage
     counters of the day and of all time both say so."""
     await drain_background()
     shard = ident.shard
-    assert await ledger.redis.zcard(ledger.keys.reservations(shard)) == 0
+    assert await ledger.redis.zcard(ledger.layout.reservations(shard)) == 0
     _, balance = await ledger.balance(ident, clock())
     assert balance.total == FUNDS - charged
-    day = await ledger.redis.hgetall(ledger.keys.usage_day(shard, ident.pid, _tag(clock)))
-    total = await ledger.redis.hgetall(ledger.keys.usage_total(shard, ident.pid))
+    day = await ledger.redis.hgetall(ledger.layout.usage_day(shard, ident.pid, _tag(clock)))
+    total = await ledger.redis.hgetall(ledger.layout.usage_total(shard, ident.pid))
     assert day == total
     assert int(total.get(b"live:credits", 0)) == charged
 
@@ -119,7 +119,7 @@ DENSE_PROMPTS = {
 
 @pytest.mark.parametrize("name", sorted(DENSE_PROMPTS))
 async def test_a_token_dense_prompt_is_charged_what_the_upstream_reports(
-    ledger: Ledger, clock: Clock, name: str
+    ledger: RedisLedger, clock: Clock, name: str
 ) -> None:
     """The reservation bounds what an upstream can report (UTF-8 bytes), so the charge is
     the reported usage at the alias price, never a cut-off estimate. 200,000 '的' used to be
@@ -133,7 +133,7 @@ async def test_a_token_dense_prompt_is_charged_what_the_upstream_reports(
     expected = ALIASES["svc-code"].price.credits(reported.prompt_tokens, 5)
     assert meta["credits_used"] == expected
     await _check_money(ledger, clock, ident, expected)
-    total = await ledger.redis.hgetall(ledger.keys.usage_total(ident.shard, ident.pid))
+    total = await ledger.redis.hgetall(ledger.layout.usage_total(ident.shard, ident.pid))
     assert int(total[b"live:prompt_tokens"]) == reported.prompt_tokens
 
 
@@ -143,7 +143,7 @@ def test_the_prompt_bound_covers_every_byte_and_the_template() -> None:
     assert utf8_length("\ud800") == 3  # a lone surrogate (valid JSON) is counted, not refused
 
 
-async def test_usage_after_the_output_cap_is_still_read(ledger: Ledger, clock: Clock) -> None:
+async def test_usage_after_the_output_cap_is_still_read(ledger: RedisLedger, clock: Clock) -> None:
     """An upstream that ignores max_tokens is cut at the reserved output tokens; its usage
     report after them still decides the prompt's charge (it used to be the estimate)."""
     text = "的" * 20_000
@@ -154,7 +154,7 @@ async def test_usage_after_the_output_cap_is_still_read(ledger: Ledger, clock: C
     expected = ALIASES["svc-code"].price.credits(20_034, 32)  # completion capped at the hold
     assert meta["credits_used"] == expected
     await _check_money(ledger, clock, ident, expected)
-    total = await ledger.redis.hgetall(ledger.keys.usage_total(ident.shard, ident.pid))
+    total = await ledger.redis.hgetall(ledger.layout.usage_total(ident.shard, ident.pid))
     assert (int(total[b"live:prompt_tokens"]), int(total[b"live:completion_tokens"])) == (
         20_034,
         32,
@@ -166,7 +166,7 @@ async def test_usage_after_the_output_cap_is_still_read(ledger: Ledger, clock: C
     [(10**30, 5), (-99_980, 5), (10**18, 5), (5, 10**30), (5, -7), (-1, -1)],
 )
 async def test_hostile_usage_is_clamped_to_the_hold(
-    ledger: Ledger, clock: Clock, prompt: int, completion: int
+    ledger: RedisLedger, clock: Clock, prompt: int, completion: int
 ) -> None:
     """Whatever an upstream reports, settle runs whole: counts are clamped to 0 .. what the
     reservation held for, the charge stays within the hold, and the day and all-time
@@ -180,12 +180,12 @@ async def test_hostile_usage_is_clamped_to_the_hold(
     expected = params.alias.price.credits(billed_prompt, billed_completion)
     assert meta["credits_used"] == expected <= completion_.hold.amount
     await _check_money(ledger, clock, ident, expected)
-    total = await ledger.redis.hgetall(ledger.keys.usage_total(ident.shard, ident.pid))
+    total = await ledger.redis.hgetall(ledger.layout.usage_total(ident.shard, ident.pid))
     assert int(total[b"live:prompt_tokens"]) == billed_prompt
 
 
 async def test_a_cancellation_while_the_upstream_closes_cannot_skip_settlement(
-    ledger: Ledger, clock: Clock
+    ledger: RedisLedger, clock: Clock
 ) -> None:
     """httpx's aclose() suspends: a client disconnect landing there, right after a
     max_tokens cut, used to skip the settle, leaving the hold to the sweeper (and the

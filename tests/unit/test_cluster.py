@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from app.core.settings import Settings
-from app.credits.ledger import Ledger
+from app.credits.ledger import RedisLedger
 from app.http.errors import as_api_error
 from app.kv.client import REDIS_ERRORS, open_redis
 from app.kv.layout import KeySpace
@@ -31,8 +31,8 @@ async def cluster_client(valkey_cluster: ValkeyCluster) -> AsyncIterator[RedisCl
         await client.aclose()
 
 
-def _primary_of(client: RedisCluster, keys: KeySpace, pid: str) -> str:
-    return str(client.get_node_from_key(keys.account(keys.shard(pid), pid)).name)
+def _primary_of(client: RedisCluster, layout: KeySpace, pid: str) -> str:
+    return str(client.get_node_from_key(layout.account(layout.shard(pid), pid)).name)
 
 
 async def test_the_suites_accounts_live_on_different_primaries(
@@ -57,7 +57,7 @@ async def test_the_suites_accounts_live_on_different_primaries(
 async def test_a_script_call_across_two_slots_is_refused(
     cluster_client: RedisCluster, keyspace: KeySpace
 ) -> None:
-    ledger = Ledger(cluster_client, keyspace, cap_ttl_s=10, usage_ttl_s=10)
+    ledger = RedisLedger(cluster_client, keyspace, cap_ttl_s=10, usage_ttl_s=10)
     a, b = keyspace.shard("acct_A"), keyspace.shard("acct_B")
     with pytest.raises(REDIS_ERRORS, match="same key slot"):
         await ledger._run("extend", [keyspace.reservation(a, "r1"), keyspace.reservations(b)], [])
@@ -71,7 +71,7 @@ async def test_a_script_cache_lost_on_one_primary_is_noticed_and_refilled(
 ) -> None:
     """A failover or a restart empties one primary's script cache: the readiness check sees
     it (SCRIPT EXISTS asks every primary) and loads the scripts there again."""
-    ledger = Ledger(cluster_client, keyspace, cap_ttl_s=10, usage_ttl_s=10)
+    ledger = RedisLedger(cluster_client, keyspace, cap_ttl_s=10, usage_ttl_s=10)
     await ledger.scripts.load()
     node = other_primary(cluster_client)
     shas = ledger.scripts.shas
@@ -119,7 +119,7 @@ async def test_an_unreachable_cluster_fails_closed(keyspace: KeySpace) -> None:
         Settings(redis_url=f"redis://127.0.0.1:{free_port()}", redis_cluster=True), 2
     )
     try:
-        ledger = Ledger(client, keyspace, cap_ttl_s=10, usage_ttl_s=10)
+        ledger = RedisLedger(client, keyspace, cap_ttl_s=10, usage_ttl_s=10)
         with pytest.raises(REDIS_ERRORS) as caught:
             await ledger.lookup_digest("d" * 64)
         assert as_api_error(caught.value).status == 503

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from app.credits.ledger import Ledger
+from app.credits.ledger import RedisLedger
 from app.kv.client import RedisClient
 from app.kv.fields import ExpiryEvent, UsageEvent
 from app.store import Store
@@ -16,12 +16,12 @@ from tests.unit.scripts_helpers import account, key, reserve
 
 
 def _flusher(
-    redis: RedisClient, ledger: Ledger, store: Store, clock: Clock, **kw: float
+    redis: RedisClient, ledger: RedisLedger, store: Store, clock: Clock, **kw: float
 ) -> Flusher:
-    return Flusher(redis, ledger.keys, store, clock=clock, **kw)
+    return Flusher(redis, ledger.layout, store, clock=clock, **kw)
 
 
-async def _traffic(ledger: Ledger, clock: Clock, accounts: int, each: int) -> int:
+async def _traffic(ledger: RedisLedger, clock: Clock, accounts: int, each: int) -> int:
     """Settled requests on several accounts (several shards); returns Σ credits charged."""
     charged = 0
     for a in range(accounts):
@@ -53,8 +53,10 @@ async def _durable_credits(store: Store, accounts: int) -> tuple[int, int]:
     return credits, requests
 
 
-async def _pending(ledger: Ledger) -> int:
-    return sum([await ledger.redis.xlen(ledger.keys.events(s)) for s in range(ledger.keys.shards)])
+async def _pending(ledger: RedisLedger) -> int:
+    return sum(
+        [await ledger.redis.xlen(ledger.layout.events(s)) for s in range(ledger.layout.shards)]
+    )
 
 
 def test_aggregate_sums_per_key_day_alias_environment() -> None:
@@ -76,7 +78,7 @@ def test_aggregate_sums_per_key_day_alias_environment() -> None:
 
 
 async def test_events_reach_the_store_once_and_leave_the_stream(
-    redis: RedisClient, ledger: Ledger, store: Store, clock: Clock
+    redis: RedisClient, ledger: RedisLedger, store: Store, clock: Clock
 ) -> None:
     charged = await _traffic(ledger, clock, accounts=6, each=7)
     flusher = _flusher(redis, ledger, store, clock, batch_size=5)
@@ -91,7 +93,11 @@ async def test_events_reach_the_store_once_and_leave_the_stream(
 
 
 async def test_a_crash_between_commit_and_trim_is_not_counted_twice(
-    redis: RedisClient, ledger: Ledger, store: Store, clock: Clock, monkeypatch: pytest.MonkeyPatch
+    redis: RedisClient,
+    ledger: RedisLedger,
+    store: Store,
+    clock: Clock,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     charged = await _traffic(ledger, clock, accounts=3, each=4)
     first = _flusher(redis, ledger, store, clock)
@@ -105,8 +111,8 @@ async def test_a_crash_between_commit_and_trim_is_not_counted_twice(
     monkeypatch.undo()
     assert await _pending(ledger) > 0  # committed but not trimmed
     # another worker takes over (the dead one's leases lapse) and replays from the stream
-    for shard in range(ledger.keys.shards):
-        await redis.delete(ledger.keys.flush_lease(shard))
+    for shard in range(ledger.layout.shards):
+        await redis.delete(ledger.layout.flush_lease(shard))
     await _flusher(redis, ledger, store, clock).flush_all()
     await _flusher(redis, ledger, store, clock).flush_all()
     assert await _durable_credits(store, 3) == (charged, 12)
@@ -114,7 +120,7 @@ async def test_a_crash_between_commit_and_trim_is_not_counted_twice(
 
 
 async def test_racing_flushers_never_double_count(
-    redis: RedisClient, ledger: Ledger, store: Store, clock: Clock
+    redis: RedisClient, ledger: RedisLedger, store: Store, clock: Clock
 ) -> None:
     charged = await _traffic(ledger, clock, accounts=8, each=5)
     # leases that lapse at once: every flusher drains every shard, concurrently
@@ -128,21 +134,21 @@ async def test_racing_flushers_never_double_count(
 
 
 async def test_a_shard_has_one_drainer_while_its_lease_lives(
-    redis: RedisClient, ledger: Ledger, store: Store, clock: Clock
+    redis: RedisClient, ledger: RedisLedger, store: Store, clock: Clock
 ) -> None:
     await _traffic(ledger, clock, accounts=2, each=2)
     holder = _flusher(redis, ledger, store, clock, lease_s=60)
     other = _flusher(redis, ledger, store, clock, lease_s=60)
-    shard = ledger.keys.shard("acct_F0")
-    await redis.set(ledger.keys.flush_lease(shard), holder.token, px=60_000)
+    shard = ledger.layout.shard("acct_F0")
+    await redis.set(ledger.layout.flush_lease(shard), holder.token, px=60_000)
     assert await other.flush_shard(shard) == 0
     assert await holder.flush_shard(shard) > 0
 
 
 async def test_expiries_and_old_events_flush_once(
-    redis: RedisClient, ledger: Ledger, store: Store, clock: Clock
+    redis: RedisClient, ledger: RedisLedger, store: Store, clock: Clock
 ) -> None:
-    stream = ledger.keys.events(3)
+    stream = ledger.layout.events(3)
     # a usage event as scripts wrote it before the earned part was recorded, and an expiry
     await redis.xadd(
         stream,
@@ -168,7 +174,7 @@ async def test_expiries_and_old_events_flush_once(
 
 
 async def test_the_final_flush_lets_go_of_its_leases_and_waits_for_another_s(
-    redis: RedisClient, ledger: Ledger, store: Store, clock: Clock
+    redis: RedisClient, ledger: RedisLedger, store: Store, clock: Clock
 ) -> None:
     charged = await _traffic(ledger, clock, accounts=3, each=2)
     first = _flusher(redis, ledger, store, clock, lease_s=60)
@@ -179,15 +185,15 @@ async def test_the_final_flush_lets_go_of_its_leases_and_waits_for_another_s(
     assert await second.final_flush(wait_s=0.3) == 0
     assert await _pending(ledger) == 2
     await first.final_flush(wait_s=0.3)  # exits: flushes what it can, then lets go
-    shard = ledger.keys.shard("acct_F0")
-    assert await redis.get(ledger.keys.flush_lease(shard)) is None
+    shard = ledger.layout.shard("acct_F0")
+    assert await redis.get(ledger.layout.flush_lease(shard)) is None
     await _traffic_more(ledger, clock, rid="late")
     assert await second.final_flush(wait_s=5) == 2  # no wait for a lapse: taken at once
     assert await _pending(ledger) == 0
     assert await _durable_credits(store, 3) == (charged + 4, 3 * 2 + 4)
 
 
-async def _traffic_more(ledger: Ledger, clock: Clock, rid: str = "more") -> None:
+async def _traffic_more(ledger: RedisLedger, clock: Clock, rid: str = "more") -> None:
     """Two more settled requests (1 credit each) on acct_F0 and acct_F1."""
     for a in (0, 1):
         ident = await key(ledger, f"acct_F{a}", f"kidF{a:08d}")

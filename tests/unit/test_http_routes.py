@@ -189,7 +189,7 @@ async def test_a_key_record_redis_lost_is_restored_from_the_store_on_every_route
         )
         assert warm.status_code == 200  # the worker now caches the key's identity
         ident = await svc.services.auth.identify(f"Bearer {svc.account.live_key}")
-        await svc.services.redis.delete(svc.services.keys.api_key(ident.shard, ident.kid))
+        await svc.services.redis.delete(svc.services.layout.api_key(ident.shard, ident.kid))
         response = await call(client, method, path, svc.account.live_key, body, svc)
     assert response.status_code == ok, response.text
     assert svc.services.auth.cold_verifications == 1

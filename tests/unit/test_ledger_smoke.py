@@ -1,7 +1,7 @@
 import pytest
 from redis.asyncio.cluster import RedisCluster
 
-from app.credits.ledger import Ledger
+from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Identity, ScriptStatus
 from app.kv.client import RedisClient
 from app.kv.layout import KeySpace
@@ -9,9 +9,9 @@ from tests.conftest import Clock
 from tests.valkey_cluster import other_primary
 
 
-async def test_reserve_settle_round_trip(ledger: Ledger, clock: Clock) -> None:
+async def test_reserve_settle_round_trip(ledger: RedisLedger, clock: Clock) -> None:
     pid, kid = "acct_A", "K" * 12
-    ident = Identity(pid, kid, "live", ledger.keys.shard(pid))
+    ident = Identity(pid, kid, "live", ledger.layout.shard(pid))
     assert (await ledger.open_account(pid, purchased=1000)).status is ScriptStatus.OK
     assert (
         await ledger.put_key(ident, status="active", daily_cap=None, name="k")
@@ -73,7 +73,7 @@ async def test_an_evicting_redis_is_refused_unless_allowed(real_redis: RedisClie
 
 
 async def test_scripts_are_reloaded_after_a_script_flush(real_redis: RedisClient) -> None:
-    ledger = Ledger(real_redis, KeySpace("svc", 64), cap_ttl_s=10, usage_ttl_s=10)
+    ledger = RedisLedger(real_redis, KeySpace("svc", 64), cap_ttl_s=10, usage_ttl_s=10)
     await ledger.scripts.load()
     await real_redis.script_flush()
     assert await ledger.scripts.loaded()  # missing ones were loaded again
@@ -82,7 +82,7 @@ async def test_scripts_are_reloaded_after_a_script_flush(real_redis: RedisClient
 async def test_a_script_flushed_again_during_its_reload_still_runs(
     real_redis: RedisClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ledger = Ledger(real_redis, KeySpace("svc", 64), cap_ttl_s=10, usage_ttl_s=10)
+    ledger = RedisLedger(real_redis, KeySpace("svc", 64), cap_ttl_s=10, usage_ttl_s=10)
     load = real_redis.script_load
 
     async def load_then_flush(script: str) -> str:  # another SCRIPT FLUSH lands right after
@@ -95,7 +95,7 @@ async def test_a_script_flushed_again_during_its_reload_still_runs(
     assert (
         await ledger.open_account("acct_F", purchased=10)
     ).status is ScriptStatus.OK  # NOSCRIPT twice, then EVAL
-    ident = Identity("acct_F", "F" * 12, "live", ledger.keys.shard("acct_F"))
+    ident = Identity("acct_F", "F" * 12, "live", ledger.layout.shard("acct_F"))
     assert (
         await ledger.put_key(ident, status="active", daily_cap=None, name="k")
     ).status is ScriptStatus.OK

@@ -14,7 +14,7 @@ from app.chat.completion import Completion, CompletionService
 from app.chat.lifecycle import STREAMS, GracePeriod, OpenStreams
 from app.chat.request import parse_chat_request
 from app.chat.router import UpstreamRouter
-from app.credits.ledger import Ledger
+from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Identity
 from app.upstream.base import Piece, UpstreamCall
 from app.upstream.simulated import SimulatedProvider
@@ -40,7 +40,9 @@ class Stalling:
         return None
 
 
-async def _open(ledger: Ledger, clock: Clock, provider: Stalling) -> tuple[Identity, Completion]:
+async def _open(
+    ledger: RedisLedger, clock: Clock, provider: Stalling
+) -> tuple[Identity, Completion]:
     await account(ledger, "acct_S", purchased=100_000)
     ident = await key(ledger, "acct_S", "kidS00000000")
     router = UpstreamRouter({"simulated": provider}, SimulatedProvider())  # type: ignore[dict-item]
@@ -53,7 +55,9 @@ def _events(writes: list[bytes]) -> list[str]:
     return [e for e in b"".join(writes).decode().split("\n\n") if e]
 
 
-async def _check_cut(ledger: Ledger, clock: Clock, ident: Identity, writes: list[bytes]) -> None:
+async def _check_cut(
+    ledger: RedisLedger, clock: Clock, ident: Identity, writes: list[bytes]
+) -> None:
     events = _events(writes)
     assert events[-1] == "data: [DONE]"
     chunks = [json.loads(e[6:]) for e in events[:-1]]
@@ -65,13 +69,13 @@ async def _check_cut(ledger: Ledger, clock: Clock, ident: Identity, writes: list
     assert chunks[-1]["svc"]["credits_used"] == 1
     _, balance = await ledger.balance(ident, clock())
     assert balance.total == 100_000 - 1 == chunks[-1]["svc"]["balance_remaining"]
-    assert await ledger.redis.zcard(ledger.keys.reservations(ident.shard)) == 0
-    stream = await ledger.redis.xrange(ledger.keys.events(ident.shard))
+    assert await ledger.redis.zcard(ledger.layout.reservations(ident.shard)) == 0
+    stream = await ledger.redis.xrange(ledger.layout.events(ident.shard))
     assert [fields[b"outcome"] for _, fields in stream] == [b"shutdown"]
 
 
 async def test_a_stream_cut_mid_read_ends_cleanly_and_pays_what_was_delivered(
-    ledger: Ledger, clock: Clock
+    ledger: RedisLedger, clock: Clock
 ) -> None:
     provider = Stalling()
     ident, completion = await _open(ledger, clock, provider)
@@ -95,7 +99,7 @@ async def test_a_stream_cut_mid_read_ends_cleanly_and_pays_what_was_delivered(
 
 
 async def test_a_stream_that_registers_after_cutting_began_is_cut_at_once(
-    ledger: Ledger, clock: Clock
+    ledger: RedisLedger, clock: Clock
 ) -> None:
     provider = Stalling()
     ident, completion = await _open(ledger, clock, provider)

@@ -13,7 +13,7 @@ from app.accounts.manage import Accounts
 from app.accounts.rewards import Spotlights
 from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import Ledger
+from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Hold
 from app.keys.auth import Authenticator
 from app.kv.layout import KeySpace
@@ -44,9 +44,9 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 @dataclass
 class World:
     redis: Redis
-    keys: KeySpace
+    layout: KeySpace
     store: Store
-    ledger: Ledger
+    ledger: RedisLedger
     accounts: Accounts
     spotlights: Spotlights
     flusher: Flusher
@@ -58,19 +58,19 @@ class World:
 
 @pytest.fixture
 async def world(real_redis: Redis, store: Store) -> World:
-    keys = KeySpace("svc", 8)
+    layout = KeySpace("svc", 8)
     clock = Clock()
-    ledger = Ledger(real_redis, keys, cap_ttl_s=TTL, usage_ttl_s=USAGE_TTL)
+    ledger = RedisLedger(real_redis, layout, cap_ttl_s=TTL, usage_ttl_s=USAGE_TTL)
     # as a server does at start-up: Redis holds every day's counters from its epoch on
     await UsageReader(ledger, store, retention_s=USAGE_TTL).epoch()
     return World(
         redis=real_redis,
-        keys=keys,
+        layout=layout,
         store=store,
         ledger=ledger,
         accounts=Accounts(store, ledger, PEPPER, clock=clock),
         spotlights=Spotlights(store, ledger, credits=500, expiry_days=2, clock=clock),
-        flusher=Flusher(real_redis, keys, store, clock=clock),
+        flusher=Flusher(real_redis, layout, store, clock=clock),
         clock=clock,
         secrets={},
         pids=[],
@@ -158,7 +158,7 @@ async def mixed_load(w: World) -> None:
 async def _reconcile(w: World) -> ReconcileReport:
     return await reconcile(
         w.redis,
-        w.keys,
+        w.layout,
         w.store,
         now=w.clock(),
         earned_ttl_s=2 * DAY,
@@ -203,7 +203,7 @@ async def test_no_drift_after_a_mixed_load(world: World) -> None:
 async def test_a_lost_balance_is_reported_and_restored(world: World) -> None:
     await mixed_load(world)
     b = world.pids[1]
-    await world.redis.delete(world.keys.account(world.keys.shard(b), b))
+    await world.redis.delete(world.layout.account(world.layout.shard(b), b))
     report = await _reconcile(world)
     assert _drifting(report) == [b]
     (check,) = [c for c in report.accounts if c.account_pid == b]
@@ -269,7 +269,9 @@ async def test_flushall_then_rebuild(world: World) -> None:
 async def test_reconcile_sees_usage_counter_drift(world: World) -> None:
     await mixed_load(world)
     c = world.pids[2]
-    await world.redis.hincrby(world.keys.usage_total(world.keys.shard(c), c), "live:requests", 2)
+    await world.redis.hincrby(
+        world.layout.usage_total(world.layout.shard(c), c), "live:requests", 2
+    )
     report = await _reconcile(world)
     assert _drifting(report) == [c]
     (check,) = [x for x in report.accounts if x.account_pid == c]
@@ -278,7 +280,7 @@ async def test_reconcile_sees_usage_counter_drift(world: World) -> None:
 
 async def _bump_day_counter(w: World, pid: str, day: str, field: str, by: int) -> None:
     """What a settle that failed half-way did: one day counter moved, nothing else."""
-    await w.redis.hincrby(w.keys.usage_day(w.keys.shard(pid), pid, day_tag(day)), field, by)
+    await w.redis.hincrby(w.layout.usage_day(w.layout.shard(pid), pid, day_tag(day)), field, by)
 
 
 async def test_reconcile_sees_a_day_counter_apart_from_the_all_time_one(world: World) -> None:
@@ -302,7 +304,7 @@ async def test_days_before_the_usage_epoch_are_not_compared(world: World) -> Non
     c = world.pids[2]
     await _bump_day_counter(world, c, first_day, "live:requests", 1)
     # Redis lost its data yesterday: it holds complete counters from today on only
-    await world.redis.set(world.keys.usage_epoch(), int(world.clock()) // DAY * DAY)
+    await world.redis.set(world.layout.usage_epoch(), int(world.clock()) // DAY * DAY)
     report = await _reconcile(world)
     assert (report.first_day_checked, report.accounts_with_drift) == (today, 0)
     await _bump_day_counter(world, c, today, "test:credits", -2)
@@ -313,7 +315,7 @@ async def test_days_before_the_usage_epoch_are_not_compared(world: World) -> Non
 
     # Without an epoch, the one a server would start (after the last durable day, today
     # here): no day is compared, and reconcile does not set it.
-    await world.redis.delete(world.keys.usage_epoch())
+    await world.redis.delete(world.layout.usage_epoch())
     report = await _reconcile(world)
     assert (report.first_day_checked, report.accounts_with_drift) == (None, 0)
-    assert await world.redis.get(world.keys.usage_epoch()) is None
+    assert await world.redis.get(world.layout.usage_epoch()) is None

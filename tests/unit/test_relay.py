@@ -12,7 +12,7 @@ from app.chat.catalog import default_catalog
 from app.chat.completion import CompletionService
 from app.chat.request import parse_chat_request
 from app.chat.router import UpstreamRouter
-from app.credits.ledger import Ledger
+from app.credits.ledger import RedisLedger
 from app.upstream.base import Piece, UpstreamCall, UpstreamError, Usage
 from app.upstream.simulated import SimulatedProvider
 from tests.conftest import Clock
@@ -36,7 +36,7 @@ class ScriptedProvider:
         return None
 
 
-async def _relay(ledger: Ledger, clock: Clock, script: Script) -> tuple[list[bytes], int]:
+async def _relay(ledger: RedisLedger, clock: Clock, script: Script) -> tuple[list[bytes], int]:
     await account(ledger, "acct_R", purchased=100_000)
     ident = await key(ledger, "acct_R", "kidR00000000")
     aliases = default_catalog().aliases
@@ -68,7 +68,7 @@ def _finishes(chunks: list[dict[str, object]]) -> list[tuple[str | None, str | N
     ]
 
 
-async def test_what_arrives_together_is_written_together(ledger: Ledger, clock: Clock) -> None:
+async def test_what_arrives_together_is_written_together(ledger: RedisLedger, clock: Clock) -> None:
     writes, _ = await _relay(ledger, clock, [(0, ["a", "b", "c"]), (0, ["d", Usage(4, 4)])])
     # a and b at once (c held for what follows); c with the next read (d held); d and stop
     # together with the metadata
@@ -76,7 +76,7 @@ async def test_what_arrives_together_is_written_together(ledger: Ledger, clock: 
     assert _finishes(_chunks(writes)) == [("a", None), ("b", None), ("c", None), ("d", "stop")]
 
 
-async def test_a_token_is_held_back_only_briefly(ledger: Ledger, clock: Clock) -> None:
+async def test_a_token_is_held_back_only_briefly(ledger: RedisLedger, clock: Clock) -> None:
     # the upstream ends 0.1 s after its last token: longer than the 0.02 s hold
     writes, balance = await _relay(ledger, clock, [(0, ["a"]), (0.1, ["b"]), (0.1, [Usage(4, 2)])])
     assert [w.count(b'"content"') for w in writes] == [1, 1, 1]
@@ -87,7 +87,7 @@ async def test_a_token_is_held_back_only_briefly(ledger: Ledger, clock: Clock) -
     assert balance == 100_000 - 1
 
 
-async def test_an_upstream_failure_after_a_held_token(ledger: Ledger, clock: Clock) -> None:
+async def test_an_upstream_failure_after_a_held_token(ledger: RedisLedger, clock: Clock) -> None:
     writes, balance = await _relay(
         ledger, clock, [(0, ["a", "b"]), (0, UpstreamError("stream failed: boom"))]
     )
@@ -102,7 +102,7 @@ async def test_an_upstream_failure_after_a_held_token(ledger: Ledger, clock: Clo
 
 @pytest.mark.parametrize("hold_expires", [False, True])
 async def test_cancelling_mid_read_settles_and_closes(
-    ledger: Ledger, clock: Clock, hold_expires: bool
+    ledger: RedisLedger, clock: Clock, hold_expires: bool
 ) -> None:
     await account(ledger, "acct_C", purchased=100_000)
     ident = await key(ledger, "acct_C", "kidC00000000")
@@ -134,6 +134,6 @@ async def test_cancelling_mid_read_settles_and_closes(
     with pytest.raises(asyncio.CancelledError):
         await relay
     assert closed.is_set()
-    assert await ledger.redis.zcard(ledger.keys.reservations(ident.shard)) == 0
+    assert await ledger.redis.zcard(ledger.layout.reservations(ident.shard)) == 0
     _, balance = await ledger.balance(ident, clock())
     assert balance.total == 100_000 - 1  # one token delivered or generated: charged once

@@ -7,7 +7,7 @@ import pytest
 from app.accounts.manage import Accounts
 from app.accounts.rewards import Spotlights
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import Ledger
+from app.credits.ledger import RedisLedger
 from app.store import GrantRecord, Store, StoreError
 from tests.conftest import Clock
 
@@ -15,16 +15,16 @@ DAY = 86_400
 
 
 @pytest.fixture
-async def pid(store: Store, ledger: Ledger, clock: Clock) -> str:
+async def pid(store: Store, ledger: RedisLedger, clock: Clock) -> str:
     return await Accounts(store, ledger, b"pepper", clock=clock).create_account()
 
 
-def _spotlights(store: Store, ledger: Ledger, clock: Clock) -> Spotlights:
+def _spotlights(store: Store, ledger: RedisLedger, clock: Clock) -> Spotlights:
     return Spotlights(store, ledger, credits=5000, daily_limit=5, expiry_days=30, clock=clock)
 
 
 async def test_a_reward_grants_earned_credits_and_rolls_the_expiry(
-    store: Store, ledger: Ledger, clock: Clock, pid: str
+    store: Store, ledger: RedisLedger, clock: Clock, pid: str
 ) -> None:
     spotlights = _spotlights(store, ledger, clock)
     first = await spotlights.reward(pid, "view-1")
@@ -50,7 +50,7 @@ async def test_a_reward_grants_earned_credits_and_rolls_the_expiry(
 
 
 async def test_a_repeated_view_answers_the_same_and_grants_nothing(
-    store: Store, ledger: Ledger, clock: Clock, pid: str
+    store: Store, ledger: RedisLedger, clock: Clock, pid: str
 ) -> None:
     spotlights = _spotlights(store, ledger, clock)
     first = await spotlights.reward(pid, "view-1")
@@ -63,7 +63,7 @@ async def test_a_repeated_view_answers_the_same_and_grants_nothing(
 
 
 async def test_five_a_day_then_429_until_utc_midnight(
-    store: Store, ledger: Ledger, clock: Clock, pid: str
+    store: Store, ledger: RedisLedger, clock: Clock, pid: str
 ) -> None:
     spotlights = _spotlights(store, ledger, clock)
     for i in range(5):
@@ -86,7 +86,7 @@ async def test_five_a_day_then_429_until_utc_midnight(
 
 
 async def test_the_earned_pool_expires_at_the_exact_second(
-    store: Store, ledger: Ledger, clock: Clock, pid: str
+    store: Store, ledger: RedisLedger, clock: Clock, pid: str
 ) -> None:
     await _spotlights(store, ledger, clock).reward(pid, "v")
     clock.advance(30 * DAY - 1)
@@ -100,7 +100,7 @@ async def test_the_earned_pool_expires_at_the_exact_second(
 
 
 async def test_unknown_account_and_bad_view_ids(
-    store: Store, ledger: Ledger, clock: Clock, pid: str
+    store: Store, ledger: RedisLedger, clock: Clock, pid: str
 ) -> None:
     spotlights = _spotlights(store, ledger, clock)
     with pytest.raises(ApiError) as info:
@@ -114,7 +114,7 @@ async def test_unknown_account_and_bad_view_ids(
 
 
 async def test_a_store_failure_after_redis_is_mended_by_the_retry(
-    store: Store, ledger: Ledger, clock: Clock, pid: str, monkeypatch: pytest.MonkeyPatch
+    store: Store, ledger: RedisLedger, clock: Clock, pid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spotlights = _spotlights(store, ledger, clock)
     granted_at = int(clock())

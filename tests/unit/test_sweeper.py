@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from app.core.metrics import METRICS, exposition
-from app.credits.ledger import Ledger
+from app.credits.ledger import RedisLedger
 from app.credits.outcomes import ScriptStatus
 from app.credits.sweeper import Sweeper
 from tests.conftest import Clock
@@ -16,7 +16,7 @@ MOVEMENTS = ("reserved", "settled", "refunded")
 
 
 async def test_expired_reservations_are_refunded_exactly_once_by_racing_sweepers(
-    ledger: Ledger, clock: Clock
+    ledger: RedisLedger, clock: Clock
 ) -> None:
     holds = []
     for i in range(12):  # accounts land on different shards
@@ -43,11 +43,11 @@ async def test_expired_reservations_are_refunded_exactly_once_by_racing_sweepers
     clock.advance(60)
     assert await sweepers[1].sweep_once() == 1
     assert await pools(ledger, "acct_S0") == (0, 100)
-    for shard in range(ledger.keys.shards):
-        assert await ledger.redis.zcard(ledger.keys.reservations(shard)) == 0
+    for shard in range(ledger.layout.shards):
+        assert await ledger.redis.zcard(ledger.layout.reservations(shard)) == 0
 
 
-async def test_a_settled_reservation_is_never_swept(ledger: Ledger, clock: Clock) -> None:
+async def test_a_settled_reservation_is_never_swept(ledger: RedisLedger, clock: Clock) -> None:
     await account(ledger, "acct_A", purchased=100)
     ident = await key(ledger, "acct_A", "kidA00000000")
     hold = await reserve(ledger, ident, "r1", clock(), deadline=clock() + 10)
@@ -74,7 +74,9 @@ async def _credit_totals() -> dict[tuple[str, str], float]:
     }
 
 
-async def test_swept_holds_are_counted_as_refunded_credits(ledger: Ledger, clock: Clock) -> None:
+async def test_swept_holds_are_counted_as_refunded_credits(
+    ledger: RedisLedger, clock: Clock
+) -> None:
     before = await _credit_totals()
     await account(ledger, "acct_M", purchased=100)
     swept = []
