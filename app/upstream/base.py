@@ -7,27 +7,26 @@ from typing import Protocol
 
 import msgspec
 
+from app.upstream.wire import ChatRequest, Delta
 
-class Usage(msgspec.Struct, frozen=True):
-    """Token counts an upstream reported for one completion."""
+
+class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Token counts an upstream reported for one completion, with the details it gave
+    (``cached_tokens``, ``reasoning_tokens``, …), passed on to clients that ask for usage."""
 
     prompt_tokens: int
     completion_tokens: int
-
-
-class ChatMessage(msgspec.Struct, frozen=True):
-    role: str
-    content: str
+    prompt_tokens_details: dict[str, int] | None = None
+    completion_tokens_details: dict[str, int] | None = None
 
 
 class UpstreamCall(msgspec.Struct, frozen=True, kw_only=True):
-    """What is sent upstream: the real model name and the capped output limit."""
+    """What is sent upstream: the client's request with the real model name and the output
+    cap the reservation affords."""
 
     model: str
-    messages: list[ChatMessage]
+    request: ChatRequest
     max_tokens: int
-    temperature: float
-    top_p: float
 
 
 class UpstreamError(Exception):
@@ -40,8 +39,10 @@ class UpstreamError(Exception):
         self.client_error = client_error
 
 
-Piece = str | Usage
-"""A content piece (one token's text) or, last, the usage an upstream reported."""
+Piece = str | Delta | Usage
+"""A content piece (one token's text), a delta that carries more than text (tool-call
+pieces, a refusal, reasoning, log probabilities, a finish reason), or, last, the usage an
+upstream reported."""
 
 
 class Provider(Protocol):

@@ -1,0 +1,224 @@
+"""The OpenAI Chat Completions wire format, as svc reads and forwards it.
+
+The request is modelled whole (every field the upstream API defines), so a client's tools,
+images, response formats and sampling settings reach the upstream as sent; a field svc does
+not know is ignored. Fields a client left out stay out of what is forwarded (``UNSET``).
+
+The stream's deltas are modelled too: plain text travels as ``str`` (the common case, kept
+cheap), everything else (tool-call pieces, refusals, reasoning, log probabilities, the
+upstream's finish reason) as a ``Delta``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+# -- request: messages ----------------------------------------------------------------------
+
+
+class ImageUrl(msgspec.Struct, omit_defaults=True):
+    url: str
+    detail: Literal["auto", "low", "high"] | UnsetType = UNSET
+
+
+class InputAudio(msgspec.Struct, omit_defaults=True):
+    data: str  # base64
+    format: str
+
+
+class FileRef(msgspec.Struct, omit_defaults=True):
+    file_data: str | UnsetType = UNSET
+    file_id: str | UnsetType = UNSET
+    filename: str | UnsetType = UNSET
+
+
+class TextPart(msgspec.Struct, tag="text", tag_field="type"):
+    text: str
+
+
+class ImagePart(msgspec.Struct, tag="image_url", tag_field="type"):
+    image_url: ImageUrl
+
+
+class AudioPart(msgspec.Struct, tag="input_audio", tag_field="type"):
+    input_audio: InputAudio
+
+
+class FilePart(msgspec.Struct, tag="file", tag_field="type"):
+    file: FileRef
+
+
+class RefusalPart(msgspec.Struct, tag="refusal", tag_field="type"):
+    refusal: str
+
+
+ContentPart = TextPart | ImagePart | AudioPart | FilePart | RefusalPart
+MediaPart = ImagePart | AudioPart | FilePart
+
+
+class FunctionCall(msgspec.Struct):
+    name: str
+    arguments: str
+
+
+class ToolCall(msgspec.Struct):
+    """A tool call an assistant message made (sent back with the tool's result)."""
+
+    id: str
+    function: FunctionCall
+    type: Literal["function"] = "function"
+
+
+class Message(msgspec.Struct, omit_defaults=True):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | UnsetType = UNSET
+    tool_calls: list[ToolCall] | UnsetType = UNSET  # assistant
+    tool_call_id: str | UnsetType = UNSET  # tool
+    refusal: str | None | UnsetType = UNSET  # assistant
+
+
+# -- request: tools and formats -------------------------------------------------------------
+
+
+class FunctionDefinition(msgspec.Struct, omit_defaults=True):
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+    description: str | UnsetType = UNSET
+    parameters: dict[str, Any] | UnsetType = UNSET
+    strict: bool | None | UnsetType = UNSET
+
+
+class Tool(msgspec.Struct):
+    function: FunctionDefinition
+    type: Literal["function"] = "function"
+
+
+class NamedFunction(msgspec.Struct):
+    name: str
+
+
+class NamedToolChoice(msgspec.Struct):
+    function: NamedFunction
+    type: Literal["function"] = "function"
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+
+
+class JsonSchemaFormat(msgspec.Struct, omit_defaults=True):
+    name: str
+    schema: dict[str, Any] | UnsetType = UNSET
+    description: str | UnsetType = UNSET
+    strict: bool | None | UnsetType = UNSET
+
+
+class TextFormat(msgspec.Struct, tag="text", tag_field="type"):
+    pass
+
+
+class JsonObjectFormat(msgspec.Struct, tag="json_object", tag_field="type"):
+    pass
+
+
+class JsonSchemaResponseFormat(msgspec.Struct, tag="json_schema", tag_field="type"):
+    json_schema: JsonSchemaFormat
+
+
+ResponseFormat = TextFormat | JsonObjectFormat | JsonSchemaResponseFormat
+
+
+class StreamOptions(msgspec.Struct, omit_defaults=True):
+    include_usage: bool | UnsetType = UNSET
+
+
+# The limits of the request, declared once: decoding enforces them and the OpenAPI document
+# states them (both read these annotations). The alias's own output limit is checked after.
+Temperature = Annotated[float, msgspec.Meta(ge=0, le=2)]
+TopP = Annotated[float, msgspec.Meta(ge=0, le=1)]
+OutputTokens = Annotated[int, msgspec.Meta(ge=1)]
+Penalty = Annotated[float, msgspec.Meta(ge=-2, le=2)]
+TopLogprobs = Annotated[int, msgspec.Meta(ge=0, le=20)]
+Stop = str | Annotated[list[str], msgspec.Meta(max_length=4)] | None
+
+
+class ChatRequest(msgspec.Struct, omit_defaults=True):
+    """The request as a client sends it. svc reads ``model``, ``messages``, the output limit
+    and ``stream_options``; every other field is forwarded as it came. Unknown fields are
+    ignored."""
+
+    model: str
+    messages: list[Message]
+    temperature: Temperature | None | UnsetType = UNSET
+    top_p: TopP | None | UnsetType = UNSET
+    max_tokens: OutputTokens | None | UnsetType = UNSET
+    max_completion_tokens: OutputTokens | None | UnsetType = UNSET
+    stream: bool | None | UnsetType = UNSET
+    stream_options: StreamOptions | None | UnsetType = UNSET
+    n: Annotated[int, msgspec.Meta(ge=1)] | None | UnsetType = UNSET
+    tools: list[Tool] | UnsetType = UNSET
+    tool_choice: ToolChoice | UnsetType = UNSET
+    parallel_tool_calls: bool | UnsetType = UNSET
+    response_format: ResponseFormat | UnsetType = UNSET
+    stop: Stop | UnsetType = UNSET
+    seed: int | None | UnsetType = UNSET
+    presence_penalty: Penalty | None | UnsetType = UNSET
+    frequency_penalty: Penalty | None | UnsetType = UNSET
+    logit_bias: dict[str, Annotated[float, msgspec.Meta(ge=-100, le=100)]] | None | UnsetType = (
+        UNSET
+    )
+    logprobs: bool | None | UnsetType = UNSET
+    top_logprobs: TopLogprobs | None | UnsetType = UNSET
+    user: str | UnsetType = UNSET
+    safety_identifier: str | UnsetType = UNSET
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None | UnsetType = UNSET
+    service_tier: str | None | UnsetType = UNSET
+    metadata: dict[str, str] | None | UnsetType = UNSET
+    prediction: dict[str, Any] | None | UnsetType = UNSET
+    modalities: list[Literal["text", "audio"]] | None | UnsetType = UNSET
+    audio: dict[str, Any] | None | UnsetType = UNSET
+    store: bool | None | UnsetType = UNSET
+
+
+# -- the stream -----------------------------------------------------------------------------
+
+
+class ToolCallFunctionDelta(msgspec.Struct, omit_defaults=True):
+    name: str | UnsetType = UNSET
+    arguments: str | UnsetType = UNSET
+
+
+class ToolCallDelta(msgspec.Struct, omit_defaults=True):
+    """A piece of a tool call as it streams: the first piece of a call has its id, type and
+    name; later pieces add to its arguments."""
+
+    index: int
+    id: str | UnsetType = UNSET
+    type: Literal["function"] | UnsetType = UNSET
+    function: ToolCallFunctionDelta | UnsetType = UNSET
+
+
+class Delta(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What one upstream chunk carried beyond plain text: relayed re-encoded in svc's chunk
+    (``finish_reason`` only decides svc's own)."""
+
+    content: str | UnsetType = UNSET
+    tool_calls: list[ToolCallDelta] | UnsetType = UNSET
+    refusal: str | UnsetType = UNSET
+    reasoning_content: str | UnsetType = UNSET
+    reasoning: str | UnsetType = UNSET
+    logprobs: msgspec.Raw | UnsetType = UNSET
+    finish_reason: str | UnsetType = UNSET
+
+    def carries_output(self) -> bool:
+        """Whether the delta has anything the client sees (each such piece is at least one
+        completion token)."""
+        return bool(
+            self.content
+            or self.tool_calls is not UNSET
+            or self.refusal
+            or self.reasoning_content
+            or self.reasoning
+        )
