@@ -9,6 +9,10 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import msgspec
+from msgspec import UNSET, UnsetType
+
+from app.upstream.base import Usage
+from app.upstream.wire import Delta, ToolCallDelta
 
 DONE = b"data: [DONE]\n\n"
 _encode = msgspec.json.encode
@@ -20,15 +24,33 @@ class SvcMetadata(msgspec.Struct, forbid_unknown_fields=True):
     balance_remaining: int
 
 
-class ChunkDelta(msgspec.Struct, forbid_unknown_fields=True):
-    content: str
-    role: Literal["assistant"] | msgspec.UnsetType = msgspec.UNSET
+FinishReason = Literal["stop", "tool_calls"]
 
 
-class ChunkChoice(msgspec.Struct, forbid_unknown_fields=True):
+class ChunkDelta(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    role: Literal["assistant"] | UnsetType = UNSET
+    content: str | UnsetType = UNSET
+    tool_calls: list[ToolCallDelta] | UnsetType = UNSET
+    refusal: str | UnsetType = UNSET
+    reasoning_content: str | UnsetType = UNSET
+    reasoning: str | UnsetType = UNSET
+
+
+class ChunkChoice(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     index: int
     delta: ChunkDelta
-    finish_reason: Literal["stop"] | None
+    finish_reason: FinishReason | None
+    logprobs: msgspec.Raw | UnsetType = UNSET
+
+
+class ChunkUsage(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """OpenAI's usage object: on the metadata chunk when the client asked for it."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: dict[str, int] | UnsetType = UNSET
+    completion_tokens_details: dict[str, int] | UnsetType = UNSET
 
 
 class ChatCompletionChunk(msgspec.Struct, forbid_unknown_fields=True):
@@ -40,23 +62,26 @@ class ChatCompletionChunk(msgspec.Struct, forbid_unknown_fields=True):
     created: int
     model: str
     choices: list[ChunkChoice]
-    svc: SvcMetadata | msgspec.UnsetType = msgspec.UNSET
+    usage: ChunkUsage | UnsetType = UNSET
+    svc: SvcMetadata | UnsetType = UNSET
 
 
 class ChunkEncoder:
     """Encodes the chunks of one response: same id, created and model in every chunk."""
 
-    __slots__ = ("_first", "_head", "_meta_head", "_stop", "_tail")
+    __slots__ = ("_envelope", "_first", "_head", "_meta_head", "_meta_usage", "_stop", "_tail")
 
     def __init__(self, completion_id: int, created: int, model: str) -> None:
         envelope = (
             b'data: {"id":"chatcmpl-svc-%d","object":"chat.completion.chunk","created":%d,'
             b'"model":%s,"choices":' % (completion_id, created, _encode(model))
         )
+        self._envelope = envelope
         self._head = envelope + b'[{"index":0,"delta":{"content":'
         self._first = envelope + b'[{"index":0,"delta":{"role":"assistant","content":'
         self._tail = b'},"finish_reason":null}]}\n\n'
         self._stop = b'},"finish_reason":"stop"}]}\n\n'
+        self._meta_usage = envelope + b'[],"usage":'
         self._meta_head = envelope + b'[],"svc":'
 
     def content(self, text: str, *, first: bool, last: bool) -> bytes:
@@ -64,10 +89,50 @@ class ChunkEncoder:
         head = self._first if first else self._head
         return head + _encode(text) + (self._stop if last else self._tail)
 
-    def metadata(self, requested_model: str, credits_used: int, balance_remaining: int) -> bytes:
-        """The final chunk: empty choices and the svc object of exactly three fields."""
+    def delta(self, delta: Delta, *, first: bool, finish: FinishReason | None) -> bytes:
+        """A chunk for a delta that carries more than text: tool-call pieces, a refusal,
+        reasoning, log probabilities (re-encoded: nothing of the upstream's chunk but these)."""
+        out = ChunkDelta(
+            role="assistant" if first else UNSET,
+            content=delta.content,
+            tool_calls=delta.tool_calls,
+            refusal=delta.refusal,
+            reasoning_content=delta.reasoning_content,
+            reasoning=delta.reasoning,
+        )
+        choice = ChunkChoice(index=0, delta=out, finish_reason=finish, logprobs=delta.logprobs)
+        return self._envelope + _encode([choice]) + b"}\n\n"
+
+    def finish(self, reason: FinishReason, *, first: bool) -> bytes:
+        """An empty chunk that only ends the choice (after tool calls, as OpenAI's do)."""
+        out = ChunkDelta(role="assistant" if first else UNSET)
+        choice = ChunkChoice(index=0, delta=out, finish_reason=reason)
+        return self._envelope + _encode([choice]) + b"}\n\n"
+
+    def metadata(
+        self,
+        requested_model: str,
+        credits_used: int,
+        balance_remaining: int,
+        usage: ChunkUsage | None = None,
+    ) -> bytes:
+        """The final chunk: empty choices and the svc object of exactly three fields, and
+        OpenAI's usage object when the client asked for it."""
         meta = SvcMetadata(requested_model, credits_used, balance_remaining)
-        return self._meta_head + _encode(meta) + b"}\n\n"
+        if usage is None:
+            return self._meta_head + _encode(meta) + b"}\n\n"
+        return self._meta_usage + _encode(usage) + b',"svc":' + _encode(meta) + b"}\n\n"
+
+
+def chunk_usage(prompt_tokens: int, completion_tokens: int, reported: Usage | None) -> ChunkUsage:
+    """The usage object of what was billed, with the details the upstream gave."""
+    return ChunkUsage(
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        total_tokens=prompt_tokens + completion_tokens,
+        prompt_tokens_details=(reported and reported.prompt_tokens_details) or UNSET,
+        completion_tokens_details=(reported and reported.completion_tokens_details) or UNSET,
+    )
 
 
 def error_event(message: str, err_type: str, code: str) -> bytes:

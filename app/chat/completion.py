@@ -16,7 +16,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-from app.chat.chunks import DONE, ChunkEncoder, error_event
+import msgspec
+from msgspec import UNSET
+
+from app.chat.chunks import DONE, ChunkEncoder, chunk_usage, error_event
 from app.chat.lifecycle import STREAMS, StreamCut, shutdown_error_event
 from app.chat.request import ChatParams
 from app.chat.router import UpstreamRouter
@@ -28,6 +31,7 @@ from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Hold, Identity, ScriptStatus, Settlement
 from app.kv.client import REDIS_ERRORS
 from app.upstream.base import Piece, UpstreamCall, UpstreamError, Usage
+from app.upstream.wire import Delta
 
 SendBytes = Callable[[bytes, bool], Awaitable[None]]
 """Writes response bytes; the flag says whether more will follow (False ends the body)."""
@@ -125,20 +129,16 @@ class Completion:
         self._pieces: AsyncIterator[list[Piece]] | None = None
         self._first: list[Piece] = []
         self._fetch: asyncio.Future[list[Piece] | None] | None = None
-        self._pending: str | None = None  # the last token read, not yet sent
+        self._pending: str | Delta | None = None  # the last piece read, not yet sent
+        self._tool_calls = False  # the upstream called tools: the stream ends "tool_calls"
         self._no_chunk_yet = True  # the next content chunk is the first (carries the role)
         self._settling: asyncio.Task[Settlement] | None = None
         self._provider_name = ""
         self._cut = False  # the shutdown's grace period ran out: end the stream now
 
     def _call(self, model: str) -> UpstreamCall:
-        p = self.params
         return UpstreamCall(
-            model=model,
-            messages=p.messages,
-            max_tokens=self.hold.out_tokens,
-            temperature=p.temperature,
-            top_p=p.top_p,
+            model=model, request=self.params.request, max_tokens=self.hold.out_tokens
         )
 
     async def connect(self) -> None:
@@ -218,7 +218,12 @@ class Completion:
             )
         elif outcome == "shutdown":
             last += shutdown_error_event()
-        meta = self.encoder.metadata(self.params.requested, settled.credits_used, settled.balance)
+        usage = None
+        if self.params.include_usage:
+            usage = chunk_usage(*self.billed_tokens(), self.usage)
+        meta = self.encoder.metadata(
+            self.params.requested, settled.credits_used, settled.balance, usage
+        )
         await send(last + meta + DONE, False)
 
     async def _relay_content(self, send: SendBytes) -> bytes:
@@ -265,7 +270,7 @@ class Completion:
         except (UpstreamError, StreamCut):
             await self._send_pending(send)
             raise
-        return self.encoder.content(self._pending or "", first=self._no_chunk_yet, last=True)
+        return self._closing_chunk()
 
     def _cut_by_shutdown(self) -> bool:
         """Whether a CancelledError came from ``cut`` cancelling the read, not our caller."""
@@ -283,18 +288,48 @@ class Completion:
             self._fetch.cancel()
 
     def _take(self, batch: list[Piece]) -> bytes:
-        """The chunks of a batch's pieces but the last token, which becomes pending. Tokens
-        past the reserved output cap are dropped (a usage report after them is kept)."""
+        """The chunks of a batch's pieces but the last one, which becomes pending. Output
+        past the reserved cap is dropped (a usage report after it is kept)."""
         out: list[bytes] = []
         for piece in batch:
-            if isinstance(piece, Usage):
+            if isinstance(piece, str):  # plain text: the common case, first
+                if piece and self.tokens_received < self.hold.out_tokens:
+                    self._hold_back(piece, out)
+            elif isinstance(piece, Usage):
                 self.usage = piece
-            elif piece and self.tokens_received < self.hold.out_tokens:
-                if self._pending is not None:
-                    out.append(self._flush_pending())
-                self._pending = piece
-                self.tokens_received += 1
+            else:
+                self._take_delta(piece, out)
         return b"".join(out)
+
+    def _take_delta(self, delta: Delta, out: list[bytes]) -> None:
+        if delta.tool_calls is not UNSET or delta.finish_reason == "tool_calls":
+            self._tool_calls = True
+        relayed = delta.carries_output() or delta.logprobs is not UNSET
+        if relayed and self.tokens_received < self.hold.out_tokens:
+            self._hold_back(msgspec.structs.replace(delta, finish_reason=UNSET), out)
+
+    def _hold_back(self, piece: str | Delta, out: list[bytes]) -> None:
+        """``piece`` becomes the pending one; the one it replaces is written out."""
+        if self._pending is not None:
+            out.append(self._flush_pending())
+        self._pending = piece
+        self.tokens_received += 1
+
+    def _closing_chunk(self) -> bytes:
+        """The last choice chunk, with finish_reason: "tool_calls" after tool calls (an empty
+        delta, as OpenAI's), else "stop" (on the last text, or an empty-content chunk)."""
+        first, pending = self._no_chunk_yet, self._pending
+        if self._tool_calls:
+            if pending is None:
+                return self.encoder.finish("tool_calls", first=first)
+            if isinstance(pending, Delta):
+                return self.encoder.delta(pending, first=first, finish="tool_calls")
+            return self.encoder.content(pending, first=first, last=False) + self.encoder.finish(
+                "tool_calls", first=False
+            )
+        if isinstance(pending, Delta):
+            return self.encoder.delta(pending, first=first, finish="stop")
+        return self.encoder.content(pending or "", first=first, last=True)
 
     async def _read_usage(self, pieces: AsyncIterator[list[Piece]]) -> None:
         """Read on past the output cap, dropping content, until the upstream's usage report
@@ -310,8 +345,12 @@ class Completion:
                             return
 
     def _flush_pending(self) -> bytes:
-        assert self._pending is not None
-        chunk = self.encoder.content(self._pending, first=self._no_chunk_yet, last=False)
+        pending = self._pending
+        assert pending is not None
+        if isinstance(pending, str):
+            chunk = self.encoder.content(pending, first=self._no_chunk_yet, last=False)
+        else:
+            chunk = self.encoder.delta(pending, first=self._no_chunk_yet, finish=None)
         self._pending, self._no_chunk_yet = None, False
         return chunk
 

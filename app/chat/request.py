@@ -1,49 +1,38 @@
-"""The chat completion request: decoding, validation and prompt estimates."""
+"""The chat completion request: decoding, validation and prompt estimates.
+
+The request is the OpenAI wire format (``app.upstream.wire``), forwarded as it came; here
+svc checks what decoding cannot (roles and their fields, the alias's output limit, a named
+tool that exists) and works out the prompt's estimate and bound for the reservation."""
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import msgspec
+from msgspec import UNSET
 
 from app.chat.catalog import AUTO, Alias, route_auto
 from app.core.errors import ApiError, ErrorKind, invalid_value
-from app.core.tokens import estimate_prompt_tokens, prompt_token_bound
+from app.core.tokens import (
+    IMAGE_TOKENS_ESTIMATE,
+    audio_token_bound,
+    estimate_prompt_tokens,
+    prompt_token_bound,
+)
 from app.core.validation import decode_json
-from app.upstream.base import ChatMessage
+from app.upstream.wire import (
+    AudioPart,
+    ChatRequest,
+    FilePart,
+    ImagePart,
+    Message,
+    NamedToolChoice,
+    StreamOptions,
+    TextPart,
+    message_text,
+)
 
-ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 DEFAULT_TEMPERATURE = 0.7
 DEFAULT_TOP_P = 1.0
-
-
-class TextPart(msgspec.Struct):
-    type: str
-    text: str | None = None
-
-
-class Message(msgspec.Struct):
-    role: str
-    content: str | list[TextPart] | None = None
-
-
-# The limits of the request, declared once: decoding enforces them and the OpenAPI document
-# states them (both read these annotations). The alias's own output limit is checked after.
-Temperature = Annotated[float, msgspec.Meta(ge=0, le=2)]
-TopP = Annotated[float, msgspec.Meta(ge=0, le=1)]
-OutputTokens = Annotated[int, msgspec.Meta(ge=1)]
-
-
-class ChatRequest(msgspec.Struct):
-    """Fields svc reads; unknown fields (``stream_options``, ``user``, ``n``, …) are ignored."""
-
-    model: str
-    messages: list[Message]
-    temperature: Temperature | None = None
-    top_p: TopP | None = None
-    max_tokens: OutputTokens | None = None
-    max_completion_tokens: OutputTokens | None = None
-    stream: bool | None = None
+DEFAULT_IMAGE_TOKEN_BOUND = 4_096
 
 
 class ChatParams(msgspec.Struct, frozen=True, kw_only=True):
@@ -51,37 +40,76 @@ class ChatParams(msgspec.Struct, frozen=True, kw_only=True):
 
     requested: str
     alias: Alias
-    messages: list[ChatMessage]
-    temperature: float
-    top_p: float
+    request: ChatRequest
+    """What is forwarded upstream (the contract's sampling defaults filled in)."""
     max_tokens: int | None
     prompt_tokens: int
     """Billed when the upstream reports no usage (an estimate)."""
     prompt_token_bound: int
     """Reserved for, and the most of an upstream's prompt_tokens that is billed."""
+    include_usage: bool
+    """The client asked for OpenAI's usage object (``stream_options.include_usage``)."""
 
 
-def _message_text(message: Message, index: int) -> str:
-    if message.role not in ROLES:
+class _Prompt(msgspec.Struct):
+    """What a request's messages carry, counted as the estimates need it."""
+
+    texts: list[str]
+    media_chars: int = 0  # characters of image URLs, audio and file data in the body
+    media_bound: int = 0  # prompt tokens those may count, at the most
+    media_estimate: int = 0  # and as estimated when an upstream reports none
+
+
+def _check_message(message: Message, index: int, max_chars: int) -> None:
+    where = f"messages[{index}]"
+    if message.role == "tool" and message.tool_call_id is UNSET:
+        raise invalid_value(f"{where}.tool_call_id", "A tool message needs 'tool_call_id'.")
+    if message.content in (None, UNSET) and message.role != "assistant":
+        raise invalid_value(f"{where}.content", "Message content is required.")
+    if message.tool_calls is not UNSET and message.role != "assistant":
+        raise invalid_value(f"{where}.tool_calls", "Only assistant messages carry tool calls.")
+    if (
+        isinstance(message.content, list)
+        and message.role in ("system", "developer")
+        and not all(isinstance(part, TextPart) for part in message.content)
+    ):
+        raise invalid_value(f"{where}.content", "System messages take text parts only.")
+    if len(message_text(message)) > max_chars:
         raise invalid_value(
-            f"messages[{index}].role",
-            f"Invalid role '{message.role}'. Expected one of: {', '.join(sorted(ROLES))}.",
+            f"{where}.content", f"A message may hold at most {max_chars} characters."
         )
-    content = message.content
-    if content is None:
-        if message.role == "assistant":
-            return ""
-        raise invalid_value(f"messages[{index}].content", "Message content is required.")
-    if isinstance(content, str):
-        return content
-    parts = []
-    for j, part in enumerate(content):
-        if part.type != "text" or part.text is None:
+
+
+def _count_prompt(messages: list[Message], image_token_bound: int) -> _Prompt:
+    prompt = _Prompt(texts=[message_text(m) for m in messages])
+    for message in messages:
+        if not isinstance(message.content, list):
+            continue
+        for part in message.content:
+            if isinstance(part, ImagePart):
+                prompt.media_chars += len(part.image_url.url)
+                prompt.media_bound += image_token_bound
+                prompt.media_estimate += IMAGE_TOKENS_ESTIMATE
+            elif isinstance(part, AudioPart):
+                chars = len(part.input_audio.data)
+                prompt.media_chars += chars
+                prompt.media_bound += audio_token_bound(chars)
+                prompt.media_estimate += audio_token_bound(chars) // 4
+            elif isinstance(part, FilePart) and isinstance(part.file.file_data, str):
+                # a file's text counts as its bytes at the most (a bound, as for text)
+                prompt.media_estimate += len(part.file.file_data) // 4
+    return prompt
+
+
+def _check_tools(req: ChatRequest) -> None:
+    if isinstance(req.tool_choice, NamedToolChoice):
+        names = {tool.function.name for tool in req.tools or ()}
+        if req.tool_choice.function.name not in names:
             raise invalid_value(
-                f"messages[{index}].content[{j}]", "Only text content parts are supported."
+                "tool_choice", f"No tool named '{req.tool_choice.function.name[:64]}' in 'tools'."
             )
-        parts.append(part.text)
-    return "".join(parts)
+    elif req.tool_choice in ("auto", "required") and not req.tools:
+        raise invalid_value("tool_choice", "'tool_choice' needs 'tools'.")
 
 
 def _auto_target(aliases: dict[str, Alias], chosen: str) -> Alias:
@@ -100,6 +128,7 @@ def parse_chat_request(
     *,
     max_messages: int = 2048,
     max_message_chars: int = 1_000_000,
+    image_token_bound: int = DEFAULT_IMAGE_TOKEN_BOUND,
 ) -> ChatParams:
     """Decode and validate a request body, or raise the ``ApiError`` that explains why not."""
     req = decode_json(body, ChatRequest)
@@ -115,31 +144,33 @@ def parse_chat_request(
         raise invalid_value("messages", "'messages' must contain at least one message.")
     if len(req.messages) > max_messages:
         raise invalid_value("messages", f"'messages' may hold at most {max_messages} messages.")
-    texts = [_message_text(m, i) for i, m in enumerate(req.messages)]
-    for i, text in enumerate(texts):
-        if len(text) > max_message_chars:
-            raise invalid_value(
-                f"messages[{i}].content",
-                f"A message may hold at most {max_message_chars} characters.",
-            )
-    temperature = DEFAULT_TEMPERATURE if req.temperature is None else req.temperature
-    top_p = DEFAULT_TOP_P if req.top_p is None else req.top_p
+    for i, message in enumerate(req.messages):
+        _check_message(message, i, max_message_chars)
+    if req.n not in (UNSET, None, 1):
+        raise invalid_value("n", "svc streams one choice per request: 'n' must be 1.")
+    _check_tools(req)
     max_tokens, param = req.max_tokens, "max_tokens"
-    if req.max_completion_tokens is not None:
+    if req.max_completion_tokens not in (UNSET, None):
         max_tokens, param = req.max_completion_tokens, "max_completion_tokens"
-    if max_tokens is not None and not 1 <= max_tokens <= alias.max_output_tokens:
+    limit = max_tokens if isinstance(max_tokens, int) else None
+    if limit is not None and limit > alias.max_output_tokens:
         raise invalid_value(
             param, f"'{param}' must be between 1 and {alias.max_output_tokens} for {alias.id}."
         )
+    prompt = _count_prompt(req.messages, image_token_bound)
     if alias.id == AUTO:
-        alias = _auto_target(aliases, route_auto("\n".join(texts), len(texts)))
+        alias = _auto_target(aliases, route_auto("\n".join(prompt.texts), len(prompt.texts)))
+    options = req.stream_options
+    temperature = DEFAULT_TEMPERATURE if req.temperature in (UNSET, None) else req.temperature
+    top_p = DEFAULT_TOP_P if req.top_p in (UNSET, None) else req.top_p
     return ChatParams(
         requested=req.model,
         alias=alias,
-        messages=[ChatMessage(m.role, t) for m, t in zip(req.messages, texts, strict=True)],
-        temperature=temperature,
-        top_p=top_p,
-        max_tokens=max_tokens,
-        prompt_tokens=estimate_prompt_tokens(texts),
-        prompt_token_bound=prompt_token_bound(texts),
+        request=msgspec.structs.replace(req, temperature=temperature, top_p=top_p),
+        max_tokens=limit,
+        prompt_tokens=estimate_prompt_tokens(prompt.texts) + prompt.media_estimate,
+        prompt_token_bound=prompt_token_bound(
+            len(body) - prompt.media_chars, len(req.messages), prompt.media_bound
+        ),
+        include_usage=isinstance(options, StreamOptions) and options.include_usage is True,
     )

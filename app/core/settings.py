@@ -50,6 +50,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """Messages one chat request may carry."""
     max_message_chars: int = 1_000_000
     """Characters one message's content may hold."""
+    image_token_bound: int = 4_096
+    """Prompt tokens reserved for each image a request carries. An upstream's prompt count
+    above a request's bound is not billed: raise it for models that count more per image."""
     max_active_keys: int = 100
     """Active API keys allowed per account."""
     spotlight_credits: int = 5_000

@@ -121,6 +121,7 @@ async def _open(services: Services, scope: Scope, receive: Receive) -> Completio
                 services.aliases,
                 max_messages=settings.max_messages,
                 max_message_chars=settings.max_message_chars,
+                image_token_bound=settings.image_token_bound,
             )
         return await services.completions.open(ident, params)
 

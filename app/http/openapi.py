@@ -34,9 +34,9 @@ from litestar.openapi.spec import (
 
 from app import __version__
 from app.chat.chunks import ChatCompletionChunk
-from app.chat.request import ROLES, ChatRequest
 from app.core.errors import ErrorBody, ErrorKind
 from app.http.headers import SECURITY_HEADERS
+from app.upstream.wire import ChatRequest
 from app.usage.reader import DEFAULT_DAYS, MAX_DAYS
 
 API_KEY: list[SecurityRequirement] = [{"apiKey": []}]
@@ -242,16 +242,13 @@ def _constrain(
     for field in ("max_tokens", "max_completion_tokens"):
         chat[field]["description"] = "At most the alias's output limit (400 above it)."
     message = schemas["Message"]
-    message["properties"]["role"] = {"type": "string", "enum": sorted(ROLES)}
     message["properties"]["content"]["anyOf"][0]["maxLength"] = max_message_chars
-    message["properties"]["content"]["description"] = "Text or text parts (null: assistant only)."
+    message["properties"]["content"]["description"] = (
+        "Text or content parts (null: assistant only)."
+    )
     message["if"] = {"properties": {"role": {"const": "assistant"}}}
     not_null = {"content": {"not": {"type": "null"}}}
     message["else"] = {"required": ["content"], "properties": not_null}
-    part = schemas["TextPart"]["properties"]
-    part["type"] = {"type": "string", "enum": ["text"]}
-    part["text"] = {"type": "string"}
-    schemas["TextPart"]["required"] = ["type", "text"]
     key = schemas["KeyCreateRequest"]["properties"]
     # str.isprintable, which no annotation states, as a pattern (the lengths are in the types)
     key["name"].update(pattern=_PRINTABLE, description="Printable characters.")

@@ -16,35 +16,33 @@ from collections.abc import AsyncIterator
 import aiohttp
 import httpx
 import msgspec
+from msgspec import UNSET
 
 from app.upstream.base import Piece, UpstreamCall, UpstreamError
 from app.upstream.config import ProviderConfig
 from app.upstream.sse import LineSplitter
+from app.upstream.wire import StreamOptions
 
 log = logging.getLogger("svc.upstream")
 _encode = msgspec.json.encode
 CLIENT_ERROR_STATUSES = frozenset({400, 413, 422})
 
 
-class _Request(msgspec.Struct):
-    model: str
-    messages: list[dict[str, str]]
-    max_tokens: int
-    temperature: float
-    top_p: float
-    stream: bool = True
-    stream_options: dict[str, bool] = msgspec.field(default_factory=lambda: {"include_usage": True})
+_USAGE_ALWAYS = StreamOptions(include_usage=True)
 
 
 def request_body(call: UpstreamCall) -> bytes:
-    """The JSON sent upstream: the real model, always streaming, usage always requested."""
+    """The JSON sent upstream: the client's request as it came, with the real model, always
+    streaming, usage always requested (svc bills it), one choice, and the output cap the
+    reservation affords, under the name the client used for it."""
+    req = call.request
+    if req.max_completion_tokens not in (UNSET, None):
+        limits = {"max_completion_tokens": call.max_tokens, "max_tokens": UNSET}
+    else:
+        limits = {"max_tokens": call.max_tokens, "max_completion_tokens": UNSET}
     return _encode(
-        _Request(
-            model=call.model,
-            messages=[{"role": m.role, "content": m.content} for m in call.messages],
-            max_tokens=call.max_tokens,
-            temperature=call.temperature,
-            top_p=call.top_p,
+        msgspec.structs.replace(
+            req, model=call.model, stream=True, stream_options=_USAGE_ALWAYS, n=UNSET, **limits
         )
     )
 

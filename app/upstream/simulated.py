@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 from app.core.tokens import estimate_prompt_tokens
 from app.upstream.base import Piece, UpstreamCall, Usage
+from app.upstream.wire import message_text
 
 _WORDS = [
     "svc",
@@ -63,7 +64,7 @@ class SimulatedProvider:
         self.delay_s = delay_ms / 1000
 
     async def stream(self, call: UpstreamCall) -> AsyncIterator[list[Piece]]:
-        texts = [m.content for m in call.messages]
+        texts = [message_text(m) for m in call.request.messages]
         start = zlib.crc32("\n".join(texts).encode()) % len(_WORDS)
         count = min(self.reply_tokens, call.max_tokens)
         words: list[Piece] = [

@@ -3,22 +3,34 @@
 from __future__ import annotations
 
 import msgspec
+from msgspec import UNSET
 
 from app.upstream.base import Piece, UpstreamError, Usage
+from app.upstream.wire import Delta, ToolCallDelta
 
 
 class _Delta(msgspec.Struct):
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
+    refusal: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+
+
+_NULL = msgspec.Raw(b"null")
 
 
 class _Choice(msgspec.Struct):
     delta: _Delta | None = None
     finish_reason: str | None = None
+    logprobs: msgspec.Raw = msgspec.field(default_factory=lambda: _NULL)  # kept as sent
 
 
 class _Usage(msgspec.Struct):
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    prompt_tokens_details: dict[str, object] | None = None
+    completion_tokens_details: dict[str, object] | None = None
 
 
 class _Chunk(msgspec.Struct):
@@ -31,9 +43,55 @@ _decode_chunk = msgspec.json.Decoder(_Chunk).decode
 DONE = object()
 
 
-def parse_data_line(line: bytes) -> str | Usage | object | None:
-    """One line of an upstream SSE stream: content text, a ``Usage``, ``DONE``, or None for
-    lines that carry nothing for svc (comments, blank lines, role-only deltas)."""
+def _usage(usage: _Usage) -> Usage:
+    return Usage(
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        _counts(usage.prompt_tokens_details),
+        _counts(usage.completion_tokens_details),
+    )
+
+
+def _counts(details: dict[str, object] | None) -> dict[str, int] | None:
+    """Token details with their counts (providers send nulls for what they do not count)."""
+    if not details:
+        return None
+    return {name: value for name, value in details.items() if isinstance(value, int)} or None
+
+
+def _choice_piece(choice: _Choice) -> Piece | None:
+    """Plain text as ``str`` (the common case); anything more as a ``Delta``. The text of a
+    chunk that also says "stop" is plain text: the end of the stream says stop anyway."""
+    delta = choice.delta
+    plain = (
+        delta is not None
+        and delta.tool_calls is None
+        and delta.refusal is None
+        and delta.reasoning_content is None
+        and delta.reasoning is None
+        and choice.logprobs == _NULL
+        and choice.finish_reason in (None, "stop")
+    )
+    if plain:
+        return delta.content or None  # type: ignore[union-attr]
+    if delta is None:
+        delta = _Delta()
+    piece = Delta(
+        content=delta.content if delta.content else UNSET,
+        tool_calls=delta.tool_calls if delta.tool_calls else UNSET,
+        refusal=delta.refusal if delta.refusal else UNSET,
+        reasoning_content=delta.reasoning_content if delta.reasoning_content else UNSET,
+        reasoning=delta.reasoning if delta.reasoning else UNSET,
+        logprobs=UNSET if choice.logprobs == _NULL else choice.logprobs,
+        finish_reason=choice.finish_reason if choice.finish_reason else UNSET,
+    )
+    return piece if piece.carries_output() or piece.finish_reason is not UNSET else None
+
+
+def parse_data_line(line: bytes) -> list[Piece] | object | None:
+    """One line of an upstream SSE stream: its pieces (a text, a ``Delta``, a ``Usage``),
+    ``DONE``, or None for lines that carry nothing for svc (comments, blank lines,
+    role-only deltas)."""
     if not line.startswith(b"data:"):
         return None
     payload = line[5:].strip()
@@ -45,14 +103,14 @@ def parse_data_line(line: bytes) -> str | Usage | object | None:
         raise UpstreamError("malformed chunk from upstream") from exc
     if chunk.error is not None:
         raise UpstreamError("upstream reported an error mid-stream")
-    if chunk.usage is not None and not chunk.choices:
-        return Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
-    for choice in chunk.choices:
-        if choice.delta is not None and choice.delta.content:
-            return choice.delta.content
+    pieces: list[Piece] = []
+    for choice in chunk.choices[:1]:  # svc asks for one choice (n = 1)
+        piece = _choice_piece(choice)
+        if piece is not None:
+            pieces.append(piece)
     if chunk.usage is not None:
-        return Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
-    return None
+        pieces.append(_usage(chunk.usage))
+    return pieces or None
 
 
 class LineSplitter:
@@ -79,5 +137,5 @@ class LineSplitter:
             if item is DONE:
                 self.done = True
                 break
-            pieces.append(item)  # type: ignore[arg-type]
+            pieces.extend(item)  # type: ignore[arg-type]
         return pieces

@@ -74,11 +74,21 @@ class ToolCall(msgspec.Struct):
 
 class Message(msgspec.Struct, omit_defaults=True):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[ContentPart] | None = None
+    content: str | list[ContentPart] | None | UnsetType = UNSET
     name: str | UnsetType = UNSET
     tool_calls: list[ToolCall] | UnsetType = UNSET  # assistant
     tool_call_id: str | UnsetType = UNSET  # tool
-    refusal: str | None | UnsetType = UNSET  # assistant
+    refusal: str | UnsetType | None = UNSET  # assistant
+
+
+def message_text(message: Message) -> str:
+    """The text of a message's content: the string, or its text parts joined."""
+    content = message.content
+    if content is None or content is UNSET:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(part.text for part in content if isinstance(part, TextPart))
 
 
 # -- request: tools and formats -------------------------------------------------------------
@@ -88,7 +98,7 @@ class FunctionDefinition(msgspec.Struct, omit_defaults=True):
     name: Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
     description: str | UnsetType = UNSET
     parameters: dict[str, Any] | UnsetType = UNSET
-    strict: bool | None | UnsetType = UNSET
+    strict: bool | UnsetType | None = UNSET
 
 
 class Tool(msgspec.Struct):
@@ -112,7 +122,7 @@ class JsonSchemaFormat(msgspec.Struct, omit_defaults=True):
     name: str
     schema: dict[str, Any] | UnsetType = UNSET
     description: str | UnsetType = UNSET
-    strict: bool | None | UnsetType = UNSET
+    strict: bool | UnsetType | None = UNSET
 
 
 class TextFormat(msgspec.Struct, tag="text", tag_field="type"):
@@ -151,35 +161,35 @@ class ChatRequest(msgspec.Struct, omit_defaults=True):
 
     model: str
     messages: list[Message]
-    temperature: Temperature | None | UnsetType = UNSET
-    top_p: TopP | None | UnsetType = UNSET
-    max_tokens: OutputTokens | None | UnsetType = UNSET
-    max_completion_tokens: OutputTokens | None | UnsetType = UNSET
-    stream: bool | None | UnsetType = UNSET
-    stream_options: StreamOptions | None | UnsetType = UNSET
-    n: Annotated[int, msgspec.Meta(ge=1)] | None | UnsetType = UNSET
+    temperature: Temperature | UnsetType | None = UNSET
+    top_p: TopP | UnsetType | None = UNSET
+    max_tokens: OutputTokens | UnsetType | None = UNSET
+    max_completion_tokens: OutputTokens | UnsetType | None = UNSET
+    stream: bool | UnsetType | None = UNSET
+    stream_options: StreamOptions | UnsetType | None = UNSET
+    n: Annotated[int, msgspec.Meta(ge=1)] | UnsetType | None = UNSET
     tools: list[Tool] | UnsetType = UNSET
     tool_choice: ToolChoice | UnsetType = UNSET
     parallel_tool_calls: bool | UnsetType = UNSET
     response_format: ResponseFormat | UnsetType = UNSET
     stop: Stop | UnsetType = UNSET
-    seed: int | None | UnsetType = UNSET
-    presence_penalty: Penalty | None | UnsetType = UNSET
-    frequency_penalty: Penalty | None | UnsetType = UNSET
-    logit_bias: dict[str, Annotated[float, msgspec.Meta(ge=-100, le=100)]] | None | UnsetType = (
+    seed: int | UnsetType | None = UNSET
+    presence_penalty: Penalty | UnsetType | None = UNSET
+    frequency_penalty: Penalty | UnsetType | None = UNSET
+    logit_bias: dict[str, Annotated[float, msgspec.Meta(ge=-100, le=100)]] | UnsetType | None = (
         UNSET
     )
-    logprobs: bool | None | UnsetType = UNSET
-    top_logprobs: TopLogprobs | None | UnsetType = UNSET
+    logprobs: bool | UnsetType | None = UNSET
+    top_logprobs: TopLogprobs | UnsetType | None = UNSET
     user: str | UnsetType = UNSET
     safety_identifier: str | UnsetType = UNSET
-    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None | UnsetType = UNSET
-    service_tier: str | None | UnsetType = UNSET
-    metadata: dict[str, str] | None | UnsetType = UNSET
-    prediction: dict[str, Any] | None | UnsetType = UNSET
-    modalities: list[Literal["text", "audio"]] | None | UnsetType = UNSET
-    audio: dict[str, Any] | None | UnsetType = UNSET
-    store: bool | None | UnsetType = UNSET
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | UnsetType | None = UNSET
+    service_tier: str | UnsetType | None = UNSET
+    metadata: dict[str, str] | UnsetType | None = UNSET
+    prediction: dict[str, Any] | UnsetType | None = UNSET
+    modalities: list[Literal["text", "audio"]] | UnsetType | None = UNSET
+    audio: dict[str, Any] | UnsetType | None = UNSET
+    store: bool | UnsetType | None = UNSET
 
 
 # -- the stream -----------------------------------------------------------------------------
@@ -194,7 +204,7 @@ class ToolCallDelta(msgspec.Struct, omit_defaults=True):
     """A piece of a tool call as it streams: the first piece of a call has its id, type and
     name; later pieces add to its arguments."""
 
-    index: int
+    index: int = 0
     id: str | UnsetType = UNSET
     type: Literal["function"] | UnsetType = UNSET
     function: ToolCallFunctionDelta | UnsetType = UNSET

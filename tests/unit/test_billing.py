@@ -17,7 +17,7 @@ from app.chat.completion import Completion, CompletionService, drain_background
 from app.chat.request import ChatParams, parse_chat_request
 from app.chat.router import UpstreamRouter
 from app.core.clock import day_tag, utc_day
-from app.core.tokens import prompt_token_bound, utf8_length
+from app.core.tokens import utf8_length
 from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Identity
 from app.upstream.base import Piece, UpstreamCall, Usage
@@ -138,8 +138,15 @@ async def test_a_token_dense_prompt_is_charged_what_the_upstream_reports(
 
 
 def test_the_prompt_bound_covers_every_byte_and_the_template() -> None:
-    assert prompt_token_bound(["的" * 10]) == 30 + 8 + 32
-    assert prompt_token_bound(["abc", "🙂"]) == 3 + 4 + 2 * 8 + 32
+    """The text counts by the body's bytes (at least its UTF-8), an image by its bound."""
+    body = {"model": "svc-fast", "messages": [{"role": "user", "content": "的" * 10}]}
+    raw = json.dumps(body, ensure_ascii=False).encode()
+    assert parse_chat_request(raw, ALIASES).prompt_token_bound == len(raw) + 8 + 32 >= 30 + 40
+    url = "data:image/png;base64," + "A" * 100_000
+    parts = [{"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": url}}]
+    raw = json.dumps({"model": "svc-fast", "messages": [{"role": "user", "content": parts}]})
+    params = parse_chat_request(raw.encode(), ALIASES, image_token_bound=4_096)
+    assert params.prompt_token_bound == len(raw) - len(url) + 8 + 32 + 4_096
     assert utf8_length("\ud800") == 3  # a lone surrogate (valid JSON) is counted, not refused
 
 

@@ -4,6 +4,7 @@ import pytest
 
 from app.chat.catalog import DEFAULT_ALIASES, Price, route_auto
 from app.chat.request import parse_chat_request
+from app.upstream.wire import message_text
 from app.core.errors import ApiError, ErrorKind
 
 
@@ -16,7 +17,8 @@ def test_defaults_and_ignored_fields() -> None:
         b'{"model":"svc-fast","messages":[{"role":"user","content":"abcdefgh"}],'
         b'"stream":false,"stream_options":{"include_usage":true},"user":"u","n":1}'
     )
-    assert (p.temperature, p.top_p, p.max_tokens) == (0.7, 1.0, None)
+    assert (p.request.temperature, p.request.top_p, p.max_tokens) == (0.7, 1.0, None)
+    assert p.include_usage
     assert p.prompt_tokens == 8 // 4 + 4
     assert p.alias.id == "svc-fast"
     assert p.requested == "svc-fast"
@@ -28,7 +30,7 @@ def test_content_parts_and_roles() -> None:
         b'{"role":"assistant","content":null},'
         b'{"role":"user","content":[{"type":"text","text":"b"},{"type":"text","text":"c"}]}]}'
     )
-    assert [m.content for m in p.messages] == ["a", "", "bc"]
+    assert [message_text(m) for m in p.request.messages] == ["a", "", "bc"]
 
 
 def test_max_completion_tokens_wins() -> None:
@@ -106,7 +108,7 @@ def test_message_count_and_length_limits() -> None:
         max_messages=3,
         max_message_chars=10,
     )
-    assert len(ok.messages) == 3
+    assert len(ok.request.messages) == 3
     with pytest.raises(ApiError) as info:
         parse_chat_request(body([{"role": "user", "content": "x"}] * 4), aliases, max_messages=3)
     assert info.value.param == "messages"
@@ -170,8 +172,8 @@ def test_a_whole_float_is_an_integer_even_when_another_field_is_refused() -> Non
     with pytest.raises(ApiError) as info:
         _parse(CHAT % b'"max_tokens":64.0,"temperature":"1"')
     assert info.value.param == "temperature"
-    p = _parse(CHAT % b'"max_tokens":64.0,"temperature":1,"top_p":1.0,"user":[1.0,{"a":2.0}]')
-    assert (p.max_tokens, p.temperature, p.top_p) == (64, 1.0, 1.0)
+    p = _parse(CHAT % b'"max_tokens":64.0,"temperature":1,"top_p":1.0,"extra":[1.0,{"a":2.0}]')
+    assert (p.max_tokens, p.request.temperature, p.request.top_p) == (64, 1.0, 1.0)
 
 
 @pytest.mark.parametrize(

@@ -46,7 +46,10 @@ async def test_a_settlement_redis_times_out_is_one_warning_and_the_sweeper_refun
         Services,
         SimpleNamespace(
             settings=SimpleNamespace(
-                max_body_bytes=1 << 20, max_messages=2048, max_message_chars=1_000_000
+                max_body_bytes=1 << 20,
+                max_messages=2048,
+                max_message_chars=1_000_000,
+                image_token_bound=4_096,
             ),
             aliases=default_catalog().aliases,
             auth=SimpleNamespace(authenticated=authenticated),

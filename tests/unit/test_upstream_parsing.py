@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
-from app.upstream.base import ChatMessage, UpstreamCall, UpstreamError, Usage
+from app.upstream.base import UpstreamCall, UpstreamError, Usage
 from app.upstream.openai_compat import request_body, sanitize
 from app.upstream.sse import DONE, parse_data_line
+from app.upstream.wire import ChatRequest, Delta, ToolCallDelta, ToolCallFunctionDelta
 
 
 def test_lines() -> None:
-    assert parse_data_line(b'data: {"choices":[{"delta":{"content":"hi"}}]}\n') == "hi"
+    assert parse_data_line(b'data: {"choices":[{"delta":{"content":"hi"}}]}\n') == ["hi"]
     assert (
         parse_data_line(b'data:{"choices":[{"delta":{"role":"assistant","content":""}}]}') is None
     )
     assert parse_data_line(b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}') is None
     usage = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":9}}'
-    assert parse_data_line(usage) == Usage(3, 9)
+    assert parse_data_line(usage) == [Usage(3, 9)]
     assert parse_data_line(b"data: [DONE]") is DONE
     assert parse_data_line(b": keep-alive") is None
     assert parse_data_line(b"\n") is None
@@ -26,18 +28,126 @@ def test_lines() -> None:
         parse_data_line(b"data: {not json")
 
 
+def _call(body: dict[str, object], max_tokens: int = 7) -> UpstreamCall:
+    request = msgspec.convert(body, ChatRequest)
+    return UpstreamCall(model="real-model", request=request, max_tokens=max_tokens)
+
+
 def test_request_body_always_streams_with_usage() -> None:
-    call = UpstreamCall(
-        model="real-model",
-        messages=[ChatMessage("user", "hi")],
-        max_tokens=7,
-        temperature=0.2,
-        top_p=0.5,
+    body = {"model": "svc-fast", "messages": [{"role": "user", "content": "hi"}]}
+    sent = msgspec.json.decode(request_body(_call({**body, "temperature": 0.2, "top_p": 0.5})))
+    assert sent == {
+        "model": "real-model",
+        "messages": [{"role": "user", "content": "hi"}],
+        "temperature": 0.2,
+        "top_p": 0.5,
+        "max_tokens": 7,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+def test_request_body_forwards_every_field_the_client_sent() -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    body = {
+        "model": "svc-fast",
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "see"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}},
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "42"},
+        ],
+        "tools": tools,
+        "tool_choice": "auto",
+        "parallel_tool_calls": False,
+        "response_format": {"type": "json_object"},
+        "stop": ["\n"],
+        "seed": 7,
+        "presence_penalty": 0.5,
+        "frequency_penalty": -0.5,
+        "logit_bias": {"50256": -100},
+        "logprobs": True,
+        "top_logprobs": 2,
+        "user": "u1",
+        "reasoning_effort": "low",
+        "max_completion_tokens": 99,
+        "n": 1,
+        "stream_options": {"include_usage": False},
+        "unknown_field": "ignored",
+    }
+    sent = msgspec.json.decode(request_body(_call(body, max_tokens=50)))
+    for field in (
+        "messages",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "response_format",
+        "stop",
+        "seed",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "user",
+        "reasoning_effort",
+    ):
+        assert sent[field] == body[field], field
+    assert sent["model"] == "real-model"
+    assert sent["max_completion_tokens"] == 50  # the cap, under the name the client used
+    assert "max_tokens" not in sent
+    assert "n" not in sent
+    assert "unknown_field" not in sent
+    assert sent["stream_options"] == {"include_usage": True}
+
+
+def test_deltas_beyond_text_are_parsed() -> None:
+    call = (
+        b'data: {"choices":[{"delta":{"tool_calls":[{"index":0,"id":"call_1",'
+        b'"type":"function","function":{"name":"f","arguments":""}}]}}]}'
     )
-    assert request_body(call) == (
-        b'{"model":"real-model","messages":[{"role":"user","content":"hi"}],"max_tokens":7,'
-        b'"temperature":0.2,"top_p":0.5,"stream":true,"stream_options":{"include_usage":true}}'
+    assert parse_data_line(call) == [
+        Delta(
+            tool_calls=[
+                ToolCallDelta(
+                    index=0,
+                    id="call_1",
+                    type="function",
+                    function=ToolCallFunctionDelta(name="f", arguments=""),
+                )
+            ]
+        )
+    ]
+    finish = b'data: {"choices":[{"delta":{},"finish_reason":"tool_calls"}]}'
+    assert parse_data_line(finish) == [Delta(finish_reason="tool_calls")]
+    refusal = b'data: {"choices":[{"delta":{"refusal":"no"}}]}'
+    assert parse_data_line(refusal) == [Delta(refusal="no")]
+    reasoning = b'data: {"choices":[{"delta":{"reasoning_content":"hmm"}}]}'
+    assert parse_data_line(reasoning) == [Delta(reasoning_content="hmm")]
+    logprobs = b'data: {"choices":[{"delta":{"content":"a"},"logprobs":{"content":[]}}]}'
+    [piece] = parse_data_line(logprobs)  # type: ignore[misc]
+    assert isinstance(piece, Delta)
+    assert (piece.content, bytes(piece.logprobs)) == ("a", b'{"content":[]}')  # type: ignore[arg-type]
+    with_usage = (
+        b'data: {"choices":[{"delta":{"content":"z"}}],"usage":{"prompt_tokens":1,'
+        b'"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":1,"x":null},'
+        b'"completion_tokens_details":{"reasoning_tokens":2,"nested":{"a":1}}}}'
     )
+    assert parse_data_line(with_usage) == [
+        "z",
+        Usage(1, 2, {"cached_tokens": 1}, {"reasoning_tokens": 2}),
+    ]
 
 
 def test_sanitize_hides_model_and_urls() -> None:
