@@ -74,7 +74,7 @@ class ToolCall(msgspec.Struct):
 
 class Message(msgspec.Struct, omit_defaults=True):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[ContentPart] | None | UnsetType = UNSET
+    content: str | list[ContentPart] | UnsetType | None = UNSET
     name: str | UnsetType = UNSET
     tool_calls: list[ToolCall] | UnsetType = UNSET  # assistant
     tool_call_id: str | UnsetType = UNSET  # tool

@@ -4,8 +4,8 @@ import pytest
 
 from app.chat.catalog import DEFAULT_ALIASES, Price, route_auto
 from app.chat.request import parse_chat_request
-from app.upstream.wire import message_text
 from app.core.errors import ApiError, ErrorKind
+from app.upstream.wire import message_text
 
 
 def _parse(body: bytes):  # type: ignore[no-untyped-def]
