@@ -9,9 +9,15 @@ from app.upstream.base import Piece, UpstreamError, Usage
 from app.upstream.wire import Delta, ToolCallDelta
 
 
+class _ToolCallDelta(ToolCallDelta):
+    """As upstreams send it: some leave out the index of a call (there is one call, 0)."""
+
+    index: int = 0
+
+
 class _Delta(msgspec.Struct):
     content: str | None = None
-    tool_calls: list[ToolCallDelta] | None = None
+    tool_calls: list[_ToolCallDelta] | None = None
     refusal: str | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
@@ -78,7 +84,7 @@ def _choice_piece(choice: _Choice) -> Piece | None:
         delta = _Delta()
     piece = Delta(
         content=delta.content if delta.content else UNSET,
-        tool_calls=delta.tool_calls if delta.tool_calls else UNSET,
+        tool_calls=[_relayed(call) for call in delta.tool_calls] if delta.tool_calls else UNSET,
         refusal=delta.refusal if delta.refusal else UNSET,
         reasoning_content=delta.reasoning_content if delta.reasoning_content else UNSET,
         reasoning=delta.reasoning if delta.reasoning else UNSET,
@@ -86,6 +92,10 @@ def _choice_piece(choice: _Choice) -> Piece | None:
         finish_reason=choice.finish_reason if choice.finish_reason else UNSET,
     )
     return piece if piece.carries_output() or piece.finish_reason is not UNSET else None
+
+
+def _relayed(call: _ToolCallDelta) -> ToolCallDelta:
+    return ToolCallDelta(index=call.index, id=call.id, type=call.type, function=call.function)
 
 
 def parse_data_line(line: bytes) -> list[Piece] | object | None:

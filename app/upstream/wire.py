@@ -204,7 +204,7 @@ class ToolCallDelta(msgspec.Struct, omit_defaults=True):
     """A piece of a tool call as it streams: the first piece of a call has its id, type and
     name; later pieces add to its arguments."""
 
-    index: int = 0
+    index: int
     id: str | UnsetType = UNSET
     type: Literal["function"] | UnsetType = UNSET
     function: ToolCallFunctionDelta | UnsetType = UNSET

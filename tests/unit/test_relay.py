@@ -15,6 +15,7 @@ from app.chat.router import UpstreamRouter
 from app.credits.ledger import RedisLedger
 from app.upstream.base import Piece, UpstreamCall, UpstreamError, Usage
 from app.upstream.simulated import SimulatedProvider
+from app.upstream.wire import Delta, ToolCallDelta, ToolCallFunctionDelta
 from tests.conftest import Clock
 from tests.unit.scripts_helpers import account, key
 
@@ -36,14 +37,16 @@ class ScriptedProvider:
         return None
 
 
-async def _relay(ledger: RedisLedger, clock: Clock, script: Script) -> tuple[list[bytes], int]:
+async def _relay(
+    ledger: RedisLedger, clock: Clock, script: Script, body: dict[str, object] | None = None
+) -> tuple[list[bytes], int]:
     await account(ledger, "acct_R", purchased=100_000)
     ident = await key(ledger, "acct_R", "kidR00000000")
     aliases = default_catalog().aliases
     router = UpstreamRouter({"simulated": ScriptedProvider(script)}, SimulatedProvider())  # type: ignore[dict-item]
     service = CompletionService(ledger, router, deadline_s=900, hold_back_s=0.02, clock=clock)
-    body = json.dumps({"model": "svc-fast", "messages": [{"role": "user", "content": "hi"}]})
-    completion = await service.open(ident, parse_chat_request(body.encode(), aliases))
+    body = body or {"model": "svc-fast", "messages": [{"role": "user", "content": "hi"}]}
+    completion = await service.open(ident, parse_chat_request(json.dumps(body).encode(), aliases))
     writes: list[bytes] = []
 
     async def send(data: bytes, more: bool) -> None:
@@ -137,3 +140,78 @@ async def test_cancelling_mid_read_settles_and_closes(
     assert await ledger.redis.zcard(ledger.layout.reservations(ident.shard)) == 0
     _, balance = await ledger.balance(ident, clock())
     assert balance.total == 100_000 - 1  # one token delivered or generated: charged once
+
+
+def _tool_piece(**fields: object) -> Delta:
+    return Delta(tool_calls=[ToolCallDelta(**fields)])  # type: ignore[arg-type]
+
+
+TOOL_STREAM: Script = [
+    (
+        0,
+        [
+            _tool_piece(
+                index=0,
+                id="call_upstream_1",
+                type="function",
+                function=ToolCallFunctionDelta(name="get_weather", arguments=""),
+            )
+        ],
+    ),
+    (0, [_tool_piece(index=0, function=ToolCallFunctionDelta(arguments='{"city":'))]),
+    (0, [_tool_piece(index=0, function=ToolCallFunctionDelta(arguments=' "Oslo"}'))]),
+    (0, [Delta(finish_reason="tool_calls"), Usage(7, 3)]),
+]
+
+
+async def test_tool_calls_are_relayed_and_end_with_tool_calls(
+    ledger: RedisLedger, clock: Clock
+) -> None:
+    writes, balance = await _relay(ledger, clock, TOOL_STREAM)
+    chunks = _chunks(writes)
+    choices = [c["choices"][0] for c in chunks if c.get("choices")]  # type: ignore[index]
+    calls = [c["delta"]["tool_calls"][0] for c in choices if "tool_calls" in c["delta"]]
+    assert calls[0] == {
+        "index": 0,
+        "id": "call_upstream_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": ""},
+    }
+    assert "".join(c["function"]["arguments"] for c in calls) == '{"city": "Oslo"}'
+    assert choices[0]["delta"]["role"] == "assistant"
+    assert [c["finish_reason"] for c in choices] == [None] * (len(choices) - 1) + ["tool_calls"]
+    assert "content" not in choices[-1]["delta"]  # no text part for a tool-call answer
+    assert all(c["id"] == chunks[0]["id"] and c["model"] == "svc-fast" for c in chunks)
+    meta = chunks[-1]["svc"]
+    assert meta["credits_used"] == 1  # type: ignore[index]
+    assert balance == 100_000 - 1
+    assert "usage" not in chunks[-1]  # only when the client asks
+
+
+async def test_usage_reaches_a_client_that_asks(ledger: RedisLedger, clock: Clock) -> None:
+    usage = Usage(7, 2, {"cached_tokens": 3}, {"reasoning_tokens": 1})
+    body = {
+        "model": "svc-fast",
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream_options": {"include_usage": True},
+    }
+    writes, _ = await _relay(ledger, clock, [(0, ["a", "b", usage])], body=body)
+    final = _chunks(writes)[-1]
+    assert final["choices"] == []
+    assert final["usage"] == {
+        "prompt_tokens": 7,
+        "completion_tokens": 2,
+        "total_tokens": 9,
+        "prompt_tokens_details": {"cached_tokens": 3},
+        "completion_tokens_details": {"reasoning_tokens": 1},
+    }
+    assert set(final["svc"]) == {"requested_model", "credits_used", "balance_remaining"}  # type: ignore[arg-type]
+
+
+async def test_refusals_and_reasoning_are_relayed(ledger: RedisLedger, clock: Clock) -> None:
+    script: Script = [(0, [Delta(reasoning_content="think")]), (0, [Delta(refusal="no")])]
+    writes, _ = await _relay(ledger, clock, [*script, (0, [Usage(1, 2)])])
+    deltas = [c["choices"][0]["delta"] for c in _chunks(writes) if c.get("choices")]  # type: ignore[index]
+    assert deltas[0] == {"role": "assistant", "reasoning_content": "think"}
+    assert deltas[1] == {"refusal": "no"}
+    assert _chunks(writes)[-2]["choices"][0]["finish_reason"] == "stop"  # type: ignore[index]
