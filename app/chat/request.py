@@ -112,6 +112,20 @@ def _check_tools(req: ChatRequest) -> None:
         raise invalid_value("tool_choice", "'tool_choice' needs 'tools'.")
 
 
+def enabled_alias(aliases: dict[str, Alias], model: str) -> Alias:
+    """The enabled alias named ``model``, or the 404 ``model_not_found`` naming the enabled
+    ones (chat completions and ``GET /v1/models/{model}``)."""
+    alias = aliases.get(model)
+    if alias is None or not alias.enabled:
+        raise ApiError(
+            ErrorKind.MODEL_NOT_FOUND,
+            f"The model '{model[:100]}' does not exist. "
+            f"Use one of: {', '.join(a for a, v in aliases.items() if v.enabled)}.",
+            param="model",
+        )
+    return alias
+
+
 def _auto_target(aliases: dict[str, Alias], chosen: str) -> Alias:
     """The alias svc-auto serves with: the heuristic's choice, or svc-fast when an operator
     disabled it (or, failing that, any enabled alias but svc-auto itself)."""
@@ -132,14 +146,7 @@ def parse_chat_request(
 ) -> ChatParams:
     """Decode and validate a request body, or raise the ``ApiError`` that explains why not."""
     req = decode_json(body, ChatRequest)
-    alias = aliases.get(req.model)
-    if alias is None or not alias.enabled:
-        raise ApiError(
-            ErrorKind.MODEL_NOT_FOUND,
-            f"The model '{req.model[:100]}' does not exist. "
-            f"Use one of: {', '.join(a for a, v in aliases.items() if v.enabled)}.",
-            param="model",
-        )
+    alias = enabled_alias(aliases, req.model)
     if not req.messages:
         raise invalid_value("messages", "'messages' must contain at least one message.")
     if len(req.messages) > max_messages:

@@ -17,6 +17,8 @@ from app.accounts.manage import (
     credit_balance,
     validate_key_request,
 )
+from app.chat.catalog import Alias
+from app.chat.request import enabled_alias
 from app.core.errors import ApiError, ErrorKind
 from app.core.validation import decode_json
 from app.credits.outcomes import Identity, key_refusal
@@ -46,6 +48,11 @@ class ModelList(msgspec.Struct):
     data: list[ModelItem]
 
 
+def model_item(alias: Alias) -> ModelItem:
+    """An alias as OpenAI's model object, in the list and on its own."""
+    return ModelItem(id=alias.id, object="model", created=alias.created, owned_by="svc")
+
+
 _IDENT = {"ident": Provide(provide_identity)}
 
 
@@ -58,12 +65,18 @@ class V1Controller(Controller):
     @get("/models", dependencies=_IDENT, responses=errors(*KEY_ERRORS))
     async def models(self, services: Services, ident: Identity) -> ModelList:
         """The enabled model aliases (spec 2.1, 4.2)."""
-        items = [
-            ModelItem(id=a.id, object="model", created=a.created, owned_by="svc")
-            for a in services.aliases.values()
-            if a.enabled
-        ]
+        items = [model_item(a) for a in services.aliases.values() if a.enabled]
         return ModelList(object="list", data=items)
+
+    @get(
+        "/models/{model:str}",
+        dependencies=_IDENT,
+        responses=errors(*KEY_ERRORS, ErrorKind.MODEL_NOT_FOUND),
+    )
+    async def retrieve_model(self, services: Services, ident: Identity, model: str) -> ModelItem:
+        """One enabled model alias, as listed by ``GET /v1/models``; an unknown or disabled
+        one is 404 ``model_not_found``."""
+        return model_item(enabled_alias(services.aliases, model))
 
     @get("/credits", responses=errors(*KEY_ERRORS))
     async def credits(self, services: Services, request: Request[Any, Any, Any]) -> CreditBalance:

@@ -43,6 +43,19 @@ def test_sdk_lists_models(server: Server) -> None:
     assert all(m.owned_by == "svc" and m.object == "model" for m in models.data)
 
 
+def test_sdk_retrieves_a_model_as_listed(server: Server) -> None:
+    client = openai.OpenAI(base_url=server.base_url, api_key=server.dev_key, max_retries=0)
+    listed = {m.id: m for m in client.models.list().data}
+    model = client.models.retrieve("svc-fast")
+    assert (model.id, model.object, model.owned_by) == ("svc-fast", "model", "svc")
+    assert model.created == listed["svc-fast"].created
+    assert model == listed["svc-fast"]
+    with pytest.raises(openai.NotFoundError) as info:
+        client.models.retrieve("nope")
+    assert info.value.code == "model_not_found"
+    assert info.value.param == "model"
+
+
 def test_sdk_non_stream_request_still_gets_a_stream(server: Server) -> None:
     pid = server.new_account(100_000)
     client = openai.OpenAI(base_url=server.base_url, api_key=server.new_key(pid))

@@ -98,6 +98,7 @@ def known(server: Server) -> Known:
 OPERATIONS = [
     "POST /v1/chat/completions",
     "GET /v1/models",
+    "GET /v1/models/{model}",
     "GET /v1/credits",
     "GET /v1/usage",
     "GET /v1/api-keys",
@@ -153,7 +154,7 @@ def test_operation_honours_the_document(
     operation = api_schema.find_operation_by_label(label)
     assert operation is not None
     token = server.admin_token if " /admin/" in label else known.key
-    ids = {"pid": known.pid, "key_id": known.spare_key_id} if existing else {}
+    ids = {"pid": known.pid, "key_id": known.spare_key_id, "model": "svc-fast"} if existing else {}
     strategy = operation.as_strategy(
         mode,
         headers={"Authorization": f"Bearer {token}"},

@@ -65,9 +65,22 @@ class Svc:
 
 
 @pytest.fixture
-async def svc(tmp_path: Path, store: Store) -> AsyncIterator[Svc]:
+def models_file(request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
+    """No models file (the default aliases), or the text a test passes with
+    ``@pytest.mark.parametrize("models_file", [text], indirect=True)`` written to one."""
+    text: str | None = getattr(request, "param", None)
+    if text is None:
+        return None
+    path = tmp_path / "models.toml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.fixture
+async def svc(tmp_path: Path, store: Store, models_file: str | None) -> AsyncIterator[Svc]:
     settings = Settings(
         data_dir=str(tmp_path),
+        models_file=models_file,
         redis_url="redis://in-process.invalid",  # never dialled: fakeredis is passed in
         database_url=f"sqlite:///{tmp_path / 'svc.db'}",  # the `store` fixture's file
         key_pepper="test-pepper",
@@ -93,6 +106,7 @@ async def svc(tmp_path: Path, store: Store) -> AsyncIterator[Svc]:
 # Every route that takes an API key: method, path, JSON body, status with a valid live key.
 KEY_ROUTES = [
     ("GET", "/v1/models", None, 200),
+    ("GET", "/v1/models/svc-fast", None, 200),
     ("GET", "/v1/credits", None, 200),
     ("GET", "/v1/usage", None, 200),
     ("GET", "/v1/api-keys", None, 200),
@@ -226,6 +240,63 @@ async def test_a_revoked_key_is_401_api_key_revoked(svc: Svc) -> None:
         for method, path, body, _ in KEY_ROUTES:
             response = await call(client, method, path, spare.key, body, svc)
             assert_error(response, 401, "authentication_error", "api_key_revoked")
+
+
+# -- models -----------------------------------------------------------------------------
+
+ALIASES = ["svc-auto", "svc-fast", "svc-code", "svc-smart"]
+CREATED = 1_767_225_600  # the default aliases' `created`
+# svc-code switched off and svc-smart's `created` moved, by the operator's models file
+CODE_DISABLED = "[aliases.svc-code]\nenabled = false\n\n[aliases.svc-smart]\ncreated = 123\n"
+
+
+@pytest.mark.parametrize("alias", ALIASES)
+async def test_a_model_is_the_object_the_list_shows(svc: Svc, alias: str) -> None:
+    async with svc.client() as client:
+        listed = await call(client, "GET", "/v1/models", svc.account.live_key)
+        response = await call(client, "GET", f"/v1/models/{alias}", svc.account.test_key)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    assert_common_headers(response)
+    expected = {"id": alias, "object": "model", "created": CREATED, "owned_by": "svc"}
+    assert response.json() == expected
+    assert [m for m in listed.json()["data"] if m["id"] == alias] == [expected]
+
+
+@pytest.mark.parametrize("model", ["nope", "gpt-4o", "SVC-FAST", "svc-fast "])
+async def test_an_unknown_model_id_is_404_model_not_found(svc: Svc, model: str) -> None:
+    async with svc.client() as client:
+        response = await call(client, "GET", f"/v1/models/{model}", svc.account.live_key)
+    assert_error(response, 404, "invalid_request_error", "model_not_found")
+    assert_common_headers(response)
+    error = response.json()["error"]
+    assert error["param"] == "model"
+    assert error["message"] == (
+        f"The model '{model}' does not exist. Use one of: svc-auto, svc-fast, svc-code, svc-smart."
+    )
+
+
+@pytest.mark.parametrize("models_file", [CODE_DISABLED], indirect=True)
+async def test_a_disabled_model_is_404_and_the_others_follow_the_models_file(
+    svc: Svc,
+) -> None:
+    key = svc.account.live_key
+    async with svc.client() as client:
+        disabled = await call(client, "GET", "/v1/models/svc-code", key)
+        smart = await call(client, "GET", "/v1/models/svc-smart", key)
+        listed = await call(client, "GET", "/v1/models", key)
+    assert_error(disabled, 404, "invalid_request_error", "model_not_found")
+    assert disabled.json()["error"]["message"] == (
+        "The model 'svc-code' does not exist. Use one of: svc-auto, svc-fast, svc-smart."
+    )
+    assert smart.json() == {"id": "svc-smart", "object": "model", "created": 123, "owned_by": "svc"}
+    assert [m["id"] for m in listed.json()["data"]] == ["svc-auto", "svc-fast", "svc-smart"]
+
+
+async def test_a_bad_key_is_refused_before_the_model_id_is_judged(svc: Svc) -> None:
+    async with svc.client() as client:
+        response = await call(client, "GET", "/v1/models/nope", "not-a-key")
+    assert_error(response, 401, "authentication_error", "invalid_api_key")
 
 
 # -- chat completions -------------------------------------------------------------------
