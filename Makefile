@@ -18,7 +18,16 @@ $(BIN)/svc: pyproject.toml requirements/test.lock
 	$(BIN)/python requirements/check.py 'svc[test]'
 	touch $(BIN)/svc
 
-install: $(BIN)/svc
+# The Node clients the client tests drive (tests/clients/node: the openai SDK and the Vercel AI
+# SDK), installed exactly as package-lock.json says; again only when the lock or package.json
+# changes (the stamp is inside node_modules, which npm ci deletes and writes anew).
+NODE_CLIENTS = tests/clients/node
+$(NODE_CLIENTS)/node_modules/.installed: $(NODE_CLIENTS)/package.json $(NODE_CLIENTS)/package-lock.json
+	bash tests/ensure-node.sh
+	cd $(NODE_CLIENTS) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
+
+install: $(BIN)/svc $(NODE_CLIENTS)/node_modules/.installed
 
 # Refreshes requirements/test.lock and requirements/runtime.lock from pyproject.toml (needs
 # the package index): after changing a dependency, `make lock` keeps every other pin;

@@ -1,0 +1,286 @@
+"""Real client libraries against a real granian server, each used the way its docs say.
+
+Node: the official ``openai`` SDK and the Vercel AI SDK (``ai`` + ``@ai-sdk/openai``), run as
+the small scripts in tests/clients/node (``make install`` installs their pinned packages).
+Python: the official ``openai`` SDK (the reference every other client is compared with),
+LangChain's ``ChatOpenAI`` and LiteLLM used as a library. Every client streams the same
+scenario (tests/clients/scenarios.json) from svc-fast; the simulated upstream is deterministic,
+so each must see the reference's text and cost the account the same credits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import openai
+import pytest
+
+from tests.e2e.conftest import ROOT, Server
+
+# LiteLLM fetches its model price list from the internet when imported, unless told not to.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "svc-fast"
+CLIENTS_DIR = ROOT / "tests" / "clients"
+NODE_DIR = CLIENTS_DIR / "node"
+SCENARIOS: dict[str, list[dict[str, str]]] = json.loads(
+    (CLIENTS_DIR / "scenarios.json").read_text()
+)
+BAD_KEY = "svc_live_" + "x" * 50
+
+# What one client saw: text, finish_reason, usage ({prompt, completion, total} or None), svc
+# (the metadata on svc's last chunk, None where the client does not show it) and error (None,
+# or {class, status} and for the Python clients the exception itself).
+Seen = dict[str, Any]
+Runner = Callable[[str, str, str], Seen]  # (base URL, API key, scenario) -> what it saw
+
+
+def _usage(prompt: Any, completion: Any, total: Any) -> dict[str, int] | None:
+    if prompt is None and completion is None and total is None:
+        return None
+    return {"prompt": prompt, "completion": completion, "total": total}
+
+
+def _failure(error: Exception) -> dict[str, Any]:
+    return {
+        "class": type(error).__name__,
+        "status": getattr(error, "status_code", None),
+        "exception": error,
+    }
+
+
+def openai_python(base_url: str, key: str, scenario: str) -> Seen:
+    messages = SCENARIOS[scenario]
+    seen: Seen = {"text": "", "finish_reason": None, "usage": None, "svc": None, "error": None}
+    client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
+    try:
+        stream = client.chat.completions.create(
+            model=MODEL,
+            messages=messages,  # type: ignore[arg-type]
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        for chunk in stream:
+            for choice in chunk.choices:
+                seen["text"] += choice.delta.content or ""
+                seen["finish_reason"] = choice.finish_reason or seen["finish_reason"]
+            if chunk.usage is not None:
+                u = chunk.usage
+                seen["usage"] = _usage(u.prompt_tokens, u.completion_tokens, u.total_tokens)
+            seen["svc"] = (chunk.model_extra or {}).get("svc", seen["svc"])
+    except openai.OpenAIError as error:
+        seen["error"] = _failure(error)
+    finally:
+        client.close()
+    return seen
+
+
+def langchain(base_url: str, key: str, scenario: str) -> Seen:
+    messages = SCENARIOS[scenario]
+    from langchain_core.exceptions import LangChainException
+    from langchain_openai import ChatOpenAI
+
+    seen: Seen = {"text": "", "finish_reason": None, "usage": None, "svc": None, "error": None}
+    llm = ChatOpenAI(
+        model=MODEL,
+        base_url=base_url,
+        api_key=key,  # type: ignore[arg-type]
+        streaming=True,
+        stream_usage=True,
+        max_retries=0,
+    )
+    try:
+        full = None
+        for chunk in llm.stream(messages):
+            full = chunk if full is None else full + chunk
+    except (openai.OpenAIError, LangChainException) as error:
+        seen["error"] = _failure(error)
+        return seen
+    assert full is not None
+    seen["text"] = full.content
+    seen["finish_reason"] = full.response_metadata.get("finish_reason")
+    if full.usage_metadata is not None:
+        u = full.usage_metadata
+        seen["usage"] = _usage(u["input_tokens"], u["output_tokens"], u["total_tokens"])
+    return seen
+
+
+def litellm_client(base_url: str, key: str, scenario: str) -> Seen:
+    messages = SCENARIOS[scenario]
+    import litellm
+
+    litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banner on errors
+    seen: Seen = {"text": "", "finish_reason": None, "usage": None, "svc": None, "error": None}
+    try:
+        stream = litellm.completion(
+            model=f"openai/{MODEL}",
+            api_base=base_url,
+            api_key=key,
+            messages=messages,
+            stream=True,
+            stream_options={"include_usage": True},
+            max_retries=0,
+        )
+        for chunk in stream:
+            for choice in chunk.choices:
+                seen["text"] += choice.delta.content or ""
+                seen["finish_reason"] = choice.finish_reason or seen["finish_reason"]
+            u = getattr(chunk, "usage", None)
+            if u is not None:
+                seen["usage"] = _usage(u.prompt_tokens, u.completion_tokens, u.total_tokens)
+    except openai.OpenAIError as error:  # litellm's errors derive from the openai SDK's
+        seen["error"] = _failure(error)
+    return seen
+
+
+def node_client(script: str) -> Runner:
+    """A runner for one tests/clients/node script (it reads the scenario file itself)."""
+
+    def run(base_url: str, key: str, scenario: str) -> Seen:
+        assert (NODE_DIR / "node_modules").is_dir(), (
+            "no tests/clients/node/node_modules: make install"
+        )
+        done = subprocess.run(
+            ["node", script, base_url, MODEL, scenario],
+            cwd=NODE_DIR,
+            env={**os.environ, "SVC_API_KEY": key},
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        (line,) = done.stdout.splitlines()  # one JSON line, nothing else
+        raw = json.loads(line)
+        usage = raw["usage"] or {}
+        return {
+            "text": raw["text"],
+            "finish_reason": raw["finishReason"],  # both spell it "stop", like the wire
+            "usage": _usage(
+                usage.get("prompt_tokens", usage.get("inputTokens")),
+                usage.get("completion_tokens", usage.get("outputTokens")),
+                usage.get("total_tokens", usage.get("totalTokens")),
+            ),
+            "svc": raw["svc"],
+            "error": raw["error"],
+        }
+
+    return run
+
+
+CLIENTS: dict[str, Runner] = {
+    "openai-python": openai_python,
+    "openai-node": node_client("openai.js"),
+    "vercel-ai": node_client("vercel-ai.js"),
+    "langchain": langchain,
+    "litellm": litellm_client,
+}
+# The clients that show the svc metadata of the last chunk (LangChain and LiteLLM drop it).
+SHOWS_SVC = {"openai-python", "openai-node", "vercel-ai"}
+OTHERS = [name for name in CLIENTS if name != "openai-python"]
+
+
+@dataclass(frozen=True)
+class Run:
+    seen: Seen
+    charged: int  # the account's balance before the request minus after it
+
+
+@pytest.fixture(scope="module")
+def run(server: Server) -> Callable[[str, str], Run]:
+    """Runs a client on a scenario once, with an account of its own, for all the tests below."""
+    runs: dict[tuple[str, str], Run] = {}
+
+    def get(client: str, scenario: str) -> Run:
+        if (client, scenario) not in runs:
+            pid = server.new_account(100_000)
+            key = server.new_key(pid)
+            before = server.balance(pid)
+            seen = CLIENTS[client](server.base_url, key, scenario)
+            runs[client, scenario] = Run(seen, before - server.balance(pid))
+        return runs[client, scenario]
+
+    return get
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("client", OTHERS)
+def test_client_sees_the_reference_text(
+    run: Callable[[str, str], Run], client: str, scenario: str
+) -> None:
+    reference = run("openai-python", scenario).seen
+    seen = run(client, scenario).seen
+    assert reference["error"] is None
+    assert reference["text"]
+    assert seen["error"] is None
+    assert seen["text"] == reference["text"]
+    assert seen["finish_reason"] == "stop"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("client", CLIENTS)
+def test_client_is_charged_what_svc_reports(
+    run: Callable[[str, str], Run], client: str, scenario: str
+) -> None:
+    reference = run("openai-python", scenario)
+    result = run(client, scenario)
+    assert result.seen["error"] is None
+    assert result.charged == reference.seen["svc"]["credits_used"] >= 1
+    if client in SHOWS_SVC:
+        svc = result.seen["svc"]
+        assert svc["requested_model"] == MODEL
+        assert svc["credits_used"] == result.charged
+    else:
+        assert result.seen["svc"] is None
+
+
+# svc sends no OpenAI `usage` object yet (its own metadata carries the credits): the Python
+# SDK sees none, the Vercel AI SDK undefined token counts, LangChain no usage_metadata, and
+# LiteLLM counts the tokens itself. Strict: these fail the run once usage is passed through,
+# and then the mark comes off.
+@pytest.mark.xfail(strict=True, reason="usage pass-through not built yet")
+@pytest.mark.parametrize("client", CLIENTS)
+def test_client_sees_svcs_usage(run: Callable[[str, str], Run], client: str) -> None:
+    reference = run("openai-python", "hello").seen["usage"]
+    assert reference is not None
+    assert reference["prompt"] >= 1
+    assert reference["completion"] >= 1
+    assert reference["total"] == reference["prompt"] + reference["completion"]
+    assert run(client, "hello").seen["usage"] == reference
+
+
+# Each client's own error type for a 401 (LangChain raises its subclass of openai's).
+AUTH_ERRORS = {
+    "openai-python": "AuthenticationError",
+    "openai-node": "AuthenticationError",
+    "vercel-ai": "APICallError",
+    "langchain": "OpenAIAuthenticationError",
+    "litellm": "AuthenticationError",
+}
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_bad_key_is_each_clients_authentication_error(server: Server, client: str) -> None:
+    seen = CLIENTS[client](server.base_url, BAD_KEY, "hello")
+    error = seen["error"]
+    assert error is not None, seen
+    assert error["class"] == AUTH_ERRORS[client]
+    assert error["status"] == 401
+    assert seen["text"] == ""
+    exception = error.get("exception")
+    if client == "langchain":
+        from langchain_core.exceptions import ModelAuthenticationError
+
+        assert isinstance(exception, ModelAuthenticationError)
+        assert isinstance(exception, openai.AuthenticationError)
+    elif client == "litellm":
+        import litellm
+
+        assert isinstance(exception, litellm.AuthenticationError)
