@@ -6,6 +6,11 @@ Python: the official ``openai`` SDK (the reference every other client is compare
 LangChain's ``ChatOpenAI`` and LiteLLM used as a library. Every client streams the same
 scenario (tests/clients/scenarios.json) from svc-fast; the simulated upstream is deterministic,
 so each must see the reference's text and cost the account the same credits.
+
+Tools (tests/clients/tools.json): each client offers get_weather its own way (a JSON Schema, a
+zod schema, a LangChain ``@tool``) on the question, and the simulated upstream calls it; in
+"tool-result" the client then sends the call and the tool's result back and gets text. Each
+must see the reference's call (name, arguments) and answer, each in its own spelling.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import subprocess
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import openai
 import pytest
@@ -34,11 +39,15 @@ NODE_DIR = CLIENTS_DIR / "node"
 SCENARIOS: dict[str, list[dict[str, str]]] = json.loads(
     (CLIENTS_DIR / "scenarios.json").read_text()
 )
+TOOLS: dict[str, Any] = json.loads((CLIENTS_DIR / "tools.json").read_text())
+TOOL_SCENARIOS = ["tools", "tool-result"]
 BAD_KEY = "svc_live_" + "x" * 50
 
 # What one client saw: text, finish_reason, usage ({prompt, completion, total} or None), svc
 # (the metadata on svc's last chunk, None where the client does not show it) and error (None,
-# or {class, status} and for the Python clients the exception itself).
+# or {class, status} and for the Python clients the exception itself). With tools also calls
+# (each {name, arguments}: the arguments parsed) and, after a tool result, first: what the
+# client saw of the turn that called the tool (the other keys are then the answer's).
 Seen = dict[str, Any]
 Runner = Callable[[str, str, str], Seen]  # (base URL, API key, scenario) -> what it saw
 
@@ -146,6 +155,188 @@ def litellm_client(base_url: str, key: str, scenario: str) -> Seen:
     return seen
 
 
+def _seen() -> Seen:
+    return {
+        "text": "",
+        "finish_reason": None,
+        "calls": [],
+        "usage": None,
+        "svc": None,
+        "error": None,
+        "first": None,
+    }
+
+
+def _openai_tool(name: str) -> dict[str, Any]:
+    """tools.json's tool in the Chat Completions ``tools`` format."""
+    assert name == TOOLS["tool"]["name"]
+    return {"type": "function", "function": TOOLS["tool"]}
+
+
+def _answer_messages(first: Seen, calls: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """The question, the assistant's tool calls (as streamed: id, name, arguments text) and a
+    result for each: what a client sends back after running the tools."""
+    assert first["error"] is None, first
+    assert calls, first
+    return [
+        *TOOLS["ask"],
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": c["id"],
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": c["arguments"]},
+                }
+                for c in calls
+            ],
+        },
+        *({"role": "tool", "tool_call_id": c["id"], "content": TOOLS["result"]} for c in calls),
+    ]
+
+
+def _streamed_calls(pieces: list[Any]) -> list[dict[str, str]]:
+    """Tool calls put together from their streamed pieces (``delta.tool_calls``)."""
+    calls: dict[int, dict[str, str]] = {}
+    for piece in pieces:
+        call = calls.setdefault(piece.index, {"id": "", "name": "", "arguments": ""})
+        call["id"] += piece.id or ""
+        call["name"] += (piece.function and piece.function.name) or ""
+        call["arguments"] += (piece.function and piece.function.arguments) or ""
+    return [calls[i] for i in sorted(calls)]
+
+
+def _parsed(calls: list[dict[str, str]]) -> list[dict[str, Any]]:
+    return [{"name": c["name"], "arguments": json.loads(c["arguments"])} for c in calls]
+
+
+def openai_python_tools(base_url: str, key: str, scenario: str) -> Seen:
+    """The reference for the tool scenarios: the Python SDK's round trip."""
+    client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
+    tools = [_openai_tool(TOOLS["tool"]["name"])]
+
+    def turn(messages: list[dict[str, Any]]) -> tuple[Seen, list[dict[str, str]]]:
+        seen, pieces = _seen(), []
+        try:
+            stream = client.chat.completions.create(
+                model=MODEL,
+                messages=messages,  # type: ignore[arg-type]
+                tools=tools,  # type: ignore[arg-type]
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            for chunk in stream:
+                for choice in chunk.choices:
+                    seen["text"] += choice.delta.content or ""
+                    pieces += choice.delta.tool_calls or []
+                    seen["finish_reason"] = choice.finish_reason or seen["finish_reason"]
+                if chunk.usage is not None:
+                    u = chunk.usage
+                    seen["usage"] = _usage(u.prompt_tokens, u.completion_tokens, u.total_tokens)
+                seen["svc"] = (chunk.model_extra or {}).get("svc", seen["svc"])
+        except openai.OpenAIError as error:
+            seen["error"] = _failure(error)
+        calls = _streamed_calls(pieces)
+        seen["calls"] = _parsed(calls)
+        return seen, calls
+
+    try:
+        first, calls = turn(TOOLS["ask"])
+        if scenario == "tools":
+            return first
+        answer, _ = turn(_answer_messages(first, calls))
+        return {**answer, "first": first}
+    finally:
+        client.close()
+
+
+def langchain_tools(base_url: str, key: str, scenario: str) -> Seen:
+    """LangChain's agent loop by hand: ``bind_tools`` with a ``@tool``, the streamed chunks
+    added up into one message, then a ``ToolMessage`` with the result."""
+    from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+
+    @tool
+    def get_weather(city: str, unit: Literal["celsius", "fahrenheit"]) -> str:
+        """The weather in a city."""
+        raise NotImplementedError  # never run: the test sends tools.json's result
+
+    llm = ChatOpenAI(
+        model=MODEL,
+        base_url=base_url,
+        api_key=key,  # type: ignore[arg-type]
+        streaming=True,
+        stream_usage=True,
+        max_retries=0,
+    ).bind_tools([get_weather])
+
+    def turn(messages: list[BaseMessage]) -> tuple[Seen, Any]:
+        seen, full = _seen(), None
+        for chunk in llm.stream(messages):
+            full = chunk if full is None else full + chunk
+        assert full is not None
+        seen["text"] = full.content
+        seen["calls"] = [{"name": c["name"], "arguments": c["args"]} for c in full.tool_calls]
+        seen["finish_reason"] = full.response_metadata.get("finish_reason")
+        if full.usage_metadata is not None:
+            u = full.usage_metadata
+            seen["usage"] = _usage(u["input_tokens"], u["output_tokens"], u["total_tokens"])
+        return seen, full
+
+    question: list[BaseMessage] = [HumanMessage(m["content"]) for m in TOOLS["ask"]]
+    first, message = turn(question)
+    if scenario == "tools":
+        return first
+    results = [ToolMessage(TOOLS["result"], tool_call_id=c["id"]) for c in message.tool_calls]
+    answer, _ = turn([*question, message, *results])
+    return {**answer, "first": first}
+
+
+def litellm_tools(base_url: str, key: str, scenario: str) -> Seen:
+    import litellm
+
+    litellm.suppress_debug_info = True
+
+    def turn(messages: list[dict[str, Any]]) -> tuple[Seen, list[dict[str, str]]]:
+        seen, pieces = _seen(), []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # as in litellm_client
+            stream = litellm.completion(
+                model=f"openai/{MODEL}",
+                api_base=base_url,
+                api_key=key,
+                messages=messages,
+                tools=[_openai_tool(TOOLS["tool"]["name"])],
+                stream=True,
+                stream_options={"include_usage": True},
+                max_retries=0,
+                # LiteLLM 1.107.0rc2 routes any request with tools through its MCP gateway
+                # check, which imports the `mcp` package (its optional "mcp"/"proxy" extra,
+                # not installed here): without this private switch it raises
+                # ModuleNotFoundError before sending anything. Nothing to do with svc.
+                _skip_mcp_handler=True,
+            )
+            for chunk in stream:
+                for choice in chunk.choices:
+                    seen["text"] += choice.delta.content or ""
+                    pieces += choice.delta.tool_calls or []
+                    seen["finish_reason"] = choice.finish_reason or seen["finish_reason"]
+                u = getattr(chunk, "usage", None)
+                if u is not None:
+                    seen["usage"] = _usage(u.prompt_tokens, u.completion_tokens, u.total_tokens)
+        calls = _streamed_calls(pieces)
+        seen["calls"] = _parsed(calls)
+        return seen, calls
+
+    first, calls = turn(TOOLS["ask"])
+    if scenario == "tools":
+        return first
+    answer, _ = turn(_answer_messages(first, calls))
+    return {**answer, "first": first}
+
+
 def node_client(script: str) -> Runner:
     """A runner for one tests/clients/node script (it reads the scenario file itself)."""
 
@@ -164,21 +355,33 @@ def node_client(script: str) -> Runner:
         )
         assert done.returncode == 0, done.stderr
         (line,) = done.stdout.splitlines()  # one JSON line, nothing else
-        raw = json.loads(line)
-        usage = raw["usage"] or {}
-        return {
-            "text": raw["text"],
-            "finish_reason": raw["finishReason"],  # both spell it "stop", like the wire
-            "usage": _usage(
-                usage.get("prompt_tokens", usage.get("inputTokens")),
-                usage.get("completion_tokens", usage.get("outputTokens")),
-                usage.get("total_tokens", usage.get("totalTokens")),
-            ),
-            "svc": raw["svc"],
-            "error": raw["error"],
-        }
+        return _node_seen(json.loads(line))
 
     return run
+
+
+def _node_seen(raw: dict[str, Any]) -> Seen:
+    usage = raw["usage"] or {}
+    return {
+        "text": raw["text"],
+        "finish_reason": raw["finishReason"],  # both spell it "stop", like the wire
+        "calls": [
+            # the Node SDK gives the arguments' JSON text, the Vercel AI SDK its parsed input
+            {
+                "name": c["name"],
+                "arguments": c["input"] if "input" in c else json.loads(c["arguments"]),
+            }
+            for c in raw.get("toolCalls") or []
+        ],
+        "usage": _usage(
+            usage.get("prompt_tokens", usage.get("inputTokens")),
+            usage.get("completion_tokens", usage.get("outputTokens")),
+            usage.get("total_tokens", usage.get("totalTokens")),
+        ),
+        "svc": raw["svc"],
+        "error": raw["error"],
+        "first": raw.get("first") and _node_seen(raw["first"]),
+    }
 
 
 CLIENTS: dict[str, Runner] = {
@@ -187,6 +390,13 @@ CLIENTS: dict[str, Runner] = {
     "vercel-ai": node_client("vercel-ai.js"),
     "langchain": langchain,
     "litellm": litellm_client,
+}
+# The same clients on the tool scenarios (the Node scripts take those too).
+TOOL_CLIENTS: dict[str, Runner] = {
+    **CLIENTS,
+    "openai-python": openai_python_tools,
+    "langchain": langchain_tools,
+    "litellm": litellm_tools,
 }
 # The clients that show the svc metadata of the last chunk (LangChain and LiteLLM drop it).
 SHOWS_SVC = {"openai-python", "openai-node", "vercel-ai"}
@@ -209,7 +419,8 @@ def run(server: Server) -> Callable[[str, str], Run]:
             pid = server.new_account(100_000)
             key = server.new_key(pid)
             before = server.balance(pid)
-            seen = CLIENTS[client](server.base_url, key, scenario)
+            runner = (TOOL_CLIENTS if scenario in TOOL_SCENARIOS else CLIENTS)[client]
+            seen = runner(server.base_url, key, scenario)
             runs[client, scenario] = Run(seen, before - server.balance(pid))
         return runs[client, scenario]
 
@@ -286,3 +497,67 @@ def test_bad_key_is_each_clients_authentication_error(server: Server, client: st
         import litellm
 
         assert isinstance(exception, litellm.AuthenticationError)
+
+
+# Each client's spelling of the finish after a tool call.
+TOOL_FINISH = {
+    "openai-python": "tool_calls",
+    "openai-node": "tool_calls",
+    "vercel-ai": "tool-calls",
+    "langchain": "tool_calls",
+    "litellm": "tool_calls",
+}
+
+
+def _turns(seen: Seen) -> list[Seen]:
+    """The turns a run saw: the tool call's, then the answer's when it sent a result."""
+    return [seen["first"], seen] if seen["first"] is not None else [seen]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_client_sees_the_reference_tool_call(run: Callable[[str, str], Run], client: str) -> None:
+    reference = run("openai-python", "tools").seen
+    assert reference["error"] is None
+    [call] = reference["calls"]
+    assert call["name"] == TOOLS["tool"]["name"]
+    assert set(call["arguments"]) == set(TOOLS["tool"]["parameters"]["required"])
+    seen = run(client, "tools").seen
+    assert seen["error"] is None
+    assert seen["calls"] == reference["calls"]
+    assert seen["text"] == ""
+    assert seen["finish_reason"] == TOOL_FINISH[client]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_client_sees_the_answer_after_a_tool_result(
+    run: Callable[[str, str], Run], client: str
+) -> None:
+    reference = run("openai-python", "tool-result").seen
+    assert reference["error"] is None
+    assert reference["text"]
+    seen = run(client, "tool-result").seen
+    first = seen["first"]
+    assert first["error"] is None
+    assert first["calls"] == reference["first"]["calls"]
+    assert first["finish_reason"] == TOOL_FINISH[client]
+    assert seen["error"] is None
+    assert seen["calls"] == []
+    assert seen["text"] == reference["text"]
+    assert seen["finish_reason"] == "stop"
+
+
+@pytest.mark.parametrize("scenario", TOOL_SCENARIOS)
+@pytest.mark.parametrize("client", CLIENTS)
+def test_client_sees_svcs_usage_and_is_charged_for_tool_turns(
+    run: Callable[[str, str], Run], client: str, scenario: str
+) -> None:
+    reference = _turns(run("openai-python", scenario).seen)
+    result = run(client, scenario)
+    turns = _turns(result.seen)
+    assert [t["usage"] for t in turns] == [t["usage"] for t in reference]
+    assert all(t["usage"]["completion"] >= 1 for t in turns)
+    assert result.charged == sum(t["svc"]["credits_used"] for t in reference) >= len(turns)
+    if client in SHOWS_SVC:
+        assert sum(t["svc"]["credits_used"] for t in turns) == result.charged
+    else:
+        assert all(t["svc"] is None for t in turns)
