@@ -4,7 +4,8 @@ Raw asyncio protocol (uvloop when available), HTTP/1.1 keep-alive, chunked SSE. 
 injected per request with the ``x-mock-fault`` header, or by words in the model name, so a
 proxy's failover can be tested without headers: ``fail500``, ``fail429``, ``fail400``,
 ``refuse``, ``stall`` (before the first byte), ``stallafterK``, ``dropK`` (close after K
-chunks), ``slowMS`` (MS between chunks), ``failonce`` (500 on the first request for that
+chunks), ``slowMS`` (MS between chunks), ``tokensNxMS`` (N content chunks, MS apart: a
+model writing token by token), ``failonce`` (500 on the first request for that
 model name, then normal), ``nousage`` (no usage chunk), ``ignoremax`` (ignore max_tokens),
 ``dense`` (usage counts one prompt token per character, as CJK text does).
 
@@ -38,6 +39,7 @@ _MODEL_FAULTS = (
     (re.compile(r"drop(\d+)"), "drop-after:{0}"),
 )
 _SLOW = re.compile(r"slow(\d+)")
+_TOKENS = re.compile(r"tokens(\d+)x(\d+)")
 
 
 @dataclass
@@ -260,6 +262,9 @@ class _Conn(asyncio.Protocol):
         wanted = int(headers.get("x-mock-chunks", opts.chunks))
         slow = _SLOW.search(model)
         delay_ms = float(slow.group(1)) if slow else opts.delay_ms
+        tokens = _TOKENS.search(model)
+        if tokens:  # each chunk its own write, ``delay_ms`` after the one before
+            wanted, delay_ms = int(tokens.group(1)), float(tokens.group(2))
         max_tokens = request.get("max_completion_tokens") or request.get("max_tokens")
         if "ignoremax" in model or max_tokens is None:
             max_tokens = wanted
@@ -430,6 +435,7 @@ class MockProcess:
 
     def __init__(self, process: Any, port: int, host: str) -> None:
         self.process = process
+        self.pid = int(process.pid)
         self.port = port
         self.base_url = f"http://{host}:{port}/v1"
 
