@@ -58,7 +58,7 @@ class LoadResult(msgspec.Struct, kw_only=True):
     client: str
     requests: int  # completed successfully inside the measured window
     rps: float
-    ttfb_ms: Percentiles  # time to the first content byte
+    ttfb_ms: Percentiles  # time to the first chunk with content (non-empty delta.content)
     latency_ms: Percentiles  # time to the end of the stream
     errors: dict[str, int]  # by kind, measured window only
     errors_outside_window: dict[str, int]  # by kind, warm-up and drain
@@ -68,6 +68,12 @@ class LoadResult(msgspec.Struct, kw_only=True):
     total_requests: int  # every request sent, warm-up and drain included
     total_ok: int
     credits_used: int  # Σ svc.credits_used over every successful stream (svc only)
+    # between consecutive chunks with content, within a stream (successful streams that
+    # ended inside the window); chunks that arrive in one read are a gap of ~0
+    inter_chunk_ms: Percentiles = Percentiles(0.0, 0.0, 0.0)
+    content_chunks: int = 0  # chunks with content in those streams
+    chunks_per_s: float = 0.0  # content_chunks / window
+    total_content_chunks: int = 0  # chunks with content in every stream, warm-up included
 
 
 class StreamShapeError(Exception):
@@ -101,16 +107,30 @@ SVC_FIELDS = frozenset({"requested_model", "credits_used", "balance_remaining"})
 class StreamChecker:
     """Checks one stream's events as they arrive; ``finish`` returns the credits used."""
 
-    __slots__ = ("content_chunks", "done", "first_content_at", "id", "last_finish", "meta", "svc")
+    __slots__ = (
+        "content_chunks",
+        "done",
+        "first_content_at",
+        "gaps",
+        "id",
+        "last_content_at",
+        "last_finish",
+        "meta",
+        "svc",
+        "text_chunks",
+    )
 
     def __init__(self, svc: bool) -> None:
         self.svc = svc
         self.id: str | None = None
-        self.content_chunks = 0
+        self.content_chunks = 0  # chunks with choices (svc: the role rule counts these)
+        self.text_chunks = 0  # chunks with non-empty delta.content
         self.last_finish: str | None = None
         self.meta: dict[str, Any] | None = None
         self.done = False
         self.first_content_at = 0.0
+        self.last_content_at = 0.0
+        self.gaps: list[float] = []  # ms between consecutive chunks with content
 
     def event(self, data: str) -> None:
         if self.done:
@@ -124,12 +144,18 @@ class StreamChecker:
         if self.svc:
             self._svc_rules(chunk)
         elif chunk.choices and chunk.choices[0].delta.content:
-            self._content()
+            self.content_chunks += 1
+        if chunk.choices and chunk.choices[0].delta.content:
+            self.text(time.perf_counter())
 
-    def _content(self) -> None:
-        if not self.first_content_at:
-            self.first_content_at = time.perf_counter()
-        self.content_chunks += 1
+    def text(self, now: float) -> None:
+        """A chunk with content arrived at ``now`` (``time.perf_counter()``)."""
+        if self.text_chunks:
+            self.gaps.append((now - self.last_content_at) * 1000)
+        else:
+            self.first_content_at = now
+        self.last_content_at = now
+        self.text_chunks += 1
 
     def _svc_rules(self, chunk: _Chunk) -> None:
         if self.id is None:
@@ -155,7 +181,7 @@ class StreamChecker:
         if (choice.delta.role == "assistant") != (self.content_chunks == 0):
             raise StreamShapeError("role must be on the first content chunk only")
         self.last_finish = choice.finish_reason
-        self._content()
+        self.content_chunks += 1
 
     def finish(self) -> int:
         if not self.done:
@@ -164,7 +190,7 @@ class StreamChecker:
             if self.meta is None:
                 raise StreamShapeError("no metadata chunk")
             return int(self.meta["credits_used"])
-        if not self.content_chunks:
+        if not self.text_chunks:
             raise StreamShapeError("no content chunk")
         return 0
 
@@ -175,6 +201,8 @@ class _Sample(msgspec.Struct, array_like=True):
     ttfb: float
     error: str | None
     credits: int
+    chunks: int = 0  # chunks with content
+    gaps: list[float] = []  # ms between them
 
 
 OneRequest = Callable[[], Awaitable[_Sample]]
@@ -191,6 +219,18 @@ def _body(cfg: LoadConfig) -> dict[str, Any]:
 
 def _failed(started: float, kind: str) -> _Sample:
     return _Sample(started, time.perf_counter(), 0.0, kind, 0)
+
+
+def _done(started: float, checker: StreamChecker, credits: int) -> _Sample:
+    return _Sample(
+        started,
+        time.perf_counter(),
+        checker.first_content_at,
+        None,
+        credits,
+        checker.text_chunks,
+        checker.gaps,
+    )
 
 
 async def _aiohttp_requests(cfg: LoadConfig) -> tuple[OneRequest, Callable[[], Awaitable[None]]]:
@@ -227,7 +267,7 @@ async def _aiohttp_requests(cfg: LoadConfig) -> tuple[OneRequest, Callable[[], A
             return _failed(started, "timeout")
         except aiohttp.ClientError as exc:
             return _failed(started, type(exc).__name__)
-        return _Sample(started, time.perf_counter(), checker.first_content_at, None, credits)
+        return _done(started, checker, credits)
 
     return one, session.close
 
@@ -264,7 +304,7 @@ async def _openai_requests(cfg: LoadConfig) -> tuple[OneRequest, Callable[[], Aw
             return _failed(started, "timeout")
         except openai.APIConnectionError:
             return _failed(started, "connect")
-        return _Sample(started, time.perf_counter(), checker.first_content_at, None, credits)
+        return _done(started, checker, credits)
 
     return one, client.close
 
@@ -337,4 +377,8 @@ async def run_load(cfg: LoadConfig) -> LoadResult:
         total_requests=len(samples),
         total_ok=sum(1 for s in samples if s.error is None),
         credits_used=sum(s.credits for s in samples),
+        inter_chunk_ms=_percentiles([g for s in ok for g in s.gaps]),
+        content_chunks=sum(s.chunks for s in ok),
+        chunks_per_s=round(sum(s.chunks for s in ok) / window, 1),
+        total_content_chunks=sum(s.chunks for s in samples),
     )

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from bench.loadgen import StreamChecker, StreamShapeError, _percentiles
+from bench.measures import cpu_us_per_chunk, rss_kb_per_stream
 
 
 def _chunk(
@@ -95,3 +96,48 @@ def test_percentiles() -> None:
     values = [float(v) for v in range(1, 101)]
     p = _percentiles(values)
     assert (p.p50, p.p90, p.p99) == (50.5, 90.1, 99.01)
+
+
+def test_inter_chunk_gaps_are_between_consecutive_chunks_with_content() -> None:
+    checker = StreamChecker(svc=False)
+    for at in (10.0, 10.010, 10.025, 10.026):
+        checker.text(at)
+    assert checker.text_chunks == 4
+    assert checker.first_content_at == 10.0
+    assert [round(g, 6) for g in checker.gaps] == [10.0, 15.0, 1.0]
+
+
+def test_only_chunks_with_content_count_and_start_the_ttfb() -> None:
+    role = _chunk("", first=True, id="up-1")  # the upstream's role chunk: no content yet
+    checker = StreamChecker(svc=False)
+    checker.event(role)
+    assert (checker.text_chunks, checker.first_content_at, checker.gaps) == (0, 0.0, [])
+    checker.event(_chunk("a", id="up-1"))
+    checker.event(_chunk("b", id="up-1"))
+    checker.event("[DONE]")
+    assert checker.finish() == 0
+    assert checker.text_chunks == 2
+    assert len(checker.gaps) == 1
+    assert checker.first_content_at > 0
+
+
+def test_svc_streams_count_their_content_chunks_too() -> None:
+    checker = StreamChecker(svc=True)
+    for data in GOOD:
+        checker.event(data)
+    assert checker.finish() == 3
+    assert checker.text_chunks == 3
+    assert len(checker.gaps) == 2
+
+
+def test_cpu_per_relayed_chunk() -> None:
+    # 1.2 s of server CPU over 30,000 relayed chunks is 40 µs a chunk
+    assert cpu_us_per_chunk(1.2, 30_000) == 40.0
+    assert cpu_us_per_chunk(0.5, 0) is None
+
+
+def test_rss_per_open_stream() -> None:
+    mb = 2**20
+    assert rss_kb_per_stream(100 * mb, 150 * mb, 1000) == 51.2
+    assert rss_kb_per_stream(100 * mb, 100 * mb, 10) == 0.0
+    assert rss_kb_per_stream(100 * mb, 150 * mb, 0) is None
