@@ -29,12 +29,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", choices=sorted(PROFILES), default="default")
     run.add_argument("--workers", type=int, help="svc worker processes")
     run.add_argument("--concurrency", type=_ints, help="e.g. 1,10,50,200")
-    run.add_argument("--scenarios", type=_words, help="fast,slow")
+    run.add_argument("--scenarios", type=_words, help="fast,slow,tokens")
+    run.add_argument("--tokens-concurrency", type=_ints, help="tokens scenario, e.g. 200,1000")
     run.add_argument("--duration", type=float, help="measured seconds per point")
     run.add_argument("--warmup", type=float, help="warm-up seconds per point")
     run.add_argument("--memory-streams", type=int, help="slow streams held for the RSS check")
     run.add_argument("--client", choices=["aiohttp", "openai"], help="load generator client")
-    run.add_argument("--peer", action="append", default=[], help="also measure: litellm")
+    run.add_argument("--peer", action="append", default=[], help="also measure: litellm, portkey")
     run.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder of the results")
     run.add_argument("--no-chart", action="store_true", help="skip the PNG")
 
@@ -57,6 +58,7 @@ def _run(args: argparse.Namespace) -> int:
         "workers": args.workers,
         "concurrency": args.concurrency,
         "scenarios": args.scenarios,
+        "tokens_concurrency": args.tokens_concurrency,
         "duration_s": args.duration,
         "warmup_s": args.warmup,
         "memory_streams": args.memory_streams,

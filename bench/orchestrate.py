@@ -31,6 +31,7 @@ from app.core.settings import Settings
 from app.kv.fields import usage_field
 from app.kv.layout import KeySpace
 from bench.loadgen import LoadConfig, LoadResult
+from bench.measures import cpu_us_per_chunk, rss_kb_per_stream
 from bench.mock_upstream import MockProcess, start_in_subprocess
 from bench.peers import available as peer_available
 from bench.peers import running_peer
@@ -38,26 +39,36 @@ from bench.peers import running_peer
 ROOT = Path(__file__).resolve().parents[1]
 ACCOUNT_CREDITS = 10**11
 # Each scenario is one alias of svc, mapped by the bench's models file onto a mock model
-# whose name carries the mock's delay (the mock reads "slowMS" in the model name).
+# whose name carries the mock's delay (the mock reads "slowMS" in the model name, and
+# "tokensNxMS": N content chunks, each its own write, MS apart).
 SCENARIOS = {
     "fast": ("svc-fast", "bench-model"),
     "slow": ("svc-code", "bench-model-slow20"),
     "memory": ("svc-smart", "bench-model-slow100"),
 }
-MODELS_FILE = """\
+# svc has three configurable aliases and the three above use them: the tokens scenario runs
+# on svc restarted (same Valkey, same data) with svc-code mapped onto the tokens model.
+TOKENS_ALIAS = "svc-code"
+MODELS_FILE_HEAD = """\
 [providers.mock]
 base_url = "{base_url}"
 api_key_env = "SVC_BENCH_MOCK_KEY"
-
-[aliases.svc-fast]
-upstreams = [{{ provider = "mock", model = "bench-model" }}]
-
-[aliases.svc-code]
-upstreams = [{{ provider = "mock", model = "bench-model-slow20" }}]
-
-[aliases.svc-smart]
-upstreams = [{{ provider = "mock", model = "bench-model-slow100" }}]
 """
+MODELS_FILE_ALIAS = """
+[aliases.{alias}]
+upstreams = [{{ provider = "mock", model = "{model}" }}]
+"""
+
+
+def models_file(base_url: str, aliases: dict[str, str]) -> str:
+    """svc's models file: each alias onto one mock model."""
+    return MODELS_FILE_HEAD.format(base_url=base_url) + "".join(
+        MODELS_FILE_ALIAS.format(alias=a, model=m) for a, m in aliases.items()
+    )
+
+
+def base_aliases() -> dict[str, str]:
+    return dict(SCENARIOS.values())
 
 
 class Profile(msgspec.Struct, frozen=True, kw_only=True):
@@ -72,14 +83,32 @@ class Profile(msgspec.Struct, frozen=True, kw_only=True):
     memory_duration_s: float = 8.0
     monitor_requests: int = 50  # requests sampled with MONITOR for the wire-command count
     client: str = "aiohttp"
+    # tokens: an upstream writing each content chunk on its own, tokens_delay_ms apart
+    tokens_concurrency: tuple[int, ...] = (200, 1000)
+    tokens_chunks: int = 50
+    tokens_delay_ms: int = 10
+
+
+def scenario_model(scenario: str, profile: Profile) -> tuple[str, str]:
+    """(svc's alias, the mock model) of a scenario."""
+    if scenario == "tokens":
+        return TOKENS_ALIAS, f"bench-tokens{profile.tokens_chunks}x{profile.tokens_delay_ms}"
+    return SCENARIOS[scenario]
+
+
+def concurrencies(scenario: str, profile: Profile) -> tuple[int, ...]:
+    return profile.tokens_concurrency if scenario == "tokens" else profile.concurrency
 
 
 PROFILES = {
-    "default": Profile(),
+    "default": Profile(scenarios=("fast", "slow", "tokens")),
     "smoke": Profile(
         workers=1,
         concurrency=(1, 4),
-        scenarios=("fast",),
+        scenarios=("fast", "tokens"),
+        tokens_concurrency=(4,),
+        tokens_chunks=10,
+        tokens_delay_ms=5,
         duration_s=1.0,
         warmup_s=0.3,
         memory_streams=20,
@@ -99,12 +128,62 @@ class Point(msgspec.Struct, kw_only=True):
     redis_cpu_ms_per_request: float | None = None
     rss_mb_per_worker: list[float] | None = None
     script_calls_per_completion: float | None = None
+    # user+system CPU of the server's process tree over the point / every content chunk it
+    # relayed (direct: the mock's own CPU, the upstream's cost)
+    server_cpu_us_per_chunk: float | None = None
+    # (peak RSS of the server's process tree during the point - RSS idle) / C (tokens only)
+    rss_kb_per_stream: float | None = None
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+class ProcessTree:
+    """A process and its children, read through psutil."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def tree(self) -> list[psutil.Process]:
+        parent = psutil.Process(self.pid)
+        return [parent, *parent.children(recursive=True)]
+
+    def cpu_seconds(self) -> float:
+        total = 0.0
+        for proc in self.tree():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                t = proc.cpu_times()
+                total += t.user + t.system
+        return total
+
+    def rss_bytes(self) -> int:
+        total = 0
+        for proc in self.tree():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                total += proc.memory_info().rss
+        return total
+
+
+class Sampled(msgspec.Struct):
+    """A point's load with the server's CPU and peak RSS around it."""
+
+    load: LoadResult
+    cpu_s: float
+    peak_rss: int
+
+
+def sampled_point(cfg: LoadConfig, server: ProcessTree) -> Sampled:
+    peak = [0]
+
+    def sample() -> None:
+        peak[0] = max(peak[0], server.rss_bytes())
+
+    cpu0 = server.cpu_seconds()
+    load = run_point(cfg, sample)
+    return Sampled(load, server.cpu_seconds() - cpu0, peak[0])
 
 
 def run_point(cfg: LoadConfig, sample: Callable[[], None] | None = None) -> LoadResult:
@@ -185,9 +264,11 @@ class Svc:
         return pid, key
 
 
-def start_svc(work: Path, redis_url: str, mock_url: str, workers: int) -> Svc:
+def start_svc(
+    work: Path, redis_url: str, mock_url: str, workers: int, aliases: dict[str, str]
+) -> Svc:
     models = work / "models.toml"
-    models.write_text(MODELS_FILE.format(base_url=mock_url))
+    models.write_text(models_file(mock_url, aliases))
     port = free_port()
     token = secrets.token_urlsafe(24)
     env = {
@@ -274,20 +355,39 @@ def start_valkey(work: Path) -> BenchRedis:
     return BenchRedis(server, sock)
 
 
-@contextlib.contextmanager
-def running_stack(work: Path, workers: int) -> Iterator[tuple[BenchRedis, MockProcess, Svc]]:
-    valkey = start_valkey(work)
-    mock: MockProcess | None = None
+@dataclass
+class Stack:
+    """Valkey, the mock and svc; svc can be restarted with another models file."""
+
+    work: Path
+    workers: int
+    valkey: BenchRedis
+    mock: MockProcess
     svc: Svc | None = None
+
+    def start_svc(self, aliases: dict[str, str]) -> Svc:
+        if self.svc is not None:
+            stop_process(self.svc.process)
+            self.svc = None
+        self.svc = start_svc(
+            self.work, self.valkey.tcp_url, self.mock.base_url, self.workers, aliases
+        )
+        return self.svc
+
+
+@contextlib.contextmanager
+def running_stack(work: Path, workers: int) -> Iterator[Stack]:
+    valkey = start_valkey(work)
+    stack: Stack | None = None
     try:
-        mock = start_in_subprocess(chunks=20)
-        svc = start_svc(work, valkey.tcp_url, mock.base_url, workers)
-        yield valkey, mock, svc
+        stack = Stack(work, workers, valkey, start_in_subprocess(chunks=20))
+        stack.start_svc(base_aliases())
+        yield stack
     finally:
-        if svc is not None:
-            stop_process(svc.process)
-        if mock is not None:
-            mock.stop()
+        if stack is not None:
+            if stack.svc is not None:
+                stop_process(stack.svc.process)
+            stack.mock.stop()
         valkey.server.stop()
 
 
@@ -302,10 +402,16 @@ def _redis_cpu(r: redis.Redis) -> float:
 
 
 def measure_svc_point(
-    svc: Svc, r: redis.Redis, scenario: str, concurrency: int, profile: Profile
+    svc: Svc,
+    r: redis.Redis,
+    scenario: str,
+    concurrency: int,
+    profile: Profile,
+    idle_rss: int | None = None,
 ) -> tuple[Point, str]:
-    """One point through svc, with the server's CPU, RSS and Redis script calls around it."""
-    alias = SCENARIOS[scenario][0]
+    """One point through svc, with the server's CPU, RSS and Redis script calls around it;
+    with ``idle_rss`` (svc's RSS before any stream), the RSS per open stream too."""
+    alias = scenario_model(scenario, profile)[0]
     pid, key = svc.new_funded_key()
     cfg = LoadConfig(
         base_url=svc.base_url,
@@ -317,35 +423,56 @@ def measure_svc_point(
         warmup_s=profile.warmup_s,
         client=profile.client,
     )
-    cpu0, redis_cpu0, calls0 = svc.cpu_seconds(), _redis_cpu(r), _script_calls(r)
-    load = run_point(cfg)
-    cpu1, redis_cpu1, calls1 = svc.cpu_seconds(), _redis_cpu(r), _script_calls(r)
+    redis_cpu0, calls0 = _redis_cpu(r), _script_calls(r)
+    done = sampled_point(cfg, ProcessTree(svc.process.pid))
+    redis_cpu1, calls1 = _redis_cpu(r), _script_calls(r)
+    load = done.load
     total = max(1, load.total_requests)
     point = Point(
         scenario=scenario,
         target="svc",
         load=load,
-        server_cpu_ms_per_request=round((cpu1 - cpu0) * 1000 / total, 3),
+        server_cpu_ms_per_request=round(done.cpu_s * 1000 / total, 3),
         redis_cpu_ms_per_request=round((redis_cpu1 - redis_cpu0) * 1000 / total, 3),
         rss_mb_per_worker=svc.rss_mb(),
         script_calls_per_completion=round((calls1 - calls0) / total, 3),
+        server_cpu_us_per_chunk=cpu_us_per_chunk(done.cpu_s, load.total_content_chunks),
+        rss_kb_per_stream=_per_stream(idle_rss, done.peak_rss, concurrency),
     )
     return point, pid
 
 
+def _per_stream(idle_rss: int | None, peak_rss: int, streams: int) -> float | None:
+    return None if idle_rss is None else rss_kb_per_stream(idle_rss, peak_rss, streams)
+
+
 def measure_direct_point(
-    mock: MockProcess, scenario: str, concurrency: int, profile: Profile
+    mock: MockProcess,
+    scenario: str,
+    concurrency: int,
+    profile: Profile,
+    idle_rss: int | None = None,
 ) -> Point:
+    """One point straight to the mock; the server CPU is the mock's own."""
     cfg = LoadConfig(
         base_url=mock.base_url,
-        model=SCENARIOS[scenario][1],
+        model=scenario_model(scenario, profile)[1],
         svc=False,
         concurrency=concurrency,
         duration_s=profile.duration_s,
         warmup_s=profile.warmup_s,
         client=profile.client,
     )
-    return Point(scenario=scenario, target="direct", load=run_point(cfg))
+    done = sampled_point(cfg, ProcessTree(mock.pid))
+    total = max(1, done.load.total_requests)
+    return Point(
+        scenario=scenario,
+        target="direct",
+        load=done.load,
+        server_cpu_ms_per_request=round(done.cpu_s * 1000 / total, 3),
+        server_cpu_us_per_chunk=cpu_us_per_chunk(done.cpu_s, done.load.total_content_chunks),
+        rss_kb_per_stream=_per_stream(idle_rss, done.peak_rss, concurrency),
+    )
 
 
 class Conservation(msgspec.Struct, kw_only=True):
@@ -498,7 +625,7 @@ def measure_memory(svc: Svc, profile: Profile) -> tuple[Point, str] | None:
     pid, key = svc.new_funded_key()
     cfg = LoadConfig(
         base_url=svc.base_url,
-        model=SCENARIOS["memory"][0],
+        model=scenario_model("memory", profile)[0],
         api_key=key,
         concurrency=profile.memory_streams,
         duration_s=profile.memory_duration_s,
@@ -560,9 +687,13 @@ def run(profile: Profile, peers: tuple[str, ...] = ()) -> RunReport:
     ran_peers = [p for p in peers if peer_available(p)]
     with tempfile.TemporaryDirectory(prefix="svc-bench-") as tmp:
         work = Path(tmp)
-        with running_stack(work, profile.workers) as (valkey, mock, svc):
+        with running_stack(work, profile.workers) as stack:
+            valkey, mock, svc = stack.valkey, stack.mock, stack.svc
+            assert svc is not None
             r = redis.Redis(unix_socket_path=str(valkey.socket))
             for scenario in profile.scenarios:
+                if scenario == "tokens":
+                    continue  # below, on svc restarted with the tokens model
                 for concurrency in profile.concurrency:
                     points.append(measure_direct_point(mock, scenario, concurrency, profile))
                     point, pid = measure_svc_point(svc, r, scenario, concurrency, profile)
@@ -573,6 +704,11 @@ def run(profile: Profile, peers: tuple[str, ...] = ()) -> RunReport:
                 points.append(memory[0])
                 seen[memory[1]] = memory[0].load
             wire = wire_commands(valkey, svc, profile.monitor_requests)
+            if "tokens" in profile.scenarios:
+                svc = stack.start_svc(
+                    {**base_aliases(), **dict([scenario_model("tokens", profile)])}
+                )
+                points += measure_tokens(svc, r, mock, profile, seen)
             conservation = check_conservation(svc, r, seen, work)
             r.close()
             for peer in ran_peers:
@@ -589,22 +725,57 @@ def run(profile: Profile, peers: tuple[str, ...] = ()) -> RunReport:
     )
 
 
-def measure_peer(peer: str, work: Path, mock: MockProcess, profile: Profile) -> list[Point]:
-    """The same points against a peer gateway pointed at the same mock."""
-    models = [SCENARIOS[s][1] for s in profile.scenarios]
+def measure_tokens(
+    svc: Svc, r: redis.Redis, mock: MockProcess, profile: Profile, seen: dict[str, LoadResult]
+) -> list[Point]:
+    """The tokens points, direct then through svc at each concurrency; RSS per open stream
+    is counted from each server's RSS before the first of them (svc freshly started)."""
     points = []
-    with running_peer(peer, work, mock, models, profile.workers, free_port()) as base_url:
+    idle_svc = ProcessTree(svc.process.pid).rss_bytes()
+    idle_mock = ProcessTree(mock.pid).rss_bytes()
+    for concurrency in profile.tokens_concurrency:
+        points.append(measure_direct_point(mock, "tokens", concurrency, profile, idle_mock))
+        point, pid = measure_svc_point(svc, r, "tokens", concurrency, profile, idle_svc)
+        seen[pid] = point.load
+        points.append(point)
+    return points
+
+
+def measure_peer(peer: str, work: Path, mock: MockProcess, profile: Profile) -> list[Point]:
+    """The same points against a peer gateway pointed at the same mock, with its process
+    tree's CPU per request and per chunk, and its RSS per open stream (tokens)."""
+    models = [scenario_model(s, profile)[1] for s in profile.scenarios]
+    points = []
+    with running_peer(peer, work, mock, models, profile.workers, free_port()) as running:
+        server = ProcessTree(running.pid)
+        idle = server.rss_bytes()
         for scenario in profile.scenarios:
-            for concurrency in profile.concurrency:
+            for concurrency in concurrencies(scenario, profile):
                 cfg = LoadConfig(
-                    base_url=base_url,
-                    model=SCENARIOS[scenario][1],
+                    base_url=running.base_url,
+                    model=scenario_model(scenario, profile)[1],
                     api_key="sk-bench",
                     svc=False,
                     concurrency=concurrency,
                     duration_s=profile.duration_s,
                     warmup_s=profile.warmup_s,
                     client=profile.client,
+                    extra_headers=running.headers,
                 )
-                points.append(Point(scenario=scenario, target=peer, load=run_point(cfg)))
+                done = sampled_point(cfg, server)
+                total = max(1, done.load.total_requests)
+                points.append(
+                    Point(
+                        scenario=scenario,
+                        target=peer,
+                        load=done.load,
+                        server_cpu_ms_per_request=round(done.cpu_s * 1000 / total, 3),
+                        server_cpu_us_per_chunk=cpu_us_per_chunk(
+                            done.cpu_s, done.load.total_content_chunks
+                        ),
+                        rss_kb_per_stream=_per_stream(
+                            idle if scenario == "tokens" else None, done.peak_rss, concurrency
+                        ),
+                    )
+                )
     return points

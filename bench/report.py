@@ -15,6 +15,12 @@ ADDED_TTFB_P99_MS = 5.0  # C=1
 SERVER_CPU_MS = 1.5  # per request
 SCRIPT_CALLS = 2.0  # per completion
 RSS_MB = 150.0  # per worker, 1,000 slow streams held
+# tokens (each chunk its own write), C=200
+TOKENS_C = 200
+TOKENS_THROUGHPUT_RATIO = 0.95  # svc / direct content chunks per second
+TOKENS_ADDED_TTFB_P50_MS = 3.0
+TOKENS_CPU_US_PER_CHUNK = 40.0
+TOKENS_PEER_CPU_SHARE = 2 / 3  # svc's CPU per chunk / Portkey's
 
 
 def _find(report: RunReport, scenario: str, target: str, concurrency: int) -> Point | None:
@@ -100,6 +106,7 @@ def targets(report: RunReport) -> list[Target]:
                 worst_rss <= RSS_MB,
             )
         )
+    out += tokens_targets(report)
     c = report.conservation
     durable = "not flushed" if c.durable_rollups is None else f"{c.durable_rollups:,}"
     out.append(
@@ -113,6 +120,95 @@ def targets(report: RunReport) -> list[Target]:
         )
     )
     return out
+
+
+def tokens_targets(report: RunReport) -> list[Target]:
+    """The tokens scenario's targets at C=200, each from the same run."""
+    out: list[Target] = []
+    direct, svc = (
+        _find(report, "tokens", "direct", TOKENS_C),
+        _find(report, "tokens", "svc", TOKENS_C),
+    )
+    if not (direct and svc):
+        return out
+    where = f"tokens, C={TOKENS_C}"
+    if direct.load.chunks_per_s:
+        ratio = svc.load.chunks_per_s / direct.load.chunks_per_s
+        out.append(
+            Target(
+                f"throughput, {where}",
+                f">= {TOKENS_THROUGHPUT_RATIO:.2f} x direct",
+                f"{ratio:.3f} x ({svc.load.chunks_per_s:,.0f} / "
+                f"{direct.load.chunks_per_s:,.0f} chunks/s)",
+                ratio >= TOKENS_THROUGHPUT_RATIO,
+            )
+        )
+    added = svc.load.ttfb_ms.p50 - direct.load.ttfb_ms.p50
+    out.append(
+        Target(
+            f"added TTFB p50, {where}",
+            f"<= {TOKENS_ADDED_TTFB_P50_MS:g} ms",
+            f"{added:.2f} ms",
+            added <= TOKENS_ADDED_TTFB_P50_MS,
+        )
+    )
+    cpu = svc.server_cpu_us_per_chunk
+    if cpu is not None:
+        out.append(
+            Target(
+                f"server CPU per relayed chunk, {where}",
+                f"<= {TOKENS_CPU_US_PER_CHUNK:g} µs",
+                f"{cpu:.1f} µs",
+                cpu <= TOKENS_CPU_US_PER_CHUNK,
+            )
+        )
+        portkey = _find(report, "tokens", "portkey", TOKENS_C)
+        if portkey and portkey.server_cpu_us_per_chunk:
+            share = cpu / portkey.server_cpu_us_per_chunk
+            out.append(
+                Target(
+                    f"CPU per chunk against Portkey, {where}",
+                    "<= 2/3 of Portkey's",
+                    f"{share:.2f} x ({cpu:.1f} / {portkey.server_cpu_us_per_chunk:.1f} µs)",
+                    share <= TOKENS_PEER_CPU_SHARE,
+                )
+            )
+    return out
+
+
+def tokens_table(report: RunReport) -> list[str]:
+    """The tokens points: per-chunk figures, each target beside the direct point of its C."""
+    points = [p for p in report.points if p.scenario == "tokens"]
+    if not points:
+        return []
+    prof = report.profile
+    lines = [
+        "",
+        f"Tokens: the upstream writes {prof.tokens_chunks} content chunks "
+        f"{prof.tokens_delay_ms} ms apart, each on its own. Server CPU is user+system of the "
+        "server's process tree over the point / content chunks relayed (direct: the mock's "
+        "own); RSS per stream is (peak RSS during the point - RSS before the first tokens "
+        "point) / C.",
+        "",
+        "| target | C | req/s | chunks/s | x direct | TTFB p50 | added | inter-chunk p50 "
+        "| p99 | server CPU µs/chunk | RSS KB/stream | errors |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for p in points:
+        load = p.load
+        direct = _find(report, "tokens", "direct", load.concurrency)
+        ratio = added = ""
+        if direct and direct is not p and direct.load.chunks_per_s:
+            ratio = f"{load.chunks_per_s / direct.load.chunks_per_s:.3f}"
+            added = f"{load.ttfb_ms.p50 - direct.load.ttfb_ms.p50:+.2f}"
+        cpu = f"{p.server_cpu_us_per_chunk:.1f}" if p.server_cpu_us_per_chunk else ""
+        rss = f"{p.rss_kb_per_stream:.1f}" if p.rss_kb_per_stream is not None else ""
+        lines.append(
+            f"| {p.target} | {load.concurrency} | {load.rps:,.0f} | {load.chunks_per_s:,.0f} "
+            f"| {ratio} | {load.ttfb_ms.p50:.2f} | {added} | {load.inter_chunk_ms.p50:.2f} "
+            f"| {load.inter_chunk_ms.p99:.2f} | {cpu} | {rss} | {sum(load.errors.values())} |"
+        )
+    return lines
 
 
 def markdown(report: RunReport) -> str:
@@ -139,6 +235,7 @@ def markdown(report: RunReport) -> str:
             f"| {load.ttfb_ms.p50:.2f} | {load.ttfb_ms.p90:.2f} | {load.ttfb_ms.p99:.2f} "
             f"| {load.latency_ms.p50:.2f} | {load.latency_ms.p99:.2f} | {errors} | {cpu} | {rss} |"
         )
+    lines += tokens_table(report)
     lines += ["", "| target | goal | measured | met |", "|---|---|---|---|"]
     for t in targets(report):
         lines.append(f"| {t.name} | {t.goal} | {t.measured} | {'yes' if t.met else '**no**'} |")

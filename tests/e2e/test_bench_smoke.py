@@ -42,6 +42,15 @@ def test_bench_smoke_run(tmp_path: Path) -> None:
             assert p["load"]["requests"] > 0
             assert p["script_calls_per_completion"] == 2.0
             assert p["server_cpu_ms_per_request"] > 0
+    # the tokens point: each chunk on its own, timed and costed per chunk
+    tokens = {p["target"]: p for p in points if p["scenario"] == "tokens"}
+    assert set(tokens) == {"direct", "svc"}
+    for p in tokens.values():
+        assert p["load"]["content_chunks"] == 10 * p["load"]["requests"] > 0
+        assert p["load"]["inter_chunk_ms"]["p50"] > 0
+        assert p["server_cpu_us_per_chunk"] > 0
+        assert p["rss_kb_per_stream"] is not None
+    assert "| svc | 4 |" in markdown.split("Tokens:")[1]
     # on request connections: the two script calls and nothing else
     assert report["wire_commands_per_completion"] == {"evalsha": 2.0}
     conservation = report["conservation"]
