@@ -365,10 +365,13 @@ class Stack:
     mock: MockProcess
     svc: Svc | None = None
 
-    def start_svc(self, aliases: dict[str, str]) -> Svc:
+    def stop_svc(self) -> None:
         if self.svc is not None:
             stop_process(self.svc.process)
             self.svc = None
+
+    def start_svc(self, aliases: dict[str, str]) -> Svc:
+        self.stop_svc()
         self.svc = start_svc(
             self.work, self.valkey.tcp_url, self.mock.base_url, self.workers, aliases
         )
@@ -385,8 +388,7 @@ def running_stack(work: Path, workers: int) -> Iterator[Stack]:
         yield stack
     finally:
         if stack is not None:
-            if stack.svc is not None:
-                stop_process(stack.svc.process)
+            stack.stop_svc()
             stack.mock.stop()
         valkey.server.stop()
 
@@ -711,6 +713,7 @@ def run(profile: Profile, peers: tuple[str, ...] = ()) -> RunReport:
                 points += measure_tokens(svc, r, mock, profile, seen)
             conservation = check_conservation(svc, r, seen, work)
             r.close()
+            stack.stop_svc()  # idle, its workers and flusher would still take CPU from a peer
             for peer in ran_peers:
                 points += measure_peer(peer, work, mock, profile)
     return RunReport(
@@ -749,7 +752,8 @@ def measure_peer(peer: str, work: Path, mock: MockProcess, profile: Profile) -> 
     with running_peer(peer, work, mock, models, profile.workers, free_port()) as running:
         server = ProcessTree(running.pid)
         idle = server.rss_bytes()
-        for scenario in profile.scenarios:
+        # tokens first: its RSS per stream then counts from a fresh server, as svc's does
+        for scenario in sorted(profile.scenarios, key=lambda s: s != "tokens"):
             for concurrency in concurrencies(scenario, profile):
                 cfg = LoadConfig(
                     base_url=running.base_url,
