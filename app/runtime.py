@@ -197,7 +197,6 @@ class Services:
             self.ledger,
             self.router,
             deadline_s=settings.reservation_deadline_s,
-            hold_back_s=settings.stream_hold_back_ms / 1000,
             clock=clock,
         )
 

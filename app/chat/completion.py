@@ -75,13 +75,11 @@ class CompletionService:
         router: UpstreamRouter,
         *,
         deadline_s: int,
-        hold_back_s: float = 0.002,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.ledger = ledger
         self.router = router
         self.deadline_s = deadline_s
-        self.hold_back_s = hold_back_s
         self.clock = clock
 
     async def open(self, ident: Identity, params: ChatParams) -> Completion:
@@ -128,8 +126,11 @@ class Completion:
         self.usage: Usage | None = None
         self._pieces: AsyncIterator[list[Piece]] | None = None
         self._first: list[Piece] = []
-        self._fetch: asyncio.Future[list[Piece] | None] | None = None
-        self._pending: str | Delta | None = None  # the last piece read, not yet sent
+        self._task: asyncio.Task[Any] | None = None  # the task relaying (``cut`` cancels it)
+        self._reading = False  # it is waiting on the upstream
+        self._cut_cancel = False  # ``cut`` cancelled it
+        self._pending: str | Delta | None = None  # output held for the closing chunk
+        self._choice_ended = False  # the upstream's finish or usage arrived
         self._tool_calls = False  # the upstream called tools: the stream ends "tool_calls"
         self._no_chunk_yet = True  # the next content chunk is the first (carries the role)
         self._settling: asyncio.Task[Settlement] | None = None
@@ -227,21 +228,22 @@ class Completion:
         await send(last + meta + DONE, False)
 
     async def _relay_content(self, send: SendBytes) -> bytes:
-        """Send the content chunks as they arrive, everything of one read in one write, and
-        return the closing chunk (it goes out with the metadata chunk, after settlement).
+        """Send the chunks as they arrive, one write per upstream read, and return the
+        closing chunk (it goes out with the metadata chunk, after settlement).
 
-        The first token goes out at once. After that, the last token of a read is held back
-        up to ``hold_back_s`` for the next one: when the stream ends meanwhile, that token's
-        chunk itself carries finish_reason "stop"; when the upstream is slower than that, it
-        goes out then (no token waits a whole token interval) and the stream closes with an
-        empty-content "stop" chunk, as OpenAI's own streams do.
+        Nothing waits on a timer and no task is made per read: the relay awaits its
+        upstream directly. Where finish_reason goes is decided by what arrived: when the
+        upstream's finish (or its usage report) comes in the same read as the last output,
+        that output's chunk carries it; otherwise a closing empty-content chunk does, as in
+        OpenAI's own streams.
         """
         pieces = self._pieces
         assert pieces is not None
+        self._task = asyncio.current_task()
         heartbeat = _Heartbeat(self)
-        batch: list[Piece] | None = self._first
+        batch = self._first
         try:
-            while batch is not None:
+            while True:
                 out = self._take(batch)
                 if out:
                     await send(out, True)
@@ -252,18 +254,17 @@ class Completion:
                     break
                 if time.monotonic() >= heartbeat.next:
                     await heartbeat.beat()
-                if self._pending is not None and self._no_chunk_yet:
-                    await send(self._flush_pending(), True)  # the first token is never held
                 if self._cut:
                     raise StreamCut
-                self._fetch = fetch = asyncio.ensure_future(anext(pieces, None))
-                if self._pending is not None:
-                    done, _ = await asyncio.wait((fetch,), timeout=self.service.hold_back_s)
-                    if not done:
-                        await send(self._flush_pending(), True)
-                batch = await fetch
+                self._reading = True
+                try:
+                    batch = await pieces.__anext__()
+                except StopAsyncIteration:
+                    break
+                finally:
+                    self._reading = False
         except asyncio.CancelledError:
-            if not self._cut_by_shutdown():
+            if not self._cancelled_by_cut():
                 raise
             await self._send_pending(send)
             raise StreamCut from None
@@ -272,33 +273,51 @@ class Completion:
             raise
         return self._closing_chunk()
 
-    def _cut_by_shutdown(self) -> bool:
-        """Whether a CancelledError came from ``cut`` cancelling the read, not our caller."""
-        task = asyncio.current_task()
-        return self._cut and not (task is not None and task.cancelling())
+    def cut(self) -> None:
+        """End the stream at the next chunk boundary (graceful shutdown, app.chat.lifecycle):
+        a read in progress is interrupted, a write in progress finishes first."""
+        self._cut = True
+        if self._reading and self._task is not None and not self._cut_cancel:
+            self._cut_cancel = True
+            self._task.cancel()
+
+    def _cancelled_by_cut(self) -> bool:
+        """Whether a CancelledError is ``cut``'s alone (then it is taken back); one that
+        also comes from our caller (the client left) stays a cancellation."""
+        task = self._task
+        if not self._cut_cancel or task is None or task.cancelling() != 1:
+            return False
+        task.uncancel()
+        return True
 
     async def _send_pending(self, send: SendBytes) -> None:
         if self._pending is not None:
             await send(self._flush_pending(), True)
 
-    def cut(self) -> None:
-        """End the stream at the next chunk boundary (graceful shutdown, app.chat.lifecycle)."""
-        self._cut = True
-        if self._fetch is not None and not self._fetch.done():
-            self._fetch.cancel()
-
     def _take(self, batch: list[Piece]) -> bytes:
-        """The chunks of a batch's pieces but the last one, which becomes pending. Output
-        past the reserved cap is dropped (a usage report after it is kept)."""
+        """The chunks of one read. The last output stays pending when the choice ended in
+        the same read (its chunk then carries finish_reason); output past the reserved cap
+        is dropped (a usage report after it is kept)."""
+        if len(batch) == 1 and self._pending is None:
+            piece = batch[0]
+            if type(piece) is str:  # one token in one read: the common case, first
+                if not piece or self.tokens_received >= self.hold.out_tokens:
+                    return b""
+                self.tokens_received += 1
+                return self._chunk(piece)
         out: list[bytes] = []
         for piece in batch:
-            if isinstance(piece, str):  # plain text: the common case, first
+            if isinstance(piece, str):
                 if piece and self.tokens_received < self.hold.out_tokens:
-                    self._hold_back(piece, out)
-            elif isinstance(piece, Usage):
-                self.usage = piece
-            else:
+                    self._keep_pending(piece, out)
+            elif isinstance(piece, Delta):
                 self._take_delta(piece, out)
+            else:  # the end of the choice, or the usage report that follows it
+                self._choice_ended = True
+                if isinstance(piece, Usage):
+                    self.usage = piece
+        if self._pending is not None and not self._choice_ended:
+            out.append(self._flush_pending())
         return b"".join(out)
 
     def _take_delta(self, delta: Delta, out: list[bytes]) -> None:
@@ -306,9 +325,9 @@ class Completion:
             self._tool_calls = True
         relayed = delta.carries_output() or delta.logprobs is not UNSET
         if relayed and self.tokens_received < self.hold.out_tokens:
-            self._hold_back(msgspec.structs.replace(delta, finish_reason=UNSET), out)
+            self._keep_pending(msgspec.structs.replace(delta, finish_reason=UNSET), out)
 
-    def _hold_back(self, piece: str | Delta, out: list[bytes]) -> None:
+    def _keep_pending(self, piece: str | Delta, out: list[bytes]) -> None:
         """``piece`` becomes the pending one; the one it replaces is written out."""
         if self._pending is not None:
             out.append(self._flush_pending())
@@ -347,20 +366,18 @@ class Completion:
     def _flush_pending(self) -> bytes:
         pending = self._pending
         assert pending is not None
-        if isinstance(pending, str):
-            chunk = self.encoder.content(pending, first=self._no_chunk_yet, last=False)
-        else:
-            chunk = self.encoder.delta(pending, first=self._no_chunk_yet, finish=None)
-        self._pending, self._no_chunk_yet = None, False
-        return chunk
+        self._pending = None
+        return self._chunk(pending)
+
+    def _chunk(self, piece: str | Delta) -> bytes:
+        """A choice chunk without finish_reason (the first one carries the role)."""
+        first, self._no_chunk_yet = self._no_chunk_yet, False
+        if isinstance(piece, str):
+            return self.encoder.content(piece, first=first, last=False)
+        return self.encoder.delta(piece, first=first, finish=None)
 
     async def _stop_upstream(self) -> None:
-        """Stop reading the upstream (a read in flight is cancelled) and close its stream."""
-        fetch, self._fetch = self._fetch, None
-        if fetch is not None and not fetch.done():
-            fetch.cancel()
-            with contextlib.suppress(BaseException):
-                await fetch
+        """Close the upstream's stream (a read it was cancelled in has already ended it)."""
         if self._pieces is not None:
             await _close(self._pieces)
 

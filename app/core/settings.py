@@ -70,9 +70,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     flush_lease_s: float = 10.0
     """A shard's drainer keeps it this long after its last batch; a dead one's shards are
     taken over after that."""
-    stream_hold_back_ms: float = 2.0
-    """How long the last token read is held for the next, so that the last content chunk
-    can carry finish_reason "stop" itself; a slower upstream ends with an empty stop chunk."""
     shutdown_grace_s: float = 30.0
     """After SIGTERM, how long streams in flight may run on; then they are cut (an error
     event, settled for what was delivered) and the worker flushes and exits."""

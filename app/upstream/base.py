@@ -39,10 +39,21 @@ class UpstreamError(Exception):
         self.client_error = client_error
 
 
-Piece = str | Delta | Usage
+class ChoiceEnd:
+    """The upstream's chunk with a finish_reason arrived: the choice has no more output."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "CHOICE_END"
+
+
+CHOICE_END = ChoiceEnd()
+
+Piece = str | Delta | Usage | ChoiceEnd
 """A content piece (one token's text), a delta that carries more than text (tool-call
-pieces, a refusal, reasoning, log probabilities, a finish reason), or, last, the usage an
-upstream reported."""
+pieces, a refusal, reasoning, log probabilities, a finish reason), ``CHOICE_END`` after
+the upstream's finish_reason, or, last, the usage an upstream reported."""
 
 
 class Provider(Protocol):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 from msgspec import UNSET
 
-from app.upstream.base import Piece, UpstreamError, Usage
+from app.upstream.base import CHOICE_END, Piece, UpstreamError, Usage
 from app.upstream.wire import Delta, ToolCallDelta
 
 
@@ -99,9 +99,9 @@ def _relayed(call: _ToolCallDelta) -> ToolCallDelta:
 
 
 def parse_data_line(line: bytes) -> list[Piece] | object | None:
-    """One line of an upstream SSE stream: its pieces (a text, a ``Delta``, a ``Usage``),
-    ``DONE``, or None for lines that carry nothing for svc (comments, blank lines,
-    role-only deltas)."""
+    """One line of an upstream SSE stream: its pieces (a text, a ``Delta``, ``CHOICE_END``
+    after a finish_reason, a ``Usage``), ``DONE``, or None for lines that carry nothing for
+    svc (comments, blank lines, role-only deltas)."""
     if not line.startswith(b"data:"):
         return None
     payload = line[5:].strip()
@@ -118,6 +118,8 @@ def parse_data_line(line: bytes) -> list[Piece] | object | None:
         piece = _choice_piece(choice)
         if piece is not None:
             pieces.append(piece)
+        if choice.finish_reason is not None:
+            pieces.append(CHOICE_END)
     if chunk.usage is not None:
         pieces.append(_usage(chunk.usage))
     return pieces or None

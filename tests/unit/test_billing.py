@@ -71,7 +71,7 @@ async def _open(
     await account(ledger, "acct_B", purchased=FUNDS)
     ident = await key(ledger, "acct_B", "kidB00000000")
     router = UpstreamRouter({"simulated": provider}, SimulatedProvider())  # type: ignore[dict-item]
-    service = CompletionService(ledger, router, deadline_s=900, hold_back_s=0.001, clock=clock)
+    service = CompletionService(ledger, router, deadline_s=900, clock=clock)
     params = parse_chat_request(json.dumps(body).encode(), ALIASES)
     return ident, await service.open(ident, params)
 

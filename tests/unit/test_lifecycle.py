@@ -9,6 +9,8 @@ import os
 import signal
 from collections.abc import AsyncIterator
 
+import pytest
+
 from app.chat.catalog import default_catalog
 from app.chat.completion import Completion, CompletionService
 from app.chat.lifecycle import STREAMS, GracePeriod, OpenStreams
@@ -46,7 +48,7 @@ async def _open(
     await account(ledger, "acct_S", purchased=100_000)
     ident = await key(ledger, "acct_S", "kidS00000000")
     router = UpstreamRouter({"simulated": provider}, SimulatedProvider())  # type: ignore[dict-item]
-    service = CompletionService(ledger, router, deadline_s=900, hold_back_s=0.01, clock=clock)
+    service = CompletionService(ledger, router, deadline_s=900, clock=clock)
     body = b'{"model": "svc-smart", "messages": [{"role": "user", "content": "hi"}]}'
     return ident, await service.open(ident, parse_chat_request(body, default_catalog().aliases))
 
@@ -80,22 +82,70 @@ async def test_a_stream_cut_mid_read_ends_cleanly_and_pays_what_was_delivered(
     provider = Stalling()
     ident, completion = await _open(ledger, clock, provider)
     writes: list[bytes] = []
-    second = asyncio.Event()
+    written = asyncio.Event()
 
     async def send(data: bytes, more: bool) -> None:
         writes.append(data)
-        if len(writes) == 2:
-            second.set()
+        written.set()
 
     relay = asyncio.ensure_future(completion.relay(send))
-    await asyncio.wait_for(second.wait(), 5)
+    await asyncio.wait_for(written.wait(), 5)
     assert len(STREAMS) == 1
-    await asyncio.sleep(0.05)  # "b" is held back, then sent: the relay waits on the upstream
+    await asyncio.sleep(0.05)  # "a" and "b" went out in one write; the relay waits upstream
     completion.cut()
-    await relay
+    await relay  # the cut's cancellation was taken back: the relay returns normally
     assert provider.closed.is_set()  # the upstream request was closed
     assert len(STREAMS) == 0
     await _check_cut(ledger, clock, ident, writes)
+
+
+async def test_a_cut_during_a_write_lets_the_write_finish(
+    ledger: RedisLedger, clock: Clock
+) -> None:
+    provider = Stalling()
+    ident, completion = await _open(ledger, clock, provider)
+    writes: list[bytes] = []
+    in_write, release = asyncio.Event(), asyncio.Event()
+
+    async def send(data: bytes, more: bool) -> None:
+        if not writes:
+            in_write.set()
+            await release.wait()  # a slow client: the first write takes a while
+        writes.append(data)
+
+    relay = asyncio.ensure_future(completion.relay(send))
+    await asyncio.wait_for(in_write.wait(), 5)
+    completion.cut()  # not cancelled mid-write: the stream ends after it
+    release.set()
+    await asyncio.wait_for(relay, 5)
+    await _check_cut(ledger, clock, ident, writes)
+
+
+async def test_a_client_leaving_while_cut_is_a_disconnect(
+    ledger: RedisLedger, clock: Clock
+) -> None:
+    provider = Stalling()
+    ident, completion = await _open(ledger, clock, provider)
+    written = asyncio.Event()
+
+    async def send(data: bytes, more: bool) -> None:
+        written.set()
+
+    relay = asyncio.ensure_future(completion.relay(send))
+    await asyncio.wait_for(written.wait(), 5)
+    await asyncio.sleep(0.01)
+    completion.cut()
+    relay.cancel()  # the client left too: the cancellation is not taken back
+    with pytest.raises(asyncio.CancelledError):
+        await relay
+    for _ in range(100):  # the abandoned stream's settlement runs in the background
+        if not await ledger.redis.zcard(ledger.layout.reservations(ident.shard)):
+            break
+        await asyncio.sleep(0.01)
+    stream = await ledger.redis.xrange(ledger.layout.events(ident.shard))
+    assert [fields[b"outcome"] for _, fields in stream] == [b"client_disconnect"]
+    _, balance = await ledger.balance(ident, clock())
+    assert balance.total == 100_000 - 1  # the two tokens delivered
 
 
 async def test_a_stream_that_registers_after_cutting_began_is_cut_at_once(

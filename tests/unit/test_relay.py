@@ -13,7 +13,7 @@ from app.chat.completion import CompletionService
 from app.chat.request import parse_chat_request
 from app.chat.router import UpstreamRouter
 from app.credits.ledger import RedisLedger
-from app.upstream.base import Piece, UpstreamCall, UpstreamError, Usage
+from app.upstream.base import CHOICE_END, Piece, UpstreamCall, UpstreamError, Usage
 from app.upstream.simulated import SimulatedProvider
 from app.upstream.wire import Delta, ToolCallDelta, ToolCallFunctionDelta
 from tests.conftest import Clock
@@ -44,7 +44,7 @@ async def _relay(
     ident = await key(ledger, "acct_R", "kidR00000000")
     aliases = default_catalog().aliases
     router = UpstreamRouter({"simulated": ScriptedProvider(script)}, SimulatedProvider())  # type: ignore[dict-item]
-    service = CompletionService(ledger, router, deadline_s=900, hold_back_s=0.02, clock=clock)
+    service = CompletionService(ledger, router, deadline_s=900, clock=clock)
     body = body or {"model": "svc-fast", "messages": [{"role": "user", "content": "hi"}]}
     completion = await service.open(ident, parse_chat_request(json.dumps(body).encode(), aliases))
     writes: list[bytes] = []
@@ -73,14 +73,14 @@ def _finishes(chunks: list[dict[str, object]]) -> list[tuple[str | None, str | N
 
 async def test_what_arrives_together_is_written_together(ledger: RedisLedger, clock: Clock) -> None:
     writes, _ = await _relay(ledger, clock, [(0, ["a", "b", "c"]), (0, ["d", Usage(4, 4)])])
-    # a and b at once (c held for what follows); c with the next read (d held); d and stop
-    # together with the metadata
-    assert [w.count(b'"content"') for w in writes] == [2, 1, 1]
+    # a, b and c at once; d came with the usage report, the end: it carries stop itself
+    # and goes out with the metadata chunk
+    assert [w.count(b'"content"') for w in writes] == [3, 1]
     assert _finishes(_chunks(writes)) == [("a", None), ("b", None), ("c", None), ("d", "stop")]
 
 
-async def test_a_token_is_held_back_only_briefly(ledger: RedisLedger, clock: Clock) -> None:
-    # the upstream ends 0.1 s after its last token: longer than the 0.02 s hold
+async def test_no_token_waits_for_the_next_read(ledger: RedisLedger, clock: Clock) -> None:
+    # the upstream ends 0.1 s after its last token: "b" went out when it arrived
     writes, balance = await _relay(ledger, clock, [(0, ["a"]), (0.1, ["b"]), (0.1, [Usage(4, 2)])])
     assert [w.count(b'"content"') for w in writes] == [1, 1, 1]
     chunks = _chunks(writes)
@@ -88,6 +88,37 @@ async def test_a_token_is_held_back_only_briefly(ledger: RedisLedger, clock: Clo
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"  # type: ignore[index]
     assert chunks[-1]["svc"]["credits_used"] == 1  # type: ignore[index]
     assert balance == 100_000 - 1
+
+
+@pytest.mark.parametrize(
+    ("script", "finishes"),
+    [
+        # the upstream's finish in the same read as the last token: that token says stop
+        ([(0, ["a"]), (0, ["b", CHOICE_END]), (0.05, [Usage(4, 2)])], [("a", None), ("b", "stop")]),
+        # the finish in a read of its own: an empty-content chunk says stop
+        (
+            [(0, ["a"]), (0, ["b"]), (0, [CHOICE_END, Usage(4, 2)])],
+            [("a", None), ("b", None), ("", "stop")],
+        ),
+        # a one-token answer that arrives whole: one chunk with role, text and stop
+        ([(0, ["a", CHOICE_END, Usage(4, 1)])], [("a", "stop")]),
+        # output after the upstream's finish is still relayed; the last of it says stop
+        ([(0, ["a", CHOICE_END]), (0, ["b"]), (0, [Usage(4, 2)])], [("a", None), ("b", "stop")]),
+    ],
+)
+async def test_the_read_that_ends_the_choice_decides_where_stop_goes(
+    ledger: RedisLedger,
+    clock: Clock,
+    script: Script,
+    finishes: list[tuple[str | None, str | None]],
+) -> None:
+    writes, _ = await _relay(ledger, clock, script)
+    chunks = _chunks(writes)
+    assert _finishes(chunks) == finishes
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"  # type: ignore[index]
+    assert (
+        sum(c["choices"][0]["delta"].get("role") is not None for c in chunks if c["choices"]) == 1
+    )  # type: ignore[index]
 
 
 async def test_an_upstream_failure_after_a_held_token(ledger: RedisLedger, clock: Clock) -> None:
@@ -124,7 +155,7 @@ async def test_cancelling_mid_read_settles_and_closes(
             return None
 
     router = UpstreamRouter({"simulated": Stalling()}, SimulatedProvider())  # type: ignore[dict-item]
-    service = CompletionService(ledger, router, deadline_s=900, hold_back_s=0.01, clock=clock)
+    service = CompletionService(ledger, router, deadline_s=900, clock=clock)
     body = b'{"model": "svc-fast", "messages": [{"role": "user", "content": "hi"}]}'
     completion = await service.open(ident, parse_chat_request(body, default_catalog().aliases))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from app.upstream.base import UpstreamCall, UpstreamError, Usage
+from app.upstream.base import CHOICE_END, UpstreamCall, UpstreamError, Usage
 from app.upstream.openai_compat import request_body, sanitize
 from app.upstream.sse import DONE, parse_data_line
 from app.upstream.wire import ChatRequest, Delta, ToolCallDelta, ToolCallFunctionDelta
@@ -16,7 +16,12 @@ def test_lines() -> None:
     assert (
         parse_data_line(b'data:{"choices":[{"delta":{"role":"assistant","content":""}}]}') is None
     )
-    assert parse_data_line(b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}') is None
+    finish = b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}'
+    assert parse_data_line(finish) == [CHOICE_END]
+    last = b'data: {"choices":[{"delta":{"content":"!"},"finish_reason":"length"}]}'
+    assert parse_data_line(last) == [Delta(content="!", finish_reason="length"), CHOICE_END]
+    stop = b'data: {"choices":[{"delta":{"content":"!"},"finish_reason":"stop"}]}'
+    assert parse_data_line(stop) == ["!", CHOICE_END]
     usage = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":9}}'
     assert parse_data_line(usage) == [Usage(3, 9)]
     assert parse_data_line(b"data: [DONE]") is DONE
@@ -130,7 +135,7 @@ def test_deltas_beyond_text_are_parsed() -> None:
         )
     ]
     finish = b'data: {"choices":[{"delta":{},"finish_reason":"tool_calls"}]}'
-    assert parse_data_line(finish) == [Delta(finish_reason="tool_calls")]
+    assert parse_data_line(finish) == [Delta(finish_reason="tool_calls"), CHOICE_END]
     refusal = b'data: {"choices":[{"delta":{"refusal":"no"}}]}'
     assert parse_data_line(refusal) == [Delta(refusal="no")]
     reasoning = b'data: {"choices":[{"delta":{"reasoning_content":"hmm"}}]}'
