@@ -33,7 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--tokens-concurrency", type=_ints, help="tokens scenario, e.g. 200,1000")
     run.add_argument("--duration", type=float, help="measured seconds per point")
     run.add_argument("--warmup", type=float, help="warm-up seconds per point")
-    run.add_argument("--memory-streams", type=int, help="slow streams held for the RSS check")
+    run.add_argument(
+        "--memory-streams", type=int, help="slow streams held open per worker for the RSS check"
+    )
     run.add_argument("--client", choices=["aiohttp", "openai"], help="load generator client")
     run.add_argument("--peer", action="append", default=[], help="also measure: litellm, portkey")
     run.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder of the results")
@@ -41,6 +43,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     load = sub.add_parser("load", help="one closed-loop point; prints a JSON result")
     load.add_argument("--config", required=True, help="a LoadConfig as JSON")
+
+    reader = sub.add_parser("reader", help="CPU per chunk of upstream readers (bench/reader.py)")
+    reader.add_argument("--concurrency", type=int, default=200)
+    reader.add_argument("--streams", type=int, default=1000)
+    reader.add_argument("--chunks", type=int, default=50)
+    reader.add_argument("--delay-ms", type=int, default=10)
+    reader.add_argument("--rounds", type=int, default=3)
 
     mock = sub.add_parser("mock", help="run the mock upstream in the foreground")
     mock.add_argument("--host", default="127.0.0.1")
@@ -87,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
         with_uvloop()
         result = asyncio.run(run_load(cfg))
         sys.stdout.buffer.write(msgspec.json.encode(result) + b"\n")
+        return 0
+    if args.command == "reader":
+        from bench.reader import main as readers
+
+        readers(args.concurrency, args.streams, args.chunks, args.delay_ms, args.rounds)
         return 0
     from bench.mock_upstream import Options, _serve
 

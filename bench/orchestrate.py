@@ -79,7 +79,7 @@ class Profile(msgspec.Struct, frozen=True, kw_only=True):
     scenarios: tuple[str, ...] = ("fast", "slow")
     duration_s: float = 8.0
     warmup_s: float = 2.0
-    memory_streams: int = 1000  # concurrent slow streams held for the RSS check; 0 = skip
+    memory_streams: int = 1000  # slow streams held open per worker for the RSS check; 0 = skip
     memory_duration_s: float = 8.0
     monitor_requests: int = 50  # requests sampled with MONITOR for the wire-command count
     client: str = "aiohttp"
@@ -94,6 +94,11 @@ def scenario_model(scenario: str, profile: Profile) -> tuple[str, str]:
     if scenario == "tokens":
         return TOKENS_ALIAS, f"bench-tokens{profile.tokens_chunks}x{profile.tokens_delay_ms}"
     return SCENARIOS[scenario]
+
+
+def memory_concurrency(profile: Profile) -> int:
+    """Streams the memory point holds open: ``memory_streams`` for each worker."""
+    return profile.memory_streams * profile.workers
 
 
 def concurrencies(scenario: str, profile: Profile) -> tuple[int, ...]:
@@ -621,7 +626,8 @@ def wire_commands(valkey: BenchRedis, svc: Svc, requests: int) -> WireSample:
 
 
 def measure_memory(svc: Svc, profile: Profile) -> tuple[Point, str] | None:
-    """Peak RSS per worker while ``memory_streams`` slow streams are held open at once."""
+    """Peak RSS per worker while ``memory_streams`` slow streams per worker are held open
+    at once."""
     if profile.memory_streams <= 0:
         return None
     pid, key = svc.new_funded_key()
@@ -629,7 +635,7 @@ def measure_memory(svc: Svc, profile: Profile) -> tuple[Point, str] | None:
         base_url=svc.base_url,
         model=scenario_model("memory", profile)[0],
         api_key=key,
-        concurrency=profile.memory_streams,
+        concurrency=memory_concurrency(profile),
         duration_s=profile.memory_duration_s,
         warmup_s=1.0,
         ramp_s=1.0,
