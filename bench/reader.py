@@ -7,9 +7,10 @@ the figures are the read path's own cost, the part of svc's per-chunk CPU that t
 upstream client decides.
 
 Readers:
-- ``aiohttp``: svc's provider as it reads (``content.readany()`` with a sock_read timeout)
-  and its SSE parsing (``LineSplitter``), i.e. ``AiohttpProvider.stream``.
-- ``aiohttp-no-parse``: the same reads, the bytes dropped (what parsing costs).
+- ``svc``: svc's own provider, ``AiohttpProvider.stream``, read to the end (its reads,
+  timeouts, SSE parsing into pieces).
+- ``aiohttp``: ``content.readany()`` with a sock_read timeout, as svc's session reads, the
+  bytes dropped (the difference to ``svc`` is parsing and the provider's own code).
 - ``aiohttp-no-sock-read``: the same reads with no sock_read timeout (aiohttp re-arms a
   timer on every received packet when it is set).
 - ``raw``: a bare asyncio protocol on a socket of its own, HTTP written by hand, bytes
@@ -27,7 +28,10 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from app.upstream.sse import LineSplitter
+from app.upstream.base import UpstreamCall
+from app.upstream.config import ProviderConfig
+from app.upstream.openai_compat import AiohttpProvider
+from app.upstream.wire import ChatRequest, Message
 from bench.mock_upstream import start_in_subprocess
 
 BODY = msgspec.json.encode(
@@ -44,21 +48,21 @@ def _body(model: str) -> bytes:
     return BODY.replace(b'"model":""', b'"model":' + msgspec.json.encode(model))
 
 
-async def _aiohttp_stream(session: aiohttp.ClientSession, url: str, model: str, parse: bool) -> int:
+async def _aiohttp_stream(session: aiohttp.ClientSession, url: str, model: str) -> int:
     reads = 0
     async with session.post(url, data=_body(model)) as response:
-        splitter = LineSplitter()
         content = response.content
-        while not splitter.done:
-            data = await content.readany()
-            if not data:
-                break
+        while data := await content.readany():
             reads += 1
-            if parse:
-                splitter.feed(data)
-            elif data.endswith(b"data: [DONE]\n\n"):
+            if data.endswith(b"data: [DONE]\n\n"):
                 break
     return reads
+
+
+async def _svc_stream(provider: AiohttpProvider, model: str) -> int:
+    request = ChatRequest(model=model, messages=[Message(role="user", content="hi")])
+    call = UpstreamCall(model=model, request=request, max_tokens=4096)
+    return sum([1 async for _ in provider.stream(call)])
 
 
 class _Counter(asyncio.Protocol):
@@ -107,20 +111,23 @@ async def run_reader(reader: str, url: str, model: str, concurrency: int, stream
     host, port = url.split("//")[1].split("/")[0].split(":")
     if reader == "raw":
         return await _measure(concurrency, streams, lambda: _raw_stream(host, int(port), model))
+    if reader == "svc":
+        provider = AiohttpProvider(ProviderConfig(base_url=url, max_connections=concurrency))
+        try:
+            return await _measure(concurrency, streams, lambda: _svc_stream(provider, model))
+        finally:
+            await provider.close()
     sock_read = None if reader == "aiohttp-no-sock-read" else 60.0
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=sock_read)
     connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=0)
     async with aiohttp.ClientSession(
         connector=connector, timeout=timeout, auto_decompress=False
     ) as session:
-        parse = reader == "aiohttp"
         target = url + "/chat/completions"
-        return await _measure(
-            concurrency, streams, lambda: _aiohttp_stream(session, target, model, parse)
-        )
+        return await _measure(concurrency, streams, lambda: _aiohttp_stream(session, target, model))
 
 
-READERS = ("aiohttp", "aiohttp-no-parse", "aiohttp-no-sock-read", "raw")
+READERS = ("svc", "aiohttp", "aiohttp-no-sock-read", "raw")
 
 
 def main(concurrency: int, streams: int, chunks: int, delay_ms: int, rounds: int) -> None:
