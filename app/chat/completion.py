@@ -25,6 +25,7 @@ from app.chat.request import ChatParams
 from app.chat.router import UpstreamRouter
 from app.core.errors import ApiError, ErrorKind
 from app.core.ids import completion_ids, random_id
+from app.core.interrupts import Interruptible
 from app.core.metrics import METRICS
 from app.core.settings import HEARTBEATS_PER_DEADLINE
 from app.credits.ledger import RedisLedger
@@ -126,9 +127,7 @@ class Completion:
         self.usage: Usage | None = None
         self._pieces: AsyncIterator[list[Piece]] | None = None
         self._first: list[Piece] = []
-        self._task: asyncio.Task[Any] | None = None  # the task relaying (``cut`` cancels it)
-        self._reading = False  # it is waiting on the upstream
-        self._cut_cancel = False  # ``cut`` cancelled it
+        self._upstream_wait = Interruptible()  # ``cut`` interrupts a read in progress
         self._pending: str | Delta | None = None  # output held for the closing chunk
         self._choice_ended = False  # the upstream's finish or usage arrived
         self._tool_calls = False  # the upstream called tools: the stream ends "tool_calls"
@@ -239,7 +238,6 @@ class Completion:
         """
         pieces = self._pieces
         assert pieces is not None
-        self._task = asyncio.current_task()
         heartbeat = _Heartbeat(self)
         batch = self._first
         try:
@@ -256,15 +254,15 @@ class Completion:
                     await heartbeat.beat()
                 if self._cut:
                     raise StreamCut
-                self._reading = True
+                self._upstream_wait.enter()
                 try:
                     batch = await pieces.__anext__()
                 except StopAsyncIteration:
                     break
                 finally:
-                    self._reading = False
+                    self._upstream_wait.leave()
         except asyncio.CancelledError:
-            if not self._cancelled_by_cut():
+            if not self._upstream_wait.taken_back():
                 raise
             await self._send_pending(send)
             raise StreamCut from None
@@ -277,18 +275,7 @@ class Completion:
         """End the stream at the next chunk boundary (graceful shutdown, app.chat.lifecycle):
         a read in progress is interrupted, a write in progress finishes first."""
         self._cut = True
-        if self._reading and self._task is not None and not self._cut_cancel:
-            self._cut_cancel = True
-            self._task.cancel()
-
-    def _cancelled_by_cut(self) -> bool:
-        """Whether a CancelledError is ``cut``'s alone (then it is taken back); one that
-        also comes from our caller (the client left) stays a cancellation."""
-        task = self._task
-        if not self._cut_cancel or task is None or task.cancelling() != 1:
-            return False
-        task.uncancel()
-        return True
+        self._upstream_wait.interrupt()
 
     async def _send_pending(self, send: SendBytes) -> None:
         if self._pending is not None:

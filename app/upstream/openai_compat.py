@@ -18,6 +18,7 @@ import httpx
 import msgspec
 from msgspec import UNSET
 
+from app.core.interrupts import Interruptible
 from app.upstream.base import Piece, UpstreamCall, UpstreamError
 from app.upstream.config import ProviderConfig
 from app.upstream.sse import LineSplitter
@@ -76,6 +77,56 @@ def _status_error(status: int, body: bytes, model: str) -> UpstreamError:
     return UpstreamError(f"upstream status {status}")
 
 
+async def _first_pieces(content: aiohttp.StreamReader, splitter: LineSplitter) -> list[Piece]:
+    """Read until the stream's first pieces (its head may come in reads of its own)."""
+    while not splitter.done:
+        data = await content.readany()
+        if not data:
+            break
+        pieces = splitter.feed(data)
+        if pieces:
+            return pieces
+    raise UpstreamError("upstream closed the stream early")
+
+
+class _IdleTimeout:
+    """The longest silence allowed while reading a stream, kept by one timer per idle
+    period rather than one per read: each read only notes when it started, and the timer,
+    when it fires, interrupts a read that has waited the whole period or re-arms itself."""
+
+    __slots__ = ("_expired", "_handle", "_idle_s", "_loop", "_started", "_wait")
+
+    def __init__(self, idle_s: float) -> None:
+        self._idle_s = idle_s
+        self._loop = asyncio.get_running_loop()
+        self._wait = Interruptible()
+        self._started = self._loop.time()
+        self._expired = False
+        self._handle = self._loop.call_at(self._started + idle_s, self._check)
+
+    def read_starts(self) -> None:
+        self._started = self._loop.time()
+        self._wait.enter()
+
+    def read_ends(self) -> None:
+        self._wait.leave()
+
+    def expired(self) -> bool:
+        """Whether the cancellation being handled is this timeout's alone (then taken back)."""
+        return self._expired and self._wait.taken_back()
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        if self._wait.waiting and now - self._started >= self._idle_s:
+            self._expired = self._wait.interrupt()
+            return
+        since = self._started if self._wait.waiting else now
+        self._handle = self._loop.call_at(since + self._idle_s, self._check)
+
+    def close(self) -> None:
+        self._handle.cancel()
+
+
 class AiohttpProvider:
     """A pooled aiohttp session per provider; one streamed POST per completion."""
 
@@ -90,10 +141,10 @@ class AiohttpProvider:
             connector = aiohttp.TCPConnector(
                 limit=self.config.max_connections, limit_per_host=0, keepalive_timeout=30
             )
+            # no sock_read: aiohttp would re-arm a timer on every packet received;
+            # _IdleTimeout keeps the same limit with one timer per idle period
             timeout = aiohttp.ClientTimeout(
-                total=None,
-                sock_connect=self.config.connect_timeout_s,
-                sock_read=self.config.idle_timeout_s,
+                total=None, sock_connect=self.config.connect_timeout_s, sock_read=None
             )
             self._session = aiohttp.ClientSession(
                 connector=connector, timeout=timeout, auto_decompress=False
@@ -101,6 +152,8 @@ class AiohttpProvider:
         return self._session
 
     async def stream(self, call: UpstreamCall) -> AsyncIterator[list[Piece]]:
+        # One generator from request to last read: every chunk passes through it, and a
+        # layer more costs per chunk (bench/reader.py).
         # One deadline for the first token: connecting, the response head and the first
         # content all count against first_byte_timeout_s together.
         deadline = asyncio.get_running_loop().time() + self.config.first_byte_timeout_s
@@ -111,37 +164,38 @@ class AiohttpProvider:
                 )
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise UpstreamError(f"connect failed: {type(exc).__name__}") from exc
+        idle: _IdleTimeout | None = None
         try:
             if response.status != 200:
                 raise _status_error(response.status, await response.read(), call.model)
-            async for pieces in self._pieces(response, deadline):
-                yield pieces
-        finally:
-            response.close()  # a stream left early must not return to the pool half-read
-
-    async def _pieces(
-        self, response: aiohttp.ClientResponse, first_deadline: float
-    ) -> AsyncIterator[list[Piece]]:
-        # One read takes whatever has arrived: under load that is several events at once.
-        # Between reads the session's sock_read timeout is the idle timeout.
-        splitter = LineSplitter()
-        content = response.content
-        first = True
-        try:
+            # One read takes whatever has arrived: under load that is several events at once.
+            splitter = LineSplitter()
+            content = response.content
+            async with asyncio.timeout_at(deadline):
+                pieces = await _first_pieces(content, splitter)
+            idle = _IdleTimeout(self.config.idle_timeout_s)
+            yield pieces
             while not splitter.done:
-                if first:
-                    async with asyncio.timeout_at(first_deadline):
-                        data = await content.readany()
-                else:
+                idle.read_starts()
+                try:
                     data = await content.readany()
+                except asyncio.CancelledError:
+                    if idle.expired():
+                        raise UpstreamError("stream failed: idle timeout") from None
+                    raise
+                finally:
+                    idle.read_ends()
                 if not data:
                     raise UpstreamError("upstream closed the stream early")
                 pieces = splitter.feed(data)
                 if pieces:
-                    first = False
                     yield pieces
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise UpstreamError(f"stream failed: {type(exc).__name__}") from exc
+        finally:
+            if idle is not None:
+                idle.close()
+            response.close()  # a stream left early must not return to the pool half-read
 
     async def close(self) -> None:
         if self._session is not None:

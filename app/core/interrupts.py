@@ -1,0 +1,59 @@
+"""Interrupting a task while it waits, without a task, timer or future per wait.
+
+The relay awaits its upstream directly in the task that serves the request. Two things
+must be able to stop such a wait from outside: the shutdown's cut and the upstream's idle
+timeout. Both cancel the waiting task, but only while it is inside the wait (never in the
+middle of a write), and both take their cancellation back afterwards, so a cancellation
+that also came from elsewhere (the client left) still reaches the task's caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+
+class Interruptible:
+    """One task's wait that another party may interrupt.
+
+    The waiting code brackets its await with ``enter()`` and ``leave()``; the interrupting
+    party calls ``interrupt()``; the waiting code, catching ``CancelledError``, calls
+    ``taken_back()`` to learn whether the cancellation was the interrupt's alone.
+    """
+
+    __slots__ = ("_interrupted", "_task", "_waiting")
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task[object] | None = None
+        self._waiting = False
+        self._interrupted = False
+
+    def enter(self) -> None:
+        """The current task starts waiting (an iterator may be read by several tasks in
+        turn: the one waiting now is the one interrupted)."""
+        self._task = asyncio.current_task()
+        self._waiting = True
+
+    def leave(self) -> None:
+        self._waiting = False
+
+    @property
+    def waiting(self) -> bool:
+        return self._waiting
+
+    def interrupt(self) -> bool:
+        """Cancel the waiting task, once; False when nothing is waiting."""
+        if not self._waiting or self._interrupted or self._task is None:
+            return False
+        self._interrupted = True
+        self._task.cancel()
+        return True
+
+    def taken_back(self) -> bool:
+        """Whether the ``CancelledError`` being handled was the interrupt's alone; it is then
+        taken back (the task is no longer cancelled). False for any other cancellation."""
+        task = self._task
+        if not self._interrupted or task is None:
+            return False
+        self._interrupted = False
+        task.uncancel()
+        return task.cancelling() == 0
