@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from types import SimpleNamespace
@@ -23,6 +22,7 @@ from app.kv.layout import KeySpace
 from app.runtime import Services
 from app.upstream.simulated import SimulatedProvider
 from tests.conftest import Clock
+from tests.rsgi_transport import FakeHeaders, FakeProtocol, FakeScope
 from tests.unit.scripts_helpers import account, key
 
 BODY = b'{"model":"svc-fast","messages":[{"role":"user","content":"hi"}]}'
@@ -62,32 +62,21 @@ async def test_a_settlement_redis_times_out_is_one_warning_and_the_sweeper_refun
         raise redis.exceptions.TimeoutError("Timeout reading from socket")
 
     monkeypatch.setattr(ledger, "settle", settle_timing_out)
-    messages = iter([{"type": "http.request", "body": BODY, "more_body": False}])
-    never = asyncio.Event()
-
-    async def receive() -> Any:
-        message = next(messages, None)
-        if message is None:
-            await never.wait()  # the client stays connected
-        return message
-
-    sent: list[dict[str, Any]] = []
-
-    async def send(message: Any) -> None:
-        sent.append(message)
-
-    scope: Any = {"type": "http", "method": "POST", "path": CHAT_PATH, "headers": []}
+    protocol = FakeProtocol([BODY])  # the client stays connected
+    scope = FakeScope("POST", CHAT_PATH, FakeHeaders([]))
     caplog.set_level(logging.INFO)
     token = request_id.set("req_settle")  # as the Gateway does for every request
     try:
-        await serve_chat(services, scope, receive, send, "req_settle")  # returns, no raise
+        await serve_chat(services, scope, protocol, "req_settle")  # returns, no raise
         ours = [r for r in caplog.records if r.name == "svc.http"]
         lines = [json.loads(JsonFormatter().format(r)) for r in ours]
     finally:
         request_id.reset(token)
 
-    assert sent[0]["status"] == 200
-    assert all(m.get("more_body", True) for m in sent[1:])  # cut short: no [DONE]
+    assert protocol.response.result().status == 200
+    sent = list(protocol.stream.chunks)
+    assert sent[-1] is None  # the body has ended (its transport was let go) ...
+    assert all(b"[DONE]" not in chunk for chunk in sent[:-1] if chunk)  # ... cut short
     assert [(r.levelno, r.exc_info) for r in ours] == [(logging.WARNING, None)]
     line = lines[0]
     assert line["request_id"] == "req_settle"
