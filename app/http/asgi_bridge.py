@@ -9,6 +9,7 @@ RSGI response.
 
 from __future__ import annotations
 
+import asyncio
 import urllib.parse
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
@@ -78,6 +79,7 @@ class ASGIRequest:
         self._body: AsyncGenerator[bytes, None] | None = body_chunks(scope, protocol)
         self._start: tuple[int, list[tuple[str, str]]] | None = None
         self._transport: StreamTransport | None = None
+        self._responded = asyncio.Event()  # the response has been sent in full
 
     async def run(self, app: ASGIApp) -> None:
         try:
@@ -89,7 +91,8 @@ class ASGIRequest:
 
     async def receive(self) -> Message:
         """The body's chunks as ``http.request`` messages (an empty last one ends it), then
-        ``http.disconnect`` once the client has gone."""
+        ``http.disconnect`` once the client has gone or the response has been sent, as
+        ASGI has it (Litestar's streamed responses wait for it to finish)."""
         if self._body is not None:
             try:
                 chunk = await anext(self._body, None)
@@ -100,7 +103,8 @@ class ASGIRequest:
                 return {"type": "http.request", "body": chunk, "more_body": True}
             self._body = None
             return {"type": "http.request", "body": b"", "more_body": False}
-        await self._protocol.client_disconnect()
+        if not self._responded.is_set():
+            await _first_of(self._protocol.client_disconnect(), self._responded.wait())
         return {"type": "http.disconnect"}
 
     async def send(self, message: Message) -> None:
@@ -128,10 +132,12 @@ class ASGIRequest:
             self._start = None
             if not more:
                 self._protocol.response_bytes(status, headers, body)
+                self._responded.set()
                 return
             transport = self._transport = self._protocol.response_stream(status, headers)
         if not more:
             self._transport = None
+            self._responded.set()
         if body:
             await transport.send_bytes(body)
 
@@ -139,3 +145,13 @@ class ASGIRequest:
         body, self._body = self._body, None
         if body is not None:  # the app did not read it all
             await body.aclose()
+
+
+async def _first_of(*waits: Awaitable[object]) -> None:
+    """Wait until one of ``waits`` is done; the others are cancelled."""
+    futures = [asyncio.ensure_future(wait) for wait in waits]
+    try:
+        await asyncio.wait(futures, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for future in futures:
+            future.cancel()

@@ -85,6 +85,9 @@ class Gateway:
 
 
 def _reason(failed: LifespanFailed) -> str:
-    """The app's own exception, named, when there is one."""
+    """The app's own exception, named, when there is one: out of the group that Litestar's
+    lifespan (an anyio task group) wraps it in."""
     cause = failed.__cause__
+    while isinstance(cause, BaseExceptionGroup) and len(cause.exceptions) == 1:
+        cause = cause.exceptions[0]
     return f"{type(cause).__name__}: {cause}" if cause is not None else str(failed)
