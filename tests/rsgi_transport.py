@@ -107,16 +107,23 @@ class FakeStreamTransport:
         self._stream = stream
 
     async def send_bytes(self, data: bytes) -> None:
-        if self._protocol.gone.is_set():
+        if self._protocol.gone.is_set() and self._protocol.writes_notice_disconnect:
             raise RSGIProtocolClosed("RSGI transport is closed")
         self._stream.put(bytes(data))
 
 
 class FakeProtocol:
-    """granian's HTTP protocol object of one request."""
+    """granian's HTTP protocol object of one request. With ``writes_notice_disconnect``
+    false, writes after the client has gone still succeed, as they do in granian until
+    the server has noticed."""
 
-    def __init__(self, body: AsyncIterable[bytes] | Iterable[bytes] = ()) -> None:
+    def __init__(
+        self,
+        body: AsyncIterable[bytes] | Iterable[bytes] = (),
+        writes_notice_disconnect: bool = True,
+    ) -> None:
         self._body = body
+        self.writes_notice_disconnect = writes_notice_disconnect
         self.gone = asyncio.Event()
         self.response: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self.stream = _Stream()

@@ -364,6 +364,25 @@ async def test_a_body_over_the_limit_is_413(svc: Svc) -> None:
     assert_common_headers(response)
 
 
+async def test_a_streamed_body_over_the_limit_is_413_without_a_content_length(svc: Svc) -> None:
+    limit = svc.services.settings.max_body_bytes
+    sent = 0
+
+    async def body() -> AsyncIterator[bytes]:
+        nonlocal sent
+        while sent <= 4 * limit:
+            sent += 65_536
+            yield b" " * 65_536
+
+    async with svc.client() as client:
+        response = await client.post(
+            CHAT, content=body(), headers={"authorization": f"Bearer {svc.account.live_key}"}
+        )
+    assert_error(response, 413, "invalid_request_error", "request_too_large")
+    assert_common_headers(response)
+    assert sent <= limit + 65_536  # read no further than the limit
+
+
 async def test_not_enough_credits_is_402_and_tells_sdks_not_to_retry(svc: Svc) -> None:
     accounts = svc.services.accounts
     pid = await accounts.create_account()  # no credits
