@@ -1,10 +1,10 @@
 """An ASGI app (Litestar) behind granian's RSGI interface.
 
-granian serves one interface per server, and svc's is RSGI: the chat route's streams cost
-less CPU per chunk there (docs/architecture.md). Every other route is Litestar's, an ASGI
-app, so each of their requests goes through ``ASGIRequest``: the RSGI scope becomes an ASGI
-scope, ``receive`` streams the request body, ``send`` turns the response messages into one
-RSGI response.
+granian serves one interface per server, and svc's is RSGI, so that the chat route writes
+its stream straight into granian (docs/architecture.md). Every other route is Litestar's,
+an ASGI app, so each of their requests goes through ``ASGIRequest``: the RSGI scope becomes
+an ASGI scope, ``receive`` streams the request body, ``send`` turns the response messages
+into one RSGI response.
 """
 
 from __future__ import annotations
