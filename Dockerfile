@@ -29,7 +29,8 @@ ENV PATH=/opt/svc/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     SVC_DATA_DIR=/var/lib/svc \
     SVC_METRICS_DIR=/tmp/svc-metrics \
-    GRANIAN_INTERFACE=asgi \
+    GRANIAN_INTERFACE=rsgi \
+    GRANIAN_WEBSOCKETS=false \
     GRANIAN_HOST=0.0.0.0 \
     GRANIAN_PORT=8000 \
     GRANIAN_WORKERS=2 \
@@ -43,6 +44,6 @@ EXPOSE 8000
 # Liveness: the process answers (readiness, with Redis and the store, is GET /readyz).
 HEALTHCHECK --interval=15s --timeout=3s --start-period=20s --retries=3 \
   CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2)"]
-# granian runs svc's ASGI app directly; `svc admin …` works in the same image
+# granian runs svc's RSGI app directly; `svc admin …` works in the same image
 # (docker compose exec svc svc admin reconcile).
-ENTRYPOINT ["granian", "app.asgi:app"]
+ENTRYPOINT ["granian", "app.rsgi:app"]

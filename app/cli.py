@@ -259,10 +259,11 @@ def serve(args: argparse.Namespace) -> int:
             "serving on http://%s:%s/v1 with %d worker(s)", settings.host, settings.port, workers
         )
         Granian(
-            "app.asgi:app",
+            "app.rsgi:app",
             address=settings.host,
             port=settings.port,
-            interface=Interfaces.ASGI,
+            interface=Interfaces.RSGI,  # the chat streams' interface; Litestar is adapted
+            websockets=False,  # svc has no websocket route
             workers=workers,
             loop=Loops.uvloop,
             log_access=False,

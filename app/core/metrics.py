@@ -2,7 +2,7 @@
 
 Each worker writes its counters and histograms to memory-mapped files in one directory
 (prometheus-client's multiprocess mode); whichever worker answers ``GET /metrics`` sums
-them. The ASGI entry point (``app.asgi``) switches its worker over with
+them. The RSGI entry point (``app.rsgi``) switches its worker over with
 ``share_across_workers`` before serving; granian forks workers from a process that already
 imported this module, so the switch rebuilds the metrics in place. A process that never
 switches (tests, admin commands) keeps its metrics in memory.

@@ -2,7 +2,7 @@
 
 Litestar generates it from the routes; handlers add what it cannot infer (their error
 responses, security, the bodies and query parameters they decode themselves), and
-``complete_document`` adds the rest once per worker: the raw ASGI chat route, the
+``complete_document`` adds the rest once per worker: the chat route (served over RSGI), the
 msgspec schemas of the request bodies and stream chunks, and the headers every response
 carries. The schemathesis suite (tests/e2e/test_schemathesis.py) holds the server to it.
 """
@@ -290,7 +290,7 @@ _STREAM_DOC = (
 
 
 def _chat_operation() -> dict[str, Any]:
-    """``POST /v1/chat/completions``, a raw ASGI route Litestar does not document."""
+    """``POST /v1/chat/completions``, served outside Litestar, which does not document it."""
     responses: dict[str, Any] = {
         "200": {
             "description": _STREAM_DOC,

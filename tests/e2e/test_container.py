@@ -1,5 +1,5 @@
 """The container's entry point, run as the Dockerfile configures it: granian started with
-the image's GRANIAN_* and SVC_* variables on ``app.asgi:app``, against a real Valkey and
+the image's GRANIAN_* and SVC_* variables on ``app.rsgi:app``, against a real Valkey and
 SQLite (the image itself is not built here; this runs the same command in the test venv)."""
 
 from __future__ import annotations

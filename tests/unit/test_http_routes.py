@@ -1,9 +1,10 @@
-"""The HTTP layer in process: the Gateway (chat fast path + Litestar app) driven through
-``httpx.ASGITransport`` on fakeredis and a SQLite store, without granian.
+"""The HTTP layer in process: the Gateway granian serves (the RSGI chat route, and the
+Litestar app behind the ASGI adapter) driven through ``tests.rsgi_transport`` on fakeredis
+and a SQLite store, without granian. Every route takes the path it takes in production.
 
-The Gateway is plain ASGI, not a Litestar app, so Litestar's test client is not used: its
-lifespan would open the Redis and database of the settings. The services are built here
-instead and put where the lifespan would put them (``app.state.services``).
+The Gateway is an RSGI app, not a Litestar app, so Litestar's test client is not used, nor
+the lifespan (it would open the Redis and database of the settings). The services are built
+here instead and put where the lifespan would put them (``app.state.services``).
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ import pytest
 
 from app.core.metrics import METRICS
 from app.core.settings import Settings
-from app.http.app import Gateway, create_app
+from app.http.app import create_app
+from app.http.gateway import Gateway
 from app.http.headers import SECURITY_HEADERS
 from app.keys.format import generate_key
 from app.runtime import Services
 from app.store import Store
+from tests.rsgi_transport import RSGITransport
 
 # create_app registers routes whose parameters use spellings Litestar 2.23+ deprecates
 # (inferred dependencies and path parameters); `svc serve` is unaffected.
@@ -60,7 +63,7 @@ class Svc:
 
     def client(self, address: str = "203.0.113.10") -> httpx.AsyncClient:
         """A client whose requests come from ``address`` (the failed-auth throttle's key)."""
-        transport = httpx.ASGITransport(app=self.gateway, client=(address, 50_000))
+        transport = RSGITransport(self.gateway, client=(address, 50_000))
         return httpx.AsyncClient(transport=transport, base_url="http://svc.test")
 
 
@@ -359,6 +362,25 @@ async def test_a_body_over_the_limit_is_413(svc: Svc) -> None:
         )
     assert_error(response, 413, "invalid_request_error", "request_too_large")
     assert_common_headers(response)
+
+
+async def test_a_streamed_body_over_the_limit_is_413_without_a_content_length(svc: Svc) -> None:
+    limit = svc.services.settings.max_body_bytes
+    sent = 0
+
+    async def body() -> AsyncIterator[bytes]:
+        nonlocal sent
+        while sent <= 4 * limit:
+            sent += 65_536
+            yield b" " * 65_536
+
+    async with svc.client() as client:
+        response = await client.post(
+            CHAT, content=body(), headers={"authorization": f"Bearer {svc.account.live_key}"}
+        )
+    assert_error(response, 413, "invalid_request_error", "request_too_large")
+    assert_common_headers(response)
+    assert sent <= limit + 65_536  # read no further than the limit
 
 
 async def test_not_enough_credits_is_402_and_tells_sdks_not_to_retry(svc: Svc) -> None:

@@ -1,10 +1,14 @@
-"""``serve_chat`` when Redis fails after the response has started: a warning, not a crash."""
+"""``serve_chat`` on granian's RSGI objects (faked): a Redis failure after the response has
+started is a warning, not a crash; a client that goes away mid-stream is noticed whichever
+way granian tells it (the disconnect watcher, or a write that fails), and settled."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -13,81 +17,87 @@ import pytest
 import redis.exceptions
 
 from app.chat.catalog import default_catalog
-from app.chat.completion import CompletionService
+from app.chat.completion import CompletionService, drain_background
 from app.chat.router import UpstreamRouter
 from app.core.logs import JsonFormatter, request_id
+from app.core.metrics import METRICS
 from app.credits.ledger import RedisLedger
+from app.credits.outcomes import Identity
 from app.credits.sweeper import Sweeper
 from app.http.chat import CHAT_PATH, serve_chat
 from app.kv.layout import KeySpace
 from app.runtime import Services
 from app.upstream.simulated import SimulatedProvider
 from tests.conftest import Clock
+from tests.rsgi_transport import FakeHeaders, FakeProtocol, FakeScope
 from tests.unit.scripts_helpers import account, key
 
 BODY = b'{"model":"svc-fast","messages":[{"role":"user","content":"hi"}]}'
+SCOPE = FakeScope("POST", CHAT_PATH, FakeHeaders([("content-length", str(len(BODY)))]))
+CREDITS = 10_000
 
 
-async def test_a_settlement_redis_times_out_is_one_warning_and_the_sweeper_refunds(
-    clock: Clock, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
+@dataclass
+class Chat:
+    ledger: RedisLedger
+    ident: Identity
+    services: Services
+
+    async def total(self, clock: Clock) -> int:
+        _status, balance = await self.ledger.balance(self.ident, clock())
+        return balance.total
+
+
+@pytest.fixture
+async def chat(clock: Clock, request: pytest.FixtureRequest) -> AsyncIterator[Chat]:
+    """Services enough for ``serve_chat``; the upstream waits ``param`` ms per token."""
     redis_client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
     ledger = RedisLedger(redis_client, KeySpace("svc", 64), cap_ttl_s=172_800, usage_ttl_s=86_400)
-    await account(ledger, "acct_S", purchased=10_000)
+    await account(ledger, "acct_S", purchased=CREDITS)
     ident = await key(ledger, "acct_S", "kidS00000000")
-    service = CompletionService(
-        ledger, UpstreamRouter({}, SimulatedProvider()), deadline_s=900, clock=clock
-    )
+    upstream = SimulatedProvider(delay_ms=getattr(request, "param", 0))
+    service = CompletionService(ledger, UpstreamRouter({}, upstream), deadline_s=900, clock=clock)
 
     async def authenticated(_authorization: str | None, _address: str, use: Any) -> Any:
         return await use(ident)
 
-    services = cast(
-        Services,
-        SimpleNamespace(
-            settings=SimpleNamespace(
-                max_body_bytes=1 << 20,
-                max_messages=2048,
-                max_message_chars=1_000_000,
-                image_token_bound=4_096,
-            ),
-            aliases=default_catalog().aliases,
-            auth=SimpleNamespace(authenticated=authenticated),
-            completions=service,
-            trusted_proxies=[],
+    services = SimpleNamespace(
+        settings=SimpleNamespace(
+            max_body_bytes=1 << 20,
+            max_messages=2048,
+            max_message_chars=1_000_000,
+            image_token_bound=4_096,
         ),
+        aliases=default_catalog().aliases,
+        auth=SimpleNamespace(authenticated=authenticated),
+        completions=service,
+        trusted_proxies=[],
     )
+    yield Chat(ledger, ident, cast(Services, services))
+    await redis_client.aclose()
 
+
+async def test_a_settlement_redis_times_out_is_one_warning_and_the_sweeper_refunds(
+    chat: Chat, clock: Clock, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     async def settle_timing_out(*_args: Any, **_kwargs: Any) -> Any:
         raise redis.exceptions.TimeoutError("Timeout reading from socket")
 
-    monkeypatch.setattr(ledger, "settle", settle_timing_out)
-    messages = iter([{"type": "http.request", "body": BODY, "more_body": False}])
-    never = asyncio.Event()
-
-    async def receive() -> Any:
-        message = next(messages, None)
-        if message is None:
-            await never.wait()  # the client stays connected
-        return message
-
-    sent: list[dict[str, Any]] = []
-
-    async def send(message: Any) -> None:
-        sent.append(message)
-
-    scope: Any = {"type": "http", "method": "POST", "path": CHAT_PATH, "headers": []}
+    monkeypatch.setattr(chat.ledger, "settle", settle_timing_out)
+    protocol = FakeProtocol([BODY])  # the client stays connected
     caplog.set_level(logging.INFO)
     token = request_id.set("req_settle")  # as the Gateway does for every request
     try:
-        await serve_chat(services, scope, receive, send, "req_settle")  # returns, no raise
+        await serve_chat(chat.services, SCOPE, protocol, "req_settle")  # returns, no raise
         ours = [r for r in caplog.records if r.name == "svc.http"]
         lines = [json.loads(JsonFormatter().format(r)) for r in ours]
     finally:
         request_id.reset(token)
 
-    assert sent[0]["status"] == 200
-    assert all(m.get("more_body", True) for m in sent[1:])  # cut short: no [DONE]
+    assert protocol.response.result().status == 200
+    sent = list(protocol.stream.chunks)
+    assert sent[-1] is None  # the body has ended (its transport was let go) ...
+    assert all(b"[DONE]" not in chunk for chunk in sent[:-1] if chunk)  # ... cut short
     assert [(r.levelno, r.exc_info) for r in ours] == [(logging.WARNING, None)]
     line = lines[0]
     assert line["request_id"] == "req_settle"
@@ -97,10 +107,56 @@ async def test_a_settlement_redis_times_out_is_one_warning_and_the_sweeper_refun
     # What is settled, and when, is unchanged: the reservation stays open until the sweeper
     # refunds it after its deadline.
     monkeypatch.undo()
-    _status, held = await ledger.balance(ident, clock())
-    assert held.total < 10_000
+    assert await chat.total(clock) < CREDITS
     clock.advance(901)
-    assert await Sweeper(ledger, interval_s=1, clock=clock).sweep_once() == 1
-    _status, refunded = await ledger.balance(ident, clock())
-    assert refunded.total == 10_000
-    await redis_client.aclose()
+    assert await Sweeper(chat.ledger, interval_s=1, clock=clock).sweep_once() == 1
+    assert await chat.total(clock) == CREDITS
+
+
+def open_streams_now() -> float | None:
+    assert METRICS.registry is not None, "unit tests run without a shared metrics directory"
+    return METRICS.registry.get_sample_value("svc_open_streams")
+
+
+@pytest.mark.parametrize("chat", [20], indirect=True)  # 24 tokens, 20 ms apart
+@pytest.mark.parametrize(
+    "writes_notice", [True, False], ids=["a-write-fails", "writes-still-succeed"]
+)
+async def test_a_client_gone_mid_stream_ends_the_relay_and_pays_what_was_generated(
+    chat: Chat, clock: Clock, writes_notice: bool
+) -> None:
+    protocol = FakeProtocol([BODY], writes_notice_disconnect=writes_notice)
+    open_streams = open_streams_now()
+    served = asyncio.create_task(serve_chat(chat.services, SCOPE, protocol, "req_gone"))
+    await asyncio.wait_for(protocol.stream.arrived.wait(), 5)  # the first chunk is out
+    assert CREDITS - await chat.total(clock) > 10  # the output cap is held meanwhile
+    protocol.disconnect()
+    await asyncio.wait_for(served, 1)  # long before the reply's ~0.5 s
+    await drain_background()
+
+    assert protocol.stream.chunks[-1] is None  # the body ended
+    assert not any(b"[DONE]" in c for c in protocol.stream.chunks if c)
+    assert 1 <= CREDITS - await chat.total(clock) <= 2  # a few tokens' worth, settled
+    reservations = chat.ledger.layout.reservations(chat.ident.shard)
+    assert await chat.ledger.redis.zcard(reservations) == 0
+    assert open_streams_now() == open_streams
+
+
+async def test_a_client_gone_before_the_whole_body_is_no_error(
+    chat: Chat, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    protocol = FakeProtocol()
+
+    async def half_a_body() -> AsyncIterator[bytes]:
+        yield BODY[:10]
+        protocol.disconnect()  # granian just ends the body early
+        yield BODY[10:]
+
+    protocol._body = half_a_body()
+    caplog.set_level(logging.INFO)
+    await serve_chat(chat.services, SCOPE, protocol, "req_half")
+    assert not protocol.response.done()  # nobody to answer (granian: an empty 500)
+    assert [r.getMessage() for r in caplog.records if r.name == "svc.http"] == [
+        "client disconnected before sending the whole request body"
+    ]
+    assert await chat.total(clock) == CREDITS  # nothing reserved

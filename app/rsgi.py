@@ -1,4 +1,4 @@
-"""ASGI entry point for granian workers: ``app.asgi:app``.
+"""RSGI entry point for granian workers: ``app.rsgi:app``.
 
 Reads resolved settings from the environment (``svc serve`` exports them; a container
 sets ``SVC_REDIS_URL``, ``SVC_DATABASE_URL``, ``SVC_KEY_PEPPER``, ``SVC_ADMIN_TOKEN``).
@@ -7,7 +7,8 @@ sets ``SVC_REDIS_URL``, ``SVC_DATABASE_URL``, ``SVC_KEY_PEPPER``, ``SVC_ADMIN_TO
 from app.core.logs import configure_logging
 from app.core.metrics import share_across_workers
 from app.core.settings import Settings
-from app.http.app import Gateway, create_app
+from app.http.app import create_app
+from app.http.gateway import Gateway
 from app.runtime import resolve
 
 settings = Settings.from_env()
