@@ -265,6 +265,8 @@ def serve(args: argparse.Namespace) -> int:
             interface=Interfaces.RSGI,  # the chat streams' interface; Litestar is adapted
             websockets=False,  # svc has no websocket route
             workers=workers,
+            backpressure=settings.worker_streams,
+            backlog=max(1024, settings.worker_streams),  # the kernel's accept queue
             loop=Loops.uvloop,
             log_access=False,
             log_dictconfig=log_config,

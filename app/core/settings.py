@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Mapping
+from typing import Annotated
 
 import msgspec
 
@@ -44,6 +45,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """Port ``svc serve`` listens on."""
     workers: int = 0
     """granian worker processes; 0 = one per CPU."""
+    worker_streams: Annotated[int, msgspec.Meta(ge=1)] = 2048
+    """Requests one worker of ``svc serve`` serves at once, open streams included (granian's
+    backpressure); more wait, accepted, until one ends. granian's own default would be
+    1,024 for all workers together."""
     max_body_bytes: int = 1_048_576
     """Largest request body accepted (413 beyond it)."""
     max_messages: int = 2048

@@ -398,3 +398,46 @@ def test_serve_refuses_an_upstream_timeout_the_sweeper_could_cut(tmp_path: Path)
     assert "cannot start" in output
     assert "field 'providers.mock.idle_timeout_s': 20 s is not shorter" in output
     assert "SVC_RESERVATION_DEADLINE_S (60 s / 3 = 20 s)" in output
+
+
+def test_a_worker_serves_worker_streams_requests_at_once(tmp_path: Path, mock: MockProcess) -> None:
+    """SVC_WORKER_STREAMS is granian's backpressure: with 2, a third stream waits, accepted,
+    until one of the first two ends (then it is served in full)."""
+    path = models_file(tmp_path / "models.toml", mock.base_url, {"svc-smart": ["smart-slow50"]})
+    srv = start_server(
+        tmp_path,
+        extra_env={
+            "SVC_MODELS_FILE": str(path),
+            "MOCK_API_KEY": "k",
+            "SVC_WORKER_STREAMS": "2",
+        },
+    )
+    try:
+        key = srv.new_key(srv.new_account(100_000))
+
+        async def stream(delay: float) -> tuple[float, float, int]:
+            await asyncio.sleep(delay)
+            body = {"model": "svc-smart", "messages": [{"role": "user", "content": "hi"}]}
+            async with httpx.AsyncClient(timeout=30) as client:
+                started = time.monotonic()
+                async with client.stream(
+                    "POST",
+                    f"{srv.base_url}/chat/completions",
+                    json=body,
+                    headers={"authorization": f"Bearer {key}"},
+                ) as response:
+                    first = time.monotonic() - started
+                    text = (await response.aread()).decode()
+                    return first, time.monotonic() - started, text.count('"content"')
+
+        async def three() -> list[tuple[float, float, int]]:
+            return await asyncio.gather(stream(0), stream(0), stream(0.2))
+
+        results = asyncio.run(three())
+        (_, whole_a, _), (_, whole_b, _), (third_first, _, third_chunks) = results
+        # 20 chunks 50 ms apart: each of the first two takes about a second
+        assert min(whole_a, whole_b) > 0.8
+        assert third_first > min(whole_a, whole_b) - 0.2 - 0.1  # it waited for a free slot
+        assert third_chunks >= 20
+    finally:
+        stop_server(srv.process)
