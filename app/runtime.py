@@ -33,7 +33,7 @@ from app.kv.layout import KeySpace
 from app.ops.embedded import EmbeddedValkey, ensure_embedded
 from app.store import Store, StoreError, open_store
 from app.upstream.base import Provider
-from app.upstream.openai_compat import AiohttpProvider, HttpxProvider
+from app.upstream.openai_compat import AiohttpProvider
 from app.upstream.simulated import SimulatedProvider
 from app.usage.flusher import Flusher
 from app.usage.reader import UsageReader
@@ -104,6 +104,9 @@ def build_providers(catalog: Catalog, client: str) -> dict[str, Provider]:
         if client == "aiohttp":
             providers[name] = AiohttpProvider(config)
         else:
+            # imported here: a worker on the default client never loads httpx (~7 MB)
+            from app.upstream.httpx_provider import HttpxProvider
+
             providers[name] = HttpxProvider(config, aiohttp_transport=client == "httpx-aiohttp")
     return providers
 

@@ -1,8 +1,9 @@
 """OpenAI-compatible providers (OpenAI, vLLM, Ollama, llama.cpp, …) over HTTP.
 
 Two clients sit behind the same ``Provider`` interface; aiohttp is the default because it
-measured fastest as a streaming client (README, "Upstream client"); httpx is kept for
-operators who need its features and for the comparison.
+measured fastest as a streaming client (README, "Upstream client"); httpx
+(``app.upstream.httpx_provider``) is kept for operators who need its features and for the
+comparison.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import re
 from collections.abc import AsyncIterator
 
 import aiohttp
-import httpx
 import msgspec
 from msgspec import UNSET
 
@@ -55,7 +55,7 @@ def sanitize(message: str, model: str) -> str:
     return text[:300].strip() or "The request was rejected as invalid."
 
 
-def _headers(config: ProviderConfig) -> dict[str, str]:
+def provider_headers(config: ProviderConfig) -> dict[str, str]:
     headers = {"content-type": "application/json", "accept": "text/event-stream"}
     if config.api_key_env:
         key = os.environ.get(config.api_key_env)
@@ -66,7 +66,7 @@ def _headers(config: ProviderConfig) -> dict[str, str]:
     return headers
 
 
-def _status_error(status: int, body: bytes, model: str) -> UpstreamError:
+def status_error(status: int, body: bytes, model: str) -> UpstreamError:
     if status in CLIENT_ERROR_STATUSES:
         message = ""
         try:
@@ -133,7 +133,7 @@ class AiohttpProvider:
     def __init__(self, config: ProviderConfig) -> None:
         self.config = config
         self.url = config.base_url.rstrip("/") + "/chat/completions"
-        self.headers = _headers(config)
+        self.headers = provider_headers(config)
         self._session: aiohttp.ClientSession | None = None
 
     def _client(self) -> aiohttp.ClientSession:
@@ -167,7 +167,7 @@ class AiohttpProvider:
         idle: _IdleTimeout | None = None
         try:
             if response.status != 200:
-                raise _status_error(response.status, await response.read(), call.model)
+                raise status_error(response.status, await response.read(), call.model)
             # One read takes whatever has arrived: under load that is several events at once.
             splitter = LineSplitter()
             content = response.content
@@ -200,68 +200,3 @@ class AiohttpProvider:
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
-
-
-class HttpxProvider:
-    """The same provider over ``httpx.AsyncClient`` (slower as a streaming client). With
-    ``aiohttp_transport`` it uses the optional ``httpx-aiohttp`` transport instead."""
-
-    def __init__(self, config: ProviderConfig, *, aiohttp_transport: bool = False) -> None:
-        self.config = config
-        self.url = config.base_url.rstrip("/") + "/chat/completions"
-        self.headers = _headers(config)
-        transport: httpx.AsyncBaseTransport | None = None
-        if aiohttp_transport:
-            from httpx_aiohttp import AiohttpTransport  # optional dependency
-
-            transport = AiohttpTransport()
-        self._client = httpx.AsyncClient(
-            transport=transport,
-            timeout=httpx.Timeout(
-                connect=config.connect_timeout_s,
-                read=config.idle_timeout_s,
-                write=config.connect_timeout_s,
-                pool=config.connect_timeout_s,
-            ),
-            limits=httpx.Limits(
-                max_connections=config.max_connections,
-                max_keepalive_connections=config.max_connections,
-            ),
-        )
-
-    async def stream(self, call: UpstreamCall) -> AsyncIterator[list[Piece]]:
-        request = self._client.build_request(
-            "POST", self.url, content=request_body(call), headers=self.headers
-        )
-        deadline = asyncio.get_running_loop().time() + self.config.first_byte_timeout_s
-        try:
-            async with asyncio.timeout_at(deadline):
-                response = await self._client.send(request, stream=True)
-        except (httpx.HTTPError, OSError, TimeoutError) as exc:
-            raise UpstreamError(f"connect failed: {type(exc).__name__}") from exc
-        try:
-            if response.status_code != 200:
-                raise _status_error(response.status_code, await response.aread(), call.model)
-            splitter = LineSplitter()
-            reads = response.aiter_raw()
-            first = True
-            while not splitter.done:
-                try:
-                    if first:
-                        async with asyncio.timeout_at(deadline):
-                            data = await anext(reads)
-                    else:
-                        data = await anext(reads)
-                except StopAsyncIteration:
-                    raise UpstreamError("upstream closed the stream early") from None
-                except (httpx.HTTPError, OSError, TimeoutError) as exc:
-                    raise UpstreamError(f"stream failed: {type(exc).__name__}") from exc
-                pieces = splitter.feed(data)
-                if pieces:
-                    first = False
-                    yield pieces
-        finally:
-            await response.aclose()
-
-    async def close(self) -> None:
-        await self._client.aclose()
