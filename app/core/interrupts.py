@@ -20,9 +20,12 @@ class Interruptible:
     ``taken_back()`` to learn whether the cancellation was the interrupt's alone.
     """
 
-    __slots__ = ("_interrupted", "_task", "_waiting")
+    __slots__ = ("_interrupted", "_loop", "_task", "_waiting")
 
     def __init__(self) -> None:
+        # asyncio.current_task() without a loop asks for the running loop, and on Python
+        # 3.11 that is a getpid() system call: once per wait, it showed in the relay's profile
+        self._loop = asyncio.get_running_loop()
         self._task: asyncio.Task[object] | None = None
         self._waiting = False
         self._interrupted = False
@@ -30,7 +33,7 @@ class Interruptible:
     def enter(self) -> None:
         """The current task starts waiting (an iterator may be read by several tasks in
         turn: the one waiting now is the one interrupted)."""
-        self._task = asyncio.current_task()
+        self._task = asyncio.current_task(self._loop)
         self._waiting = True
 
     def leave(self) -> None:
