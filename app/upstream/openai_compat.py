@@ -18,7 +18,7 @@ import aiohttp
 import msgspec
 from msgspec import UNSET
 
-from app.core.interrupts import Interruptible
+from app.core.interrupts import IdleTimeout
 from app.upstream.base import Piece, UpstreamCall, UpstreamError
 from app.upstream.config import ProviderConfig
 from app.upstream.sse import LineSplitter
@@ -89,44 +89,6 @@ async def _first_pieces(content: aiohttp.StreamReader, splitter: LineSplitter) -
     raise UpstreamError("upstream closed the stream early")
 
 
-class _IdleTimeout:
-    """The longest silence allowed while reading a stream, kept by one timer per idle
-    period rather than one per read: each read only notes when it started, and the timer,
-    when it fires, interrupts a read that has waited the whole period or re-arms itself."""
-
-    __slots__ = ("_expired", "_handle", "_idle_s", "_loop", "_started", "_wait")
-
-    def __init__(self, idle_s: float) -> None:
-        self._idle_s = idle_s
-        self._loop = asyncio.get_running_loop()
-        self._wait = Interruptible()
-        self._started = self._loop.time()
-        self._expired = False
-        self._handle = self._loop.call_at(self._started + idle_s, self._check)
-
-    def read_starts(self) -> None:
-        self._started = self._loop.time()
-        self._wait.enter()
-
-    def read_ends(self) -> None:
-        self._wait.leave()
-
-    def expired(self) -> bool:
-        """Whether the cancellation being handled is this timeout's alone (then taken back)."""
-        return self._expired and self._wait.taken_back()
-
-    def _check(self) -> None:
-        now = self._loop.time()
-        if self._wait.waiting and now - self._started >= self._idle_s:
-            self._expired = self._wait.interrupt()
-            return
-        since = self._started if self._wait.waiting else now
-        self._handle = self._loop.call_at(since + self._idle_s, self._check)
-
-    def close(self) -> None:
-        self._handle.cancel()
-
-
 class AiohttpProvider:
     """A pooled aiohttp session per provider; one streamed POST per completion."""
 
@@ -142,7 +104,7 @@ class AiohttpProvider:
                 limit=self.config.max_connections, limit_per_host=0, keepalive_timeout=30
             )
             # no sock_read: aiohttp would re-arm a timer on every packet received;
-            # _IdleTimeout keeps the same limit with one timer per idle period
+            # IdleTimeout keeps the same limit with one timer per idle period
             timeout = aiohttp.ClientTimeout(
                 total=None, sock_connect=self.config.connect_timeout_s, sock_read=None
             )
@@ -164,7 +126,7 @@ class AiohttpProvider:
                 )
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise UpstreamError(f"connect failed: {type(exc).__name__}") from exc
-        idle: _IdleTimeout | None = None
+        idle: IdleTimeout | None = None
         try:
             if response.status != 200:
                 raise status_error(response.status, await response.read(), call.model)
@@ -173,7 +135,7 @@ class AiohttpProvider:
             content = response.content
             async with asyncio.timeout_at(deadline):
                 pieces = await _first_pieces(content, splitter)
-            idle = _IdleTimeout(self.config.idle_timeout_s)
+            idle = IdleTimeout(self.config.idle_timeout_s)
             yield pieces
             while not splitter.done:
                 idle.read_starts()
