@@ -405,6 +405,8 @@ class StreamingProvider:
                     finally:
                         idle.read_ends()
                     if not pieces:
+                        if conn.done:
+                            break  # [DONE] came in a read of its own
                         raise UpstreamError("upstream closed the stream early")
                 yield pieces
             clean = True
