@@ -78,8 +78,8 @@ class _Connection(asyncio.Protocol):
 
     @property
     def done(self) -> bool:
-        """``data: [DONE]`` arrived."""
-        return self._splitter.done
+        """``data: [DONE]`` arrived and every piece before it was taken."""
+        return self._splitter.done and not self._pieces
 
     async def head(self) -> None:
         while not self.head_done:
