@@ -32,6 +32,11 @@ _ERROR_BODY_KEPT = 64 * 1024
 # How long a connection whose stream ended ([DONE]) may take to end its HTTP message (a
 # server may write the chunked terminator separately) before it is closed instead of pooled.
 _END_GRACE_S = 1.0
+# A pooled connection the server closed unanswered is retried only when it had sat idle this
+# long: servers' keep-alive timeouts are seconds (gunicorn 2, uvicorn and Node 5, nginx 75),
+# so a shorter idle time means the server took the request and refused it (resending it
+# would double it upstream).
+STALE_AFTER_S = 1.0
 _FRAMING_HEADERS = (b"content-length", b"transfer-encoding")
 _Failure = (OSError, TimeoutError, httptools.HttpParserError)
 
@@ -49,6 +54,8 @@ class _Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
         self.reused = False  # taken from the pool, not freshly connected
+        self.pooled_at = 0.0  # when it last went idle
+        self.idle_s = 0.0  # how long it sat idle before this request
         self.idle = False  # waiting in the pool
         self.closed = False
         self.lost = False  # the transport is gone
@@ -268,6 +275,7 @@ class _Pool:
     def _take_idle(self) -> _Connection:
         conn = self._idle.pop()
         conn.idle = False
+        conn.idle_s = self.loop.time() - conn.pooled_at
         return conn
 
     def _full(self) -> bool:
@@ -331,6 +339,7 @@ class _Pool:
     def release(self, conn: _Connection) -> None:
         conn.reuse()
         conn.idle = True
+        conn.pooled_at = self.loop.time()
         self._idle.append(conn)
         self._pass_turn()
 
@@ -420,12 +429,13 @@ class StreamingProvider:
     async def _exchange(self, request: bytes) -> _Connection:
         """Send the request and read the response's head. A pooled connection the server
         closed while it sat idle (its keep-alive ran out as the request went) fails without a
-        byte received: such a failure is retried, once, on a fresh connection."""
+        byte received: such a failure is retried, once, on a fresh connection, if the
+        connection had sat idle long enough for its keep-alive to run out."""
         conn = await self._pool.acquire(fresh=False)
         try:
             return await self._request(conn, request)
         except OSError:
-            if not conn.reused or conn.received:
+            if not conn.reused or conn.received or conn.idle_s < STALE_AFTER_S:
                 raise
         conn = await self._pool.acquire(fresh=True)
         return await self._request(conn, request)

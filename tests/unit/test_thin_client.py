@@ -16,6 +16,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from app.upstream import thin
 from app.upstream.base import Piece, UpstreamCall, UpstreamError, Usage
 from app.upstream.config import ProviderConfig
 from app.upstream.thin import PAUSE_AT, StreamingProvider
@@ -466,7 +467,11 @@ async def test_an_idle_connection_the_server_closed_is_not_used(serve: Serve) ->
     assert server.connections == 2
 
 
-async def test_a_pooled_connection_closed_as_the_request_went_is_retried(serve: Serve) -> None:
+async def test_a_pooled_connection_closed_as_the_request_went_is_retried(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(thin, "STALE_AFTER_S", 0.05)
+
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _request(reader)
         writer.write(_CHUNKED_HEAD + _chunked(_sse(2)))
@@ -477,9 +482,24 @@ async def test_a_pooled_connection_closed_as_the_request_went_is_retried(serve: 
     try:
         for _ in range(3):
             assert len(_texts(await _read(provider))) == 2
+            await asyncio.sleep(0.1)  # idle long enough for a keep-alive to have run out
     finally:
         await provider.close()
     assert server.connections == 3
+
+
+async def test_a_connection_reused_at_once_and_closed_unanswered_is_not_retried(
+    mock: MockUpstream,
+) -> None:
+    # a refusal, not an expired keep-alive: resending would make the upstream serve it twice
+    provider = _provider(mock.base_url)
+    try:
+        await _read(provider)
+        with pytest.raises(UpstreamError, match="connect failed: ServerDisconnected"):
+            await _read(provider, "m-refuse")
+    finally:
+        await provider.close()
+    assert mock.stats.seen_models["m-refuse"] == 1
 
 
 async def test_a_fresh_connection_closed_unanswered_is_not_retried(serve: Serve) -> None:
