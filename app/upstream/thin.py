@@ -51,6 +51,7 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self, pool: _Pool) -> None:
         self._pool = pool
+        self._loop = pool.loop
         self._parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
         self.reused = False  # taken from the pool, not freshly connected
@@ -119,11 +120,14 @@ class _Connection(asyncio.Protocol):
                 raise self.failure
             if self._splitter.done or self.complete or self.ended:
                 return []
-            await self._wait()
+            # the wait written out, not a call of _wait: a coroutine less on every read
+            waiter = self._loop.create_future()
+            self._waiter = waiter
+            await waiter
         return self.take()
 
     async def _wait(self) -> None:
-        waiter = self._pool.loop.create_future()
+        waiter = self._loop.create_future()
         self._waiter = waiter
         await waiter
 
@@ -143,7 +147,7 @@ class _Connection(asyncio.Protocol):
 
     def end_then_reuse(self) -> None:
         """The stream ended but its HTTP message has not yet: pool it once it has."""
-        self._ending = self._pool.loop.call_later(_END_GRACE_S, self.close)
+        self._ending = self._loop.call_later(_END_GRACE_S, self.close)
 
     def close(self) -> None:
         """Close for good and give the pool its place back (once)."""
@@ -163,8 +167,8 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        if self.idle or self.failure is not None:
-            self.close()  # nothing may arrive between responses, nor after a failure
+        if self.idle or self.complete or self.failure is not None:
+            self.close()  # nothing may arrive after a response, nor after a failure
             return
         self.received = True
         try:
@@ -199,6 +203,10 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     # -- httptools' callbacks
+
+    def on_message_begin(self) -> None:
+        if self.complete:  # more after the response: the connection cannot be trusted again
+            self.failure = httptools.HttpParserError("data after the response")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if name.lower() in _FRAMING_HEADERS:

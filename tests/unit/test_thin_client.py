@@ -449,6 +449,21 @@ async def test_the_chunked_terminator_arriving_later_still_pools(serve: Serve) -
     assert server.connections == 1
 
 
+async def test_a_connection_sending_more_than_its_response_is_not_pooled(serve: Serve) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await _request(reader) is not None:
+            writer.write(_CHUNKED_HEAD + _chunked(_sse(2)) + b"HTTP/1.1 200 OK\r\n")
+
+    server, port = await serve(handler)
+    provider = _provider(f"http://127.0.0.1:{port}/v1")
+    try:
+        assert len(_texts(await _read(provider))) == 2
+        assert len(_texts(await _read(provider))) == 2
+    finally:
+        await provider.close()
+    assert server.connections == 2
+
+
 async def test_an_idle_connection_the_server_closed_is_not_used(serve: Serve) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _request(reader)
