@@ -37,6 +37,9 @@ _END_GRACE_S = 1.0
 # so a shorter idle time means the server took the request and refused it (resending it
 # would double it upstream).
 STALE_AFTER_S = 1.0
+# Idle connections older than this are closed (as aiohttp's keepalive_timeout did): a
+# connection a middlebox dropped without a word must not wait for a request to hang on it.
+KEEPALIVE_S = 30.0
 _FRAMING_HEADERS = (b"content-length", b"transfer-encoding")
 _Failure = (OSError, TimeoutError, httptools.HttpParserError)
 
@@ -255,6 +258,7 @@ class _Pool:
         self._opening = 0  # connects under way, counted against the limit
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._sweep: asyncio.TimerHandle | None = None  # while connections are idle
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -349,7 +353,19 @@ class _Pool:
         conn.idle = True
         conn.pooled_at = self.loop.time()
         self._idle.append(conn)
+        if self._sweep is None:
+            self._sweep = self.loop.call_at(conn.pooled_at + KEEPALIVE_S, self._expire)
         self._pass_turn()
+
+    def _expire(self) -> None:
+        """Close the connections idle past KEEPALIVE_S (the oldest are first on the list);
+        one timer for the pool, re-armed for the next to expire."""
+        self._sweep = None
+        now = self.loop.time()
+        while self._idle and now - self._idle[0].pooled_at >= KEEPALIVE_S:
+            self._idle[0].close()
+        if self._idle:
+            self._sweep = self.loop.call_at(self._idle[0].pooled_at + KEEPALIVE_S, self._expire)
 
     def closed(self, conn: _Connection) -> None:
         if conn.idle:
@@ -359,6 +375,9 @@ class _Pool:
         self._pass_turn()
 
     def close(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         for conn in list(self._all):
             conn.close()
 

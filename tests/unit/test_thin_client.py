@@ -234,6 +234,24 @@ async def test_sequential_streams_share_one_connection(mock: MockUpstream) -> No
     assert mock.stats.requests == 4
 
 
+async def test_connections_idle_past_the_keepalive_are_closed(
+    mock: MockUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(thin, "KEEPALIVE_S", 0.1)
+    provider = _provider(mock.base_url)
+    try:
+        await asyncio.gather(_read(provider, "m-tokens2x20"), _read(provider, "m-tokens2x20"))
+        await _read(provider)  # one of the two, used again: the other one expires first
+        await asyncio.sleep(0.05)
+        await _read(provider)
+        await asyncio.sleep(0.3)
+        assert not provider._pool._all
+        await _read(provider)
+    finally:
+        await provider.close()
+    assert mock.stats.connections == 3
+
+
 async def test_the_pool_bound_makes_the_third_stream_wait(mock: MockUpstream) -> None:
     provider = _provider(mock.base_url, max_connections=2)
     in_flight: list[int] = []
