@@ -280,6 +280,10 @@ async def test_waiting_for_a_free_connection_is_bounded_by_the_connect_timeout(
         await asyncio.sleep(0.1)
         with pytest.raises(UpstreamError, match="connect failed: TimeoutError"):
             await _read(provider)
+        waiting = asyncio.ensure_future(_read(provider))
+        await asyncio.sleep(0.05)
+        holder.cancel()  # its connection closes: the one waiting in line gets the place
+        assert len(_texts(await waiting)) == 20
     finally:
         holder.cancel()
         await provider.close()
