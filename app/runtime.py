@@ -33,14 +33,14 @@ from app.kv.layout import KeySpace
 from app.ops.embedded import EmbeddedValkey, ensure_embedded
 from app.store import Store, StoreError, open_store
 from app.upstream.base import Provider
-from app.upstream.openai_compat import AiohttpProvider
 from app.upstream.simulated import SimulatedProvider
+from app.upstream.thin import StreamingProvider
 from app.usage.flusher import Flusher
 from app.usage.reader import UsageReader
 
 DEV_KEY_FILE = "dev-key.txt"
 log = logging.getLogger("svc.runtime")
-UPSTREAM_CLIENTS = ("aiohttp", "httpx", "httpx-aiohttp")
+UPSTREAM_CLIENTS = ("httptools", "aiohttp", "httpx", "httpx-aiohttp")
 
 
 def read_or_create_secret(path: Path) -> str:
@@ -101,7 +101,12 @@ def build_providers(catalog: Catalog, client: str) -> dict[str, Provider]:
         raise ValueError(f"SVC_UPSTREAM_CLIENT must be one of {', '.join(UPSTREAM_CLIENTS)}")
     providers: dict[str, Provider] = {}
     for name, config in catalog.providers.items():
-        if client == "aiohttp":
+        if client == "httptools":
+            providers[name] = StreamingProvider(config)
+        elif client == "aiohttp":
+            # imported here: a worker on the default client never loads aiohttp (~14 MB)
+            from app.upstream.openai_compat import AiohttpProvider
+
             providers[name] = AiohttpProvider(config)
         else:
             # imported here: a worker on the default client never loads httpx (~7 MB)

@@ -7,8 +7,10 @@ the figures are the read path's own cost, the part of svc's per-chunk CPU that t
 upstream client decides.
 
 Readers:
-- ``svc``: svc's own provider, ``AiohttpProvider.stream``, read to the end (its reads,
+- ``svc``: svc's aiohttp provider, ``AiohttpProvider.stream``, read to the end (its reads,
   timeouts, SSE parsing into pieces).
+- ``svc-httptools``: svc's own client, the default, ``StreamingProvider.stream``, read the
+  same way (the difference to ``svc`` is the HTTP client alone).
 - ``aiohttp``: ``content.readany()`` with a sock_read timeout, as svc's session reads, the
   bytes dropped (the difference to ``svc`` is parsing and the provider's own code).
 - ``aiohttp-no-sock-read``: the same reads with no sock_read timeout (aiohttp re-arms a
@@ -28,9 +30,10 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from app.upstream.base import UpstreamCall
+from app.upstream.base import Provider, UpstreamCall
 from app.upstream.config import ProviderConfig
 from app.upstream.openai_compat import AiohttpProvider
+from app.upstream.thin import StreamingProvider
 from app.upstream.wire import ChatRequest, Message
 from bench.mock_upstream import start_in_subprocess
 
@@ -59,7 +62,7 @@ async def _aiohttp_stream(session: aiohttp.ClientSession, url: str, model: str) 
     return reads
 
 
-async def _svc_stream(provider: AiohttpProvider, model: str) -> int:
+async def _svc_stream(provider: Provider, model: str) -> int:
     request = ChatRequest(model=model, messages=[Message(role="user", content="hi")])
     call = UpstreamCall(model=model, request=request, max_tokens=4096)
     return sum([1 async for _ in provider.stream(call)])
@@ -111,8 +114,10 @@ async def run_reader(reader: str, url: str, model: str, concurrency: int, stream
     host, port = url.split("//")[1].split("/")[0].split(":")
     if reader == "raw":
         return await _measure(concurrency, streams, lambda: _raw_stream(host, int(port), model))
-    if reader == "svc":
-        provider = AiohttpProvider(ProviderConfig(base_url=url, max_connections=concurrency))
+    if reader in ("svc", "svc-httptools"):
+        config = ProviderConfig(base_url=url, max_connections=concurrency)
+        client = AiohttpProvider if reader == "svc" else StreamingProvider
+        provider: Provider = client(config)
         try:
             return await _measure(concurrency, streams, lambda: _svc_stream(provider, model))
         finally:
@@ -127,7 +132,7 @@ async def run_reader(reader: str, url: str, model: str, concurrency: int, stream
         return await _measure(concurrency, streams, lambda: _aiohttp_stream(session, target, model))
 
 
-READERS = ("svc", "aiohttp", "aiohttp-no-sock-read", "raw")
+READERS = ("svc", "svc-httptools", "aiohttp", "aiohttp-no-sock-read", "raw")
 
 
 def main(concurrency: int, streams: int, chunks: int, delay_ms: int, rounds: int) -> None:

@@ -60,3 +60,41 @@ class Interruptible:
         self._interrupted = False
         task.uncancel()
         return task.cancelling() == 0
+
+
+class IdleTimeout:
+    """The longest silence allowed while reading an upstream's stream, kept by one timer per idle
+    period rather than one per read: each read only notes when it started, and the timer,
+    when it fires, interrupts a read that has waited the whole period or re-arms itself."""
+
+    __slots__ = ("_expired", "_handle", "_idle_s", "_loop", "_started", "_wait")
+
+    def __init__(self, idle_s: float) -> None:
+        self._idle_s = idle_s
+        self._loop = asyncio.get_running_loop()
+        self._wait = Interruptible()
+        self._started = self._loop.time()
+        self._expired = False
+        self._handle = self._loop.call_at(self._started + idle_s, self._check)
+
+    def read_starts(self) -> None:
+        self._started = self._loop.time()
+        self._wait.enter()
+
+    def read_ends(self) -> None:
+        self._wait.leave()
+
+    def expired(self) -> bool:
+        """Whether the cancellation being handled is this timeout's alone (then taken back)."""
+        return self._expired and self._wait.taken_back()
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        if self._wait.waiting and now - self._started >= self._idle_s:
+            self._expired = self._wait.interrupt()
+            return
+        since = self._started if self._wait.waiting else now
+        self._handle = self._loop.call_at(since + self._idle_s, self._check)
+
+    def close(self) -> None:
+        self._handle.cancel()

@@ -11,7 +11,7 @@ import httpx
 
 from app.upstream.base import Piece, UpstreamCall, UpstreamError
 from app.upstream.config import ProviderConfig
-from app.upstream.openai_compat import provider_headers, request_body, status_error
+from app.upstream.openai_http import provider_headers, request_body, status_error
 from app.upstream.sse import LineSplitter
 
 

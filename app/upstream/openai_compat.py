@@ -1,80 +1,23 @@
-"""OpenAI-compatible providers (OpenAI, vLLM, Ollama, llama.cpp, …) over HTTP.
+"""OpenAI-compatible providers (OpenAI, vLLM, Ollama, llama.cpp, …) over aiohttp.
 
-Two clients sit behind the same ``Provider`` interface; aiohttp is the default because it
-measured fastest as a streaming client (README, "Upstream client"); httpx
-(``app.upstream.httpx_provider``) is kept for operators who need its features and for the
-comparison.
+The default client is svc's own (``app.upstream.thin``), which reads a stream for about half
+aiohttp's CPU; this one is kept as an option (``SVC_UPSTREAM_CLIENT=aiohttp``) and for the
+comparison, as is httpx (``app.upstream.httpx_provider``). A module of its own so that
+workers not configured for it never import aiohttp (about 14 MB per worker).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import os
-import re
 from collections.abc import AsyncIterator
 
 import aiohttp
-import msgspec
-from msgspec import UNSET
 
-from app.core.interrupts import Interruptible
+from app.core.interrupts import IdleTimeout
 from app.upstream.base import Piece, UpstreamCall, UpstreamError
 from app.upstream.config import ProviderConfig
+from app.upstream.openai_http import provider_headers, request_body, status_error
 from app.upstream.sse import LineSplitter
-from app.upstream.wire import StreamOptions
-
-log = logging.getLogger("svc.upstream")
-_encode = msgspec.json.encode
-CLIENT_ERROR_STATUSES = frozenset({400, 413, 422})
-
-
-_USAGE_ALWAYS = StreamOptions(include_usage=True)
-
-
-def request_body(call: UpstreamCall) -> bytes:
-    """The JSON sent upstream: the client's request as it came, with the real model, always
-    streaming, usage always requested (svc bills it), one choice, and the output cap the
-    reservation affords, under the name the client used for it."""
-    req = call.request
-    if req.max_completion_tokens not in (UNSET, None):
-        limits = {"max_completion_tokens": call.max_tokens, "max_tokens": UNSET}
-    else:
-        limits = {"max_tokens": call.max_tokens, "max_completion_tokens": UNSET}
-    return _encode(
-        msgspec.structs.replace(
-            req, model=call.model, stream=True, stream_options=_USAGE_ALWAYS, n=UNSET, **limits
-        )
-    )
-
-
-def sanitize(message: str, model: str) -> str:
-    """An upstream's error message made safe to show: no model name, URL or provider id."""
-    text = re.sub(re.escape(model), "the model", message, flags=re.IGNORECASE)
-    text = re.sub(r"https?://\S+", "", text)
-    return text[:300].strip() or "The request was rejected as invalid."
-
-
-def provider_headers(config: ProviderConfig) -> dict[str, str]:
-    headers = {"content-type": "application/json", "accept": "text/event-stream"}
-    if config.api_key_env:
-        key = os.environ.get(config.api_key_env)
-        if key:
-            headers["authorization"] = f"Bearer {key}"
-        else:
-            log.warning("provider key variable %s is not set", config.api_key_env)
-    return headers
-
-
-def status_error(status: int, body: bytes, model: str) -> UpstreamError:
-    if status in CLIENT_ERROR_STATUSES:
-        message = ""
-        try:
-            message = str(msgspec.json.decode(body)["error"]["message"])
-        except Exception:
-            message = ""
-        return UpstreamError(sanitize(message, model), client_error=True)
-    return UpstreamError(f"upstream status {status}")
 
 
 async def _first_pieces(content: aiohttp.StreamReader, splitter: LineSplitter) -> list[Piece]:
@@ -87,44 +30,6 @@ async def _first_pieces(content: aiohttp.StreamReader, splitter: LineSplitter) -
         if pieces:
             return pieces
     raise UpstreamError("upstream closed the stream early")
-
-
-class _IdleTimeout:
-    """The longest silence allowed while reading a stream, kept by one timer per idle
-    period rather than one per read: each read only notes when it started, and the timer,
-    when it fires, interrupts a read that has waited the whole period or re-arms itself."""
-
-    __slots__ = ("_expired", "_handle", "_idle_s", "_loop", "_started", "_wait")
-
-    def __init__(self, idle_s: float) -> None:
-        self._idle_s = idle_s
-        self._loop = asyncio.get_running_loop()
-        self._wait = Interruptible()
-        self._started = self._loop.time()
-        self._expired = False
-        self._handle = self._loop.call_at(self._started + idle_s, self._check)
-
-    def read_starts(self) -> None:
-        self._started = self._loop.time()
-        self._wait.enter()
-
-    def read_ends(self) -> None:
-        self._wait.leave()
-
-    def expired(self) -> bool:
-        """Whether the cancellation being handled is this timeout's alone (then taken back)."""
-        return self._expired and self._wait.taken_back()
-
-    def _check(self) -> None:
-        now = self._loop.time()
-        if self._wait.waiting and now - self._started >= self._idle_s:
-            self._expired = self._wait.interrupt()
-            return
-        since = self._started if self._wait.waiting else now
-        self._handle = self._loop.call_at(since + self._idle_s, self._check)
-
-    def close(self) -> None:
-        self._handle.cancel()
 
 
 class AiohttpProvider:
@@ -142,7 +47,7 @@ class AiohttpProvider:
                 limit=self.config.max_connections, limit_per_host=0, keepalive_timeout=30
             )
             # no sock_read: aiohttp would re-arm a timer on every packet received;
-            # _IdleTimeout keeps the same limit with one timer per idle period
+            # IdleTimeout keeps the same limit with one timer per idle period
             timeout = aiohttp.ClientTimeout(
                 total=None, sock_connect=self.config.connect_timeout_s, sock_read=None
             )
@@ -164,7 +69,7 @@ class AiohttpProvider:
                 )
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise UpstreamError(f"connect failed: {type(exc).__name__}") from exc
-        idle: _IdleTimeout | None = None
+        idle: IdleTimeout | None = None
         try:
             if response.status != 200:
                 raise status_error(response.status, await response.read(), call.model)
@@ -173,7 +78,7 @@ class AiohttpProvider:
             content = response.content
             async with asyncio.timeout_at(deadline):
                 pieces = await _first_pieces(content, splitter)
-            idle = _IdleTimeout(self.config.idle_timeout_s)
+            idle = IdleTimeout(self.config.idle_timeout_s)
             yield pieces
             while not splitter.done:
                 idle.read_starts()

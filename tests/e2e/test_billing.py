@@ -27,7 +27,7 @@ def mock() -> Iterator[MockProcess]:
     process.stop()
 
 
-@pytest.fixture(scope="module", params=["aiohttp", "httpx"])
+@pytest.fixture(scope="module", params=["httptools", "aiohttp", "httpx"])
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, mock: MockProcess
 ) -> Iterator[Server]:

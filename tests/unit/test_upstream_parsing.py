@@ -6,7 +6,7 @@ import msgspec
 import pytest
 
 from app.upstream.base import CHOICE_END, UpstreamCall, UpstreamError, Usage
-from app.upstream.openai_compat import request_body, sanitize
+from app.upstream.openai_http import request_body, sanitize
 from app.upstream.sse import DONE, parse_data_line
 from app.upstream.wire import ChatRequest, Delta, ToolCallDelta, ToolCallFunctionDelta
 

@@ -1,0 +1,68 @@
+"""What svc sends to an OpenAI-compatible upstream over HTTP, and what it makes of a refusal:
+shared by every upstream client (app.upstream.thin, openai_compat, httpx_provider), and free
+of any HTTP client library, so that a worker loads only the one it is configured for."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+
+import msgspec
+from msgspec import UNSET
+
+from app.upstream.base import UpstreamCall, UpstreamError
+from app.upstream.config import ProviderConfig
+from app.upstream.wire import StreamOptions
+
+log = logging.getLogger("svc.upstream")
+_encode = msgspec.json.encode
+CLIENT_ERROR_STATUSES = frozenset({400, 413, 422})
+
+
+_USAGE_ALWAYS = StreamOptions(include_usage=True)
+
+
+def request_body(call: UpstreamCall) -> bytes:
+    """The JSON sent upstream: the client's request as it came, with the real model, always
+    streaming, usage always requested (svc bills it), one choice, and the output cap the
+    reservation affords, under the name the client used for it."""
+    req = call.request
+    if req.max_completion_tokens not in (UNSET, None):
+        limits = {"max_completion_tokens": call.max_tokens, "max_tokens": UNSET}
+    else:
+        limits = {"max_tokens": call.max_tokens, "max_completion_tokens": UNSET}
+    return _encode(
+        msgspec.structs.replace(
+            req, model=call.model, stream=True, stream_options=_USAGE_ALWAYS, n=UNSET, **limits
+        )
+    )
+
+
+def sanitize(message: str, model: str) -> str:
+    """An upstream's error message made safe to show: no model name, URL or provider id."""
+    text = re.sub(re.escape(model), "the model", message, flags=re.IGNORECASE)
+    text = re.sub(r"https?://\S+", "", text)
+    return text[:300].strip() or "The request was rejected as invalid."
+
+
+def provider_headers(config: ProviderConfig) -> dict[str, str]:
+    headers = {"content-type": "application/json", "accept": "text/event-stream"}
+    if config.api_key_env:
+        key = os.environ.get(config.api_key_env)
+        if key:
+            headers["authorization"] = f"Bearer {key}"
+        else:
+            log.warning("provider key variable %s is not set", config.api_key_env)
+    return headers
+
+
+def status_error(status: int, body: bytes, model: str) -> UpstreamError:
+    if status in CLIENT_ERROR_STATUSES:
+        message = ""
+        try:
+            message = str(msgspec.json.decode(body)["error"]["message"])
+        except Exception:
+            message = ""
+        return UpstreamError(sanitize(message, model), client_error=True)
+    return UpstreamError(f"upstream status {status}")
