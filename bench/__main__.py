@@ -44,13 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
     load = sub.add_parser("load", help="one closed-loop point; prints a JSON result")
     load.add_argument("--config", required=True, help="a LoadConfig as JSON")
 
-    reader = sub.add_parser("reader", help="CPU per chunk of upstream readers (bench/reader.py)")
-    reader.add_argument("--concurrency", type=int, default=200)
-    reader.add_argument("--streams", type=int, default=1000)
-    reader.add_argument("--chunks", type=int, default=50)
-    reader.add_argument("--delay-ms", type=int, default=10)
-    reader.add_argument("--rounds", type=int, default=3)
-
     mock = sub.add_parser("mock", help="run the mock upstream in the foreground")
     mock.add_argument("--host", default="127.0.0.1")
     mock.add_argument("--port", type=int, default=9000)
@@ -96,11 +89,6 @@ def main(argv: list[str] | None = None) -> int:
         with_uvloop()
         result = asyncio.run(run_load(cfg))
         sys.stdout.buffer.write(msgspec.json.encode(result) + b"\n")
-        return 0
-    if args.command == "reader":
-        from bench.reader import main as readers
-
-        readers(args.concurrency, args.streams, args.chunks, args.delay_ms, args.rounds)
         return 0
     from bench.mock_upstream import Options, _serve
 

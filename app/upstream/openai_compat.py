@@ -58,7 +58,7 @@ class AiohttpProvider:
 
     async def stream(self, call: UpstreamCall) -> AsyncIterator[list[Piece]]:
         # One generator from request to last read: every chunk passes through it, and a
-        # layer more costs per chunk (bench/reader.py).
+        # layer more costs per chunk (tests/perf/reader.py).
         # One deadline for the first token: connecting, the response head and the first
         # content all count against first_byte_timeout_s together.
         deadline = asyncio.get_running_loop().time() + self.config.first_byte_timeout_s

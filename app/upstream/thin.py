@@ -3,7 +3,7 @@ protocol, responses parsed by llhttp (``httptools``), a keep-alive pool per prov
 
 Why not a general client: reading a token-by-token stream cost aiohttp's client about twice
 the CPU per read of this one, and a fast stream about two to three times as much per request
-(``python -m bench reader``). Only what svc needs is here: one POST per completion, its
+(``python -m tests.perf.reader``). Only what svc needs is here: one POST per completion, its
 response parsed as it arrives, the SSE body turned into pieces in the protocol's callback
 and handed to the reading task through one future per wait (no task or timer per chunk).
 """

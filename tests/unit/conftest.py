@@ -1,5 +1,5 @@
-"""Fixtures of the unit suites: a SQLite store, and a real PostgreSQL database emptied for
-each test.
+"""Fixtures of the unit suites: a SQLite store, a real PostgreSQL database emptied for
+each test, and the mock upstream in process.
 
 The server starts only when a test asks for it (see ``tests/postgres.py``).
 """
@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from app.store import Store, open_store
+from bench.mock_upstream import MockUpstream
 from tests.postgres import reset_database, server_url, session_database
 
 
@@ -38,3 +39,14 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
     await s.migrate()
     yield s
     await s.close()
+
+
+@pytest.fixture
+async def mock() -> AsyncIterator[MockUpstream]:
+    """The mock upstream on this test's event loop (its model names pick the faults)."""
+    server = MockUpstream()
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 
 from app.core.interrupts import Interruptible
-from app.upstream.base import Piece, UpstreamCall, UpstreamError
+from app.upstream.base import Piece, UpstreamError
 from app.upstream.config import ProviderConfig
 from app.upstream.openai_compat import AiohttpProvider
-from app.upstream.wire import ChatRequest, Message
 from bench.mock_upstream import MockUpstream
+from tests.unit.upstream_helpers import upstream_call
 
 
 async def _waiting(wait: Interruptible, started: asyncio.Event) -> str:
@@ -60,28 +59,13 @@ async def test_nothing_is_interrupted_outside_the_wait() -> None:
     assert not wait.taken_back()
 
 
-@pytest.fixture
-async def mock() -> AsyncIterator[MockUpstream]:
-    server = MockUpstream()
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
-
-
-def _call(model: str) -> UpstreamCall:
-    request = ChatRequest(model=model, messages=[Message(role="user", content="hi")])
-    return UpstreamCall(model=model, request=request, max_tokens=100)
-
-
 def _texts(batch: list[Piece]) -> int:
     return sum(isinstance(piece, str) for piece in batch)
 
 
 async def _read_all(provider: AiohttpProvider, model: str) -> int:
     """The content pieces of a whole stream."""
-    return sum([_texts(batch) async for batch in provider.stream(_call(model))])
+    return sum([_texts(batch) async for batch in provider.stream(upstream_call(model))])
 
 
 async def test_a_stalled_stream_times_out_after_the_idle_period(mock: MockUpstream) -> None:
@@ -111,7 +95,7 @@ async def test_a_reader_busy_elsewhere_is_not_timed_out(mock: MockUpstream) -> N
     provider = AiohttpProvider(ProviderConfig(base_url=mock.base_url, idle_timeout_s=0.2))
     try:
         pieces = 0
-        async for batch in provider.stream(_call("m-tokens3x1")):
+        async for batch in provider.stream(upstream_call("m-tokens3x1")):
             pieces += _texts(batch)
             await asyncio.sleep(0.5)
         assert pieces == 3

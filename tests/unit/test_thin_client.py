@@ -17,33 +17,18 @@ import msgspec
 import pytest
 
 from app.upstream import thin
-from app.upstream.base import Piece, UpstreamCall, UpstreamError, Usage
+from app.upstream.base import Piece, UpstreamError, Usage
 from app.upstream.config import ProviderConfig
 from app.upstream.thin import PAUSE_AT, StreamingProvider
-from app.upstream.wire import ChatRequest, Message
 from bench.mock_upstream import MockUpstream
+from tests.unit.upstream_helpers import upstream_call
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 Serve = Callable[..., Awaitable[tuple["_Server", int]]]
 
 
-@pytest.fixture
-async def mock() -> AsyncIterator[MockUpstream]:
-    server = MockUpstream()
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
-
-
-def _call(model: str = "m") -> UpstreamCall:
-    request = ChatRequest(model=model, messages=[Message(role="user", content="hi")])
-    return UpstreamCall(model=model, request=request, max_tokens=100)
-
-
 async def _read(provider: StreamingProvider, model: str = "m") -> list[Piece]:
-    return [piece async for batch in provider.stream(_call(model)) for piece in batch]
+    return [piece async for batch in provider.stream(upstream_call(model)) for piece in batch]
 
 
 def _texts(pieces: list[Piece]) -> list[str]:
@@ -142,7 +127,7 @@ async def test_a_dropped_stream_fails_after_what_arrived(mock: MockUpstream) -> 
     received: list[Piece] = []
 
     async def read() -> None:
-        async for batch in provider.stream(_call("m-drop3")):
+        async for batch in provider.stream(upstream_call("m-drop3")):
             received.extend(batch)
 
     try:
@@ -258,7 +243,7 @@ async def test_the_pool_bound_makes_the_third_stream_wait(mock: MockUpstream) ->
 
     async def one() -> int:
         count = 0
-        async for batch in provider.stream(_call("m-tokens5x40")):
+        async for batch in provider.stream(upstream_call("m-tokens5x40")):
             in_flight.append(mock.stats.in_flight)
             count += len(_texts(batch))
         return count
@@ -292,7 +277,7 @@ async def test_waiting_for_a_free_connection_is_bounded_by_the_connect_timeout(
 async def test_a_stream_left_early_closes_its_connection(mock: MockUpstream) -> None:
     provider = _provider(mock.base_url)
     try:
-        stream = provider.stream(_call("m-tokens10x20"))
+        stream = provider.stream(upstream_call("m-tokens10x20"))
         assert _texts(await anext(stream))
         await stream.aclose()  # type: ignore[attr-defined]
         assert len(_texts(await _read(provider))) == 20
@@ -308,7 +293,7 @@ async def test_a_read_cancelled_midway_closes_its_connection(mock: MockUpstream)
     got_first = asyncio.Event()
 
     async def reader() -> None:
-        async for _batch in provider.stream(_call("m-stallafter3")):
+        async for _batch in provider.stream(upstream_call("m-stallafter3")):
             got_first.set()
 
     try:
@@ -595,7 +580,7 @@ async def test_a_reader_that_falls_behind_pauses_the_socket(serve: Serve) -> Non
     _, port = await serve(handler)
     provider = _provider(f"http://127.0.0.1:{port}/v1")
     try:
-        stream = provider.stream(_call())
+        stream = provider.stream(upstream_call())
         received = _texts(await anext(stream))
         await asyncio.sleep(0.2)  # a slow client: nothing is taken meanwhile
         [conn] = provider._pool._all

@@ -1,4 +1,6 @@
-"""What reading an upstream stream costs per chunk, client side only: ``python -m bench reader``.
+"""What reading an upstream stream costs per chunk, client side only:
+``python -m tests.perf.reader`` (here, not in bench/: it measures svc's upstream clients
+in process, which the benchmark, using svc only through its public surface, may not).
 
 The mock (a process of its own) streams ``tokensNxMS`` completions; this process opens C of
 them at once and reads every chunk with one of several readers, then prints the CPU this
@@ -21,6 +23,7 @@ Readers:
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import resource
 import time
@@ -135,7 +138,7 @@ async def run_reader(reader: str, url: str, model: str, concurrency: int, stream
 READERS = ("svc", "svc-httptools", "aiohttp", "aiohttp-no-sock-read", "raw")
 
 
-def main(concurrency: int, streams: int, chunks: int, delay_ms: int, rounds: int) -> None:
+def measure(concurrency: int, streams: int, chunks: int, delay_ms: int, rounds: int) -> None:
     try:
         import uvloop
 
@@ -155,3 +158,18 @@ def main(concurrency: int, streams: int, chunks: int, delay_ms: int, rounds: int
                 print(f"| {reader} | {n + 1} | {reads:,} | {cpu / max(reads, 1) * 1e6:.1f} |")
     finally:
         mock.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m tests.perf.reader", description=__doc__)
+    parser.add_argument("--concurrency", type=int, default=200)
+    parser.add_argument("--streams", type=int, default=1000)
+    parser.add_argument("--chunks", type=int, default=50)
+    parser.add_argument("--delay-ms", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    measure(args.concurrency, args.streams, args.chunks, args.delay_ms, args.rounds)
+
+
+if __name__ == "__main__":
+    main()
