@@ -15,6 +15,9 @@ from typing import Any, TypeAlias
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
 
 from app.core.settings import Settings
@@ -35,7 +38,15 @@ def open_redis(settings: Settings, max_connections: int, name: str | None = None
     The single-server client uses a blocking pool: under a burst a request waits briefly
     for a connection instead of failing (redis-py's default pool raises once its
     connections are all in use). The cluster client has a pool per node, of
-    ``max_connections`` each, which raises when exhausted (the request fails closed)."""
+    ``max_connections`` each, which raises when exhausted (the request fails closed).
+
+    A command that meets a broken connection goes out once more on a new one: after Redis
+    restarts, a pooled connection can still look open when it is taken (the close has not
+    reached this process yet). Sending twice is safe because every write svc makes is
+    idempotent: scripts carry their own ids (a second reserve of a rid is ``DUPLICATE``, a
+    second settle ``NOT_FOUND``), the rest are ``SET NX`` or plain reads. A timeout is not
+    retried: the command may still be running, and the caller's Redis timeout is the
+    budget."""
     assert settings.redis_url, "settings must be resolved first"
     timeouts: dict[str, Any] = {
         "socket_timeout": settings.redis_timeout_s,
@@ -50,6 +61,7 @@ def open_redis(settings: Settings, max_connections: int, name: str | None = None
         settings.redis_url,
         max_connections=max_connections,
         timeout=settings.redis_timeout_s,
+        retry=Retry(NoBackoff(), retries=1, supported_errors=(RedisConnectionError,)),
         **timeouts,
     )
     return Redis(connection_pool=pool)
