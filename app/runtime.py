@@ -30,6 +30,7 @@ from app.keys.auth import Authenticator
 from app.keys.throttle import FailedAuthThrottle, parse_networks
 from app.kv.client import REDIS_ERRORS, RedisClient, open_redis, primaries_info
 from app.kv.layout import KeySpace
+from app.kv.pipelined import PipelinedRedis
 from app.ops.embedded import EmbeddedValkey, ensure_embedded
 from app.store import Store, StoreError, open_store
 from app.upstream.base import Provider
@@ -126,6 +127,7 @@ class Services:
         store: Store,
         *,
         background_redis: RedisClient | None = None,
+        script_calls: PipelinedRedis | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         assert settings.key_pepper, "settings must be resolved first"
@@ -152,7 +154,9 @@ class Services:
             key_rate_window_s=settings.key_rate_window_s,
             command_timeout_s=settings.redis_timeout_s,
             redis_clock=redis_clock,
+            script_calls=script_calls,
         )
+        self.script_calls = script_calls
         pepper = settings.key_pepper.encode()
         self.auth_throttle = FailedAuthThrottle(
             settings.failed_auth_limit, settings.failed_auth_window_s
@@ -213,6 +217,8 @@ class Services:
         await self.store.close()
         if self.background_redis is not self.redis:
             await self.background_redis.aclose()
+        if self.script_calls is not None:
+            await self.script_calls.aclose()
         await self.redis.aclose()
 
 
@@ -222,9 +228,23 @@ async def open_services(settings: Settings, *, clock: Callable[[], float] = time
     assert settings.database_url, "settings must be resolved first"
     redis = open_redis(settings, settings.redis_max_connections)
     background = open_redis(settings, 4, name="svc-background")
+    # The requests' script calls share one pipelined connection (a Cluster's go by slot
+    # through its client).
+    script_calls = (
+        None
+        if settings.redis_cluster
+        else PipelinedRedis(settings.redis_url, timeout_s=settings.redis_timeout_s)
+    )
     store = open_store(settings.database_url)
     await store.migrate()
-    services = Services(settings, redis, store, background_redis=background, clock=clock)
+    services = Services(
+        settings,
+        redis,
+        store,
+        background_redis=background,
+        script_calls=script_calls,
+        clock=clock,
+    )
     try:
         await check_eviction_policy(redis, allow=settings.allow_evicting_redis)
     except StartupError:

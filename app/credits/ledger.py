@@ -30,6 +30,7 @@ from app.kv.fields import (
     usage_field,
 )
 from app.kv.layout import KeySpace, as_text
+from app.kv.pipelined import PipelinedRedis
 
 NO_CAP = -1
 GRANT_MARKER_TTL_S = 400 * DAY_S
@@ -59,9 +60,11 @@ class RedisLedger:
         key_rate_window_s: int = 60,
         command_timeout_s: float | None = None,
         redis_clock: RedisClock | None = None,
+        script_calls: PipelinedRedis | None = None,
     ) -> None:
         """``command_timeout_s``: how long the client waits for Redis's reply (its socket
-        timeout); a reserve that Redis runs later than that holds nothing. None: no limit."""
+        timeout); a reserve that Redis runs later than that holds nothing. None: no limit.
+        ``script_calls``: the connection the scripts go out on, when not ``redis``'s pool."""
         self.redis = redis
         self.layout = layout
         self._cap_ttl = cap_ttl_s
@@ -70,7 +73,7 @@ class RedisLedger:
         self._rate_window = max(1, key_rate_window_s)
         self._command_timeout_s = command_timeout_s
         self.redis_clock = redis_clock or RedisClock()
-        self.scripts = Scripts(redis)
+        self.scripts = Scripts(redis, script_calls)
         self._run = self.scripts.run
 
     async def sync_clock(self) -> float:

@@ -17,6 +17,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
 from app.kv.client import RedisClient
+from app.kv.pipelined import PipelinedRedis
 
 PRELUDE = "lib/checks.lua"
 SCRIPT_NAMES = (
@@ -42,10 +43,12 @@ def load_script_sources() -> dict[str, str]:
 
 
 class Scripts:
-    """Every script, registered with one Redis client."""
+    """Every script, registered with one Redis client. Calls go out on ``calls``, a worker's
+    pipelined connection, when there is one (a single server), else on ``redis``."""
 
-    def __init__(self, redis: RedisClient) -> None:
+    def __init__(self, redis: RedisClient, calls: PipelinedRedis | None = None) -> None:
         self.redis = redis
+        self._execute = calls.execute if calls is not None else redis.execute_command
         self._sources = sources = load_script_sources()
         self._registered: dict[str, AsyncScript] = {
             name: redis.register_script(src) for name, src in sources.items()
@@ -56,12 +59,12 @@ class Scripts:
         (redis-py's script objects cost ~6-10 µs more per call, twice per completion)."""
         script = self._registered[name]
         try:
-            return await self.redis.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            return await self._execute("EVALSHA", script.sha, len(keys), *keys, *args)
         except NoScriptError:
             # Not in the server's cache (a restart, SCRIPT FLUSH, a failover): EVAL carries
             # the source itself, cannot miss, and caches the script for the next EVALSHA.
             source = self._sources[name]
-            return await self.redis.eval(source, len(keys), *keys, *args)  # type: ignore[no-any-return]
+            return await self._execute("EVAL", source, len(keys), *keys, *args)
 
     @property
     def shas(self) -> list[str]:

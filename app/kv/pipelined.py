@@ -1,0 +1,240 @@
+"""One pipelined connection per worker for the hot path's script calls.
+
+Every completion makes two script calls. Through redis-py's pooled client each costs more in
+Python than its round trip: a connection taken from the pool and given back (a lock, a
+condition), a timeout context, the retry wrapper, each argument encoded on its own, a stream
+reader's future (measured in bench/README.md). Here a worker sends its script calls on one
+connection instead: commands issued in the same loop turn go out in one write, Redis answers
+a connection's commands in order, and each reply goes to the oldest caller still waiting.
+hiredis parses the replies and redis-py's parser names the errors, so a caller sees the same
+exceptions (``NoScriptError``, ``ConnectionError``, ``TimeoutError``) as from redis-py.
+
+Only a single server (``redis://``, ``rediss://``, ``unix://``): a Cluster routes each call by
+slot and keeps redis-py's cluster client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections import deque
+from typing import Any
+
+import hiredis
+from redis._parsers.base import BaseParser
+from redis.asyncio.connection import parse_url
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import InvalidResponse
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+_CLOSED = "Connection closed by server."
+
+
+def pack_command(args: tuple[Any, ...]) -> bytes:
+    """A command in RESP, as redis-py encodes its arguments (text as UTF-8, numbers as
+    their decimal text)."""
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        if isinstance(arg, bytes):
+            data = arg
+        elif isinstance(arg, str):
+            data = arg.encode()
+        elif isinstance(arg, (int, float)) and not isinstance(arg, bool):
+            data = repr(arg).encode()
+        else:
+            raise TypeError(f"cannot send a {type(arg).__name__} to Redis")
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+class _Connection(asyncio.Protocol):
+    """One connection: commands written in order, replies matched first in, first out. A
+    command unanswered for ``timeout_s`` fails the connection and every command on it (what
+    Redis did with them is unknown; callers treat it as redis-py's socket timeout)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._timeout_s = timeout_s
+        self._reader = hiredis.Reader(
+            protocolError=InvalidResponse, replyError=BaseParser.parse_error
+        )
+        self._waiting: deque[asyncio.Future[Any]] = deque()
+        self._deadlines: deque[float] = deque()
+        self._out: list[bytes] = []
+        self._watchdog: asyncio.TimerHandle | None = None
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+
+    def call(self, command: bytes) -> asyncio.Future[Any]:
+        """Send ``command``; the future gets its reply (an error reply as its exception)."""
+        waiter = self._loop.create_future()
+        if self.closed:
+            waiter.set_exception(RedisConnectionError(_CLOSED))
+            return waiter
+        deadline = self._loop.time() + self._timeout_s
+        self._waiting.append(waiter)
+        self._deadlines.append(deadline)
+        if self._watchdog is None:
+            self._watchdog = self._loop.call_at(deadline, self._check_deadline)
+        if not self._out:
+            self._loop.call_soon(self._flush)  # the commands of this loop turn, one write
+        self._out.append(command)
+        return waiter
+
+    def close(self) -> None:
+        self._fail(RedisConnectionError("Connection closed by the client."))
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if self.transport is not None and not self.closed:
+            self.transport.write(b"".join(out))
+
+    def _check_deadline(self) -> None:
+        self._watchdog = None
+        if not self._deadlines:
+            return
+        if self._loop.time() >= self._deadlines[0]:
+            self._fail(RedisTimeoutError("Timeout reading from Redis"))
+        else:
+            self._watchdog = self._loop.call_at(self._deadlines[0], self._check_deadline)
+
+    def _fail(self, error: Exception) -> None:
+        """Close for good: every command still waiting gets ``error``."""
+        if not self.closed:
+            self.closed = True
+            if self.transport is not None:
+                self.transport.close()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        waiting, self._waiting = self._waiting, deque()
+        self._deadlines.clear()
+        for waiter in waiting:
+            if not waiter.done():
+                waiter.set_exception(error)
+
+    # -- asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self._reader.feed(data)
+        waiting = self._waiting
+        try:
+            while (reply := self._reader.gets()) is not False:
+                if not waiting:
+                    raise InvalidResponse("a reply nobody asked for")
+                waiter = waiting.popleft()
+                self._deadlines.popleft()
+                if waiter.done():  # its caller was cancelled; the reply is dropped
+                    continue
+                if isinstance(reply, Exception):
+                    waiter.set_exception(reply)
+                else:
+                    waiter.set_result(reply)
+        except InvalidResponse as exc:
+            self._fail(RedisConnectionError(f"Protocol error: {exc}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(RedisConnectionError(_CLOSED))
+
+
+class PipelinedRedis:
+    """Sends commands on one connection, opened when first needed and again after it
+    failed. A command that meets a broken connection goes out once more on a new one, as
+    the pooled client's do (``app.kv.client``: every svc write is idempotent); a timeout is
+    not retried."""
+
+    def __init__(self, url: str, *, timeout_s: float, name: str | None = None) -> None:
+        options: dict[str, Any] = dict(parse_url(url))
+        self._path: str | None = options.get("path")
+        self._host = str(options.get("host", "localhost"))
+        self._port = int(options.get("port", 6379))
+        self._tls = _tls_context(url, options) if url.startswith("rediss://") else None
+        self._handshake = _handshake(options, name)
+        self._timeout_s = timeout_s
+        self._conn: _Connection | None = None
+        self._opening: asyncio.Task[_Connection] | None = None
+
+    async def execute(self, *args: Any) -> Any:
+        """Run one command; its reply as redis-py would return it (bytes undecoded)."""
+        command = pack_command(args)
+        try:
+            return await (await self._connection()).call(command)
+        except RedisConnectionError:
+            return await (await self._connection()).call(command)
+
+    async def aclose(self) -> None:
+        if self._opening is not None:
+            self._opening.cancel()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    async def _connection(self) -> _Connection:
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            return conn
+        # Callers that find the connection down wait for one attempt to open it together.
+        opening = self._opening
+        if opening is None:
+            opening = self._opening = asyncio.ensure_future(self._open())
+            opening.add_done_callback(self._opened)
+        return await asyncio.shield(opening)
+
+    def _opened(self, task: asyncio.Task[_Connection]) -> None:
+        self._opening = None
+        if not task.cancelled() and task.exception() is None:
+            self._conn = task.result()
+
+    async def _open(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        conn: _Connection | None = None
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                if self._path is not None:
+                    _, conn = await loop.create_unix_connection(
+                        lambda: _Connection(self._timeout_s), self._path
+                    )
+                else:
+                    _, conn = await loop.create_connection(
+                        lambda: _Connection(self._timeout_s), self._host, self._port, ssl=self._tls
+                    )
+                for command in self._handshake:
+                    await conn.call(command)
+        except BaseException as exc:
+            if conn is not None:
+                conn.close()
+            if isinstance(exc, TimeoutError):
+                raise RedisTimeoutError("Timeout connecting to Redis") from None
+            if isinstance(exc, OSError):
+                raise RedisConnectionError(f"Error connecting to Redis: {exc.strerror}") from None
+            raise
+        return conn
+
+
+def _handshake(options: dict[str, Any], name: str | None) -> list[bytes]:
+    """What a new connection sends first: credentials, database, client name."""
+    commands = []
+    password = options.get("password")
+    if password is not None:
+        username = options.get("username")
+        auth = ("AUTH", username, password) if username else ("AUTH", password)
+        commands.append(pack_command(auth))
+    db = int(options.get("db") or 0)
+    if db:
+        commands.append(pack_command(("SELECT", db)))
+    if name:
+        commands.append(pack_command(("CLIENT", "SETNAME", name)))
+    return commands
+
+
+def _tls_context(url: str, options: dict[str, Any]) -> ssl.SSLContext:
+    """TLS as redis-py sets it up from the URL's ``ssl_cert_reqs`` and ``ssl_ca_certs``."""
+    context = ssl.create_default_context(cafile=options.get("ssl_ca_certs"))
+    reqs = str(options.get("ssl_cert_reqs", "required")).lower()
+    if reqs in ("none", "optional"):
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE if reqs == "none" else ssl.CERT_OPTIONAL
+    return context
