@@ -237,5 +237,23 @@ def share_across_workers(path: str) -> None:
     """Keep this process's metrics in ``path``, summed with every other process's there."""
     Path(path).mkdir(parents=True, exist_ok=True)
     os.environ[MULTIPROC_ENV] = path
-    values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
+    values.ValueClass = values.MultiProcessValue(process_identifier=_process_id)  # type: ignore[no-untyped-call]
     METRICS.build()
+
+
+class _ProcessId:
+    """This process's id, asked of the kernel once per process instead of on every metric
+    update (prometheus-client checks it each time, to notice a fork): a fork updates it."""
+
+    value = os.getpid()
+
+    @classmethod
+    def refresh(cls) -> None:
+        cls.value = os.getpid()
+
+
+os.register_at_fork(after_in_child=_ProcessId.refresh)
+
+
+def _process_id() -> int:
+    return _ProcessId.value

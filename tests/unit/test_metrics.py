@@ -41,3 +41,24 @@ async def test_redis_gauges_are_reported_when_redis_answers() -> None:
     assert samples[("svc_open_reservations", ())] == 4
     assert samples[("svc_usage_stream_pending_events", ())] == 120
     assert samples[("svc_usage_stream_lag_seconds", ())] == 1.5
+
+
+def test_the_process_id_metrics_files_are_named_by_follows_a_fork() -> None:
+    """Shared metrics go to a file per process, named by an id asked of the kernel once per
+    process rather than per update: a forked worker must still get its own file."""
+    import os
+
+    from app.core.metrics import _process_id
+
+    assert _process_id() == os.getpid()
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe and exits
+        os.write(write_end, str(_process_id()).encode())
+        os._exit(0)
+    os.close(write_end)
+    reported = int(os.read(read_end, 32))
+    os.close(read_end)
+    os.waitpid(child, 0)
+    assert reported == child
+    assert _process_id() == os.getpid()
