@@ -598,13 +598,17 @@ def wire_commands(valkey: BenchRedis, svc: Svc, requests: int) -> WireSample:
     with httpx.Client(timeout=30) as client:
         for _ in range(requests):
             client.post(url, json=body, headers=headers).read()
-    elapsed = time.monotonic() - started
-    time.sleep(0.2)
-    sock.settimeout(0.5)
+    # Read what MONITOR saw until a fixed time after the last request: the background
+    # rates are counted over the whole time observed, not over the requests' part of it.
+    watched_until = time.monotonic() + 1.0
     data = b""
     with contextlib.suppress(TimeoutError):
-        while chunk := sock.recv(1 << 20):
+        while (left := watched_until - time.monotonic()) > 0:
+            sock.settimeout(left)
+            if not (chunk := sock.recv(1 << 20)):
+                break
             data += chunk
+    elapsed = time.monotonic() - started
     sock.close()
     hot: dict[str, int] = {}
     background: dict[str, int] = {}

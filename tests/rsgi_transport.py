@@ -132,6 +132,9 @@ class FakeProtocol:
         """The client goes away."""
         self.gone.set()
 
+    async def __call__(self) -> bytes:
+        return b"".join([chunk async for chunk in self._chunks()])
+
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self._chunks()
 

@@ -7,7 +7,7 @@ The shapes are Protocols, not granian's classes, so the in-process transport of 
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Protocol
 
 # granian.rsgi re-exports it as ProtocolClosed, but without marking it exported
@@ -69,7 +69,10 @@ class StreamTransport(Protocol):
 
 
 class HTTPProtocol(Protocol):
-    """The request body in, one response out (the first ``response_*`` call wins)."""
+    """The request body in (whole, awaited once, or piece by piece), one response out (the
+    first ``response_*`` call wins)."""
+
+    def __call__(self) -> Awaitable[bytes]: ...
 
     def __aiter__(self) -> AsyncIterator[bytes]: ...
 

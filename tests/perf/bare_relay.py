@@ -30,7 +30,7 @@ import msgspec
 
 from app.chat.chunks import DONE, ChunkEncoder, error_event
 from app.core.ids import completion_ids
-from app.http.headers import SECURITY_HEADERS
+from app.http.chat import CHAT_PATHS, SSE_HEADERS
 from app.http.rsgi import (
     ClientDisconnected,
     HTTPProtocol,
@@ -45,13 +45,6 @@ from app.upstream.thin import StreamingProvider
 from app.upstream.wire import ChatRequest, Delta
 
 UPSTREAM_ENV = "FLOOR_UPSTREAM_URL"
-CHAT_PATHS = ("/v1/chat/completions", "/v1/chat/completions/")
-SSE_HEADERS = [
-    ("content-type", "text/event-stream; charset=utf-8"),
-    ("cache-control", "no-cache"),
-    ("x-accel-buffering", "no"),
-    *SECURITY_HEADERS,
-]
 DEFAULT_MAX_TOKENS = 4096  # sent upstream when the client set no limit (svc: the hold's)
 _decode_request = msgspec.json.Decoder(ChatRequest).decode
 
