@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from app.chat.request import parse_chat_request
@@ -131,7 +132,9 @@ class _Body:
         self._started = started
         self._written = False
 
-    async def send(self, data: bytes, more: bool = True) -> None:
+    def send(self, data: bytes, more: bool = True) -> Awaitable[None]:
+        """Write ``data``; the caller awaits granian's own awaitable (a plain function, not a
+        coroutine: no coroutine object per chunk)."""
         transport = self._transport
         if transport is None:
             raise ProtocolClosed("the response body has ended")
@@ -140,7 +143,7 @@ class _Body:
             METRICS.labelled(METRICS.ttfb, self._model).observe(time.perf_counter() - self._started)
         if not more:
             self._transport = None
-        await transport.send_bytes(data)
+        return transport.send_bytes(data)
 
     def end(self) -> None:
         self._transport = None

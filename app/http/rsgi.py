@@ -65,7 +65,7 @@ class StreamTransport(Protocol):
     client has gone, ``send_bytes`` raises ``ProtocolClosed`` (or, until the server has
     noticed, still succeeds)."""
 
-    async def send_bytes(self, data: bytes) -> None: ...
+    def send_bytes(self, data: bytes) -> Awaitable[None]: ...
 
 
 class HTTPProtocol(Protocol):
