@@ -15,9 +15,12 @@ from __future__ import annotations
 import asyncio
 import importlib
 import statistics
+import subprocess
+import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -382,3 +385,37 @@ async def run_load(cfg: LoadConfig) -> LoadResult:
         chunks_per_s=round(sum(s.chunks for s in ok) / window, 1),
         total_content_chunks=sum(s.chunks for s in samples),
     )
+
+
+def run_in_process(
+    cfg: LoadConfig,
+    sample: Callable[[], None] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> LoadResult:
+    """Run the load generator in a fresh process (``python -m bench load``) and read its JSON
+    result; ``sample`` is called about every 0.25 s while it runs."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench", "load", "--config", msgspec.json.encode(cfg).decode()],
+        cwd=Path(__file__).resolve().parents[1],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + cfg.warmup_s + cfg.duration_s + cfg.timeout_s + 60
+    try:
+        while True:
+            try:
+                out, err = process.communicate(timeout=0.25)
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the load generator did not finish in time") from None
+                if sample is not None:
+                    sample()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    if process.returncode != 0:
+        raise RuntimeError(f"the load generator failed:\n{err.decode()[-3000:]}")
+    return msgspec.json.decode(out, type=LoadResult)

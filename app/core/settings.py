@@ -128,7 +128,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     redis_timeout_s: float = 2.0
     """How long a Redis connect, command or wait for a free connection may take."""
     redis_max_connections: int = 256
-    """Connections per worker process; a request waits up to redis_timeout_s for one."""
+    """Pooled connections per worker process, for everything but the requests' script calls
+    (those share one pipelined connection per worker); a request waits up to
+    redis_timeout_s for one."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

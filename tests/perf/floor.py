@@ -30,23 +30,20 @@ Run briefly on a busy machine the figures are noisy; the rounds show how much.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import http.client
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-import msgspec
 import psutil
 
-from bench.loadgen import LoadConfig, LoadResult
-from bench.measures import cpu_us_per_chunk, rss_kb_per_stream
+from bench.loadgen import LoadConfig, LoadResult, run_in_process
+from bench.measures import ProcessTree, cpu_us_per_chunk, rss_kb_per_stream
 from bench.mock_upstream import MockProcess, start_in_subprocess
 from tests.perf.bare_relay import UPSTREAM_ENV
 from tests.processes import free_port, stop_process
@@ -54,32 +51,6 @@ from tests.processes import free_port, stop_process
 ROOT = Path(__file__).resolve().parents[2]
 RELAY_APP = "tests.perf.bare_relay:app"
 WORKER_STREAMS = 2048  # svc's default worker_streams: granian's backpressure per worker
-
-
-class ProcessTree:
-    """A process and its children, read through psutil."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-
-    def tree(self) -> list[psutil.Process]:
-        parent = psutil.Process(self.pid)
-        return [parent, *parent.children(recursive=True)]
-
-    def cpu_seconds(self) -> float:
-        total = 0.0
-        for proc in self.tree():
-            with contextlib.suppress(psutil.NoSuchProcess):
-                times = proc.cpu_times()
-                total += times.user + times.system
-        return total
-
-    def rss_bytes(self) -> int:
-        total = 0
-        for proc in self.tree():
-            with contextlib.suppress(psutil.NoSuchProcess):
-                total += proc.memory_info().rss
-        return int(total)
 
 
 @dataclass
@@ -109,32 +80,6 @@ def _env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, **extra}
 
 
-def run_load(cfg: LoadConfig, sample: Callable[[], None]) -> LoadResult:
-    """Run the bench's load generator in a fresh process and read its JSON result;
-    ``sample`` is called about every 0.25 s while it runs."""
-    command = [sys.executable, "-m", "bench", "load", "--config", msgspec.json.encode(cfg).decode()]
-    process = subprocess.Popen(
-        command, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    deadline = time.monotonic() + cfg.warmup_s + cfg.duration_s + cfg.timeout_s + 60
-    try:
-        while True:
-            try:
-                out, err = process.communicate(timeout=0.25)
-                break
-            except subprocess.TimeoutExpired:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the load generator did not finish in time") from None
-                sample()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    if process.returncode != 0:
-        raise RuntimeError(f"the load generator failed:\n{err.decode()[-3000:]}")
-    return msgspec.json.decode(out, type=LoadResult)
-
-
 def measure_point(target: Target, cfg: LoadConfig, n: int) -> Measured:
     peak = [0]
 
@@ -142,7 +87,7 @@ def measure_point(target: Target, cfg: LoadConfig, n: int) -> Measured:
         peak[0] = max(peak[0], target.server.rss_bytes())
 
     cpu0 = target.server.cpu_seconds()
-    load = run_load(cfg, sample)
+    load = run_in_process(cfg, sample, _env())
     cpu_s = target.server.cpu_seconds() - cpu0
     return Measured(
         target=target.name,
