@@ -39,9 +39,15 @@ def pack_command(args: tuple[Any, ...]) -> bytes:
 
 
 class _Connection(asyncio.Protocol):
-    """One connection: commands written in order, replies matched first in, first out. A
-    command unanswered for ``timeout_s`` fails the connection and every command on it (what
-    Redis did with them is unknown; callers treat it as redis-py's socket timeout)."""
+    """One connection: commands written in order, replies matched first in, first out.
+
+    A command unanswered for ``timeout_s`` fails with ``TimeoutError`` at its own deadline,
+    as under redis-py's socket timeout, and the connection turns stale: new commands go to
+    a new one. A stale connection stays open while any caller on it is still within its
+    time, and its late replies are dropped in order; it closes once none is. Closing it
+    earlier would fail callers before their time while Redis may still run their commands
+    (a reserve's give-up time is its caller's deadline: it must not stop waiting sooner).
+    """
 
     def __init__(self, timeout_s: float) -> None:
         self._loop = asyncio.get_running_loop()
@@ -51,10 +57,16 @@ class _Connection(asyncio.Protocol):
         )
         self._waiting: deque[asyncio.Future[Any]] = deque()
         self._deadlines: deque[float] = deque()
+        self._expired = 0  # the first commands waiting whose callers got a timeout
         self._out: list[bytes] = []
         self._watchdog: asyncio.TimerHandle | None = None
         self.transport: asyncio.Transport | None = None
         self.closed = False
+        self.stale = False
+
+    @property
+    def usable(self) -> bool:
+        return not (self.closed or self.stale)
 
     def call(self, command: bytes) -> asyncio.Future[Any]:
         """Send ``command``; the future gets its reply (an error reply as its exception)."""
@@ -66,7 +78,7 @@ class _Connection(asyncio.Protocol):
         self._waiting.append(waiter)
         self._deadlines.append(deadline)
         if self._watchdog is None:
-            self._watchdog = self._loop.call_at(deadline, self._check_deadline)
+            self._watchdog = self._loop.call_at(deadline, self._check_deadlines)
         if not self._out:
             self._loop.call_soon(self._flush)  # the commands of this loop turn, one write
         self._out.append(command)
@@ -80,26 +92,40 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             self.transport.write(b"".join(out))
 
-    def _check_deadline(self) -> None:
+    def _check_deadlines(self) -> None:
+        """Time out every command past its deadline (the oldest come first)."""
         self._watchdog = None
-        if not self._deadlines:
-            return
-        if self._loop.time() >= self._deadlines[0]:
-            self._fail(RedisTimeoutError("Timeout reading from Redis"))
-        else:
-            self._watchdog = self._loop.call_at(self._deadlines[0], self._check_deadline)
+        now = self._loop.time()
+        waiting, deadlines = self._waiting, self._deadlines
+        first_live = self._expired
+        while first_live < len(deadlines) and deadlines[first_live] <= now:
+            waiter = waiting[first_live]
+            if not waiter.done():
+                waiter.set_exception(RedisTimeoutError("Timeout reading from Redis"))
+            first_live += 1
+        if first_live > self._expired:
+            self._expired = first_live
+            self.stale = True
+        if first_live < len(deadlines):
+            self._watchdog = self._loop.call_at(deadlines[first_live], self._check_deadlines)
+        elif self.stale:
+            self._close_transport()  # no caller is waiting on it any more
 
-    def _fail(self, error: Exception) -> None:
-        """Close for good: every command still waiting gets ``error``."""
+    def _close_transport(self) -> None:
         if not self.closed:
             self.closed = True
             if self.transport is not None:
                 self.transport.close()
+
+    def _fail(self, error: Exception) -> None:
+        """Close for good: every command still waiting gets ``error``."""
+        self._close_transport()
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
         waiting, self._waiting = self._waiting, deque()
         self._deadlines.clear()
+        self._expired = 0
         for waiter in waiting:
             if not waiter.done():
                 waiter.set_exception(error)
@@ -118,7 +144,9 @@ class _Connection(asyncio.Protocol):
                     raise InvalidResponse("a reply nobody asked for")
                 waiter = waiting.popleft()
                 self._deadlines.popleft()
-                if waiter.done():  # its caller was cancelled; the reply is dropped
+                if self._expired:
+                    self._expired -= 1
+                if waiter.done():  # its caller timed out or was cancelled: dropped
                     continue
                 if isinstance(reply, Exception):
                     waiter.set_exception(reply)
@@ -126,6 +154,9 @@ class _Connection(asyncio.Protocol):
                     waiter.set_result(reply)
         except InvalidResponse as exc:
             self._fail(RedisConnectionError(f"Protocol error: {exc}"))
+            return
+        if self.stale and not waiting:
+            self._close_transport()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(RedisConnectionError(_CLOSED))
@@ -133,9 +164,9 @@ class _Connection(asyncio.Protocol):
 
 class PipelinedRedis:
     """Sends commands on one connection, opened when first needed and again after it
-    failed. A command that meets a broken connection goes out once more on a new one, as
-    the pooled client's do (``app.kv.client``: every svc write is idempotent); a timeout is
-    not retried."""
+    failed or turned stale (a command on it timed out). A command that meets a broken
+    connection goes out once more on a new one, as the pooled client's do
+    (``app.kv.client``: every svc write is idempotent); a timeout is not retried."""
 
     def __init__(self, url: str, *, timeout_s: float, name: str | None = None) -> None:
         options: dict[str, Any] = dict(parse_url(url))
@@ -146,6 +177,7 @@ class PipelinedRedis:
         self._handshake = _handshake(options, name)
         self._timeout_s = timeout_s
         self._conn: _Connection | None = None
+        self._connections: set[_Connection] = set()
         self._opening: asyncio.Task[_Connection] | None = None
 
     async def execute(self, *args: Any) -> Any:
@@ -159,13 +191,14 @@ class PipelinedRedis:
     async def aclose(self) -> None:
         if self._opening is not None:
             self._opening.cancel()
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        for conn in self._connections:
+            conn.close()
+        self._connections.clear()
+        self._conn = None
 
     async def _connection(self) -> _Connection:
         conn = self._conn
-        if conn is not None and not conn.closed:
+        if conn is not None and conn.usable:
             return conn
         # Callers that find the connection down wait for one attempt to open it together.
         opening = self._opening
@@ -178,6 +211,9 @@ class PipelinedRedis:
         self._opening = None
         if not task.cancelled() and task.exception() is None:
             self._conn = task.result()
+            # a stale connection left behind closes itself once its callers are done;
+            # ``aclose`` closes those still open
+            self._connections = {c for c in self._connections if not c.closed} | {self._conn}
 
     async def _open(self) -> _Connection:
         loop = asyncio.get_running_loop()

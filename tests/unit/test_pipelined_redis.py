@@ -107,6 +107,33 @@ async def test_an_unanswered_command_times_out_and_the_next_gets_a_new_connectio
         await client.aclose()
 
 
+async def test_a_timeout_fails_no_other_caller_before_its_own_deadline(
+    url: str, admin: redis_sync.Redis
+) -> None:
+    """A reserve's give-up time is its caller's deadline: a caller that stopped waiting
+    sooner could miss a hold Redis still makes. So one command's timeout fails no other:
+    the connection turns stale (new commands go to a new one) but stays open while any
+    caller on it is still within its time, and closes once none is."""
+    client = PipelinedRedis(url, timeout_s=0.4, name=NAME)
+    try:
+        first_id = await client.execute("CLIENT", "ID")
+        admin.execute_command("CLIENT", "PAUSE", 2000, "ALL")
+        early = asyncio.ensure_future(client.execute("ECHO", "early"))
+        await asyncio.sleep(0.2)
+        late = asyncio.ensure_future(client.execute("ECHO", "late"))
+        with pytest.raises(RedisTimeoutError):
+            await early
+        assert not late.done()  # still within its own time
+        admin.execute_command("CLIENT", "UNPAUSE")
+        assert await late == b"late"
+        assert await client.execute("CLIENT", "ID") != first_id  # new commands: a new one
+        await asyncio.sleep(0.05)
+        assert [c["name"] for c in admin.client_list()].count(NAME) == 1  # stale one closed
+    finally:
+        admin.execute_command("CLIENT", "UNPAUSE")
+        await client.aclose()
+
+
 async def test_a_cancelled_caller_leaves_the_replies_in_step(
     pipelined: PipelinedRedis, admin: redis_sync.Redis
 ) -> None:
