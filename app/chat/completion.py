@@ -30,13 +30,16 @@ from app.core.metrics import METRICS
 from app.core.settings import HEARTBEATS_PER_DEADLINE
 from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Hold, Identity, ScriptStatus, Settlement
-from app.kv.client import REDIS_ERRORS
+from app.kv.client import REDIS_ERRORS, REDIS_TIMEOUT
 from app.upstream.base import Piece, UpstreamCall, UpstreamError, Usage
 from app.upstream.wire import Delta
 
 SendBytes = Callable[[bytes, bool], Awaitable[None]]
 """Writes response bytes; the flag says whether more will follow (False ends the body)."""
 MIN_OUTPUT_TOKENS = 16
+# Releasing a reserve whose reply came too late: attempts 0.5, 1.5, 3.5 and 7.5 s after it.
+RELEASE_ATTEMPTS = 4
+RELEASE_FIRST_PAUSE_S = 0.5
 USAGE_WAIT_S = 1.0
 """After the output cap, how long the relay reads on for the upstream's usage report (it
 comes right after the last token from an upstream that honours max_tokens)."""
@@ -89,18 +92,26 @@ class CompletionService:
         max_out = params.max_tokens or alias.default_output_tokens
         min_out = max_out if params.max_tokens else min(MIN_OUTPUT_TOKENS, max_out)
         now = self.clock()
-        hold = await self.ledger.reserve(
-            ident,
-            rid=random_id("rsv_", 16),
-            now=now,
-            prompt_units=params.prompt_token_bound * alias.price.input,
-            output_price=alias.price.output,
-            max_out=max_out,
-            min_out=min_out,
-            deadline=now + self.deadline_s,
-            alias=alias.id,
-            requested=params.requested,
-        )
+        rid = random_id("rsv_", 16)
+        try:
+            hold = await self.ledger.reserve(
+                ident,
+                rid=rid,
+                now=now,
+                prompt_units=params.prompt_token_bound * alias.price.input,
+                output_price=alias.price.output,
+                max_out=max_out,
+                min_out=min_out,
+                deadline=now + self.deadline_s,
+                alias=alias.id,
+                requested=params.requested,
+            )
+        except REDIS_TIMEOUT:
+            # Redis was slow, not gone: the reserve may still run, and hold credits for
+            # a caller that has answered 503, if its reply came just too late. Release it
+            # by its id once Redis answers (nothing changes if it never held anything).
+            in_background(self._release_unanswered(ident, rid, reserved_at=now))
+            raise
         METRICS.reserved(ident.environment, hold.amount)
         completion = Completion(self, ident, params, hold)
         try:
@@ -109,6 +120,23 @@ class CompletionService:
             await completion.settle(outcome="released")
             raise
         return completion
+
+    async def _release_unanswered(self, ident: Identity, rid: str, *, reserved_at: float) -> None:
+        """Try a few times, further apart each time; past that (Redis still not answering)
+        the sweeper refunds the reservation, if one was made, at its deadline."""
+        pause_s = RELEASE_FIRST_PAUSE_S
+        for _ in range(RELEASE_ATTEMPTS):
+            await asyncio.sleep(pause_s)
+            try:
+                released = await self.ledger.release_unanswered(
+                    ident, rid, reserved_at=reserved_at, now=self.clock()
+                )
+            except REDIS_ERRORS:
+                pause_s *= 2
+                continue
+            if released.status is ScriptStatus.OK:
+                log.info("released a reservation whose reserve was answered too late")
+            return
 
 
 class Completion:

@@ -33,6 +33,7 @@ from app.kv.layout import KeySpace, as_text
 from app.kv.pipelined import PipelinedRedis
 
 NO_CAP = -1
+REPLY_MARGIN = 0.1  # the part of the Redis timeout a reserve's reply may take to come back
 GRANT_MARKER_TTL_S = 400 * DAY_S
 """How long a grant id is remembered (a grant retried within it is applied once)."""
 SPOTLIGHT_COUNTER_TTL_S = 2 * DAY_S
@@ -83,10 +84,15 @@ class RedisLedger:
         return await self.redis_clock.sync(self.redis)
 
     def _give_up_ms(self) -> int:
-        """Redis's TIME, in ms, after which this worker no longer waits for a reserve."""
+        """Redis's TIME, in ms, after which a reserve holds nothing: this worker waits
+        ``command_timeout_s`` for the reply, and the last ``REPLY_MARGIN`` of that is kept
+        for the reply's way back. A reserve run just before its caller's deadline would
+        otherwise hold credits for a caller whose reply came too late (a resumed Redis
+        answers a backlog of commands, and every reply waits for the ones before it)."""
         if self._command_timeout_s is None:
             return 0
-        return int((self.redis_clock.now() + self._command_timeout_s) * 1000)
+        waits = self._command_timeout_s * (1 - REPLY_MARGIN)
+        return int((self.redis_clock.now() + waits) * 1000)
 
     # -- identities ---------------------------------------------------------------------
 
@@ -341,6 +347,27 @@ class RedisLedger:
             ],
         )
         return Settlement(ScriptStatus(status), int(used), int(balance))
+
+    async def release_unanswered(
+        self, ident: Identity, rid: str, *, reserved_at: float, now: float
+    ) -> Settlement:
+        """Release, unused, the reservation a reserve whose reply never came may have made
+        after all; ``NOT_FOUND`` when it never ran or held nothing (``reserved_at``: the
+        ``now`` that reserve was sent with, which names its day)."""
+        hold = Hold(
+            rid=rid,
+            shard=ident.shard,
+            pid=ident.pid,
+            kid=ident.kid,
+            day=utc_day(reserved_at),
+            amount=0,
+            out_tokens=0,
+            balance=0,
+            environment=ident.environment,
+        )
+        return await self.settle(
+            hold, now=now, credits_used=0, prompt_tokens=0, completion_tokens=0, outcome="released"
+        )
 
     async def extend(self, hold: Hold, deadline: float) -> Written:
         """Move the reservation's deadline forward while its stream is alive (NOT_FOUND: it

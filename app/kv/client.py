@@ -19,6 +19,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.core.settings import Settings
 
@@ -30,6 +31,9 @@ REDIS_ERRORS: tuple[type[RedisError], type[RedisClusterException]] = (
 )
 """Failures of Redis or of reaching it. The cluster client raises some outside
 ``RedisError`` (e.g. no node of the cluster answers when it maps the slots again)."""
+
+REDIS_TIMEOUT = RedisTimeoutError
+"""A command sent whose reply did not come in time: Redis may still run it."""
 
 
 def open_redis(settings: Settings, max_connections: int, name: str | None = None) -> RedisClient:

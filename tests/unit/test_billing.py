@@ -212,3 +212,26 @@ async def test_a_cancellation_while_the_upstream_closes_cannot_skip_settlement(
         await relay
     expected = ALIASES["svc-code"].price.credits(11, 32)
     await _check_money(ledger, clock, ident, expected)
+
+
+async def test_a_reserve_answered_too_late_is_released_in_the_background(
+    ledger: RedisLedger, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis ran the reserve, but its reply came after the caller's timeout (a paused
+    Redis answering its backlog): the request fails with the timeout, and the hold it could
+    not learn of is released by its id, not left for the sweeper."""
+    from app.chat import completion as completion_module
+    from app.kv.client import REDIS_TIMEOUT
+
+    monkeypatch.setattr(completion_module, "RELEASE_FIRST_PAUSE_S", 0.01)
+    reserve = ledger.reserve
+
+    async def reserve_then_time_out(*args: object, **kwargs: object) -> object:
+        await reserve(*args, **kwargs)  # type: ignore[arg-type]
+        raise REDIS_TIMEOUT("Timeout reading from Redis")
+
+    monkeypatch.setattr(ledger, "reserve", reserve_then_time_out)
+    with pytest.raises(REDIS_TIMEOUT):
+        await _open(ledger, clock, ReportingProvider(None), _messages("hi"))
+    ident = Identity("acct_B", "kidB00000000", "live", ledger.layout.shard("acct_B"))
+    await _check_money(ledger, clock, ident, charged=0)

@@ -168,6 +168,57 @@ async def test_a_reserve_redis_runs_after_its_caller_gave_up_holds_nothing(
     assert hold.amount == 10
 
 
+@pytest.mark.parametrize(("runs_after_s", "held"), [(1.7, True), (1.9, False)])
+async def test_a_reserve_run_in_the_last_tenth_of_its_callers_wait_holds_nothing(
+    redis: RedisClient, keyspace: KeySpace, clock: Clock, runs_after_s: float, held: bool
+) -> None:
+    """The caller waits 2 s; a reserve Redis runs 1.9 s after it was sent could still hold,
+    yet its reply, behind a backlog, reach a caller that has gone: the last tenth of the
+    wait is the reply's, and a reserve run in it gives up."""
+    late = RedisClock()
+    late.offset_s = -runs_after_s
+    ledger = RedisLedger(
+        redis, keyspace, cap_ttl_s=100, usage_ttl_s=100, command_timeout_s=2.0, redis_clock=late
+    )
+    await account(ledger, "acct_M", purchased=1_000)
+    ident = await key(ledger, "acct_M", "kidM00000000")
+    before = await snapshot(ledger)
+    if held:
+        assert (await reserve(ledger, ident, "r1", clock())).amount == 10
+        return
+    with pytest.raises(ApiError) as info:
+        await reserve(ledger, ident, "r1", clock())
+    assert info.value.kind is ErrorKind.SERVICE_UNAVAILABLE
+    assert await snapshot(ledger) == before
+
+
+async def test_an_unanswered_reserve_is_released_by_its_id(
+    ledger: RedisLedger, clock: Clock
+) -> None:
+    """A reserve whose reply came too late may have held credits after all: releasing it
+    by its id gives everything back (balance, cap, reservation); for a reserve that never
+    ran it changes nothing."""
+    await account(ledger, "acct_U", purchased=1_000)
+    ident = await key(ledger, "acct_U", "kidU00000000")
+    before = await snapshot(ledger)
+    reserved_at = clock()
+    await reserve(ledger, ident, "r1", reserved_at)
+    assert await snapshot(ledger) != before
+    clock.advance(3)
+    released = await ledger.release_unanswered(ident, "r1", reserved_at=reserved_at, now=clock())
+    assert (released.status, released.credits_used) == (ScriptStatus.OK, 0)
+    after = await _without_empty_caps(ledger)
+    assert after == before  # the day's cap counter stays, at 0
+    never = await ledger.release_unanswered(ident, "r2", reserved_at=reserved_at, now=clock())
+    assert never.status is ScriptStatus.NOT_FOUND
+    assert await _without_empty_caps(ledger) == before
+
+
+async def _without_empty_caps(ledger: RedisLedger) -> Any:
+    state = await snapshot(ledger)
+    return {k: v for k, v in state.items() if not (b":cap:" in k and v == b"0")}
+
+
 async def _reward(ledger: RedisLedger, pid: str, grant_id: str, now: float) -> None:
     """A spotlight-sized earned grant: 5,000 credits, the pool rolled to now + 30 days."""
     status, _, _ = await ledger.grant(
