@@ -10,6 +10,7 @@ that also came from elsewhere (the client left) still reaches the task's caller.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 
 class Interruptible:
@@ -65,28 +66,33 @@ class Interruptible:
 class IdleTimeout:
     """The longest silence allowed while reading an upstream's stream, kept by one timer per idle
     period rather than one per read: each read only notes when it started, and the timer,
-    when it fires, interrupts a read that has waited the whole period or re-arms itself."""
+    when it fires, interrupts a read that has waited the whole period or re-arms itself.
 
-    __slots__ = ("_expired", "_handle", "_idle_s", "_loop", "_started", "_wait")
+    Each read is wrapped in ``with idle:``; a read the timeout interrupted leaves the block
+    as ``expired()``, the caller's own error (a cancellation from elsewhere stays one)."""
 
-    def __init__(self, idle_s: float) -> None:
+    __slots__ = ("_expired", "_expiry", "_handle", "_idle_s", "_loop", "_started", "_wait")
+
+    def __init__(self, idle_s: float, expired: Callable[[], BaseException]) -> None:
         self._idle_s = idle_s
+        self._expiry = expired
         self._loop = asyncio.get_running_loop()
         self._wait = Interruptible()
         self._started = self._loop.time()
         self._expired = False
         self._handle = self._loop.call_at(self._started + idle_s, self._check)
 
-    def read_starts(self) -> None:
+    def __enter__(self) -> None:
         self._started = self._loop.time()
         self._wait.enter()
 
-    def read_ends(self) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
         self._wait.leave()
-
-    def expired(self) -> bool:
-        """Whether the cancellation being handled is this timeout's alone (then taken back)."""
-        return self._expired and self._wait.taken_back()
+        # the cancellation is taken back only when it was this timeout's alone
+        if kind is asyncio.CancelledError and self._expired and self._wait.taken_back():
+            raise self._expiry() from None
 
     def _check(self) -> None:
         now = self._loop.time()

@@ -68,3 +68,8 @@ class Provider(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+def idle_timeout_error() -> UpstreamError:
+    """What a stream the upstream fell silent in fails with (``IdleTimeout``'s error)."""
+    return UpstreamError("stream failed: idle timeout")

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 
 from app.core.interrupts import IdleTimeout
-from app.upstream.base import Piece, UpstreamCall, UpstreamError
+from app.upstream.base import Piece, UpstreamCall, UpstreamError, idle_timeout_error
 from app.upstream.config import ProviderConfig
 from app.upstream.openai_http import provider_headers, request_body, status_error
 from app.upstream.sse import LineSplitter
@@ -78,18 +78,11 @@ class AiohttpProvider:
             content = response.content
             async with asyncio.timeout_at(deadline):
                 pieces = await _first_pieces(content, splitter)
-            idle = IdleTimeout(self.config.idle_timeout_s)
+            idle = IdleTimeout(self.config.idle_timeout_s, idle_timeout_error)
             yield pieces
             while not splitter.done:
-                idle.read_starts()
-                try:
+                with idle:
                     data = await content.readany()
-                except asyncio.CancelledError:
-                    if idle.expired():
-                        raise UpstreamError("stream failed: idle timeout") from None
-                    raise
-                finally:
-                    idle.read_ends()
                 if not data:
                     raise UpstreamError("upstream closed the stream early")
                 pieces = splitter.feed(data)

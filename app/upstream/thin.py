@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from app.core.interrupts import IdleTimeout
-from app.upstream.base import Piece, UpstreamCall, UpstreamError
+from app.upstream.base import Piece, UpstreamCall, UpstreamError, idle_timeout_error
 from app.upstream.config import ProviderConfig
 from app.upstream.openai_http import provider_headers, request_body, status_error
 from app.upstream.sse import LineSplitter
@@ -426,20 +426,13 @@ class StreamingProvider:
                 pieces = await conn.pieces()
             if not pieces:
                 raise UpstreamError("upstream closed the stream early")
-            idle = IdleTimeout(self.config.idle_timeout_s)
+            idle = IdleTimeout(self.config.idle_timeout_s, idle_timeout_error)
             yield pieces
             while not conn.done:
                 pieces = conn.take()
                 if not pieces:
-                    idle.read_starts()
-                    try:
+                    with idle:
                         pieces = await conn.pieces()
-                    except asyncio.CancelledError:
-                        if idle.expired():
-                            raise UpstreamError("stream failed: idle timeout") from None
-                        raise
-                    finally:
-                        idle.read_ends()
                     if not pieces:
                         if conn.done:
                             break  # [DONE] came in a read of its own
