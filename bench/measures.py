@@ -47,3 +47,28 @@ def rss_kb_per_stream(idle_bytes: int, during_bytes: int, streams: int) -> float
     if streams <= 0:
         return None
     return round((during_bytes - idle_bytes) / 1024 / streams, 2)
+
+
+def tally_monitor(lines: list[str], names: dict[str, str]) -> tuple[dict[str, int], dict[str, int]]:
+    """Commands of ``MONITOR`` lines, counted apart for the request connections and the
+    ``svc-background`` ones (``names``: client addresses to names when the sample began).
+    A connection opened during the sample is named by its ``CLIENT SETNAME``, which comes
+    after its handshake (``HELLO``): names are read from every line before any is counted."""
+    commands: list[tuple[str, str]] = []
+    names = dict(names)
+    for line in lines:
+        addr, _, rest = line.partition("] ")
+        addr = addr.rpartition(" ")[2]
+        if addr == "lua" or not rest.startswith('"'):
+            continue  # what a script ran is part of that one script call
+        words = rest.split('"')
+        command = words[1].lower()
+        if command == "client" and len(words) > 5 and words[3].lower() == "setname":
+            names[addr] = words[5]
+        commands.append((addr, command))
+    hot: dict[str, int] = {}
+    background: dict[str, int] = {}
+    for addr, command in commands:
+        tally = background if names.get(addr) == "svc-background" else hot
+        tally[command] = tally.get(command, 0) + 1
+    return hot, background

@@ -31,7 +31,7 @@ from app.core.settings import Settings
 from app.kv.fields import usage_field
 from app.kv.layout import KeySpace
 from bench.loadgen import LoadConfig, LoadResult, run_in_process
-from bench.measures import ProcessTree, cpu_us_per_chunk, rss_kb_per_stream
+from bench.measures import ProcessTree, cpu_us_per_chunk, rss_kb_per_stream, tally_monitor
 from bench.mock_upstream import MockProcess, start_in_subprocess
 from bench.peers import available as peer_available
 from bench.peers import running_peer
@@ -550,19 +550,7 @@ def wire_commands(valkey: BenchRedis, svc: Svc, requests: int) -> WireSample:
             data += chunk
     elapsed = time.monotonic() - started
     sock.close()
-    hot: dict[str, int] = {}
-    background: dict[str, int] = {}
-    for line in data.decode(errors="replace").splitlines():
-        addr, _, rest = line.partition("] ")
-        addr = addr.rpartition(" ")[2]
-        if addr == "lua" or not rest.startswith('"'):
-            continue
-        words = rest.split('"')
-        command = words[1].lower()
-        if command == "client" and len(words) > 5 and words[3].lower() == "setname":
-            names[addr] = words[5]  # a connection opened during the sample names itself
-        tally = background if names.get(addr) == "svc-background" else hot
-        tally[command] = tally.get(command, 0) + 1
+    hot, background = tally_monitor(data.decode(errors="replace").splitlines(), names)
     return WireSample(
         per_completion={k: round(n / requests, 3) for k, n in sorted(hot.items())},
         background_per_s={k: round(n / elapsed, 2) for k, n in sorted(background.items())},

@@ -16,6 +16,12 @@ clock check, the shutdown check, the ``_Body`` wrapper and its first-write metri
 here: the floor is what the server, the upstream client and the encoder cost together.
 
 The upstream: ``FLOOR_UPSTREAM_URL``, an OpenAI-compatible base URL ending in ``/v1``.
+
+With ``FLOOR_REDIS_URL`` set, each request also makes the two Redis round trips every metered
+request needs, as ``PING`` on svc's pipelined connection (``PipelinedRedis``, one per worker):
+one before the upstream is asked (where svc reserves) and one after the last chunk, before
+the closing write (where svc settles). The scripts' own work runs inside Valkey, outside the
+server's CPU; what this adds is what talking to Redis costs the server.
 """
 
 from __future__ import annotations
@@ -39,12 +45,15 @@ from app.http.rsgi import (
     StreamTransport,
     body_chunks,
 )
+from app.kv.pipelined import PipelinedRedis
 from app.upstream.base import Piece, UpstreamCall, UpstreamError
 from app.upstream.config import ProviderConfig
 from app.upstream.thin import StreamingProvider
 from app.upstream.wire import ChatRequest, Delta
 
 UPSTREAM_ENV = "FLOOR_UPSTREAM_URL"
+REDIS_ENV = "FLOOR_REDIS_URL"
+REDIS_TIMEOUT_S = 2.0
 DEFAULT_MAX_TOKENS = 4096  # sent upstream when the client set no limit (svc: the hold's)
 _decode_request = msgspec.json.Decoder(ChatRequest).decode
 
@@ -98,9 +107,11 @@ async def _relay(
     chunks: _Chunks,
     batch: list[Piece],
     pieces: AsyncIterator[list[Piece]],
+    redis: PipelinedRedis | None,
 ) -> None:
-    """One write per upstream read, then the closing write. The transport is this
-    coroutine's only reference to the body: granian ends the body when it is released."""
+    """One write per upstream read, then the closing write (after the settle's round trip,
+    with ``redis``). The transport is this coroutine's only reference to the body: granian
+    ends the body when it is released."""
     try:
         while True:
             out = chunks.take(batch)
@@ -116,6 +127,8 @@ async def _relay(
         last += DONE
     finally:
         await _close(pieces)
+    if redis is not None:
+        await redis.execute("PING")
     await transport.send_bytes(last)
 
 
@@ -129,6 +142,8 @@ class BareRelay:
 
     def __init__(self) -> None:
         self._provider: StreamingProvider | None = None
+        url = os.environ.get(REDIS_ENV)
+        self._redis = PipelinedRedis(url, timeout_s=REDIS_TIMEOUT_S) if url else None
 
     def _upstream(self) -> StreamingProvider:
         if self._provider is None:  # in the worker's process and loop, on its first request
@@ -151,6 +166,8 @@ class BareRelay:
             return
         limit = request.max_tokens
         max_tokens = limit if isinstance(limit, int) else DEFAULT_MAX_TOKENS
+        if self._redis is not None:
+            await self._redis.execute("PING")
         call = UpstreamCall(model=request.model, request=request, max_tokens=max_tokens)
         pieces = self._upstream().stream(call)
         try:
@@ -161,7 +178,7 @@ class BareRelay:
             return
         chunks = _Chunks(ChunkEncoder(completion_ids.next(), int(time.time()), request.model))
         relay = asyncio.ensure_future(
-            _relay(protocol.response_stream(200, SSE_HEADERS), chunks, first, pieces)
+            _relay(protocol.response_stream(200, SSE_HEADERS), chunks, first, pieces, self._redis)
         )
         watcher = asyncio.ensure_future(_watch_disconnect(protocol, relay))
         try:

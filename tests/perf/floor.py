@@ -8,7 +8,11 @@ upstream client, chunk encoder and RSGI writes, with no auth, no Redis, no reser
 metrics) is served by granian over RSGI as ``svc serve`` serves svc (uvloop, no websockets,
 the same backpressure and backlog), with ``--workers`` workers. In interleaved rounds the
 bench's load generator (``python -m bench load``, a process of its own per point) runs one
-closed-loop point against each target: the mock directly, then the bare relay in front of it.
+closed-loop point against each target: the mock directly, the bare relay in front of it, and
+the bare relay again making the two Redis round trips every metered request needs (``PING``
+on svc's pipelined connection where svc reserves and settles; an embedded Valkey of this
+run's own). The last is the least any request that holds credits before it starts and
+settles them after can cost on this stack.
 
 The figures are defined as in the bench's tokens scenario (bench/orchestrate.py), so they
 compare with its table in the same terms:
@@ -22,7 +26,8 @@ compare with its table in the same terms:
 - RSS KB/stream: (peak RSS of that tree during the point - its RSS before the first point) / C.
 
 svc's bench figure to hold it against is "server CPU per relayed chunk, tokens, C=200"
-(target <= 40 µs): what svc costs above this floor is what its metering and relay add.
+(target <= 40 µs): what svc costs above the first relay is what its metering and relay add,
+and above the second what it adds beyond talking to Redis.
 
 Run briefly on a busy machine the figures are noisy; the rounds show how much.
 """
@@ -42,10 +47,11 @@ from typing import IO
 
 import psutil
 
+from app.ops.embedded import EmbeddedValkey
 from bench.loadgen import LoadConfig, LoadResult, run_in_process
 from bench.measures import ProcessTree, cpu_us_per_chunk, rss_kb_per_stream
 from bench.mock_upstream import MockProcess, start_in_subprocess
-from tests.perf.bare_relay import UPSTREAM_ENV
+from tests.perf.bare_relay import REDIS_ENV, UPSTREAM_ENV
 from tests.processes import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,9 +112,12 @@ class Relay:
     base_url: str
 
 
-def start_relay(upstream_url: str, workers: int, log: IO[bytes]) -> Relay:
-    """granian serving the bare relay on a free port, in a session of its own; returns
-    once every worker answers."""
+def start_relay(
+    upstream_url: str, workers: int, log: IO[bytes], redis_url: str | None = None
+) -> Relay:
+    """granian serving the bare relay on a free port, in a session of its own (making its
+    two Redis round trips per request on ``redis_url``, when given); returns once every
+    worker answers."""
     port = free_port()
     command = [
         *(sys.executable, "-m", "granian", "--interface", "rsgi", "--workers", str(workers)),
@@ -119,7 +128,7 @@ def start_relay(upstream_url: str, workers: int, log: IO[bytes]) -> Relay:
     process = subprocess.Popen(
         command,
         cwd=ROOT,
-        env=_env(**{UPSTREAM_ENV: upstream_url}),
+        env=_env(**{UPSTREAM_ENV: upstream_url}, **({REDIS_ENV: redis_url} if redis_url else {})),
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -176,16 +185,19 @@ def measure(args: argparse.Namespace) -> int:
     model = f"bench-tokens{args.chunks}x{args.delay_ms}"
     points: list[Measured] = []
     mock: MockProcess | None = None
-    relay: Relay | None = None
-    with tempfile.TemporaryFile() as log:
+    relays: list[Relay] = []
+    with tempfile.TemporaryFile() as log, tempfile.TemporaryDirectory() as data:
+        valkey = EmbeddedValkey(Path(data))
         try:
+            valkey.start()
             mock = start_in_subprocess()
-            relay = start_relay(mock.base_url, args.workers, log)
-            mock_tree, relay_tree = ProcessTree(mock.pid), ProcessTree(relay.process.pid)
-            targets = [
-                Target("direct", mock.base_url, mock_tree, mock_tree.rss_bytes()),
-                Target("bare relay", relay.base_url, relay_tree, relay_tree.rss_bytes()),
-            ]
+            mock_tree = ProcessTree(mock.pid)
+            targets = [Target("direct", mock.base_url, mock_tree, mock_tree.rss_bytes())]
+            for name, redis_url in (("bare relay", None), ("+ 2 Redis round trips", valkey.url)):
+                relay = start_relay(mock.base_url, args.workers, log, redis_url)
+                relays.append(relay)
+                tree = ProcessTree(relay.process.pid)
+                targets.append(Target(name, relay.base_url, tree, tree.rss_bytes()))
             print(
                 f"{model}: {args.chunks} chunks {args.delay_ms} ms apart; C={args.concurrency}; "
                 f"{args.duration:g} s measured after {args.warmup:g} s warm-up; bare relay on "
@@ -214,10 +226,11 @@ def measure(args: argparse.Namespace) -> int:
                     points.append(point)
                     print(_row(point, direct), flush=True)
         finally:
-            if relay is not None:
+            for relay in relays:
                 stop_process(relay.process)
             if mock is not None:
                 mock.stop()
+            valkey.stop()
     errors: dict[str, int] = {}
     for point in points:
         for kind, count in [*point.load.errors.items(), *point.load.errors_outside_window.items()]:
