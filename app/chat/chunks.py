@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from app.chat.output import SHUT_DOWN, UPSTREAM_FAILED, StreamEnd
 from app.upstream.base import Usage
 from app.upstream.wire import Delta, ToolCallDelta
 
@@ -139,3 +140,59 @@ def error_event(message: str, err_type: str, code: str) -> bytes:
     """An OpenAI-style error event sent inside a stream that already started."""
     body = {"error": {"message": message, "type": err_type, "param": None, "code": code}}
     return b"data: " + _encode(body) + b"\n\n"
+
+
+class ChatStream:
+    """A Chat Completions stream (``StreamOutput``): svc's chunks, then its metadata chunk
+    and ``[DONE]``. The first chunk carries the role; finish_reason goes on the last output
+    chunk when the upstream's finish came in the same read, else on an empty closing chunk."""
+
+    __slots__ = ("_encoder", "_first", "_include_usage", "_requested")
+
+    def __init__(self, encoder: ChunkEncoder, *, requested: str, include_usage: bool) -> None:
+        self._encoder = encoder
+        self._requested = requested
+        self._include_usage = include_usage
+        self._first = True
+
+    def opening(self) -> bytes:
+        return b""
+
+    def piece(self, piece: str | Delta) -> bytes:
+        """A choice chunk without finish_reason."""
+        first, self._first = self._first, False
+        if type(piece) is str:
+            return self._encoder.content(piece, first=first, last=False)
+        assert isinstance(piece, Delta)
+        return self._encoder.delta(piece, first=first, finish=None)
+
+    def closing(self, pending: str | Delta | None, *, tool_calls: bool) -> bytes:
+        """The last choice chunk, with finish_reason: "tool_calls" after tool calls (an empty
+        delta, as OpenAI's), else "stop" (on the last text, or an empty-content chunk)."""
+        first, self._first = self._first, False
+        encoder = self._encoder
+        if tool_calls:
+            if pending is None:
+                return encoder.finish("tool_calls", first=first)
+            if isinstance(pending, Delta):
+                return encoder.delta(pending, first=first, finish="tool_calls")
+            return encoder.content(pending, first=first, last=False) + encoder.finish(
+                "tool_calls", first=False
+            )
+        if isinstance(pending, Delta):
+            return encoder.delta(pending, first=first, finish="stop")
+        return encoder.content(pending or "", first=first, last=True)
+
+    def ending(self, end: StreamEnd) -> bytes:
+        """An error event when the stream failed or was cut, then the metadata chunk (with
+        OpenAI's usage object when the client asked for it) and ``[DONE]``."""
+        head = b""
+        if end.outcome == "upstream_error":
+            head = error_event(UPSTREAM_FAILED, "upstream_error", "upstream_unavailable")
+        elif end.outcome == "shutdown":
+            head = error_event(SHUT_DOWN, "server_error", "service_unavailable")
+        usage = None
+        if self._include_usage:
+            usage = chunk_usage(end.prompt_tokens, end.completion_tokens, end.reported)
+        meta = self._encoder.metadata(self._requested, end.credits_used, end.balance, usage)
+        return head + meta + DONE

@@ -19,8 +19,9 @@ from typing import Any, TypeVar
 import msgspec
 from msgspec import UNSET
 
-from app.chat.chunks import DONE, ChunkEncoder, chunk_usage, error_event
-from app.chat.lifecycle import STREAMS, StreamCut, shutdown_error_event
+from app.chat.chunks import ChatStream, ChunkEncoder
+from app.chat.lifecycle import STREAMS, StreamCut
+from app.chat.output import Outcome, StreamEnd, StreamOutput
 from app.chat.request import ChatParams
 from app.chat.router import UpstreamRouter
 from app.core.errors import ApiError, ErrorKind
@@ -150,7 +151,6 @@ class Completion:
         self.params = params
         self.hold = hold
         self.created = int(service.clock())
-        self.encoder = ChunkEncoder(completion_ids.next(), self.created, params.alias.id)
         self.tokens_received = 0
         self.usage: Usage | None = None
         self._pieces: AsyncIterator[list[Piece]] | None = None
@@ -159,7 +159,9 @@ class Completion:
         self._pending: str | Delta | None = None  # output held for the closing chunk
         self._choice_ended = False  # the upstream's finish or usage arrived
         self._tool_calls = False  # the upstream called tools: the stream ends "tool_calls"
-        self._no_chunk_yet = True  # the next content chunk is the first (carries the role)
+        self._cut_short = False  # output was cut at the cap (by svc, or by the upstream)
+        self._output: StreamOutput = self.chat_stream()
+        self._unsent = b""  # the output's opening, until it goes out with the first write
         self._settling: asyncio.Task[Settlement] | None = None
         self._provider_name = ""
         self._cut = False  # the shutdown's grace period ran out: end the stream now
@@ -201,15 +203,25 @@ class Completion:
             "The model is temporarily unavailable. Please retry the request.",
         )
 
-    async def relay(self, send: SendBytes) -> None:
-        """Stream the chunks, settle, then send the metadata chunk and ``[DONE]``.
+    def chat_stream(self) -> ChatStream:
+        """The Chat Completions stream of this completion (``relay``'s default output)."""
+        encoder = ChunkEncoder(completion_ids.next(), self.created, self.params.alias.id)
+        return ChatStream(
+            encoder, requested=self.params.requested, include_usage=self.params.include_usage
+        )
 
-        A failing upstream ends the stream with one error event; a failing ``send`` (the
-        client went away) or a cancellation settles what was generated and re-raises.
+    async def relay(self, send: SendBytes, output: StreamOutput | None = None) -> None:
+        """Stream the output (as ``output`` writes it: Chat Completions chunks unless told
+        otherwise), settle, then send the stream's ending.
+
+        A failing upstream ends the stream with the output's failure; a failing ``send``
+        (the client went away) or a cancellation settles what was generated and re-raises.
         Settlement starts before the upstream is closed: closing may suspend (httpx's
         ``aclose``), and a cancellation landing there must not be able to skip it.
         """
-        outcome = "completed"
+        if output is not None:
+            self._output = output
+        outcome: Outcome = "completed"
         last = b""
         STREAMS.add(self)
         try:
@@ -228,35 +240,30 @@ class Completion:
         except StreamCut:
             outcome = "shutdown"
         except BaseException:
-            outcome = "client_disconnect"
             # nobody waits for this settlement: its own callback reports a failure
-            self.begin_settle(outcome).add_done_callback(_report_abandoned_settlement)
+            self.begin_settle("client_disconnect").add_done_callback(_report_abandoned_settlement)
             raise
         finally:
             STREAMS.discard(self)
             settling = self.begin_settle(outcome)
             await self._stop_upstream()
         settled = await asyncio.shield(settling)
-        if outcome == "upstream_error":
-            last += error_event(
-                "The upstream failed while streaming; you were charged only for the "
-                "content delivered.",
-                "upstream_error",
-                "upstream_unavailable",
-            )
-        elif outcome == "shutdown":
-            last += shutdown_error_event()
-        usage = None
-        if self.params.include_usage:
-            usage = chunk_usage(*self.billed_tokens(), self.usage)
-        meta = self.encoder.metadata(
-            self.params.requested, settled.credits_used, settled.balance, usage
+        prompt, completion = self.billed_tokens()
+        end = StreamEnd(
+            outcome=outcome,
+            credits_used=settled.credits_used,
+            balance=settled.balance,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            reported=self.usage,
+            capped=self._cut_short
+            or (self.tokens_received >= self.hold.out_tokens and not self._choice_ended),
         )
-        await send(last + meta + DONE, False)
+        await send(self._unsent + last + self._output.ending(end), False)
 
     async def _relay_content(self, send: SendBytes) -> bytes:
-        """Send the chunks as they arrive, one write per upstream read, and return the
-        closing chunk (it goes out with the metadata chunk, after settlement).
+        """Send the output as it arrives, one write per upstream read, and return the
+        closing bytes (they go out with the ending, after settlement).
 
         Nothing waits on a timer and no task is made per read: the relay awaits its
         upstream directly. Where finish_reason goes is decided by what arrived: when the
@@ -268,9 +275,12 @@ class Completion:
         assert pieces is not None
         heartbeat = _Heartbeat(self)
         batch = self._first
+        self._unsent = self._output.opening()
         try:
             while True:
                 out = self._take(batch)
+                if self._unsent:
+                    out, self._unsent = self._unsent + out, b""
                 if out:
                     await send(out, True)
                 if self.tokens_received >= self.hold.out_tokens:
@@ -297,7 +307,7 @@ class Completion:
         except (UpstreamError, StreamCut):
             await self._send_pending(send)
             raise
-        return self._closing_chunk()
+        return self._output.closing(self._pending, tool_calls=self._tool_calls)
 
     def cut(self) -> None:
         """End the stream at the next chunk boundary (graceful shutdown, app.chat.lifecycle):
@@ -307,7 +317,8 @@ class Completion:
 
     async def _send_pending(self, send: SendBytes) -> None:
         if self._pending is not None:
-            await send(self._flush_pending(), True)
+            out, self._unsent = self._unsent + self._flush_pending(), b""
+            await send(out, True)
 
     def _take(self, batch: list[Piece]) -> bytes:
         """The chunks of one read. The last output stays pending when the choice ended in
@@ -319,12 +330,14 @@ class Completion:
                 if not piece or self.tokens_received >= self.hold.out_tokens:
                     return b""
                 self.tokens_received += 1
-                return self._chunk(piece)
+                return self._output.piece(piece)
         out: list[bytes] = []
         for piece in batch:
             if isinstance(piece, str):
                 if piece and self.tokens_received < self.hold.out_tokens:
                     self._keep_pending(piece, out)
+                elif piece:
+                    self._cut_short = True
             elif isinstance(piece, Delta):
                 self._take_delta(piece, out)
             else:  # the end of the choice, or the usage report that follows it
@@ -338,9 +351,13 @@ class Completion:
     def _take_delta(self, delta: Delta, out: list[bytes]) -> None:
         if delta.tool_calls is not UNSET or delta.finish_reason == "tool_calls":
             self._tool_calls = True
+        if delta.finish_reason == "length":
+            self._cut_short = True  # the upstream stopped at the output cap it was sent
         relayed = delta.carries_output() or delta.logprobs is not UNSET
         if relayed and self.tokens_received < self.hold.out_tokens:
             self._keep_pending(msgspec.structs.replace(delta, finish_reason=UNSET), out)
+        elif relayed:
+            self._cut_short = True
 
     def _keep_pending(self, piece: str | Delta, out: list[bytes]) -> None:
         """``piece`` becomes the pending one; the one it replaces is written out."""
@@ -348,22 +365,6 @@ class Completion:
             out.append(self._flush_pending())
         self._pending = piece
         self.tokens_received += 1
-
-    def _closing_chunk(self) -> bytes:
-        """The last choice chunk, with finish_reason: "tool_calls" after tool calls (an empty
-        delta, as OpenAI's), else "stop" (on the last text, or an empty-content chunk)."""
-        first, pending = self._no_chunk_yet, self._pending
-        if self._tool_calls:
-            if pending is None:
-                return self.encoder.finish("tool_calls", first=first)
-            if isinstance(pending, Delta):
-                return self.encoder.delta(pending, first=first, finish="tool_calls")
-            return self.encoder.content(pending, first=first, last=False) + self.encoder.finish(
-                "tool_calls", first=False
-            )
-        if isinstance(pending, Delta):
-            return self.encoder.delta(pending, first=first, finish="stop")
-        return self.encoder.content(pending or "", first=first, last=True)
 
     async def _read_usage(self, pieces: AsyncIterator[list[Piece]]) -> None:
         """Read on past the output cap, dropping content, until the upstream's usage report
@@ -382,14 +383,7 @@ class Completion:
         pending = self._pending
         assert pending is not None
         self._pending = None
-        return self._chunk(pending)
-
-    def _chunk(self, piece: str | Delta) -> bytes:
-        """A choice chunk without finish_reason (the first one carries the role)."""
-        first, self._no_chunk_yet = self._no_chunk_yet, False
-        if isinstance(piece, str):
-            return self.encoder.content(piece, first=first, last=False)
-        return self.encoder.delta(piece, first=first, finish=None)
+        return self._output.piece(pending)
 
     async def _stop_upstream(self) -> None:
         """Close the upstream's stream (a read it was cancelled in has already ended it)."""

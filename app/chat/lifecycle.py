@@ -19,8 +19,6 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, Protocol
 
-from app.chat.chunks import error_event
-
 log = logging.getLogger("svc.lifecycle")
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -121,13 +119,3 @@ class GracePeriod:
         cut = self.streams.cut_all()
         if cut:
             log.warning("grace period over: cut %d open streams", cut)
-
-
-def shutdown_error_event() -> bytes:
-    """The event that ends a stream cut by the shutdown (after it, metadata and [DONE])."""
-    return error_event(
-        "The server is shutting down; the reply was cut here and you were charged only for "
-        "the content delivered. Please retry the request.",
-        "server_error",
-        "service_unavailable",
-    )

@@ -101,7 +101,8 @@ def _count_prompt(messages: list[Message], image_token_bound: int) -> _Prompt:
     return prompt
 
 
-def _check_tools(req: ChatRequest) -> None:
+def check_tool_choice(req: ChatRequest) -> None:
+    """A named tool choice names a tool of the request; "auto" or "required" needs tools."""
     if isinstance(req.tool_choice, NamedToolChoice):
         names = {tool.function.name for tool in req.tools or ()}
         if req.tool_choice.function.name not in names:
@@ -155,29 +156,57 @@ def parse_chat_request(
         _check_message(message, i, max_message_chars)
     if req.n not in (UNSET, None, 1):
         raise invalid_value("n", "svc streams one choice per request: 'n' must be 1.")
-    _check_tools(req)
+    check_tool_choice(req)
     max_tokens, param = req.max_tokens, "max_tokens"
     if req.max_completion_tokens not in (UNSET, None):
         max_tokens, param = req.max_completion_tokens, "max_completion_tokens"
     limit = max_tokens if isinstance(max_tokens, int) else None
-    if limit is not None and limit > alias.max_output_tokens:
+    options = req.stream_options
+    return resolve_params(
+        req,
+        aliases,
+        alias,
+        body_size=len(body),
+        output_limit=limit,
+        limit_param=param,
+        image_token_bound=image_token_bound,
+        include_usage=isinstance(options, StreamOptions) and options.include_usage is True,
+    )
+
+
+def resolve_params(
+    req: ChatRequest,
+    aliases: dict[str, Alias],
+    alias: Alias,
+    *,
+    body_size: int,
+    output_limit: int | None,
+    limit_param: str,
+    image_token_bound: int,
+    include_usage: bool,
+) -> ChatParams:
+    """A well-formed chat request (``alias`` its enabled model; a Responses request after
+    translation) checked against its alias's output limit, its prompt estimated and bounded
+    (``body_size``: the bytes of the body it came in), svc-auto resolved and the sampling
+    defaults filled in."""
+    if output_limit is not None and output_limit > alias.max_output_tokens:
         raise invalid_value(
-            param, f"'{param}' must be between 1 and {alias.max_output_tokens} for {alias.id}."
+            limit_param,
+            f"'{limit_param}' must be between 1 and {alias.max_output_tokens} for {alias.id}.",
         )
     prompt = _count_prompt(req.messages, image_token_bound)
     if alias.id == AUTO:
         alias = _auto_target(aliases, route_auto("\n".join(prompt.texts), len(prompt.texts)))
-    options = req.stream_options
     temperature = DEFAULT_TEMPERATURE if req.temperature in (UNSET, None) else req.temperature
     top_p = DEFAULT_TOP_P if req.top_p in (UNSET, None) else req.top_p
     return ChatParams(
         requested=req.model,
         alias=alias,
         request=msgspec.structs.replace(req, temperature=temperature, top_p=top_p),
-        max_tokens=limit,
+        max_tokens=output_limit,
         prompt_tokens=estimate_prompt_tokens(prompt.texts) + prompt.media_estimate,
         prompt_token_bound=prompt_token_bound(
-            len(body) - prompt.media_chars, len(req.messages), prompt.media_bound
+            body_size - prompt.media_chars, len(req.messages), prompt.media_bound
         ),
-        include_usage=isinstance(options, StreamOptions) and options.include_usage is True,
+        include_usage=include_usage,
     )

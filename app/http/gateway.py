@@ -18,9 +18,9 @@ from litestar import Litestar
 from app.core.logs import request_id
 from app.core.metrics import METRICS
 from app.http.asgi_bridge import ASGIApp, ASGIRequest
-from app.http.chat import CHAT_PATHS, serve_chat
 from app.http.lifespan import Lifespan, LifespanFailed
 from app.http.rsgi import Headers, HTTPProtocol, Scope
+from app.http.streams import STREAM_ROUTES, serve_stream
 
 log = logging.getLogger("svc.serve")
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
@@ -37,8 +37,9 @@ def new_request_id() -> str:
 
 
 class Gateway:
-    """``/v1/chat/completions`` (trailing slash or not) is served right here over RSGI: a
-    stream writes each chunk straight to granian, with no framework or adapter per chunk.
+    """The streaming endpoints (``/v1/chat/completions``, ``/v1/responses``, trailing slash
+    or not) are served right here over RSGI: a stream writes each chunk straight to
+    granian, with no framework or adapter per chunk.
     Every other path goes to the Litestar app through the ASGI adapter, and its lifespan
     runs in granian's RSGI init and del hooks."""
 
@@ -66,8 +67,9 @@ class Gateway:
         rid = incoming_request_id(scope.headers) or new_request_id()
         token = request_id.set(rid)
         try:
-            if scope.path in CHAT_PATHS:
-                await serve_chat(self.app.state.services, scope, protocol, rid)
+            api = STREAM_ROUTES.get(scope.path)
+            if api is not None:
+                await serve_stream(api, self.app.state.services, scope, protocol, rid)
             else:
                 await self._routed(scope, protocol, rid)
         finally:

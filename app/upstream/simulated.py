@@ -114,28 +114,34 @@ class SimulatedProvider:
         prompt_tokens = estimate_prompt_tokens(texts)
         function = _function_to_call(call.request, prompt_crc)
         if function is None:
-            output = self._text(call, prompt_crc)
-            return [*output, Usage(prompt_tokens=prompt_tokens, completion_tokens=len(output))]
+            output, whole = self._text(call, prompt_crc)
+            usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=len(output))
+            # plain text that stopped says so only by its end; text cut at max_tokens says
+            # "length", as real upstreams do
+            return [*output, usage] if whole else [*output, Delta(finish_reason="length"), usage]
         deltas = _tool_call_deltas(function, prompt, prompt_crc)
         output = deltas[: _cap(call)]
         finish = "tool_calls" if len(output) == len(deltas) else "length"
         usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=len(output))
         return [*output, Delta(finish_reason=finish), usage]
 
-    def _text(self, call: UpstreamCall, prompt_crc: int) -> list[Piece]:
-        """The text pieces of a reply that calls no tool (cut at ``max_tokens``); the end of
-        the stream says it stopped, as it always has for plain text."""
+    def _text(self, call: UpstreamCall, prompt_crc: int) -> tuple[list[Piece], bool]:
+        """The text pieces of a reply that calls no tool, cut at ``max_tokens``, and whether
+        that left it whole."""
         response_format = call.request.response_format
         if isinstance(response_format, JsonSchemaResponseFormat) and isinstance(
             response_format.json_schema.schema, dict
         ):
             value = sample_json(response_format.json_schema.schema, prompt_crc)
-            return list(_json_pieces(value)[: _cap(call)])
-        words = _words(prompt_crc, self.reply_tokens)
-        # json_object, or a json_schema format that gives no schema: any object will do
-        if isinstance(response_format, JsonObjectFormat | JsonSchemaResponseFormat):
-            return list(_json_pieces({"answer": "".join(words)})[: _cap(call)])
-        return list(words[: _cap(call)])
+            pieces = _json_pieces(value)
+        elif isinstance(response_format, JsonObjectFormat | JsonSchemaResponseFormat):
+            # json_object, or a json_schema format that gives no schema: any object will do
+            words = _words(prompt_crc, self.reply_tokens)
+            pieces = _json_pieces({"answer": "".join(words)})
+        else:
+            pieces = _words(prompt_crc, self.reply_tokens)
+        cap = _cap(call)
+        return list(pieces[:cap]), len(pieces) <= cap
 
     async def close(self) -> None:
         return None

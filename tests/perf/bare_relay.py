@@ -1,7 +1,7 @@
 """A bare relay made of svc's per-chunk parts and nothing else, for
 ``python -m tests.perf.floor`` (which serves it under granian: ``tests.perf.bare_relay:app``).
 
-``POST /v1/chat/completions`` is served as svc's gateway serves it (``app.http.chat``), but
+``POST /v1/chat/completions`` is served as svc's gateway serves it (``app.http.streams``), but
 with no metering at all: no key, no Redis, no reservation or settlement, no metrics. Per
 request: the body read with svc's ``body_chunks`` and decoded into svc's ``ChatRequest``; the
 upstream stream opened with svc's ``StreamingProvider`` (one per worker, made on the worker's
@@ -36,7 +36,6 @@ import msgspec
 
 from app.chat.chunks import DONE, ChunkEncoder, error_event
 from app.core.ids import completion_ids
-from app.http.chat import CHAT_PATHS, SSE_HEADERS
 from app.http.rsgi import (
     ClientDisconnected,
     HTTPProtocol,
@@ -45,6 +44,7 @@ from app.http.rsgi import (
     StreamTransport,
     body_chunks,
 )
+from app.http.streams import CHAT, SSE_HEADERS
 from app.kv.pipelined import PipelinedRedis
 from app.upstream.base import Piece, UpstreamCall, UpstreamError
 from app.upstream.config import ProviderConfig
@@ -151,7 +151,7 @@ class BareRelay:
         return self._provider
 
     async def __rsgi__(self, scope: Scope, protocol: HTTPProtocol) -> None:
-        if scope.path not in CHAT_PATHS or scope.method != "POST":
+        if scope.path not in (CHAT.path, CHAT.path + "/") or scope.method != "POST":
             _json(protocol, 404, "not found")
             return
         try:

@@ -1,4 +1,4 @@
-"""Reading a chat request's body from granian (``app.http.chat.read_body``)."""
+"""Reading a chat request's body from granian (``app.http.streams.read_body``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from granian._granian import RSGIProtocolClosed
 
 from app.core.errors import ApiError
-from app.http.chat import read_body
 from app.http.rsgi import ClientDisconnected
+from app.http.streams import read_body
 from tests.rsgi_transport import FakeHeaders, FakeProtocol, FakeScope
 
 LIMIT = 16

@@ -1,4 +1,4 @@
-"""``serve_chat`` on granian's RSGI objects (faked): a Redis failure after the response has
+"""``serve_stream`` on granian's RSGI objects (faked): a Redis failure after the response has
 started is a warning, not a crash; a client that goes away mid-stream is noticed whichever
 way granian tells it (the disconnect watcher, or a write that fails), and settled."""
 
@@ -24,7 +24,7 @@ from app.core.metrics import METRICS
 from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Identity
 from app.credits.sweeper import Sweeper
-from app.http.chat import CHAT_PATH, serve_chat
+from app.http.streams import CHAT, serve_stream
 from app.kv.layout import KeySpace
 from app.runtime import Services
 from app.upstream.simulated import SimulatedProvider
@@ -33,7 +33,7 @@ from tests.rsgi_transport import FakeHeaders, FakeProtocol, FakeScope
 from tests.unit.scripts_helpers import account, key
 
 BODY = b'{"model":"svc-fast","messages":[{"role":"user","content":"hi"}]}'
-SCOPE = FakeScope("POST", CHAT_PATH, FakeHeaders([("content-length", str(len(BODY)))]))
+SCOPE = FakeScope("POST", CHAT.path, FakeHeaders([("content-length", str(len(BODY)))]))
 CREDITS = 10_000
 
 
@@ -50,7 +50,7 @@ class Chat:
 
 @pytest.fixture
 async def chat(clock: Clock, request: pytest.FixtureRequest) -> AsyncIterator[Chat]:
-    """Services enough for ``serve_chat``; the upstream waits ``param`` ms per token."""
+    """Services enough for ``serve_stream``; the upstream waits ``param`` ms per token."""
     redis_client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
     ledger = RedisLedger(redis_client, KeySpace("svc", 64), cap_ttl_s=172_800, usage_ttl_s=86_400)
     await account(ledger, "acct_S", purchased=CREDITS)
@@ -88,7 +88,7 @@ async def test_a_settlement_redis_times_out_is_one_warning_and_the_sweeper_refun
     caplog.set_level(logging.INFO)
     token = request_id.set("req_settle")  # as the Gateway does for every request
     try:
-        await serve_chat(chat.services, SCOPE, protocol, "req_settle")  # returns, no raise
+        await serve_stream(CHAT, chat.services, SCOPE, protocol, "req_settle")  # returns, no raise
         ours = [r for r in caplog.records if r.name == "svc.http"]
         lines = [json.loads(JsonFormatter().format(r)) for r in ours]
     finally:
@@ -127,7 +127,7 @@ async def test_a_client_gone_mid_stream_ends_the_relay_and_pays_what_was_generat
 ) -> None:
     protocol = FakeProtocol([BODY], writes_notice_disconnect=writes_notice)
     open_streams = open_streams_now()
-    served = asyncio.create_task(serve_chat(chat.services, SCOPE, protocol, "req_gone"))
+    served = asyncio.create_task(serve_stream(CHAT, chat.services, SCOPE, protocol, "req_gone"))
     await asyncio.wait_for(protocol.stream.arrived.wait(), 5)  # the first chunk is out
     assert CREDITS - await chat.total(clock) > 10  # the output cap is held meanwhile
     protocol.disconnect()
@@ -154,7 +154,7 @@ async def test_a_client_gone_before_the_whole_body_is_no_error(
 
     protocol._body = half_a_body()
     caplog.set_level(logging.INFO)
-    await serve_chat(chat.services, SCOPE, protocol, "req_half")
+    await serve_stream(CHAT, chat.services, SCOPE, protocol, "req_half")
     assert not protocol.response.done()  # nobody to answer (granian: an empty 500)
     assert [r.getMessage() for r in caplog.records if r.name == "svc.http"] == [
         "client disconnected before sending the whole request body"

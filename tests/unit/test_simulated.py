@@ -192,7 +192,15 @@ async def test_plain_text_is_the_same_words_and_usage_as_before() -> None:
 
 async def test_max_tokens_caps_plain_text() -> None:
     pieces = await _pieces(_call(max_tokens=5, messages=[{"role": "user", "content": "hi"}]))
-    assert pieces == ["quick", " brown", " fox", " jumps", " over", Usage(4, 5)]
+    # cut short, it says so as real upstreams do
+    finish = Delta(finish_reason="length")
+    assert pieces == ["quick", " brown", " fox", " jumps", " over", finish, Usage(4, 5)]
+
+
+async def test_a_whole_reply_within_max_tokens_ends_plainly() -> None:
+    pieces = await _pieces(_call(max_tokens=100, messages=[{"role": "user", "content": "hi"}]))
+    assert pieces[-1] == Usage(4, 24)
+    assert not any(isinstance(piece, Delta) for piece in pieces)
 
 
 async def test_text_parts_read_as_the_text_they_join_to() -> None:
@@ -215,7 +223,8 @@ async def test_text_parts_read_as_the_text_they_join_to() -> None:
 async def test_with_a_delay_each_piece_is_a_read_of_its_own() -> None:
     call = _call(messages=[{"role": "user", "content": "hi"}], max_tokens=3)
     reads = await _reads(call, SimulatedProvider(delay_ms=1))
-    assert reads == [["quick"], [" brown"], [" fox"], [Usage(4, 3)]]
+    length = Delta(finish_reason="length")
+    assert reads == [["quick"], [" brown"], [" fox"], [length], [Usage(4, 3)]]
     tool_reads = await _reads(_call(tools=TOOLS, max_tokens=3), SimulatedProvider(delay_ms=1))
     assert [len(read) for read in tool_reads] == [1] * 5  # 3 deltas, the finish, the usage
 
@@ -344,8 +353,8 @@ async def test_a_tool_call_wins_over_the_response_format() -> None:
 
 async def test_max_tokens_caps_json_replies() -> None:
     pieces = await _pieces(_call(max_tokens=4, response_format={"type": "json_object"}))
-    assert pieces[:-1] == ['{"', "answer", '":', ' "']
-    assert pieces[-1] == Usage(11, 4)
+    assert pieces[:-2] == ['{"', "answer", '":', ' "']
+    assert pieces[-2:] == [Delta(finish_reason="length"), Usage(11, 4)]
 
 
 # -- the schema sampler ---------------------------------------------------------------------

@@ -1,10 +1,11 @@
-"""``POST /v1/chat/completions``: served natively over granian's RSGI, writing its own SSE
-bytes.
+"""The streaming endpoints, ``POST /v1/chat/completions`` and ``POST /v1/responses``: served
+natively over granian's RSGI, writing their own SSE bytes.
 
-Litestar routes everything else; this one endpoint skips the framework's response
-machinery and middleware, and the ASGI adapter, because they run per token (measured in
-bench/README.md and docs/architecture.md). It is not a Litestar route at all:
-``app.http.gateway.Gateway`` is its only way in.
+Litestar routes everything else; these skip the framework's response machinery and
+middleware, and the ASGI adapter, because they run per token (measured in bench/README.md
+and docs/architecture.md). They are not Litestar routes at all:
+``app.http.gateway.Gateway`` is their only way in. Both run the same completion (reserve,
+stream, settle); an ``Api`` says how its request is read and its stream written.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from app.chat.request import parse_chat_request
 from app.core.errors import ApiError, ErrorKind
@@ -32,9 +33,12 @@ from app.http.rsgi import (
     content_length,
 )
 from app.kv.client import REDIS_ERRORS
+from app.responses.request import parse_responses_request
+from app.responses.stream import ResponsesStream
 
 if TYPE_CHECKING:
     from app.chat.completion import Completion
+    from app.chat.output import StreamOutput
     from app.chat.request import ChatParams
     from app.credits.outcomes import Identity
     from app.runtime import Services
@@ -91,25 +95,79 @@ async def read_body(scope: Scope, protocol: HTTPProtocol, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def _open(services: Services, scope: Scope, protocol: HTTPProtocol) -> Completion:
-    if scope.method != "POST":
-        raise ApiError(ErrorKind.METHOD_NOT_ALLOWED, "Use POST for /v1/chat/completions.")
-    params: ChatParams | None = None
+class Parsed(NamedTuple):
+    """A request body read by its API: the completion to run, and how its stream is
+    written (``None``: as Chat Completions chunks)."""
 
-    async def reserve(ident: Identity) -> Completion:
+    params: ChatParams
+    output: Callable[[Completion], StreamOutput] | None
+
+
+class Api(NamedTuple):
+    """A streaming endpoint: its path, and how it reads a request body (or raises the
+    ``ApiError`` saying why not)."""
+
+    path: str
+    parse: Callable[[Services, bytes], Parsed]
+
+
+def _parse_chat(services: Services, body: bytes) -> Parsed:
+    settings = services.settings
+    params = parse_chat_request(
+        body,
+        services.aliases,
+        max_messages=settings.max_messages,
+        max_message_chars=settings.max_message_chars,
+        image_token_bound=settings.image_token_bound,
+    )
+    return Parsed(params, None)
+
+
+def _parse_responses(services: Services, body: bytes) -> Parsed:
+    settings = services.settings
+    request = parse_responses_request(
+        body,
+        services.aliases,
+        max_messages=settings.max_messages,
+        max_message_chars=settings.max_message_chars,
+        image_token_bound=settings.image_token_bound,
+    )
+
+    def output(completion: Completion) -> StreamOutput:
+        return ResponsesStream(
+            created_at=completion.created,
+            model=completion.params.alias.id,
+            requested=completion.params.requested,
+            settings=request.settings,
+        )
+
+    return Parsed(request.chat, output)
+
+
+CHAT = Api("/v1/chat/completions", _parse_chat)
+RESPONSES = Api("/v1/responses", _parse_responses)
+# The paths the Gateway serves the streams on. Litestar answers every other route with or
+# without a trailing slash, so these do too (the SDKs never send one): same handler, same
+# request id, same metric series.
+STREAM_ROUTES = {path: api for api in (CHAT, RESPONSES) for path in (api.path, api.path + "/")}
+
+
+async def _open(
+    api: Api, services: Services, scope: Scope, protocol: HTTPProtocol
+) -> tuple[Completion, StreamOutput | None]:
+    if scope.method != "POST":
+        raise ApiError(ErrorKind.METHOD_NOT_ALLOWED, f"Use POST for {api.path}.")
+    parsed: Parsed | None = None
+
+    async def reserve(ident: Identity) -> tuple[Completion, StreamOutput | None]:
         # The body is read once the key is known (a bad key is refused unread), and once
         # only: when Redis lost the key's record, the reservation is tried again with it.
-        nonlocal params
-        if params is None:
-            settings = services.settings
-            params = parse_chat_request(
-                await read_body(scope, protocol, settings.max_body_bytes),
-                services.aliases,
-                max_messages=settings.max_messages,
-                max_message_chars=settings.max_message_chars,
-                image_token_bound=settings.image_token_bound,
-            )
-        return await services.completions.open(ident, params)
+        nonlocal parsed
+        if parsed is None:
+            body = await read_body(scope, protocol, services.settings.max_body_bytes)
+            parsed = api.parse(services, body)
+        completion = await services.completions.open(ident, parsed.params)
+        return completion, parsed.output(completion) if parsed.output else None
 
     return await services.auth.authenticated(
         scope.headers.get("authorization"), rsgi_request_address(services, scope), reserve
@@ -154,18 +212,13 @@ async def _watch_disconnect(protocol: HTTPProtocol, relay: asyncio.Future[Any]) 
     relay.cancel()
 
 
-CHAT_PATH = "/v1/chat/completions"
-# The paths the Gateway serves chat on. Litestar answers every other route with or without
-# a trailing slash, so chat does too (the SDKs never send one): same handler, same request
-# id, same metric series.
-CHAT_PATHS = (CHAT_PATH, CHAT_PATH + "/")
-
-
-async def serve_chat(services: Services, scope: Scope, protocol: HTTPProtocol, rid: str) -> None:
+async def serve_stream(
+    api: Api, services: Services, scope: Scope, protocol: HTTPProtocol, rid: str
+) -> None:
     """Reserve, stream, settle. Errors before the first byte are plain JSON responses."""
     started = time.perf_counter()
     try:
-        completion = await _open(services, scope, protocol)
+        completion, output = await _open(api, services, scope, protocol)
     except ClientDisconnected:
         # Clients do this (a timeout, a cancelled upload): nothing was reserved, nobody
         # is left to answer, and it is no server error.
@@ -175,14 +228,14 @@ async def serve_chat(services: Services, scope: Scope, protocol: HTTPProtocol, r
         error = as_api_error(exc)
         send_error(protocol, error, rid)
         METRICS.labelled(METRICS.rejections, error.kind.code).inc()
-        METRICS.request_done(CHAT_PATH, error.status, "", time.perf_counter() - started)
+        METRICS.request_done(api.path, error.status, "", time.perf_counter() - started)
         return
 
     model = completion.params.alias.id
     headers = [*SSE_HEADERS, ("x-request-id", rid)]
     body = _Body(protocol.response_stream(200, headers), model, started)
     METRICS.open_streams.inc()
-    relay = asyncio.ensure_future(completion.relay(body.send))
+    relay = asyncio.ensure_future(completion.relay(body.send, output))
     watcher = asyncio.ensure_future(_watch_disconnect(protocol, relay))
     try:
         await relay  # its last write ended the response
@@ -204,4 +257,4 @@ async def serve_chat(services: Services, scope: Scope, protocol: HTTPProtocol, r
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
         METRICS.open_streams.dec()
-        METRICS.request_done(CHAT_PATH, 200, model, time.perf_counter() - started)
+        METRICS.request_done(api.path, 200, model, time.perf_counter() - started)

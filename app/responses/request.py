@@ -1,0 +1,304 @@
+"""A Responses API request checked and translated into the chat completion svc runs.
+
+Every provider svc knows speaks Chat Completions, so a Responses request becomes one: the
+instructions a system message, the input items messages (a ``function_call`` an assistant
+message's tool call, a ``function_call_output`` a tool message), function tools and the
+text format their Chat Completions forms. From there the request takes the chat path (the
+same alias, limits, prompt bound and reservation). What svc cannot serve statelessly, or
+at all, is refused by name before anything is reserved.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from msgspec import UNSET
+
+from app.chat.catalog import Alias
+from app.chat.request import ChatParams, check_tool_choice, enabled_alias, resolve_params
+from app.core.errors import invalid_value
+from app.core.validation import decode_json
+from app.responses.stream import ResponseSettings
+from app.responses.wire import (
+    InputFile,
+    InputImage,
+    InputItem,
+    InputPart,
+    InputText,
+    OutputText,
+    ReasoningText,
+    RefusalContent,
+    ResponsesRequest,
+    ResponsesTool,
+    TextConfig,
+    ToolChoiceObject,
+)
+from app.upstream.wire import (
+    ChatRequest,
+    ContentPart,
+    FileRef,
+    FunctionCall,
+    FunctionDefinition,
+    ImagePart,
+    ImageUrl,
+    JsonObjectFormat,
+    JsonSchemaFormat,
+    JsonSchemaResponseFormat,
+    Message,
+    NamedFunction,
+    NamedToolChoice,
+    ResponseFormat,
+    TextFormat,
+    TextPart,
+    Tool,
+    ToolCall,
+    ToolChoice,
+    message_text,
+)
+from app.upstream.wire import FilePart as ChatFilePart
+
+NO_STORED_STATE = (
+    "svc does not keep responses or conversations (every response is store=false): "
+    "send the whole conversation in 'input'."
+)
+
+
+class ResponsesParams(msgspec.Struct, frozen=True, kw_only=True):
+    """A Responses request: the chat completion it runs as, and what its response echoes."""
+
+    chat: ChatParams
+    settings: ResponseSettings
+
+
+def parse_responses_request(
+    body: bytes,
+    aliases: dict[str, Alias],
+    *,
+    max_messages: int,
+    max_message_chars: int,
+    image_token_bound: int,
+) -> ResponsesParams:
+    """Decode, check and translate a request body, or raise the ``ApiError`` saying why not."""
+    req = decode_json(body, ResponsesRequest)
+    _refuse_stateful(req)
+    alias = enabled_alias(aliases, req.model)
+    messages = _messages(req)
+    if not messages:
+        raise invalid_value("input", "'input' must contain at least one message.")
+    if len(messages) > max_messages:
+        raise invalid_value("input", f"'input' may hold at most {max_messages} items.")
+    for message in messages:
+        if len(message_text(message)) > max_message_chars:
+            raise invalid_value(
+                "input", f"A message may hold at most {max_message_chars} characters."
+            )
+    tools = _tools(req.tools or [])
+    chat = ChatRequest(
+        model=req.model,
+        messages=messages,
+        temperature=req.temperature,
+        top_p=req.top_p,
+        tools=tools or UNSET,
+        tool_choice=_tool_choice(req.tool_choice),
+        parallel_tool_calls=(
+            req.parallel_tool_calls if isinstance(req.parallel_tool_calls, bool) else UNSET
+        ),
+        response_format=_response_format(req.text),
+        user=req.user if isinstance(req.user, str) else UNSET,
+        safety_identifier=(
+            req.safety_identifier if isinstance(req.safety_identifier, str) else UNSET
+        ),
+        reasoning_effort=req.reasoning.effort if req.reasoning else UNSET,
+    )
+    check_tool_choice(chat)
+    limit = req.max_output_tokens if isinstance(req.max_output_tokens, int) else None
+    params = resolve_params(
+        chat,
+        aliases,
+        alias,
+        body_size=len(body),
+        output_limit=limit,
+        limit_param="max_output_tokens",
+        image_token_bound=image_token_bound,
+        include_usage=True,
+    )
+    return ResponsesParams(chat=params, settings=ResponseSettings.of(req, params))
+
+
+def _refuse_stateful(req: ResponsesRequest) -> None:
+    if req.previous_response_id not in (UNSET, None):
+        raise invalid_value("previous_response_id", NO_STORED_STATE)
+    if req.conversation not in (UNSET, None):
+        raise invalid_value("conversation", NO_STORED_STATE)
+    if req.prompt not in (UNSET, None):
+        raise invalid_value(
+            "prompt", "svc does not keep prompt templates: send 'instructions' and 'input'."
+        )
+    if req.background is True:
+        raise invalid_value(
+            "background", "svc streams every response as it is made: 'background' must be false."
+        )
+
+
+# -- input ----------------------------------------------------------------------------------
+
+
+def _messages(req: ResponsesRequest) -> list[Message]:
+    messages: list[Message] = []
+    if isinstance(req.instructions, str) and req.instructions:
+        messages.append(Message(role="system", content=req.instructions))
+    if isinstance(req.input, str):
+        messages.append(Message(role="user", content=req.input))
+        return messages
+    for i, item in enumerate(req.input):
+        _add_item(messages, item, f"input[{i}]")
+    return messages
+
+
+def _add_item(messages: list[Message], item: InputItem, where: str) -> None:
+    if item.type == "message":
+        messages.append(_message(item, where))
+    elif item.type == "function_call":
+        call = ToolCall(
+            id=_required(item.call_id, f"{where}.call_id"),
+            function=FunctionCall(
+                name=_required(item.name, f"{where}.name"),
+                arguments=_required(item.arguments, f"{where}.arguments"),
+            ),
+        )
+        last = messages[-1] if messages else None
+        if last is not None and last.role == "assistant" and last.tool_calls is not UNSET:
+            last.tool_calls.append(call)  # parallel calls: one assistant turn
+        elif last is not None and last.role == "assistant":
+            messages[-1] = msgspec.structs.replace(last, tool_calls=[call])
+        else:
+            messages.append(Message(role="assistant", content=None, tool_calls=[call]))
+    elif item.type == "function_call_output":
+        output = _required(item.output, f"{where}.output")
+        messages.append(
+            Message(
+                role="tool",
+                tool_call_id=_required(item.call_id, f"{where}.call_id"),
+                content=output if isinstance(output, str) else _tool_output(output, where),
+            )
+        )
+    elif item.type == "reasoning":
+        return  # an earlier response's reasoning: nothing a Chat Completions upstream takes
+    elif item.type == "item_reference":
+        raise invalid_value(f"{where}.type", NO_STORED_STATE)
+    else:
+        raise invalid_value(
+            f"{where}.type",
+            f"svc takes message, function_call and function_call_output items; "
+            f"'{item.type[:64]}' items are not available.",
+        )
+
+
+def _required(value: Any, param: str) -> Any:
+    if value is UNSET or value is None:
+        raise invalid_value(param, f"'{param.rpartition('.')[2]}' is required here.")
+    return value
+
+
+def _message(item: InputItem, where: str) -> Message:
+    role = _required(item.role, f"{where}.role")
+    content = _required(item.content, f"{where}.content")
+    if isinstance(content, str):
+        return Message(role=role, content=content)
+    if role == "assistant":
+        text = "".join(part.text for part in content if isinstance(part, OutputText | InputText))
+        refusals = [part.refusal for part in content if isinstance(part, RefusalContent)]
+        return Message(role=role, content=text, refusal=refusals[0] if refusals else UNSET)
+    parts = [_part(part, f"{where}.content[{j}]") for j, part in enumerate(content)]
+    chat_parts = [part for part in parts if part is not None]
+    if role in ("system", "developer") and not all(isinstance(p, TextPart) for p in chat_parts):
+        raise invalid_value(f"{where}.content", "System messages take text parts only.")
+    return Message(role=role, content=chat_parts)
+
+
+def _part(part: InputPart, where: str) -> ContentPart | None:
+    if isinstance(part, InputText | OutputText):
+        return TextPart(text=part.text)
+    if isinstance(part, InputImage):
+        if not isinstance(part.image_url, str):
+            raise invalid_value(
+                f"{where}.image_url",
+                "svc does not keep files: send the image as 'image_url' (a URL or a data URL).",
+            )
+        return ImagePart(image_url=ImageUrl(url=part.image_url, detail=part.detail))
+    if isinstance(part, InputFile):
+        if not isinstance(part.file_data, str):
+            raise invalid_value(
+                f"{where}.file_data",
+                "svc does not keep or fetch files: send the file's content as 'file_data'.",
+            )
+        filename = part.filename if isinstance(part.filename, str) else UNSET
+        return ChatFilePart(file=FileRef(file_data=part.file_data, filename=filename))
+    if isinstance(part, ReasoningText):
+        return None
+    raise invalid_value(f"{where}.type", "A refusal belongs in an assistant message.")
+
+
+def _tool_output(parts: list[InputPart], where: str) -> str:
+    texts = []
+    for j, part in enumerate(parts):
+        if not isinstance(part, InputText | OutputText):
+            raise invalid_value(
+                f"{where}.output[{j}].type", "svc passes a function's output on as text only."
+            )
+        texts.append(part.text)
+    return "".join(texts)
+
+
+# -- tools and formats ----------------------------------------------------------------------
+
+
+def _tools(tools: list[ResponsesTool]) -> list[Tool]:
+    out = []
+    for i, tool in enumerate(tools):
+        if tool.type != "function":
+            raise invalid_value(
+                f"tools[{i}].type",
+                f"svc serves function tools only; '{tool.type[:64]}' (a hosted tool) is not "
+                "available.",
+            )
+        fields = msgspec.to_builtins(tool)
+        fields.pop("type")
+        if fields.get("parameters") is None:
+            fields.pop("parameters", None)
+        try:
+            definition = msgspec.convert(fields, FunctionDefinition)
+        except msgspec.ValidationError as exc:
+            raise invalid_value(f"tools[{i}]", f"Invalid function tool: {exc}") from exc
+        out.append(Tool(function=definition))
+    return out
+
+
+def _tool_choice(choice: str | ToolChoiceObject | Any) -> ToolChoice | Any:
+    if not isinstance(choice, ToolChoiceObject):
+        return choice  # "none", "auto", "required", or left out
+    if choice.type != "function":
+        raise invalid_value(
+            "tool_choice.type",
+            f"svc serves function tools only; tool_choice '{choice.type[:64]}' is not available.",
+        )
+    return NamedToolChoice(function=NamedFunction(name=_required(choice.name, "tool_choice.name")))
+
+
+def _response_format(text: TextConfig | Any) -> ResponseFormat | Any:
+    if not isinstance(text, TextConfig) or text.format is UNSET:
+        return UNSET
+    fmt = text.format
+    if fmt.type == "text":
+        return TextFormat()
+    if fmt.type == "json_object":
+        return JsonObjectFormat()
+    return JsonSchemaResponseFormat(
+        json_schema=JsonSchemaFormat(
+            name=_required(fmt.name, "text.format.name"),
+            schema=fmt.schema,
+            description=fmt.description if isinstance(fmt.description, str) else UNSET,
+            strict=fmt.strict,
+        )
+    )

@@ -1,0 +1,505 @@
+"""The Responses API's stream: the events OpenAI's SDKs parse, written by ``ResponsesStream``
+(a ``StreamOutput``, so the relay, its cap and its settlement are the chat path's own).
+
+A response is ``response.created`` and ``response.in_progress``, then output items: a
+message (``output_text`` deltas, a refusal's deltas) and function calls (argument deltas),
+each opened with ``response.output_item.added`` and closed with its ``.done`` events, then
+``response.completed`` (``response.incomplete`` when the output was cut at its cap,
+``response.failed`` when the upstream failed or the server shut down), whose response
+carries the usage billed and svc's metadata. Every event has the next ``sequence_number``;
+ids are svc's own (no upstream id appears).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from app.chat.chunks import SvcMetadata
+from app.chat.output import SHUT_DOWN, UPSTREAM_FAILED, StreamEnd
+from app.chat.request import ChatParams
+from app.core.ids import random_id
+from app.responses.wire import ResponsesRequest, ResponsesTool, TextConfig, ToolChoiceObject
+from app.upstream.wire import Delta, ToolCallDelta
+
+_encode = msgspec.json.encode
+ID_CHARS = 24
+
+Status = Literal["in_progress", "completed", "incomplete", "failed"]
+
+
+# -- the response object --------------------------------------------------------------------
+
+
+class OutputTextPart(msgspec.Struct, kw_only=True):
+    type: Literal["output_text"] = "output_text"
+    text: str
+    annotations: list[Any] = msgspec.field(default_factory=list)
+    logprobs: list[Any] = msgspec.field(default_factory=list)
+
+
+class RefusalPart(msgspec.Struct, kw_only=True):
+    type: Literal["refusal"] = "refusal"
+    refusal: str
+
+
+class MessageItem(msgspec.Struct, kw_only=True):
+    id: str
+    type: Literal["message"] = "message"
+    status: Status
+    role: Literal["assistant"] = "assistant"
+    content: list[OutputTextPart | RefusalPart]
+
+
+class FunctionCallItem(msgspec.Struct, kw_only=True):
+    id: str
+    type: Literal["function_call"] = "function_call"
+    status: Status
+    arguments: str
+    call_id: str
+    name: str
+
+
+OutputItem = MessageItem | FunctionCallItem
+
+
+class InputTokensDetails(msgspec.Struct):
+    cached_tokens: int
+    cache_write_tokens: int
+
+
+class OutputTokensDetails(msgspec.Struct):
+    reasoning_tokens: int
+
+
+class ResponseUsage(msgspec.Struct, kw_only=True):
+    input_tokens: int
+    input_tokens_details: InputTokensDetails
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails
+    total_tokens: int
+
+
+class ResponseError(msgspec.Struct):
+    code: str
+    message: str
+
+
+class IncompleteDetails(msgspec.Struct):
+    reason: Literal["max_output_tokens"]
+
+
+class Reasoning(msgspec.Struct):
+    effort: str | None = None
+    summary: str | None = None
+
+
+class ResponseSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """What a response echoes of its request (its model is the alias that served it)."""
+
+    instructions: str | None
+    max_output_tokens: int | None
+    metadata: dict[str, str]
+    parallel_tool_calls: bool
+    reasoning: Reasoning
+    temperature: float
+    text: dict[str, Any]
+    tool_choice: Any
+    tools: list[dict[str, Any]]
+    top_p: float
+    truncation: str
+    user: str | None
+    safety_identifier: str | None
+
+    @classmethod
+    def of(cls, req: ResponsesRequest, params: ChatParams) -> ResponseSettings:
+        chat = params.request
+        text: dict[str, Any] = {"format": {"type": "text"}}
+        if isinstance(req.text, TextConfig) and req.text.format is not UNSET:
+            text = {"format": msgspec.to_builtins(req.text.format)}
+        reasoning = req.reasoning or None
+        choice = req.tool_choice
+        return cls(
+            instructions=req.instructions if isinstance(req.instructions, str) else None,
+            max_output_tokens=params.max_tokens,
+            metadata=req.metadata if isinstance(req.metadata, dict) else {},
+            parallel_tool_calls=req.parallel_tool_calls is not False,
+            reasoning=Reasoning(
+                effort=reasoning.effort or None if reasoning else None,
+                summary=reasoning.summary or None if reasoning else None,
+            ),
+            temperature=float(chat.temperature),  # type: ignore[arg-type]  # filled in
+            text=text,
+            tool_choice=(
+                msgspec.to_builtins(choice)
+                if isinstance(choice, ToolChoiceObject)
+                else choice or "auto"
+            ),
+            tools=[_tool_echo(tool) for tool in req.tools or ()],
+            top_p=float(chat.top_p),  # type: ignore[arg-type]  # filled in
+            truncation=req.truncation or "disabled",
+            user=req.user if isinstance(req.user, str) else None,
+            safety_identifier=(
+                req.safety_identifier if isinstance(req.safety_identifier, str) else None
+            ),
+        )
+
+
+def _tool_echo(tool: ResponsesTool) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "name": tool.name,
+        "description": tool.description or None,
+        "parameters": tool.parameters or None,
+        "strict": tool.strict if isinstance(tool.strict, bool) else None,
+    }
+
+
+class ResponseObject(msgspec.Struct, kw_only=True):
+    """The ``response`` of the lifecycle events: OpenAI's Response, and svc's metadata on
+    the last one."""
+
+    id: str
+    object: Literal["response"] = "response"
+    created_at: int
+    status: Status
+    background: bool = False
+    error: ResponseError | None = None
+    incomplete_details: IncompleteDetails | None = None
+    instructions: str | None
+    max_output_tokens: int | None
+    max_tool_calls: int | None = None
+    model: str
+    output: list[OutputItem]
+    parallel_tool_calls: bool
+    previous_response_id: str | None = None
+    reasoning: Reasoning
+    service_tier: str = "default"
+    store: bool = False
+    temperature: float
+    text: dict[str, Any]
+    tool_choice: Any
+    tools: list[dict[str, Any]]
+    top_p: float
+    truncation: str
+    usage: ResponseUsage | None = None
+    user: str | None
+    safety_identifier: str | None
+    metadata: dict[str, str]
+    svc: SvcMetadata | UnsetType = UNSET
+
+
+# -- the stream -----------------------------------------------------------------------------
+
+
+class _Message:
+    """The open message item: its text part and its refusal part, as they stream."""
+
+    __slots__ = ("delta_head", "id", "output_index", "refusal", "refusal_index", "text")
+
+    def __init__(self, item_id: str, output_index: int) -> None:
+        self.id = item_id
+        self.output_index = output_index
+        self.text: list[str] = []
+        self.refusal: list[str] = []
+        self.refusal_index = -1  # the refusal part's content_index, once it has one
+        self.delta_head = (
+            b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+            b'"item_id":"%s","output_index":%d,"content_index":0,"delta":'
+            % (item_id.encode(), output_index)
+        )
+
+    def item(self, status: Status) -> MessageItem:
+        parts: list[OutputTextPart | RefusalPart] = [OutputTextPart(text="".join(self.text))]
+        if self.refusal_index >= 0:
+            parts.append(RefusalPart(refusal="".join(self.refusal)))
+        return MessageItem(id=self.id, status=status, content=parts)
+
+
+class _Call:
+    """A function call item as it streams."""
+
+    __slots__ = ("arguments", "call_id", "id", "name", "output_index")
+
+    def __init__(self, output_index: int, name: str) -> None:
+        self.id = random_id("fc_", ID_CHARS)
+        self.call_id = random_id("call_", ID_CHARS)
+        self.output_index = output_index
+        self.name = name
+        self.arguments: list[str] = []
+
+    def item(self, status: Status) -> FunctionCallItem:
+        return FunctionCallItem(
+            id=self.id,
+            status=status,
+            arguments="".join(self.arguments),
+            call_id=self.call_id,
+            name=self.name,
+        )
+
+
+class ResponsesStream:
+    """One response's events (``StreamOutput``)."""
+
+    def __init__(
+        self, *, created_at: int, model: str, requested: str, settings: ResponseSettings
+    ) -> None:
+        self.id = random_id("resp_svc_", ID_CHARS)
+        self._created_at = created_at
+        self._model = model
+        self._requested = requested
+        self._settings = settings
+        self._seq = 0
+        self._items: list[_Message | _Call] = []
+        self._done: dict[int, OutputItem] = {}  # closed items, by output index
+        self._message: _Message | None = None  # the message item open, if one is
+        self._calls: dict[int, _Call] = {}  # function calls by the upstream's index
+
+    # -- StreamOutput
+
+    def opening(self) -> bytes:
+        return self._lifecycle("response.created", "in_progress") + self._lifecycle(
+            "response.in_progress", "in_progress"
+        )
+
+    def piece(self, piece: str | Delta) -> bytes:
+        if type(piece) is str:
+            return self._text(piece)
+        assert isinstance(piece, Delta)
+        out = b""
+        if piece.content:
+            out += self._text(piece.content)
+        if piece.refusal:
+            out += self._refusal(piece.refusal)
+        if piece.tool_calls is not UNSET:
+            for call in piece.tool_calls:
+                out += self._call_delta(call)
+        # reasoning text is billed but not shown, as OpenAI's Responses API keeps it
+        return out
+
+    def closing(self, pending: str | Delta | None, *, tool_calls: bool) -> bytes:
+        out = self.piece(pending) if pending is not None else b""
+        return out + self._close_all("completed")
+
+    def ending(self, end: StreamEnd) -> bytes:
+        out = self._close_all("incomplete")  # a failed stream's items (a completed has none)
+        usage = _usage(end)
+        svc = SvcMetadata(self._requested, end.credits_used, end.balance)
+        if end.outcome == "upstream_error":
+            error = ResponseError("server_error", UPSTREAM_FAILED)
+            return out + self._lifecycle("response.failed", "failed", usage, svc, error=error)
+        if end.outcome == "shutdown":
+            error = ResponseError("server_error", SHUT_DOWN)
+            return out + self._lifecycle("response.failed", "failed", usage, svc, error=error)
+        if end.capped:
+            incomplete = IncompleteDetails("max_output_tokens")
+            return out + self._lifecycle(
+                "response.incomplete", "incomplete", usage, svc, incomplete=incomplete
+            )
+        return out + self._lifecycle("response.completed", "completed", usage, svc)
+
+    # -- output items
+
+    def _text(self, text: str) -> bytes:
+        out = self._open_message()
+        message = self._message
+        assert message is not None
+        message.text.append(text)
+        seq = self._seq
+        self._seq += 1
+        return (
+            out
+            + message.delta_head
+            + _encode(text)
+            + b',"logprobs":[],"sequence_number":%d}\n\n' % seq
+        )
+
+    def _refusal(self, text: str) -> bytes:
+        out = self._open_message()
+        message = self._message
+        assert message is not None
+        if message.refusal_index < 0:
+            message.refusal_index = 1
+            out += self._event(
+                "response.content_part.added",
+                item_id=message.id,
+                output_index=message.output_index,
+                content_index=1,
+                part=RefusalPart(refusal=""),
+            )
+        message.refusal.append(text)
+        return out + self._event(
+            "response.refusal.delta",
+            item_id=message.id,
+            output_index=message.output_index,
+            content_index=1,
+            delta=text,
+        )
+
+    def _open_message(self) -> bytes:
+        if self._message is not None:
+            return b""
+        message = _Message(random_id("msg_", ID_CHARS), len(self._items))
+        self._message = message
+        self._items.append(message)
+        return self._event(
+            "response.output_item.added",
+            output_index=message.output_index,
+            item=MessageItem(id=message.id, status="in_progress", content=[]),
+        ) + self._event(
+            "response.content_part.added",
+            item_id=message.id,
+            output_index=message.output_index,
+            content_index=0,
+            part=OutputTextPart(text=""),
+        )
+
+    def _call_delta(self, delta: ToolCallDelta) -> bytes:
+        out = b""
+        call = self._calls.get(delta.index)
+        function = delta.function if delta.function is not UNSET else None
+        if call is None:
+            if self._message is not None:  # text comes before calls: its item ends here
+                out += self._close_message(self._message, "completed")
+            call = _Call(len(self._items), function.name if function and function.name else "")
+            self._calls[delta.index] = call
+            self._items.append(call)
+            out += self._event(
+                "response.output_item.added",
+                output_index=call.output_index,
+                item=call.item("in_progress"),
+            )
+        if function and function.arguments:
+            call.arguments.append(function.arguments)
+            out += self._event(
+                "response.function_call_arguments.delta",
+                item_id=call.id,
+                output_index=call.output_index,
+                delta=function.arguments,
+            )
+        return out
+
+    def _close_all(self, status: Status) -> bytes:
+        out = b""
+        for item in self._items:
+            if item.output_index in self._done:
+                continue
+            if isinstance(item, _Message):
+                out += self._close_message(item, status)
+            else:
+                out += self._close_call(item, status)
+        return out
+
+    def _close_message(self, message: _Message, status: Status) -> bytes:
+        self._message = None
+        done = message.item(status)
+        self._done[message.output_index] = done
+        text = done.content[0]
+        out = self._event(
+            "response.output_text.done",
+            item_id=message.id,
+            output_index=message.output_index,
+            content_index=0,
+            text=text.text if isinstance(text, OutputTextPart) else "",
+            logprobs=[],
+        ) + self._event(
+            "response.content_part.done",
+            item_id=message.id,
+            output_index=message.output_index,
+            content_index=0,
+            part=text,
+        )
+        if message.refusal_index >= 0:
+            refusal = done.content[1]
+            out += self._event(
+                "response.refusal.done",
+                item_id=message.id,
+                output_index=message.output_index,
+                content_index=1,
+                refusal=refusal.refusal if isinstance(refusal, RefusalPart) else "",
+            ) + self._event(
+                "response.content_part.done",
+                item_id=message.id,
+                output_index=message.output_index,
+                content_index=1,
+                part=refusal,
+            )
+        return out + self._event(
+            "response.output_item.done", output_index=message.output_index, item=done
+        )
+
+    def _close_call(self, call: _Call, status: Status) -> bytes:
+        done = call.item(status)
+        self._done[call.output_index] = done
+        return self._event(
+            "response.function_call_arguments.done",
+            item_id=call.id,
+            output_index=call.output_index,
+            name=call.name,
+            arguments=done.arguments,
+        ) + self._event("response.output_item.done", output_index=call.output_index, item=done)
+
+    # -- events
+
+    def _lifecycle(
+        self,
+        event: str,
+        status: Status,
+        usage: ResponseUsage | None = None,
+        svc: SvcMetadata | UnsetType = UNSET,
+        *,
+        error: ResponseError | None = None,
+        incomplete: IncompleteDetails | None = None,
+    ) -> bytes:
+        settings = self._settings
+        response = ResponseObject(
+            id=self.id,
+            created_at=self._created_at,
+            status=status,
+            error=error,
+            incomplete_details=incomplete,
+            instructions=settings.instructions,
+            max_output_tokens=settings.max_output_tokens,
+            model=self._model,
+            output=[self._done[i] for i in sorted(self._done)],
+            parallel_tool_calls=settings.parallel_tool_calls,
+            reasoning=settings.reasoning,
+            temperature=settings.temperature,
+            text=settings.text,
+            tool_choice=settings.tool_choice,
+            tools=settings.tools,
+            top_p=settings.top_p,
+            truncation=settings.truncation,
+            usage=usage,
+            user=settings.user,
+            safety_identifier=settings.safety_identifier,
+            metadata=settings.metadata,
+            svc=svc,
+        )
+        return self._event(event, response=response)
+
+    def _event(self, event: str, **fields: Any) -> bytes:
+        seq = self._seq
+        self._seq += 1
+        body = _encode({"type": event, "sequence_number": seq, **fields})
+        return b"event: " + event.encode() + b"\ndata: " + body + b"\n\n"
+
+
+def _usage(end: StreamEnd) -> ResponseUsage:
+    reported = end.reported
+    prompt_details = (reported and reported.prompt_tokens_details) or {}
+    completion_details = (reported and reported.completion_tokens_details) or {}
+    return ResponseUsage(
+        input_tokens=end.prompt_tokens,
+        input_tokens_details=InputTokensDetails(
+            cached_tokens=min(prompt_details.get("cached_tokens", 0), end.prompt_tokens),
+            cache_write_tokens=min(prompt_details.get("cache_write_tokens", 0), end.prompt_tokens),
+        ),
+        output_tokens=end.completion_tokens,
+        output_tokens_details=OutputTokensDetails(
+            min(completion_details.get("reasoning_tokens", 0), end.completion_tokens)
+        ),
+        total_tokens=end.prompt_tokens + end.completion_tokens,
+    )
