@@ -111,27 +111,22 @@ class Api(NamedTuple):
     parse: Callable[[Services, bytes], Parsed]
 
 
-def _parse_chat(services: Services, body: bytes) -> Parsed:
+def _limits(services: Services) -> dict[str, int]:
+    """The configured limits every request is read with."""
     settings = services.settings
-    params = parse_chat_request(
-        body,
-        services.aliases,
-        max_messages=settings.max_messages,
-        max_message_chars=settings.max_message_chars,
-        image_token_bound=settings.image_token_bound,
-    )
-    return Parsed(params, None)
+    return {
+        "max_messages": settings.max_messages,
+        "max_message_chars": settings.max_message_chars,
+        "image_token_bound": settings.image_token_bound,
+    }
+
+
+def _parse_chat(services: Services, body: bytes) -> Parsed:
+    return Parsed(parse_chat_request(body, services.aliases, **_limits(services)), None)
 
 
 def _parse_responses(services: Services, body: bytes) -> Parsed:
-    settings = services.settings
-    request = parse_responses_request(
-        body,
-        services.aliases,
-        max_messages=settings.max_messages,
-        max_message_chars=settings.max_message_chars,
-        image_token_bound=settings.image_token_bound,
-    )
+    request = parse_responses_request(body, services.aliases, **_limits(services))
 
     def output(completion: Completion) -> StreamOutput:
         return ResponsesStream(

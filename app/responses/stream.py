@@ -157,37 +157,24 @@ def _tool_echo(tool: ResponsesTool) -> dict[str, Any]:
     }
 
 
-class ResponseObject(msgspec.Struct, kw_only=True):
-    """The ``response`` of the lifecycle events: OpenAI's Response, and svc's metadata on
-    the last one."""
+class ResponseObject(ResponseSettings, frozen=True, kw_only=True):
+    """The ``response`` of the lifecycle events: OpenAI's Response (what it echoes of the
+    request, then its state), and svc's metadata on the last one."""
 
     id: str
     object: Literal["response"] = "response"
     created_at: int
     status: Status
-    background: bool = False
-    error: ResponseError | None = None
-    incomplete_details: IncompleteDetails | None = None
-    instructions: str | None
-    max_output_tokens: int | None
-    max_tool_calls: int | None = None
     model: str
     output: list[OutputItem]
-    parallel_tool_calls: bool
+    usage: ResponseUsage | None = None
+    error: ResponseError | None = None
+    incomplete_details: IncompleteDetails | None = None
+    background: bool = False
+    max_tool_calls: int | None = None
     previous_response_id: str | None = None
-    reasoning: Reasoning
     service_tier: str = "default"
     store: bool = False
-    temperature: float
-    text: dict[str, Any]
-    tool_choice: Any
-    tools: list[dict[str, Any]]
-    top_p: float
-    truncation: str
-    usage: ResponseUsage | None = None
-    user: str | None
-    safety_identifier: str | None
-    metadata: dict[str, str]
     svc: SvcMetadata | UnsetType = UNSET
 
 
@@ -453,29 +440,16 @@ class ResponsesStream:
         error: ResponseError | None = None,
         incomplete: IncompleteDetails | None = None,
     ) -> bytes:
-        settings = self._settings
         response = ResponseObject(
+            **msgspec.structs.asdict(self._settings),
             id=self.id,
             created_at=self._created_at,
             status=status,
-            error=error,
-            incomplete_details=incomplete,
-            instructions=settings.instructions,
-            max_output_tokens=settings.max_output_tokens,
             model=self._model,
             output=[self._done[i] for i in sorted(self._done)],
-            parallel_tool_calls=settings.parallel_tool_calls,
-            reasoning=settings.reasoning,
-            temperature=settings.temperature,
-            text=settings.text,
-            tool_choice=settings.tool_choice,
-            tools=settings.tools,
-            top_p=settings.top_p,
-            truncation=settings.truncation,
             usage=usage,
-            user=settings.user,
-            safety_identifier=settings.safety_identifier,
-            metadata=settings.metadata,
+            error=error,
+            incomplete_details=incomplete,
             svc=svc,
         )
         return self._event(event, response=response)
