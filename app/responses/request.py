@@ -186,7 +186,11 @@ def _add_item(messages: list[Message], item: InputItem, where: str) -> None:
     elif item.type == "reasoning":
         return  # an earlier response's reasoning: nothing a Chat Completions upstream takes
     elif item.type == "item_reference":
-        raise invalid_value(f"{where}.type", NO_STORED_STATE)
+        raise invalid_value(
+            f"{where}.type",
+            f"{NO_STORED_STATE} (The Vercel AI SDK sends references unless its OpenAI "
+            "provider is given store: false.)",
+        )
     else:
         raise invalid_value(
             f"{where}.type",

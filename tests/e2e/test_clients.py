@@ -337,8 +337,9 @@ def litellm_tools(base_url: str, key: str, scenario: str) -> Seen:
     return {**answer, "first": first}
 
 
-def node_client(script: str) -> Runner:
-    """A runner for one tests/clients/node script (it reads the scenario file itself)."""
+def node_client(script: str, api: Literal["chat", "responses"] = "chat") -> Runner:
+    """A runner for one tests/clients/node script (it reads the scenario file itself), on the
+    Chat Completions API or, for a client that has both, the Responses API."""
 
     def run(base_url: str, key: str, scenario: str) -> Seen:
         assert (NODE_DIR / "node_modules").is_dir(), (
@@ -347,7 +348,7 @@ def node_client(script: str) -> Runner:
         done = subprocess.run(
             ["node", script, base_url, MODEL, scenario],
             cwd=NODE_DIR,
-            env={**os.environ, "SVC_API_KEY": key},
+            env={**os.environ, "SVC_API_KEY": key, "SVC_OPENAI_API": api},
             capture_output=True,
             text=True,
             timeout=30,
@@ -388,6 +389,8 @@ CLIENTS: dict[str, Runner] = {
     "openai-python": openai_python,
     "openai-node": node_client("openai.js"),
     "vercel-ai": node_client("vercel-ai.js"),
+    # the provider's default model, openai("svc-fast"), calls POST /v1/responses
+    "vercel-ai-responses": node_client("vercel-ai.js", "responses"),
     "langchain": langchain,
     "litellm": litellm_client,
 }
@@ -399,7 +402,7 @@ TOOL_CLIENTS: dict[str, Runner] = {
     "litellm": litellm_tools,
 }
 # The clients that show the svc metadata of the last chunk (LangChain and LiteLLM drop it).
-SHOWS_SVC = {"openai-python", "openai-node", "vercel-ai"}
+SHOWS_SVC = {"openai-python", "openai-node", "vercel-ai", "vercel-ai-responses"}
 OTHERS = [name for name in CLIENTS if name != "openai-python"]
 
 
@@ -474,6 +477,7 @@ AUTH_ERRORS = {
     "openai-python": "AuthenticationError",
     "openai-node": "AuthenticationError",
     "vercel-ai": "APICallError",
+    "vercel-ai-responses": "APICallError",
     "langchain": "OpenAIAuthenticationError",
     "litellm": "AuthenticationError",
 }
@@ -504,6 +508,7 @@ TOOL_FINISH = {
     "openai-python": "tool_calls",
     "openai-node": "tool_calls",
     "vercel-ai": "tool-calls",
+    "vercel-ai-responses": "tool-calls",
     "langchain": "tool_calls",
     "litellm": "tool_calls",
 }

@@ -1,5 +1,8 @@
-// The Vercel AI SDK with its OpenAI provider, on the Chat Completions API (.chat(model)).
-// Raw chunks are asked for only to read svc's metadata; everything else is the SDK's view.
+// The Vercel AI SDK with its OpenAI provider: on the Chat Completions API (.chat(model)), or
+// with SVC_OPENAI_API=responses on the provider's default, the Responses API (provider(model)),
+// used as its docs show, with no option of svc's.
+// Raw chunks are asked for only to read svc's metadata (on the last chunk of a chat stream, on
+// the response of a Responses stream's last event); everything else is the SDK's view.
 // With a tool scenario the tool is defined the SDK's way (zod input schema, no execute, so the
 // model's call ends the step); "tool-result" then sends the step's messages and the tool's
 // result back for the model's text answer.
@@ -10,6 +13,7 @@ import { args, emit, failure } from "./common.js";
 
 const { baseURL, apiKey, model, scenario, messages, tool } = args();
 const provider = createOpenAI({ baseURL, apiKey });
+const responses = process.env.SVC_OPENAI_API === "responses";
 // tools.json's get_weather, as a zod schema (the SDK sends it as JSON Schema)
 const tools = tool && {
   [tool.name]: defineTool({
@@ -21,7 +25,7 @@ const tools = tool && {
 async function turn(messages) {
   const seen = { text: "", finishReason: null, toolCalls: [], usage: null, svc: null, error: null };
   const result = streamText({
-    model: provider.chat(model),
+    model: responses ? provider(model) : provider.chat(model),
     messages,
     ...(tools && { tools }),
     maxRetries: 0,
@@ -33,7 +37,9 @@ async function turn(messages) {
     if (part.type === "tool-call") {
       seen.toolCalls.push({ id: part.toolCallId, name: part.toolName, input: part.input });
     }
-    if (part.type === "raw") seen.svc = part.rawValue?.svc ?? seen.svc;
+    if (part.type === "raw") {
+      seen.svc = (responses ? part.rawValue?.response?.svc : part.rawValue?.svc) ?? seen.svc;
+    }
     if (part.type === "error") seen.error = failure(part.error);
     if (part.type === "finish") {
       seen.finishReason = part.finishReason;
