@@ -44,6 +44,7 @@ class LoadConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_requests: int = 1_000_000  # a bound on the whole run, warm-up included
     timeout_s: float = 30.0  # per request
     client: str = "aiohttp"  # or "openai"
+    api: str = "chat"  # or "responses": POST /v1/responses (svc only)
     max_tokens: int | None = None
     extra_headers: dict[str, str] = {}
 
@@ -198,6 +199,66 @@ class StreamChecker:
         return 0
 
 
+class _ResponseEvent(msgspec.Struct):
+    type: str
+    sequence_number: int = -1
+    delta: str | None = None
+    response: dict[str, Any] | None = None
+
+
+_decode_response_event = msgspec.json.Decoder(_ResponseEvent).decode
+RESPONSE_END = frozenset({"response.completed", "response.incomplete"})
+
+
+class ResponsesChecker(StreamChecker):
+    """Checks one Responses API stream from svc: sequence numbers counting up from 0, one
+    response id, text deltas, and a last event that completes the response with the three
+    svc fields. (No ``[DONE]``: the stream ends with the body.)"""
+
+    __slots__ = ("sequence",)
+
+    def __init__(self) -> None:
+        super().__init__(svc=True)
+        self.sequence = 0
+
+    def event(self, data: str) -> None:
+        if self.done:
+            raise StreamShapeError("event after the response ended")
+        event = _decode_response_event(data)
+        if event.sequence_number != self.sequence:
+            raise StreamShapeError("sequence_number out of order")
+        self.sequence += 1
+        if event.type == "response.output_text.delta":
+            if event.delta:
+                self.text(time.perf_counter())
+            return
+        if event.response is None:
+            return
+        if self.id is None:
+            if not str(event.response.get("id", "")).startswith("resp_svc_"):
+                raise StreamShapeError("response id is not resp_svc_...")
+            self.id = event.response["id"]
+        elif event.response.get("id") != self.id:
+            raise StreamShapeError("response id changed within the stream")
+        if event.type == "response.failed":
+            raise StreamShapeError("response.failed")
+        if event.type in RESPONSE_END:
+            svc = event.response.get("svc")
+            if not isinstance(svc, dict) or set(svc) != SVC_FIELDS:
+                raise StreamShapeError("last response without exactly the three svc fields")
+            self.meta = svc
+            self.done = True
+
+    def finish(self) -> int:
+        if not self.done or self.meta is None:
+            raise StreamShapeError("stream ended before the response completed")
+        return int(self.meta["credits_used"])
+
+
+def _checker(cfg: LoadConfig) -> StreamChecker:
+    return ResponsesChecker() if cfg.api == "responses" else StreamChecker(cfg.svc)
+
+
 class _Sample(msgspec.Struct, array_like=True):
     started: float
     ended: float
@@ -211,8 +272,17 @@ class _Sample(msgspec.Struct, array_like=True):
 OneRequest = Callable[[], Awaitable[_Sample]]
 
 
+def _path(cfg: LoadConfig) -> str:
+    return "/responses" if cfg.api == "responses" else "/chat/completions"
+
+
 def _body(cfg: LoadConfig) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": cfg.model, "messages": MESSAGES, "stream": True}
+    if cfg.api == "responses":
+        body: dict[str, Any] = {"model": cfg.model, "input": MESSAGES, "stream": True}
+        if cfg.max_tokens is not None:
+            body["max_output_tokens"] = cfg.max_tokens
+        return body
+    body = {"model": cfg.model, "messages": MESSAGES, "stream": True}
     if not cfg.svc:
         body["stream_options"] = {"include_usage": True}
     if cfg.max_tokens is not None:
@@ -243,7 +313,7 @@ async def _aiohttp_requests(cfg: LoadConfig) -> tuple[OneRequest, Callable[[], A
     session = aiohttp.ClientSession(
         connector=connector, timeout=aiohttp.ClientTimeout(total=cfg.timeout_s)
     )
-    url = cfg.base_url.rstrip("/") + "/chat/completions"
+    url = cfg.base_url.rstrip("/") + _path(cfg)
     payload = msgspec.json.encode(_body(cfg))
     headers = {
         "authorization": f"Bearer {cfg.api_key}",
@@ -253,7 +323,7 @@ async def _aiohttp_requests(cfg: LoadConfig) -> tuple[OneRequest, Callable[[], A
 
     async def one() -> _Sample:
         started = time.perf_counter()
-        checker = StreamChecker(cfg.svc)
+        checker = _checker(cfg)
         parser = SSEParser()
         try:
             async with session.post(url, data=payload, headers=headers) as resp:
@@ -287,17 +357,18 @@ async def _openai_requests(cfg: LoadConfig) -> tuple[OneRequest, Callable[[], Aw
     )
     body = _body(cfg)
 
+    create = client.responses.create if cfg.api == "responses" else client.chat.completions.create
+
     async def one() -> _Sample:
         started = time.perf_counter()
-        checker = StreamChecker(cfg.svc)
+        checker = _checker(cfg)
         try:
-            stream = await client.chat.completions.create(
-                **body, extra_headers=cfg.extra_headers or None
-            )
+            stream = await create(**body, extra_headers=cfg.extra_headers or None)
             async for chunk in stream:
                 # The SDK has parsed the event already; re-check it against the wire rules.
                 checker.event(msgspec.json.encode(chunk.model_dump(exclude_unset=True)).decode())
-            checker.event("[DONE]")  # the SDK consumes the terminator itself
+            if cfg.api == "chat":
+                checker.event("[DONE]")  # the SDK consumes the terminator itself
             credits = checker.finish()
         except StreamShapeError as exc:
             return _failed(started, f"shape: {exc}")

@@ -43,6 +43,9 @@ ACCOUNT_CREDITS = 10**11
 # "tokensNxMS": N content chunks, each its own write, MS apart).
 SCENARIOS = {
     "fast": ("svc-fast", "bench-model"),
+    # the fast scenario's alias and model through POST /v1/responses (svc only: the mock
+    # speaks Chat Completions), held against the fast svc point of the same concurrency
+    "responses": ("svc-fast", "bench-model"),
     "slow": ("svc-code", "bench-model-slow20"),
     "memory": ("svc-smart", "bench-model-slow100"),
 }
@@ -87,6 +90,7 @@ class Profile(msgspec.Struct, frozen=True, kw_only=True):
     tokens_concurrency: tuple[int, ...] = (200, 1000)
     tokens_chunks: int = 50
     tokens_delay_ms: int = 10
+    responses_concurrency: tuple[int, ...] = (50,)
 
 
 def scenario_model(scenario: str, profile: Profile) -> tuple[str, str]:
@@ -102,15 +106,18 @@ def memory_concurrency(profile: Profile) -> int:
 
 
 def concurrencies(scenario: str, profile: Profile) -> tuple[int, ...]:
+    if scenario == "responses":
+        return profile.responses_concurrency
     return profile.tokens_concurrency if scenario == "tokens" else profile.concurrency
 
 
 PROFILES = {
-    "default": Profile(scenarios=("fast", "slow", "tokens")),
+    "default": Profile(scenarios=("fast", "responses", "slow", "tokens")),
     "smoke": Profile(
         workers=1,
         concurrency=(1, 4),
-        scenarios=("fast", "tokens"),
+        scenarios=("fast", "responses", "tokens"),
+        responses_concurrency=(4,),
         tokens_concurrency=(4,),
         tokens_chunks=10,
         tokens_delay_ms=5,
@@ -369,6 +376,7 @@ def measure_svc_point(
         duration_s=profile.duration_s,
         warmup_s=profile.warmup_s,
         client=profile.client,
+        api="responses" if scenario == "responses" else "chat",
     )
     redis_cpu0, calls0 = _redis_cpu(r), _script_calls(r)
     done = sampled_point(cfg, ProcessTree(svc.process.pid))
@@ -634,8 +642,9 @@ def run(profile: Profile, peers: tuple[str, ...] = ()) -> RunReport:
             for scenario in profile.scenarios:
                 if scenario == "tokens":
                     continue  # below, on svc restarted with the tokens model
-                for concurrency in profile.concurrency:
-                    points.append(measure_direct_point(mock, scenario, concurrency, profile))
+                for concurrency in concurrencies(scenario, profile):
+                    if scenario != "responses":  # the mock has no Responses API
+                        points.append(measure_direct_point(mock, scenario, concurrency, profile))
                     point, pid = measure_svc_point(svc, r, scenario, concurrency, profile)
                     seen[pid] = point.load
                     points.append(point)
@@ -692,6 +701,8 @@ def measure_peer(peer: str, work: Path, mock: MockProcess, profile: Profile) -> 
         idle = server.rss_bytes()
         # tokens first: its RSS per stream then counts from a fresh server, as svc's does
         for scenario in sorted(profile.scenarios, key=lambda s: s != "tokens"):
+            if scenario == "responses":
+                continue  # svc's own endpoint; a peer is measured on Chat Completions
             for concurrency in concurrencies(scenario, profile):
                 cfg = LoadConfig(
                     base_url=running.base_url,

@@ -21,6 +21,8 @@ TOKENS_THROUGHPUT_RATIO = 0.95  # svc / direct content chunks per second
 TOKENS_ADDED_TTFB_P50_MS = 3.0
 TOKENS_CPU_US_PER_CHUNK = 40.0
 TOKENS_PEER_CPU_SHARE = 2 / 3  # svc's CPU per chunk / Portkey's
+RESPONSES_C = 50
+RESPONSES_THROUGHPUT_RATIO = 0.9  # POST /v1/responses / chat completions req/s, fast, C=50
 
 
 def _find(report: RunReport, scenario: str, target: str, concurrency: int) -> Point | None:
@@ -104,6 +106,20 @@ def targets(report: RunReport) -> list[Target]:
                 f"<= {RSS_MB:.0f} MB",
                 f"{worst_rss:.0f} MB",
                 worst_rss <= RSS_MB,
+            )
+        )
+    chat, responses = (
+        _find(report, "fast", "svc", RESPONSES_C),
+        _find(report, "responses", "svc", RESPONSES_C),
+    )
+    if chat and responses and chat.load.rps:
+        ratio = responses.load.rps / chat.load.rps
+        out.append(
+            Target(
+                f"Responses API throughput, fast, C={RESPONSES_C}",
+                f">= {RESPONSES_THROUGHPUT_RATIO:.1f} x chat completions",
+                f"{ratio:.3f} x ({responses.load.rps:,.0f} / {chat.load.rps:,.0f} req/s)",
+                ratio >= RESPONSES_THROUGHPUT_RATIO,
             )
         )
     out += tokens_targets(report)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench.loadgen import StreamChecker, StreamShapeError, _percentiles
+from bench.loadgen import ResponsesChecker, StreamChecker, StreamShapeError, _percentiles
 from bench.measures import cpu_us_per_chunk, rss_kb_per_stream
 
 
@@ -141,3 +141,58 @@ def test_rss_per_open_stream() -> None:
     assert rss_kb_per_stream(100 * mb, 150 * mb, 1000) == 51.2
     assert rss_kb_per_stream(100 * mb, 100 * mb, 10) == 0.0
     assert rss_kb_per_stream(100 * mb, 150 * mb, 0) is None
+
+
+def _response_events(svc: dict[str, int] | None = None) -> list[str]:
+    response = {"id": "resp_svc_1", "status": "in_progress"}
+    final = {**response, "status": "completed", "svc": svc or {}}
+    events = [
+        {"type": "response.created", "response": response},
+        {"type": "response.output_text.delta", "delta": "a"},
+        {"type": "response.output_text.delta", "delta": "b"},
+        {"type": "response.completed", "response": final},
+    ]
+    return [json.dumps({**e, "sequence_number": n}) for n, e in enumerate(events)]
+
+
+SVC_META = {"requested_model": 1, "credits_used": 3, "balance_remaining": 9}
+
+
+def test_a_responses_stream_is_checked_and_its_credits_read() -> None:
+    checker = ResponsesChecker()
+    for event in _response_events(SVC_META):
+        checker.event(event)
+    assert checker.finish() == 3
+    assert checker.text_chunks == 2
+
+
+@pytest.mark.parametrize(
+    ("events", "rule"),
+    [
+        (_response_events(SVC_META)[1:], "sequence_number"),
+        (_response_events({"credits_used": 3}), "three svc fields"),
+        (_response_events(SVC_META)[:3], "before the response completed"),
+        (
+            [
+                *_response_events(SVC_META)[:1],
+                json.dumps(
+                    {
+                        "type": "response.failed",
+                        "sequence_number": 1,
+                        "response": {"id": "resp_svc_1"},
+                    }
+                ),
+            ],
+            "response.failed",
+        ),
+    ],
+)
+def test_a_responses_stream_that_breaks_a_rule_is_an_error(events: list[str], rule: str) -> None:
+    def check() -> int:
+        checker = ResponsesChecker()
+        for event in events:
+            checker.event(event)
+        return checker.finish()
+
+    with pytest.raises(StreamShapeError, match=rule):
+        check()
