@@ -199,11 +199,18 @@ class StreamChecker:
         return 0
 
 
+class _Response(msgspec.Struct):
+    """What the checker reads of a lifecycle event's response (the rest is skipped)."""
+
+    id: str = ""
+    svc: dict[str, Any] | None = None
+
+
 class _ResponseEvent(msgspec.Struct):
     type: str
     sequence_number: int = -1
     delta: str | None = None
-    response: dict[str, Any] | None = None
+    response: _Response | None = None
 
 
 _decode_response_event = msgspec.json.Decoder(_ResponseEvent).decode
@@ -235,15 +242,15 @@ class ResponsesChecker(StreamChecker):
         if event.response is None:
             return
         if self.id is None:
-            if not str(event.response.get("id", "")).startswith("resp_svc_"):
+            if not event.response.id.startswith("resp_svc_"):
                 raise StreamShapeError("response id is not resp_svc_...")
-            self.id = event.response["id"]
-        elif event.response.get("id") != self.id:
+            self.id = event.response.id
+        elif event.response.id != self.id:
             raise StreamShapeError("response id changed within the stream")
         if event.type == "response.failed":
             raise StreamShapeError("response.failed")
         if event.type in RESPONSE_END:
-            svc = event.response.get("svc")
+            svc = event.response.svc
             if not isinstance(svc, dict) or set(svc) != SVC_FIELDS:
                 raise StreamShapeError("last response without exactly the three svc fields")
             self.meta = svc

@@ -143,6 +143,8 @@ class CompletionService:
 class Completion:
     """A reserved request with a connected upstream, ready to relay."""
 
+    _output: StreamOutput  # what the stream is written as: set by relay()
+
     def __init__(
         self, service: CompletionService, ident: Identity, params: ChatParams, hold: Hold
     ) -> None:
@@ -160,7 +162,6 @@ class Completion:
         self._choice_ended = False  # the upstream's finish or usage arrived
         self._tool_calls = False  # the upstream called tools: the stream ends "tool_calls"
         self._cut_short = False  # output was cut at the cap (by svc, or by the upstream)
-        self._output: StreamOutput = self.chat_stream()
         self._unsent = b""  # the output's opening, until it goes out with the first write
         self._settling: asyncio.Task[Settlement] | None = None
         self._provider_name = ""
@@ -219,8 +220,7 @@ class Completion:
         Settlement starts before the upstream is closed: closing may suspend (httpx's
         ``aclose``), and a cancellation landing there must not be able to skip it.
         """
-        if output is not None:
-            self._output = output
+        self._output = output if output is not None else self.chat_stream()
         outcome: Outcome = "completed"
         last = b""
         STREAMS.add(self)

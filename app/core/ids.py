@@ -73,3 +73,9 @@ def base62(number: int, width: int) -> str:
         number, rem = divmod(number, 62)
         chars.append(BASE62[rem])
     return "".join(reversed(chars))
+
+
+def hex_id(prefix: str, random_bytes: int) -> str:
+    """``prefix`` + ``random_bytes`` random bytes in hex (ids made per response and item,
+    as OpenAI's are: a fifth of ``random_id``'s cost)."""
+    return prefix + secrets.token_hex(random_bytes)

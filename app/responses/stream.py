@@ -20,12 +20,13 @@ from msgspec import UNSET, UnsetType
 from app.chat.chunks import SvcMetadata
 from app.chat.output import SHUT_DOWN, UPSTREAM_FAILED, StreamEnd
 from app.chat.request import ChatParams
-from app.core.ids import random_id
+from app.core.ids import hex_id
 from app.responses.wire import ResponsesRequest, ResponsesTool, TextConfig, ToolChoiceObject
 from app.upstream.wire import Delta, ToolCallDelta
 
 _encode = msgspec.json.encode
-ID_CHARS = 24
+_DELTA_TAIL = b',"logprobs":[],"sequence_number":%d}\n\n'
+ID_BYTES = 12  # random bytes in each id of a response or its items (24 hex digits)
 
 Status = Literal["in_progress", "completed", "incomplete", "failed"]
 
@@ -157,9 +158,10 @@ def _tool_echo(tool: ResponsesTool) -> dict[str, Any]:
     }
 
 
-class ResponseObject(ResponseSettings, frozen=True, kw_only=True):
-    """The ``response`` of the lifecycle events: OpenAI's Response (what it echoes of the
-    request, then its state), and svc's metadata on the last one."""
+class ResponseState(msgspec.Struct, kw_only=True):
+    """The ``response`` of the lifecycle events is OpenAI's Response: this, its state (and
+    svc's metadata on the last one), then the ``ResponseSettings`` it echoes, which are
+    encoded once per response and joined on (``ResponsesStream._lifecycle``)."""
 
     id: str
     object: Literal["response"] = "response"
@@ -211,8 +213,8 @@ class _Call:
     __slots__ = ("arguments", "call_id", "id", "name", "output_index")
 
     def __init__(self, output_index: int, name: str) -> None:
-        self.id = random_id("fc_", ID_CHARS)
-        self.call_id = random_id("call_", ID_CHARS)
+        self.id = hex_id("fc_", ID_BYTES)
+        self.call_id = hex_id("call_", ID_BYTES)
         self.output_index = output_index
         self.name = name
         self.arguments: list[str] = []
@@ -233,7 +235,7 @@ class ResponsesStream:
     def __init__(
         self, *, created_at: int, model: str, requested: str, settings: ResponseSettings
     ) -> None:
-        self.id = random_id("resp_svc_", ID_CHARS)
+        self.id = hex_id("resp_svc_", ID_BYTES)
         self._created_at = created_at
         self._model = model
         self._requested = requested
@@ -243,6 +245,7 @@ class ResponsesStream:
         self._done: dict[int, OutputItem] = {}  # closed items, by output index
         self._message: _Message | None = None  # the message item open, if one is
         self._calls: dict[int, _Call] = {}  # function calls by the upstream's index
+        self._echo: bytes | None = None  # the settings' JSON, without its opening brace
 
     # -- StreamOutput
 
@@ -290,18 +293,14 @@ class ResponsesStream:
     # -- output items
 
     def _text(self, text: str) -> bytes:
-        out = self._open_message()
+        """A text delta (per token: kept short), in the message item, opened first if need be."""
         message = self._message
-        assert message is not None
+        if message is None:
+            return self._open_message() + self._text(text)
         message.text.append(text)
         seq = self._seq
-        self._seq += 1
-        return (
-            out
-            + message.delta_head
-            + _encode(text)
-            + b',"logprobs":[],"sequence_number":%d}\n\n' % seq
-        )
+        self._seq = seq + 1
+        return message.delta_head + _encode(text) + _DELTA_TAIL % seq
 
     def _refusal(self, text: str) -> bytes:
         out = self._open_message()
@@ -328,7 +327,7 @@ class ResponsesStream:
     def _open_message(self) -> bytes:
         if self._message is not None:
             return b""
-        message = _Message(random_id("msg_", ID_CHARS), len(self._items))
+        message = _Message(hex_id("msg_", ID_BYTES), len(self._items))
         self._message = message
         self._items.append(message)
         return self._event(
@@ -440,8 +439,7 @@ class ResponsesStream:
         error: ResponseError | None = None,
         incomplete: IncompleteDetails | None = None,
     ) -> bytes:
-        response = ResponseObject(
-            **msgspec.structs.asdict(self._settings),
+        state = ResponseState(
             id=self.id,
             created_at=self._created_at,
             status=status,
@@ -452,7 +450,17 @@ class ResponsesStream:
             incomplete_details=incomplete,
             svc=svc,
         )
-        return self._event(event, response=response)
+        if self._echo is None:
+            self._echo = b"," + _encode(self._settings)[1:]
+        response = _encode(state)[:-1] + self._echo  # both JSON objects: one, joined
+        seq = self._seq
+        self._seq += 1
+        return b'event: %s\ndata: {"type":"%s","sequence_number":%d,"response":%s}\n\n' % (
+            event.encode(),
+            event.encode(),
+            seq,
+            response,
+        )
 
     def _event(self, event: str, **fields: Any) -> bytes:
         seq = self._seq
