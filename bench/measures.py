@@ -49,6 +49,12 @@ def rss_kb_per_stream(idle_bytes: int, during_bytes: int, streams: int) -> float
     return round((during_bytes - idle_bytes) / 1024 / streams, 2)
 
 
+def rss_at_streams(idle_mb: float, peak_mb: float, held: int, wanted: int) -> float:
+    """A worker's RSS with ``wanted`` streams open, from its RSS before any (``idle_mb``) and
+    its peak while it held ``held``: what the streams added, per stream, times ``wanted``."""
+    return idle_mb + (peak_mb - idle_mb) * wanted / held
+
+
 def tally_monitor(lines: list[str], names: dict[str, str]) -> tuple[dict[str, int], dict[str, int]]:
     """Commands of ``MONITOR`` lines, counted apart for the request connections and the
     ``svc-background`` ones (``names``: client addresses to names when the sample began).

@@ -8,6 +8,7 @@ The load generator runs in a process of its own for every point, so its CPU is i
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import secrets
 import signal
@@ -139,6 +140,9 @@ class Point(msgspec.Struct, kw_only=True):
     server_cpu_ms_per_request: float | None = None
     redis_cpu_ms_per_request: float | None = None
     rss_mb_per_worker: list[float] | None = None
+    # memory point: each worker's RSS before it and the most streams it held at once
+    idle_rss_mb_per_worker: list[float] | None = None
+    streams_per_worker: list[int] | None = None
     script_calls_per_completion: float | None = None
     # user+system CPU of the server's process tree over the point / every content chunk it
     # relayed (direct: the mock's own CPU, the upstream's cost)
@@ -195,6 +199,22 @@ class Svc:
             with contextlib.suppress(psutil.NoSuchProcess):
                 sizes.append(round(proc.memory_info().rss / 2**20, 1))
         return sizes
+
+    def open_streams(self) -> list[int]:
+        """Each worker's client connections now (the kernel spreads them unevenly)."""
+        port = int(self.base_url.rsplit(":", 1)[1].split("/")[0])
+        counts = []
+        for proc in self.workers():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                connections = proc.net_connections(kind="tcp")
+                counts.append(
+                    sum(
+                        1
+                        for c in connections
+                        if c.laddr and c.laddr.port == port and c.status == psutil.CONN_ESTABLISHED
+                    )
+                )
+        return counts
 
     def admin(self, method: str, path: str, body: object | None = None) -> Any:
         root = self.base_url.removesuffix("/v1")
@@ -581,17 +601,28 @@ def measure_memory(svc: Svc, profile: Profile) -> tuple[Point, str] | None:
         ramp_s=1.0,
         client="aiohttp",
     )
-    peak: list[float] = []
+    idle = svc.rss_mb()
+    peak = list(idle)
+    streams = [0] * len(idle)
+    samples = itertools.count()
 
     def sample() -> None:
-        sizes = svc.rss_mb()
-        if len(sizes) > len(peak):
-            peak.extend([0.0] * (len(sizes) - len(peak)))
-        for i, size in enumerate(sizes):
+        for i, size in enumerate(svc.rss_mb()[: len(peak)]):
             peak[i] = max(peak[i], size)
+        if next(samples) % 4 == 3:  # once a second: reading the sockets takes a while
+            for i, count in enumerate(svc.open_streams()[: len(streams)]):
+                streams[i] = max(streams[i], count)
 
     load = run_in_process(cfg, sample)
-    return Point(scenario="memory", target="svc", load=load, rss_mb_per_worker=peak), pid
+    point = Point(
+        scenario="memory",
+        target="svc",
+        load=load,
+        rss_mb_per_worker=peak,
+        idle_rss_mb_per_worker=idle,
+        streams_per_worker=streams,
+    )
+    return point, pid
 
 
 class RunReport(msgspec.Struct, kw_only=True):

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from bench.loadgen import ResponsesChecker, StreamChecker, StreamShapeError, _percentiles
-from bench.measures import cpu_us_per_chunk, rss_kb_per_stream
+from bench.measures import cpu_us_per_chunk, rss_at_streams, rss_kb_per_stream
 
 
 def _chunk(
@@ -196,3 +196,9 @@ def test_a_responses_stream_that_breaks_a_rule_is_an_error(events: list[str], ru
 
     with pytest.raises(StreamShapeError, match=rule):
         check()
+
+
+def test_a_workers_rss_is_scaled_to_the_streams_it_should_hold() -> None:
+    # 66 MB idle, 126 MB holding 1,400 streams: 60 MB for 1,400, so 1,000 would be 108 MB
+    assert rss_at_streams(66.0, 126.0, 1_400, 1_000) == pytest.approx(108.857, abs=0.001)
+    assert rss_at_streams(66.0, 108.0, 1_000, 1_000) == 108.0
