@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from app.chat.catalog import ModelsFileError
+from app.core.allocator import give_back_large_blocks
 from app.core.clock import DAY_S
 from app.core.errors import ApiError
 from app.core.logs import granian_log_config
@@ -254,6 +255,7 @@ def serve(args: argparse.Namespace) -> int:
             # the key itself goes only to the 0600 file: logs are no place for a secret
             log.info("created a dev account; its live key is in %s/dev-key.txt", settings.data_dir)
         os.environ.update(settings.env_vars())
+        give_back_large_blocks()  # before the workers fork: they inherit it
         workers = settings.workers or os.cpu_count() or 1
         log.info(
             "serving on http://%s:%s/v1 with %d worker(s)", settings.host, settings.port, workers
