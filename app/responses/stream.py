@@ -308,21 +308,11 @@ class ResponsesStream:
         assert message is not None
         if message.refusal_index < 0:
             message.refusal_index = 1
-            out += self._event(
-                "response.content_part.added",
-                item_id=message.id,
-                output_index=message.output_index,
-                content_index=1,
-                part=RefusalPart(refusal=""),
+            out += self._part_event(
+                "response.content_part.added", message, 1, part=RefusalPart(refusal="")
             )
         message.refusal.append(text)
-        return out + self._event(
-            "response.refusal.delta",
-            item_id=message.id,
-            output_index=message.output_index,
-            content_index=1,
-            delta=text,
-        )
+        return out + self._part_event("response.refusal.delta", message, 1, delta=text)
 
     def _open_message(self) -> bytes:
         if self._message is not None:
@@ -334,12 +324,8 @@ class ResponsesStream:
             "response.output_item.added",
             output_index=message.output_index,
             item=MessageItem(id=message.id, status="in_progress", content=[]),
-        ) + self._event(
-            "response.content_part.added",
-            item_id=message.id,
-            output_index=message.output_index,
-            content_index=0,
-            part=OutputTextPart(text=""),
+        ) + self._part_event(
+            "response.content_part.added", message, 0, part=OutputTextPart(text="")
         )
 
     def _call_delta(self, delta: ToolCallDelta) -> bytes:
@@ -383,35 +369,16 @@ class ResponsesStream:
         done = message.item(status)
         self._done[message.output_index] = done
         text = done.content[0]
-        out = self._event(
-            "response.output_text.done",
-            item_id=message.id,
-            output_index=message.output_index,
-            content_index=0,
-            text=text.text if isinstance(text, OutputTextPart) else "",
-            logprobs=[],
-        ) + self._event(
-            "response.content_part.done",
-            item_id=message.id,
-            output_index=message.output_index,
-            content_index=0,
-            part=text,
-        )
+        assert isinstance(text, OutputTextPart)
+        out = self._part_event(
+            "response.output_text.done", message, 0, text=text.text, logprobs=[]
+        ) + self._part_event("response.content_part.done", message, 0, part=text)
         if message.refusal_index >= 0:
             refusal = done.content[1]
-            out += self._event(
-                "response.refusal.done",
-                item_id=message.id,
-                output_index=message.output_index,
-                content_index=1,
-                refusal=refusal.refusal if isinstance(refusal, RefusalPart) else "",
-            ) + self._event(
-                "response.content_part.done",
-                item_id=message.id,
-                output_index=message.output_index,
-                content_index=1,
-                part=refusal,
-            )
+            assert isinstance(refusal, RefusalPart)
+            out += self._part_event(
+                "response.refusal.done", message, 1, refusal=refusal.refusal
+            ) + self._part_event("response.content_part.done", message, 1, part=refusal)
         return out + self._event(
             "response.output_item.done", output_index=message.output_index, item=done
         )
@@ -460,6 +427,18 @@ class ResponsesStream:
             event.encode(),
             seq,
             response,
+        )
+
+    def _part_event(
+        self, event: str, message: _Message, content_index: int, **fields: Any
+    ) -> bytes:
+        """An event about one content part of the message item."""
+        return self._event(
+            event,
+            item_id=message.id,
+            output_index=message.output_index,
+            content_index=content_index,
+            **fields,
         )
 
     def _event(self, event: str, **fields: Any) -> bytes:

@@ -44,7 +44,7 @@ from app.http.rsgi import (
     StreamTransport,
     body_chunks,
 )
-from app.http.streams import CHAT, SSE_HEADERS
+from app.http.streams import CHAT, SSE_HEADERS, STREAM_ROUTES
 from app.kv.pipelined import PipelinedRedis
 from app.upstream.base import Piece, UpstreamCall, UpstreamError
 from app.upstream.config import ProviderConfig
@@ -151,7 +151,7 @@ class BareRelay:
         return self._provider
 
     async def __rsgi__(self, scope: Scope, protocol: HTTPProtocol) -> None:
-        if scope.path not in (CHAT.path, CHAT.path + "/") or scope.method != "POST":
+        if STREAM_ROUTES.get(scope.path) is not CHAT or scope.method != "POST":
             _json(protocol, 404, "not found")
             return
         try:
