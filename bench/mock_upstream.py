@@ -13,6 +13,12 @@ Faults: ``refuse`` (close without answering), ``500``, ``429``, ``400`` (an Open
 names the model), ``drop-after:K``, ``stall``, ``stall-after:K``, ``slow-first-byte:MS``.
 Per-request ``x-mock-chunks`` and ``x-mock-delay-ms`` override the server's defaults.
 
+``POST /responses`` speaks the Responses API (for providers that serve it natively): the
+same words as output text events, the same faults (``dropK`` ends in ``response.failed``
+instead), ``response.incomplete`` past ``max_output_tokens``, and a function call to the
+first tool instead of text when ``tool_choice`` is ``required`` or the model name says
+``calltool``; usage in the last event.
+
 ``GET /_stats`` returns counters and the last request; ``POST /_reset`` zeroes them.
 """
 
@@ -184,6 +190,8 @@ class _Conn(asyncio.Protocol):
         if path.endswith("/chat/completions") and method == "POST":
             if not self._serve_at_once(headers, body):
                 self.streaming = asyncio.ensure_future(self._complete(headers, body))
+        elif path.endswith("/responses") and method == "POST":
+            self.streaming = asyncio.ensure_future(self._complete(headers, body, responses=True))
         elif path.endswith("/models"):
             data = {"object": "list", "data": [{"id": "mock-model", "object": "model"}]}
             self._write(_response(200, json.dumps(data).encode()))
@@ -234,12 +242,17 @@ class _Conn(asyncio.Protocol):
             events.append(b'[],"usage":' + _encode(usage))
         return [_chunk(b"data: " + envelope + e + b"}\n\n") for e in events]
 
-    async def _complete(self, headers: dict[str, str], body: bytes) -> None:
+    async def _complete(
+        self, headers: dict[str, str], body: bytes, *, responses: bool = False
+    ) -> None:
         stats = self.server.stats
         stats.requests += 1
         stats.in_flight += 1
         try:
-            await self._stream(headers, body)
+            if responses:
+                await self._respond(headers, body)
+            else:
+                await self._stream(headers, body)
             stats.completed += 1
         except asyncio.CancelledError:
             pass
@@ -265,7 +278,11 @@ class _Conn(asyncio.Protocol):
         tokens = _TOKENS.search(model)
         if tokens:  # each chunk its own write, ``delay_ms`` after the one before
             wanted, delay_ms = int(tokens.group(1)), float(tokens.group(2))
-        max_tokens = request.get("max_completion_tokens") or request.get("max_tokens")
+        max_tokens = (
+            request.get("max_completion_tokens")
+            or request.get("max_tokens")
+            or request.get("max_output_tokens")
+        )
         if "ignoremax" in model or max_tokens is None:
             max_tokens = wanted
         return _Plan(
@@ -359,6 +376,122 @@ class _Conn(asyncio.Protocol):
         if usage is not None:
             self._event({**base, "choices": [], "usage": usage})
         self._write(_STREAM_END)
+
+    async def _respond(self, headers: dict[str, str], raw: bytes) -> None:
+        """A Responses API stream (``POST /responses``)."""
+        request = json.loads(raw or b"{}")
+        stats = self.server.stats
+        stats.last_request, stats.last_headers = request, headers
+        plan = self._plan(headers, request)
+        if await self._early_fault(plan.fault, plan.model):
+            return
+        fault = plan.fault or ""
+        drop_after = int(fault.split(":")[1]) if fault.startswith("drop-after") else None
+        self._write(_STREAM_HEAD)
+        seq = iter(range(1_000_000))
+        response: dict[str, Any] = {
+            "id": f"resp_mock{time.monotonic_ns()}",
+            "object": "response",
+            "created_at": int(time.time()),
+            "model": plan.model,
+            "status": "in_progress",
+            "output": [],
+        }
+
+        def send(kind: str, **fields: Any) -> None:
+            event = {"type": kind, "sequence_number": next(seq), **fields}
+            self._write(_chunk(b"event: %s\ndata: %s\n\n" % (kind.encode(), _encode(event))))
+
+        send("response.created", response=response)
+        tools = request.get("tools") or []
+        calls = tools and (request.get("tool_choice") == "required" or "calltool" in plan.model)
+        if calls:
+            item: dict[str, Any] = {
+                "type": "function_call",
+                "id": "fc_mock1",
+                "call_id": "call_mock1",
+                "name": tools[0].get("name", ""),
+                "arguments": "",
+                "status": "in_progress",
+            }
+            send("response.output_item.added", output_index=0, item=item)
+            pieces = ['{"city": ', '"Paris"}']
+            for piece in pieces:
+                send(
+                    "response.function_call_arguments.delta",
+                    item_id="fc_mock1",
+                    output_index=0,
+                    delta=piece,
+                )
+            item = {**item, "arguments": "".join(pieces), "status": "completed"}
+            send(
+                "response.function_call_arguments.done",
+                item_id="fc_mock1",
+                output_index=0,
+                arguments=item["arguments"],
+            )
+            send("response.output_item.done", output_index=0, item=item)
+            output_tokens = 7
+        else:
+            message = {
+                "type": "message",
+                "id": "msg_mock1",
+                "role": "assistant",
+                "status": "in_progress",
+                "content": [],
+            }
+            send("response.output_item.added", output_index=0, item=message)
+            part = {"type": "output_text", "text": "", "annotations": []}
+            send(
+                "response.content_part.added",
+                item_id="msg_mock1",
+                output_index=0,
+                content_index=0,
+                part=part,
+            )
+            for i in range(plan.chunks):
+                if drop_after is not None and i == drop_after:
+                    send(
+                        "response.failed",
+                        response={
+                            **response,
+                            "status": "failed",
+                            "error": {"code": "server_error", "message": "mock failure"},
+                        },
+                    )
+                    self._write(b"0\r\n\r\n")
+                    return
+                if plan.delay_s:
+                    await asyncio.sleep(plan.delay_s)
+                send(
+                    "response.output_text.delta",
+                    item_id="msg_mock1",
+                    output_index=0,
+                    content_index=0,
+                    delta=WORDS[i % len(WORDS)] + " ",
+                )
+            output_tokens = plan.chunks
+        input_text = json.dumps(request.get("input", "")) + str(request.get("instructions", ""))
+        usage = {
+            "input_tokens": len(input_text) // 4 + 4,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": len(input_text) // 4 + 4 + output_tokens,
+        }
+        final = {**response, "usage": usage if plan.usage else None}
+        if plan.cut and not calls:
+            send(
+                "response.incomplete",
+                response={
+                    **final,
+                    "status": "incomplete",
+                    "incomplete_details": {"reason": "max_output_tokens"},
+                },
+            )
+        else:
+            send("response.completed", response={**final, "status": "completed"})
+        self._write(b"0\r\n\r\n")
 
     async def _early_fault(self, fault: str | None, model: str) -> bool:
         if not fault:

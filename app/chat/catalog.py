@@ -47,6 +47,9 @@ class Alias(msgspec.Struct, frozen=True, kw_only=True):
     max_output_tokens: int = 16_384
     enabled: bool = True
     upstreams: tuple[UpstreamRef, ...] = (UpstreamRef(provider=SIMULATED, model="simulated"),)
+    native_responses: bool = False
+    """Some upstream of it serves the Responses API itself (its provider's
+    ``responses_api``): Responses requests keep their own form for it."""
 
 
 _CREATED = 1_767_225_600  # 2026-01-01T00:00:00Z
@@ -269,5 +272,10 @@ def load_catalog(path: Path, *, reservation_deadline_s: float | None = None) -> 
         _check_timeouts(path, text, spec, reservation_deadline_s)
     aliases = dict(DEFAULT_ALIASES)
     for name, override in spec.aliases.items():
-        aliases[name] = _merge(aliases[name], override)
+        merged = _merge(aliases[name], override)
+        native = any(
+            ref.provider in spec.providers and spec.providers[ref.provider].responses_api
+            for ref in merged.upstreams
+        )
+        aliases[name] = msgspec.structs.replace(merged, native_responses=native)
     return Catalog(aliases=aliases, providers=dict(spec.providers))

@@ -106,6 +106,7 @@ class CompletionService:
                 deadline=now + self.deadline_s,
                 alias=alias.id,
                 requested=params.requested,
+                api=params.api,
             )
         except REDIS_TIMEOUT:
             # Redis was slow, not gone: the reserve may still run, and hold credits for
@@ -169,7 +170,10 @@ class Completion:
 
     def _call(self, model: str) -> UpstreamCall:
         return UpstreamCall(
-            model=model, request=self.params.request, max_tokens=self.hold.out_tokens
+            model=model,
+            request=self.params.request,
+            max_tokens=self.hold.out_tokens,
+            responses=self.params.native,
         )
 
     async def connect(self) -> None:

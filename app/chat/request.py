@@ -18,6 +18,7 @@ from app.core.tokens import (
     prompt_token_bound,
 )
 from app.core.validation import decode_json
+from app.kv.fields import API_CHAT
 from app.upstream.wire import (
     AudioPart,
     ChatRequest,
@@ -25,6 +26,7 @@ from app.upstream.wire import (
     ImagePart,
     Message,
     NamedToolChoice,
+    NativeResponses,
     StreamOptions,
     TextPart,
     message_text,
@@ -49,6 +51,10 @@ class ChatParams(msgspec.Struct, frozen=True, kw_only=True):
     """Reserved for, and the most of an upstream's prompt_tokens that is billed."""
     include_usage: bool
     """The client asked for OpenAI's usage object (``stream_options.include_usage``)."""
+    api: str = API_CHAT
+    """The API the request came through (``app.kv.fields.APIS``), recorded with its usage."""
+    native: NativeResponses | None = None
+    """A Responses request as the client sent it, for providers that serve that API."""
 
 
 class _Prompt(msgspec.Struct):
@@ -184,6 +190,7 @@ def resolve_params(
     limit_param: str,
     image_token_bound: int,
     include_usage: bool,
+    api: str = API_CHAT,
 ) -> ChatParams:
     """A well-formed chat request (``alias`` its enabled model; a Responses request after
     translation) checked against its alias's output limit, its prompt estimated and bounded
@@ -209,4 +216,5 @@ def resolve_params(
             body_size - prompt.media_chars, len(req.messages), prompt.media_bound
         ),
         include_usage=include_usage,
+        api=api,
     )

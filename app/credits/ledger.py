@@ -21,6 +21,8 @@ from app.credits.scripts import RedisClock, Scripts
 from app.kv.client import RedisClient
 from app.kv.fields import (
     ACCOUNT_POOLS,
+    API_CHAT,
+    APIS,
     COUNTERS,
     KEY_ACTIVE,
     KeyField,
@@ -129,6 +131,33 @@ class RedisLedger:
             day: UsageCounters(*(int(v or 0) for v in row))
             for day, row in zip(days, rows, strict=True)
         }
+
+    async def usage_days_by_api(
+        self, pid: str, environment: str, days: list[str]
+    ) -> dict[str, dict[str, UsageCounters]]:
+        """The usage counters of an account for each day, per API (every one of ``APIS``;
+        chat's are the day's less the other APIs'), one round trip."""
+        shard = self.layout.shard(pid)
+        fields = [usage_field(environment, name, api) for api in APIS for name in COUNTERS]
+        pipe = self.redis.pipeline(transaction=False)
+        for day in days:
+            pipe.hmget(self.layout.usage_day(shard, pid, day_tag(day)), fields)
+        rows = await pipe.execute()
+        width = len(COUNTERS)
+        by_day: dict[str, dict[str, UsageCounters]] = {}
+        for day, row in zip(days, rows, strict=True):
+            values = [int(v or 0) for v in row]
+            per_api = {
+                api: UsageCounters(*values[i * width : (i + 1) * width])
+                for i, api in enumerate(APIS)
+            }
+            # the first fields are the day's (chat's name): chat's part is what is left
+            chat = per_api[API_CHAT]
+            for api in APIS[1:]:
+                chat = chat.minus(per_api[api])
+            per_api[API_CHAT] = chat
+            by_day[day] = per_api
+        return by_day
 
     async def usage_epoch(self) -> int | None:
         """The first day (unix seconds at its 00:00 UTC) this Redis holds complete usage
@@ -259,6 +288,7 @@ class RedisLedger:
         deadline: float,
         alias: str,
         requested: str,
+        api: str = API_CHAT,
     ) -> Hold:
         """Hold credits for one request, or raise the ``ApiError`` the script's refusal means.
 
@@ -295,6 +325,7 @@ class RedisLedger:
                 self._rate_limit,
                 (window + 1) * self._rate_window,
                 self._give_up_ms(),
+                api,
             ],
         )
         if status not in (ScriptStatus.OK, ScriptStatus.DUPLICATE) or not amount:

@@ -23,9 +23,17 @@ from app.core.errors import ApiError, ErrorKind
 from app.core.validation import decode_json
 from app.credits.outcomes import Identity, key_refusal
 from app.http.deps import provide_identity, provide_services, request_address
-from app.http.openapi import API_KEY, BODY_ERRORS, DAYS, KEY_ERRORS, documented, errors
+from app.http.openapi import (
+    API_KEY,
+    BODY_ERRORS,
+    DAYS,
+    GROUP_BY_PARAM,
+    KEY_ERRORS,
+    documented,
+    errors,
+)
 from app.runtime import Services
-from app.usage.reader import UsageSummary, parse_days
+from app.usage.reader import UsageSummary, parse_days, parse_group_by
 
 
 def _managing(ident: Identity) -> Identity:
@@ -99,15 +107,18 @@ class V1Controller(Controller):
         "/usage",
         dependencies=_IDENT,
         responses=errors(*KEY_ERRORS, ErrorKind.INVALID_VALUE),
-        operation_class=documented(query=[DAYS]),
+        operation_class=documented(query=[DAYS, GROUP_BY_PARAM]),
     )
     async def usage(
         self, services: Services, ident: Identity, request: Request[Any, Any, Any]
     ) -> UsageSummary:
         """All-time usage and the last ``days`` (1-366, default 30) UTC days, newest first,
-        for the key's environment (spec 2.6)."""
+        for the key's environment (spec 2.6); ``group_by=api`` breaks each day down."""
         days = parse_days(request.query_params.get("days"))
-        return await services.usage.summary(ident.pid, ident.environment, services.clock(), days)
+        group_by = parse_group_by(request.query_params.get("group_by"))
+        return await services.usage.summary(
+            ident.pid, ident.environment, services.clock(), days, group_by
+        )
 
     @get("/api-keys", dependencies=_IDENT, responses=errors(*KEY_ERRORS))
     async def list_keys(self, services: Services, ident: Identity) -> ApiKeyList:

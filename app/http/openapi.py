@@ -37,7 +37,7 @@ from app.chat.chunks import ChatCompletionChunk
 from app.core.errors import ErrorBody, ErrorKind
 from app.http.headers import SECURITY_HEADERS
 from app.upstream.wire import ChatRequest
-from app.usage.reader import DEFAULT_DAYS, MAX_DAYS
+from app.usage.reader import DEFAULT_DAYS, GROUP_BY, MAX_DAYS
 
 API_KEY: list[SecurityRequirement] = [{"apiKey": []}]
 ADMIN_TOKEN: list[SecurityRequirement] = [{"adminToken": []}]
@@ -146,6 +146,17 @@ DAYS = Parameter(
     required=False,
     description=f"Days in the `daily` window, newest first (default {DEFAULT_DAYS}).",
     schema=Schema(type=OpenAPIType.INTEGER, minimum=1, maximum=MAX_DAYS, default=DEFAULT_DAYS),
+)
+GROUP_BY_PARAM = Parameter(
+    name="group_by",
+    param_in=ParamType.QUERY,
+    required=False,
+    description=(
+        "Break each day down: every `daily` item gains `groups`, its usage by that value "
+        "(`api`: `chat` for chat completions, `responses` for the Responses API); the "
+        "groups sum to the day."
+    ),
+    schema=Schema(type=OpenAPIType.STRING, enum=list(GROUP_BY)),
 )
 
 

@@ -46,6 +46,14 @@ class ReservationField:
     ALIAS: Final = "alias"
     DAY: Final = "day"
     DEADLINE: Final = "deadline"
+    API: Final = "api"  # absent on reservations made before it existed: API_CHAT
+
+
+API_CHAT: Final = "chat"
+"""``POST /v1/chat/completions``; the API of usage recorded before svc told APIs apart."""
+API_RESPONSES: Final = "responses"
+"""``POST /v1/responses``."""
+APIS: Final = (API_CHAT, API_RESPONSES)  # chat first: its usage fields count every API
 
 
 def pools(values: list[Any]) -> tuple[int, int, int] | None:
@@ -78,10 +86,23 @@ class UsageCounters(msgspec.Struct, frozen=True):
             self.credits + other.credits,
         )
 
+    def minus(self, other: UsageCounters) -> UsageCounters:
+        return UsageCounters(
+            self.requests - other.requests,
+            self.prompt_tokens - other.prompt_tokens,
+            self.completion_tokens - other.completion_tokens,
+            self.credits - other.credits,
+        )
 
-def usage_field(environment: str, counter: str) -> str:
-    """A usage hash's field: ``<environment>:<counter>`` (``live:credits``)."""
-    return f"{environment}:{counter}"
+
+def usage_field(environment: str, counter: str, api: str = API_CHAT) -> str:
+    """A usage hash's field: ``<environment>:<counter>`` (``live:credits``) counts every
+    API; ``<environment>:<api>:<counter>`` (``live:responses:credits``) the part of it an
+    API other than chat served. Chat's part is the rest: the hot path of chat completions
+    writes no field more than it did before APIs were told apart."""
+    if api == API_CHAT:
+        return f"{environment}:{counter}"
+    return f"{environment}:{api}:{counter}"
 
 
 class UsageEvent(msgspec.Struct, frozen=True):
@@ -97,6 +118,7 @@ class UsageEvent(msgspec.Struct, frozen=True):
     completion_tokens: int
     credits: int
     earned_credits: int = 0  # events written before the field existed count as 0
+    api: str = API_CHAT  # events written before the field existed were chat completions
 
 
 class ExpiryEvent(msgspec.Struct, frozen=True):
@@ -130,4 +152,5 @@ def parse_event(entry_id: Any, fields: Any) -> StreamEvent:
         completion_tokens=int(f["completion_tokens"]),
         credits=int(f["credits"]),
         earned_credits=int(f.get("earned", 0)),
+        api=f.get("api", API_CHAT),
     )

@@ -25,6 +25,7 @@ from app.kv.fields import (
     StreamEvent,
     UsageEvent,
     parse_event,
+    usage_field,
 )
 from app.kv.layout import KeySpace, as_text
 from app.store import END_OF_TIME, LedgerSnapshot, Store
@@ -38,8 +39,8 @@ class ShardRead(msgspec.Struct):
 
     pools: dict[str, tuple[int, int]]  # pid -> (earned, purchased); absent: no hash
     held: dict[str, tuple[int, int]]  # pid -> (earned, purchased) held, live reservations
-    usage: dict[str, dict[str, int]]  # pid -> "<env>:<counter>" -> all-time value
-    days: dict[str, dict[str, dict[str, int]]]  # pid -> day read -> "<env>:<counter>" -> value
+    usage: dict[str, dict[str, int]]  # pid -> usage_field -> all-time value
+    days: dict[str, dict[str, dict[str, int]]]  # pid -> day read -> usage_field -> value
     events: list[StreamEvent]  # after the durable cursor
 
 
@@ -55,8 +56,8 @@ class Sums(msgspec.Struct):
     used_earned: int = 0
     unflushed_used: int = 0
     unflushed_expired: int = 0
-    usage: dict[str, int] = msgspec.field(default_factory=dict)  # "<env>:<counter>"
-    # "YYYY-MM-DD" -> "<env>:<counter>", the days asked for (unflushed events: any day)
+    usage: dict[str, int] = msgspec.field(default_factory=dict)  # usage_field -> value
+    # "YYYY-MM-DD" -> usage_field -> value, the days asked for (unflushed events: any day)
     days: dict[str, dict[str, int]] = msgspec.field(default_factory=dict)
 
     @property
@@ -165,18 +166,24 @@ def ledger_sums(snapshot: LedgerSnapshot, earned_ttl_s: int) -> dict[str, Sums]:
             s.granted_purchased += g.credits
     for u in snapshot.usage:
         s = sums[u.account_pid]
-        for name in COUNTERS:
-            s.usage[f"{u.environment}:{name}"] = getattr(u, name)
+        _count(s.usage, u.environment, u.api, [getattr(u, name) for name in COUNTERS])
         if u.environment == "live":
             s.used += u.credits
             s.used_earned += u.earned_credits
     for u in snapshot.usage_days:
         counters = sums[u.account_pid].days.setdefault(u.day, {})
-        for name in COUNTERS:
-            counters[f"{u.environment}:{name}"] = getattr(u, name)
+        _count(counters, u.environment, u.api, [getattr(u, name) for name in COUNTERS])
     for pid, credits in snapshot.expiries.items():
         sums[pid].expired += credits
     return dict(sums)
+
+
+def _count(counters: dict[str, int], environment: str, api: str, values: list[int]) -> None:
+    """Add one API's counter values (in ``COUNTERS`` order) where settle counts them: to
+    the environment's fields and, for an API other than chat, to that API's own."""
+    for name, value in zip(COUNTERS, values, strict=True):
+        for field in {usage_field(environment, name), usage_field(environment, name, api)}:
+            counters[field] = counters.get(field, 0) + value
 
 
 def add_unflushed(sums: dict[str, Sums], events: list[StreamEvent]) -> None:
@@ -188,13 +195,11 @@ def add_unflushed(sums: dict[str, Sums], events: list[StreamEvent]) -> None:
             s.unflushed_expired += e.credits
             continue
         assert isinstance(e, UsageEvent)
-        env = e.environment
-        values = (1, e.prompt_tokens, e.completion_tokens, e.credits)
+        values = [1, e.prompt_tokens, e.completion_tokens, e.credits]
         # the settle that wrote the event counted it in its reservation's day hash too
         for counters in (s.usage, s.days.setdefault(e.day, {})):
-            for name, value in zip(COUNTERS, values, strict=True):
-                counters[f"{env}:{name}"] = counters.get(f"{env}:{name}", 0) + value
-        if env == "live":
+            _count(counters, e.environment, e.api, values)
+        if e.environment == "live":
             s.used += e.credits
             s.used_earned += e.earned_credits
             s.unflushed_used += e.credits

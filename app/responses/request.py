@@ -19,6 +19,7 @@ from app.chat.catalog import Alias
 from app.chat.request import ChatParams, check_tool_choice, enabled_alias, resolve_params
 from app.core.errors import invalid_value
 from app.core.validation import decode_json
+from app.kv.fields import API_RESPONSES
 from app.responses.stream import ResponseSettings
 from app.responses.wire import (
     InputFile,
@@ -48,6 +49,7 @@ from app.upstream.wire import (
     Message,
     NamedFunction,
     NamedToolChoice,
+    NativeResponses,
     ResponseFormat,
     TextFormat,
     TextPart,
@@ -122,8 +124,25 @@ def parse_responses_request(
         limit_param="max_output_tokens",
         image_token_bound=image_token_bound,
         include_usage=True,
+        api=API_RESPONSES,
     )
+    if params.alias.native_responses:
+        params = msgspec.structs.replace(params, native=native_request(req))
     return ResponsesParams(chat=params, settings=ResponseSettings.of(req, params))
+
+
+# What svc sets in a request it forwards as a Responses request, for each upstream it tries.
+_SET_PER_UPSTREAM = ("model", "max_output_tokens", "stream", "store")
+
+
+def native_request(req: ResponsesRequest) -> NativeResponses:
+    """The checked request, for a provider that serves the Responses API itself: every field
+    as the client sent it (fields svc does not know are left out, as in Chat Completions)
+    but those svc sets per upstream."""
+    fields = msgspec.to_builtins(req)
+    for name in _SET_PER_UPSTREAM:
+        fields.pop(name, None)
+    return NativeResponses(msgspec.json.encode(fields))
 
 
 def _refuse_stateful(req: ResponsesRequest) -> None:

@@ -144,10 +144,16 @@ class Store(Protocol):
         """Every grant created at or after ``since`` (unix seconds), oldest first."""
 
     async def usage_daily(
-        self, account_pid: str, since_day: str, environment: str = "live"
+        self,
+        account_pid: str,
+        since_day: str,
+        environment: str = "live",
+        *,
+        group_by: str | None = None,
     ) -> list[UsageRollup]:
-        """One sum per day (kid and alias empty) from ``since_day`` on, newest first;
-        days without usage are absent."""
+        """One sum per day (kid, alias and api empty) from ``since_day`` on, newest first;
+        days without usage are absent. With ``group_by`` (one of ``USAGE_GROUPS``, a
+        UsageRollup field) one sum per day and value of that field, the field set."""
 
     async def usage_totals(
         self, account_pid: str, environment: str = "live", before_day: str = END_OF_TIME

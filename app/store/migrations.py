@@ -89,6 +89,34 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX credit_expiries_account ON credit_expiries (account_pid)",
         ),
     ),
+    (
+        4,
+        # Usage by API (chat completions or responses): a key of its own, so the table is
+        # made again (SQLite cannot change a primary key); rows from before v4 were chat.
+        (
+            """CREATE TABLE usage_daily_v4 (
+                account_pid TEXT NOT NULL,
+                kid TEXT NOT NULL,
+                day TEXT NOT NULL,
+                alias TEXT NOT NULL,
+                environment TEXT NOT NULL,
+                api TEXT NOT NULL,
+                requests BIGINT NOT NULL,
+                prompt_tokens BIGINT NOT NULL,
+                completion_tokens BIGINT NOT NULL,
+                credits BIGINT NOT NULL,
+                earned_credits BIGINT NOT NULL DEFAULT 0,
+                PRIMARY KEY (account_pid, kid, day, alias, environment, api)
+            )""",
+            """INSERT INTO usage_daily_v4 (account_pid, kid, day, alias, environment, api,
+                requests, prompt_tokens, completion_tokens, credits, earned_credits)
+            SELECT account_pid, kid, day, alias, environment, 'chat',
+                requests, prompt_tokens, completion_tokens, credits, earned_credits
+            FROM usage_daily""",
+            "DROP TABLE usage_daily",
+            "ALTER TABLE usage_daily_v4 RENAME TO usage_daily",
+        ),
+    ),
 )
 
 CREATE_SCHEMA_MIGRATIONS = (
@@ -166,7 +194,7 @@ UPSERT_CURSOR = (
 USAGE_COUNTERS = ("requests", "prompt_tokens", "completion_tokens", "credits")
 UPSERT_USAGE = (
     _insert("usage_daily", UsageRollup)
-    + " ON CONFLICT (account_pid, kid, day, alias, environment) DO UPDATE SET "
+    + " ON CONFLICT (account_pid, kid, day, alias, environment, api) DO UPDATE SET "
     + ", ".join(
         f"{c} = usage_daily.{c} + excluded.{c}" for c in (*USAGE_COUNTERS, "earned_credits")
     )
@@ -176,6 +204,17 @@ USAGE_DAILY = (
     f"SELECT day, {_SUMS} FROM usage_daily "
     "WHERE account_pid = ? AND day >= ? AND environment = ? GROUP BY day ORDER BY day DESC"
 )
+# The columns a day's usage can be broken down by (``usage_daily(group_by=…)``): named by
+# the UsageRollup field, which is also the column.
+USAGE_GROUPS = ("api",)
+USAGE_DAILY_GROUPED = {
+    group: (
+        f"SELECT day, {group}, {_SUMS} FROM usage_daily "
+        "WHERE account_pid = ? AND day >= ? AND environment = ? "
+        f"GROUP BY day, {group} ORDER BY day DESC, {group}"
+    )
+    for group in USAGE_GROUPS
+}
 # COUNT(*) tells "no rows" apart from rows that sum to zero; the last argument is a day
 # past every real one for all-time totals ("9999-12-31"), or where the sums stop.
 USAGE_TOTALS = (
@@ -183,13 +222,13 @@ USAGE_TOTALS = (
     "WHERE account_pid = ? AND environment = ? AND day < ?"
 )
 LAST_USAGE_DAY = "SELECT MAX(day) FROM usage_daily"
-# Per account and environment, all time: the usage side of the ledger (reconcile).
+# Per account, environment and API, all time: the usage side of the ledger (reconcile).
 USAGE_BY_ACCOUNT = (
-    f"SELECT account_pid, environment, {_SUMS}, SUM(earned_credits) FROM usage_daily "
-    "GROUP BY account_pid, environment"
+    f"SELECT account_pid, environment, api, {_SUMS}, SUM(earned_credits) FROM usage_daily "
+    "GROUP BY account_pid, environment, api"
 )
-# Per account, environment and day, from a day on: the day counters reconcile compares.
+# Per account, environment, API and day, from a day on: the day counters reconcile compares.
 USAGE_DAYS_BY_ACCOUNT = (
-    f"SELECT account_pid, environment, day, {_SUMS} FROM usage_daily "
-    "WHERE day >= ? GROUP BY account_pid, environment, day"
+    f"SELECT account_pid, environment, api, day, {_SUMS} FROM usage_daily "
+    "WHERE day >= ? GROUP BY account_pid, environment, api, day"
 )

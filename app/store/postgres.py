@@ -32,6 +32,7 @@ from app.store.records import (
     LedgerSnapshot,
     Row,
     UsageRollup,
+    grouped_sums,
     ledger_snapshot,
     to_record,
     to_row,
@@ -334,11 +335,21 @@ class PostgresStore:
         return await self._records(GrantRecord, pgsql.LIST_GRANTS_SINCE, (since,))
 
     async def usage_daily(
-        self, account_pid: str, since_day: str, environment: str = "live"
+        self,
+        account_pid: str,
+        since_day: str,
+        environment: str = "live",
+        *,
+        group_by: str | None = None,
     ) -> list[UsageRollup]:
-        """Per-day sums from ``since_day`` on, newest first."""
-        rows = await self._rows(pgsql.USAGE_DAILY, (account_pid, since_day, environment))
-        return [usage_sums(account_pid, environment, row[0], row[1:]) for row in rows]
+        """Per-day sums from ``since_day`` on, newest first; per day and ``group_by``."""
+        if group_by is None:
+            rows = await self._rows(pgsql.USAGE_DAILY, (account_pid, since_day, environment))
+            return [usage_sums(account_pid, environment, row[0], row[1:]) for row in rows]
+        rows = await self._rows(
+            pgsql.USAGE_DAILY_GROUPED[group_by], (account_pid, since_day, environment)
+        )
+        return [grouped_sums(account_pid, environment, group_by, row) for row in rows]
 
     async def usage_totals(
         self, account_pid: str, environment: str = "live", before_day: str = END_OF_TIME

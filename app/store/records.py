@@ -50,13 +50,15 @@ class GrantRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class UsageRollup(msgspec.Struct, frozen=True, kw_only=True):
-    """Usage of one key on one UTC day through one alias; sums leave kid/alias/day empty."""
+    """Usage of one key on one UTC day through one alias and one API; sums leave what they
+    sum over empty (kid, alias, api, day)."""
 
     account_pid: str
     kid: str
     day: str  # "YYYY-MM-DD"
     alias: str  # the alias that served
     environment: str
+    api: str  # "chat" | "responses" (app.kv.fields.APIS)
     requests: int
     prompt_tokens: int
     completion_tokens: int
@@ -91,9 +93,9 @@ class LedgerSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     accounts: list[AccountRecord]
     cursors: dict[int, str]  # shard -> last stream id applied
     grants: list[GrantTotal]
-    usage: list[UsageRollup]  # one per account and environment (kid, alias, day empty)
+    usage: list[UsageRollup]  # one per account, environment and API (kid, alias, day empty)
     expiries: dict[str, int]  # account -> credits expired
-    # one per account, environment and day from the day asked for on (kid, alias empty)
+    # one per account, environment, API and day from the day asked for on (kid, alias empty)
     usage_days: list[UsageRollup]
 
 
@@ -107,9 +109,10 @@ def to_record(record: type[R], row: Row) -> R:
     return msgspec.convert(dict(zip(record.__struct_fields__, row, strict=True)), record)
 
 
-def usage_sums(pid: str, environment: str, day: str, sums: Row) -> UsageRollup:
-    """A rollup of summed counters (kid and alias empty; day empty for totals). A driver's
-    SUM may come back as None (no rows) or a Decimal (PostgreSQL's SUM of a BIGINT)."""
+def usage_sums(pid: str, environment: str, day: str, sums: Row, *, api: str = "") -> UsageRollup:
+    """A rollup of summed counters (kid and alias empty; day empty for totals, api for sums
+    over every API). A driver's SUM may come back as None (no rows) or a Decimal
+    (PostgreSQL's SUM of a BIGINT)."""
     requests, prompt_tokens, completion_tokens, credits = (int(s or 0) for s in sums)
     return UsageRollup(
         account_pid=pid,
@@ -117,10 +120,20 @@ def usage_sums(pid: str, environment: str, day: str, sums: Row) -> UsageRollup:
         day=day,
         alias="",
         environment=environment,
+        api=api,
         requests=requests,
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         credits=credits,
+    )
+
+
+def grouped_sums(pid: str, environment: str, group_by: str, row: Row) -> UsageRollup:
+    """A row of a grouped daily statement (day, the group's value, the sums) as a rollup
+    with the grouped field set."""
+    day, value, *sums = row
+    return msgspec.structs.replace(
+        usage_sums(pid, environment, str(day), tuple(sums)), **{group_by: str(value)}
     )
 
 
@@ -151,12 +164,14 @@ def ledger_snapshot(
         ],
         usage=[
             msgspec.structs.replace(
-                usage_sums(str(row[0]), str(row[1]), "", row[2:6]), earned_credits=int(row[6] or 0)
+                usage_sums(str(row[0]), str(row[1]), "", row[3:7], api=str(row[2])),
+                earned_credits=int(row[7] or 0),
             )
             for row in usage
         ],
         expiries={str(pid): int(credits or 0) for pid, credits in expiries},
         usage_days=[
-            usage_sums(str(row[0]), str(row[1]), str(row[2]), row[3:7]) for row in usage_days
+            usage_sums(str(row[0]), str(row[1]), str(row[3]), row[4:8], api=str(row[2]))
+            for row in usage_days
         ],
     )

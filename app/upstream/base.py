@@ -7,7 +7,7 @@ from typing import Protocol
 
 import msgspec
 
-from app.upstream.wire import ChatRequest, Delta
+from app.upstream.wire import ChatRequest, Delta, NativeResponses
 
 
 class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -27,6 +27,9 @@ class UpstreamCall(msgspec.Struct, frozen=True, kw_only=True):
     model: str
     request: ChatRequest
     max_tokens: int
+    responses: NativeResponses | None = None
+    """A Responses API request as the client sent it: what a provider that serves that API
+    itself (``responses_api``) is sent instead of ``request``, its translation."""
 
 
 class UpstreamError(Exception):

@@ -17,3 +17,7 @@ class ProviderConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     idle_timeout_s: float = 60.0
     """Longest silence allowed between two chunks of a stream that has started."""
     max_connections: int = 4096
+    responses_api: bool = False
+    """The provider serves the Responses API (``POST <base_url>/responses``) itself: a
+    request to svc's ``/v1/responses`` is forwarded to it as such (model and output cap
+    replaced, ``store`` false), not translated to Chat Completions."""

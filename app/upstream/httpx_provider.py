@@ -11,7 +11,7 @@ import httpx
 
 from app.upstream.base import Piece, UpstreamCall, UpstreamError
 from app.upstream.config import ProviderConfig
-from app.upstream.openai_http import provider_headers, request_body, status_error
+from app.upstream.openai_http import exchange, provider_headers, status_error
 from app.upstream.sse import LineSplitter
 
 
@@ -21,7 +21,7 @@ class HttpxProvider:
 
     def __init__(self, config: ProviderConfig, *, aiohttp_transport: bool = False) -> None:
         self.config = config
-        self.url = config.base_url.rstrip("/") + "/chat/completions"
+        self.base_url = config.base_url.rstrip("/")
         self.headers = provider_headers(config)
         transport: httpx.AsyncBaseTransport | None = None
         if aiohttp_transport:
@@ -43,8 +43,9 @@ class HttpxProvider:
         )
 
     async def stream(self, call: UpstreamCall) -> AsyncIterator[list[Piece]]:
+        ex = exchange(call, self.config)
         request = self._client.build_request(
-            "POST", self.url, content=request_body(call), headers=self.headers
+            "POST", self.base_url + ex.path, content=ex.body, headers=self.headers
         )
         deadline = asyncio.get_running_loop().time() + self.config.first_byte_timeout_s
         try:
@@ -55,7 +56,7 @@ class HttpxProvider:
         try:
             if response.status_code != 200:
                 raise status_error(response.status_code, await response.aread(), call.model)
-            splitter = LineSplitter()
+            splitter = LineSplitter(ex.parse)
             reads = response.aiter_raw()
             first = True
             while not splitter.done:

@@ -16,7 +16,7 @@ import aiohttp
 from app.core.interrupts import IdleTimeout
 from app.upstream.base import Piece, UpstreamCall, UpstreamError, idle_timeout_error
 from app.upstream.config import ProviderConfig
-from app.upstream.openai_http import provider_headers, request_body, status_error
+from app.upstream.openai_http import exchange, provider_headers, status_error
 from app.upstream.sse import LineSplitter
 
 
@@ -37,7 +37,7 @@ class AiohttpProvider:
 
     def __init__(self, config: ProviderConfig) -> None:
         self.config = config
-        self.url = config.base_url.rstrip("/") + "/chat/completions"
+        self.base_url = config.base_url.rstrip("/")
         self.headers = provider_headers(config)
         self._session: aiohttp.ClientSession | None = None
 
@@ -62,10 +62,11 @@ class AiohttpProvider:
         # One deadline for the first token: connecting, the response head and the first
         # content all count against first_byte_timeout_s together.
         deadline = asyncio.get_running_loop().time() + self.config.first_byte_timeout_s
+        ex = exchange(call, self.config)
         try:
             async with asyncio.timeout_at(deadline):
                 response = await self._client().post(
-                    self.url, data=request_body(call), headers=self.headers
+                    self.base_url + ex.path, data=ex.body, headers=self.headers
                 )
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise UpstreamError(f"connect failed: {type(exc).__name__}") from exc
@@ -74,7 +75,7 @@ class AiohttpProvider:
             if response.status != 200:
                 raise status_error(response.status, await response.read(), call.model)
             # One read takes whatever has arrived: under load that is several events at once.
-            splitter = LineSplitter()
+            splitter = LineSplitter(ex.parse)
             content = response.content
             async with asyncio.timeout_at(deadline):
                 pieces = await _first_pieces(content, splitter)

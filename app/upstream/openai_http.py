@@ -13,6 +13,8 @@ from msgspec import UNSET
 
 from app.upstream.base import UpstreamCall, UpstreamError
 from app.upstream.config import ProviderConfig
+from app.upstream.responses_sse import ResponsesEvents
+from app.upstream.sse import LineParser, parse_data_line
 from app.upstream.wire import StreamOptions
 
 log = logging.getLogger("svc.upstream")
@@ -37,6 +39,28 @@ def request_body(call: UpstreamCall) -> bytes:
             req, model=call.model, stream=True, stream_options=_USAGE_ALWAYS, n=UNSET, **limits
         )
     )
+
+
+class Exchange(msgspec.Struct, frozen=True):
+    """One upstream call over HTTP: the path under the provider's ``base_url``, the body,
+    and the parser of the stream that answers it."""
+
+    path: str
+    body: bytes
+    parse: LineParser
+
+
+CHAT_PATH = "/chat/completions"
+RESPONSES_PATH = "/responses"
+
+
+def exchange(call: UpstreamCall, config: ProviderConfig) -> Exchange:
+    """A Responses request to a provider that serves the Responses API goes as one; anything
+    else as a chat completion (a Responses request in its translation)."""
+    if call.responses is not None and config.responses_api:
+        body = call.responses.body(call.model, call.max_tokens)
+        return Exchange(RESPONSES_PATH, body, ResponsesEvents().parse)
+    return Exchange(CHAT_PATH, request_body(call), parse_data_line)
 
 
 def sanitize(message: str, model: str) -> str:

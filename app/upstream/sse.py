@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 from msgspec import UNSET
 
@@ -125,29 +127,46 @@ def parse_data_line(line: bytes) -> list[Piece] | object | None:
     return pieces or None
 
 
+class FinalPieces(list[Piece]):
+    """The pieces of a stream's last event, for a stream that ends without ``[DONE]`` (the
+    Responses API's ends with its ``response.completed`` event)."""
+
+
+LineParser = Callable[[bytes], "list[Piece] | object | None"]
+"""One SSE line to its pieces (``FinalPieces`` at the stream's last), ``DONE``, or None."""
+
+
 class LineSplitter:
     """Turns the bytes of an upstream SSE stream, read in any sizes, into the pieces they
-    complete. ``done`` is set once ``data: [DONE]`` arrived."""
+    complete. ``done`` is set once ``data: [DONE]`` (or the ``FinalPieces``) arrived.
+    ``parse`` reads one line: a chat completion stream's by default."""
 
-    __slots__ = ("_rest", "done")
+    __slots__ = ("_parse", "_rest", "done")
 
-    def __init__(self) -> None:
+    def __init__(self, parse: LineParser = parse_data_line) -> None:
+        self._parse = parse
         self._rest = b""
         self.done = False
 
     def feed(self, data: bytes) -> list[Piece]:
         """The pieces completed by ``data`` (maybe none); nothing after ``[DONE]``."""
+        if self.done:
+            return []
         if self._rest:
             data = self._rest + data
         lines = data.split(b"\n")
         self._rest = lines.pop()
         pieces: list[Piece] = []
+        parse = self._parse
         for line in lines:
-            item = parse_data_line(line)
+            item = parse(line)
             if item is None:
                 continue
-            if item is DONE:
-                self.done = True
-                break
-            pieces.extend(item)  # type: ignore[arg-type]
+            if item.__class__ is list:
+                pieces.extend(item)  # type: ignore[arg-type]
+                continue
+            self.done = True
+            if item is not DONE:
+                pieces.extend(item)  # type: ignore[arg-type]
+            break
         return pieces

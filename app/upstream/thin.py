@@ -21,8 +21,14 @@ import httptools
 from app.core.interrupts import IdleTimeout
 from app.upstream.base import Piece, UpstreamCall, UpstreamError, idle_timeout_error
 from app.upstream.config import ProviderConfig
-from app.upstream.openai_http import provider_headers, request_body, status_error
-from app.upstream.sse import LineSplitter
+from app.upstream.openai_http import (
+    CHAT_PATH,
+    RESPONSES_PATH,
+    exchange,
+    provider_headers,
+    status_error,
+)
+from app.upstream.sse import LineParser, LineSplitter
 
 # Pieces buffered for a reader that does not keep up (a slow client) past which the socket is
 # no longer read: the rest waits in the kernel and, past that, at the upstream.
@@ -83,8 +89,10 @@ class _Connection(asyncio.Protocol):
 
     # -- the reading task's side
 
-    def send(self, request: bytes) -> None:
+    def send(self, request: bytes, parse: LineParser) -> None:
+        """Send a request whose response stream ``parse`` reads, line by line."""
         assert self.transport is not None
+        self._splitter = LineSplitter(parse)
         self.transport.write(request)
 
     @property
@@ -387,7 +395,7 @@ class StreamingProvider:
 
     def __init__(self, config: ProviderConfig) -> None:
         self.config = config
-        url = urlsplit(config.base_url.rstrip("/") + "/chat/completions")
+        url = urlsplit(config.base_url.rstrip("/"))
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"base_url must be an http or https URL: {config.base_url!r}")
         tls = url.scheme == "https"
@@ -395,11 +403,16 @@ class StreamingProvider:
         host = f"[{url.hostname}]" if ":" in url.hostname else url.hostname
         if port != (443 if tls else 80):
             host = f"{host}:{port}"
-        target = url.path + (f"?{url.query}" if url.query else "")
         headers = {"host": host, **provider_headers(config)}
         lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
-        # everything before the length, written once: a request only appends its body
-        self._request_head = f"POST {target} HTTP/1.1\r\n{lines}content-length: ".encode("latin-1")
+        query = f"?{url.query}" if url.query else ""
+        # everything before the length, written once per path: a request appends its body
+        self._request_heads = {
+            path: f"POST {url.path}{path}{query} HTTP/1.1\r\n{lines}content-length: ".encode(
+                "latin-1"
+            )
+            for path in (CHAT_PATH, RESPONSES_PATH)
+        }
         self._pool = _Pool(config, url.hostname, port, tls)
 
     async def stream(self, call: UpstreamCall) -> AsyncIterator[list[Piece]]:
@@ -407,11 +420,11 @@ class StreamingProvider:
         # per chunk. One deadline for the first token: connecting, the response head and the
         # first content all count against first_byte_timeout_s together.
         deadline = self._pool.loop.time() + self.config.first_byte_timeout_s
-        body = request_body(call)
-        request = self._request_head + b"%d\r\n\r\n" % len(body) + body
+        ex = exchange(call, self.config)
+        request = self._request_heads[ex.path] + b"%d\r\n\r\n" % len(ex.body) + ex.body
         try:
             async with asyncio.timeout_at(deadline):
-                conn = await self._exchange(request)
+                conn = await self._exchange(request, ex.parse)
         except _Failure as exc:
             raise UpstreamError(f"connect failed: {type(exc).__name__}") from exc
         idle: IdleTimeout | None = None
@@ -446,23 +459,23 @@ class StreamingProvider:
                 idle.close()
             self._pool.finish(conn, clean=clean)  # a stream left early is closed, not pooled
 
-    async def _exchange(self, request: bytes) -> _Connection:
+    async def _exchange(self, request: bytes, parse: LineParser) -> _Connection:
         """Send the request and read the response's head. A pooled connection the server
         closed while it sat idle (its keep-alive ran out as the request went) fails without a
         byte received: such a failure is retried, once, on a fresh connection, if the
         connection had sat idle long enough for its keep-alive to run out."""
         conn = await self._pool.acquire(fresh=False)
         try:
-            return await self._request(conn, request)
+            return await self._request(conn, request, parse)
         except OSError:
             if not conn.reused or conn.received or conn.idle_s < STALE_AFTER_S:
                 raise
         conn = await self._pool.acquire(fresh=True)
-        return await self._request(conn, request)
+        return await self._request(conn, request, parse)
 
-    async def _request(self, conn: _Connection, request: bytes) -> _Connection:
+    async def _request(self, conn: _Connection, request: bytes, parse: LineParser) -> _Connection:
         try:
-            conn.send(request)
+            conn.send(request, parse)
             await conn.head()
         except BaseException:
             conn.close()

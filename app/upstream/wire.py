@@ -192,6 +192,25 @@ class ChatRequest(msgspec.Struct, omit_defaults=True):
     store: bool | UnsetType | None = UNSET
 
 
+class NativeResponses(msgspec.Struct, frozen=True):
+    """A Responses API request (``POST /v1/responses``), kept for a provider that serves that
+    API itself: the client's request as svc checked it, encoded once as a JSON object
+    without the fields svc sets for each upstream it tries."""
+
+    fields: bytes  # a JSON object without model, max_output_tokens, stream and store
+
+    def body(self, model: str, max_output_tokens: int) -> bytes:
+        """The request as forwarded: the upstream's model name, the output cap the
+        reservation affords, streaming, and not stored (svc keeps no state upstream)."""
+        head = b'{"model":%s,"max_output_tokens":%d,"stream":true,"store":false' % (
+            msgspec.json.encode(model),
+            max_output_tokens,
+        )
+        if self.fields == b"{}":
+            return head + b"}"
+        return head + b"," + self.fields[1:]
+
+
 # -- the stream -----------------------------------------------------------------------------
 
 

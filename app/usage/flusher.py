@@ -4,7 +4,7 @@ Every settle appends one event to its shard's stream; a script that finds an acc
 earned pool expired appends an expiry event there too (written to ``credit_expiries``).
 Each worker runs a flusher; a lease per shard (``SET NX PX``, taken over once it lapses)
 lets one of them drain a shard at a time. A batch is the events after the shard's durable
-cursor; it is aggregated into rollups per (account, key, day, alias, environment) and
+cursor; it is aggregated into rollups per (account, key, day, alias, environment, API) and
 written, with its expiries, in one database transaction together with the new cursor, and
 only if the cursor is still the one the batch started from (two drainers racing after a
 lapsed lease cannot both apply). Only then are the entries trimmed from the stream, so a
@@ -41,13 +41,13 @@ class Lag(msgspec.Struct):
 
 
 def aggregate(events: Sequence[StreamEvent]) -> list[UsageRollup]:
-    """Sum the usage events per (account, key, day, alias, environment), in first-seen
-    order; expiry events are not usage and are left out."""
-    sums: dict[tuple[str, str, str, str, str], list[int]] = {}
+    """Sum the usage events per (account, key, day, alias, environment, API), in
+    first-seen order; expiry events are not usage and are left out."""
+    sums: dict[tuple[str, str, str, str, str, str], list[int]] = {}
     for e in events:
         if not isinstance(e, UsageEvent):
             continue
-        key = (e.account_pid, e.kid, e.day, e.alias, e.environment)
+        key = (e.account_pid, e.kid, e.day, e.alias, e.environment, e.api)
         acc = sums.setdefault(key, [0, 0, 0, 0, 0])
         acc[0] += 1
         acc[1] += e.prompt_tokens
@@ -61,13 +61,14 @@ def aggregate(events: Sequence[StreamEvent]) -> list[UsageRollup]:
             day=day,
             alias=alias,
             environment=env,
+            api=api,
             requests=n,
             prompt_tokens=pt,
             completion_tokens=ct,
             credits=cr,
             earned_credits=ec,
         )
-        for (pid, kid, day, alias, env), (n, pt, ct, cr, ec) in sums.items()
+        for (pid, kid, day, alias, env, api), (n, pt, ct, cr, ec) in sums.items()
     ]
 
 

@@ -15,6 +15,7 @@ import time
 from typing import TYPE_CHECKING
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from app.core.clock import DAY_S, utc_day
 from app.core.errors import invalid_value
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
 
 DEFAULT_DAYS = 30
 MAX_DAYS = 366
+GROUP_BY = {"api": "api"}
+"""``group_by`` values, each with the UsageRollup field (the store's column) it groups by;
+a group in the response names its value under the ``group_by`` value (``"api": "chat"``)."""
 
 
 def _counters(rollup: UsageRollup) -> UsageCounters:
@@ -34,11 +38,21 @@ def _counters(rollup: UsageRollup) -> UsageCounters:
     )
 
 
-class DailyUsage(msgspec.Struct):
+class UsageGroup(msgspec.Struct, omit_defaults=True):
+    """One part of a day's usage (``group_by``): the value it is grouped by, its sums."""
+
+    total_tokens: int
+    credits_spent: int
+    requests_count: int
+    api: str | UnsetType = UNSET
+
+
+class DailyUsage(msgspec.Struct, omit_defaults=True):
     day_bucket: str
     total_tokens: int
     credits_spent: int
     requests_count: int
+    groups: list[UsageGroup] | UnsetType = UNSET  # with group_by only
 
 
 class UsageSummary(msgspec.Struct):
@@ -59,6 +73,19 @@ def parse_days(raw: str | None) -> int:
     return int(raw)
 
 
+def parse_group_by(raw: str | None) -> str | None:
+    """The ``group_by`` query parameter: absent, or one of ``GROUP_BY``."""
+    if raw is None or raw == "":
+        return None
+    if raw not in GROUP_BY:
+        raise invalid_value("group_by", f"'group_by' must be one of: {', '.join(GROUP_BY)}.")
+    return raw
+
+
+Groups = dict[str, UsageCounters]
+"""A day's usage by the value it is grouped by."""
+
+
 def window(now: float, days: int) -> list[str]:
     """The ``days`` UTC days ending today, newest first, as ``YYYY-MM-DD``."""
     today = int(now) // DAY_S
@@ -66,9 +93,14 @@ def window(now: float, days: int) -> list[str]:
 
 
 def summarize(
-    pid: str, totals: UsageCounters, daily: list[tuple[str, UsageCounters]]
+    pid: str,
+    totals: UsageCounters,
+    daily: list[tuple[str, UsageCounters]],
+    groups: dict[str, Groups] | None = None,
+    group_by: str = "",
 ) -> UsageSummary:
-    """The response body; ``daily`` is the window, newest first, zero days included."""
+    """The response body; ``daily`` is the window, newest first, zero days included;
+    ``groups`` (with ``group_by``) each day's parts by the value they are grouped by."""
     return UsageSummary(
         account_pid=pid,
         total_tokens=totals.prompt_tokens + totals.completion_tokens,
@@ -80,10 +112,27 @@ def summarize(
                 total_tokens=c.prompt_tokens + c.completion_tokens,
                 credits_spent=c.credits,
                 requests_count=c.requests,
+                groups=UNSET if groups is None else _groups(groups.get(day, {}), group_by),
             )
             for day, c in daily
         ],
     )
+
+
+def _groups(parts: Groups, group_by: str) -> list[UsageGroup]:
+    """A day's parts that served requests, in the order of their values."""
+    return [
+        msgspec.structs.replace(
+            UsageGroup(
+                total_tokens=c.prompt_tokens + c.completion_tokens,
+                credits_spent=c.credits,
+                requests_count=c.requests,
+            ),
+            **{group_by: value},
+        )
+        for value, c in sorted(parts.items())
+        if c.requests
+    ]
 
 
 def first_redis_day(now: float, epoch: int, retention_s: int) -> str:
@@ -108,6 +157,13 @@ def epoch_after(last_durable_day: str | None) -> int:
     return calendar.timegm(time.strptime(last_durable_day, "%Y-%m-%d")) + DAY_S
 
 
+def _sum(parts: Groups) -> UsageCounters:
+    total = UsageCounters()
+    for counters in parts.values():
+        total = total.plus(counters)
+    return total
+
+
 class UsageReader:
     """Builds usage summaries from Redis counters and durable rollups."""
 
@@ -125,19 +181,30 @@ class UsageReader:
             )
         return epoch
 
-    async def summary(self, pid: str, environment: str, now: float, days: int) -> UsageSummary:
-        """All-time totals and the last ``days`` UTC days of ``pid`` in ``environment``."""
+    async def summary(
+        self, pid: str, environment: str, now: float, days: int, group_by: str | None = None
+    ) -> UsageSummary:
+        """All-time totals and the last ``days`` UTC days of ``pid`` in ``environment``;
+        with ``group_by`` (``GROUP_BY``) each day's parts as well, summing to the day."""
         wanted = window(now, days)
         first = first_redis_day(now, await self.epoch(), self.retention_s)
         recent = redis_days(now, first)
-        from_redis = await self.ledger.usage_days(pid, environment, recent) if recent else {}
+        groups: dict[str, Groups] | None = None
+        if group_by is None:
+            from_redis = await self.ledger.usage_days(pid, environment, recent) if recent else {}
+        else:
+            groups = await self.ledger.usage_days_by_api(pid, environment, recent)
+            from_redis = {day: _sum(parts) for day, parts in groups.items()}
         # Days from ``first`` on come from Redis; every older day from the store, the
         # window's days and the sum of all of them each read in one statement.
-        durable = {
-            r.day: _counters(r)
-            for r in await self.store.usage_daily(pid, wanted[-1], environment)
-            if r.day < first
-        }
+        durable: dict[str, UsageCounters] = {}
+        column = None if group_by is None else GROUP_BY[group_by]
+        for r in await self.store.usage_daily(pid, wanted[-1], environment, group_by=column):
+            if r.day >= first:
+                continue
+            durable[r.day] = durable.get(r.day, UsageCounters()).plus(_counters(r))
+            if groups is not None and column is not None:
+                groups.setdefault(r.day, {})[getattr(r, column)] = _counters(r)
         before = await self.store.usage_totals(pid, environment, before_day=first)
         totals = UsageCounters() if before is None else _counters(before)
         for counters in from_redis.values():
@@ -145,4 +212,4 @@ class UsageReader:
         daily = [
             (d, from_redis[d] if d >= first else durable.get(d, UsageCounters())) for d in wanted
         ]
-        return summarize(pid, totals, daily)
+        return summarize(pid, totals, daily, groups, group_by or "")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
+import time
 
 import httpx
 import openai
@@ -214,3 +216,49 @@ async def test_responses_and_chat_traffic_share_one_balance_exactly(server: Serv
     assert end >= 0
     assert start - end == sum(served)
     assert any(status == 200 for status, _ in results[:100])
+    # usage tells the two APIs apart, exactly: live from Redis, then durable once flushed
+    by_api = {
+        "responses": [used for status, used in results[:100] if status == 200],
+        "chat": [used for status, used in results[100:] if status == 200],
+    }
+    expected = sorted((api, len(u), sum(u)) for api, u in by_api.items() if u)
+    _usage_by_api_is(server, pid, key, expected)
+
+
+def _usage_by_api_is(
+    server: Server, pid: str, key: str, expected: list[tuple[str, int, int]]
+) -> None:
+    """``/v1/usage?group_by=api`` shows ``expected`` (api, requests, credits) today, and so
+    does the durable store once the flusher caught up."""
+    usage = httpx.get(
+        f"{server.base_url}/usage?days=1&group_by=api",
+        headers={"authorization": f"Bearer {key}"},
+        timeout=30,
+    ).json()
+    today = usage["daily"][0]
+    groups = [(g["api"], g["requests_count"], g["credits_spent"]) for g in today["groups"]]
+    assert groups == expected
+    assert today["credits_spent"] == usage["credits_spent"] == sum(c for _, _, c in expected)
+    for _ in range(100):
+        if not server.admin("GET", "/usage-lag").json()["pending_events"]:
+            break
+        time.sleep(0.1)
+    conn = sqlite3.connect(server.data_dir / "svc.db")
+    try:
+        durable = conn.execute(
+            "SELECT api, SUM(requests), SUM(credits) FROM usage_daily WHERE account_pid = ? "
+            "GROUP BY api ORDER BY api",
+            (pid,),
+        ).fetchall()
+    finally:
+        conn.close()
+    assert durable == expected
+
+
+def test_usage_group_by_must_be_known(server: Server) -> None:
+    key = server.new_key(server.new_account(10))
+    r = httpx.get(
+        f"{server.base_url}/usage?group_by=model", headers={"authorization": f"Bearer {key}"}
+    )
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == "group_by"

@@ -8,6 +8,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Hold, Identity
+from app.kv.fields import API_CHAT
 
 
 async def account(ledger: RedisLedger, pid: str, *, purchased: int = 0) -> None:
@@ -33,6 +34,7 @@ async def reserve(
     max_out: int = 10,
     min_out: int | None = None,
     deadline: float | None = None,
+    api: str = API_CHAT,
 ) -> Hold:
     """Defaults make the arithmetic plain: one credit per output token."""
     return await ledger.reserve(
@@ -46,6 +48,7 @@ async def reserve(
         deadline=now + 60 if deadline is None else deadline,
         alias="svc-fast",
         requested="svc-auto",
+        api=api,
     )
 
 

@@ -59,20 +59,27 @@ async def _pending(ledger: RedisLedger) -> int:
     )
 
 
-def test_aggregate_sums_per_key_day_alias_environment() -> None:
-    def ev(i: int, kid: str, day: str, env: str = "live") -> UsageEvent:
-        return UsageEvent(f"{i}-0", "acct_A", kid, env, "svc-fast", day, 10, i, i * 2)
+def test_aggregate_sums_per_key_day_alias_environment_api() -> None:
+    def ev(i: int, kid: str, day: str, env: str = "live", api: str = "chat") -> UsageEvent:
+        return UsageEvent(f"{i}-0", "acct_A", kid, env, "svc-fast", day, 10, i, i * 2, api=api)
 
     rollups = aggregate(
-        [ev(1, "k1", "d1"), ev(2, "k1", "d1"), ev(3, "k2", "d1"), ev(4, "k1", "d1", "test")]
+        [
+            ev(1, "k1", "d1"),
+            ev(2, "k1", "d1"),
+            ev(3, "k2", "d1"),
+            ev(4, "k1", "d1", "test"),
+            ev(5, "k1", "d1", api="responses"),
+        ]
     )
     assert [
-        (r.kid, r.environment, r.requests, r.prompt_tokens, r.completion_tokens, r.credits)
+        (r.kid, r.environment, r.api, r.requests, r.prompt_tokens, r.completion_tokens, r.credits)
         for r in rollups
     ] == [
-        ("k1", "live", 2, 20, 3, 6),
-        ("k2", "live", 1, 10, 3, 6),
-        ("k1", "test", 1, 10, 4, 8),
+        ("k1", "live", "chat", 2, 20, 3, 6),
+        ("k2", "live", "chat", 1, 10, 3, 6),
+        ("k1", "test", "chat", 1, 10, 4, 8),
+        ("k1", "live", "responses", 1, 10, 5, 10),
     ]
     assert next_stream_id("1700000000000-7") == "1700000000000-8"
 

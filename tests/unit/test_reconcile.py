@@ -16,6 +16,7 @@ from app.core.errors import ApiError, ErrorKind
 from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Hold
 from app.keys.auth import Authenticator
+from app.kv.fields import API_CHAT, API_RESPONSES
 from app.kv.layout import KeySpace
 from app.ops.reconcile import ReconcileReport, rebuild_redis, reconcile
 from app.store import Store, open_store
@@ -78,7 +79,9 @@ async def world(real_redis: Redis, store: Store) -> World:
     )
 
 
-async def _request(w: World, name: str, rid: str, used: int | None, max_out: int = 40) -> Hold:
+async def _request(
+    w: World, name: str, rid: str, used: int | None, max_out: int = 40, api: str = API_CHAT
+) -> Hold:
     """One completion with key ``name``: reserved, then settled at ``used`` (None: left open)."""
     auth = Authenticator(w.ledger, w.store, PEPPER, clock=w.clock)
     ident = await auth.identify(f"Bearer {w.secrets[name]}")
@@ -93,6 +96,7 @@ async def _request(w: World, name: str, rid: str, used: int | None, max_out: int
         deadline=w.clock() + 600,
         alias="svc-fast",
         requested="svc-auto",
+        api=api,
     )
     if used is None:
         w.open_holds.append(hold)
@@ -115,7 +119,7 @@ async def _key(w: World, pid: str, name: str, environment: str = "live") -> None
 
 async def mixed_load(w: World) -> None:
     """Live and test keys, purchased and earned grants, spotlights, expiries (in reserve,
-    settle and grant), flushed and unflushed usage, open reservations."""
+    settle and grant), flushed and unflushed usage of both APIs, open reservations."""
     for _ in range(3):
         w.pids.append(await w.accounts.create_account())
     a, b, c = w.pids
@@ -131,11 +135,11 @@ async def mixed_load(w: World) -> None:
     await _key(w, c, "c-live")
     await _request(w, "a-live", "r1", 25)
     await _request(w, "a-test", "r2", 30)
-    await _request(w, "b-live", "r3", 10)
+    await _request(w, "b-live", "r3", 10, api=API_RESPONSES)
     held_across_expiry = await _request(w, "a-live", "r4", None)
     await w.flusher.flush_all()  # some usage durable, the rest not
     await _request(w, "c-live", "r5", 12)
-    await _request(w, "a-test", "r6", None)
+    await _request(w, "a-test", "r6", None, api=API_RESPONSES)
     w.clock.advance(3 * DAY)  # every earned pool is past its expiry now
     await _request(w, "c-live", "r7", 3)  # reserve expires c's pool
     await w.ledger.settle(  # settle lapses what a's hold kept of the expired pool
@@ -149,9 +153,9 @@ async def mixed_load(w: World) -> None:
     w.open_holds.remove(held_across_expiry)
     await w.accounts.grant_purchased(b, 50)  # the grant expires b's pool
     await w.spotlights.reward(a, "view-late")
-    await _request(w, "a-live", "r8", 7)
+    await _request(w, "a-live", "r8", 7, api=API_RESPONSES)
     await w.flusher.flush_all()
-    await _request(w, "b-live", "r9", 4)
+    await _request(w, "b-live", "r9", 4, api=API_RESPONSES)
     await _request(w, "a-live", "r10", None)  # open at the end
 
 
@@ -189,6 +193,11 @@ async def test_no_drift_after_a_mixed_load(world: World) -> None:
         assert check.redis.total == check.ledger.total
         assert check.ledger.expired > 0  # each account had earned credits lapse
         assert (check.usage_drift, check.day_drift) == ({}, {})
+    # the Responses part of the counters was compared as well: b's flushed and unflushed
+    b = by_pid[world.pids[1]]
+    assert b.redis is not None
+    usage_key = world.layout.usage_total(world.layout.shard(b.account_pid), b.account_pid)
+    assert int(await world.redis.hget(usage_key, "live:responses:credits")) == 14
     by_day = await world.store.ledger_snapshot(since_day=report.first_day_checked)
     assert {d.day for d in by_day.usage_days} == {first_day, utc_day(world.clock())}
     a = by_pid[world.pids[0]]
@@ -266,16 +275,15 @@ async def test_flushall_then_rebuild(world: World) -> None:
     assert (await _reconcile(world)).accounts_with_drift == 0
 
 
-async def test_reconcile_sees_usage_counter_drift(world: World) -> None:
+@pytest.mark.parametrize("field", ["live:requests", "live:responses:credits"])
+async def test_reconcile_sees_usage_counter_drift(world: World, field: str) -> None:
     await mixed_load(world)
     c = world.pids[2]
-    await world.redis.hincrby(
-        world.layout.usage_total(world.layout.shard(c), c), "live:requests", 2
-    )
+    await world.redis.hincrby(world.layout.usage_total(world.layout.shard(c), c), field, 2)
     report = await _reconcile(world)
     assert _drifting(report) == [c]
     (check,) = [x for x in report.accounts if x.account_pid == c]
-    assert (check.balance_drift, check.usage_drift) == (0, {"live:requests": 2})
+    assert (check.balance_drift, check.usage_drift) == (0, {field: 2})
 
 
 async def _bump_day_counter(w: World, pid: str, day: str, field: str, by: int) -> None:

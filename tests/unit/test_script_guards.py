@@ -60,6 +60,7 @@ def _calls(
                 5,
                 now + 60,
                 0,
+                "responses",
             ],
         ),
         "settle": (
@@ -102,6 +103,7 @@ NUMERIC = {
     "balance": [0],
 }
 WORDS = {  # arguments from a fixed set, and a wrong value for each
+    "reserve": [(16, "completions")],
     "settle": [(5, "paid"), (6, "2")],
     "grant": [(1, "gold")],
     "put_key": [(1, "deleted"), (2, "prod")],

@@ -9,6 +9,7 @@ from app.core.errors import ApiError, ErrorKind
 from app.credits.ledger import RedisLedger
 from app.credits.outcomes import ScriptStatus
 from app.kv.client import RedisClient
+from app.kv.fields import API_CHAT, UsageCounters
 from tests.conftest import Clock
 from tests.unit.scripts_helpers import account, key, pools, reserve, snapshot
 
@@ -259,12 +260,14 @@ async def test_test_keys_hold_against_the_cap_only(ledger: RedisLedger, clock: C
 # -- settle ------------------------------------------------------------------------------
 
 
-async def _held(ledger: RedisLedger, clock: Clock, earned: int, purchased: int, amount: int):  # type: ignore[no-untyped-def]
+async def _held(
+    ledger: RedisLedger, clock: Clock, earned: int, purchased: int, amount: int, api: str = API_CHAT
+):  # type: ignore[no-untyped-def]
     await account(ledger, "acct_A", purchased=purchased)
     if earned:
         await _earned(ledger, "acct_A", earned, clock())
     ident = await key(ledger, "acct_A", "k1", cap=1000)
-    return ident, await reserve(ledger, ident, "r1", clock(), max_out=amount)
+    return ident, await reserve(ledger, ident, "r1", clock(), max_out=amount, api=api)
 
 
 @pytest.mark.parametrize(
@@ -291,6 +294,52 @@ async def test_settle_spends_earned_first_and_refunds_each_pool(
     assert await pools(ledger, "acct_A") == after
     cap_key = ledger.layout.cap(ident.shard, "k1", day_tag(hold.day))
     assert int(await ledger.redis.get(cap_key)) == charged
+
+
+async def test_settle_counts_an_api_other_than_chat_apart_as_well(
+    ledger: RedisLedger, clock: Clock
+) -> None:
+    """A Responses request counts in the environment's fields, as every request does, and in
+    the API's own; its event names the API. A chat request after it adds to the first only."""
+    ident, hold = await _held(ledger, clock, earned=0, purchased=100, amount=50, api="responses")
+    await ledger.settle(
+        hold,
+        now=clock(),
+        credits_used=12,
+        prompt_tokens=30,
+        completion_tokens=40,
+        outcome="completed",
+    )
+    chat = await reserve(ledger, ident, "r2", clock(), max_out=5)
+    await ledger.settle(
+        chat,
+        now=clock(),
+        credits_used=5,
+        prompt_tokens=1,
+        completion_tokens=5,
+        outcome="completed",
+    )
+    for name in (
+        ledger.layout.usage_day(ident.shard, "acct_A", day_tag(hold.day)),
+        ledger.layout.usage_total(ident.shard, "acct_A"),
+    ):
+        assert await ledger.redis.hgetall(name) == {
+            b"live:requests": b"2",
+            b"live:prompt_tokens": b"31",
+            b"live:completion_tokens": b"45",
+            b"live:credits": b"17",
+            b"live:responses:requests": b"1",
+            b"live:responses:prompt_tokens": b"30",
+            b"live:responses:completion_tokens": b"40",
+            b"live:responses:credits": b"12",
+        }
+    events = await ledger.redis.xrange(ledger.layout.events(ident.shard))
+    assert [e[1][b"api"] for e in events] == [b"responses", b"chat"]
+    by_api = await ledger.usage_days_by_api("acct_A", "live", [hold.day])
+    assert by_api[hold.day] == {
+        "chat": UsageCounters(1, 1, 5, 5),
+        "responses": UsageCounters(1, 30, 40, 12),
+    }
 
 
 async def test_settle_records_usage_and_one_event(ledger: RedisLedger, clock: Clock) -> None:
@@ -332,6 +381,7 @@ async def test_settle_records_usage_and_one_event(ledger: RedisLedger, clock: Cl
         "earned": "0",
         "outcome": "client_disconnect",
         "ts": str(int(clock())),
+        "api": "chat",
     }
     assert not await ledger.redis.exists(ledger.layout.reservation(ident.shard, "r1"))
     assert await ledger.redis.zcard(ledger.layout.reservations(ident.shard)) == 0

@@ -20,7 +20,9 @@ from app.store import (
     StoreConflict,
     StoreError,
     UsageRollup,
+    migrations,
     open_store,
+    postgres_sql,
     stream_id_key,
 )
 from app.store.migrations import MIGRATIONS
@@ -54,6 +56,18 @@ class Database:
                 conn.close()
         async with await psycopg.AsyncConnection.connect(self.url) as pg:
             return await (await pg.execute(query)).fetchall()
+
+    async def execute(self, statement: str) -> None:
+        if self.sqlite_path is not None:
+            conn = sqlite3.connect(self.sqlite_path)
+            try:
+                with conn:
+                    conn.execute(statement)
+            finally:
+                conn.close()
+            return
+        async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as pg:
+            await pg.execute(statement)
 
     async def tables(self) -> set[str]:
         if self.sqlite_path is not None:
@@ -119,6 +133,7 @@ def _use(
     alias: str = "svc-fast",
     env: str = "live",
     pid: str = "acct_A",
+    api: str = "chat",
 ) -> UsageRollup:
     return UsageRollup(
         account_pid=pid,
@@ -126,6 +141,7 @@ def _use(
         day=day,
         alias=alias,
         environment=env,
+        api=api,
         requests=1,
         prompt_tokens=10,
         completion_tokens=20,
@@ -328,6 +344,64 @@ async def test_apply_usage_is_all_or_nothing(store: Store) -> None:
     assert await store.apply_usage(0, "5-0", [_use("2026-11-20", 1)])
 
 
+async def test_usage_daily_grouped_by_api_sums_to_the_day(store: Store) -> None:
+    await store.apply_usage(
+        1,
+        "10-0",
+        [
+            _use("2026-11-20", 2),
+            _use("2026-11-20", 3, kid="k2", api="responses"),
+            _use("2026-11-20", 4, alias="svc-code", api="responses"),
+            _use("2026-11-21", 5),
+            _use("2026-11-21", 100, env="test", api="responses"),
+        ],
+    )
+    grouped = await store.usage_daily("acct_A", "2026-11-20", group_by="api")
+    assert [(d.day, d.api, d.requests, d.credits) for d in grouped] == [
+        ("2026-11-21", "chat", 1, 5),
+        ("2026-11-20", "chat", 1, 2),
+        ("2026-11-20", "responses", 2, 7),
+    ]
+    ungrouped = await store.usage_daily("acct_A", "2026-11-20")
+    assert [(d.day, d.api, d.credits) for d in ungrouped] == [
+        ("2026-11-21", "", 5),
+        ("2026-11-20", "", 9),
+    ]
+    snapshot = await store.ledger_snapshot(since_day="2026-11-20")
+    mine = {(u.environment, u.api, u.credits) for u in snapshot.usage if u.account_pid == "acct_A"}
+    assert mine == {("live", "chat", 7), ("live", "responses", 7), ("test", "responses", 100)}
+
+
+async def test_migration_4_keeps_earlier_usage_as_chat(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database at version 3 holds usage from before APIs were told apart: after the
+    upgrade its rows are chat's, and a Responses row of the same key, day and alias is a row
+    of its own."""
+    monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:3])
+    monkeypatch.setattr(postgres_sql, "MIGRATIONS", postgres_sql.MIGRATIONS[:3])
+    old = database.open()
+    await old.migrate()
+    await old.close()
+    await database.execute(
+        "INSERT INTO usage_daily (account_pid, kid, day, alias, environment, requests, "
+        "prompt_tokens, completion_tokens, credits, earned_credits) "
+        "VALUES ('acct_A', 'k1', '2026-11-20', 'svc-fast', 'live', 3, 30, 60, 9, 4)"
+    )
+    monkeypatch.undo()
+    s = database.open()
+    await s.migrate()
+    try:
+        assert await s.apply_usage(0, "1-0", [_use("2026-11-20", 5, api="responses")])
+        assert await s.apply_usage(0, "2-0", [_use("2026-11-20", 1)])
+        rows = await database.query(
+            "SELECT api, requests, credits, earned_credits FROM usage_daily ORDER BY api"
+        )
+        assert rows == [("chat", 4, 10, 4), ("responses", 1, 5, 0)]
+    finally:
+        await s.close()
+
+
 async def test_usage_daily_and_totals_sum_by_environment(store: Store) -> None:
     await store.apply_usage(
         1,
@@ -360,6 +434,7 @@ async def test_usage_daily_and_totals_sum_by_environment(store: Store) -> None:
         day="",
         alias="",
         environment="live",
+        api="",
         requests=4,
         prompt_tokens=40,
         completion_tokens=80,

@@ -35,6 +35,7 @@ def _use(credits: int, kid: str = "k1") -> UsageRollup:
         day="2026-11-20",
         alias="svc-fast",
         environment="live",
+        api="chat",
         requests=1,
         prompt_tokens=10,
         completion_tokens=20,

@@ -35,6 +35,7 @@ def _use(day: str, credits: int, *, kid: str) -> UsageRollup:
         day=day,
         alias="svc-fast",
         environment="live",
+        api="chat",
         requests=1,
         prompt_tokens=10,
         completion_tokens=20,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from app.core.errors import ApiError
@@ -13,6 +14,7 @@ from app.usage.reader import (
     epoch_after,
     first_redis_day,
     parse_days,
+    parse_group_by,
     summarize,
     window,
 )
@@ -76,6 +78,16 @@ class _Ledger:
     async def usage_days(self, pid: str, env: str, days: list[str]) -> dict[str, UsageCounters]:
         return {d: self.days.get(d, UsageCounters()) for d in days}
 
+    async def usage_days_by_api(
+        self, pid: str, env: str, days: list[str]
+    ) -> dict[str, dict[str, UsageCounters]]:
+        # a tenth of each day's requests (at least one) came through the Responses API
+        by_api = {}
+        for day, c in (await self.usage_days(pid, env, days)).items():
+            part = UsageCounters(max(1, c.requests // 10), 1, 1, 1) if c.requests else c
+            by_api[day] = {"chat": c.minus(part), "responses": part}
+        return by_api
+
     async def usage_epoch(self) -> int | None:
         return self.epoch
 
@@ -89,7 +101,10 @@ class _Store:
     def __init__(self, days: dict[str, UsageCounters]) -> None:
         self.days = days
 
-    async def usage_daily(self, pid: str, since: str, env: str) -> list[UsageRollup]:
+    async def usage_daily(
+        self, pid: str, since: str, env: str, *, group_by: str | None = None
+    ) -> list[UsageRollup]:
+        # every day's usage was chat's: grouped or not, the same rows
         return [_rollup(d, c) for d, c in sorted(self.days.items(), reverse=True) if d >= since]
 
     async def usage_totals(self, pid: str, env: str, before_day: str) -> UsageRollup | None:
@@ -112,6 +127,7 @@ def _rollup(day: str, c: UsageCounters) -> UsageRollup:
         day=day,
         alias="",
         environment="live",
+        api="chat",
         requests=c.requests,
         prompt_tokens=c.prompt_tokens,
         completion_tokens=c.completion_tokens,
@@ -133,6 +149,40 @@ async def test_recent_days_from_redis_older_from_the_store_never_both() -> None:
     by_day = {d.day_bucket: d.credits_spent for d in summary.daily}
     assert (by_day["2026-01-01"], by_day["2025-12-31"], by_day["2025-10-01"]) == (5, 5, 7)
     assert len(summary.daily) == 120
+
+
+async def test_grouped_by_api_the_groups_sum_to_each_day_from_either_source() -> None:
+    one = UsageCounters(4, 10, 10, 5)
+    redis_days = {"2026-01-01": one}
+    store_days = {"2026-01-01": one, "2025-10-01": UsageCounters(2, 1, 1, 7)}
+    reader = UsageReader(_Ledger(redis_days, 0), _Store(store_days), retention_s=40 * DAY)  # type: ignore[arg-type]
+    plain = await reader.summary("acct_X", "live", NOW, 120)
+    grouped = await reader.summary("acct_X", "live", NOW, 120, group_by="api")
+    assert msgspec.structs.replace(grouped, daily=[]) == msgspec.structs.replace(plain, daily=[])
+    for day, bare in zip(grouped.daily, plain.daily, strict=True):
+        assert msgspec.structs.replace(day, groups=msgspec.UNSET) == bare
+        assert day.groups is not msgspec.UNSET
+        for name in ("requests_count", "credits_spent", "total_tokens"):
+            assert sum(getattr(g, name) for g in day.groups) == getattr(day, name)
+    by_day = {d.day_bucket: d.groups for d in grouped.daily}
+    today = by_day["2026-01-01"]
+    assert [(g.api, g.requests_count, g.credits_spent) for g in today] == [  # type: ignore[union-attr]
+        ("chat", 3, 4),
+        ("responses", 1, 1),
+    ]
+    # from the store: every day there was chat's
+    assert [(g.api, g.requests_count) for g in by_day["2025-10-01"]] == [("chat", 2)]  # type: ignore[union-attr]
+    assert by_day["2025-12-01"] == []
+    assert "groups" not in msgspec.json.decode(msgspec.json.encode(plain))["daily"][0]
+
+
+def test_group_by_is_checked() -> None:
+    assert parse_group_by(None) is None
+    assert parse_group_by("") is None
+    assert parse_group_by("api") == "api"
+    with pytest.raises(ApiError) as bad:
+        parse_group_by("apis")
+    assert bad.value.param == "group_by"
 
 
 async def test_after_redis_lost_its_data_flushed_history_is_still_whole() -> None:

@@ -29,6 +29,8 @@ ARGV[16] give_up_ms     Redis TIME in milliseconds after which the caller no lon
                         this reply (its Redis timeout); 0 = no limit. A reserve that reaches
                         Redis later (Redis was paused, the command sat in a buffer) holds
                         nothing: the caller answered 503 and will not settle.
+ARGV[17] api            the API the request came through (chat | responses): recorded on the
+                        reservation, for settle's usage counters and event
 
 Returns {status, amount, out_tokens, balance}
   0 OK                    amount credits held, out_tokens the output cap, balance left after
@@ -66,6 +68,7 @@ label(13, 'day')
 local rate_limit = count(14, 'rate_limit')
 local window_end = count(15, 'window_end')
 local give_up_ms = count(16, 'give_up_ms')
+one_of(17, 'api', {chat = true, responses = true})
 if min_out > max_out or cap_ttl == 0 then refuse('min_out/cap_ttl') end
 
 local key = redis.call('HMGET', KEYS[2], 'acct', 'status', 'env', 'cap')
@@ -168,6 +171,6 @@ redis.call('HSET', KEYS[4],
   'acct', pid, 'kid', ARGV[4], 'env', key[3], 'amount', amount, 'out', out,
   'fe', from_earned, 'fp', from_purchased, 'egen', egen, 'cap_key', KEYS[3],
   'alias', ARGV[11], 'requested', ARGV[12], 'day', ARGV[13],
-  'deadline', deadline, 'created', now)
+  'deadline', deadline, 'created', now, 'api', ARGV[17])
 redis.call('ZADD', KEYS[5], deadline, rid)
 return {0, amount, out, balance}

@@ -33,10 +33,15 @@ instead of returning: the pool is expired now, or its generation (egen, bumped b
 script that zeroes an expired pool) is not the one the reservation recorded — whatever
 grants refilled the pool since.
 
+Usage counters (unless outcome is released), in KEYS[5] and KEYS[6]: <env>:<counter> for
+every request, and <env>:<api>:<counter> as well for a request that came through an API other
+than chat (chat's part is the rest). Counters: requests, prompt_tokens, completion_tokens,
+credits.
+
 Events appended to KEYS[7] (the flusher makes them durable):
   usage   {rid, acct, kid, env, alias, requested, day, prompt_tokens, completion_tokens,
-           credits, earned (the part of credits paid from the earned pool), outcome, ts}
-           unless outcome is released
+           credits, earned (the part of credits paid from the earned pool), outcome, ts, api}
+           unless outcome is released; api is chat for a reservation that recorded none
   expire  {kind expire, acct, credits, ts} when a live settle finds the earned pool expired:
            credits = the pool it zeroes plus the earned part of the hold it does not return
 ]]
@@ -51,7 +56,7 @@ local only_if_expired = one_of(7, 'only_if_expired', {['0'] = true, ['1'] = true
 local usage_ttl = count(8, 'usage_ttl')
 
 local r = redis.call('HMGET', KEYS[1], 'amount', 'fe', 'fp', 'env', 'deadline',
-  'acct', 'kid', 'alias', 'requested', 'day', 'egen')
+  'acct', 'kid', 'alias', 'requested', 'day', 'egen', 'api')
 if not r[1] then return {7, 0, 0} end
 if only_if_expired and tonumber(r[5]) > now then return {8, 0, 0} end
 
@@ -100,17 +105,22 @@ if unused > 0 then
 end
 
 if outcome ~= 'released' then
+  local api = r[12] or 'chat'
+  local prefixes = {env .. ':'}
+  if api ~= 'chat' then prefixes[2] = env .. ':' .. api .. ':' end
   for _, k in ipairs({KEYS[5], KEYS[6]}) do
-    redis.call('HINCRBY', k, env .. ':requests', 1)
-    redis.call('HINCRBY', k, env .. ':prompt_tokens', pt)
-    redis.call('HINCRBY', k, env .. ':completion_tokens', ct)
-    redis.call('HINCRBY', k, env .. ':credits', used)
+    for _, f in ipairs(prefixes) do
+      redis.call('HINCRBY', k, f .. 'requests', 1)
+      redis.call('HINCRBY', k, f .. 'prompt_tokens', pt)
+      redis.call('HINCRBY', k, f .. 'completion_tokens', ct)
+      redis.call('HINCRBY', k, f .. 'credits', used)
+    end
   end
   redis.call('EXPIRE', KEYS[5], usage_ttl)
   redis.call('XADD', KEYS[7], '*',
     'rid', rid, 'acct', r[6], 'kid', r[7], 'env', env, 'alias', r[8],
     'requested', r[9], 'day', r[10], 'prompt_tokens', pt, 'completion_tokens', ct,
-    'credits', used, 'earned', used_earned, 'outcome', outcome, 'ts', now)
+    'credits', used, 'earned', used_earned, 'outcome', outcome, 'ts', now, 'api', api)
 end
 
 redis.call('DEL', KEYS[1])

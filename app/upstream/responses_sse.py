@@ -1,0 +1,142 @@
+"""Parsing the Responses API stream of a provider that serves that API itself.
+
+The events become the pieces a chat completion stream gives (``app.upstream.sse``), so the
+relay, the metering and svc's own Responses events are the same whichever API the provider
+spoke: output text as text, refusals and reasoning as deltas, each function call as a
+tool call of its own index, the end as a finish reason with the usage the provider reported.
+Everything else (the provider's ids, its item and part bookkeeping) is svc's to make.
+"""
+
+from __future__ import annotations
+
+import msgspec
+from msgspec import UNSET
+
+from app.upstream.base import CHOICE_END, Piece, UpstreamError, Usage
+from app.upstream.sse import FinalPieces
+from app.upstream.wire import Delta, ToolCallDelta, ToolCallFunctionDelta
+
+
+class _Item(msgspec.Struct):
+    type: str = ""
+    id: str | None = None
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _Details(msgspec.Struct):
+    reason: str | None = None
+
+
+class _Usage(msgspec.Struct):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    input_tokens_details: dict[str, object] | None = None
+    output_tokens_details: dict[str, object] | None = None
+
+
+class _Response(msgspec.Struct):
+    usage: _Usage | None = None
+    incomplete_details: _Details | None = None
+
+
+class _Event(msgspec.Struct):
+    type: str = ""
+    delta: str | None = None
+    item_id: str | None = None
+    item: _Item | None = None
+    response: _Response | None = None
+
+
+_decode_event = msgspec.json.Decoder(_Event).decode
+
+# How a response that stopped short ended, as Chat Completions says it.
+_INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
+
+
+def _usage(usage: _Usage) -> Usage:
+    return Usage(
+        usage.input_tokens,
+        usage.output_tokens,
+        _counts(usage.input_tokens_details),
+        _counts(usage.output_tokens_details),
+    )
+
+
+def _counts(details: dict[str, object] | None) -> dict[str, int] | None:
+    if not details:
+        return None
+    return {name: value for name, value in details.items() if isinstance(value, int)} or None
+
+
+class ResponsesEvents:
+    """One Responses stream's events as pieces; a stream's function calls are numbered in
+    the order they began. ``parse`` is the line parser of a ``LineSplitter``."""
+
+    __slots__ = ("_calls",)
+
+    def __init__(self) -> None:
+        self._calls: dict[str, int] = {}  # the provider's item id -> tool call index
+
+    def parse(self, line: bytes) -> list[Piece] | None:
+        """The pieces of one SSE line (``FinalPieces`` at the stream's last event), or None
+        for a line that carries nothing svc relays."""
+        if not line.startswith(b"data:"):
+            return None
+        try:
+            event = _decode_event(line[5:].strip())
+        except msgspec.DecodeError as exc:
+            raise UpstreamError("malformed event from upstream") from exc
+        kind = event.type
+        if kind == "response.output_text.delta":
+            return [event.delta] if event.delta else None
+        if kind == "response.function_call_arguments.delta":
+            return self._arguments(event)
+        if kind == "response.output_item.added":
+            return self._call_begins(event.item)
+        if kind == "response.refusal.delta" and event.delta:
+            return [Delta(refusal=event.delta)]
+        if kind in ("response.reasoning_text.delta", "response.reasoning_summary_text.delta"):
+            return [Delta(reasoning_content=event.delta)] if event.delta else None
+        if kind in ("response.completed", "response.incomplete"):
+            return self._end(event.response)
+        if kind in ("response.failed", "error"):
+            raise UpstreamError("upstream reported an error mid-stream")
+        return None
+
+    def _call_begins(self, item: _Item | None) -> list[Piece] | None:
+        if item is None or item.type != "function_call":
+            return None
+        index = len(self._calls)
+        self._calls[item.id or f"call {index}"] = index
+        call = ToolCallDelta(
+            index=index,
+            id=item.call_id or UNSET,
+            type="function",
+            function=ToolCallFunctionDelta(name=item.name or "", arguments=item.arguments or ""),
+        )
+        return [Delta(tool_calls=[call])]
+
+    def _arguments(self, event: _Event) -> list[Piece] | None:
+        if not event.delta:
+            return None
+        index = self._calls.get(event.item_id or "")
+        if index is None:
+            raise UpstreamError("upstream sent arguments of a call it did not begin")
+        call = ToolCallDelta(index=index, function=ToolCallFunctionDelta(arguments=event.delta))
+        return [Delta(tool_calls=[call])]
+
+    def _end(self, response: _Response | None) -> FinalPieces:
+        details = response.incomplete_details if response is not None else None
+        if details is not None and details.reason:
+            reason = _INCOMPLETE.get(details.reason, "length")
+        else:
+            reason = "tool_calls" if self._calls else "stop"
+        # a plain stop is no delta, as in a chat stream
+        end = FinalPieces(
+            [CHOICE_END] if reason == "stop" else [Delta(finish_reason=reason), CHOICE_END]
+        )
+        if response is not None and response.usage is not None:
+            end.append(_usage(response.usage))
+        return end
