@@ -25,7 +25,7 @@ from app.responses.wire import ResponsesRequest, ResponsesTool, TextConfig, Tool
 from app.upstream.wire import Delta, ToolCallDelta
 
 _encode = msgspec.json.encode
-_DELTA_TAIL = b',"logprobs":[],"sequence_number":%d}\n\n'
+_DELTA = b'%s%s,"logprobs":[],"sequence_number":%d}\n\n'  # head, JSON text, sequence number
 ID_BYTES = 12  # random bytes in each id of a response or its items (24 hex digits)
 
 Status = Literal["in_progress", "completed", "incomplete", "failed"]
@@ -250,8 +250,9 @@ class ResponsesStream:
     # -- StreamOutput
 
     def opening(self) -> bytes:
-        return self._lifecycle("response.created", "in_progress") + self._lifecycle(
-            "response.in_progress", "in_progress"
+        response = self._response("in_progress")  # the same response, told twice
+        return self._lifecycle_event("response.created", response) + self._lifecycle_event(
+            "response.in_progress", response
         )
 
     def piece(self, piece: str | Delta) -> bytes:
@@ -300,7 +301,7 @@ class ResponsesStream:
         message.text.append(text)
         seq = self._seq
         self._seq = seq + 1
-        return message.delta_head + _encode(text) + _DELTA_TAIL % seq
+        return _DELTA % (message.delta_head, _encode(text), seq)
 
     def _refusal(self, text: str) -> bytes:
         out = self._open_message()
@@ -406,6 +407,19 @@ class ResponsesStream:
         error: ResponseError | None = None,
         incomplete: IncompleteDetails | None = None,
     ) -> bytes:
+        response = self._response(status, usage, svc, error=error, incomplete=incomplete)
+        return self._lifecycle_event(event, response)
+
+    def _response(
+        self,
+        status: Status,
+        usage: ResponseUsage | None = None,
+        svc: SvcMetadata | UnsetType = UNSET,
+        *,
+        error: ResponseError | None = None,
+        incomplete: IncompleteDetails | None = None,
+    ) -> bytes:
+        """The response object as it stands, encoded."""
         state = ResponseState(
             id=self.id,
             created_at=self._created_at,
@@ -419,12 +433,15 @@ class ResponsesStream:
         )
         if self._echo is None:
             self._echo = b"," + _encode(self._settings)[1:]
-        response = _encode(state)[:-1] + self._echo  # both JSON objects: one, joined
+        return _encode(state)[:-1] + self._echo  # both JSON objects: one, joined
+
+    def _lifecycle_event(self, event: str, response: bytes) -> bytes:
         seq = self._seq
         self._seq += 1
+        name = event.encode()
         return b'event: %s\ndata: {"type":"%s","sequence_number":%d,"response":%s}\n\n' % (
-            event.encode(),
-            event.encode(),
+            name,
+            name,
             seq,
             response,
         )
