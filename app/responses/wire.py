@@ -13,12 +13,16 @@ fields each type needs.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from app.upstream.wire import OutputTokens, Temperature, TopP
+from app.upstream.wire import Temperature, TopP
+
+LEAST_MAX_OUTPUT_TOKENS = 16
+"""OpenAI's least ``max_output_tokens``: a provider that serves Responses refuses fewer."""
+ResponsesOutputTokens = Annotated[int, msgspec.Meta(ge=LEAST_MAX_OUTPUT_TOKENS)]
 
 # -- content parts --------------------------------------------------------------------------
 
@@ -129,7 +133,7 @@ class ResponsesRequest(msgspec.Struct, omit_defaults=True):
     tools: list[ResponsesTool] | UnsetType | None = UNSET
     tool_choice: Literal["none", "auto", "required"] | ToolChoiceObject | UnsetType = UNSET
     parallel_tool_calls: bool | UnsetType | None = UNSET
-    max_output_tokens: OutputTokens | UnsetType | None = UNSET
+    max_output_tokens: ResponsesOutputTokens | UnsetType | None = UNSET
     temperature: Temperature | UnsetType | None = UNSET
     top_p: TopP | UnsetType | None = UNSET
     text: TextConfig | UnsetType | None = UNSET

@@ -27,7 +27,7 @@ UPSTREAM_IDS = ("resp_mock", "msg_mock1", "fc_mock1", "native-model")
 
 @pytest.fixture(scope="module")
 def mock() -> Iterator[MockProcess]:
-    process = start_in_subprocess(chunks=12)
+    process = start_in_subprocess(chunks=20)
     yield process
     process.stop()
 
@@ -95,12 +95,12 @@ def test_a_response_is_forwarded_as_one_and_charged_the_providers_usage(
     assert response.output_text == "".join(
         e.delta for e in events if e.type == "response.output_text.delta"
     )
-    assert response.output_text.split() == (WORDS * 2)[:12]  # the mock's 12 chunks
+    assert response.output_text.split() == (WORDS * 3)[:20]  # the mock's 20 chunks
     assert [e.sequence_number for e in events] == list(range(len(events)))
     assert response.id.startswith("resp_svc_")
     assert response.model == "svc-fast"
     assert response.usage is not None
-    assert response.usage.output_tokens == 12  # the provider's count
+    assert response.usage.output_tokens == 20  # the provider's count
     meta = response.model_extra["svc"]  # type: ignore[index]
     assert before - native.balance(pid) == meta["credits_used"] >= 1
     wire = json.dumps([e.model_dump() for e in events])
@@ -140,12 +140,12 @@ def test_a_function_call_after_failover_to_the_next_upstream(
 def test_a_cut_response_is_incomplete(native: Server) -> None:
     client, _pid = _client(native)
     events = list(
-        client.responses.create(model="svc-fast", input="Go on.", max_output_tokens=5, stream=True)
+        client.responses.create(model="svc-fast", input="Go on.", max_output_tokens=16, stream=True)
     )
     response = events[-1].response  # type: ignore[union-attr]
     assert events[-1].type == "response.incomplete"
     assert response.incomplete_details.reason == "max_output_tokens"
-    assert len(response.output_text.split()) == 5
+    assert len(response.output_text.split()) == 16
     assert response.model_extra["svc"]["credits_used"] >= 1  # type: ignore[index]
 
 

@@ -79,7 +79,7 @@ def test_output_cut_at_max_output_tokens_is_an_incomplete_response(server: Serve
     # as OpenAI's: the stream ends with response.incomplete (the SDK's stream helper keeps
     # get_final_response for response.completed)
     client, _pid = _client(server)
-    with client.responses.stream(model="svc-smart", input="Hello", max_output_tokens=5) as stream:
+    with client.responses.stream(model="svc-smart", input="Hello", max_output_tokens=16) as stream:
         events = list(stream)
     last = events[-1]
     assert last.type == "response.incomplete"
@@ -88,7 +88,7 @@ def test_output_cut_at_max_output_tokens_is_an_incomplete_response(server: Serve
     assert response.incomplete_details is not None
     assert response.incomplete_details.reason == "max_output_tokens"
     assert response.usage is not None
-    assert response.usage.output_tokens == 5
+    assert response.usage.output_tokens == 16
     assert response.output_text == "".join(
         e.delta for e in events if e.type == "response.output_text.delta"
     )

@@ -204,6 +204,7 @@ def test_tools_formats_and_settings_take_their_chat_form() -> None:
         ({"input": []}, "input"),
         ({"max_output_tokens": 10**9}, "max_output_tokens"),
         ({"max_output_tokens": 0}, "max_output_tokens"),
+        ({"max_output_tokens": 15}, "max_output_tokens"),
         ({"temperature": 3}, "temperature"),
         ({"text": {"format": {"type": "json_schema"}}}, "text.format.name"),
         (

@@ -165,14 +165,14 @@ def test_a_refusal_is_a_part_of_the_message() -> None:
 
 
 def test_output_cut_at_its_cap_is_incomplete() -> None:
-    stream = _stream(max_output_tokens=3)
+    stream = _stream(max_output_tokens=16)
     raw = stream.opening() + stream.piece("a") + stream.closing(None, tool_calls=False)
     events = _events(raw + stream.ending(_end(capped=True)))
     assert events[-1]["type"] == "response.incomplete"
     response = events[-1]["response"]
     assert response["status"] == "incomplete"
     assert response["incomplete_details"] == {"reason": "max_output_tokens"}
-    assert response["max_output_tokens"] == 3
+    assert response["max_output_tokens"] == 16
 
 
 @pytest.mark.parametrize("outcome", ["upstream_error", "shutdown"])
