@@ -7,6 +7,7 @@ starting with ``:`` are comments; ``event:`` names the event; other fields are i
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 
@@ -21,10 +22,11 @@ class SSEEvent(NamedTuple):
 class SSEParser:
     """Feed bytes as they arrive; get the events they complete.
 
-    Bytes are kept until the blank line that ends their event, then the event's lines are
-    read at once: a load generator reads every event of every stream it drives, on the
-    cores the server under test runs on, so this is kept short (a line-by-line state
-    machine cost twice as much)."""
+    Bytes are kept until the blank line that ends their event, then the event is read at
+    once, the common forms by one regular expression: a load generator reads every event of
+    every stream it drives, on the cores the server under test runs on, so this is kept
+    short (a line-by-line state machine cost twice as much for chat streams, three times as
+    much for Responses streams)."""
 
     __slots__ = ("_buf",)
 
@@ -36,31 +38,40 @@ class SSEParser:
         buf = self._buf + chunk if self._buf else chunk
         if b"\r" in buf:
             # a CR at the very end may be half of a CRLF: it waits for the next chunk
-            held = buf.endswith(b"\r")
-            buf = buf[:-1].replace(b"\r\n", b"\n") + b"\r" if held else buf.replace(b"\r\n", b"\n")
-        blocks = buf.split(b"\n\n")
-        self._buf = blocks.pop()
+            if buf.endswith(b"\r"):
+                buf = buf[:-1].replace(b"\r\n", b"\n") + b"\r"
+            else:
+                buf = buf.replace(b"\r\n", b"\n")
         events: list[SSEEvent] = []
-        for block in blocks:
-            # the common events: one data line, or a name line then one data line
-            if block.startswith(b"data: "):
-                if b"\n" not in block:
-                    events.append(SSEEvent(block[6:].decode()))
-                    continue
-            elif block.startswith(b"event: "):
-                end = block.find(b"\n")
-                if block.startswith(b"data: ", end + 1) and block.find(b"\n", end + 1) < 0:
-                    events.append(SSEEvent(block[end + 7 :].decode(), block[7:end].decode()))
-                    continue
-            event = _event(block)
+        simple = _SIMPLE.match
+        pos = 0
+        while True:
+            found = simple(buf, pos)
+            if found is not None:
+                name = found.group(1)
+                data = found.group(2).decode()
+                events.append(SSEEvent(data, None if name is None else name.decode()))
+                pos = found.end()
+                continue
+            end = buf.find(b"\n\n", pos)
+            if end < 0:
+                break
+            event = _event(buf[pos:end])
             if event is not None:
                 events.append(event)
+            pos = end + 2
+        self._buf = buf[pos:]
         return events
 
     @property
     def leftover(self) -> bytes:
         """Bytes of an unfinished line or event (empty when the stream ended cleanly)."""
         return self._buf if self._buf.strip(b"\n") else b""
+
+
+# The events svc and OpenAI send: one data line, maybe after a name line. Anything else
+# (comments, several data lines, other fields) is read line by line (``_event``).
+_SIMPLE = re.compile(rb"(?:event: ([^\n]*)\n)?data: ([^\n]*)\n\n")
 
 
 def _event(block: bytes) -> SSEEvent | None:
