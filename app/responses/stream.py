@@ -20,7 +20,7 @@ from msgspec import UNSET, UnsetType
 from app.chat.chunks import SvcMetadata
 from app.chat.output import SHUT_DOWN, UPSTREAM_FAILED, StreamEnd
 from app.chat.request import ChatParams
-from app.core.ids import hex_id
+from app.core.ids import hex_id, hex_ids
 from app.responses.wire import ResponsesRequest, ResponsesTool, TextConfig, ToolChoiceObject
 from app.upstream.wire import Delta, ToolCallDelta
 
@@ -213,8 +213,7 @@ class _Call:
     __slots__ = ("arguments", "call_id", "id", "name", "output_index")
 
     def __init__(self, output_index: int, name: str) -> None:
-        self.id = hex_id("fc_", ID_BYTES)
-        self.call_id = hex_id("call_", ID_BYTES)
+        self.id, self.call_id = hex_ids("fc_", "call_", random_bytes=ID_BYTES)
         self.output_index = output_index
         self.name = name
         self.arguments: list[str] = []
@@ -235,7 +234,8 @@ class ResponsesStream:
     def __init__(
         self, *, created_at: int, model: str, requested: str, settings: ResponseSettings
     ) -> None:
-        self.id = hex_id("resp_svc_", ID_BYTES)
+        # the id of the message most responses have is drawn with the response's
+        self.id, self._message_id = hex_ids("resp_svc_", "msg_", random_bytes=ID_BYTES)
         self._created_at = created_at
         self._model = model
         self._requested = requested
@@ -318,7 +318,8 @@ class ResponsesStream:
     def _open_message(self) -> bytes:
         if self._message is not None:
             return b""
-        message = _Message(hex_id("msg_", ID_BYTES), len(self._items))
+        item_id, self._message_id = self._message_id or hex_id("msg_", ID_BYTES), ""
+        message = _Message(item_id, len(self._items))
         self._message = message
         self._items.append(message)
         return self._event(

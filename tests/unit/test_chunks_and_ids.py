@@ -3,7 +3,7 @@ import json
 import pytest
 
 from app.chat.chunks import DONE, ChunkEncoder, error_event
-from app.core.ids import CompletionIds
+from app.core.ids import CompletionIds, hex_ids
 
 
 def test_content_chunks() -> None:
@@ -84,3 +84,11 @@ def test_the_documented_chunk_type_matches_the_encoder() -> None:
     extra = enc.content("c", first=False, last=False)[6:].replace(b'"created"', b'"x":1,"created"')
     with pytest.raises(msgspec.ValidationError):
         decode(extra)
+
+
+def test_hex_ids_are_drawn_together_and_differ() -> None:
+    ids = hex_ids("resp_svc_", "msg_", random_bytes=12)
+    assert [i.rsplit("_", 1)[0] for i in ids] == ["resp_svc", "msg"]
+    assert all(len(i.rsplit("_", 1)[1]) == 24 for i in ids)
+    assert ids[0][-24:] != ids[1][-24:]
+    assert len({hex_ids("a_", random_bytes=12)[0] for _ in range(1000)}) == 1000

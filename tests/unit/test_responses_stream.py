@@ -196,3 +196,21 @@ def test_a_stream_that_fails_ends_its_open_items_and_fails_the_response(outcome:
 def test_reasoning_text_is_billed_but_not_shown() -> None:
     stream = _stream()
     assert stream.piece(Delta(reasoning_content="thinking")) == b""
+
+
+def test_every_item_of_a_response_has_an_id_of_its_own() -> None:
+    # text, then a call (the message item ends), then text again: a second message item
+    stream = _stream()
+    call = ToolCallDelta(
+        index=0, id="c", type="function", function=ToolCallFunctionDelta(name="f", arguments="{}")
+    )
+    raw = stream.opening() + stream.piece("a") + stream.piece(Delta(tool_calls=[call]))
+    raw += stream.piece("b") + stream.closing(None, tool_calls=True) + stream.ending(_end())
+    output = _events(raw)[-1]["response"]["output"]
+    assert [item["type"] for item in output] == ["message", "function_call", "message"]
+    ids = [item["id"] for item in output] + [
+        output[1]["call_id"],
+        _events(raw)[0]["response"]["id"],
+    ]
+    assert len(set(ids)) == len(ids) == 5
+    assert [i.split("_")[0] for i in ids] == ["msg", "fc", "msg", "call", "resp"]
