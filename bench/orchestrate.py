@@ -92,6 +92,11 @@ class Profile(msgspec.Struct, frozen=True, kw_only=True):
     tokens_chunks: int = 50
     tokens_delay_ms: int = 10
     responses_concurrency: tuple[int, ...] = (50,)
+    # the Responses point is measured this many times, each beside a chat point of its own
+    # (the fast scenario through chat completions), in alternating order: the target is the
+    # median of the pairs' ratios, so neither the machine's drift nor one noisy point
+    # decides it
+    responses_pairs: int = 3
 
 
 def scenario_model(scenario: str, profile: Profile) -> tuple[str, str]:
@@ -119,6 +124,7 @@ PROFILES = {
         concurrency=(1, 4),
         scenarios=("fast", "responses", "tokens"),
         responses_concurrency=(4,),
+        responses_pairs=1,
         tokens_concurrency=(4,),
         tokens_chunks=10,
         tokens_delay_ms=5,
@@ -417,6 +423,27 @@ def measure_svc_point(
     return point, pid
 
 
+RESPONSES_BASELINE = "responses-chat"
+"""The scenario name of the chat points measured beside the Responses points."""
+
+
+def measure_responses_pairs(
+    svc: Svc, r: redis.Redis, concurrency: int, profile: Profile
+) -> list[tuple[Point, str]]:
+    """The Responses point (svc only: the mock has no Responses API), ``responses_pairs``
+    times, each beside a chat point of the fast scenario (named ``RESPONSES_BASELINE``):
+    chat first in the first pair, Responses first in the next, and so on."""
+    measured = []
+    for pair in range(profile.responses_pairs):
+        order = ("fast", "responses") if pair % 2 == 0 else ("responses", "fast")
+        for scenario in order:
+            point, pid = measure_svc_point(svc, r, scenario, concurrency, profile)
+            if scenario == "fast":
+                point = msgspec.structs.replace(point, scenario=RESPONSES_BASELINE)
+            measured.append((point, pid))
+    return measured
+
+
 def _per_stream(idle_rss: int | None, peak_rss: int, streams: int) -> float | None:
     return None if idle_rss is None else rss_kb_per_stream(idle_rss, peak_rss, streams)
 
@@ -674,8 +701,12 @@ def run(profile: Profile, peers: tuple[str, ...] = ()) -> RunReport:
                 if scenario == "tokens":
                     continue  # below, on svc restarted with the tokens model
                 for concurrency in concurrencies(scenario, profile):
-                    if scenario != "responses":  # the mock has no Responses API
-                        points.append(measure_direct_point(mock, scenario, concurrency, profile))
+                    if scenario == "responses":
+                        for point, pid in measure_responses_pairs(svc, r, concurrency, profile):
+                            seen[pid] = point.load
+                            points.append(point)
+                        continue
+                    points.append(measure_direct_point(mock, scenario, concurrency, profile))
                     point, pid = measure_svc_point(svc, r, scenario, concurrency, profile)
                     seen[pid] = point.load
                     points.append(point)

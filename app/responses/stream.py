@@ -26,6 +26,16 @@ from app.upstream.wire import Delta, ToolCallDelta
 
 _encode = msgspec.json.encode
 _DELTA = b'%s%s,"logprobs":[],"sequence_number":%d}\n\n'  # head, JSON text, sequence number
+# A closed message item and its parts, written once (the item's text is encoded once for
+# its .done events and the response's output): OutputTextPart, RefusalPart and MessageItem
+# as msgspec encodes them, field for field.
+_TEXT_PART = b'{"type":"output_text","text":%s,"annotations":[],"logprobs":[]}'
+_REFUSAL_PART = b'{"type":"refusal","refusal":%s}'
+_MESSAGE_ITEM = b'{"id":"%s","type":"message","status":"%s","role":"assistant","content":[%s]}'
+_PART_EVENT = (
+    b'event: %s\ndata: {"type":"%s","sequence_number":%d,'
+    b'"item_id":"%s","output_index":%d,"content_index":%d,%s}\n\n'
+)
 ID_BYTES = 12  # random bytes in each id of a response or its items (24 hex digits)
 
 Status = Literal["in_progress", "completed", "incomplete", "failed"]
@@ -168,7 +178,7 @@ class ResponseState(msgspec.Struct, kw_only=True):
     created_at: int
     status: Status
     model: str
-    output: list[OutputItem]
+    output: list[msgspec.Raw]  # the closed items (OutputItem), each encoded as it closed
     usage: ResponseUsage | None = None
     error: ResponseError | None = None
     incomplete_details: IncompleteDetails | None = None
@@ -200,11 +210,18 @@ class _Message:
             % (item_id.encode(), output_index)
         )
 
-    def item(self, status: Status) -> MessageItem:
-        parts: list[OutputTextPart | RefusalPart] = [OutputTextPart(text="".join(self.text))]
-        if self.refusal_index >= 0:
-            parts.append(RefusalPart(refusal="".join(self.refusal)))
-        return MessageItem(id=self.id, status=status, content=parts)
+    def part_event(self, event: str, seq: int, content_index: int, fields: bytes) -> bytes:
+        """An event about one of its content parts; ``fields``: the event's own, as JSON."""
+        name = event.encode()
+        return _PART_EVENT % (
+            name,
+            name,
+            seq,
+            self.id.encode(),
+            self.output_index,
+            content_index,
+            fields,
+        )
 
 
 class _Call:
@@ -242,7 +259,7 @@ class ResponsesStream:
         self._settings = settings
         self._seq = 0
         self._items: list[_Message | _Call] = []
-        self._done: dict[int, OutputItem] = {}  # closed items, by output index
+        self._done: dict[int, msgspec.Raw] = {}  # closed items, encoded, by output index
         self._message: _Message | None = None  # the message item open, if one is
         self._calls: dict[int, _Call] = {}  # function calls by the upstream's index
         self._echo: bytes | None = None  # the settings' JSON, without its opening brace
@@ -310,10 +327,12 @@ class ResponsesStream:
         if message.refusal_index < 0:
             message.refusal_index = 1
             out += self._part_event(
-                "response.content_part.added", message, 1, part=RefusalPart(refusal="")
+                "response.content_part.added", message, 1, b'"part":' + _REFUSAL_PART % b'""'
             )
         message.refusal.append(text)
-        return out + self._part_event("response.refusal.delta", message, 1, delta=text)
+        return out + self._part_event(
+            "response.refusal.delta", message, 1, b'"delta":' + _encode(text)
+        )
 
     def _open_message(self) -> bytes:
         if self._message is not None:
@@ -327,7 +346,7 @@ class ResponsesStream:
             output_index=message.output_index,
             item=MessageItem(id=message.id, status="in_progress", content=[]),
         ) + self._part_event(
-            "response.content_part.added", message, 0, part=OutputTextPart(text="")
+            "response.content_part.added", message, 0, b'"part":' + _TEXT_PART % b'""'
         )
 
     def _call_delta(self, delta: ToolCallDelta) -> bytes:
@@ -368,32 +387,34 @@ class ResponsesStream:
 
     def _close_message(self, message: _Message, status: Status) -> bytes:
         self._message = None
-        done = message.item(status)
-        self._done[message.output_index] = done
-        text = done.content[0]
-        assert isinstance(text, OutputTextPart)
+        text = _encode("".join(message.text))
+        text_part = _TEXT_PART % text
+        parts = [text_part]
         out = self._part_event(
-            "response.output_text.done", message, 0, text=text.text, logprobs=[]
-        ) + self._part_event("response.content_part.done", message, 0, part=text)
+            "response.output_text.done", message, 0, b'"text":%s,"logprobs":[]' % text
+        )
+        out += self._part_event("response.content_part.done", message, 0, b'"part":' + text_part)
         if message.refusal_index >= 0:
-            refusal = done.content[1]
-            assert isinstance(refusal, RefusalPart)
-            out += self._part_event(
-                "response.refusal.done", message, 1, refusal=refusal.refusal
-            ) + self._part_event("response.content_part.done", message, 1, part=refusal)
+            refusal = _encode("".join(message.refusal))
+            parts.append(_REFUSAL_PART % refusal)
+            out += self._part_event("response.refusal.done", message, 1, b'"refusal":' + refusal)
+            out += self._part_event("response.content_part.done", message, 1, b'"part":' + parts[1])
+        done = msgspec.Raw(_MESSAGE_ITEM % (message.id.encode(), status.encode(), b",".join(parts)))
+        self._done[message.output_index] = done
         return out + self._event(
             "response.output_item.done", output_index=message.output_index, item=done
         )
 
     def _close_call(self, call: _Call, status: Status) -> bytes:
-        done = call.item(status)
+        item = call.item(status)
+        done = msgspec.Raw(_encode(item))
         self._done[call.output_index] = done
         return self._event(
             "response.function_call_arguments.done",
             item_id=call.id,
             output_index=call.output_index,
             name=call.name,
-            arguments=done.arguments,
+            arguments=item.arguments,
         ) + self._event("response.output_item.done", output_index=call.output_index, item=done)
 
     # -- events
@@ -448,15 +469,21 @@ class ResponsesStream:
         )
 
     def _part_event(
-        self, event: str, message: _Message, content_index: int, **fields: Any
+        self, event: str, message: _Message, content_index: int, fields: bytes
     ) -> bytes:
-        """An event about one content part of the message item."""
-        return self._event(
-            event,
-            item_id=message.id,
-            output_index=message.output_index,
-            content_index=content_index,
-            **fields,
+        """An event about one content part of the message item; ``fields``: the event's
+        own, as JSON (the parts are written from templates, their text encoded once)."""
+        seq = self._seq
+        self._seq += 1
+        name = event.encode()
+        return _PART_EVENT % (
+            name,
+            name,
+            seq,
+            message.id.encode(),
+            message.output_index,
+            content_index,
+            fields,
         )
 
     def _event(self, event: str, **fields: Any) -> bytes:

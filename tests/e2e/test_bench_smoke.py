@@ -51,6 +51,11 @@ def test_bench_smoke_run(tmp_path: Path) -> None:
         assert p["server_cpu_us_per_chunk"] > 0
         assert p["rss_kb_per_stream"] is not None
     assert "| svc | 4 |" in markdown.split("Tokens:")[1]
+    # the Responses point beside a chat point of its own, and their ratio as a target
+    paired = [p["scenario"] for p in points if p["scenario"].startswith("responses")]
+    assert paired == ["responses-chat", "responses"]
+    assert "| Responses API throughput, fast, C=4 | >= 0.9 x chat completions | " in markdown
+    assert "median of 1 alternating pairs" in markdown
     # on request connections: the two script calls and nothing else
     assert report["wire_commands_per_completion"] == {"evalsha": 2.0}
     conservation = report["conservation"]
