@@ -210,19 +210,6 @@ class _Message:
             % (item_id.encode(), output_index)
         )
 
-    def part_event(self, event: str, seq: int, content_index: int, fields: bytes) -> bytes:
-        """An event about one of its content parts; ``fields``: the event's own, as JSON."""
-        name = event.encode()
-        return _PART_EVENT % (
-            name,
-            name,
-            seq,
-            self.id.encode(),
-            self.output_index,
-            content_index,
-            fields,
-        )
-
 
 class _Call:
     """A function call item as it streams."""
@@ -268,7 +255,7 @@ class ResponsesStream:
 
     def opening(self) -> bytes:
         response = self._response("in_progress")  # the same response, told twice
-        return self._lifecycle_event("response.created", response) + self._lifecycle_event(
+        return self._lifecycle("response.created", response) + self._lifecycle(
             "response.in_progress", response
         )
 
@@ -295,18 +282,15 @@ class ResponsesStream:
         out = self._close_all("incomplete")  # a failed stream's items (a completed has none)
         usage = _usage(end)
         svc = SvcMetadata(self._requested, end.credits_used, end.balance)
-        if end.outcome == "upstream_error":
-            error = ResponseError("server_error", UPSTREAM_FAILED)
-            return out + self._lifecycle("response.failed", "failed", usage, svc, error=error)
-        if end.outcome == "shutdown":
-            error = ResponseError("server_error", SHUT_DOWN)
-            return out + self._lifecycle("response.failed", "failed", usage, svc, error=error)
+        if end.outcome in ("upstream_error", "shutdown"):
+            why = UPSTREAM_FAILED if end.outcome == "upstream_error" else SHUT_DOWN
+            failed = self._response("failed", usage, svc, error=ResponseError("server_error", why))
+            return out + self._lifecycle("response.failed", failed)
         if end.capped:
             incomplete = IncompleteDetails("max_output_tokens")
-            return out + self._lifecycle(
-                "response.incomplete", "incomplete", usage, svc, incomplete=incomplete
-            )
-        return out + self._lifecycle("response.completed", "completed", usage, svc)
+            cut = self._response("incomplete", usage, svc, incomplete=incomplete)
+            return out + self._lifecycle("response.incomplete", cut)
+        return out + self._lifecycle("response.completed", self._response("completed", usage, svc))
 
     # -- output items
 
@@ -419,19 +403,6 @@ class ResponsesStream:
 
     # -- events
 
-    def _lifecycle(
-        self,
-        event: str,
-        status: Status,
-        usage: ResponseUsage | None = None,
-        svc: SvcMetadata | UnsetType = UNSET,
-        *,
-        error: ResponseError | None = None,
-        incomplete: IncompleteDetails | None = None,
-    ) -> bytes:
-        response = self._response(status, usage, svc, error=error, incomplete=incomplete)
-        return self._lifecycle_event(event, response)
-
     def _response(
         self,
         status: Status,
@@ -457,7 +428,8 @@ class ResponsesStream:
             self._echo = b"," + _encode(self._settings)[1:]
         return _encode(state)[:-1] + self._echo  # both JSON objects: one, joined
 
-    def _lifecycle_event(self, event: str, response: bytes) -> bytes:
+    def _lifecycle(self, event: str, response: bytes) -> bytes:
+        """A lifecycle event: ``response`` is the response object (``_response``)."""
         seq = self._seq
         self._seq += 1
         name = event.encode()

@@ -13,7 +13,7 @@ import msgspec
 from msgspec import UNSET
 
 from app.upstream.base import CHOICE_END, Piece, UpstreamError, Usage
-from app.upstream.sse import FinalPieces
+from app.upstream.sse import FinalPieces, token_counts
 from app.upstream.wire import Delta, ToolCallDelta, ToolCallFunctionDelta
 
 
@@ -59,15 +59,9 @@ def _usage(usage: _Usage) -> Usage:
     return Usage(
         usage.input_tokens,
         usage.output_tokens,
-        _counts(usage.input_tokens_details),
-        _counts(usage.output_tokens_details),
+        token_counts(usage.input_tokens_details),
+        token_counts(usage.output_tokens_details),
     )
-
-
-def _counts(details: dict[str, object] | None) -> dict[str, int] | None:
-    if not details:
-        return None
-    return {name: value for name, value in details.items() if isinstance(value, int)} or None
 
 
 class ResponsesEvents:

@@ -55,12 +55,12 @@ def _usage(usage: _Usage) -> Usage:
     return Usage(
         usage.prompt_tokens,
         usage.completion_tokens,
-        _counts(usage.prompt_tokens_details),
-        _counts(usage.completion_tokens_details),
+        token_counts(usage.prompt_tokens_details),
+        token_counts(usage.completion_tokens_details),
     )
 
 
-def _counts(details: dict[str, object] | None) -> dict[str, int] | None:
+def token_counts(details: dict[str, object] | None) -> dict[str, int] | None:
     """Token details with their counts (providers send nulls for what they do not count)."""
     if not details:
         return None

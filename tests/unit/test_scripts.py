@@ -7,7 +7,7 @@ import pytest
 from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
 from app.credits.ledger import RedisLedger
-from app.credits.outcomes import ScriptStatus
+from app.credits.outcomes import Identity, ScriptStatus
 from app.kv.client import RedisClient
 from app.kv.fields import API_CHAT, UsageCounters
 from tests.conftest import Clock
@@ -296,34 +296,33 @@ async def test_settle_spends_earned_first_and_refunds_each_pool(
     assert int(await ledger.redis.get(cap_key)) == charged
 
 
+async def _usage_hashes(ledger: RedisLedger, ident: Identity, day: str) -> list[dict[bytes, bytes]]:
+    """The account's usage counters of ``day`` and of all time."""
+    layout = ledger.layout
+    return [
+        await ledger.redis.hgetall(layout.usage_day(ident.shard, ident.pid, day_tag(day))),
+        await ledger.redis.hgetall(layout.usage_total(ident.shard, ident.pid)),
+    ]
+
+
 async def test_settle_counts_an_api_other_than_chat_apart_as_well(
     ledger: RedisLedger, clock: Clock
 ) -> None:
     """A Responses request counts in the environment's fields, as every request does, and in
     the API's own; its event names the API. A chat request after it adds to the first only."""
     ident, hold = await _held(ledger, clock, earned=0, purchased=100, amount=50, api="responses")
-    await ledger.settle(
-        hold,
-        now=clock(),
-        credits_used=12,
-        prompt_tokens=30,
-        completion_tokens=40,
-        outcome="completed",
-    )
     chat = await reserve(ledger, ident, "r2", clock(), max_out=5)
-    await ledger.settle(
-        chat,
-        now=clock(),
-        credits_used=5,
-        prompt_tokens=1,
-        completion_tokens=5,
-        outcome="completed",
-    )
-    for name in (
-        ledger.layout.usage_day(ident.shard, "acct_A", day_tag(hold.day)),
-        ledger.layout.usage_total(ident.shard, "acct_A"),
-    ):
-        assert await ledger.redis.hgetall(name) == {
+    for held, (used, prompt, completion) in ((hold, (12, 30, 40)), (chat, (5, 1, 5))):
+        await ledger.settle(
+            held,
+            now=clock(),
+            credits_used=used,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            outcome="completed",
+        )
+    for counters in await _usage_hashes(ledger, ident, hold.day):
+        assert counters == {
             b"live:requests": b"2",
             b"live:prompt_tokens": b"31",
             b"live:completion_tokens": b"45",
@@ -353,11 +352,8 @@ async def test_settle_records_usage_and_one_event(ledger: RedisLedger, clock: Cl
         outcome="client_disconnect",
     )
     tag = day_tag(hold.day)
-    for name in (
-        ledger.layout.usage_day(ident.shard, "acct_A", tag),
-        ledger.layout.usage_total(ident.shard, "acct_A"),
-    ):
-        assert await ledger.redis.hgetall(name) == {
+    for counters in await _usage_hashes(ledger, ident, hold.day):
+        assert counters == {
             b"live:requests": b"1",
             b"live:prompt_tokens": b"30",
             b"live:completion_tokens": b"40",
