@@ -89,11 +89,29 @@ def build_parser() -> argparse.ArgumentParser:
     key.add_argument("--name", required=True)
     key.add_argument("--environment", choices=["live", "test"], default="live")
     key.add_argument("--daily-cap", type=_cap, default=None, help="credits per UTC day, or none")
+    update = ops.add_parser(
+        "update-key", help="change an API key's name or daily cap (at once, on every worker)"
+    )
+    update.add_argument("account_pid")
+    update.add_argument("key_id", help="key_...")
+    update.add_argument("--name", default=argparse.SUPPRESS, help="the new name")
+    update.add_argument(
+        "--daily-cap",
+        type=_cap,
+        default=argparse.SUPPRESS,
+        help="credits per UTC day, or none (no cap)",
+    )
     return parser
 
 
 def _admin_op(args: argparse.Namespace) -> AdminOp:
-    from app.accounts.manage import GrantRequest, KeyCreateRequest, validate_key_request
+    from app.accounts.manage import (
+        GrantRequest,
+        KeyCreateRequest,
+        KeyUpdateRequest,
+        validate_key_request,
+        validate_key_update,
+    )
     from app.core.validation import convert_fields
 
     async def create_account(s: Services) -> Any:
@@ -119,6 +137,16 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
             environment=req.environment,
             daily_cap=req.daily_cap_credits,
         )
+
+    async def update_key(s: Services) -> Any:
+        given = vars(args)  # only the options given: the others are left out (SUPPRESS)
+        fields = {
+            field: given[option]
+            for option, field in (("name", "name"), ("daily_cap", "daily_cap_credits"))
+            if option in given
+        }
+        req = validate_key_update(convert_fields(fields, KeyUpdateRequest))
+        return await s.accounts.update_key(args.account_pid, args.key_id, req)
 
     async def spotlight(s: Services) -> Any:
         return await s.spotlights.reward(args.account_pid, args.view_id)
@@ -170,6 +198,7 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
         "spotlight": spotlight,
         "credits": credits,
         "create-key": create_key,
+        "update-key": update_key,
     }
     return ops[args.op]
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Annotated, Literal
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from app.core.clock import iso_utc
 from app.core.errors import (
@@ -82,6 +83,7 @@ class ApiKeyList(msgspec.Struct):
 
 
 MAX_KEY_NAME = 100
+_KEY_SYNC_ROUNDS = 5  # writes of a key update to Redis, racing other updates, before a 503
 MAX_GRANT = 10**12
 # The limits of the request bodies, declared once: decoding enforces them and the OpenAPI
 # document states them (both read these annotations).
@@ -98,15 +100,35 @@ class KeyCreateRequest(msgspec.Struct):
     daily_cap_credits: DailyCap | None
 
 
+class KeyUpdateRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """Body of a key update (``PATCH /v1/api-keys/{id}`` and the admin API): the fields to
+    change, each left out to keep it (``daily_cap_credits: null`` removes the cap). A key's
+    environment never changes; any other field is refused by name."""
+
+    name: KeyName | UnsetType = UNSET
+    daily_cap_credits: DailyCap | UnsetType | None = UNSET
+
+
 class GrantRequest(msgspec.Struct):
     credits: Credits
 
 
 def validate_key_request(req: KeyCreateRequest) -> KeyCreateRequest:
     """What decoding cannot check: a key's name is printable text (``str.isprintable``)."""
-    if not req.name.isprintable():
-        raise invalid_value("name", f"'name' must be 1 to {MAX_KEY_NAME} printable characters.")
+    _check_name(req.name)
     return req
+
+
+def validate_key_update(req: KeyUpdateRequest) -> KeyUpdateRequest:
+    """As ``validate_key_request``, for the fields an update sets."""
+    if isinstance(req.name, str):
+        _check_name(req.name)
+    return req
+
+
+def _check_name(name: str) -> None:
+    if not name.isprintable():
+        raise invalid_value("name", f"'name' must be 1 to {MAX_KEY_NAME} printable characters.")
 
 
 def credit_balance(balance: Balance) -> CreditBalance:
@@ -240,18 +262,52 @@ class Accounts:
             object="list", data=[key_item(r) for r in await self.store.list_keys(pid)]
         )
 
-    async def revoke_key(self, pid: str, key_id: str) -> ApiKeyDeleted:
-        """Revoke a key of ``pid`` at once; 404 for another account's or an unknown key.
-
-        Redis is written first: from that moment every worker refuses the key, because every
-        request reads its status there. The durable record follows; a retry is harmless.
-        """
+    async def _account_key(self, pid: str, key_id: str) -> KeyRecord:
+        """The key ``key_id`` of ``pid``; 404 for another account's or an unknown key."""
         kid = kid_from_public_id(key_id)
         record = await self.store.get_key(kid) if kid else None
         if record is None or record.account_pid != pid:
             raise ApiError(
                 ErrorKind.API_KEY_NOT_FOUND, f"No API key '{key_id[:40]}' on this account."
             )
+        return record
+
+    async def update_key(self, pid: str, key_id: str, changes: KeyUpdateRequest) -> ApiKeyItem:
+        """Change a key's name or daily cap; the new cap holds from the very next request on
+        every worker (every reserve reads it in Redis). The durable record is written first,
+        then Redis (the update is idempotent: a retry converges); the status is never
+        changed here, so an update racing a revocation cannot undo it."""
+        record = await self._account_key(pid, key_id)
+        sent = msgspec.structs.asdict(changes)
+        columns = {name: value for name, value in sent.items() if value is not UNSET}
+        updated = await self.store.update_key(pid, record.kid, columns)
+        ident = Identity(pid, record.kid, record.environment, self.ledger.layout.shard(pid))
+        # Redis follows the durable record; two updates racing may write Redis in the other
+        # order than the store, so the record is read again until Redis holds what it says.
+        for _ in range(_KEY_SYNC_ROUNDS):
+            if updated is None:
+                raise service_unavailable()  # the key was there a moment ago: never deleted
+            written = await self.ledger.update_key(
+                ident, status=updated.status, daily_cap=updated.daily_cap_credits, name=updated.name
+            )
+            if written.status is ScriptStatus.KEY_UNKNOWN:
+                raise service_unavailable()  # the Redis record names another account: never
+            now = await self.store.get_key(record.kid)
+            if now is not None and (now.name, now.daily_cap_credits) == (
+                updated.name,
+                updated.daily_cap_credits,
+            ):
+                return key_item(now)
+            updated = now
+        raise service_unavailable()
+
+    async def revoke_key(self, pid: str, key_id: str) -> ApiKeyDeleted:
+        """Revoke a key of ``pid`` at once; 404 for another account's or an unknown key.
+
+        Redis is written first: from that moment every worker refuses the key, because every
+        request reads its status there. The durable record follows; a retry is harmless.
+        """
+        record = await self._account_key(pid, key_id)
         ident = Identity(pid, record.kid, record.environment, self.ledger.layout.shard(pid))
         revoked = await self.ledger.revoke_key(
             ident, daily_cap=record.daily_cap_credits, name=record.name

@@ -80,6 +80,9 @@ def _field_error(exc: msgspec.ValidationError) -> ApiError:
     message = _PATH.sub("", text)
     if param is None and message.startswith("Object missing required field"):
         param = message.split("`")[1]
+    elif message.startswith("Object contains unknown field"):
+        field = message.split("`")[1]  # named in the message: the path is its object's
+        param = f"{param}.{field}" if param else field
     where = f" at '{param}'" if param else ""
     return invalid_value(param or "body", f"Invalid request{where}: {message}.")
 

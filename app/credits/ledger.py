@@ -196,6 +196,22 @@ class RedisLedger:
         )
         return Written(ScriptStatus.OK if written else ScriptStatus.DUPLICATE)
 
+    async def update_key(
+        self, ident: Identity, *, status: str, daily_cap: int | None, name: str
+    ) -> Written:
+        """Set a key's name and daily cap (its status stays as Redis has it; ``status`` is
+        written only when Redis lost the record): OK, or KEY_UNKNOWN when the record names
+        another account (nothing changed)."""
+        cap = NO_CAP if daily_cap is None else daily_cap
+        result = int(
+            await self._run(
+                "update_key",
+                [self.layout.api_key(ident.shard, ident.kid)],
+                [ident.pid, status, ident.environment, cap, name],
+            )
+        )
+        return Written(ScriptStatus.OK if result == 1 else ScriptStatus.KEY_UNKNOWN)
+
     async def revoke_key(self, ident: Identity, *, daily_cap: int | None, name: str) -> Written:
         """Mark a key revoked: OK now, DUPLICATE when it was already, KEY_UNKNOWN when the
         record names another account (nothing changed)."""

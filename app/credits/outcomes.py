@@ -122,8 +122,8 @@ def reserve_refusal(status: ScriptStatus, value: int, now: float) -> ApiError:
 class Written(NamedTuple):
     """A write that happens once: OK when this call made it, DUPLICATE when it was there
     already (``open_account``, ``put_key``, ``revoke_key``: revoked before), KEY_UNKNOWN when
-    the key's record names another account (``revoke_key``), NOT_FOUND when the reservation
-    is gone (``extend``)."""
+    the key's record names another account (``revoke_key``, ``update_key``), NOT_FOUND when
+    the reservation is gone (``extend``)."""
 
     status: ScriptStatus
 

@@ -28,6 +28,7 @@ SCRIPT_NAMES = (
     "grant",
     "open_account",
     "put_key",
+    "update_key",
     "revoke_key",
 )
 

@@ -5,15 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from litestar import Controller, Request, get, post
+from litestar import Controller, Request, get, patch, post
 from litestar.di import Provide
 
 from app.accounts.manage import (
     ApiKeyCreated,
+    ApiKeyItem,
     CreditBalance,
     GrantRequest,
     KeyCreateRequest,
+    KeyUpdateRequest,
     validate_key_request,
+    validate_key_update,
 )
 from app.accounts.rewards import SpotlightRequest, SpotlightReward
 from app.core.errors import ErrorKind
@@ -74,6 +77,21 @@ class AdminController(Controller):
         return await services.accounts.create_key(
             pid, name=req.name, environment=req.environment, daily_cap=req.daily_cap_credits
         )
+
+    @patch(
+        "/accounts/{pid:str}/api-keys/{key_id:str}",
+        responses=errors(
+            *ADMIN_ERRORS, *BODY_ERRORS, ErrorKind.ACCOUNT_NOT_FOUND, ErrorKind.API_KEY_NOT_FOUND
+        ),
+        operation_class=documented(body=KeyUpdateRequest),
+    )
+    async def update_key(
+        self, services: Services, pid: str, key_id: str, request: Request[Any, Any, Any]
+    ) -> ApiKeyItem:
+        """Change a key's name or daily cap, at once on every worker."""
+        await services.accounts.require_account(pid)
+        req = validate_key_update(decode_json(await request.body(), KeyUpdateRequest))
+        return await services.accounts.update_key(pid, key_id, req)
 
     @post(
         "/accounts/{pid:str}/spotlights",

@@ -5,17 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from litestar import Controller, Request, delete, get, post
+from litestar import Controller, Request, delete, get, patch, post
 from litestar.di import Provide
 
 from app.accounts.manage import (
     ApiKeyCreated,
     ApiKeyDeleted,
+    ApiKeyItem,
     ApiKeyList,
     CreditBalance,
     KeyCreateRequest,
+    KeyUpdateRequest,
     credit_balance,
     validate_key_request,
+    validate_key_update,
 )
 from app.chat.catalog import Alias
 from app.chat.request import enabled_alias
@@ -146,6 +149,23 @@ class V1Controller(Controller):
             environment=req.environment,
             daily_cap=req.daily_cap_credits,
         )
+
+    @patch(
+        "/api-keys/{key_id:str}",
+        dependencies=_IDENT,
+        responses=errors(
+            *KEY_ERRORS, *BODY_ERRORS, ErrorKind.TEST_KEY_FORBIDDEN, ErrorKind.API_KEY_NOT_FOUND
+        ),
+        operation_class=documented(body=KeyUpdateRequest),
+    )
+    async def update_key(
+        self, services: Services, ident: Identity, key_id: str, request: Request[Any, Any, Any]
+    ) -> ApiKeyItem:
+        """Change a key's name or daily cap: the new cap holds from the very next request on
+        every worker. Fields left out keep their value; the environment never changes."""
+        _managing(ident)
+        req = validate_key_update(decode_json(await request.body(), KeyUpdateRequest))
+        return await services.accounts.update_key(ident.pid, key_id, req)
 
     @delete(
         "/api-keys/{key_id:str}",

@@ -36,6 +36,7 @@ from app import __version__
 from app.chat.chunks import ChatCompletionChunk
 from app.core.errors import ErrorBody, ErrorKind
 from app.http.headers import SECURITY_HEADERS
+from app.responses.wire import ResponsesRequest
 from app.upstream.wire import ChatRequest
 from app.usage.reader import DEFAULT_DAYS, GROUP_BY, MAX_DAYS
 
@@ -215,12 +216,13 @@ def complete_document(
     """Litestar's generated document plus what it cannot see (see the module docstring)."""
     document = copy.deepcopy(dict(generated))
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
-    types = [ChatRequest, ChatCompletionChunk, ErrorBody, *_BODY_TYPES.values()]
+    types = [ChatRequest, ResponsesRequest, ChatCompletionChunk, ErrorBody, *_BODY_TYPES.values()]
     _, components = msgspec.json.schema_components(types, ref_template=_COMPONENT)
     for name, schema in components.items():
         schemas.setdefault(name, schema)
     _constrain(schemas, models, max_messages, max_message_chars)
     document["paths"]["/v1/chat/completions"] = {"post": _chat_operation()}
+    document["paths"]["/v1/responses"] = {"post": _responses_operation()}
     for path_item in document["paths"].values():
         for operation in path_item.values():
             for status, response in operation.get("responses", {}).items():
@@ -248,7 +250,9 @@ def _constrain(
 ) -> None:
     """Limits the handlers check after decoding, so the schema states them too."""
     chat = schemas["ChatRequest"]["properties"]
-    chat["model"] = {"type": "string", "enum": models, "description": "A model alias."}
+    for body in ("ChatRequest", "ResponsesRequest"):
+        model = {"type": "string", "enum": models, "description": "A model alias."}
+        schemas[body]["properties"]["model"] = model
     chat["messages"].update(minItems=1, maxItems=max_messages)
     for field in ("max_tokens", "max_completion_tokens"):
         chat[field]["description"] = "At most the alias's output limit (400 above it)."
@@ -260,9 +264,10 @@ def _constrain(
     message["if"] = {"properties": {"role": {"const": "assistant"}}}
     not_null = {"content": {"not": {"type": "null"}}}
     message["else"] = {"required": ["content"], "properties": not_null}
-    key = schemas["KeyCreateRequest"]["properties"]
     # str.isprintable, which no annotation states, as a pattern (the lengths are in the types)
-    key["name"].update(pattern=_PRINTABLE, description="Printable characters.")
+    for body in ("KeyCreateRequest", "KeyUpdateRequest"):
+        name = schemas[body]["properties"]["name"]
+        name.update(pattern=_PRINTABLE, description="Printable characters.")
     view_id = schemas["SpotlightRequest"]["properties"]["view_id"]
     view_id.update(pattern=_PRINTABLE, description="Printable characters.")
 
@@ -302,15 +307,78 @@ _STREAM_DOC = (
 
 def _chat_operation() -> dict[str, Any]:
     """``POST /v1/chat/completions``, served outside Litestar, which does not document it."""
+    return _stream_operation(
+        summary="Create a chat completion (streamed)",
+        description=(
+            "Reserves credits, streams the completion as Server-Sent Events, then settles to "
+            "actual use. Always streams; `stream` is accepted and ignored. Unknown fields are "
+            "ignored. Errors before the first byte are JSON."
+        ),
+        operation_id="CreateChatCompletion",
+        body="ChatRequest",
+        stream=_STREAM_DOC,
+        data={"anyOf": [_DONE, _JSON_EVENT]},
+    )
+
+
+_RESPONSES_STREAM_DOC = (
+    "A Server-Sent Events stream of Responses API events (docs/api.md, Responses): each "
+    "`data` a JSON event with its `type` and a `sequence_number` counting from 0, from "
+    "`response.created` to `response.completed`, `response.incomplete` or `response.failed` "
+    "(whose `response` carries the usage and the `svc` object)."
+)
+_RESPONSES_EVENT = {
+    "type": "string",
+    "contentMediaType": "application/json",
+    "contentSchema": {
+        "type": "object",
+        "required": ["type", "sequence_number"],
+        "properties": {
+            "type": {"type": "string", "pattern": "^response\\."},
+            "sequence_number": {"type": "integer", "minimum": 0},
+        },
+    },
+}
+
+
+def _responses_operation() -> dict[str, Any]:
+    """``POST /v1/responses``, served outside Litestar as chat completions are."""
+    return _stream_operation(
+        summary="Create a response (the Responses API, streamed)",
+        description=(
+            "The Responses API on the chat completion path: the same keys, prices, caps, "
+            "reservation and settlement. Always streams; `stream` is accepted and ignored; "
+            "every response is `store: false`. Fields that need stored state, hosted tools "
+            "and `background: true` are a 400 naming them. Unknown fields are ignored. Errors "
+            "before the first byte are JSON."
+        ),
+        operation_id="CreateResponse",
+        body="ResponsesRequest",
+        stream=_RESPONSES_STREAM_DOC,
+        data=_RESPONSES_EVENT,
+    )
+
+
+def _stream_operation(
+    *,
+    summary: str,
+    description: str,
+    operation_id: str,
+    body: str,
+    stream: str,
+    data: dict[str, Any],
+) -> dict[str, Any]:
+    """A streamed operation: its request body, its event stream and the errors it may
+    answer before the first byte (``CHAT_ERRORS``)."""
     responses: dict[str, Any] = {
         "200": {
-            "description": _STREAM_DOC,
+            "description": stream,
             "content": {
                 "text/event-stream": {
                     "schema": {
                         "type": "object",
                         "required": ["data"],
-                        "properties": {"data": {"anyOf": [_DONE, _JSON_EVENT]}},
+                        "properties": {"data": data},
                     }
                 }
             },
@@ -319,19 +387,13 @@ def _chat_operation() -> dict[str, Any]:
     for status, group in _by_status(CHAT_ERRORS).items():
         responses[str(status)] = _error_response(group)
     return {
-        "summary": "Create a chat completion (streamed)",
-        "description": (
-            "Reserves credits, streams the completion as Server-Sent Events, then settles to "
-            "actual use. Always streams; `stream` is accepted and ignored. Unknown fields are "
-            "ignored. Errors before the first byte are JSON."
-        ),
-        "operationId": "CreateChatCompletion",
+        "summary": summary,
+        "description": description,
+        "operationId": operation_id,
         "security": API_KEY,
         "requestBody": {
             "required": True,
-            "content": {
-                "application/json": {"schema": {"$ref": _COMPONENT.format(name="ChatRequest")}}
-            },
+            "content": {"application/json": {"schema": {"$ref": _COMPONENT.format(name=body)}}},
         },
         "responses": responses,
     }

@@ -6,7 +6,7 @@ types and ``StoreError``, never a driver's own exceptions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -96,6 +96,13 @@ class Store(Protocol):
 
     async def count_active_keys(self, account_pid: str) -> int:
         """How many of the account's keys are not revoked."""
+
+    async def update_key(
+        self, account_pid: str, kid: str, changes: Mapping[str, str | int | None]
+    ) -> KeyRecord | None:
+        """The key with ``changes`` set (columns of ``KEY_UPDATABLE``: only those a client
+        sent), in one transaction; None when that account has no such key. The status is
+        left as it is."""
 
     async def revoke_key(self, account_pid: str, kid: str, revoked_at: int) -> KeyRecord | None:
         """The key after revocation; None when that account has no such key.

@@ -161,6 +161,14 @@ LIST_KEYS = (
     + " WHERE account_pid = ? ORDER BY created_at DESC, seq DESC, kid"
 )
 COUNT_ACTIVE_KEYS = "SELECT COUNT(*) FROM api_keys WHERE account_pid = ? AND status = 'active'"
+# The columns a key update may set, each in a statement of its own (only the fields a client
+# sent change: two updates of different fields never undo each other). Any key of the
+# account, revoked ones too: the status is not the update's to change.
+KEY_UPDATABLE = ("name", "daily_cap_credits")
+UPDATE_KEY = {
+    column: f"UPDATE api_keys SET {column} = ? WHERE kid = ? AND account_pid = ?"
+    for column in KEY_UPDATABLE
+}
 # Only an active key changes, so a second revoke keeps the first revoked_at.
 REVOKE_KEY = (
     "UPDATE api_keys SET status = 'revoked', revoked_at = ? "

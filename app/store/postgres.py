@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
 import msgspec
@@ -237,6 +237,20 @@ class PostgresStore:
         """How many of the account's keys are active."""
         rows = await self._rows(pgsql.COUNT_ACTIVE_KEYS, (account_pid,))
         return int(rows[0][0])
+
+    async def update_key(
+        self, account_pid: str, kid: str, changes: Mapping[str, str | int | None]
+    ) -> KeyRecord | None:
+        """The key with ``changes`` (``KEY_UPDATABLE`` columns) set, in one transaction;
+        None when that account has no such key."""
+
+        async def update(conn: Conn) -> KeyRecord | None:
+            for column, value in changes.items():
+                await conn.execute(pgsql.UPDATE_KEY[column], (value, kid, account_pid))
+            row = await (await conn.execute(pgsql.GET_ACCOUNT_KEY, (kid, account_pid))).fetchone()
+            return None if row is None else to_record(KeyRecord, row)
+
+        return await self._write(update)
 
     async def revoke_key(self, account_pid: str, kid: str, revoked_at: int) -> KeyRecord | None:
         """The key after revocation; None when that account has no such key."""

@@ -54,6 +54,7 @@ GET_ACCOUNT_KEY = _pg(sql.GET_ACCOUNT_KEY)
 LIST_KEYS = _pg(sql.LIST_KEYS)
 COUNT_ACTIVE_KEYS = _pg(sql.COUNT_ACTIVE_KEYS)
 REVOKE_KEY = _pg(sql.REVOKE_KEY)
+UPDATE_KEY = {column: _pg(q) for column, q in sql.UPDATE_KEY.items()}
 INSERT_GRANT = _pg(sql.INSERT_GRANT)
 GET_GRANT = _pg(sql.GET_GRANT)
 LIST_GRANTS = _pg(sql.LIST_GRANTS)

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -156,6 +156,20 @@ class SQLiteStore:
         """How many of the account's keys are active."""
         rows = await self._rows(sql.COUNT_ACTIVE_KEYS, (account_pid,))
         return int(rows[0][0])
+
+    async def update_key(
+        self, account_pid: str, kid: str, changes: Mapping[str, str | int | None]
+    ) -> KeyRecord | None:
+        """The key with ``changes`` (``KEY_UPDATABLE`` columns) set, in one transaction;
+        None when that account has no such key."""
+
+        def update(conn: sqlite3.Connection) -> KeyRecord | None:
+            for column, value in changes.items():
+                conn.execute(sql.UPDATE_KEY[column], (value, kid, account_pid))
+            row = conn.execute(sql.GET_ACCOUNT_KEY, (kid, account_pid)).fetchone()
+            return None if row is None else to_record(KeyRecord, row)
+
+        return await self._write(update)
 
     async def revoke_key(self, account_pid: str, kid: str, revoked_at: int) -> KeyRecord | None:
         """The key after revocation; None when that account has no such key."""

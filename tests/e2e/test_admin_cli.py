@@ -69,6 +69,15 @@ def test_admin_commands_without_a_server(tmp_path: Path) -> None:
             "cap_used_today": 0,
         }
     ]
+    code, out = svc_admin(env, "update-key", pid, str(key_id), "--daily-cap", "none")
+    assert (code, out["name"], out["daily_cap_credits"]) == (0, "ci", None)
+    code, out = svc_admin(env, "update-key", pid, str(key_id), "--name", "nightly")
+    assert (code, out["name"], out["daily_cap_credits"]) == (0, "nightly", None)
+    code, out = svc_admin(env, "inspect", pid)
+    assert out["keys"][0]["daily_cap_credits"] is None  # type: ignore[index]
+    code, out = svc_admin(env, "update-key", pid, str(key_id), "--name", "")
+    assert code != 0
+    assert out["error"]["param"] == "name"  # type: ignore[index]
     # the command stopped the Valkey it started; the data (AOF) outlived it
     assert not is_serving(socket_path(tmp_path / "data"))
     code, out = svc_admin(env, "credits", pid)

@@ -299,3 +299,103 @@ def test_cold_path_rewarms_a_lost_mapping(server: Server) -> None:
     r.delete(mapping)
     assert _chat(server, key).status_code == 200  # verified against the argon2id hash
     assert r.exists(mapping)
+
+
+def _id_of(server: Server, manager: str, secret: str) -> str:
+    """The id of the key ``secret`` in its account's list (``manager``: a key of it)."""
+    listed = httpx.get(f"{server.base_url}/api-keys", headers=_h(manager)).json()["data"]
+    return str(next(k["id"] for k in listed if k["last4"] == secret[-4:]))
+
+
+def test_an_update_changes_name_and_cap_at_once_on_every_worker(server: Server) -> None:
+    pid = server.new_account(1_000_000)
+    manager = server.new_key(pid)
+    worker_key = server.new_key(pid, daily_cap=None)
+    key_id = _id_of(server, manager, worker_key)
+    for _ in range(4):  # spends some of today on both workers
+        assert _chat(server, worker_key).status_code == 200
+    r = httpx.patch(
+        f"{server.base_url}/api-keys/{key_id}",
+        json={"name": "renamed", "daily_cap_credits": 1},
+        headers=_h(manager),
+    )
+    assert r.status_code == 200, r.text
+    item = r.json()
+    assert (item["id"], item["name"], item["daily_cap_credits"], item["status"]) == (
+        key_id,
+        "renamed",
+        1,
+        "active",
+    )
+    assert set(item) == {
+        "id",
+        "object",
+        "name",
+        "environment",
+        "daily_cap_credits",
+        "created_at",
+        "last4",
+        "status",
+    }
+    # the cap is below what today already used: every request on every worker is refused
+    # from the very next one, and nothing is charged for them
+    before = server.balance(pid)
+    refused = [_chat(server, worker_key) for _ in range(8)]
+    assert {r.status_code for r in refused} == {429}
+    assert {r.json()["error"]["code"] for r in refused} == {"daily_cap_exceeded"}
+    assert server.balance(pid) == before
+    # only the fields sent change: the name stays when the cap goes
+    r = httpx.patch(
+        f"{server.base_url}/api-keys/{key_id}",
+        json={"daily_cap_credits": None},
+        headers=_h(manager),
+    )
+    assert (r.json()["name"], r.json()["daily_cap_credits"]) == ("renamed", None)
+    assert all(_chat(server, worker_key).status_code == 200 for _ in range(4))
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"environment": "test"}, "environment"),
+        ({"name": "ok", "status": "active"}, "status"),
+        ({"name": ""}, "name"),
+        ({"name": "a\nb"}, "name"),
+        ({"daily_cap_credits": -1}, "daily_cap_credits"),
+        ({"daily_cap_credits": "10"}, "daily_cap_credits"),
+    ],
+)
+def test_an_update_is_checked_and_a_bad_one_changes_nothing(
+    server: Server, body: dict[str, object], param: str
+) -> None:
+    pid = server.new_account(0)
+    key = server.new_key(pid, daily_cap=5)
+    key_id = httpx.get(f"{server.base_url}/api-keys", headers=_h(key)).json()["data"][0]["id"]
+    r = httpx.patch(f"{server.base_url}/api-keys/{key_id}", json=body, headers=_h(key))
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == param
+    (listed,) = httpx.get(f"{server.base_url}/api-keys", headers=_h(key)).json()["data"]
+    assert (listed["name"], listed["daily_cap_credits"]) == ("test", 5)
+
+
+def test_updates_are_the_accounts_own_and_live_keys_only(server: Server) -> None:
+    a, b = server.new_account(100), server.new_account(100)
+    key_a, key_b = server.new_key(a), server.new_key(b)
+    test_a = server.new_key(a, environment="test")
+    id_a = _id_of(server, key_a, key_a)
+    body = {"name": "mine"}
+    foreign = httpx.patch(f"{server.base_url}/api-keys/{id_a}", json=body, headers=_h(key_b))
+    assert (foreign.status_code, foreign.json()["error"]["code"]) == (404, "api_key_not_found")
+    by_test = httpx.patch(f"{server.base_url}/api-keys/{id_a}", json=body, headers=_h(test_a))
+    assert (by_test.status_code, by_test.json()["error"]["code"]) == (403, "test_key_forbidden")
+    # a revoked key can be renamed, and stays revoked
+    victim = server.new_key(a)
+    victim_id = _id_of(server, key_a, victim)
+    assert httpx.delete(f"{server.base_url}/api-keys/{victim_id}", headers=_h(key_a)).is_success
+    r = httpx.patch(f"{server.base_url}/api-keys/{victim_id}", json=body, headers=_h(key_a))
+    assert (r.status_code, r.json()["status"], r.json()["name"]) == (200, "revoked", "mine")
+    assert _chat(server, victim).json()["error"]["code"] == "api_key_revoked"
+    admin = server.admin("PATCH", f"/accounts/{a}/api-keys/{id_a}", {"daily_cap_credits": 9})
+    assert (admin.status_code, admin.json()["daily_cap_credits"]) == (200, 9)
+    missing = server.admin("PATCH", f"/accounts/{b}/api-keys/{id_a}", {"daily_cap_credits": 9})
+    assert missing.status_code == 404

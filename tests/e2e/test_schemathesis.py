@@ -97,17 +97,20 @@ def known(server: Server) -> Known:
 # Every operation of the document; a new route fails the first test until it is listed here.
 OPERATIONS = [
     "POST /v1/chat/completions",
+    "POST /v1/responses",
     "GET /v1/models",
     "GET /v1/models/{model}",
     "GET /v1/credits",
     "GET /v1/usage",
     "GET /v1/api-keys",
     "POST /v1/api-keys",
+    "PATCH /v1/api-keys/{key_id}",
     "DELETE /v1/api-keys/{key_id}",
     "POST /admin/v1/accounts",
     "POST /admin/v1/accounts/{pid}/grants",
     "GET /admin/v1/accounts/{pid}/credits",
     "POST /admin/v1/accounts/{pid}/api-keys",
+    "PATCH /admin/v1/accounts/{pid}/api-keys/{key_id}",
     "POST /admin/v1/accounts/{pid}/spotlights",
     "GET /admin/v1/usage-lag",
     "GET /healthz",
@@ -118,10 +121,13 @@ OPERATIONS = [
 # the others take none, or only a free-form id, and run positive cases only.
 NEGATABLE = {
     "POST /v1/chat/completions",
+    "POST /v1/responses",
     "GET /v1/usage",
     "POST /v1/api-keys",
+    "PATCH /v1/api-keys/{key_id}",
     "POST /admin/v1/accounts/{pid}/grants",
     "POST /admin/v1/accounts/{pid}/api-keys",
+    "PATCH /admin/v1/accounts/{pid}/api-keys/{key_id}",
     "POST /admin/v1/accounts/{pid}/spotlights",
 }
 CASES = [
@@ -215,6 +221,28 @@ def test_the_stream_schema_is_enforced(api_schema: BaseSchema) -> None:
             case.validate_response(_stream(*content, bad, *tail), checks=checks)
 
 
+def test_the_responses_stream_schema_is_enforced(api_schema: BaseSchema, server: Server) -> None:
+    """A real Responses stream passes; an event without its sequence number, or one that is
+    not a Responses event, does not."""
+    operation = api_schema.find_operation_by_label("POST /v1/responses")
+    assert operation is not None
+    case = operation.Case(body={"model": "svc-fast", "input": "hi"})
+    key = server.new_key(server.new_account(1_000))
+    real = httpx.post(
+        f"{server.base_url}/responses",
+        json={"model": "svc-fast", "input": "hi"},
+        headers={"authorization": f"Bearer {key}"},
+        timeout=30,
+    )
+    checks: list[Any] = [response_schema_conformance]
+    case.validate_response(_stream(real.content), checks=checks)
+    unnumbered = b'event: response.created\ndata: {"type":"response.created"}\n\n'
+    chat_chunk = ChunkEncoder(7, 1_767_225_600, "svc-fast").content("x", first=True, last=False)
+    for bad in (unnumbered, chat_chunk):
+        with pytest.raises(FailureGroup):
+            case.validate_response(_stream(real.content, bad), checks=checks)
+
+
 DEEP = b"[" * 1000 + b"]" * 1000
 # Explicit hostile cases generation rarely reaches: invalid UTF-8 inside a string, nesting
 # past the decoder's depth limit inside an ignored field, a number written as a string.
@@ -224,6 +252,12 @@ HOSTILE_BODIES = {
         b'{"model":"svc-fast","messages":[{"role":"user","content":"hi"}],"x":%s}' % DEEP,
         b'{"model":"svc-fast","messages":[{"role":"user","content":"hi"}],"max_tokens":"5"}',
     ],
+    "POST /v1/responses": [
+        b'{"model":"svc-fast","input":"\xff\xfe"}',
+        b'{"model":"svc-fast","input":"hi","x":%s}' % DEEP,
+        b'{"model":"svc-fast","input":"hi","max_output_tokens":"50"}',
+    ],
+    "PATCH /v1/api-keys/{key_id}": [b'{"name":"\xff\xfe"}', b'{"daily_cap_credits":"5"}'],
     "POST /v1/api-keys": [
         b'{"name":"\xff\xfe","environment":"live","daily_cap_credits":null}',
         b'{"name":"k","environment":"live","daily_cap_credits":null,"x":%s}' % DEEP,
@@ -260,7 +294,11 @@ def test_hostile_input_is_a_documented_400(
     media_type = {"media_type": "application/json"} if "body" in request_parts else {}
     case = operation.Case(
         headers={"Authorization": f"Bearer {token}"},
-        path_parameters={"pid": known.pid} if "{pid}" in label else {},
+        path_parameters={
+            name: value
+            for name, value in (("pid", known.pid), ("key_id", known.spare_key_id))
+            if f"{{{name}}}" in label
+        },
         **media_type,
         **request_parts,
     )

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from app.accounts.manage import Accounts
+from app.accounts.manage import Accounts, KeyUpdateRequest
 from app.core.errors import ApiError, ErrorKind
 from app.credits.ledger import RedisLedger
 from app.credits.outcomes import ScriptStatus
@@ -55,3 +57,25 @@ async def test_grants_need_an_account(store: Store, ledger: RedisLedger) -> None
     again = await accounts.grant_purchased(pid, 5, grant_id="g1")
     assert (balance.total_available, again.total_available) == (5, 5)
     assert [g.credits for g in await store.list_grants(pid)] == [5]
+
+
+async def test_concurrent_updates_lose_no_field_and_leave_redis_as_the_store(
+    store: Store, ledger: RedisLedger
+) -> None:
+    accounts = Accounts(store, ledger, b"p")
+    pid = await accounts.create_account()
+    key = await accounts.create_key(pid, name="a", environment="live", daily_cap=None)
+    names = [KeyUpdateRequest(name=f"n{i}") for i in range(10)]
+    caps = [KeyUpdateRequest(daily_cap_credits=i) for i in range(10)]
+    await asyncio.gather(*(accounts.update_key(pid, key.id, u) for u in names + caps))
+    record = await store.get_key(key.id.removeprefix("key_"))
+    assert record is not None
+    assert record.name.startswith("n")  # a name and a cap were both kept
+    assert record.daily_cap_credits is not None
+    ident = await ledger.lookup_digest(digest(b"p", key.key))
+    assert ident is not None
+    hot = await ledger.redis.hgetall(ledger.layout.api_key(ident.shard, ident.kid))
+    assert (hot[b"name"].decode(), int(hot[b"cap"])) == (record.name, record.daily_cap_credits)
+    with pytest.raises(ApiError) as other:
+        await accounts.update_key(await accounts.create_account(), key.id, names[0])
+    assert other.value.kind is ErrorKind.API_KEY_NOT_FOUND

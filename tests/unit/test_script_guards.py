@@ -88,6 +88,7 @@ def _calls(
         "open_account": ([ks.account(shard, "acct_new")], [0, 0, 100]),
         "put_key": ([ks.api_key(shard, "knew")], [pid, "active", "live", -1, "name"]),
         "revoke_key": ([ks.api_key(shard, kid)], [pid, "live", -1, "name"]),
+        "update_key": ([ks.api_key(shard, kid)], [pid, "active", "live", 50, "renamed"]),
         "balance": ([ks.api_key(shard, kid), ks.account(shard, pid)], [now, pid]),
     }
 
@@ -100,6 +101,7 @@ NUMERIC = {
     "open_account": [0, 1, 2],
     "put_key": [3],
     "revoke_key": [2],
+    "update_key": [3],
     "balance": [0],
 }
 WORDS = {  # arguments from a fixed set, and a wrong value for each
@@ -108,13 +110,16 @@ WORDS = {  # arguments from a fixed set, and a wrong value for each
     "grant": [(1, "gold")],
     "put_key": [(1, "deleted"), (2, "prod")],
     "revoke_key": [(1, "prod")],
+    "update_key": [(1, "deleted"), (2, "prod")],
 }
 CASES = [
     (name, i, bad)
     for name, indexes in NUMERIC.items()
     for i in indexes
     for bad in HOSTILE_COUNTS
-    if not (bad == "-5" and name in ("put_key", "revoke_key"))  # -1 is "no cap"; -5 is not
+    if not (
+        bad == "-5" and name in ("put_key", "revoke_key", "update_key")
+    )  # -1 is "no cap"; -5 is not
 ] + [(name, i, bad) for name, words in WORDS.items() for i, bad in words]
 
 

@@ -599,6 +599,51 @@ async def test_revoking_a_lost_key_record_writes_it_revoked(ledger: RedisLedger)
     assert await ledger.key_status(ident) is ScriptStatus.KEY_REVOKED
 
 
+async def test_an_update_sets_name_and_cap_at_once_and_never_the_status(
+    ledger: RedisLedger, clock: Clock
+) -> None:
+    await account(ledger, "acct_A", purchased=1_000)
+    ident = await key(ledger, "acct_A", "k1", cap=100)
+    assert (await reserve(ledger, ident, "r1", clock(), max_out=60)).amount == 60
+    # the cap lowered below what the day has held: the next reserve is refused at once
+    assert (
+        await ledger.update_key(ident, status="active", daily_cap=50, name="renamed")
+    ).status is ScriptStatus.OK
+    with pytest.raises(ApiError) as capped:
+        await reserve(ledger, ident, "r2", clock(), max_out=1)
+    assert capped.value.kind is ErrorKind.DAILY_CAP_EXCEEDED
+    record = await ledger.redis.hgetall(ledger.layout.api_key(ident.shard, "k1"))
+    assert (record[b"cap"], record[b"name"], record[b"status"]) == (b"50", b"renamed", b"active")
+    # raised, or removed: it serves again
+    await ledger.update_key(ident, status="active", daily_cap=None, name="renamed")
+    assert (await reserve(ledger, ident, "r3", clock(), max_out=5)).amount == 5
+    # an update racing a revocation does not undo it
+    await ledger.revoke_key(ident, daily_cap=None, name="renamed")
+    await ledger.update_key(ident, status="active", daily_cap=10, name="late")
+    assert await ledger.key_status(ident) is ScriptStatus.KEY_REVOKED
+    stranger = ident.__class__("acct_B", "k1", "live", ident.shard)
+    assert (
+        await ledger.update_key(stranger, status="active", daily_cap=1, name="x")
+    ).status is ScriptStatus.KEY_UNKNOWN
+    assert (await ledger.redis.hgetall(ledger.layout.api_key(ident.shard, "k1")))[
+        b"name"
+    ] == b"late"
+
+
+async def test_updating_a_lost_key_record_writes_it_whole(ledger: RedisLedger) -> None:
+    ident = await key(ledger, "acct_A", "k1")
+    await ledger.redis.delete(ledger.layout.api_key(ident.shard, "k1"))
+    await ledger.update_key(ident, status="revoked", daily_cap=7, name="n")
+    record = await ledger.redis.hgetall(ledger.layout.api_key(ident.shard, "k1"))
+    assert record == {
+        b"acct": b"acct_A",
+        b"status": b"revoked",
+        b"env": b"live",
+        b"cap": b"7",
+        b"name": b"n",
+    }
+
+
 async def test_scripts_survive_script_flush(
     real_redis: RedisClient, keyspace: object, clock: Clock
 ) -> None:
