@@ -46,6 +46,11 @@ def _cap(value: str) -> int | None:
     return cap
 
 
+def _expiry(value: str) -> str | None:
+    """``--expires-at``: an ISO 8601 time (checked as the API checks it), or none."""
+    return None if value.lower() in ("none", "null") else value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="svc", description="Credit-metered chat gateway.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -89,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     key.add_argument("--name", required=True)
     key.add_argument("--environment", choices=["live", "test"], default="live")
     key.add_argument("--daily-cap", type=_cap, default=None, help="credits per UTC day, or none")
+    key.add_argument("--expires-at", default=None, help="ISO 8601 time (2027-01-31T00:00:00Z)")
     update = ops.add_parser(
         "update-key", help="change an API key's name or daily cap (at once, on every worker)"
     )
@@ -100,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=_cap,
         default=argparse.SUPPRESS,
         help="credits per UTC day, or none (no cap)",
+    )
+    update.add_argument(
+        "--expires-at",
+        type=_expiry,
+        default=argparse.SUPPRESS,
+        help="ISO 8601 time (2027-01-31T00:00:00Z), or none (never)",
     )
     return parser
 
@@ -129,6 +141,7 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
             "name": args.name,
             "environment": args.environment,
             "daily_cap_credits": args.daily_cap,
+            "expires_at": args.expires_at,
         }
         req = validate_key_request(convert_fields(fields, KeyCreateRequest))
         return await s.accounts.create_key(
@@ -136,13 +149,18 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
             name=req.name,
             environment=req.environment,
             daily_cap=req.daily_cap_credits,
+            expires_at=req.expires_at,
         )
 
     async def update_key(s: Services) -> Any:
         given = vars(args)  # only the options given: the others are left out (SUPPRESS)
         fields = {
             field: given[option]
-            for option, field in (("name", "name"), ("daily_cap", "daily_cap_credits"))
+            for option, field in (
+                ("name", "name"),
+                ("daily_cap", "daily_cap_credits"),
+                ("expires_at", "expires_at"),
+            )
             if option in given
         }
         req = validate_key_update(convert_fields(fields, KeyUpdateRequest))

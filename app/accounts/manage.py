@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from app.core.clock import iso_utc
+from app.core.clock import iso_utc, parse_iso_utc
 from app.core.errors import (
     ApiError,
     ErrorKind,
@@ -56,6 +56,7 @@ class ApiKeyCreated(msgspec.Struct):
     daily_cap_credits: int | None
     created_at: int
     key: str
+    expires_at: str | None = None  # ISO 8601 UTC; None: never
 
 
 class ApiKeyItem(msgspec.Struct):
@@ -69,6 +70,7 @@ class ApiKeyItem(msgspec.Struct):
     created_at: int
     last4: str
     status: str
+    expires_at: str | None = None  # ISO 8601 UTC; None: never
 
 
 class ApiKeyDeleted(msgspec.Struct):
@@ -90,6 +92,13 @@ MAX_GRANT = 10**12
 KeyName = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_KEY_NAME)]
 Credits = Annotated[int, msgspec.Meta(ge=1, le=MAX_GRANT)]
 DailyCap = Annotated[int, msgspec.Meta(ge=0, le=MAX_GRANT)]
+Timestamp = Annotated[
+    str,
+    msgspec.Meta(
+        max_length=40,
+        description="An ISO 8601 time with its offset, such as 2027-01-31T00:00:00Z.",
+    ),
+]
 
 
 class KeyCreateRequest(msgspec.Struct):
@@ -98,6 +107,7 @@ class KeyCreateRequest(msgspec.Struct):
     name: KeyName
     environment: Literal["live", "test"]
     daily_cap_credits: DailyCap | None
+    expires_at: Timestamp | None = None
 
 
 class KeyUpdateRequest(msgspec.Struct, forbid_unknown_fields=True):
@@ -107,6 +117,7 @@ class KeyUpdateRequest(msgspec.Struct, forbid_unknown_fields=True):
 
     name: KeyName | UnsetType = UNSET
     daily_cap_credits: DailyCap | UnsetType | None = UNSET
+    expires_at: Timestamp | UnsetType | None = UNSET
 
 
 class GrantRequest(msgspec.Struct):
@@ -116,6 +127,8 @@ class GrantRequest(msgspec.Struct):
 def validate_key_request(req: KeyCreateRequest) -> KeyCreateRequest:
     """What decoding cannot check: a key's name is printable text (``str.isprintable``)."""
     _check_name(req.name)
+    if req.expires_at is not None:
+        expiry_seconds(req.expires_at)
     return req
 
 
@@ -123,7 +136,21 @@ def validate_key_update(req: KeyUpdateRequest) -> KeyUpdateRequest:
     """As ``validate_key_request``, for the fields an update sets."""
     if isinstance(req.name, str):
         _check_name(req.name)
+    if isinstance(req.expires_at, str):
+        expiry_seconds(req.expires_at)
     return req
+
+
+def expiry_seconds(text: str) -> int:
+    """An ``expires_at`` as unix seconds, or the 400 naming it."""
+    seconds = parse_iso_utc(text)
+    if seconds is None or seconds <= 0:
+        raise invalid_value(
+            "expires_at",
+            "'expires_at' must be an ISO 8601 time with its offset, "
+            "such as 2027-01-31T00:00:00Z, or null.",
+        )
+    return seconds
 
 
 def _check_name(name: str) -> None:
@@ -141,6 +168,11 @@ def credit_balance(balance: Balance) -> CreditBalance:
     )
 
 
+def _hot_fields(rec: KeyRecord) -> tuple[str, int | None, int | None]:
+    """What an update may change of the key's Redis record."""
+    return rec.name, rec.daily_cap_credits, rec.expires_at
+
+
 def key_item(rec: KeyRecord) -> ApiKeyItem:
     return ApiKeyItem(
         id=public_id(rec.kid),
@@ -151,6 +183,7 @@ def key_item(rec: KeyRecord) -> ApiKeyItem:
         created_at=rec.created_at,
         last4=rec.last4,
         status=rec.status,
+        expires_at=None if rec.expires_at is None else iso_utc(rec.expires_at),
     )
 
 
@@ -216,9 +249,19 @@ class Accounts:
         return credit_balance(balance or Balance(0, 0, 0))
 
     async def create_key(
-        self, pid: str, *, name: str, environment: str, daily_cap: int | None
+        self,
+        pid: str,
+        *,
+        name: str,
+        environment: str,
+        daily_cap: int | None,
+        expires_at: str | None = None,
     ) -> ApiKeyCreated:
-        """A new key; the secret is returned here and never again."""
+        """A new key; the secret is returned here and never again. ``expires_at`` (ISO
+        8601, in the future) is when it stops working; None: never."""
+        expires = None if expires_at is None else expiry_seconds(expires_at)
+        if expires is not None and expires <= self.clock():
+            raise invalid_value("expires_at", "'expires_at' must be in the future.")
         await self.require_account(pid)
         if await self.store.count_active_keys(pid) >= self.max_active_keys:
             raise self._key_limit()  # before the cost of hashing; the insert checks again
@@ -233,11 +276,12 @@ class Accounts:
             secret_hash=await asyncio.to_thread(hash_secret, secret),
             last4=secret[-4:],
             created_at=int(self.clock()),
+            expires_at=expires,
         )
         if not await self.store.insert_key(record, max_active=self.max_active_keys):
             raise self._key_limit()
         ident = Identity(pid, kid, environment, self.ledger.layout.shard(pid))
-        await self.ledger.put_key(ident, status="active", daily_cap=daily_cap, name=name)
+        await self.ledger.put_key(ident, record)
         await self.ledger.map_digest(digest(self.pepper, secret), ident)
         return ApiKeyCreated(
             id=public_id(kid),
@@ -247,6 +291,7 @@ class Accounts:
             daily_cap_credits=daily_cap,
             created_at=record.created_at,
             key=secret,
+            expires_at=None if expires is None else iso_utc(expires),
         )
 
     def _key_limit(self) -> ApiError:
@@ -273,13 +318,16 @@ class Accounts:
         return record
 
     async def update_key(self, pid: str, key_id: str, changes: KeyUpdateRequest) -> ApiKeyItem:
-        """Change a key's name or daily cap; the new cap holds from the very next request on
-        every worker (every reserve reads it in Redis). The durable record is written first,
+        """Change a key's name, daily cap or expiry (a time already past expires it at
+        once); each holds from the very next request on every worker (every request reads
+        them in Redis). The durable record is written first,
         then Redis (the update is idempotent: a retry converges); the status is never
         changed here, so an update racing a revocation cannot undo it."""
         record = await self._account_key(pid, key_id)
         sent = msgspec.structs.asdict(changes)
         columns = {name: value for name, value in sent.items() if value is not UNSET}
+        if isinstance(changes.expires_at, str):
+            columns["expires_at"] = expiry_seconds(changes.expires_at)
         updated = await self.store.update_key(pid, record.kid, columns)
         ident = Identity(pid, record.kid, record.environment, self.ledger.layout.shard(pid))
         # Redis follows the durable record; two updates racing may write Redis in the other
@@ -287,16 +335,11 @@ class Accounts:
         for _ in range(_KEY_SYNC_ROUNDS):
             if updated is None:
                 raise service_unavailable()  # the key was there a moment ago: never deleted
-            written = await self.ledger.update_key(
-                ident, status=updated.status, daily_cap=updated.daily_cap_credits, name=updated.name
-            )
+            written = await self.ledger.update_key(ident, updated)
             if written.status is ScriptStatus.KEY_UNKNOWN:
                 raise service_unavailable()  # the Redis record names another account: never
             now = await self.store.get_key(record.kid)
-            if now is not None and (now.name, now.daily_cap_credits) == (
-                updated.name,
-                updated.daily_cap_credits,
-            ):
+            if now is not None and _hot_fields(now) == _hot_fields(updated):
                 return key_item(now)
             updated = now
         raise service_unavailable()
@@ -309,9 +352,7 @@ class Accounts:
         """
         record = await self._account_key(pid, key_id)
         ident = Identity(pid, record.kid, record.environment, self.ledger.layout.shard(pid))
-        revoked = await self.ledger.revoke_key(
-            ident, daily_cap=record.daily_cap_credits, name=record.name
-        )
+        revoked = await self.ledger.revoke_key(ident, record)
         if revoked.status is ScriptStatus.KEY_UNKNOWN:
             raise service_unavailable()  # the Redis record names another account: never here
         await self.store.revoke_key(pid, record.kid, int(self.clock()))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime
 
 DAY_S = 86_400
 """Seconds in a UTC day (no leap seconds in unix time)."""
@@ -26,3 +27,15 @@ def seconds_to_utc_midnight(now: float) -> int:
 def iso_utc(ts: int) -> str:
     """A unix time as the API shows it: ``YYYY-MM-DDThh:mm:ssZ``."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def parse_iso_utc(text: str) -> int | None:
+    """An ISO 8601 time with its offset (``2027-01-31T00:00:00Z``, ``…+02:00``) as unix
+    seconds (fractions dropped); None when it is not one (no offset, not a time)."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        return None
+    return int(moment.timestamp())

@@ -12,6 +12,7 @@ class ErrorKind(Enum):
 
     INVALID_API_KEY = (401, "authentication_error", "invalid_api_key")
     API_KEY_REVOKED = (401, "authentication_error", "api_key_revoked")
+    API_KEY_EXPIRED = (401, "authentication_error", "api_key_expired")
     ADMIN_UNAUTHORIZED = (401, "authentication_error", "invalid_admin_token")
     TEST_KEY_FORBIDDEN = (403, "permission_error", "test_key_forbidden")
     INVALID_VALUE = (400, "invalid_request_error", "invalid_value")

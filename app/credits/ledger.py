@@ -5,6 +5,8 @@ here with the key names of ``KeySpace`` and answered with the typed results of
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.core.clock import DAY_S, day_tag, utc_day
 from app.credits.outcomes import (
     Balance,
@@ -33,8 +35,25 @@ from app.kv.fields import (
 )
 from app.kv.layout import KeySpace, as_text
 from app.kv.pipelined import PipelinedRedis
+from app.store import KeyRecord
 
 NO_CAP = -1
+NEVER = 0  # a key's exp in Redis when it does not expire
+
+
+def key_expired(expires_at: int, now: float) -> bool:
+    """The scripts' rule, for the reads made outside them: a key with an expiry is expired
+    from that second on."""
+    return expires_at != NEVER and now >= expires_at
+
+
+def _key_fields(record: KeyRecord) -> list[Any]:
+    """The cap, name and expiry of a key, as the key scripts take them (ARGV after env)."""
+    cap = NO_CAP if record.daily_cap_credits is None else record.daily_cap_credits
+    expires = NEVER if record.expires_at is None else record.expires_at
+    return [cap, record.name, expires]
+
+
 REPLY_MARGIN = 0.1  # the part of the Redis timeout a reserve's reply may take to come back
 GRANT_MARKER_TTL_S = 400 * DAY_S
 """How long a grant id is remembered (a grant retried within it is applied once)."""
@@ -108,14 +127,19 @@ class RedisLedger:
     async def map_digest(self, key_digest: str, ident: Identity) -> None:
         await self.redis.set(self.layout.digest(key_digest), ident.encode())
 
-    async def key_status(self, ident: Identity) -> ScriptStatus:
-        """Whether the key may be used now (read on every authenticated request)."""
-        acct, status = await self.redis.hmget(
-            self.layout.api_key(ident.shard, ident.kid), [KeyField.ACCOUNT, KeyField.STATUS]
+    async def key_status(self, ident: Identity, now: float) -> ScriptStatus:
+        """Whether the key may be used at ``now`` (read on every authenticated request)."""
+        acct, status, expires = await self.redis.hmget(
+            self.layout.api_key(ident.shard, ident.kid),
+            [KeyField.ACCOUNT, KeyField.STATUS, KeyField.EXPIRES],
         )
         if acct is None or as_text(acct) != ident.pid:
             return ScriptStatus.KEY_UNKNOWN
-        return ScriptStatus.OK if status == KEY_ACTIVE else ScriptStatus.KEY_REVOKED
+        if status != KEY_ACTIVE:
+            return ScriptStatus.KEY_REVOKED
+        if key_expired(int(expires or 0), now):
+            return ScriptStatus.KEY_EXPIRED
+        return ScriptStatus.OK
 
     async def usage_days(
         self, pid: str, environment: str, days: list[str]
@@ -183,44 +207,37 @@ class RedisLedger:
         )
         return Written(ScriptStatus.OK if created else ScriptStatus.DUPLICATE)
 
-    async def put_key(
-        self, ident: Identity, *, status: str, daily_cap: int | None, name: str
-    ) -> Written:
-        """Write a key's hot-path record unless one exists (DUPLICATE: left unchanged, so a
-        late re-warm can never undo a revocation)."""
-        cap = NO_CAP if daily_cap is None else daily_cap
+    async def put_key(self, ident: Identity, record: KeyRecord) -> Written:
+        """Write a key's hot-path record (status, cap, name, expiry of ``record``) unless one
+        exists (DUPLICATE: left unchanged, so a late re-warm can never undo a revocation)."""
         written = await self._run(
             "put_key",
             [self.layout.api_key(ident.shard, ident.kid)],
-            [ident.pid, status, ident.environment, cap, name],
+            [ident.pid, record.status, ident.environment, *_key_fields(record)],
         )
         return Written(ScriptStatus.OK if written else ScriptStatus.DUPLICATE)
 
-    async def update_key(
-        self, ident: Identity, *, status: str, daily_cap: int | None, name: str
-    ) -> Written:
-        """Set a key's name and daily cap (its status stays as Redis has it; ``status`` is
-        written only when Redis lost the record): OK, or KEY_UNKNOWN when the record names
-        another account (nothing changed)."""
-        cap = NO_CAP if daily_cap is None else daily_cap
+    async def update_key(self, ident: Identity, record: KeyRecord) -> Written:
+        """Set a key's name, daily cap and expiry to ``record``'s (its status stays as Redis
+        has it; ``record.status`` is written only when Redis lost the record): OK, or
+        KEY_UNKNOWN when the record names another account (nothing changed)."""
         result = int(
             await self._run(
                 "update_key",
                 [self.layout.api_key(ident.shard, ident.kid)],
-                [ident.pid, status, ident.environment, cap, name],
+                [ident.pid, record.status, ident.environment, *_key_fields(record)],
             )
         )
         return Written(ScriptStatus.OK if result == 1 else ScriptStatus.KEY_UNKNOWN)
 
-    async def revoke_key(self, ident: Identity, *, daily_cap: int | None, name: str) -> Written:
+    async def revoke_key(self, ident: Identity, record: KeyRecord) -> Written:
         """Mark a key revoked: OK now, DUPLICATE when it was already, KEY_UNKNOWN when the
         record names another account (nothing changed)."""
-        cap = NO_CAP if daily_cap is None else daily_cap
         result = int(
             await self._run(
                 "revoke_key",
                 [self.layout.api_key(ident.shard, ident.kid)],
-                [ident.pid, ident.environment, cap, name],
+                [ident.pid, ident.environment, *_key_fields(record)],
             )
         )
         statuses = {1: ScriptStatus.OK, 0: ScriptStatus.DUPLICATE}

@@ -33,6 +33,7 @@ class ScriptStatus(IntEnum):
     DAILY_LIMIT = 9
     RATE_LIMITED = 10
     GAVE_UP = 11
+    KEY_EXPIRED = 12
 
 
 class Identity(msgspec.Struct, frozen=True):
@@ -81,6 +82,8 @@ def key_refusal(status: ScriptStatus) -> ApiError | None:
     """The API error for a key or account status, or None when the status is OK."""
     if status is ScriptStatus.KEY_REVOKED:
         return ApiError(ErrorKind.API_KEY_REVOKED, "This API key has been revoked.")
+    if status is ScriptStatus.KEY_EXPIRED:
+        return ApiError(ErrorKind.API_KEY_EXPIRED, "This API key has expired.")
     if status is ScriptStatus.KEY_UNKNOWN:
         missing = invalid_api_key()
         return KeyRecordMissing(missing.kind, missing.message)

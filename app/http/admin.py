@@ -75,7 +75,11 @@ class AdminController(Controller):
     ) -> ApiKeyCreated:
         req = validate_key_request(decode_json(await request.body(), KeyCreateRequest))
         return await services.accounts.create_key(
-            pid, name=req.name, environment=req.environment, daily_cap=req.daily_cap_credits
+            pid,
+            name=req.name,
+            environment=req.environment,
+            daily_cap=req.daily_cap_credits,
+            expires_at=req.expires_at,
         )
 
     @patch(

@@ -148,6 +148,7 @@ class V1Controller(Controller):
             name=req.name,
             environment=req.environment,
             daily_cap=req.daily_cap_credits,
+            expires_at=req.expires_at,
         )
 
     @patch(

@@ -47,6 +47,7 @@ ADMIN_TOKEN: list[SecurityRequirement] = [{"adminToken": []}]
 KEY_ERRORS = (
     ErrorKind.INVALID_API_KEY,
     ErrorKind.API_KEY_REVOKED,
+    ErrorKind.API_KEY_EXPIRED,
     ErrorKind.AUTH_RATE_LIMITED,
     ErrorKind.SERVICE_UNAVAILABLE,
     ErrorKind.INTERNAL,

@@ -117,7 +117,7 @@ class Authenticator:
     async def key_active(self, ident: Identity) -> Identity:
         """``ident`` once Redis says its key is active (a ``use`` for ``authenticated``, for
         routes whose own work does not check the key)."""
-        refusal = key_refusal(await self.ledger.key_status(ident))
+        refusal = key_refusal(await self.ledger.key_status(ident, self.clock()))
         if refusal is not None:
             raise refusal
         return ident
@@ -176,8 +176,6 @@ class Authenticator:
         ident = Identity(
             record.account_pid, kid, environment, self.ledger.layout.shard(record.account_pid)
         )
-        await self.ledger.put_key(
-            ident, status=record.status, daily_cap=record.daily_cap_credits, name=record.name
-        )
+        await self.ledger.put_key(ident, record)
         await self.ledger.map_digest(key_digest, ident)
         return ident

@@ -29,6 +29,7 @@ class KeyField:
     ENVIRONMENT: Final = "env"
     CAP: Final = "cap"  # credits per UTC day; -1 = no cap
     NAME: Final = "name"
+    EXPIRES: Final = "exp"  # unix seconds from which the key is expired; 0 or absent = never
 
 
 KEY_ACTIVE: Final = b"active"

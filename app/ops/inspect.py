@@ -27,6 +27,7 @@ class KeyState(msgspec.Struct):
     status: str  # in Redis: active | revoked | missing (Redis lost the record)
     daily_cap_credits: int | None
     cap_used_today: int  # credits held + settled today
+    expires_at: int | None = None  # unix seconds, as Redis holds it; None: never
 
 
 class Reservation(msgspec.Struct):
@@ -70,7 +71,9 @@ async def inspect_account(
     pipe = redis.pipeline(transaction=False)
     pipe.hmget(layout.account(shard, pid), ACCOUNT_POOLS)
     for rec in records:
-        pipe.hmget(layout.api_key(shard, rec.kid), [KeyField.STATUS, KeyField.CAP])
+        pipe.hmget(
+            layout.api_key(shard, rec.kid), [KeyField.STATUS, KeyField.CAP, KeyField.EXPIRES]
+        )
         pipe.get(layout.cap(shard, rec.kid, today))
     pipe.zrange(layout.reservations(shard), 0, -1)
     pipe.hgetall(layout.usage_day(shard, pid, today))
@@ -79,7 +82,7 @@ async def inspect_account(
     earned, earned_exp, purchased = pools(results[0]) or (0, 0, 0)
     states = []
     for i, rec in enumerate(records):
-        (status, cap), used = results[1 + 2 * i], results[2 + 2 * i]
+        (status, cap, expires), used = results[1 + 2 * i], results[2 + 2 * i]
         states.append(
             KeyState(
                 id=public_id(rec.kid),
@@ -87,6 +90,7 @@ async def inspect_account(
                 status=as_text(status) if status is not None else "missing",
                 daily_cap_credits=None if cap is None or int(cap) < 0 else int(cap),
                 cap_used_today=int(used or 0),
+                expires_at=int(expires) if expires and int(expires) > 0 else None,
             )
         )
     rids, usage_today, usage_total = results[-3:]

@@ -311,9 +311,7 @@ async def _restore_keys(ledger: RedisLedger, store: Store, report: RebuildReport
         ident = Identity(
             rec.account_pid, rec.kid, rec.environment, ledger.layout.shard(rec.account_pid)
         )
-        written = await ledger.put_key(
-            ident, status=rec.status, daily_cap=rec.daily_cap_credits, name=rec.name
-        )
+        written = await ledger.put_key(ident, rec)
         if written.status is ScriptStatus.OK:
             report.keys_restored += 1
             report.revoked_keys_restored += int(rec.status == "revoked")

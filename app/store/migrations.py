@@ -117,6 +117,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE usage_daily_v4 RENAME TO usage_daily",
         ),
     ),
+    (
+        5,
+        # Keys that expire (unix seconds; NULL: never).
+        ("ALTER TABLE api_keys ADD COLUMN expires_at BIGINT",),
+    ),
 )
 
 CREATE_SCHEMA_MIGRATIONS = (
@@ -164,7 +169,7 @@ COUNT_ACTIVE_KEYS = "SELECT COUNT(*) FROM api_keys WHERE account_pid = ? AND sta
 # The columns a key update may set, each in a statement of its own (only the fields a client
 # sent change: two updates of different fields never undo each other). Any key of the
 # account, revoked ones too: the status is not the update's to change.
-KEY_UPDATABLE = ("name", "daily_cap_credits")
+KEY_UPDATABLE = ("name", "daily_cap_credits", "expires_at")
 UPDATE_KEY = {
     column: f"UPDATE api_keys SET {column} = ? WHERE kid = ? AND account_pid = ?"
     for column in KEY_UPDATABLE

@@ -34,6 +34,7 @@ class KeyRecord(msgspec.Struct, frozen=True, kw_only=True):
     created_at: int
     status: str = "active"  # "active" | "revoked"
     revoked_at: int | None = None
+    expires_at: int | None = None  # unix seconds from which the key is expired; None: never
 
 
 class GrantRecord(msgspec.Struct, frozen=True, kw_only=True):

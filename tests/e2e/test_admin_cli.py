@@ -67,14 +67,20 @@ def test_admin_commands_without_a_server(tmp_path: Path) -> None:
             "status": "active",
             "daily_cap_credits": 500,
             "cap_used_today": 0,
+            "expires_at": None,
         }
     ]
     code, out = svc_admin(env, "update-key", pid, str(key_id), "--daily-cap", "none")
     assert (code, out["name"], out["daily_cap_credits"]) == (0, "ci", None)
     code, out = svc_admin(env, "update-key", pid, str(key_id), "--name", "nightly")
     assert (code, out["name"], out["daily_cap_credits"]) == (0, "nightly", None)
+    code, out = svc_admin(
+        env, "update-key", pid, str(key_id), "--expires-at", "2030-01-01T00:00:00Z"
+    )
+    assert (code, out["expires_at"]) == (0, "2030-01-01T00:00:00Z")
     code, out = svc_admin(env, "inspect", pid)
     assert out["keys"][0]["daily_cap_credits"] is None  # type: ignore[index]
+    assert out["keys"][0]["expires_at"] == 1_893_456_000  # type: ignore[index]
     code, out = svc_admin(env, "update-key", pid, str(key_id), "--name", "")
     assert code != 0
     assert out["error"]["param"] == "name"  # type: ignore[index]

@@ -60,6 +60,7 @@ def test_lifecycle_through_the_sdk_and_raw_http(server: Server) -> None:
         "daily_cap_credits",
         "created_at",
         "key",
+        "expires_at",
     }
     assert (body["object"], body["name"], body["daily_cap_credits"]) == (
         "api_key",
@@ -83,6 +84,7 @@ def test_lifecycle_through_the_sdk_and_raw_http(server: Server) -> None:
         "created_at",
         "last4",
         "status",
+        "expires_at",
     }
     assert (item["last4"], item["status"]) == (secret[-4:], "active")
     assert secret not in listed.text
@@ -336,6 +338,7 @@ def test_an_update_changes_name_and_cap_at_once_on_every_worker(server: Server) 
         "created_at",
         "last4",
         "status",
+        "expires_at",
     }
     # the cap is below what today already used: every request on every worker is refused
     # from the very next one, and nothing is charged for them
@@ -399,3 +402,60 @@ def test_updates_are_the_accounts_own_and_live_keys_only(server: Server) -> None
     assert (admin.status_code, admin.json()["daily_cap_credits"]) == (200, 9)
     missing = server.admin("PATCH", f"/accounts/{b}/api-keys/{id_a}", {"daily_cap_credits": 9})
     assert missing.status_code == 404
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(int(ts), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_a_key_stops_at_its_expiry_on_every_worker_and_route(server: Server) -> None:
+    pid = server.new_account(100_000)
+    manager = server.new_key(pid)
+    expires = time.time() + 3
+    body = {
+        "name": "short",
+        "environment": "live",
+        "daily_cap_credits": None,
+        "expires_at": _iso(expires),
+    }
+    created = httpx.post(f"{server.base_url}/api-keys", json=body, headers=_h(manager)).json()
+    assert created["expires_at"] == _iso(expires)
+    short = created["key"]
+    assert _chat(server, short).status_code == 200
+    listed = {
+        k["id"]: k
+        for k in httpx.get(f"{server.base_url}/api-keys", headers=_h(manager)).json()["data"]
+    }
+    assert listed[created["id"]]["expires_at"] == _iso(expires)
+    time.sleep(max(0.0, int(expires) + 1 - time.time()))
+    before = server.balance(pid)
+    for _ in range(6):  # both workers
+        r = _chat(server, short)
+        assert (r.status_code, r.json()["error"]["code"]) == (401, "api_key_expired")
+        credits = httpx.get(f"{server.base_url}/credits", headers=_h(short))
+        assert (credits.status_code, credits.json()["error"]["code"]) == (401, "api_key_expired")
+    assert server.balance(pid) == before
+    # lifting the expiry brings it back at once; setting one in the past ends it at once
+    key_id = created["id"]
+    r = httpx.patch(
+        f"{server.base_url}/api-keys/{key_id}", json={"expires_at": None}, headers=_h(manager)
+    )
+    assert (r.status_code, r.json()["expires_at"]) == (200, None)
+    assert all(_chat(server, short).status_code == 200 for _ in range(4))
+    past = {"expires_at": "2026-01-01T00:00:00+00:00"}
+    assert httpx.patch(
+        f"{server.base_url}/api-keys/{key_id}", json=past, headers=_h(manager)
+    ).is_success
+    assert {_chat(server, short).status_code for _ in range(4)} == {401}
+
+
+@pytest.mark.parametrize(
+    "expires_at", ["2020-01-01T00:00:00Z", "tomorrow", "2030-01-01T00:00:00", 5, ""]
+)
+def test_a_key_needs_a_future_time_with_its_offset(server: Server, expires_at: object) -> None:
+    pid = server.new_account(0)
+    key = server.new_key(pid)
+    body = {"name": "k", "environment": "live", "daily_cap_credits": None, "expires_at": expires_at}
+    r = httpx.post(f"{server.base_url}/api-keys", json=body, headers=_h(key))
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "expires_at")
+    assert len(httpx.get(f"{server.base_url}/api-keys", headers=_h(key)).json()["data"]) == 1

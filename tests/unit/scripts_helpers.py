@@ -9,6 +9,7 @@ from redis.asyncio.cluster import RedisCluster
 from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Hold, Identity
 from app.kv.fields import API_CHAT
+from app.store import KeyRecord
 
 
 async def account(ledger: RedisLedger, pid: str, *, purchased: int = 0) -> None:
@@ -19,7 +20,7 @@ async def key(
     ledger: RedisLedger, pid: str, kid: str, *, environment: str = "live", cap: int | None = None
 ) -> Identity:
     ident = Identity(pid, kid, environment, ledger.layout.shard(pid))
-    await ledger.put_key(ident, status="active", daily_cap=cap, name="k")
+    await ledger.put_key(ident, rec(ident, cap=cap))
     return ident
 
 
@@ -80,3 +81,26 @@ async def pools(ledger: RedisLedger, pid: str) -> tuple[int, int]:
         ledger.layout.account(ledger.layout.shard(pid), pid), ["earned", "purchased"]
     )
     return int(earned), int(purchased)
+
+
+def rec(
+    ident: Identity,
+    *,
+    status: str = "active",
+    cap: int | None = None,
+    name: str = "k",
+    expires_at: int | None = None,
+) -> KeyRecord:
+    """A key's durable record as the key scripts take it (the secret's hash is not theirs)."""
+    return KeyRecord(
+        kid=ident.kid,
+        account_pid=ident.pid,
+        name=name,
+        environment=ident.environment,
+        daily_cap_credits=cap,
+        secret_hash="",
+        last4="",
+        created_at=0,
+        status=status,
+        expires_at=expires_at,
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -41,7 +42,7 @@ async def test_revoke_is_scoped_and_immediate(store: Store, ledger: RedisLedger)
     assert (deleted.id, deleted.deleted) == (key.id, True)
     ident = await ledger.lookup_digest(digest(b"p", key.key))
     assert ident is not None
-    assert await ledger.key_status(ident) is ScriptStatus.KEY_REVOKED
+    assert await ledger.key_status(ident, time.time()) is ScriptStatus.KEY_REVOKED
     record = await store.get_key(key.id.removeprefix("key_"))
     assert record is not None
     assert record.status == "revoked"

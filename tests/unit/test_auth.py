@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -173,7 +174,7 @@ async def test_a_cached_key_whose_redis_record_was_lost_is_restored(
     await ledger.redis.flushall()  # Redis lost everything
     assert await auth.authenticated(f"Bearer {created.key}", ADDRESS, auth.key_active) == ident
     assert auth.cold_verifications == 1
-    assert await ledger.key_status(ident) is ScriptStatus.OK  # the record is back
+    assert await ledger.key_status(ident, time.time()) is ScriptStatus.OK  # the record is back
     assert await ledger.lookup_digest(digest(PEPPER, created.key)) == ident
 
 

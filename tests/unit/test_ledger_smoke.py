@@ -6,6 +6,7 @@ from app.credits.outcomes import Identity, ScriptStatus
 from app.kv.client import RedisClient
 from app.kv.layout import KeySpace
 from tests.conftest import Clock
+from tests.unit.scripts_helpers import rec
 from tests.valkey_cluster import other_primary
 
 
@@ -14,7 +15,7 @@ async def test_reserve_settle_round_trip(ledger: RedisLedger, clock: Clock) -> N
     ident = Identity(pid, kid, "live", ledger.layout.shard(pid))
     assert (await ledger.open_account(pid, purchased=1000)).status is ScriptStatus.OK
     assert (
-        await ledger.put_key(ident, status="active", daily_cap=None, name="k")
+        await ledger.put_key(ident, rec(ident, status="active", cap=None, name="k"))
     ).status is ScriptStatus.OK
     hold = await ledger.reserve(
         ident,
@@ -97,7 +98,7 @@ async def test_a_script_flushed_again_during_its_reload_still_runs(
     ).status is ScriptStatus.OK  # NOSCRIPT twice, then EVAL
     ident = Identity("acct_F", "F" * 12, "live", ledger.layout.shard("acct_F"))
     assert (
-        await ledger.put_key(ident, status="active", daily_cap=None, name="k")
+        await ledger.put_key(ident, rec(ident, status="active", cap=None, name="k"))
     ).status is ScriptStatus.OK
     status, balance = await ledger.balance(ident, 1_780_000_000.0)
     assert (status, balance.total) == (ScriptStatus.OK, 10)

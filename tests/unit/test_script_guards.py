@@ -86,9 +86,9 @@ def _calls(
             [now, "earned", 100, 30 * DAY, 5, 100, 100, pid],
         ),
         "open_account": ([ks.account(shard, "acct_new")], [0, 0, 100]),
-        "put_key": ([ks.api_key(shard, "knew")], [pid, "active", "live", -1, "name"]),
-        "revoke_key": ([ks.api_key(shard, kid)], [pid, "live", -1, "name"]),
-        "update_key": ([ks.api_key(shard, kid)], [pid, "active", "live", 50, "renamed"]),
+        "put_key": ([ks.api_key(shard, "knew")], [pid, "active", "live", -1, "name", now + 60]),
+        "revoke_key": ([ks.api_key(shard, kid)], [pid, "live", -1, "name", 0]),
+        "update_key": ([ks.api_key(shard, kid)], [pid, "active", "live", 50, "renamed", 0]),
         "balance": ([ks.api_key(shard, kid), ks.account(shard, pid)], [now, pid]),
     }
 
@@ -99,9 +99,9 @@ NUMERIC = {
     "extend": [1],
     "grant": [0, 2, 3, 4, 5, 6],
     "open_account": [0, 1, 2],
-    "put_key": [3],
-    "revoke_key": [2],
-    "update_key": [3],
+    "put_key": [3, 5],
+    "revoke_key": [2, 4],
+    "update_key": [3, 5],
     "balance": [0],
 }
 WORDS = {  # arguments from a fixed set, and a wrong value for each

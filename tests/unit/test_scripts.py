@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from app.core.clock import day_tag, utc_day
@@ -11,7 +13,7 @@ from app.credits.outcomes import Identity, ScriptStatus
 from app.kv.client import RedisClient
 from app.kv.fields import API_CHAT, UsageCounters
 from tests.conftest import Clock
-from tests.unit.scripts_helpers import account, key, pools, reserve, snapshot
+from tests.unit.scripts_helpers import account, key, pools, rec, reserve, snapshot
 
 DAY = 86_400
 
@@ -72,7 +74,9 @@ async def test_refusals_change_nothing(
     await account(ledger, "acct_B", purchased=500)
     ident = await key(ledger, "acct_A", "k1")
     if setup == "revoked":
-        assert (await ledger.revoke_key(ident, daily_cap=None, name="k")).status is ScriptStatus.OK
+        assert (
+            await ledger.revoke_key(ident, rec(ident, cap=None, name="k"))
+        ).status is ScriptStatus.OK
     elif setup == "unknown":
         ident = ident.__class__("acct_A", "nokey", "live", ident.shard)
     elif setup == "other_account":
@@ -95,7 +99,7 @@ async def test_a_resent_reserve_answers_its_own_reservation(
     await account(ledger, "acct_A", purchased=100)
     ident = await key(ledger, "acct_A", "k1")
     first = await reserve(ledger, ident, "r1", clock())
-    await ledger.revoke_key(ident, daily_cap=None, name="k")
+    await ledger.revoke_key(ident, rec(ident, cap=None, name="k"))
     before = await snapshot(ledger)
     again = await reserve(ledger, ident, "r1", clock())
     assert (again.amount, again.out_tokens, again.balance) == (10, 10, 90)
@@ -564,7 +568,7 @@ async def test_balance_reads_expiry_at_the_exact_second(ledger: RedisLedger, clo
     assert (status, balance.earned, balance.purchased) == (ScriptStatus.OK, 40, 7)
     _, balance = await ledger.balance(ident, clock() + 30 * DAY)
     assert (balance.earned, balance.earned_exp, balance.total) == (0, 0, 7)
-    await ledger.revoke_key(ident, daily_cap=None, name="k")
+    await ledger.revoke_key(ident, rec(ident, cap=None, name="k"))
     status, _ = await ledger.balance(ident, clock())
     assert status is ScriptStatus.KEY_REVOKED
 
@@ -575,28 +579,32 @@ async def test_balance_reads_expiry_at_the_exact_second(ledger: RedisLedger, clo
 async def test_key_records_are_never_overwritten(ledger: RedisLedger) -> None:
     ident = await key(ledger, "acct_A", "k1", cap=5)
     assert (
-        await ledger.put_key(ident, status="active", daily_cap=None, name="other")
+        await ledger.put_key(ident, rec(ident, status="active", cap=None, name="other"))
     ).status is ScriptStatus.DUPLICATE
-    assert (await ledger.revoke_key(ident, daily_cap=5, name="k")).status is ScriptStatus.OK
-    assert (await ledger.revoke_key(ident, daily_cap=5, name="k")).status is ScriptStatus.DUPLICATE
+    assert (await ledger.revoke_key(ident, rec(ident, cap=5, name="k"))).status is ScriptStatus.OK
     assert (
-        await ledger.put_key(ident, status="active", daily_cap=5, name="k")
+        await ledger.revoke_key(ident, rec(ident, cap=5, name="k"))
     ).status is ScriptStatus.DUPLICATE
-    assert await ledger.key_status(ident) is ScriptStatus.KEY_REVOKED
+    assert (
+        await ledger.put_key(ident, rec(ident, status="active", cap=5, name="k"))
+    ).status is ScriptStatus.DUPLICATE
+    assert await ledger.key_status(ident, time.time()) is ScriptStatus.KEY_REVOKED
     stranger = ident.__class__("acct_B", "k1", "live", ident.shard)
     assert (
-        await ledger.revoke_key(stranger, daily_cap=None, name="k")
+        await ledger.revoke_key(stranger, rec(stranger, cap=None, name="k"))
     ).status is ScriptStatus.KEY_UNKNOWN
 
 
 async def test_revoking_a_lost_key_record_writes_it_revoked(ledger: RedisLedger) -> None:
     ident = await key(ledger, "acct_A", "k1")
     await ledger.redis.delete(ledger.layout.api_key(ident.shard, "k1"))
-    assert (await ledger.revoke_key(ident, daily_cap=None, name="k")).status is ScriptStatus.OK
     assert (
-        await ledger.put_key(ident, status="active", daily_cap=None, name="k")
+        await ledger.revoke_key(ident, rec(ident, cap=None, name="k"))
+    ).status is ScriptStatus.OK
+    assert (
+        await ledger.put_key(ident, rec(ident, status="active", cap=None, name="k"))
     ).status is ScriptStatus.DUPLICATE
-    assert await ledger.key_status(ident) is ScriptStatus.KEY_REVOKED
+    assert await ledger.key_status(ident, time.time()) is ScriptStatus.KEY_REVOKED
 
 
 async def test_an_update_sets_name_and_cap_at_once_and_never_the_status(
@@ -607,7 +615,7 @@ async def test_an_update_sets_name_and_cap_at_once_and_never_the_status(
     assert (await reserve(ledger, ident, "r1", clock(), max_out=60)).amount == 60
     # the cap lowered below what the day has held: the next reserve is refused at once
     assert (
-        await ledger.update_key(ident, status="active", daily_cap=50, name="renamed")
+        await ledger.update_key(ident, rec(ident, status="active", cap=50, name="renamed"))
     ).status is ScriptStatus.OK
     with pytest.raises(ApiError) as capped:
         await reserve(ledger, ident, "r2", clock(), max_out=1)
@@ -615,15 +623,15 @@ async def test_an_update_sets_name_and_cap_at_once_and_never_the_status(
     record = await ledger.redis.hgetall(ledger.layout.api_key(ident.shard, "k1"))
     assert (record[b"cap"], record[b"name"], record[b"status"]) == (b"50", b"renamed", b"active")
     # raised, or removed: it serves again
-    await ledger.update_key(ident, status="active", daily_cap=None, name="renamed")
+    await ledger.update_key(ident, rec(ident, status="active", cap=None, name="renamed"))
     assert (await reserve(ledger, ident, "r3", clock(), max_out=5)).amount == 5
     # an update racing a revocation does not undo it
-    await ledger.revoke_key(ident, daily_cap=None, name="renamed")
-    await ledger.update_key(ident, status="active", daily_cap=10, name="late")
-    assert await ledger.key_status(ident) is ScriptStatus.KEY_REVOKED
+    await ledger.revoke_key(ident, rec(ident, cap=None, name="renamed"))
+    await ledger.update_key(ident, rec(ident, status="active", cap=10, name="late"))
+    assert await ledger.key_status(ident, time.time()) is ScriptStatus.KEY_REVOKED
     stranger = ident.__class__("acct_B", "k1", "live", ident.shard)
     assert (
-        await ledger.update_key(stranger, status="active", daily_cap=1, name="x")
+        await ledger.update_key(stranger, rec(stranger, status="active", cap=1, name="x"))
     ).status is ScriptStatus.KEY_UNKNOWN
     assert (await ledger.redis.hgetall(ledger.layout.api_key(ident.shard, "k1")))[
         b"name"
@@ -633,7 +641,7 @@ async def test_an_update_sets_name_and_cap_at_once_and_never_the_status(
 async def test_updating_a_lost_key_record_writes_it_whole(ledger: RedisLedger) -> None:
     ident = await key(ledger, "acct_A", "k1")
     await ledger.redis.delete(ledger.layout.api_key(ident.shard, "k1"))
-    await ledger.update_key(ident, status="revoked", daily_cap=7, name="n")
+    await ledger.update_key(ident, rec(ident, status="revoked", cap=7, name="n"))
     record = await ledger.redis.hgetall(ledger.layout.api_key(ident.shard, "k1"))
     assert record == {
         b"acct": b"acct_A",
@@ -641,6 +649,7 @@ async def test_updating_a_lost_key_record_writes_it_whole(ledger: RedisLedger) -
         b"env": b"live",
         b"cap": b"7",
         b"name": b"n",
+        b"exp": b"0",
     }
 
 
@@ -750,3 +759,28 @@ async def test_settle_lapses_held_earned_credits_of_a_pool_zeroed_meanwhile(
     )
     assert await _expiries(ledger, "acct_A") == [("acct_A", 10), ("acct_A", 50)]
     assert await pools(ledger, "acct_A") == (0, 95)  # nothing earned came back to the pool
+
+
+async def test_an_expired_key_is_refused_from_its_expiry_on_and_nothing_changes(
+    ledger: RedisLedger, clock: Clock
+) -> None:
+    await account(ledger, "acct_A", purchased=1_000)
+    ident = await key(ledger, "acct_A", "k1")
+    expires = int(clock()) + 60
+    await ledger.update_key(ident, rec(ident, expires_at=expires))
+    assert (await reserve(ledger, ident, "r1", expires - 1, max_out=5)).amount == 5
+    assert await ledger.key_status(ident, expires - 1) is ScriptStatus.OK
+    before = await snapshot(ledger)
+    with pytest.raises(ApiError) as expired:
+        await reserve(ledger, ident, "r2", expires, max_out=5)
+    assert expired.value.kind is ErrorKind.API_KEY_EXPIRED
+    assert await snapshot(ledger) == before
+    assert await ledger.key_status(ident, expires) is ScriptStatus.KEY_EXPIRED
+    status, _ = await ledger.balance(ident, expires)
+    assert status is ScriptStatus.KEY_EXPIRED
+    # revoked outranks expired; lifting the expiry lets the key serve again
+    await ledger.update_key(ident, rec(ident, expires_at=None))
+    assert (await reserve(ledger, ident, "r3", expires + 10, max_out=5)).amount == 5
+    await ledger.update_key(ident, rec(ident, expires_at=expires))
+    await ledger.revoke_key(ident, rec(ident))
+    assert await ledger.key_status(ident, expires) is ScriptStatus.KEY_REVOKED

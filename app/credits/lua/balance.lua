@@ -8,14 +8,17 @@ ARGV[1]  now                 unix seconds
 ARGV[2]  pid                 account the key must belong to
 
 Returns {status, earned, earned_exp, purchased}
-  0 OK (earned_exp 0 = no expiry), 1 KEY_UNKNOWN, 2 KEY_REVOKED, 3 ACCOUNT_MISSING
+  0 OK (earned_exp 0 = no expiry), 1 KEY_UNKNOWN, 2 KEY_REVOKED, 3 ACCOUNT_MISSING,
+  12 KEY_EXPIRED (the key's exp is not after now)
 A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
 ]]
 local now = count(1, 'now')
 local pid = label(2, 'pid')
-local key = redis.call('HMGET', KEYS[1], 'acct', 'status')
+local key = redis.call('HMGET', KEYS[1], 'acct', 'status', 'exp')
 if not key[1] or key[1] ~= pid then return {1, 0, 0, 0} end
 if key[2] ~= 'active' then return {2, 0, 0, 0} end
+local key_exp = tonumber(key[3] or '0')
+if key_exp > 0 and now >= key_exp then return {12, 0, 0, 0} end
 local acct = redis.call('HMGET', KEYS[2], 'earned', 'earned_exp', 'purchased')
 if not acct[3] then return {3, 0, 0, 0} end
 local earned, earned_exp = tonumber(acct[1]), tonumber(acct[2])

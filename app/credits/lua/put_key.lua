@@ -9,6 +9,7 @@ ARGV[2]  status              active | revoked
 ARGV[3]  env                 live | test
 ARGV[4]  cap                 daily cap in credits; -1 = no cap
 ARGV[5]  name                the key's label
+ARGV[6]  exp                 unix seconds from which the key is expired; 0 = never
 
 Returns 1 when written, 0 when a record existed (left unchanged).
 A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
@@ -18,7 +19,8 @@ local status = one_of(2, 'status', {active = true, revoked = true})
 local env = one_of(3, 'env', {live = true, test = true})
 local daily_cap = cap(4, 'cap')
 local name = text(5, 'name')
+local exp = count(6, 'exp')
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'acct', acct, 'status', status, 'env', env,
-  'cap', daily_cap, 'name', name)
+  'cap', daily_cap, 'name', name, 'exp', exp)
 return 1

@@ -3,7 +3,7 @@ reserve: check a key and its account, then hold credits for one request. Atomic.
 All checks come before the first write; nothing after the first write can fail.
 
 KEYS[1]  account hash        <p>:{sN}:acct:<pid>       earned, earned_exp, purchased
-KEYS[2]  api key hash        <p>:{sN}:key:<kid>        acct, status, env, cap
+KEYS[2]  api key hash        <p>:{sN}:key:<kid>        acct, status, env, cap, exp
 KEYS[3]  cap counter         <p>:{sN}:cap:<kid>:<day>  credits held + settled today
 KEYS[4]  reservation hash    <p>:{sN}:rsv:<rid>        (created here)
 KEYS[5]  reservations zset   <p>:{sN}:rsv              rid scored by deadline
@@ -45,6 +45,7 @@ Returns {status, amount, out_tokens, balance}
  10 RATE_LIMITED          the key made rate_limit requests this window; balance = seconds
                           until the window ends
  11 GAVE_UP               Redis ran this after give_up_ms; nothing changed
+ 12 KEY_EXPIRED           the key's exp (unix seconds, 0 or absent = never) is not after now
 A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
 Test keys ("env" = test) hold against the daily cap only; balances are not touched.
 A live reserve that finds the earned pool expired zeroes it, bumps the pool's generation
@@ -71,7 +72,7 @@ local give_up_ms = count(16, 'give_up_ms')
 one_of(17, 'api', {chat = true, responses = true})
 if min_out > max_out or cap_ttl == 0 then refuse('min_out/cap_ttl') end
 
-local key = redis.call('HMGET', KEYS[2], 'acct', 'status', 'env', 'cap')
+local key = redis.call('HMGET', KEYS[2], 'acct', 'status', 'env', 'cap', 'exp')
 if not key[1] or key[1] ~= pid then return {1, 0, 0, 0} end
 
 local function available_now()
@@ -94,6 +95,8 @@ if give_up_ms > 0 then
   end
 end
 if key[2] ~= 'active' then return {2, 0, 0, 0} end
+local key_exp = tonumber(key[5] or '0')
+if key_exp > 0 and now >= key_exp then return {12, 0, 0, 0} end
 if rate_limit > 0 and tonumber(redis.call('GET', KEYS[7]) or '0') >= rate_limit then
   return {10, 0, 0, math.max(1, math.ceil(window_end - now))}
 end

@@ -8,6 +8,7 @@ ARGV[1]  acct                account pid the key belongs to
 ARGV[2]  env                 live | test
 ARGV[3]  cap                 daily cap; -1 = no cap
 ARGV[4]  name                the key's label
+ARGV[5]  exp                 unix seconds from which the key is expired; 0 = never
 
 Returns 1 when revoked now, 0 when it was revoked already, -1 when the record names
 another account (nothing changed).
@@ -17,6 +18,7 @@ local acct = label(1, 'acct')
 local env = one_of(2, 'env', {live = true, test = true})
 local daily_cap = cap(3, 'cap')
 local name = text(4, 'name')
+local exp = count(5, 'exp')
 local key = redis.call('HMGET', KEYS[1], 'acct', 'status')
 if key[1] and key[1] ~= acct then return -1 end
 if key[2] == 'revoked' then return 0 end
@@ -24,6 +26,6 @@ if key[1] then
   redis.call('HSET', KEYS[1], 'status', 'revoked')
 else
   redis.call('HSET', KEYS[1], 'acct', acct, 'status', 'revoked', 'env', env,
-    'cap', daily_cap, 'name', name)
+    'cap', daily_cap, 'name', name, 'exp', exp)
 end
 return 1
