@@ -20,6 +20,18 @@ from tests.e2e.conftest import Server
 
 pytestmark = pytest.mark.e2e
 MSG = [{"role": "user", "content": "hi"}]
+# A key as a list (or an update) shows it: never the secret, never a hash.
+KEY_ITEM_FIELDS = {
+    "id",
+    "object",
+    "name",
+    "environment",
+    "daily_cap_credits",
+    "created_at",
+    "last4",
+    "status",
+    "expires_at",
+}
 
 
 def _h(key: str) -> dict[str, str]:
@@ -75,17 +87,7 @@ def test_lifecycle_through_the_sdk_and_raw_http(server: Server) -> None:
     assert data["object"] == "list"
     assert [k["id"] for k in data["data"]][:2] == [body["id"], data["data"][1]["id"]]
     item = data["data"][0]
-    assert set(item) == {
-        "id",
-        "object",
-        "name",
-        "environment",
-        "daily_cap_credits",
-        "created_at",
-        "last4",
-        "status",
-        "expires_at",
-    }
+    assert set(item) == KEY_ITEM_FIELDS
     assert (item["last4"], item["status"]) == (secret[-4:], "active")
     assert secret not in listed.text
     assert admin_key not in listed.text
@@ -329,17 +331,7 @@ def test_an_update_changes_name_and_cap_at_once_on_every_worker(server: Server) 
         1,
         "active",
     )
-    assert set(item) == {
-        "id",
-        "object",
-        "name",
-        "environment",
-        "daily_cap_credits",
-        "created_at",
-        "last4",
-        "status",
-        "expires_at",
-    }
+    assert set(item) == KEY_ITEM_FIELDS
     # the cap is below what today already used: every request on every worker is refused
     # from the very next one, and nothing is charged for them
     before = server.balance(pid)
