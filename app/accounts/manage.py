@@ -71,6 +71,7 @@ class ApiKeyItem(msgspec.Struct):
     last4: str
     status: str
     expires_at: str | None = None  # ISO 8601 UTC; None: never
+    last_used_at: str | None = None  # ISO 8601 UTC of its last request; None: never
 
 
 class ApiKeyDeleted(msgspec.Struct):
@@ -173,7 +174,11 @@ def _hot_fields(rec: KeyRecord) -> tuple[str, int | None, int | None]:
     return rec.name, rec.daily_cap_credits, rec.expires_at
 
 
-def key_item(rec: KeyRecord) -> ApiKeyItem:
+def _iso_or_none(ts: int | None) -> str | None:
+    return None if ts is None else iso_utc(ts)
+
+
+def key_item(rec: KeyRecord, last_used: int | None = None) -> ApiKeyItem:
     return ApiKeyItem(
         id=public_id(rec.kid),
         object="api_key",
@@ -183,7 +188,8 @@ def key_item(rec: KeyRecord) -> ApiKeyItem:
         created_at=rec.created_at,
         last4=rec.last4,
         status=rec.status,
-        expires_at=None if rec.expires_at is None else iso_utc(rec.expires_at),
+        expires_at=_iso_or_none(rec.expires_at),
+        last_used_at=_iso_or_none(last_used),
     )
 
 
@@ -291,7 +297,7 @@ class Accounts:
             daily_cap_credits=daily_cap,
             created_at=record.created_at,
             key=secret,
-            expires_at=None if expires is None else iso_utc(expires),
+            expires_at=_iso_or_none(expires),
         )
 
     def _key_limit(self) -> ApiError:
@@ -303,8 +309,10 @@ class Accounts:
 
     async def list_keys(self, pid: str) -> ApiKeyList:
         """The account's keys, newest first: never a secret, never a hash."""
+        records = await self.store.list_keys(pid)
+        used = await self.ledger.keys_last_used(pid, [r.kid for r in records])
         return ApiKeyList(
-            object="list", data=[key_item(r) for r in await self.store.list_keys(pid)]
+            object="list", data=[key_item(r, u) for r, u in zip(records, used, strict=True)]
         )
 
     async def _account_key(self, pid: str, key_id: str) -> KeyRecord:
@@ -340,7 +348,8 @@ class Accounts:
                 raise service_unavailable()  # the Redis record names another account: never
             now = await self.store.get_key(record.kid)
             if now is not None and _hot_fields(now) == _hot_fields(updated):
-                return key_item(now)
+                (used,) = await self.ledger.keys_last_used(pid, [record.kid])
+                return key_item(now, used)
             updated = now
         raise service_unavailable()
 

@@ -141,6 +141,15 @@ class RedisLedger:
             return ScriptStatus.KEY_EXPIRED
         return ScriptStatus.OK
 
+    async def keys_last_used(self, pid: str, kids: list[str]) -> list[int | None]:
+        """When each key of ``pid`` last reserved (unix seconds; None: never, or Redis lost
+        it), in the order of ``kids``, one round trip."""
+        shard = self.layout.shard(pid)
+        pipe = self.redis.pipeline(transaction=False)
+        for kid in kids:
+            pipe.hget(self.layout.api_key(shard, kid), KeyField.LAST_USED)
+        return [None if used is None else int(used) for used in await pipe.execute()]
+
     async def usage_days(
         self, pid: str, environment: str, days: list[str]
     ) -> dict[str, UsageCounters]:

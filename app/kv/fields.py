@@ -30,6 +30,7 @@ class KeyField:
     CAP: Final = "cap"  # credits per UTC day; -1 = no cap
     NAME: Final = "name"
     EXPIRES: Final = "exp"  # unix seconds from which the key is expired; 0 or absent = never
+    LAST_USED: Final = "used"  # unix seconds of the key's last reserve; absent: never used
 
 
 KEY_ACTIVE: Final = b"active"

@@ -31,6 +31,7 @@ KEY_ITEM_FIELDS = {
     "last4",
     "status",
     "expires_at",
+    "last_used_at",
 }
 
 
@@ -451,3 +452,28 @@ def test_a_key_needs_a_future_time_with_its_offset(server: Server, expires_at: o
     r = httpx.post(f"{server.base_url}/api-keys", json=body, headers=_h(key))
     assert (r.status_code, r.json()["error"]["param"]) == (400, "expires_at")
     assert len(httpx.get(f"{server.base_url}/api-keys", headers=_h(key)).json()["data"]) == 1
+
+
+def test_the_list_shows_when_each_key_was_last_used(server: Server) -> None:
+    pid = server.new_account(100_000)
+    manager = server.new_key(pid)
+    used = server.new_key(pid)
+    idle = server.new_key(pid)
+    started = int(time.time())
+    assert _chat(server, used).status_code == 200
+    listed = {
+        k["last4"]: k
+        for k in httpx.get(f"{server.base_url}/api-keys", headers=_h(manager)).json()["data"]
+    }
+    assert listed[idle[-4:]]["last_used_at"] is None
+    last = datetime.strptime(listed[used[-4:]]["last_used_at"], "%Y-%m-%dT%H:%M:%SZ")
+    assert started <= last.replace(tzinfo=UTC).timestamp() <= time.time()
+    # a refused request is no use: a key over its cap keeps its last use
+    key_id = _id_of(server, manager, used)
+    httpx.patch(
+        f"{server.base_url}/api-keys/{key_id}", json={"daily_cap_credits": 0}, headers=_h(manager)
+    )
+    time.sleep(1.1)
+    assert _chat(server, used).status_code == 429
+    again = httpx.patch(f"{server.base_url}/api-keys/{key_id}", json={}, headers=_h(manager)).json()
+    assert again["last_used_at"] == listed[used[-4:]]["last_used_at"]

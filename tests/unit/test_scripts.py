@@ -784,3 +784,16 @@ async def test_an_expired_key_is_refused_from_its_expiry_on_and_nothing_changes(
     await ledger.update_key(ident, rec(ident, expires_at=expires))
     await ledger.revoke_key(ident, rec(ident))
     assert await ledger.key_status(ident, expires) is ScriptStatus.KEY_REVOKED
+
+
+async def test_a_reserve_records_the_keys_last_use_and_a_refusal_does_not(
+    ledger: RedisLedger, clock: Clock
+) -> None:
+    await account(ledger, "acct_A", purchased=1_000)
+    ident = await key(ledger, "acct_A", "k1", cap=10)
+    assert await ledger.keys_last_used("acct_A", ["k1"]) == [None]
+    await reserve(ledger, ident, "r1", clock(), max_out=10)
+    assert await ledger.keys_last_used("acct_A", ["k1"]) == [int(clock())]
+    with pytest.raises(ApiError):  # over the cap: refused, not a use
+        await reserve(ledger, ident, "r2", clock() + 5, max_out=10)
+    assert await ledger.keys_last_used("acct_A", ["k1", "k2"]) == [int(clock()), None]

@@ -3,7 +3,7 @@ reserve: check a key and its account, then hold credits for one request. Atomic.
 All checks come before the first write; nothing after the first write can fail.
 
 KEYS[1]  account hash        <p>:{sN}:acct:<pid>       earned, earned_exp, purchased
-KEYS[2]  api key hash        <p>:{sN}:key:<kid>        acct, status, env, cap, exp
+KEYS[2]  api key hash        <p>:{sN}:key:<kid>        acct, status, env, cap, exp; used (set)
 KEYS[3]  cap counter         <p>:{sN}:cap:<kid>:<day>  credits held + settled today
 KEYS[4]  reservation hash    <p>:{sN}:rsv:<rid>        (created here)
 KEYS[5]  reservations zset   <p>:{sN}:rsv              rid scored by deadline
@@ -33,7 +33,8 @@ ARGV[17] api            the API the request came through (chat | responses): rec
                         reservation, for settle's usage counters and event
 
 Returns {status, amount, out_tokens, balance}
-  0 OK                    amount credits held, out_tokens the output cap, balance left after
+  0 OK                    amount credits held, out_tokens the output cap, balance left after;
+                          the key's `used` is set to now (its last use, for the key list)
   1 KEY_UNKNOWN           (other fields 0)
   2 KEY_REVOKED
   3 ACCOUNT_MISSING
@@ -176,4 +177,5 @@ redis.call('HSET', KEYS[4],
   'alias', ARGV[11], 'requested', ARGV[12], 'day', ARGV[13],
   'deadline', deadline, 'created', now, 'api', ARGV[17])
 redis.call('ZADD', KEYS[5], deadline, rid)
+redis.call('HSET', KEYS[2], 'used', now)
 return {0, amount, out, balance}
