@@ -28,7 +28,7 @@ from app.upstream.openai_http import (
     provider_headers,
     status_error,
 )
-from app.upstream.sse import LineParser, LineSplitter
+from app.upstream.sse import LineParser, LineSplitter, parse_data_line
 
 # Pieces buffered for a reader that does not keep up (a slow client) past which the socket is
 # no longer read: the rest waits in the kernel and, past that, at the upstream.
@@ -92,7 +92,8 @@ class _Connection(asyncio.Protocol):
     def send(self, request: bytes, parse: LineParser) -> None:
         """Send a request whose response stream ``parse`` reads, line by line."""
         assert self.transport is not None
-        self._splitter = LineSplitter(parse)
+        if parse is not parse_data_line:  # a chat stream's splitter is the one made ready
+            self._splitter = LineSplitter(parse)
         self.transport.write(request)
 
     @property
