@@ -51,6 +51,62 @@ def _expiry(value: str) -> str | None:
     return None if value.lower() in ("none", "null") else value
 
 
+def _models(value: str) -> list[str] | None:
+    """``--allowed-models``: aliases separated by commas ("" for none), or all."""
+    if value.lower() == "all":
+        return None
+    return [alias.strip() for alias in value.split(",") if alias.strip()]
+
+
+def _rpm(value: str) -> int | None:
+    """``--rate-limit-rpm``: requests a minute (checked as the API checks it), or none."""
+    return None if value.lower() in ("none", "null") else int(value)
+
+
+# (option, field of the request body) of every key setting the CLI takes
+_KEY_OPTIONS = (
+    ("name", "name"),
+    ("daily_cap", "daily_cap_credits"),
+    ("expires_at", "expires_at"),
+    ("allowed_models", "allowed_models"),
+    ("rate_limit_rpm", "rate_limit_rpm"),
+)
+
+
+def _add_key_options(parser: argparse.ArgumentParser) -> None:
+    """The key settings of create-key and update-key; an option left out is not sent."""
+    parser.add_argument(
+        "--daily-cap",
+        type=_cap,
+        default=argparse.SUPPRESS,
+        help="credits per UTC day, or none (no cap)",
+    )
+    parser.add_argument(
+        "--expires-at",
+        type=_expiry,
+        default=argparse.SUPPRESS,
+        help="ISO 8601 time (2027-01-31T00:00:00Z), or none (never)",
+    )
+    parser.add_argument(
+        "--allowed-models",
+        type=_models,
+        default=argparse.SUPPRESS,
+        help="aliases separated by commas (svc-fast,svc-code), or all",
+    )
+    parser.add_argument(
+        "--rate-limit-rpm",
+        type=_rpm,
+        default=argparse.SUPPRESS,
+        help="requests the key may start in any minute, or none (no limit)",
+    )
+
+
+def _key_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The key settings given on the command line, as request body fields."""
+    given = vars(args)
+    return {field: given[option] for option, field in _KEY_OPTIONS if option in given}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="svc", description="Credit-metered chat gateway.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -93,37 +149,51 @@ def build_parser() -> argparse.ArgumentParser:
     key.add_argument("account_pid")
     key.add_argument("--name", required=True)
     key.add_argument("--environment", choices=["live", "test"], default="live")
-    key.add_argument("--daily-cap", type=_cap, default=None, help="credits per UTC day, or none")
-    key.add_argument("--expires-at", default=None, help="ISO 8601 time (2027-01-31T00:00:00Z)")
+    _add_key_options(key)
     update = ops.add_parser(
-        "update-key", help="change an API key's name or daily cap (at once, on every worker)"
+        "update-key", help="change an API key's settings (at once, on every worker)"
     )
     update.add_argument("account_pid")
     update.add_argument("key_id", help="key_...")
     update.add_argument("--name", default=argparse.SUPPRESS, help="the new name")
-    update.add_argument(
-        "--daily-cap",
-        type=_cap,
-        default=argparse.SUPPRESS,
-        help="credits per UTC day, or none (no cap)",
+    _add_key_options(update)
+    rotate = ops.add_parser(
+        "rotate-key", help="replace an API key with a new secret (shown once), same settings"
     )
-    update.add_argument(
-        "--expires-at",
-        type=_expiry,
-        default=argparse.SUPPRESS,
-        help="ISO 8601 time (2027-01-31T00:00:00Z), or none (never)",
+    rotate.add_argument("account_pid")
+    rotate.add_argument("key_id", help="key_...")
+    rotate.add_argument(
+        "--grace-seconds",
+        type=int,
+        default=0,
+        help="how long the old key keeps working (0 to 604800; default 0: it stops now)",
     )
     return parser
 
 
+def _key_ops(args: argparse.Namespace) -> dict[str, AdminOp]:
+    """The admin operations on API keys."""
+    from app.accounts.manage import KeyCreateRequest, KeyRotateRequest, KeyUpdateRequest
+    from app.core.validation import convert_fields
+
+    async def create_key(s: Services) -> Any:
+        fields = {"daily_cap_credits": None, **_key_fields(args), "environment": args.environment}
+        req = convert_fields(fields, KeyCreateRequest)
+        return await s.accounts.create_key(args.account_pid, req)
+
+    async def update_key(s: Services) -> Any:
+        req = convert_fields(_key_fields(args), KeyUpdateRequest)
+        return await s.accounts.update_key(args.account_pid, args.key_id, req)
+
+    async def rotate_key(s: Services) -> Any:
+        req = convert_fields({"grace_seconds": args.grace_seconds}, KeyRotateRequest)
+        return await s.accounts.rotate_key(args.account_pid, args.key_id, req.grace_seconds)
+
+    return {"create-key": create_key, "update-key": update_key, "rotate-key": rotate_key}
+
+
 def _admin_op(args: argparse.Namespace) -> AdminOp:
-    from app.accounts.manage import (
-        GrantRequest,
-        KeyCreateRequest,
-        KeyUpdateRequest,
-        validate_key_request,
-        validate_key_update,
-    )
+    from app.accounts.manage import GrantRequest
     from app.core.validation import convert_fields
 
     async def create_account(s: Services) -> Any:
@@ -135,36 +205,6 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
 
     async def credits(s: Services) -> Any:
         return await s.accounts.balance(args.account_pid)
-
-    async def create_key(s: Services) -> Any:
-        fields = {
-            "name": args.name,
-            "environment": args.environment,
-            "daily_cap_credits": args.daily_cap,
-            "expires_at": args.expires_at,
-        }
-        req = validate_key_request(convert_fields(fields, KeyCreateRequest))
-        return await s.accounts.create_key(
-            args.account_pid,
-            name=req.name,
-            environment=req.environment,
-            daily_cap=req.daily_cap_credits,
-            expires_at=req.expires_at,
-        )
-
-    async def update_key(s: Services) -> Any:
-        given = vars(args)  # only the options given: the others are left out (SUPPRESS)
-        fields = {
-            field: given[option]
-            for option, field in (
-                ("name", "name"),
-                ("daily_cap", "daily_cap_credits"),
-                ("expires_at", "expires_at"),
-            )
-            if option in given
-        }
-        req = validate_key_update(convert_fields(fields, KeyUpdateRequest))
-        return await s.accounts.update_key(args.account_pid, args.key_id, req)
 
     async def spotlight(s: Services) -> Any:
         return await s.spotlights.reward(args.account_pid, args.view_id)
@@ -215,8 +255,7 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
         "grant": grant,
         "spotlight": spotlight,
         "credits": credits,
-        "create-key": create_key,
-        "update-key": update_key,
+        **_key_ops(args),
     }
     return ops[args.op]
 

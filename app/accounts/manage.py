@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from app.core.clock import iso_utc, parse_iso_utc
+from app.core.clock import DAY_S, iso_utc, parse_iso_utc
 from app.core.errors import (
     ApiError,
     ErrorKind,
@@ -24,8 +24,10 @@ from app.core.errors import (
     service_unavailable,
 )
 from app.core.ids import random_id
+from app.core.settings import MAX_RATE_LIMIT_RPM
+from app.core.validation import decode_json
 from app.credits.ledger import RedisLedger
-from app.credits.outcomes import Balance, Identity, ScriptStatus
+from app.credits.outcomes import Balance, ScriptStatus
 from app.keys.format import (
     digest,
     generate_key,
@@ -34,7 +36,7 @@ from app.keys.format import (
     new_kid,
     public_id,
 )
-from app.store import AccountRecord, GrantRecord, KeyRecord, Store
+from app.store import AccountRecord, GrantRecord, KeyRecord, KeyRotation, Store
 
 
 class CreditBalance(msgspec.Struct):
@@ -47,7 +49,7 @@ class CreditBalance(msgspec.Struct):
 
 
 class ApiKeyCreated(msgspec.Struct):
-    """The create response: the only place the secret ever appears."""
+    """The create (and rotate) response: the only place the secret ever appears."""
 
     id: str
     object: str
@@ -57,6 +59,9 @@ class ApiKeyCreated(msgspec.Struct):
     created_at: int
     key: str
     expires_at: str | None = None  # ISO 8601 UTC; None: never
+    allowed_models: list[str] | None = None  # None: every model
+    rate_limit_rpm: int | None = None  # None: no limit
+    replaces: str | None = None  # the id of the key it was rotated from
 
 
 class ApiKeyItem(msgspec.Struct):
@@ -72,6 +77,9 @@ class ApiKeyItem(msgspec.Struct):
     status: str
     expires_at: str | None = None  # ISO 8601 UTC; None: never
     last_used_at: str | None = None  # ISO 8601 UTC of its last request; None: never
+    allowed_models: list[str] | None = None  # None: every model
+    rate_limit_rpm: int | None = None  # None: no limit
+    replaces: str | None = None  # the id of the key it was rotated from
 
 
 class ApiKeyDeleted(msgspec.Struct):
@@ -86,6 +94,7 @@ class ApiKeyList(msgspec.Struct):
 
 
 MAX_KEY_NAME = 100
+MAX_ROTATION_GRACE_S = 7 * DAY_S
 _KEY_SYNC_ROUNDS = 5  # writes of a key update to Redis, racing other updates, before a 503
 MAX_GRANT = 10**12
 # The limits of the request bodies, declared once: decoding enforces them and the OpenAPI
@@ -93,6 +102,23 @@ MAX_GRANT = 10**12
 KeyName = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_KEY_NAME)]
 Credits = Annotated[int, msgspec.Meta(ge=1, le=MAX_GRANT)]
 DailyCap = Annotated[int, msgspec.Meta(ge=0, le=MAX_GRANT)]
+RateLimit = Annotated[
+    int,
+    msgspec.Meta(
+        ge=1,
+        le=MAX_RATE_LIMIT_RPM,
+        description="Requests the key may start in any 60 seconds; null: no limit.",
+    ),
+]
+ModelIds = Annotated[
+    list[Annotated[str, msgspec.Meta(min_length=1, max_length=64)]],
+    msgspec.Meta(
+        max_length=64,
+        description="The models (aliases) the key may use; null: all. svc-auto is allowed "
+        "when every alias it may route to is.",
+    ),
+]
+GraceSeconds = Annotated[int, msgspec.Meta(ge=0, le=MAX_ROTATION_GRACE_S)]
 Timestamp = Annotated[
     str,
     msgspec.Meta(
@@ -102,13 +128,16 @@ Timestamp = Annotated[
 ]
 
 
-class KeyCreateRequest(msgspec.Struct):
-    """Body of a key creation (``POST /v1/api-keys`` and the admin API)."""
+class KeyCreateRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """Body of a key creation (``POST /v1/api-keys`` and the admin API). Left out,
+    ``rate_limit_rpm`` is the service's default for new keys (``SVC_KEY_RATE_LIMIT``)."""
 
     name: KeyName
     environment: Literal["live", "test"]
     daily_cap_credits: DailyCap | None
     expires_at: Timestamp | None = None
+    allowed_models: ModelIds | None = None
+    rate_limit_rpm: RateLimit | UnsetType | None = UNSET
 
 
 class KeyUpdateRequest(msgspec.Struct, forbid_unknown_fields=True):
@@ -119,14 +148,30 @@ class KeyUpdateRequest(msgspec.Struct, forbid_unknown_fields=True):
     name: KeyName | UnsetType = UNSET
     daily_cap_credits: DailyCap | UnsetType | None = UNSET
     expires_at: Timestamp | UnsetType | None = UNSET
+    allowed_models: ModelIds | UnsetType | None = UNSET
+    rate_limit_rpm: RateLimit | UnsetType | None = UNSET
+
+
+class KeyRotateRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """Body of a rotation (``POST /v1/api-keys/{id}/rotate``, optional): how long the old
+    key keeps working, in seconds (0: it stops at once)."""
+
+    grace_seconds: GraceSeconds = 0
 
 
 class GrantRequest(msgspec.Struct):
     credits: Credits
 
 
+def rotate_request(body: bytes) -> KeyRotateRequest:
+    """A rotation's body, which may be left out (or empty) for the defaults."""
+    return decode_json(body, KeyRotateRequest) if body.strip() else KeyRotateRequest()
+
+
 def validate_key_request(req: KeyCreateRequest) -> KeyCreateRequest:
-    """What decoding cannot check: a key's name is printable text (``str.isprintable``)."""
+    """What decoding cannot check: a key's name is printable text (``str.isprintable``),
+    its expiry a time with its offset (the models a key may use are checked by
+    ``Accounts``, which knows them)."""
     _check_name(req.name)
     if req.expires_at is not None:
         expiry_seconds(req.expires_at)
@@ -169,13 +214,27 @@ def credit_balance(balance: Balance) -> CreditBalance:
     )
 
 
-def _hot_fields(rec: KeyRecord) -> tuple[str, int | None, int | None]:
+def _hot_fields(rec: KeyRecord) -> tuple[str | int | None, ...]:
     """What an update may change of the key's Redis record."""
-    return rec.name, rec.daily_cap_credits, rec.expires_at
+    return (
+        rec.name,
+        rec.daily_cap_credits,
+        rec.expires_at,
+        rec.allowed_models,
+        rec.rate_limit_rpm,
+    )
 
 
 def _iso_or_none(ts: int | None) -> str | None:
     return None if ts is None else iso_utc(ts)
+
+
+def _model_list(models: str | None) -> list[str] | None:
+    return None if models is None else models.split()
+
+
+def _public_or_none(kid: str | None) -> str | None:
+    return None if kid is None else public_id(kid)
 
 
 def key_item(rec: KeyRecord, last_used: int | None = None) -> ApiKeyItem:
@@ -190,6 +249,26 @@ def key_item(rec: KeyRecord, last_used: int | None = None) -> ApiKeyItem:
         status=rec.status,
         expires_at=_iso_or_none(rec.expires_at),
         last_used_at=_iso_or_none(last_used),
+        allowed_models=_model_list(rec.allowed_models),
+        rate_limit_rpm=rec.rate_limit_rpm,
+        replaces=_public_or_none(rec.replaces),
+    )
+
+
+def key_created(rec: KeyRecord, secret: str) -> ApiKeyCreated:
+    """The answer to a creation or rotation: ``rec`` and its secret, shown this once."""
+    return ApiKeyCreated(
+        id=public_id(rec.kid),
+        object="api_key",
+        name=rec.name,
+        environment=rec.environment,
+        daily_cap_credits=rec.daily_cap_credits,
+        created_at=rec.created_at,
+        key=secret,
+        expires_at=_iso_or_none(rec.expires_at),
+        allowed_models=_model_list(rec.allowed_models),
+        rate_limit_rpm=rec.rate_limit_rpm,
+        replaces=_public_or_none(rec.replaces),
     )
 
 
@@ -203,12 +282,18 @@ class Accounts:
         pepper: bytes,
         *,
         max_active_keys: int = 100,
+        default_rate_limit_rpm: int | None = None,
+        model_ids: tuple[str, ...] = (),
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``default_rate_limit_rpm``: a new key's when its creator sets none;
+        ``model_ids``: the aliases a key's ``allowed_models`` may name."""
         self.store = store
         self.ledger = ledger
         self.pepper = pepper
         self.max_active_keys = max_active_keys
+        self.default_rate_limit_rpm = default_rate_limit_rpm
+        self.model_ids = model_ids
         self.clock = clock
 
     async def create_account(self) -> str:
@@ -254,51 +339,57 @@ class Accounts:
         balance = await self.ledger.account_balance(pid, self.clock())
         return credit_balance(balance or Balance(0, 0, 0))
 
-    async def create_key(
-        self,
-        pid: str,
-        *,
-        name: str,
-        environment: str,
-        daily_cap: int | None,
-        expires_at: str | None = None,
-    ) -> ApiKeyCreated:
+    async def create_key(self, pid: str, req: KeyCreateRequest) -> ApiKeyCreated:
         """A new key; the secret is returned here and never again. ``expires_at`` (ISO
         8601, in the future) is when it stops working; None: never."""
-        expires = None if expires_at is None else expiry_seconds(expires_at)
+        req = validate_key_request(req)
+        expires = None if req.expires_at is None else expiry_seconds(req.expires_at)
         if expires is not None and expires <= self.clock():
             raise invalid_value("expires_at", "'expires_at' must be in the future.")
+        models = None if req.allowed_models is None else self._allowed_models(req.allowed_models)
+        rpm = req.rate_limit_rpm
         await self.require_account(pid)
-        if await self.store.count_active_keys(pid) >= self.max_active_keys:
+        now = int(self.clock())
+        if await self.store.count_active_keys(pid, now) >= self.max_active_keys:
             raise self._key_limit()  # before the cost of hashing; the insert checks again
         kid = new_kid()
-        secret = generate_key(environment, kid)
+        secret = generate_key(req.environment, kid)
         record = KeyRecord(
             kid=kid,
             account_pid=pid,
-            name=name,
-            environment=environment,
-            daily_cap_credits=daily_cap,
+            name=req.name,
+            environment=req.environment,
+            daily_cap_credits=req.daily_cap_credits,
             secret_hash=await asyncio.to_thread(hash_secret, secret),
             last4=secret[-4:],
-            created_at=int(self.clock()),
+            created_at=now,
             expires_at=expires,
+            allowed_models=models,
+            rate_limit_rpm=self.default_rate_limit_rpm if rpm is UNSET else rpm,
         )
         if not await self.store.insert_key(record, max_active=self.max_active_keys):
             raise self._key_limit()
-        ident = Identity(pid, kid, environment, self.ledger.layout.shard(pid))
+        await self._publish(record, secret)
+        return key_created(record, secret)
+
+    async def _publish(self, record: KeyRecord, secret: str) -> None:
+        """Make a new key usable: its hot-path record and its secret's digest in Redis."""
+        ident = self.ledger.identity(record)
         await self.ledger.put_key(ident, record)
         await self.ledger.map_digest(digest(self.pepper, secret), ident)
-        return ApiKeyCreated(
-            id=public_id(kid),
-            object="api_key",
-            name=name,
-            environment=environment,
-            daily_cap_credits=daily_cap,
-            created_at=record.created_at,
-            key=secret,
-            expires_at=_iso_or_none(expires),
-        )
+
+    def _allowed_models(self, models: list[str]) -> str:
+        """A key's ``allowed_models`` as the store keeps them (space-separated, each once),
+        or the 400 naming the field."""
+        unknown = [m for m in models if m not in self.model_ids]
+        if unknown:
+            raise invalid_value(
+                "allowed_models",
+                f"'allowed_models' may name {', '.join(self.model_ids)} "
+                f"(not '{unknown[0][:64]}'); svc-auto is allowed when every alias it may "
+                "route to is.",
+            )
+        return " ".join(dict.fromkeys(models))
 
     def _key_limit(self) -> ApiError:
         return ApiError(
@@ -326,32 +417,88 @@ class Accounts:
         return record
 
     async def update_key(self, pid: str, key_id: str, changes: KeyUpdateRequest) -> ApiKeyItem:
-        """Change a key's name, daily cap or expiry (a time already past expires it at
-        once); each holds from the very next request on every worker (every request reads
-        them in Redis). The durable record is written first,
-        then Redis (the update is idempotent: a retry converges); the status is never
-        changed here, so an update racing a revocation cannot undo it."""
+        """Change a key's name, daily cap, expiry (a time already past expires it at once),
+        allowed models or rate limit; each holds from the very next request on every worker
+        (every request reads them in Redis). The durable record is written first, then
+        Redis (the update is idempotent: a retry converges); the status is never changed
+        here, so an update racing a revocation cannot undo it."""
+        changes = validate_key_update(changes)
         record = await self._account_key(pid, key_id)
         sent = msgspec.structs.asdict(changes)
         columns = {name: value for name, value in sent.items() if value is not UNSET}
         if isinstance(changes.expires_at, str):
             columns["expires_at"] = expiry_seconds(changes.expires_at)
+        if isinstance(changes.allowed_models, list):
+            columns["allowed_models"] = self._allowed_models(changes.allowed_models)
         updated = await self.store.update_key(pid, record.kid, columns)
-        ident = Identity(pid, record.kid, record.environment, self.ledger.layout.shard(pid))
-        # Redis follows the durable record; two updates racing may write Redis in the other
-        # order than the store, so the record is read again until Redis holds what it says.
+        if updated is None:
+            raise service_unavailable()  # the key was there a moment ago: never deleted
+        synced = await self._sync_key(updated)
+        (used,) = await self.ledger.keys_last_used(pid, [record.kid])
+        return key_item(synced, used)
+
+    async def _sync_key(self, updated: KeyRecord) -> KeyRecord:
+        """Write a key's changed settings to Redis; returns the record Redis then holds.
+
+        Redis follows the durable record; two updates racing may write Redis in the other
+        order than the store, so the record is read again until Redis holds what it says."""
+        ident = self.ledger.identity(updated)
         for _ in range(_KEY_SYNC_ROUNDS):
-            if updated is None:
-                raise service_unavailable()  # the key was there a moment ago: never deleted
             written = await self.ledger.update_key(ident, updated)
             if written.status is ScriptStatus.KEY_UNKNOWN:
                 raise service_unavailable()  # the Redis record names another account: never
-            now = await self.store.get_key(record.kid)
-            if now is not None and _hot_fields(now) == _hot_fields(updated):
-                (used,) = await self.ledger.keys_last_used(pid, [record.kid])
-                return key_item(now, used)
+            now = await self.store.get_key(updated.kid)
+            if now is None:
+                raise service_unavailable()  # keys are never deleted
+            if _hot_fields(now) == _hot_fields(updated):
+                return now
             updated = now
         raise service_unavailable()
+
+    async def rotate_key(self, pid: str, key_id: str, grace_seconds: int) -> ApiKeyCreated:
+        """A successor of key ``key_id``: a new secret with the same name, environment, cap,
+        allowed models and rate limit, sharing the old key's daily cap and rate limit (its
+        lineage's), so a rotation neither resets nor doubles them. The old key works for
+        ``grace_seconds`` more (unless it expires sooner), then answers 401
+        ``api_key_expired``. The new key is usable before the old one's end reaches
+        Redis, so a client switching keys never meets a gap. 409 for a revoked or expired
+        key, or one rotated before."""
+        old = await self._account_key(pid, key_id)
+        now = int(self.clock())
+        kid = new_kid()
+        secret = generate_key(old.environment, kid)
+        new = msgspec.structs.replace(
+            old,
+            kid=kid,
+            secret_hash=await asyncio.to_thread(hash_secret, secret),
+            last4=secret[-4:],
+            created_at=now,
+            status="active",
+            revoked_at=None,
+            expires_at=None,
+            lineage=old.cap_kid,
+            replaces=old.kid,
+        )
+        rotated = await self.store.rotate_key(new, now + grace_seconds)
+        if rotated is not KeyRotation.ROTATED:
+            raise self._not_rotatable(key_id, rotated)
+        await self._publish(new, secret)
+        ended = await self.store.get_key(old.kid)
+        if ended is None:
+            raise service_unavailable()  # keys are never deleted
+        await self._sync_key(ended)
+        return key_created(new, secret)
+
+    @staticmethod
+    def _not_rotatable(key_id: str, why: KeyRotation) -> ApiError:
+        if why is KeyRotation.ROTATED_BEFORE:
+            message = (
+                f"The API key '{key_id[:40]}' was rotated already: rotate its successor "
+                "(or revoke the successor, then rotate this key again)."
+            )
+        else:
+            message = f"The API key '{key_id[:40]}' is revoked or expired: it cannot be rotated."
+        return ApiError(ErrorKind.KEY_NOT_ROTATABLE, message)
 
     async def revoke_key(self, pid: str, key_id: str) -> ApiKeyDeleted:
         """Revoke a key of ``pid`` at once; 404 for another account's or an unknown key.
@@ -360,8 +507,7 @@ class Accounts:
         request reads its status there. The durable record follows; a retry is harmless.
         """
         record = await self._account_key(pid, key_id)
-        ident = Identity(pid, record.kid, record.environment, self.ledger.layout.shard(pid))
-        revoked = await self.ledger.revoke_key(ident, record)
+        revoked = await self.ledger.revoke_key(self.ledger.identity(record), record)
         if revoked.status is ScriptStatus.KEY_UNKNOWN:
             raise service_unavailable()  # the Redis record names another account: never here
         await self.store.revoke_key(pid, record.kid, int(self.clock()))

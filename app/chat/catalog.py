@@ -15,6 +15,9 @@ from app.upstream.config import ProviderConfig
 
 ALIAS_IDS = ("svc-auto", "svc-fast", "svc-code", "svc-smart")
 AUTO = "svc-auto"
+FAST, CODE, SMART = "svc-fast", "svc-code", "svc-smart"
+AUTO_ROUTES = (FAST, CODE, SMART)
+"""What ``route_auto`` chooses from."""
 SIMULATED = "simulated"
 T = TypeVar("T")
 
@@ -80,10 +83,16 @@ def route_auto(prompt_text: str, message_count: int) -> str:
     Smart; everything else to Fast.
     """
     if any(hint in prompt_text for hint in _CODE_HINTS):
-        return "svc-code"
+        return CODE
     if len(prompt_text) > _SMART_PROMPT_CHARS or message_count > 8:
-        return "svc-smart"
-    return "svc-fast"
+        return SMART
+    return FAST
+
+
+def key_model_ids(catalog: Catalog) -> tuple[str, ...]:
+    """The aliases a key's ``allowed_models`` may name: all but svc-auto (allowed when every
+    alias it may route to is)."""
+    return tuple(alias_id for alias_id in catalog.aliases if alias_id != AUTO)
 
 
 # -- the models file (SVC_MODELS_FILE) ------------------------------------------------------

@@ -106,6 +106,7 @@ class CompletionService:
                 deadline=now + self.deadline_s,
                 alias=alias.id,
                 requested=params.requested,
+                models=params.models,
                 api=params.api,
             )
         except REDIS_TIMEOUT:

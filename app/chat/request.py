@@ -9,7 +9,7 @@ from __future__ import annotations
 import msgspec
 from msgspec import UNSET
 
-from app.chat.catalog import AUTO, Alias, route_auto
+from app.chat.catalog import AUTO, AUTO_ROUTES, FAST, Alias, route_auto
 from app.core.errors import ApiError, ErrorKind, invalid_value
 from app.core.tokens import (
     IMAGE_TOKENS_ESTIMATE,
@@ -53,6 +53,9 @@ class ChatParams(msgspec.Struct, frozen=True, kw_only=True):
     """The client asked for OpenAI's usage object (``stream_options.include_usage``)."""
     api: str = API_CHAT
     """The API the request came through (``app.kv.fields.APIS``), recorded with its usage."""
+    models: str
+    """The aliases the key must allow (space-separated): the one asked for, or every one
+    svc-auto may route to."""
     native: NativeResponses | None = None
     """A Responses request as the client sent it, for providers that serve that API."""
 
@@ -136,11 +139,25 @@ def enabled_alias(aliases: dict[str, Alias], model: str) -> Alias:
 def _auto_target(aliases: dict[str, Alias], chosen: str) -> Alias:
     """The alias svc-auto serves with: the heuristic's choice, or svc-fast when an operator
     disabled it (or, failing that, any enabled alias but svc-auto itself)."""
-    for alias_id in (chosen, "svc-fast", *aliases):
+    for alias_id in (chosen, FAST, *aliases):
         alias = aliases.get(alias_id)
         if alias is not None and alias.enabled and alias_id != AUTO:
             return alias
     raise ApiError(ErrorKind.MODEL_NOT_FOUND, "No model is available for svc-auto.", param="model")
+
+
+def auto_models(aliases: dict[str, Alias]) -> str:
+    """Every alias svc-auto may route to, space-separated (what a key must allow for it)."""
+    return " ".join(sorted({_auto_target(aliases, chosen).id for chosen in AUTO_ROUTES}))
+
+
+def key_may_use(alias_id: str, allowed: frozenset[str] | None, aliases: dict[str, Alias]) -> bool:
+    """Whether a key that allows ``allowed`` (None: all) may use ``alias_id``: the rule the
+    reserve script applies, for the model list."""
+    if allowed is None:
+        return True
+    needed = auto_models(aliases).split() if alias_id == AUTO else [alias_id]
+    return allowed.issuperset(needed)
 
 
 def parse_chat_request(
@@ -202,7 +219,9 @@ def resolve_params(
             f"'{limit_param}' must be between 1 and {alias.max_output_tokens} for {alias.id}.",
         )
     prompt = _count_prompt(req.messages, image_token_bound)
+    models = alias.id
     if alias.id == AUTO:
+        models = auto_models(aliases)
         alias = _auto_target(aliases, route_auto("\n".join(prompt.texts), len(prompt.texts)))
     temperature = DEFAULT_TEMPERATURE if req.temperature in (UNSET, None) else req.temperature
     top_p = DEFAULT_TOP_P if req.top_p in (UNSET, None) else req.top_p
@@ -217,4 +236,5 @@ def resolve_params(
         ),
         include_usage=include_usage,
         api=api,
+        models=models,
     )

@@ -15,6 +15,7 @@ class ErrorKind(Enum):
     API_KEY_EXPIRED = (401, "authentication_error", "api_key_expired")
     ADMIN_UNAUTHORIZED = (401, "authentication_error", "invalid_admin_token")
     TEST_KEY_FORBIDDEN = (403, "permission_error", "test_key_forbidden")
+    MODEL_NOT_ALLOWED = (403, "permission_error", "model_not_allowed")
     INVALID_VALUE = (400, "invalid_request_error", "invalid_value")
     KEY_LIMIT = (400, "invalid_request_error", "api_key_limit_reached")
     MODEL_NOT_FOUND = (404, "invalid_request_error", "model_not_found")
@@ -22,6 +23,7 @@ class ErrorKind(Enum):
     ACCOUNT_NOT_FOUND = (404, "not_found_error", "account_not_found")
     API_KEY_NOT_FOUND = (404, "not_found_error", "api_key_not_found")
     REDIS_NOT_EMPTY = (409, "invalid_request_error", "redis_not_empty")
+    KEY_NOT_ROTATABLE = (409, "invalid_request_error", "api_key_not_rotatable")
     METHOD_NOT_ALLOWED = (405, "invalid_request_error", "method_not_allowed")
     REQUEST_TOO_LARGE = (413, "invalid_request_error", "request_too_large")
     INSUFFICIENT_CREDITS = (402, "insufficient_credits", "insufficient_credits")
@@ -114,6 +116,17 @@ def invalid_api_key() -> ApiError:
 def account_not_found(pid: str) -> ApiError:
     """An admin route or command named an account the durable store does not know."""
     return ApiError(ErrorKind.ACCOUNT_NOT_FOUND, f"No account '{pid[:64]}'.", param="pid")
+
+
+def model_not_allowed(model: str, *, routed: bool = False) -> ApiError:
+    """The key's ``allowed_models`` leave ``model`` out (``routed``: svc-auto, which may
+    route to a model the key does not allow)."""
+    reason = " It routes to models this key does not allow." if routed else ""
+    return ApiError(
+        ErrorKind.MODEL_NOT_ALLOWED,
+        f"This API key may not use the model '{model[:100]}'.{reason}",
+        param="model",
+    )
 
 
 def invalid_value(param: str, message: str) -> ApiError:

@@ -15,6 +15,11 @@ HEARTBEATS_PER_DEADLINE = 3
 a chunk arrives): one Redis round trip per deadline/3, not per chunk."""
 
 
+MAX_RATE_LIMIT_RPM = 1_000_000
+"""The highest rate_limit_rpm a key may have: reserve.lua logs the time of each start of
+the last minute (about 10 bytes each in Redis), so a key at this limit may hold ~10 MB."""
+
+
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """Every knob of svc. The environment variable is ``SVC_`` + the field name in capitals."""
 
@@ -93,11 +98,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """How long an unknown key digest is remembered as unknown."""
     cold_auth_per_s: float = 10.0
     """Cold-path (argon2) verifications allowed per second per worker (~25 ms CPU each)."""
-    key_rate_limit: int = 3000
-    """Chat completions one API key may start per window (429 with retry-after beyond
-    it); 0 = no limit. Counted in Redis, so the limit holds across workers and servers."""
-    key_rate_window_s: int = 60
-    """Length of the key_rate_limit window, in seconds."""
+    key_rate_limit: Annotated[int, msgspec.Meta(ge=0, le=MAX_RATE_LIMIT_RPM)] = 0
+    """The rate_limit_rpm a new API key gets when its creator sets none: completions it may
+    start in any 60 seconds; 0 = no limit. Each key's own limit can be changed later."""
     failed_auth_limit: int = 100
     """Invalid keys or admin tokens one client address may present per window (per worker);
     after that it is refused with 429 until the window ends; 0 = no limit."""

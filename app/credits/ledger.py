@@ -14,6 +14,7 @@ from app.credits.outcomes import (
     Granted,
     Hold,
     Identity,
+    KeyAccess,
     ScriptStatus,
     Settlement,
     Written,
@@ -23,6 +24,7 @@ from app.credits.scripts import RedisClock, Scripts
 from app.kv.client import RedisClient
 from app.kv.fields import (
     ACCOUNT_POOLS,
+    ALL_MODELS,
     API_CHAT,
     APIS,
     COUNTERS,
@@ -39,6 +41,7 @@ from app.store import KeyRecord
 
 NO_CAP = -1
 NEVER = 0  # a key's exp in Redis when it does not expire
+NO_RATE_LIMIT = 0  # a key's rpm in Redis when it has no rate limit
 
 
 def key_expired(expires_at: int, now: float) -> bool:
@@ -48,10 +51,11 @@ def key_expired(expires_at: int, now: float) -> bool:
 
 
 def _key_fields(record: KeyRecord) -> list[Any]:
-    """The cap, name and expiry of a key, as the key scripts take them (ARGV after env)."""
+    """The settings of a key as the key scripts take them (lib/checks.lua key_record)."""
     cap = NO_CAP if record.daily_cap_credits is None else record.daily_cap_credits
     expires = NEVER if record.expires_at is None else record.expires_at
-    return [cap, record.name, expires]
+    models = ALL_MODELS if record.allowed_models is None else f" {record.allowed_models} "
+    return [cap, record.name, expires, models, record.rate_limit_rpm or NO_RATE_LIMIT]
 
 
 REPLY_MARGIN = 0.1  # the part of the Redis timeout a reserve's reply may take to come back
@@ -65,6 +69,7 @@ SWEPT_FIELDS = [  # what the sweeper needs of a reservation
     ReservationField.DAY,
     ReservationField.AMOUNT,
     ReservationField.ENVIRONMENT,
+    ReservationField.CAP_KEY,
 ]
 
 
@@ -78,8 +83,6 @@ class RedisLedger:
         *,
         cap_ttl_s: int,
         usage_ttl_s: int,
-        key_rate_limit: int = 0,
-        key_rate_window_s: int = 60,
         command_timeout_s: float | None = None,
         redis_clock: RedisClock | None = None,
         script_calls: PipelinedRedis | None = None,
@@ -91,8 +94,6 @@ class RedisLedger:
         self.layout = layout
         self._cap_ttl = cap_ttl_s
         self._usage_ttl = usage_ttl_s
-        self._rate_limit = key_rate_limit
-        self._rate_window = max(1, key_rate_window_s)
         self._command_timeout_s = command_timeout_s
         self.redis_clock = redis_clock or RedisClock()
         self.scripts = Scripts(redis, script_calls)
@@ -117,29 +118,41 @@ class RedisLedger:
 
     # -- identities ---------------------------------------------------------------------
 
+    def identity(self, record: KeyRecord) -> Identity:
+        """Who the key of ``record`` is (to the hot path)."""
+        pid = record.account_pid
+        shard = self.layout.shard(pid)
+        return Identity(pid, record.kid, record.environment, shard, record.lineage or "")
+
     async def lookup_digest(self, key_digest: str) -> Identity | None:
         raw = await self.redis.get(self.layout.digest(key_digest))
         if raw is None:
             return None
-        pid, kid, environment = as_text(raw).split(" ")
-        return Identity(pid, kid, environment, self.layout.shard(pid))
+        return Identity.decode(as_text(raw), self.layout.shard)
 
     async def map_digest(self, key_digest: str, ident: Identity) -> None:
         await self.redis.set(self.layout.digest(key_digest), ident.encode())
 
     async def key_status(self, ident: Identity, now: float) -> ScriptStatus:
         """Whether the key may be used at ``now`` (read on every authenticated request)."""
-        acct, status, expires = await self.redis.hmget(
+        return (await self.key_access(ident, now)).status
+
+    async def key_access(self, ident: Identity, now: float) -> KeyAccess:
+        """Whether the key may be used at ``now``, and the models it may use."""
+        acct, status, expires, models = await self.redis.hmget(
             self.layout.api_key(ident.shard, ident.kid),
-            [KeyField.ACCOUNT, KeyField.STATUS, KeyField.EXPIRES],
+            [KeyField.ACCOUNT, KeyField.STATUS, KeyField.EXPIRES, KeyField.MODELS],
         )
+        allowed = None
+        if models is not None and as_text(models) != ALL_MODELS:
+            allowed = frozenset(as_text(models).split())
         if acct is None or as_text(acct) != ident.pid:
-            return ScriptStatus.KEY_UNKNOWN
+            return KeyAccess(ScriptStatus.KEY_UNKNOWN, allowed)
         if status != KEY_ACTIVE:
-            return ScriptStatus.KEY_REVOKED
+            return KeyAccess(ScriptStatus.KEY_REVOKED, allowed)
         if key_expired(int(expires or 0), now):
-            return ScriptStatus.KEY_EXPIRED
-        return ScriptStatus.OK
+            return KeyAccess(ScriptStatus.KEY_EXPIRED, allowed)
+        return KeyAccess(ScriptStatus.OK, allowed)
 
     async def keys_last_used(self, pid: str, kids: list[str]) -> list[int | None]:
         """When each key of ``pid`` last reserved (unix seconds; None: never, or Redis lost
@@ -330,25 +343,27 @@ class RedisLedger:
         deadline: float,
         alias: str,
         requested: str,
+        models: str,
         api: str = API_CHAT,
     ) -> Hold:
-        """Hold credits for one request, or raise the ``ApiError`` the script's refusal means.
+        """Hold credits for one request, or raise the ``ApiError`` the script's refusal means
+        (``models``: the aliases the key must allow, space-separated).
 
         Safe to send again (redis-py retries a command whose reply timed out): a reserve of
         a rid that is held already answers that reservation."""
         day = utc_day(now)
         shard = ident.shard
-        window = int(now) // self._rate_window
+        cap_key = self.layout.cap(shard, ident.cap_kid, day_tag(day))
         status, amount, out_tokens, balance = await self._run(
             "reserve",
             [
                 self.layout.account(shard, ident.pid),
                 self.layout.api_key(shard, ident.kid),
-                self.layout.cap(shard, ident.kid, day_tag(day)),
+                cap_key,
                 self.layout.reservation(shard, rid),
                 self.layout.reservations(shard),
                 self.layout.events(shard),
-                self.layout.rate(shard, ident.kid, window),
+                self.layout.rate(shard, ident.cap_kid),
             ],
             [
                 int(now),
@@ -364,14 +379,15 @@ class RedisLedger:
                 alias,
                 requested,
                 day,
-                self._rate_limit,
-                (window + 1) * self._rate_window,
+                round(now * 1000),
+                models,
                 self._give_up_ms(),
                 api,
             ],
         )
         if status not in (ScriptStatus.OK, ScriptStatus.DUPLICATE) or not amount:
-            raise reserve_refusal(ScriptStatus(status), int(balance), now)
+            refused = ScriptStatus(status)
+            raise reserve_refusal(refused, int(balance), now, requested=requested, alias=alias)
         return Hold(
             rid=rid,
             shard=shard,
@@ -382,6 +398,7 @@ class RedisLedger:
             out_tokens=int(out_tokens),
             balance=int(balance),
             environment=ident.environment,
+            cap_key=cap_key,
         )
 
     async def settle(
@@ -403,7 +420,7 @@ class RedisLedger:
                 self.layout.reservation(shard, hold.rid),
                 self.layout.reservations(shard),
                 self.layout.account(shard, hold.pid),
-                self.layout.cap(shard, hold.kid, tag),
+                hold.cap_key,
                 self.layout.usage_day(shard, hold.pid, tag),
                 self.layout.usage_total(shard, hold.pid),
                 self.layout.events(shard),
@@ -437,6 +454,7 @@ class RedisLedger:
             out_tokens=0,
             balance=0,
             environment=ident.environment,
+            cap_key=self.layout.cap(ident.shard, ident.cap_kid, day_tag(utc_day(reserved_at))),
         )
         return await self.settle(
             hold, now=now, credits_used=0, prompt_tokens=0, completion_tokens=0, outcome="released"
@@ -477,7 +495,10 @@ class RedisLedger:
         for (shard, rid), fields in zip(found, await pipe.execute(), strict=True):
             if fields[0] is None:
                 continue  # settled meanwhile
-            pid, kid, day, amount, environment = (as_text(f) for f in fields)
+            pid, kid, day, amount, environment = (as_text(f) for f in fields[:5])
+            # a reservation names its cap counter (one without: its key's, that day)
+            cap = fields[5]
+            cap_key = as_text(cap) if cap else self.layout.cap(shard, kid, day_tag(day))
             holds.append(
                 Hold(
                     rid=rid,
@@ -489,6 +510,7 @@ class RedisLedger:
                     out_tokens=0,
                     balance=0,
                     environment=environment,
+                    cap_key=cap_key,
                 )
             )
         return holds

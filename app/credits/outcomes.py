@@ -3,6 +3,8 @@ call, and the API error each refusal means (one place maps a status to an error)
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from enum import IntEnum
 from typing import NamedTuple
 
@@ -14,6 +16,7 @@ from app.core.errors import (
     ErrorKind,
     KeyRecordMissing,
     invalid_api_key,
+    model_not_allowed,
     service_unavailable,
 )
 
@@ -34,6 +37,7 @@ class ScriptStatus(IntEnum):
     RATE_LIMITED = 10
     GAVE_UP = 11
     KEY_EXPIRED = 12
+    MODEL_NOT_ALLOWED = 13
 
 
 class Identity(msgspec.Struct, frozen=True):
@@ -43,9 +47,22 @@ class Identity(msgspec.Struct, frozen=True):
     kid: str
     environment: str
     shard: int
+    lineage: str = ""  # kid of the first key of its rotations; "": it is the first
+
+    @property
+    def cap_kid(self) -> str:
+        """The kid its daily cap counter and rate limit are kept under (its lineage's)."""
+        return self.lineage or self.kid
 
     def encode(self) -> str:
-        return f"{self.pid} {self.kid} {self.environment}"
+        """As the digest mapping holds it: ``pid kid environment [lineage]``."""
+        base = f"{self.pid} {self.kid} {self.environment}"
+        return f"{base} {self.lineage}" if self.lineage else base
+
+    @classmethod
+    def decode(cls, text: str, shard_of: Callable[[str], int]) -> Identity:
+        pid, kid, environment, *lineage = text.split(" ")
+        return cls(pid, kid, environment, shard_of(pid), lineage[0] if lineage else "")
 
 
 class Hold(msgspec.Struct, kw_only=True):
@@ -60,6 +77,7 @@ class Hold(msgspec.Struct, kw_only=True):
     out_tokens: int
     balance: int
     environment: str  # the key's: live or test
+    cap_key: str  # the cap counter the credits are held in (the key lineage's, that day)
 
 
 class Settlement(msgspec.Struct, frozen=True):
@@ -92,8 +110,11 @@ def key_refusal(status: ScriptStatus) -> ApiError | None:
     return None
 
 
-def reserve_refusal(status: ScriptStatus, value: int, now: float) -> ApiError:
-    """The API error for a reservation the script refused."""
+def reserve_refusal(
+    status: ScriptStatus, value: int, now: float, *, requested: str, alias: str
+) -> ApiError:
+    """The API error for a reservation the script refused (of a request for the model
+    ``requested``, served by ``alias``)."""
     refusal = key_refusal(status)
     if refusal is not None:
         return refusal
@@ -113,11 +134,17 @@ def reserve_refusal(status: ScriptStatus, value: int, now: float) -> ApiError:
         # Redis ran the reserve after this worker stopped waiting: what the caller saw (or
         # sees now) is the same 503, and nothing was held.
         return service_unavailable()
+    if status is ScriptStatus.MODEL_NOT_ALLOWED:
+        return model_not_allowed(requested, routed=requested != alias)
     if status is ScriptStatus.RATE_LIMITED:
         return ApiError(
             ErrorKind.KEY_RATE_LIMITED,
-            "This API key sent too many requests. Retry after the time in retry-after.",
-            headers={"retry-after": str(value)},
+            "This API key started as many requests as its rate limit allows in the last "
+            "minute. Retry after the time in retry-after.",
+            headers={
+                "retry-after": str(max(1, math.ceil(value / 1000))),
+                "retry-after-ms": str(value),
+            },
         )
     return ApiError(ErrorKind.INTERNAL, "The request could not be processed.")
 
@@ -129,6 +156,13 @@ class Written(NamedTuple):
     the reservation is gone (``extend``)."""
 
     status: ScriptStatus
+
+
+class KeyAccess(NamedTuple):
+    """What a key may do now, as Redis says (read outside the scripts)."""
+
+    status: ScriptStatus  # OK, KEY_UNKNOWN, KEY_REVOKED or KEY_EXPIRED
+    models: frozenset[str] | None  # the aliases it may use; None: all
 
 
 class BalanceRead(NamedTuple):

@@ -14,9 +14,9 @@ from app.accounts.manage import (
     CreditBalance,
     GrantRequest,
     KeyCreateRequest,
+    KeyRotateRequest,
     KeyUpdateRequest,
-    validate_key_request,
-    validate_key_update,
+    rotate_request,
 )
 from app.accounts.rewards import SpotlightRequest, SpotlightReward
 from app.core.errors import ErrorKind
@@ -73,14 +73,8 @@ class AdminController(Controller):
     async def create_key(
         self, services: Services, pid: str, request: Request[Any, Any, Any]
     ) -> ApiKeyCreated:
-        req = validate_key_request(decode_json(await request.body(), KeyCreateRequest))
-        return await services.accounts.create_key(
-            pid,
-            name=req.name,
-            environment=req.environment,
-            daily_cap=req.daily_cap_credits,
-            expires_at=req.expires_at,
-        )
+        req = decode_json(await request.body(), KeyCreateRequest)
+        return await services.accounts.create_key(pid, req)
 
     @patch(
         "/accounts/{pid:str}/api-keys/{key_id:str}",
@@ -92,10 +86,30 @@ class AdminController(Controller):
     async def update_key(
         self, services: Services, pid: str, key_id: str, request: Request[Any, Any, Any]
     ) -> ApiKeyItem:
-        """Change a key's name or daily cap, at once on every worker."""
+        """Change a key's settings, at once on every worker."""
         await services.accounts.require_account(pid)
-        req = validate_key_update(decode_json(await request.body(), KeyUpdateRequest))
+        req = decode_json(await request.body(), KeyUpdateRequest)
         return await services.accounts.update_key(pid, key_id, req)
+
+    @post(
+        "/accounts/{pid:str}/api-keys/{key_id:str}/rotate",
+        status_code=201,
+        responses=errors(
+            *ADMIN_ERRORS,
+            *BODY_ERRORS,
+            ErrorKind.ACCOUNT_NOT_FOUND,
+            ErrorKind.API_KEY_NOT_FOUND,
+            ErrorKind.KEY_NOT_ROTATABLE,
+        ),
+        operation_class=documented(body=KeyRotateRequest),
+    )
+    async def rotate_key(
+        self, services: Services, pid: str, key_id: str, request: Request[Any, Any, Any]
+    ) -> ApiKeyCreated:
+        """A new key in place of ``key_id``; the old one works for ``grace_seconds`` more."""
+        await services.accounts.require_account(pid)
+        req = rotate_request(await request.body())
+        return await services.accounts.rotate_key(pid, key_id, req.grace_seconds)
 
     @post(
         "/accounts/{pid:str}/spotlights",

@@ -15,14 +15,14 @@ from app.accounts.manage import (
     ApiKeyList,
     CreditBalance,
     KeyCreateRequest,
+    KeyRotateRequest,
     KeyUpdateRequest,
     credit_balance,
-    validate_key_request,
-    validate_key_update,
+    rotate_request,
 )
-from app.chat.catalog import Alias
-from app.chat.request import enabled_alias
-from app.core.errors import ApiError, ErrorKind
+from app.chat.catalog import AUTO, Alias
+from app.chat.request import enabled_alias, key_may_use
+from app.core.errors import ApiError, ErrorKind, model_not_allowed
 from app.core.validation import decode_json
 from app.credits.outcomes import Identity, key_refusal
 from app.http.deps import provide_identity, provide_services, request_address
@@ -59,6 +59,17 @@ class ModelList(msgspec.Struct):
     data: list[ModelItem]
 
 
+async def _allowed_models(
+    services: Services, request: Request[Any, Any, Any]
+) -> frozenset[str] | None:
+    """The request's key, authenticated: the models it may use (None: all)."""
+    return await services.auth.authenticated(
+        request.headers.get("authorization"),
+        request_address(services, request.scope),
+        services.auth.allowed_models,
+    )
+
+
 def model_item(alias: Alias) -> ModelItem:
     """An alias as OpenAI's model object, in the list and on its own."""
     return ModelItem(id=alias.id, object="model", created=alias.created, owned_by="svc")
@@ -73,21 +84,32 @@ class V1Controller(Controller):
     security = API_KEY
     tags = ["v1"]
 
-    @get("/models", dependencies=_IDENT, responses=errors(*KEY_ERRORS))
-    async def models(self, services: Services, ident: Identity) -> ModelList:
-        """The enabled model aliases (spec 2.1, 4.2)."""
-        items = [model_item(a) for a in services.aliases.values() if a.enabled]
+    @get("/models", responses=errors(*KEY_ERRORS))
+    async def models(self, services: Services, request: Request[Any, Any, Any]) -> ModelList:
+        """The enabled model aliases the key may use (spec 2.1, 4.2)."""
+        allowed = await _allowed_models(services, request)
+        aliases = services.aliases
+        items = [
+            model_item(a)
+            for a in aliases.values()
+            if a.enabled and key_may_use(a.id, allowed, aliases)
+        ]
         return ModelList(object="list", data=items)
 
     @get(
         "/models/{model:str}",
-        dependencies=_IDENT,
-        responses=errors(*KEY_ERRORS, ErrorKind.MODEL_NOT_FOUND),
+        responses=errors(*KEY_ERRORS, ErrorKind.MODEL_NOT_FOUND, ErrorKind.MODEL_NOT_ALLOWED),
     )
-    async def retrieve_model(self, services: Services, ident: Identity, model: str) -> ModelItem:
+    async def retrieve_model(
+        self, services: Services, request: Request[Any, Any, Any], model: str
+    ) -> ModelItem:
         """One enabled model alias, as listed by ``GET /v1/models``; an unknown or disabled
-        one is 404 ``model_not_found``."""
-        return model_item(enabled_alias(services.aliases, model))
+        one is 404 ``model_not_found``, one the key may not use 403 ``model_not_allowed``."""
+        allowed = await _allowed_models(services, request)
+        alias = enabled_alias(services.aliases, model)
+        if not key_may_use(alias.id, allowed, services.aliases):
+            raise model_not_allowed(alias.id, routed=alias.id == AUTO)
+        return model_item(alias)
 
     @get("/credits", responses=errors(*KEY_ERRORS))
     async def credits(self, services: Services, request: Request[Any, Any, Any]) -> CreditBalance:
@@ -142,14 +164,8 @@ class V1Controller(Controller):
     ) -> ApiKeyCreated:
         """A new key for the caller's account; the secret is in this response only."""
         _managing(ident)
-        req = validate_key_request(decode_json(await request.body(), KeyCreateRequest))
-        return await services.accounts.create_key(
-            ident.pid,
-            name=req.name,
-            environment=req.environment,
-            daily_cap=req.daily_cap_credits,
-            expires_at=req.expires_at,
-        )
+        req = decode_json(await request.body(), KeyCreateRequest)
+        return await services.accounts.create_key(ident.pid, req)
 
     @patch(
         "/api-keys/{key_id:str}",
@@ -162,11 +178,34 @@ class V1Controller(Controller):
     async def update_key(
         self, services: Services, ident: Identity, key_id: str, request: Request[Any, Any, Any]
     ) -> ApiKeyItem:
-        """Change a key's name or daily cap: the new cap holds from the very next request on
-        every worker. Fields left out keep their value; the environment never changes."""
+        """Change a key's name, daily cap, expiry, allowed models or rate limit: each holds
+        from the very next request on every worker. Fields left out keep their value; the
+        environment never changes."""
         _managing(ident)
-        req = validate_key_update(decode_json(await request.body(), KeyUpdateRequest))
+        req = decode_json(await request.body(), KeyUpdateRequest)
         return await services.accounts.update_key(ident.pid, key_id, req)
+
+    @post(
+        "/api-keys/{key_id:str}/rotate",
+        status_code=201,
+        dependencies=_IDENT,
+        responses=errors(
+            *KEY_ERRORS,
+            *BODY_ERRORS,
+            ErrorKind.TEST_KEY_FORBIDDEN,
+            ErrorKind.API_KEY_NOT_FOUND,
+            ErrorKind.KEY_NOT_ROTATABLE,
+        ),
+        operation_class=documented(body=KeyRotateRequest),
+    )
+    async def rotate_key(
+        self, services: Services, ident: Identity, key_id: str, request: Request[Any, Any, Any]
+    ) -> ApiKeyCreated:
+        """A new key in place of ``key_id`` (same settings, new secret, shown once); the old
+        key works for ``grace_seconds`` more. The day's spend and rate limit carry over."""
+        _managing(ident)
+        req = rotate_request(await request.body())
+        return await services.accounts.rotate_key(ident.pid, key_id, req.grace_seconds)
 
     @delete(
         "/api-keys/{key_id:str}",

@@ -63,6 +63,7 @@ CHAT_ERRORS = (
     *KEY_ERRORS,
     *BODY_ERRORS,
     ErrorKind.MODEL_NOT_FOUND,
+    ErrorKind.MODEL_NOT_ALLOWED,
     ErrorKind.INSUFFICIENT_CREDITS,
     ErrorKind.DAILY_CAP_EXCEEDED,
     ErrorKind.KEY_RATE_LIMITED,
@@ -93,7 +94,9 @@ _ERROR_HEADERS: dict[ErrorKind, dict[str, str]] = {
         "x-should-retry": "`false` when the client address failed authentication too often.",
     },
     ErrorKind.KEY_RATE_LIMITED: {
-        "retry-after": "Seconds until the key's rate-limit window ends.",
+        "retry-after": "Seconds (rounded up) until the oldest of the key's starts in the last "
+        "minute is a minute old.",
+        "retry-after-ms": "The same, in milliseconds.",
     },
 }
 
@@ -204,6 +207,7 @@ class CompleteJson(JsonRenderPlugin):
             document = complete_document(
                 openapi_schema,
                 models=aliases,
+                key_models=list(services.accounts.model_ids),
                 max_messages=settings.max_messages,
                 max_message_chars=settings.max_message_chars,
             )
@@ -212,9 +216,16 @@ class CompleteJson(JsonRenderPlugin):
 
 
 def complete_document(
-    generated: Mapping[str, Any], *, models: list[str], max_messages: int, max_message_chars: int
+    generated: Mapping[str, Any],
+    *,
+    models: list[str],
+    key_models: list[str],
+    max_messages: int,
+    max_message_chars: int,
 ) -> dict[str, Any]:
-    """Litestar's generated document plus what it cannot see (see the module docstring)."""
+    """Litestar's generated document plus what it cannot see (see the module docstring).
+    ``models``: the aliases a request may name; ``key_models``: those a key's
+    ``allowed_models`` may."""
     document = copy.deepcopy(dict(generated))
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
     types = [ChatRequest, ResponsesRequest, ChatCompletionChunk, ErrorBody, *_BODY_TYPES.values()]
@@ -222,6 +233,9 @@ def complete_document(
     for name, schema in components.items():
         schemas.setdefault(name, schema)
     _constrain(schemas, models, max_messages, max_message_chars)
+    for body in ("KeyCreateRequest", "KeyUpdateRequest"):
+        allowed = schemas[body]["properties"]["allowed_models"]["anyOf"][0]
+        allowed["items"]["enum"] = key_models
     document["paths"]["/v1/chat/completions"] = {"post": _chat_operation()}
     document["paths"]["/v1/responses"] = {"post": _responses_operation()}
     for path_item in document["paths"].values():

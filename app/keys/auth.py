@@ -64,7 +64,10 @@ class Authenticator:
         cold_per_s: float = 10.0,
         throttle: FailedAuthThrottle | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
+        """``clock`` times the caches and the cold-path budget; ``wall_clock`` is the time
+        a key's expiry is compared with."""
         self.ledger = ledger
         self.throttle = throttle or FailedAuthThrottle(0, 0.0)  # none given: no throttling
         self.store = store
@@ -72,6 +75,7 @@ class Authenticator:
         self.cache_size = cache_size
         self.negative_ttl_s = negative_ttl_s
         self.clock = clock
+        self.wall_clock = wall_clock
         self._known: OrderedDict[str, Identity] = OrderedDict()
         self._unknown: OrderedDict[str, float] = OrderedDict()
         self._cold_budget = TokenBucket(cold_per_s, max(1.0, cold_per_s), clock)
@@ -117,10 +121,19 @@ class Authenticator:
     async def key_active(self, ident: Identity) -> Identity:
         """``ident`` once Redis says its key is active (a ``use`` for ``authenticated``, for
         routes whose own work does not check the key)."""
-        refusal = key_refusal(await self.ledger.key_status(ident, self.clock()))
+        refusal = key_refusal(await self.ledger.key_status(ident, self.wall_clock()))
         if refusal is not None:
             raise refusal
         return ident
+
+    async def allowed_models(self, ident: Identity) -> frozenset[str] | None:
+        """The models ``ident``'s key may use (None: all), once Redis says it is active (a
+        ``use`` for ``authenticated``)."""
+        access = await self.ledger.key_access(ident, self.wall_clock())
+        refusal = key_refusal(access.status)
+        if refusal is not None:
+            raise refusal
+        return access.models
 
     async def _restore(self, authorization: str | None) -> Identity:
         """Re-create a key's Redis records from the durable store (cold path: argon2,
@@ -173,9 +186,7 @@ class Authenticator:
         if not await asyncio.to_thread(verify_secret, record.secret_hash, secret):
             self._mark_unknown(key_digest)
             raise invalid_api_key()
-        ident = Identity(
-            record.account_pid, kid, environment, self.ledger.layout.shard(record.account_pid)
-        )
+        ident = self.ledger.identity(record)
         await self.ledger.put_key(ident, record)
         await self.ledger.map_digest(key_digest, ident)
         return ident

@@ -31,6 +31,12 @@ class KeyField:
     NAME: Final = "name"
     EXPIRES: Final = "exp"  # unix seconds from which the key is expired; 0 or absent = never
     LAST_USED: Final = "used"  # unix seconds of the key's last reserve; absent: never used
+    MODELS: Final = "models"  # ALL_MODELS, or the aliases it may use, each between spaces
+    RATE_LIMIT: Final = "rpm"  # requests it may start in any 60 s; 0 or absent = no limit
+
+
+ALL_MODELS: Final = "*"
+"""``KeyField.MODELS`` of a key that may use every alias."""
 
 
 KEY_ACTIVE: Final = b"active"
@@ -48,6 +54,7 @@ class ReservationField:
     ALIAS: Final = "alias"
     DAY: Final = "day"
     DEADLINE: Final = "deadline"
+    CAP_KEY: Final = "cap_key"  # the cap counter it holds credits in (a key name)
     API: Final = "api"  # absent on reservations made before it existed: API_CHAT
 
 

@@ -47,16 +47,17 @@ class KeySpace:
         return self._tagged(shard, f"acct:{pid}")
 
     def api_key(self, shard: int, kid: str) -> str:
-        """hash: acct, status, env, cap, name."""
+        """hash: the fields of ``KeyField``."""
         return self._tagged(shard, f"key:{kid}")
 
     def cap(self, shard: int, kid: str, day: str) -> str:
-        """string: credits held + settled by a key on a UTC day (``YYYYMMDD``)."""
+        """string: credits held + settled on a UTC day (``YYYYMMDD``) by a key lineage (the
+        kid of its first key)."""
         return self._tagged(shard, f"cap:{kid}:{day}")
 
-    def rate(self, shard: int, kid: str, window: int) -> str:
-        """string: requests a key made in one rate-limit window (expires with the window)."""
-        return self._tagged(shard, f"rl:{kid}:{window}")
+    def rate(self, shard: int, kid: str) -> str:
+        """list: when a key lineage last started requests (reserve.lua's rate log)."""
+        return self._tagged(shard, f"rl:{kid}")
 
     def reservation(self, shard: int, rid: str) -> str:
         """hash: one open reservation."""

@@ -16,7 +16,7 @@ from app.core.clock import day_tag, utc_day
 from app.core.errors import account_not_found
 from app.keys.format import public_id
 from app.kv.client import RedisClient
-from app.kv.fields import ACCOUNT_POOLS, KeyField, ReservationField, pools
+from app.kv.fields import ACCOUNT_POOLS, ALL_MODELS, KeyField, ReservationField, pools
 from app.kv.layout import KeySpace, as_text
 from app.store import Store
 
@@ -26,8 +26,12 @@ class KeyState(msgspec.Struct):
     environment: str
     status: str  # in Redis: active | revoked | missing (Redis lost the record)
     daily_cap_credits: int | None
-    cap_used_today: int  # credits held + settled today
+    cap_used_today: int  # credits held + settled today (by its rotation lineage)
     expires_at: int | None = None  # unix seconds, as Redis holds it; None: never
+    allowed_models: list[str] | None = None  # as Redis holds them; None: all
+    rate_limit_rpm: int | None = None  # as Redis holds it; None: no limit
+    last_used_at: int | None = None  # unix seconds of its last reserve
+    replaces: str | None = None  # the id of the key it was rotated from
 
 
 class Reservation(msgspec.Struct):
@@ -52,6 +56,26 @@ class AccountReport(msgspec.Struct):
     usage_total: dict[str, int]
 
 
+_KEY_FIELDS = [
+    KeyField.STATUS,
+    KeyField.CAP,
+    KeyField.EXPIRES,
+    KeyField.MODELS,
+    KeyField.RATE_LIMIT,
+    KeyField.LAST_USED,
+]
+
+
+def _positive(raw: Any) -> int | None:
+    return int(raw) if raw and int(raw) > 0 else None
+
+
+def _models(raw: Any) -> list[str] | None:
+    if raw is None or as_text(raw) == ALL_MODELS:
+        return None
+    return as_text(raw).split()
+
+
 def _ints(raw: dict[Any, Any]) -> dict[str, int]:
     return {as_text(k): int(v) for k, v in sorted(raw.items())}
 
@@ -71,10 +95,9 @@ async def inspect_account(
     pipe = redis.pipeline(transaction=False)
     pipe.hmget(layout.account(shard, pid), ACCOUNT_POOLS)
     for rec in records:
-        pipe.hmget(
-            layout.api_key(shard, rec.kid), [KeyField.STATUS, KeyField.CAP, KeyField.EXPIRES]
-        )
-        pipe.get(layout.cap(shard, rec.kid, today))
+        pipe.hmget(layout.api_key(shard, rec.kid), _KEY_FIELDS)
+        pipe.get(layout.cap(shard, rec.cap_kid, today))
+
     pipe.zrange(layout.reservations(shard), 0, -1)
     pipe.hgetall(layout.usage_day(shard, pid, today))
     pipe.hgetall(layout.usage_total(shard, pid))
@@ -82,7 +105,8 @@ async def inspect_account(
     earned, earned_exp, purchased = pools(results[0]) or (0, 0, 0)
     states = []
     for i, rec in enumerate(records):
-        (status, cap, expires), used = results[1 + 2 * i], results[2 + 2 * i]
+        fields, used = results[1 + 2 * i], results[2 + 2 * i]
+        status, cap, expires, models, rpm, last_used = fields
         states.append(
             KeyState(
                 id=public_id(rec.kid),
@@ -90,7 +114,11 @@ async def inspect_account(
                 status=as_text(status) if status is not None else "missing",
                 daily_cap_credits=None if cap is None or int(cap) < 0 else int(cap),
                 cap_used_today=int(used or 0),
-                expires_at=int(expires) if expires and int(expires) > 0 else None,
+                expires_at=_positive(expires),
+                allowed_models=_models(models),
+                rate_limit_rpm=_positive(rpm),
+                last_used_at=_positive(last_used),
+                replaces=None if rec.replaces is None else public_id(rec.replaces),
             )
         )
     rids, usage_today, usage_total = results[-3:]

@@ -27,7 +27,7 @@ import msgspec
 from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
 from app.credits.ledger import GRANT_MARKER_TTL_S, SPOTLIGHT_COUNTER_TTL_S, RedisLedger
-from app.credits.outcomes import Identity, ScriptStatus
+from app.credits.outcomes import ScriptStatus
 from app.kv.client import RedisClient
 from app.kv.layout import KeySpace
 from app.ops.shard_state import ShardRead, Sums, consistent_shards, redis_accounts
@@ -308,10 +308,7 @@ async def _restore_keys(ledger: RedisLedger, store: Store, report: RebuildReport
     The digest mappings need the secrets: the cold path restores each on the key's first
     use (argon2 check against the stored hash)."""
     for rec in await store.list_all_keys():
-        ident = Identity(
-            rec.account_pid, rec.kid, rec.environment, ledger.layout.shard(rec.account_pid)
-        )
-        written = await ledger.put_key(ident, rec)
+        written = await ledger.put_key(ledger.identity(rec), rec)
         if written.status is ScriptStatus.OK:
             report.keys_restored += 1
             report.revoked_keys_restored += int(rec.status == "revoked")

@@ -16,6 +16,7 @@ from app.store.records import (
     GrantRecord,
     GrantTotal,
     KeyRecord,
+    KeyRotation,
     LedgerSnapshot,
     UsageRollup,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "GrantRecord",
     "GrantTotal",
     "KeyRecord",
+    "KeyRotation",
     "LedgerSnapshot",
     "Store",
     "StoreConflict",
@@ -94,8 +96,8 @@ class Store(Protocol):
     async def list_keys(self, account_pid: str) -> list[KeyRecord]:
         """The account's keys, revoked ones included: newest first (then by kid)."""
 
-    async def count_active_keys(self, account_pid: str) -> int:
-        """How many of the account's keys are not revoked."""
+    async def count_active_keys(self, account_pid: str, now: int) -> int:
+        """How many of the account's keys are neither revoked nor expired at ``now``."""
 
     async def update_key(
         self, account_pid: str, kid: str, changes: Mapping[str, str | int | None]
@@ -109,6 +111,13 @@ class Store(Protocol):
 
         Idempotent: a revoked key is returned unchanged (it keeps its first revoked_at).
         """
+
+    async def rotate_key(self, new: KeyRecord, old_expires_at: int) -> KeyRotation:
+        """Write ``new``, the successor of key ``new.replaces``, and end the old key at
+        ``old_expires_at`` (unless it expires sooner), in one transaction; only when the old
+        key is the account's, active and unexpired at ``new.created_at``, and has no
+        active successor (else nothing is written: a revoked successor allows another, the
+        way out of a rotation whose answer was lost). No active-key limit: the old key ends."""
 
     async def insert_grant(self, rec: GrantRecord) -> bool:
         """True when written; False (and nothing written) when the grant id exists."""

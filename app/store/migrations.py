@@ -122,6 +122,17 @@ MIGRATIONS: tuple[Migration, ...] = (
         # Keys that expire (unix seconds; NULL: never).
         ("ALTER TABLE api_keys ADD COLUMN expires_at BIGINT",),
     ),
+    (
+        6,
+        # Keys limited to some models and to a rate of their own, and keys made by rotating
+        # another (NULL everywhere: all models, no limit, not a rotation).
+        (
+            "ALTER TABLE api_keys ADD COLUMN allowed_models TEXT",
+            "ALTER TABLE api_keys ADD COLUMN rate_limit_rpm BIGINT",
+            "ALTER TABLE api_keys ADD COLUMN lineage TEXT",
+            "ALTER TABLE api_keys ADD COLUMN replaces TEXT",
+        ),
+    ),
 )
 
 CREATE_SCHEMA_MIGRATIONS = (
@@ -165,15 +176,34 @@ LIST_KEYS = (
     _select("api_keys", KeyRecord)
     + " WHERE account_pid = ? ORDER BY created_at DESC, seq DESC, kid"
 )
-COUNT_ACTIVE_KEYS = "SELECT COUNT(*) FROM api_keys WHERE account_pid = ? AND status = 'active'"
+# Active: neither revoked nor expired at the time given.
+COUNT_ACTIVE_KEYS = (
+    "SELECT COUNT(*) FROM api_keys WHERE account_pid = ? AND status = 'active' "
+    "AND (expires_at IS NULL OR expires_at > ?)"
+)
 # The columns a key update may set, each in a statement of its own (only the fields a client
 # sent change: two updates of different fields never undo each other). Any key of the
 # account, revoked ones too: the status is not the update's to change.
-KEY_UPDATABLE = ("name", "daily_cap_credits", "expires_at")
+KEY_UPDATABLE = ("name", "daily_cap_credits", "expires_at", "allowed_models", "rate_limit_rpm")
 UPDATE_KEY = {
     column: f"UPDATE api_keys SET {column} = ? WHERE kid = ? AND account_pid = ?"
     for column in KEY_UPDATABLE
 }
+# A rotation: the key rotated from must be active, unexpired and not rotated before (one
+# live successor per key: revoking a successor allows another), checked and changed under
+# the account's write lock.
+ROTATABLE_KEY = (
+    "SELECT kid FROM api_keys WHERE kid = ? AND account_pid = ? AND status = 'active' "
+    "AND (expires_at IS NULL OR expires_at > ?)"
+)
+KEY_SUCCESSOR = (
+    "SELECT kid FROM api_keys WHERE account_pid = ? AND replaces = ? AND status = 'active'"
+)
+# Its expiry moves to the end of the grace period unless it expires sooner.
+END_ROTATED_KEY = (
+    "UPDATE api_keys SET expires_at = ? WHERE kid = ? AND account_pid = ? "
+    "AND (expires_at IS NULL OR expires_at > ?)"
+)
 # Only an active key changes, so a second revoke keeps the first revoked_at.
 REVOKE_KEY = (
     "UPDATE api_keys SET status = 'revoked', revoked_at = ? "

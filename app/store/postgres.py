@@ -29,6 +29,7 @@ from app.store.records import (
     CreditExpiry,
     GrantRecord,
     KeyRecord,
+    KeyRotation,
     LedgerSnapshot,
     Row,
     UsageRollup,
@@ -216,7 +217,7 @@ class PostgresStore:
             await conn.execute(pgsql.LOCK_ACCOUNT, (rec.account_pid,))
             if max_active is not None:
                 counted = await (
-                    await conn.execute(pgsql.COUNT_ACTIVE_KEYS, (rec.account_pid,))
+                    await conn.execute(pgsql.COUNT_ACTIVE_KEYS, (rec.account_pid, rec.created_at))
                 ).fetchone()
                 if counted is not None and int(counted[0]) >= max_active:
                     return False
@@ -233,9 +234,9 @@ class PostgresStore:
         """The account's keys, revoked ones included, newest first."""
         return await self._records(KeyRecord, pgsql.LIST_KEYS, (account_pid,))
 
-    async def count_active_keys(self, account_pid: str) -> int:
-        """How many of the account's keys are active."""
-        rows = await self._rows(pgsql.COUNT_ACTIVE_KEYS, (account_pid,))
+    async def count_active_keys(self, account_pid: str, now: int) -> int:
+        """How many of the account's keys are active at ``now``."""
+        rows = await self._rows(pgsql.COUNT_ACTIVE_KEYS, (account_pid, now))
         return int(rows[0][0])
 
     async def update_key(
@@ -261,6 +262,23 @@ class PostgresStore:
             return None if row is None else to_record(KeyRecord, row)
 
         return await self._write(revoke)
+
+    async def rotate_key(self, new: KeyRecord, old_expires_at: int) -> KeyRotation:
+        """See ``Store.rotate_key``; the account row's lock serializes rotations (and
+        creates) of one account, so a key gets one successor."""
+        old, pid, now = new.replaces, new.account_pid, new.created_at
+
+        async def rotate(conn: Conn) -> KeyRotation:
+            await conn.execute(pgsql.LOCK_ACCOUNT, (pid,))
+            if await (await conn.execute(pgsql.ROTATABLE_KEY, (old, pid, now))).fetchone() is None:
+                return KeyRotation.NOT_ACTIVE
+            if await (await conn.execute(pgsql.KEY_SUCCESSOR, (pid, old))).fetchone() is not None:
+                return KeyRotation.ROTATED_BEFORE
+            await conn.execute(pgsql.END_ROTATED_KEY, (old_expires_at, old, pid, old_expires_at))
+            await conn.execute(pgsql.INSERT_KEY, (*to_row(new), pid))
+            return KeyRotation.ROTATED
+
+        return await self._write(rotate)
 
     # -- grants -----------------------------------------------------------------------
 

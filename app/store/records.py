@@ -5,6 +5,7 @@ Field names are the column names: the SQL in ``app.store.migrations`` is built f
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any, TypeVar
 
 import msgspec
@@ -35,6 +36,24 @@ class KeyRecord(msgspec.Struct, frozen=True, kw_only=True):
     status: str = "active"  # "active" | "revoked"
     revoked_at: int | None = None
     expires_at: int | None = None  # unix seconds from which the key is expired; None: never
+    allowed_models: str | None = None  # aliases it may use, space-separated; None: all
+    rate_limit_rpm: int | None = None  # requests it may start in any 60 seconds; None: no limit
+    lineage: str | None = None  # kid of the first key of its rotations; None: its own
+    replaces: str | None = None  # kid of the key it was rotated from
+
+    @property
+    def cap_kid(self) -> str:
+        """The kid its daily cap counter and rate limit are kept under: shared by every key
+        of a rotation lineage, so rotating never resets or doubles them."""
+        return self.lineage or self.kid
+
+
+class KeyRotation(StrEnum):
+    """What a rotation (``Store.rotate_key``) did."""
+
+    ROTATED = "rotated"  # the new key is written; the old one expires at the end of its grace
+    NOT_ACTIVE = "not_active"  # the old key is revoked, expired or not the account's
+    ROTATED_BEFORE = "rotated_before"  # the old key has a successor already
 
 
 class GrantRecord(msgspec.Struct, frozen=True, kw_only=True):

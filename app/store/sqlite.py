@@ -26,6 +26,7 @@ from app.store.records import (
     CreditExpiry,
     GrantRecord,
     KeyRecord,
+    KeyRotation,
     LedgerSnapshot,
     Row,
     UsageRollup,
@@ -136,7 +137,9 @@ class SQLiteStore:
 
         def insert(conn: sqlite3.Connection) -> bool:
             if max_active is not None:
-                (active,) = conn.execute(sql.COUNT_ACTIVE_KEYS, (rec.account_pid,)).fetchone()
+                (active,) = conn.execute(
+                    sql.COUNT_ACTIVE_KEYS, (rec.account_pid, rec.created_at)
+                ).fetchone()
                 if active >= max_active:
                     return False
             conn.execute(sql.INSERT_KEY, row)
@@ -152,9 +155,9 @@ class SQLiteStore:
         """The account's keys, revoked ones included, newest first."""
         return await self._records(KeyRecord, sql.LIST_KEYS, (account_pid,))
 
-    async def count_active_keys(self, account_pid: str) -> int:
-        """How many of the account's keys are active."""
-        rows = await self._rows(sql.COUNT_ACTIVE_KEYS, (account_pid,))
+    async def count_active_keys(self, account_pid: str, now: int) -> int:
+        """How many of the account's keys are active at ``now``."""
+        rows = await self._rows(sql.COUNT_ACTIVE_KEYS, (account_pid, now))
         return int(rows[0][0])
 
     async def update_key(
@@ -180,6 +183,21 @@ class SQLiteStore:
             return None if row is None else to_record(KeyRecord, row)
 
         return await self._write(revoke)
+
+    async def rotate_key(self, new: KeyRecord, old_expires_at: int) -> KeyRotation:
+        """See ``Store.rotate_key``; the write lock makes the checks and writes one step."""
+        old, pid, now = new.replaces, new.account_pid, new.created_at
+
+        def rotate(conn: sqlite3.Connection) -> KeyRotation:
+            if conn.execute(sql.ROTATABLE_KEY, (old, pid, now)).fetchone() is None:
+                return KeyRotation.NOT_ACTIVE
+            if conn.execute(sql.KEY_SUCCESSOR, (pid, old)).fetchone() is not None:
+                return KeyRotation.ROTATED_BEFORE
+            conn.execute(sql.END_ROTATED_KEY, (old_expires_at, old, pid, old_expires_at))
+            conn.execute(sql.INSERT_KEY, (*to_row(new), pid))
+            return KeyRotation.ROTATED
+
+        return await self._write(rotate)
 
     # -- grants -----------------------------------------------------------------------
 

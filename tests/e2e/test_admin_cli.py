@@ -7,6 +7,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -68,6 +69,10 @@ def test_admin_commands_without_a_server(tmp_path: Path) -> None:
             "daily_cap_credits": 500,
             "cap_used_today": 0,
             "expires_at": None,
+            "allowed_models": None,
+            "rate_limit_rpm": None,
+            "last_used_at": None,
+            "replaces": None,
         }
     ]
     code, out = svc_admin(env, "update-key", pid, str(key_id), "--daily-cap", "none")
@@ -84,6 +89,36 @@ def test_admin_commands_without_a_server(tmp_path: Path) -> None:
     code, out = svc_admin(env, "update-key", pid, str(key_id), "--name", "")
     assert code != 0
     assert out["error"]["param"] == "name"  # type: ignore[index]
+    code, out = svc_admin(
+        env,
+        "update-key",
+        pid,
+        str(key_id),
+        "--allowed-models",
+        "svc-fast,svc-code",
+        "--rate-limit-rpm",
+        "120",
+    )
+    assert (code, out["allowed_models"], out["rate_limit_rpm"]) == (
+        0,
+        ["svc-fast", "svc-code"],
+        120,
+    )
+    code, out = svc_admin(env, "update-key", pid, str(key_id), "--allowed-models", "gpt-4")
+    assert (code, out["error"]["param"]) == (1, "allowed_models")  # type: ignore[index]
+    code, out = svc_admin(env, "update-key", pid, str(key_id), "--rate-limit-rpm", "0")
+    assert (code, out["error"]["param"]) == (1, "rate_limit_rpm")  # type: ignore[index]
+    code, out = svc_admin(env, "rotate-key", pid, str(key_id), "--grace-seconds", "600")
+    assert code == 0
+    assert (out["replaces"], out["name"], out["rate_limit_rpm"]) == (key_id, "nightly", 120)
+    assert out["allowed_models"] == ["svc-fast", "svc-code"]
+    assert str(out["key"]).startswith("svc_test_")
+    code, out = svc_admin(env, "rotate-key", pid, str(key_id))
+    assert (code, out["error"]["code"]) == (1, "api_key_not_rotatable")  # type: ignore[index]
+    code, out = svc_admin(env, "inspect", pid)
+    shown = {k["id"]: k for k in out["keys"]}  # type: ignore[attr-defined]
+    assert shown[key_id]["expires_at"] <= int(time.time()) + 600
+    assert [k["replaces"] for k in out["keys"]] == [key_id, None]  # type: ignore[attr-defined]
     # the command stopped the Valkey it started; the data (AOF) outlived it
     assert not is_serving(socket_path(tmp_path / "data"))
     code, out = svc_admin(env, "credits", pid)

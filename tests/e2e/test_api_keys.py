@@ -32,6 +32,9 @@ KEY_ITEM_FIELDS = {
     "status",
     "expires_at",
     "last_used_at",
+    "allowed_models",
+    "rate_limit_rpm",
+    "replaces",
 }
 # The create answer: the secret, shown this once, and no state yet.
 KEY_CREATED_FIELDS = KEY_ITEM_FIELDS - {"last4", "status", "last_used_at"} | {"key"}
@@ -420,6 +423,9 @@ def test_a_key_stops_at_its_expiry_on_every_worker_and_route(server: Server) -> 
         assert (r.status_code, r.json()["error"]["code"]) == (401, "api_key_expired")
         credits = httpx.get(f"{server.base_url}/credits", headers=_h(short))
         assert (credits.status_code, credits.json()["error"]["code"]) == (401, "api_key_expired")
+    for path in ("/models", "/models/svc-fast", "/usage", "/api-keys"):
+        r = httpx.get(f"{server.base_url}{path}", headers=_h(short))
+        assert (r.status_code, r.json()["error"]["code"]) == (401, "api_key_expired"), path
     assert server.balance(pid) == before
     # lifting the expiry brings it back at once; setting one in the past ends it at once
     key_id = created["id"]

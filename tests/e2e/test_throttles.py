@@ -118,7 +118,7 @@ def rate_limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = start_server(
         tmp_path_factory.mktemp("rate"),
         workers=2,
-        extra_env={"SVC_KEY_RATE_LIMIT": "4", "SVC_KEY_RATE_WINDOW_S": "3600"},
+        extra_env={"SVC_KEY_RATE_LIMIT": "4"},  # the rate_limit_rpm of new keys
     )
     yield srv
     stop_server(srv.process)
@@ -139,7 +139,23 @@ def test_a_key_over_its_rate_limit_gets_429_across_workers_and_pays_nothing(
         client.chat.completions.create(model="svc-fast", messages=MESSAGES, stream=True)
     error = info.value
     assert error.code == "rate_limit_exceeded"
-    assert 0 < int(error.response.headers["retry-after"]) <= 3600
+    assert 0 < int(error.response.headers["retry-after"]) <= 60
+    wait_ms = int(error.response.headers["retry-after-ms"])
+    assert 0 < wait_ms <= 60_000
+    assert int(error.response.headers["retry-after"]) == -(-wait_ms // 1000)
     assert rate_limited.balance(pid) == balance
     other_client = openai.OpenAI(base_url=rate_limited.base_url, api_key=other, max_retries=0)
     list(other_client.chat.completions.create(model="svc-fast", messages=MESSAGES, stream=True))
+
+
+def test_the_setting_is_the_default_of_new_keys_only(rate_limited: Server) -> None:
+    pid = rate_limited.new_account(100_000)
+    body = {"name": "k", "environment": "live", "daily_cap_credits": None}
+    default = rate_limited.admin("POST", f"/accounts/{pid}/api-keys", body).json()
+    unlimited = rate_limited.admin(
+        "POST", f"/accounts/{pid}/api-keys", {**body, "rate_limit_rpm": None}
+    ).json()
+    assert (default["rate_limit_rpm"], unlimited["rate_limit_rpm"]) == (4, None)
+    client = openai.OpenAI(base_url=rate_limited.base_url, api_key=unlimited["key"], max_retries=0)
+    for _ in range(8):
+        list(client.chat.completions.create(model="svc-fast", messages=MESSAGES, stream=True))

@@ -17,10 +17,18 @@ async def account(ledger: RedisLedger, pid: str, *, purchased: int = 0) -> None:
 
 
 async def key(
-    ledger: RedisLedger, pid: str, kid: str, *, environment: str = "live", cap: int | None = None
+    ledger: RedisLedger,
+    pid: str,
+    kid: str,
+    *,
+    environment: str = "live",
+    cap: int | None = None,
+    rpm: int | None = None,
+    models: str | None = None,
+    lineage: str = "",
 ) -> Identity:
-    ident = Identity(pid, kid, environment, ledger.layout.shard(pid))
-    await ledger.put_key(ident, rec(ident, cap=cap))
+    ident = Identity(pid, kid, environment, ledger.layout.shard(pid), lineage)
+    await ledger.put_key(ident, rec(ident, cap=cap, rpm=rpm, models=models))
     return ident
 
 
@@ -36,6 +44,7 @@ async def reserve(
     min_out: int | None = None,
     deadline: float | None = None,
     api: str = API_CHAT,
+    models: str = "svc-fast",
 ) -> Hold:
     """Defaults make the arithmetic plain: one credit per output token."""
     return await ledger.reserve(
@@ -49,6 +58,7 @@ async def reserve(
         deadline=now + 60 if deadline is None else deadline,
         alias="svc-fast",
         requested="svc-auto",
+        models=models,
         api=api,
     )
 
@@ -90,6 +100,8 @@ def rec(
     cap: int | None = None,
     name: str = "k",
     expires_at: int | None = None,
+    rpm: int | None = None,
+    models: str | None = None,
 ) -> KeyRecord:
     """A key's durable record as the key scripts take it (the secret's hash is not theirs)."""
     return KeyRecord(
@@ -103,4 +115,7 @@ def rec(
         created_at=0,
         status=status,
         expires_at=expires_at,
+        allowed_models=models,
+        rate_limit_rpm=rpm,
+        lineage=ident.lineage or None,
     )

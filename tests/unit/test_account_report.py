@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.accounts.manage import Accounts
+from app.accounts.manage import Accounts, KeyCreateRequest
 from app.core.errors import ApiError, ErrorKind
 from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Identity
@@ -20,8 +20,12 @@ async def test_the_report_shows_pools_keys_caps_reservations_and_usage(
     accounts = Accounts(store, ledger, b"pepper", clock=clock)
     pid = await accounts.create_account()
     await accounts.grant_purchased(pid, 1000)
-    capped = await accounts.create_key(pid, name="a", environment="live", daily_cap=300)
-    other = await accounts.create_key(pid, name="b", environment="test", daily_cap=None)
+    capped = await accounts.create_key(
+        pid, KeyCreateRequest(name="a", environment="live", daily_cap_credits=300)
+    )
+    other = await accounts.create_key(
+        pid, KeyCreateRequest(name="b", environment="test", daily_cap_credits=None)
+    )
     await accounts.revoke_key(pid, other.id)
     shard = ledger.layout.shard(pid)
     ident = Identity(pid, capped.id.removeprefix("key_"), "live", shard)

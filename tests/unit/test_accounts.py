@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from app.accounts.manage import Accounts, KeyUpdateRequest
+from app.accounts.manage import Accounts, KeyCreateRequest, KeyUpdateRequest
 from app.core.errors import ApiError, ErrorKind
 from app.credits.ledger import RedisLedger
 from app.credits.outcomes import ScriptStatus
@@ -18,13 +18,21 @@ from app.store import Store
 async def test_active_key_limit(store: Store, ledger: RedisLedger) -> None:
     accounts = Accounts(store, ledger, b"p", max_active_keys=2)
     pid = await accounts.create_account()
-    first = await accounts.create_key(pid, name="a", environment="live", daily_cap=None)
-    await accounts.create_key(pid, name="b", environment="test", daily_cap=5)
+    first = await accounts.create_key(
+        pid, KeyCreateRequest(name="a", environment="live", daily_cap_credits=None)
+    )
+    await accounts.create_key(
+        pid, KeyCreateRequest(name="b", environment="test", daily_cap_credits=5)
+    )
     with pytest.raises(ApiError) as info:
-        await accounts.create_key(pid, name="c", environment="live", daily_cap=None)
+        await accounts.create_key(
+            pid, KeyCreateRequest(name="c", environment="live", daily_cap_credits=None)
+        )
     assert info.value.kind is ErrorKind.KEY_LIMIT
     await accounts.revoke_key(pid, first.id)
-    await accounts.create_key(pid, name="c", environment="live", daily_cap=None)
+    await accounts.create_key(
+        pid, KeyCreateRequest(name="c", environment="live", daily_cap_credits=None)
+    )
     listed = await accounts.list_keys(pid)
     assert [k.name for k in listed.data] == ["c", "b", "a"]
     assert [k.status for k in listed.data] == ["active", "active", "revoked"]
@@ -33,7 +41,9 @@ async def test_active_key_limit(store: Store, ledger: RedisLedger) -> None:
 async def test_revoke_is_scoped_and_immediate(store: Store, ledger: RedisLedger) -> None:
     accounts = Accounts(store, ledger, b"p")
     a, b = await accounts.create_account(), await accounts.create_account()
-    key = await accounts.create_key(a, name="a", environment="live", daily_cap=None)
+    key = await accounts.create_key(
+        a, KeyCreateRequest(name="a", environment="live", daily_cap_credits=None)
+    )
     for pid, key_id in [(b, key.id), (a, "key_unknownunkn"), (a, "bad")]:
         with pytest.raises(ApiError) as info:
             await accounts.revoke_key(pid, key_id)
@@ -65,7 +75,9 @@ async def test_concurrent_updates_lose_no_field_and_leave_redis_as_the_store(
 ) -> None:
     accounts = Accounts(store, ledger, b"p")
     pid = await accounts.create_account()
-    key = await accounts.create_key(pid, name="a", environment="live", daily_cap=None)
+    key = await accounts.create_key(
+        pid, KeyCreateRequest(name="a", environment="live", daily_cap_credits=None)
+    )
     names = [KeyUpdateRequest(name=f"n{i}") for i in range(10)]
     caps = [KeyUpdateRequest(daily_cap_credits=i) for i in range(10)]
     await asyncio.gather(*(accounts.update_key(pid, key.id, u) for u in names + caps))

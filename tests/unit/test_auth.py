@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from app.accounts.manage import Accounts
+from app.accounts.manage import Accounts, KeyCreateRequest
 from app.core.errors import ApiError, ErrorKind, KeyRecordMissing, invalid_api_key
 from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Identity, ScriptStatus
@@ -34,7 +34,9 @@ async def test_hot_path_uses_cache_after_first_lookup(
     accounts: Accounts, ledger: RedisLedger, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
-    created = await accounts.create_key(pid, name="k", environment="live", daily_cap=None)
+    created = await accounts.create_key(
+        pid, KeyCreateRequest(name="k", environment="live", daily_cap_credits=None)
+    )
     auth = _auth(ledger, store, clock)
     ident = await auth.identify(f"Bearer {created.key}")
     assert (ident.pid, ident.environment) == (pid, "live")
@@ -47,7 +49,9 @@ async def test_cold_path_rewarms_redis(
     accounts: Accounts, ledger: RedisLedger, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
-    created = await accounts.create_key(pid, name="k", environment="test", daily_cap=7)
+    created = await accounts.create_key(
+        pid, KeyCreateRequest(name="k", environment="test", daily_cap_credits=7)
+    )
     key_digest = digest(PEPPER, created.key)
     await ledger.redis.delete(ledger.layout.digest(key_digest))
     auth = _auth(ledger, store, clock)
@@ -61,7 +65,9 @@ async def test_cold_path_restores_a_lost_key_record_with_its_status(
     accounts: Accounts, ledger: RedisLedger, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
-    created = await accounts.create_key(pid, name="k", environment="live", daily_cap=None)
+    created = await accounts.create_key(
+        pid, KeyCreateRequest(name="k", environment="live", daily_cap_credits=None)
+    )
     kid = created.id.removeprefix("key_")
     await store.revoke_key(pid, kid, 1)
     await ledger.redis.flushall()
@@ -76,7 +82,9 @@ async def test_wrong_secret_with_a_real_key_id_is_refused_and_negative_cached(
     accounts: Accounts, ledger: RedisLedger, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
-    created = await accounts.create_key(pid, name="k", environment="live", daily_cap=None)
+    created = await accounts.create_key(
+        pid, KeyCreateRequest(name="k", environment="live", daily_cap_credits=None)
+    )
     forged = generate_key("live", kid=created.id.removeprefix("key_"))
     auth = _auth(ledger, store, clock)
     for _ in range(3):
@@ -99,7 +107,9 @@ async def test_fake_keys_cost_no_argon2_and_cold_path_is_rate_limited(
             await auth.identify(f"Bearer {generate_key('live')}")
     assert auth.cold_verifications == 0
     pid = await accounts.create_account()
-    created = await accounts.create_key(pid, name="k", environment="live", daily_cap=None)
+    created = await accounts.create_key(
+        pid, KeyCreateRequest(name="k", environment="live", daily_cap_credits=None)
+    )
     kid = created.id.removeprefix("key_")
     kinds = []
     for _ in range(10):  # forged secrets for a real key id: argon2, bounded by the bucket
@@ -133,7 +143,9 @@ async def test_a_burst_of_1000_fake_keys_costs_a_bounded_number_of_argon2_checks
     accounts: Accounts, ledger: RedisLedger, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
-    created = await accounts.create_key(pid, name="k", environment="live", daily_cap=None)
+    created = await accounts.create_key(
+        pid, KeyCreateRequest(name="k", environment="live", daily_cap_credits=None)
+    )
     real_kid = created.id.removeprefix("key_")
     auth = _auth(ledger, store, clock, per_s=20)
 
@@ -166,7 +178,9 @@ async def test_a_cached_key_whose_redis_record_was_lost_is_restored(
     accounts: Accounts, ledger: RedisLedger, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
-    created = await accounts.create_key(pid, name="k", environment="live", daily_cap=5)
+    created = await accounts.create_key(
+        pid, KeyCreateRequest(name="k", environment="live", daily_cap_credits=5)
+    )
     auth = _auth(ledger, store, clock)
     ident = await auth.authenticated(
         f"Bearer {created.key}", ADDRESS, auth.key_active
@@ -182,7 +196,9 @@ async def test_authenticated_restores_a_lost_record_once_and_counts_a_wrong_key_
     accounts: Accounts, ledger: RedisLedger, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
-    created = await accounts.create_key(pid, name="k", environment="live", daily_cap=None)
+    created = await accounts.create_key(
+        pid, KeyCreateRequest(name="k", environment="live", daily_cap_credits=None)
+    )
     throttle = FailedAuthThrottle(2, 60.0, clock=clock)
     auth = Authenticator(ledger, store, PEPPER, throttle=throttle, clock=clock)
     uses: list[Identity] = []

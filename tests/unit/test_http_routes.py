@@ -19,6 +19,7 @@ import fakeredis
 import httpx
 import pytest
 
+from app.accounts.manage import KeyCreateRequest
 from app.core.metrics import METRICS
 from app.core.settings import Settings
 from app.http.app import create_app
@@ -97,9 +98,15 @@ async def svc(tmp_path: Path, store: Store, models_file: str | None) -> AsyncIte
     accounts = services.accounts
     pid = await accounts.create_account()
     await accounts.grant_purchased(pid, 100_000, source="test")
-    live = await accounts.create_key(pid, name="live", environment="live", daily_cap=None)
-    test = await accounts.create_key(pid, name="test", environment="test", daily_cap=None)
-    spare = await accounts.create_key(pid, name="spare", environment="live", daily_cap=None)
+    live = await accounts.create_key(
+        pid, KeyCreateRequest(name="live", environment="live", daily_cap_credits=None)
+    )
+    test = await accounts.create_key(
+        pid, KeyCreateRequest(name="test", environment="test", daily_cap_credits=None)
+    )
+    spare = await accounts.create_key(
+        pid, KeyCreateRequest(name="spare", environment="live", daily_cap_credits=None)
+    )
     try:
         yield Svc(Gateway(app), services, Account(pid, live.key, test.key, spare.id))
     finally:
@@ -236,7 +243,8 @@ async def test_failed_keys_are_counted_on_every_route_and_then_refused_with_429(
 async def test_a_revoked_key_is_401_api_key_revoked(svc: Svc) -> None:
     async with svc.client() as client:
         spare = await svc.services.accounts.create_key(
-            svc.account.pid, name="gone", environment="live", daily_cap=None
+            svc.account.pid,
+            KeyCreateRequest(name="gone", environment="live", daily_cap_credits=None),
         )
         revoke = await call(client, "DELETE", f"/v1/api-keys/{spare.id}", svc.account.live_key)
         assert revoke.status_code == 200, revoke.text
@@ -386,7 +394,9 @@ async def test_a_streamed_body_over_the_limit_is_413_without_a_content_length(sv
 async def test_not_enough_credits_is_402_and_tells_sdks_not_to_retry(svc: Svc) -> None:
     accounts = svc.services.accounts
     pid = await accounts.create_account()  # no credits
-    poor = await accounts.create_key(pid, name="poor", environment="live", daily_cap=None)
+    poor = await accounts.create_key(
+        pid, KeyCreateRequest(name="poor", environment="live", daily_cap_credits=None)
+    )
     async with svc.client() as client:
         response = await call(client, "POST", CHAT, poor.key, CHAT_BODY)
     assert_error(response, 402, "insufficient_credits", "insufficient_credits")

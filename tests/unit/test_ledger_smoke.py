@@ -28,6 +28,7 @@ async def test_reserve_settle_round_trip(ledger: RedisLedger, clock: Clock) -> N
         deadline=clock() + 60,
         alias="svc-fast",
         requested="svc-fast",
+        models="svc-fast",
     )
     assert hold.amount == 3  # ceil((1000 + 1500) / 1000)
     assert hold.balance == 997

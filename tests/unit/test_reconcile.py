@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from app.accounts.manage import Accounts
+from app.accounts.manage import Accounts, KeyCreateRequest
 from app.accounts.rewards import Spotlights
 from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
@@ -96,6 +96,7 @@ async def _request(
         deadline=w.clock() + 600,
         alias="svc-fast",
         requested="svc-auto",
+        models="svc-fast",
         api=api,
     )
     if used is None:
@@ -113,7 +114,9 @@ async def _request(
 
 
 async def _key(w: World, pid: str, name: str, environment: str = "live") -> None:
-    created = await w.accounts.create_key(pid, name=name, environment=environment, daily_cap=None)
+    created = await w.accounts.create_key(
+        pid, KeyCreateRequest(name=name, environment=environment, daily_cap_credits=None)
+    )
     w.secrets[name] = created.key
 
 

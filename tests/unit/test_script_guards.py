@@ -41,7 +41,7 @@ def _calls(
                 ks.reservation(shard, "r1"),
                 ks.reservations(shard),
                 ks.events(shard),
-                ks.rate(shard, kid, 0),
+                ks.rate(shard, kid),
             ],
             [
                 now,
@@ -57,8 +57,8 @@ def _calls(
                 "svc-fast",
                 "svc-fast",
                 day,
-                5,
-                now + 60,
+                now * 1000,
+                "svc-fast",
                 0,
                 "responses",
             ],
@@ -86,31 +86,37 @@ def _calls(
             [now, "earned", 100, 30 * DAY, 5, 100, 100, pid],
         ),
         "open_account": ([ks.account(shard, "acct_new")], [0, 0, 100]),
-        "put_key": ([ks.api_key(shard, "knew")], [pid, "active", "live", -1, "name", now + 60]),
-        "revoke_key": ([ks.api_key(shard, kid)], [pid, "live", -1, "name", 0]),
-        "update_key": ([ks.api_key(shard, kid)], [pid, "active", "live", 50, "renamed", 0]),
+        "put_key": (
+            [ks.api_key(shard, "knew")],
+            [pid, "active", "live", -1, "name", now + 60, " svc-fast ", 600],
+        ),
+        "revoke_key": ([ks.api_key(shard, kid)], [pid, "live", -1, "name", 0, "*", 0]),
+        "update_key": (
+            [ks.api_key(shard, kid)],
+            [pid, "active", "live", 50, "renamed", 0, " svc-code svc-fast ", 5],
+        ),
         "balance": ([ks.api_key(shard, kid), ks.account(shard, pid)], [now, pid]),
     }
 
 
 NUMERIC = {
-    "reserve": [0, 4, 5, 6, 7, 8, 9, 13, 14, 15],
+    "reserve": [0, 4, 5, 6, 7, 8, 9, 13, 15],
     "settle": [0, 2, 3, 4, 7],
     "extend": [1],
     "grant": [0, 2, 3, 4, 5, 6],
     "open_account": [0, 1, 2],
-    "put_key": [3, 5],
-    "revoke_key": [2, 4],
-    "update_key": [3, 5],
+    "put_key": [3, 5, 7],
+    "revoke_key": [2, 4, 6],
+    "update_key": [3, 5, 7],
     "balance": [0],
 }
 WORDS = {  # arguments from a fixed set, and a wrong value for each
     "reserve": [(16, "completions")],
     "settle": [(5, "paid"), (6, "2")],
     "grant": [(1, "gold")],
-    "put_key": [(1, "deleted"), (2, "prod")],
-    "revoke_key": [(1, "prod")],
-    "update_key": [(1, "deleted"), (2, "prod")],
+    "put_key": [(1, "deleted"), (2, "prod"), (6, "svc-fast")],
+    "revoke_key": [(1, "prod"), (5, "all")],
+    "update_key": [(1, "deleted"), (2, "prod"), (6, " svc-fast\n")],
 }
 CASES = [
     (name, i, bad)

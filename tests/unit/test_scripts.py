@@ -165,51 +165,6 @@ async def test_daily_cap_counts_holds_and_refuses_past_it(
     assert (hold.amount, hold.out_tokens) == (5, 5)
 
 
-async def test_key_rate_limit_refuses_past_the_window_limit_and_changes_nothing(
-    redis: RedisClient, ledger: RedisLedger, clock: Clock
-) -> None:
-    limited = RedisLedger(
-        redis,
-        ledger.layout,
-        cap_ttl_s=172_800,
-        usage_ttl_s=DAY,
-        key_rate_limit=3,
-        key_rate_window_s=60,
-    )
-    clock.now = 1_780_000_040.0  # 20 s into a minute window
-    await account(limited, "acct_A", purchased=1000)
-    ident = await key(limited, "acct_A", "k1")
-    other = await key(limited, "acct_A", "k2")
-    for n in range(3):
-        await reserve(limited, ident, f"r{n}", clock())
-    counter = limited.layout.rate(ident.shard, "k1", int(clock()) // 60)
-    assert 0 < await redis.ttl(counter) <= 40  # gone when its window ends
-    before = await snapshot(limited)
-    with pytest.raises(ApiError) as info:
-        await reserve(limited, ident, "r3", clock())
-    assert info.value.kind is ErrorKind.KEY_RATE_LIMITED
-    assert info.value.status == 429
-    assert info.value.headers["retry-after"] == "40"
-    assert await snapshot(limited) == before  # nothing held, nothing counted
-    await reserve(limited, other, "o1", clock())  # another key has its own count
-    clock.advance(40)  # the next window
-    await reserve(limited, ident, "r4", clock())
-
-
-async def test_requests_refused_for_credits_do_not_use_up_the_rate_limit(
-    redis: RedisClient, ledger: RedisLedger, clock: Clock
-) -> None:
-    limited = RedisLedger(
-        redis, ledger.layout, cap_ttl_s=172_800, usage_ttl_s=DAY, key_rate_limit=1
-    )
-    await account(limited, "acct_A", purchased=5)
-    ident = await key(limited, "acct_A", "k1")
-    with pytest.raises(ApiError) as info:
-        await reserve(limited, ident, "r1", clock(), max_out=10)
-    assert info.value.kind is ErrorKind.INSUFFICIENT_CREDITS
-    await reserve(limited, ident, "r2", clock(), max_out=5)
-
-
 async def test_cap_of_zero_refuses_everything(ledger: RedisLedger, clock: Clock) -> None:
     await account(ledger, "acct_A", purchased=1000)
     ident = await key(ledger, "acct_A", "k1", cap=0)
@@ -650,6 +605,8 @@ async def test_updating_a_lost_key_record_writes_it_whole(ledger: RedisLedger) -
         b"cap": b"7",
         b"name": b"n",
         b"exp": b"0",
+        b"models": b"*",
+        b"rpm": b"0",
     }
 
 

@@ -105,6 +105,7 @@ async def _reserve(ledger: RedisLedger, m: Model, op: tuple, n: int) -> None:  #
             deadline=m.now + 3600,
             alias="svc-fast",
             requested="svc-fast",
+            models="svc-fast",
         )
     except ApiError as err:
         refused = err

@@ -16,6 +16,7 @@ from app.store import (
     AccountRecord,
     GrantRecord,
     KeyRecord,
+    KeyRotation,
     Store,
     StoreConflict,
     StoreError,
@@ -225,8 +226,8 @@ async def test_list_keys_newest_first_then_by_kid(store: Store) -> None:
     # k-a and k-b share a second: the one inserted later lists first.
     assert [k.kid for k in await store.list_keys("acct_A")] == ["k-new", "k-a", "k-b", "k-old"]
     assert await store.list_keys("acct_none") == []
-    assert await store.count_active_keys("acct_A") == 4
-    assert await store.count_active_keys("acct_none") == 0
+    assert await store.count_active_keys("acct_A", 100) == 4
+    assert await store.count_active_keys("acct_none", 100) == 0
 
 
 async def test_keys_inserted_at_once_get_distinct_seq(store: Store, database: Database) -> None:
@@ -240,7 +241,7 @@ async def test_revoke_for_another_account_changes_nothing(store: Store) -> None:
     assert await store.revoke_key("acct_B", "k1", 50) is None
     assert await store.revoke_key("acct_A", "k-unknown", 50) is None
     assert await store.get_key("k1") == _key("k1", 10)
-    assert await store.count_active_keys("acct_A") == 1
+    assert await store.count_active_keys("acct_A", 100) == 1
 
 
 async def test_revoke_is_idempotent(store: Store) -> None:
@@ -252,7 +253,61 @@ async def test_revoke_is_idempotent(store: Store) -> None:
     assert await store.revoke_key("acct_A", "k1", 99) == first  # keeps the first revoked_at
     assert await store.get_key("k1") == first
     assert [k.status for k in await store.list_keys("acct_A")] == ["active", "revoked"]
-    assert await store.count_active_keys("acct_A") == 1
+    assert await store.count_active_keys("acct_A", 100) == 1
+
+
+async def test_expired_keys_are_not_active(store: Store) -> None:
+    await store.insert_key(msgspec.structs.replace(_key("k1", 10), expires_at=60))
+    await store.insert_key(_key("k2", 10))
+    assert await store.count_active_keys("acct_A", 59) == 2
+    assert await store.count_active_keys("acct_A", 60) == 1
+    assert await store.insert_key(_key("k3", 70), max_active=2)  # k1 no longer counts
+
+
+def _successor(old: str, kid: str, now: int, pid: str = "acct_A") -> KeyRecord:
+    return msgspec.structs.replace(
+        _key(kid, now, pid=pid), lineage=old, replaces=old, rate_limit_rpm=60
+    )
+
+
+async def test_a_rotation_writes_the_successor_and_ends_the_old_key(store: Store) -> None:
+    await store.insert_key(_key("k1", 10))
+    assert await store.rotate_key(_successor("k1", "k2", 20), 80) is KeyRotation.ROTATED
+    old, new = await store.get_key("k1"), await store.get_key("k2")
+    assert old is not None
+    assert old.expires_at == 80
+    assert new == _successor("k1", "k2", 20)
+    # one successor per key: a second rotation of k1 writes nothing
+    assert await store.rotate_key(_successor("k1", "k3", 30), 30) is KeyRotation.ROTATED_BEFORE
+    assert await store.get_key("k3") is None
+    assert (await store.get_key("k1")) == old
+    # the successor can be rotated in its turn; an earlier expiry is kept
+    await store.update_key("acct_A", "k2", {"expires_at": 50})
+    assert await store.rotate_key(_successor("k1", "k4", 40), 99) is KeyRotation.ROTATED_BEFORE
+    rotated = msgspec.structs.replace(_successor("k1", "k4", 40), replaces="k2")
+    assert await store.rotate_key(rotated, 99) is KeyRotation.ROTATED
+    assert (await store.get_key("k2")).expires_at == 50  # type: ignore[union-attr]
+    # a revoked successor allows another rotation (the way out of a lost answer)
+    await store.revoke_key("acct_A", "k4", 45)
+    again = msgspec.structs.replace(_successor("k1", "k5", 46), replaces="k2")
+    assert await store.rotate_key(again, 99) is KeyRotation.ROTATED
+
+
+async def test_only_an_active_unexpired_key_of_the_account_rotates(store: Store) -> None:
+    await store.insert_key(_key("k1", 10))
+    await store.insert_key(msgspec.structs.replace(_key("k2", 10), expires_at=30))
+    await store.insert_key(_key("k3", 10))
+    await store.revoke_key("acct_A", "k3", 20)
+    cases = [
+        _successor("k2", "n1", 30),  # expired at 30
+        _successor("k3", "n2", 30),  # revoked
+        _successor("k1", "n3", 30, pid="acct_B"),  # another account's
+        _successor("k-none", "n4", 30),
+    ]
+    for new in cases:
+        assert await store.rotate_key(new, 90) is KeyRotation.NOT_ACTIVE
+        assert await store.get_key(new.kid) is None
+    assert (await store.get_key("k1")).expires_at is None  # type: ignore[union-attr]
 
 
 async def test_grants_round_trip_and_idempotency(store: Store) -> None:
@@ -499,7 +554,7 @@ async def test_concurrent_key_inserts_never_pass_the_active_limit(
         for s in others:
             await s.close()
     assert results.count(True) == 5
-    assert await store.count_active_keys("acct_A") == 5
+    assert await store.count_active_keys("acct_A", 100) == 5
     await store.revoke_key("acct_A", "kid000000000", 99)
     assert await store.insert_key(_key("kidlate00000", 50), max_active=5)
     assert not await store.insert_key(_key("kidlate00001", 51), max_active=5)

@@ -7,9 +7,8 @@ KEYS[1]  api key hash        <p>:{sN}:key:<kid>
 ARGV[1]  acct                account pid
 ARGV[2]  status              active | revoked
 ARGV[3]  env                 live | test
-ARGV[4]  cap                 daily cap in credits; -1 = no cap
-ARGV[5]  name                the key's label
-ARGV[6]  exp                 unix seconds from which the key is expired; 0 = never
+ARGV[4..8]                   the key's settings (lib/checks.lua key_record): cap, name,
+                             exp, models, rpm
 
 Returns 1 when written, 0 when a record existed (left unchanged).
 A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
@@ -17,10 +16,7 @@ A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/che
 local acct = label(1, 'acct')
 local status = one_of(2, 'status', {active = true, revoked = true})
 local env = one_of(3, 'env', {live = true, test = true})
-local daily_cap = cap(4, 'cap')
-local name = text(5, 'name')
-local exp = count(6, 'exp')
+local settings = key_record(4)
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'acct', acct, 'status', status, 'env', env,
-  'cap', daily_cap, 'name', name, 'exp', exp)
+redis.call('HSET', KEYS[1], 'acct', acct, 'status', status, 'env', env, unpack(settings))
 return 1

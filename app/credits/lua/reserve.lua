@@ -3,12 +3,15 @@ reserve: check a key and its account, then hold credits for one request. Atomic.
 All checks come before the first write; nothing after the first write can fail.
 
 KEYS[1]  account hash        <p>:{sN}:acct:<pid>       earned, earned_exp, purchased
-KEYS[2]  api key hash        <p>:{sN}:key:<kid>        acct, status, env, cap, exp; used (set)
-KEYS[3]  cap counter         <p>:{sN}:cap:<kid>:<day>  credits held + settled today
+KEYS[2]  api key hash        <p>:{sN}:key:<kid>        acct, status, env, cap, exp, models,
+                                                       rpm; used (set)
+KEYS[3]  cap counter         <p>:{sN}:cap:<lineage>:<day>  credits held + settled today by the
+                                                       key and the keys it was rotated from
 KEYS[4]  reservation hash    <p>:{sN}:rsv:<rid>        (created here)
 KEYS[5]  reservations zset   <p>:{sN}:rsv              rid scored by deadline
 KEYS[6]  events stream       <p>:{sN}:events           (an expiry event when earned lapses)
-KEYS[7]  rate counter        <p>:{sN}:rl:<kid>:<window> requests this key made in the window
+KEYS[7]  rate log            <p>:{sN}:rl:<lineage>     when the key's lineage last started
+                                                       requests (see "Rate limit" below)
 
 ARGV[1]  now            unix seconds
 ARGV[2]  rid            reservation id
@@ -23,8 +26,9 @@ ARGV[10] cap_ttl        seconds a new cap counter lives
 ARGV[11] alias          alias that serves the request
 ARGV[12] requested      alias the client asked for
 ARGV[13] day            UTC day of the request, YYYY-MM-DD
-ARGV[14] rate_limit     requests a key may make per window; 0 = no limit
-ARGV[15] window_end     unix seconds when KEYS[7]'s window ends (the counter lives until then)
+ARGV[14] now_ms         unix milliseconds (the rate limit's clock)
+ARGV[15] models         the aliases the request needs the key to allow, space-separated (the
+                        alias, or every alias svc-auto may route to)
 ARGV[16] give_up_ms     Redis TIME in milliseconds after which the caller no longer waits for
                         this reply (its Redis timeout); 0 = no limit. A reserve that reaches
                         Redis later (Redis was paused, the command sat in a buffer) holds
@@ -43,11 +47,19 @@ Returns {status, amount, out_tokens, balance}
   6 DUPLICATE             a reservation with this rid exists (the caller's own retry: rids are
                           random): amount and out_tokens are that reservation's, balance the
                           account's credits now; nothing changed
- 10 RATE_LIMITED          the key made rate_limit requests this window; balance = seconds
-                          until the window ends
+ 10 RATE_LIMITED          the key started rpm requests in the last 60 s; balance = ms until
+                          the oldest of them is 60 s old
  11 GAVE_UP               Redis ran this after give_up_ms; nothing changed
  12 KEY_EXPIRED           the key's exp (unix seconds, 0 or absent = never) is not after now
+ 13 MODEL_NOT_ALLOWED     the key's models (absent or '*' = all) lack one of ARGV[15]
 A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
+Rate limit: a key with rpm > 0 starts at most rpm requests in any 60 s (a sliding window:
+no burst at a window's edge). KEYS[7] is a list of the unix ms times of the lineage's
+latest starts, newest first, at most rpm long. A request may start when the list holds
+fewer than rpm times or the rpm-th newest is 60 s old (one LINDEX, from the list's nearer
+end); the start is pushed, and the oldest trimmed when the list was full. A changed rpm
+needs nothing: the list is read with the new one. Refusals do not count; starts made
+while the key had no limit are not logged. The list lives 60 s after the last start.
 Test keys ("env" = test) hold against the daily cap only; balances are not touched.
 A live reserve that finds the earned pool expired zeroes it, bumps the pool's generation
 (egen) and appends, in the same call, {kind expire, acct, credits (what lapsed), ts} to
@@ -67,13 +79,13 @@ local cap_ttl = count(10, 'cap_ttl')
 label(11, 'alias')
 label(12, 'requested')
 label(13, 'day')
-local rate_limit = count(14, 'rate_limit')
-local window_end = count(15, 'window_end')
+local now_ms = count(14, 'now_ms')
+local models = text(15, 'models')
 local give_up_ms = count(16, 'give_up_ms')
 one_of(17, 'api', {chat = true, responses = true})
 if min_out > max_out or cap_ttl == 0 then refuse('min_out/cap_ttl') end
 
-local key = redis.call('HMGET', KEYS[2], 'acct', 'status', 'env', 'cap', 'exp')
+local key = redis.call('HMGET', KEYS[2], 'acct', 'status', 'env', 'cap', 'exp', 'models', 'rpm')
 if not key[1] or key[1] ~= pid then return {1, 0, 0, 0} end
 
 local function available_now()
@@ -98,8 +110,23 @@ end
 if key[2] ~= 'active' then return {2, 0, 0, 0} end
 local key_exp = tonumber(key[5] or '0')
 if key_exp > 0 and now >= key_exp then return {12, 0, 0, 0} end
-if rate_limit > 0 and tonumber(redis.call('GET', KEYS[7]) or '0') >= rate_limit then
-  return {10, 0, 0, math.max(1, math.ceil(window_end - now))}
+local allowed = key[6]
+if allowed and allowed ~= '*' then
+  for alias in string.gmatch(models, '%S+') do
+    if not string.find(allowed, ' ' .. alias .. ' ', 1, true) then return {13, 0, 0, 0} end
+  end
+end
+
+local WINDOW_MS = 60000
+local rpm = tonumber(key[7] or '0')
+local full = false  -- the log holds rpm starts: the oldest goes when this one is logged
+if rpm > 0 then
+  local oldest = redis.call('LINDEX', KEYS[7], -rpm)
+  if oldest then
+    local wait = tonumber(oldest) + WINDOW_MS - now_ms
+    if wait > 0 then return {10, 0, 0, wait} end
+    full = true
+  end
 end
 local acct = redis.call('HMGET', KEYS[1], 'earned', 'earned_exp', 'purchased', 'egen')
 if not acct[3] then return {3, 0, 0, 0} end
@@ -164,9 +191,10 @@ if live then
   balance = available - amount
 end
 
-if rate_limit > 0 and redis.call('INCR', KEYS[7]) == 1 then
-  -- relative: Redis's clock may not be the caller's
-  redis.call('EXPIRE', KEYS[7], math.max(1, math.ceil(window_end - now)))
+if rpm > 0 then
+  redis.call('RPUSH', KEYS[7], now_ms)
+  if full then redis.call('LTRIM', KEYS[7], -rpm, -1) end
+  redis.call('PEXPIRE', KEYS[7], WINDOW_MS)
 end
 if redis.call('INCRBY', KEYS[3], amount) == amount then
   redis.call('EXPIRE', KEYS[3], cap_ttl)

@@ -6,9 +6,8 @@ revoked key can never be re-warmed as active.
 KEYS[1]  api key hash        <p>:{sN}:key:<kid>
 ARGV[1]  acct                account pid the key belongs to
 ARGV[2]  env                 live | test
-ARGV[3]  cap                 daily cap; -1 = no cap
-ARGV[4]  name                the key's label
-ARGV[5]  exp                 unix seconds from which the key is expired; 0 = never
+ARGV[3..7]                   the key's settings (lib/checks.lua key_record): cap, name,
+                             exp, models, rpm
 
 Returns 1 when revoked now, 0 when it was revoked already, -1 when the record names
 another account (nothing changed).
@@ -16,9 +15,7 @@ A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/che
 ]]
 local acct = label(1, 'acct')
 local env = one_of(2, 'env', {live = true, test = true})
-local daily_cap = cap(3, 'cap')
-local name = text(4, 'name')
-local exp = count(5, 'exp')
+local settings = key_record(3)
 local key = redis.call('HMGET', KEYS[1], 'acct', 'status')
 if key[1] and key[1] ~= acct then return -1 end
 if key[2] == 'revoked' then return 0 end
@@ -26,6 +23,6 @@ if key[1] then
   redis.call('HSET', KEYS[1], 'status', 'revoked')
 else
   redis.call('HSET', KEYS[1], 'acct', acct, 'status', 'revoked', 'env', env,
-    'cap', daily_cap, 'name', name, 'exp', exp)
+    unpack(settings))
 end
 return 1

@@ -5,7 +5,7 @@ whichever of the request's own settle and the sweeper comes second changes nothi
 KEYS[1]  reservation hash    <p>:{sN}:rsv:<rid>
 KEYS[2]  reservations zset   <p>:{sN}:rsv
 KEYS[3]  account hash        <p>:{sN}:acct:<pid>
-KEYS[4]  cap counter         <p>:{sN}:cap:<kid>:<day of the reservation>
+KEYS[4]  cap counter         the reservation's cap_key (<p>:{sN}:cap:<lineage>:<day>)
 KEYS[5]  usage day hash      <p>:{sN}:use:<pid>:<day of the reservation>
 KEYS[6]  usage total hash    <p>:{sN}:use:<pid>
 KEYS[7]  events stream       <p>:{sN}:events            usage event; expiry event

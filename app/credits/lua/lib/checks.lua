@@ -10,6 +10,10 @@ A failed check raises an error reply "svc bad argument: <name>" and changes noth
   one_of(i, name, set)   ARGV[i], which must be a key of the table set
   label(i, name)         ARGV[i] as a non-empty string of at most 256 bytes (ids, days, aliases)
   text(i, name)          ARGV[i] as a string of at most 4,096 bytes, maybe empty (a key's name)
+  key_record(i)          ARGV[i .. i+4], an API key's settings, checked, as HSET field-value
+                         pairs: cap (a cap), name (text), exp (a count: unix seconds, 0 =
+                         never), models ('*' = all, else the aliases it may use, each between
+                         spaces), rpm (a count: requests in any 60 s, 0 = no limit)
 ]]
 local function refuse(name)
   error('svc bad argument: ' .. name)
@@ -42,4 +46,11 @@ local function text(i, name)
   local s = ARGV[i]
   if type(s) ~= 'string' or #s > 4096 then refuse(name) end
   return s
+end
+
+local function key_record(i)
+  local models = text(i + 3, 'models')
+  if models ~= '*' and not string.match(models, '^ [%w%-%._ ]*$') then refuse('models') end
+  return {'cap', cap(i, 'cap'), 'name', text(i + 1, 'name'), 'exp', count(i + 2, 'exp'),
+    'models', models, 'rpm', count(i + 4, 'rpm')}
 end
