@@ -73,32 +73,18 @@ _KEY_OPTIONS = (
 )
 
 
+_KEY_SETTINGS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
+    ("--daily-cap", _cap, "credits per UTC day, or none (no cap)"),
+    ("--expires-at", _expiry, "ISO 8601 time (2027-01-31T00:00:00Z), or none (never)"),
+    ("--allowed-models", _models, "aliases separated by commas (svc-fast,svc-code), or all"),
+    ("--rate-limit-rpm", _rpm, "requests the key may start in any minute, or none (no limit)"),
+)
+
+
 def _add_key_options(parser: argparse.ArgumentParser) -> None:
     """The key settings of create-key and update-key; an option left out is not sent."""
-    parser.add_argument(
-        "--daily-cap",
-        type=_cap,
-        default=argparse.SUPPRESS,
-        help="credits per UTC day, or none (no cap)",
-    )
-    parser.add_argument(
-        "--expires-at",
-        type=_expiry,
-        default=argparse.SUPPRESS,
-        help="ISO 8601 time (2027-01-31T00:00:00Z), or none (never)",
-    )
-    parser.add_argument(
-        "--allowed-models",
-        type=_models,
-        default=argparse.SUPPRESS,
-        help="aliases separated by commas (svc-fast,svc-code), or all",
-    )
-    parser.add_argument(
-        "--rate-limit-rpm",
-        type=_rpm,
-        default=argparse.SUPPRESS,
-        help="requests the key may start in any minute, or none (no limit)",
-    )
+    for flag, kind, help_text in _KEY_SETTINGS:
+        parser.add_argument(flag, type=kind, default=argparse.SUPPRESS, help=help_text)
 
 
 def _key_fields(args: argparse.Namespace) -> dict[str, Any]:

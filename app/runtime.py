@@ -213,6 +213,7 @@ class Services:
             self.ledger,
             self.router,
             deadline_s=settings.reservation_deadline_s,
+            recorded_bytes=settings.idempotent_response_bytes,
             clock=clock,
         )
 

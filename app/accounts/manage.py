@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -237,39 +237,31 @@ def _public_or_none(kid: str | None) -> str | None:
     return None if kid is None else public_id(kid)
 
 
+def _shown(rec: KeyRecord) -> dict[str, Any]:
+    """What every answer about a key shows of it."""
+    return {
+        "id": public_id(rec.kid),
+        "object": "api_key",
+        "name": rec.name,
+        "environment": rec.environment,
+        "daily_cap_credits": rec.daily_cap_credits,
+        "created_at": rec.created_at,
+        "expires_at": _iso_or_none(rec.expires_at),
+        "allowed_models": _model_list(rec.allowed_models),
+        "rate_limit_rpm": rec.rate_limit_rpm,
+        "replaces": _public_or_none(rec.replaces),
+    }
+
+
 def key_item(rec: KeyRecord, last_used: int | None = None) -> ApiKeyItem:
     return ApiKeyItem(
-        id=public_id(rec.kid),
-        object="api_key",
-        name=rec.name,
-        environment=rec.environment,
-        daily_cap_credits=rec.daily_cap_credits,
-        created_at=rec.created_at,
-        last4=rec.last4,
-        status=rec.status,
-        expires_at=_iso_or_none(rec.expires_at),
-        last_used_at=_iso_or_none(last_used),
-        allowed_models=_model_list(rec.allowed_models),
-        rate_limit_rpm=rec.rate_limit_rpm,
-        replaces=_public_or_none(rec.replaces),
+        **_shown(rec), last4=rec.last4, status=rec.status, last_used_at=_iso_or_none(last_used)
     )
 
 
 def key_created(rec: KeyRecord, secret: str) -> ApiKeyCreated:
     """The answer to a creation or rotation: ``rec`` and its secret, shown this once."""
-    return ApiKeyCreated(
-        id=public_id(rec.kid),
-        object="api_key",
-        name=rec.name,
-        environment=rec.environment,
-        daily_cap_credits=rec.daily_cap_credits,
-        created_at=rec.created_at,
-        key=secret,
-        expires_at=_iso_or_none(rec.expires_at),
-        allowed_models=_model_list(rec.allowed_models),
-        rate_limit_rpm=rec.rate_limit_rpm,
-        replaces=_public_or_none(rec.replaces),
-    )
+    return ApiKeyCreated(**_shown(rec), key=secret)
 
 
 class Accounts:

@@ -21,7 +21,15 @@ from msgspec import UNSET
 
 from app.chat.chunks import ChatStream, ChunkEncoder
 from app.chat.lifecycle import STREAMS, StreamCut
-from app.chat.output import Outcome, StreamEnd, StreamOutput
+from app.chat.output import (
+    BALANCE_MARK,
+    CREDITS_MARK,
+    Outcome,
+    StreamEnd,
+    StreamOutput,
+    ending_parts,
+    settled_ending,
+)
 from app.chat.request import ChatParams
 from app.chat.router import UpstreamRouter
 from app.core.errors import ApiError, ErrorKind
@@ -29,6 +37,7 @@ from app.core.ids import completion_ids, random_id
 from app.core.interrupts import Interruptible
 from app.core.metrics import METRICS
 from app.core.settings import HEARTBEATS_PER_DEADLINE
+from app.credits.idempotency import IdempotencyClaim, RecordedResponse
 from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Hold, Identity, ScriptStatus, Settlement
 from app.kv.client import REDIS_ERRORS, REDIS_TIMEOUT
@@ -80,15 +89,21 @@ class CompletionService:
         router: UpstreamRouter,
         *,
         deadline_s: int,
+        recorded_bytes: int = 1 << 20,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``recorded_bytes``: the largest stream an Idempotency-Key's record keeps."""
         self.ledger = ledger
         self.router = router
         self.deadline_s = deadline_s
+        self.recorded_bytes = recorded_bytes
         self.clock = clock
 
-    async def open(self, ident: Identity, params: ChatParams) -> Completion:
-        """Reserve credits and start the upstream stream, or raise an ``ApiError``."""
+    async def open(
+        self, ident: Identity, params: ChatParams, claim: IdempotencyClaim | None = None
+    ) -> Completion:
+        """Reserve credits and start the upstream stream, or raise an ``ApiError`` (with
+        ``claim``, an Idempotency-Key: ``Replayed`` when its request has finished)."""
         alias = params.alias
         max_out = params.max_tokens or alias.default_output_tokens
         min_out = max_out if params.max_tokens else min(MIN_OUTPUT_TOKENS, max_out)
@@ -108,6 +123,7 @@ class CompletionService:
                 requested=params.requested,
                 models=params.models,
                 api=params.api,
+                claim=claim,
             )
         except REDIS_TIMEOUT:
             # Redis was slow, not gone: the reserve may still run, and hold credits for
@@ -168,6 +184,12 @@ class Completion:
         self._settling: asyncio.Task[Settlement] | None = None
         self._provider_name = ""
         self._cut = False  # the shutdown's grace period ran out: end the stream now
+        # an Idempotency-Key's request: its stream is kept for replays, and runs to its end
+        # whether or not the client stays
+        self.record = None
+        if hold.idempotency is not None:
+            self.record = StreamRecord(service.recorded_bytes)
+        self._response: RecordedResponse | None = None  # what settle keeps of it
 
     def _call(self, model: str) -> UpstreamCall:
         return UpstreamCall(
@@ -227,7 +249,9 @@ class Completion:
         """
         self._output = output if output is not None else self.chat_stream()
         outcome: Outcome = "completed"
-        last = b""
+        last = ending = b""
+        if self.record is not None:
+            send = self.record.tee(send)
         STREAMS.add(self)
         try:
             last = await self._relay_content(send)
@@ -250,21 +274,45 @@ class Completion:
             raise
         finally:
             STREAMS.discard(self)
+            if self._settling is None:  # the stream reached its end: it is written whole
+                ending = self._marked_ending(outcome)
+                self._response = self._recorded(self._unsent + last, ending)
             settling = self.begin_settle(outcome)
             await self._stop_upstream()
         settled = await asyncio.shield(settling)
+        ending = settled_ending(ending, settled.credits_used, settled.balance)
+        await send(self._unsent + last + ending, False)
+
+    def _marked_ending(self, outcome: Outcome) -> bytes:
+        """The stream's last write, with marks for settlement's numbers (``settled_ending``)."""
         prompt, completion = self.billed_tokens()
         end = StreamEnd(
             outcome=outcome,
-            credits_used=settled.credits_used,
-            balance=settled.balance,
+            credits_used=CREDITS_MARK,
+            balance=BALANCE_MARK,
             prompt_tokens=prompt,
             completion_tokens=completion,
             reported=self.usage,
             capped=self._cut_short
             or (self.tokens_received >= self.hold.out_tokens and not self._choice_ended),
         )
-        await send(self._unsent + last + self._output.ending(end), False)
+        return self._output.ending(end)
+
+    def _recorded(self, rest: bytes, ending: bytes) -> RecordedResponse | None:
+        """What the Idempotency-Key's record keeps of this stream: all of it, when its
+        bytes are under the bound (None: no key)."""
+        if self.record is None:
+            return None
+        written = self.record.stop()
+        parts = ending_parts(ending)
+        if written is None or parts is None:
+            return RecordedResponse(None)
+        head, middle, tail = parts
+        whole = written + rest + head
+        numbers = 32  # room for the credits and the balance settle writes in
+        if len(whole) + len(middle) + len(tail) + numbers > self.service.recorded_bytes:
+            return RecordedResponse(None)
+        return RecordedResponse((whole, middle, tail))
 
     async def _relay_content(self, send: SendBytes) -> bytes:
         """Send the output as it arrives, one write per upstream read, and return the
@@ -428,6 +476,7 @@ class Completion:
             prompt_tokens=prompt,
             completion_tokens=completion,
             outcome=outcome,
+            response=self._response,
         )
         if settled.status is ScriptStatus.OK:
             METRICS.settled(
@@ -449,6 +498,46 @@ def _report_abandoned_settlement(task: asyncio.Task[Settlement]) -> None:
         )
     elif exc is not None:
         log.error("settlement failed", exc_info=exc)
+
+
+class StreamRecord:
+    """The bytes of an idempotent completion's stream as they are written, kept (up to
+    ``limit``) for its replays. The writes go on to the client
+    while it is there; a client that left stops nothing: the completion runs to its end,
+    so a retry gets all of it, charged once."""
+
+    __slots__ = ("_parts", "_size", "client_gone", "kept", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._parts: list[bytes] = []
+        self._size = 0
+        self.kept = True  # False once the stream outgrew the bound (or the record stopped)
+        self.client_gone = False
+
+    def tee(self, send: SendBytes) -> SendBytes:
+        """``send``, recording what it writes and outliving the client."""
+
+        async def write(data: bytes, more: bool) -> None:
+            if self.kept:
+                self._size += len(data)
+                self._parts.append(data)
+                if self._size > self.limit:
+                    self.kept, self._parts = False, []
+            if self.client_gone:
+                return
+            try:
+                await send(data, more)
+            except Exception:  # the client went away: the stream goes on without it
+                self.client_gone = True
+
+        return write
+
+    def stop(self) -> bytes | None:
+        """Stop recording; what was written (None: more than the bound)."""
+        written = b"".join(self._parts) if self.kept else None
+        self.kept, self._parts = False, []
+        return written
 
 
 class _Heartbeat:

@@ -42,6 +42,29 @@ class StreamEnd(msgspec.Struct, frozen=True, kw_only=True):
     """Output stopped at the reserved cap (the client's limit, or what the balance affords)."""
 
 
+# The ending is written once, before settlement, with these in place of the credits charged
+# and the balance after (16 digits: no count the scripts accept is that long); settlement's
+# numbers then replace them, here for the client and in settle.lua for a replay's record.
+CREDITS_MARK = 8_888_888_888_888_881
+BALANCE_MARK = 8_888_888_888_888_882
+_CREDITS, _BALANCE = b"%d" % CREDITS_MARK, b"%d" % BALANCE_MARK
+
+
+def ending_parts(template: bytes) -> tuple[bytes, bytes, bytes] | None:
+    """A marked ending split around its marks (credits first); None unless each is there
+    once, in that order."""
+    if template.count(_CREDITS) != 1 or template.count(_BALANCE) != 1:
+        return None
+    head, _, rest = template.partition(_CREDITS)
+    middle, found, tail = rest.partition(_BALANCE)
+    return (head, middle, tail) if found else None
+
+
+def settled_ending(template: bytes, credits_used: int, balance: int) -> bytes:
+    """A marked ending with settlement's numbers in place."""
+    return template.replace(_CREDITS, b"%d" % credits_used).replace(_BALANCE, b"%d" % balance)
+
+
 class StreamOutput(Protocol):
     """The bytes of one response's stream."""
 
@@ -60,5 +83,6 @@ class StreamOutput(Protocol):
         ...
 
     def ending(self, end: StreamEnd) -> bytes:
-        """The last write, after settlement."""
+        """The last write (made before settlement, with marks for its numbers: called once
+        per response, so an output may change its state here)."""
         ...

@@ -24,6 +24,9 @@ class ErrorKind(Enum):
     API_KEY_NOT_FOUND = (404, "not_found_error", "api_key_not_found")
     REDIS_NOT_EMPTY = (409, "invalid_request_error", "redis_not_empty")
     KEY_NOT_ROTATABLE = (409, "invalid_request_error", "api_key_not_rotatable")
+    IDEMPOTENCY_IN_PROGRESS = (409, "invalid_request_error", "idempotency_in_progress")
+    IDEMPOTENCY_UNAVAILABLE = (409, "invalid_request_error", "idempotency_response_unavailable")
+    IDEMPOTENCY_KEY_REUSED = (422, "invalid_request_error", "idempotency_key_reused")
     METHOD_NOT_ALLOWED = (405, "invalid_request_error", "method_not_allowed")
     REQUEST_TOO_LARGE = (413, "invalid_request_error", "request_too_large")
     INSUFFICIENT_CREDITS = (402, "insufficient_credits", "insufficient_credits")
@@ -59,6 +62,9 @@ _DEFAULT_HEADERS: dict[ErrorKind, dict[str, str]] = {
     ErrorKind.INSUFFICIENT_CREDITS: {"x-should-retry": "false"},
     ErrorKind.DAILY_CAP_EXCEEDED: {"x-should-retry": "false"},
     ErrorKind.SPOTLIGHT_LIMIT: {"x-should-retry": "false"},
+    # the SDKs retry a 409: the running request is worth waiting for, the other is final
+    ErrorKind.IDEMPOTENCY_IN_PROGRESS: {"retry-after": "1"},
+    ErrorKind.IDEMPOTENCY_UNAVAILABLE: {"x-should-retry": "false"},
     ErrorKind.UPSTREAM_UNAVAILABLE: {"x-should-retry": "true"},
     ErrorKind.SERVICE_UNAVAILABLE: {"retry-after": "1"},
     ErrorKind.AUTH_RATE_LIMITED: {"retry-after": "1"},

@@ -56,6 +56,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     1,024 for all workers together."""
     max_body_bytes: int = 1_048_576
     """Largest request body accepted (413 beyond it)."""
+    idempotent_response_bytes: Annotated[int, msgspec.Meta(ge=0)] = 1_048_576
+    """Largest completion stream an Idempotency-Key's record keeps for its replays (24 h in
+    Redis); a larger one is charged once and answers 409 when replayed."""
     max_messages: int = 2048
     """Messages one chat request may carry."""
     max_message_chars: int = 1_000_000

@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from app.core.clock import DAY_S, day_tag, utc_day
+from app.credits import idempotency
+from app.credits.idempotency import IdempotencyClaim, RecordedResponse
 from app.credits.outcomes import (
     Balance,
     BalanceRead,
@@ -70,6 +72,7 @@ SWEPT_FIELDS = [  # what the sweeper needs of a reservation
     ReservationField.AMOUNT,
     ReservationField.ENVIRONMENT,
     ReservationField.CAP_KEY,
+    ReservationField.IDEMPOTENCY,
 ]
 
 
@@ -345,26 +348,33 @@ class RedisLedger:
         requested: str,
         models: str,
         api: str = API_CHAT,
+        claim: IdempotencyClaim | None = None,
     ) -> Hold:
         """Hold credits for one request, or raise the ``ApiError`` the script's refusal means
-        (``models``: the aliases the key must allow, space-separated).
+        (``models``: the aliases the key must allow, space-separated). With ``claim`` (an
+        Idempotency-Key), ``Replayed`` when the key's request has finished already.
 
         Safe to send again (redis-py retries a command whose reply timed out): a reserve of
         a rid that is held already answers that reservation."""
         day = utc_day(now)
         shard = ident.shard
         cap_key = self.layout.cap(shard, ident.cap_kid, day_tag(day))
-        status, amount, out_tokens, balance = await self._run(
+        keys = [
+            self.layout.account(shard, ident.pid),
+            self.layout.api_key(shard, ident.kid),
+            cap_key,
+            self.layout.reservation(shard, rid),
+            self.layout.reservations(shard),
+            self.layout.events(shard),
+            self.layout.rate(shard, ident.cap_kid),
+        ]
+        extra: list[Any] = []
+        if claim is not None:
+            keys.append(claim.record)
+            extra = [claim.fingerprint, idempotency.TTL_S]
+        status, amount, out_tokens, balance, *replayed = await self._run(
             "reserve",
-            [
-                self.layout.account(shard, ident.pid),
-                self.layout.api_key(shard, ident.kid),
-                cap_key,
-                self.layout.reservation(shard, rid),
-                self.layout.reservations(shard),
-                self.layout.events(shard),
-                self.layout.rate(shard, ident.cap_kid),
-            ],
+            keys,
             [
                 int(now),
                 rid,
@@ -383,8 +393,11 @@ class RedisLedger:
                 models,
                 self._give_up_ms(),
                 api,
+                *extra,
             ],
         )
+        if status == ScriptStatus.REPLAY:
+            raise idempotency.Replayed(bytes(replayed[0]))
         if status not in (ScriptStatus.OK, ScriptStatus.DUPLICATE) or not amount:
             refused = ScriptStatus(status)
             raise reserve_refusal(refused, int(balance), now, requested=requested, alias=alias)
@@ -399,6 +412,7 @@ class RedisLedger:
             balance=int(balance),
             environment=ident.environment,
             cap_key=cap_key,
+            idempotency=None if claim is None else claim.record,
         )
 
     async def settle(
@@ -411,31 +425,36 @@ class RedisLedger:
         completion_tokens: int,
         outcome: str,
         only_if_expired: bool = False,
+        response: RecordedResponse | None = None,
     ) -> Settlement:
-        """Close a reservation at its actual cost; a second call changes nothing."""
+        """Close a reservation at its actual cost; a second call changes nothing. For a
+        request with an Idempotency-Key, ``response`` is what its record keeps (None: not
+        kept)."""
         shard, tag = hold.shard, day_tag(hold.day)
-        status, used, balance = await self._run(
-            "settle",
-            [
-                self.layout.reservation(shard, hold.rid),
-                self.layout.reservations(shard),
-                self.layout.account(shard, hold.pid),
-                hold.cap_key,
-                self.layout.usage_day(shard, hold.pid, tag),
-                self.layout.usage_total(shard, hold.pid),
-                self.layout.events(shard),
-            ],
-            [
-                int(now),
-                hold.rid,
-                credits_used,
-                prompt_tokens,
-                completion_tokens,
-                outcome,
-                1 if only_if_expired else 0,
-                self._usage_ttl,
-            ],
-        )
+        keys = [
+            self.layout.reservation(shard, hold.rid),
+            self.layout.reservations(shard),
+            self.layout.account(shard, hold.pid),
+            hold.cap_key,
+            self.layout.usage_day(shard, hold.pid, tag),
+            self.layout.usage_total(shard, hold.pid),
+            self.layout.events(shard),
+        ]
+        args: list[Any] = [
+            int(now),
+            hold.rid,
+            credits_used,
+            prompt_tokens,
+            completion_tokens,
+            outcome,
+            1 if only_if_expired else 0,
+            self._usage_ttl,
+        ]
+        if hold.idempotency is not None:
+            keys.append(hold.idempotency)
+            parts = response.parts if response is not None else None
+            args += ["unrecorded"] if parts is None else ["body", *parts]
+        status, used, balance = await self._run("settle", keys, args)
         return Settlement(ScriptStatus(status), int(used), int(balance))
 
     async def release_unanswered(
@@ -497,7 +516,7 @@ class RedisLedger:
                 continue  # settled meanwhile
             pid, kid, day, amount, environment = (as_text(f) for f in fields[:5])
             # a reservation names its cap counter (one without: its key's, that day)
-            cap = fields[5]
+            cap, idem = fields[5:]
             cap_key = as_text(cap) if cap else self.layout.cap(shard, kid, day_tag(day))
             holds.append(
                 Hold(
@@ -511,6 +530,7 @@ class RedisLedger:
                     balance=0,
                     environment=environment,
                     cap_key=cap_key,
+                    idempotency=None if idem is None else as_text(idem),
                 )
             )
         return holds

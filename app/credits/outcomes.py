@@ -19,6 +19,7 @@ from app.core.errors import (
     model_not_allowed,
     service_unavailable,
 )
+from app.credits import idempotency
 
 
 class ScriptStatus(IntEnum):
@@ -38,6 +39,10 @@ class ScriptStatus(IntEnum):
     GAVE_UP = 11
     KEY_EXPIRED = 12
     MODEL_NOT_ALLOWED = 13
+    IDEMPOTENCY_REUSED = 14
+    IDEMPOTENCY_RUNNING = 15
+    REPLAY = 16
+    UNRECORDED = 17
 
 
 class Identity(msgspec.Struct, frozen=True):
@@ -78,6 +83,7 @@ class Hold(msgspec.Struct, kw_only=True):
     balance: int
     environment: str  # the key's: live or test
     cap_key: str  # the cap counter the credits are held in (the key lineage's, that day)
+    idempotency: str | None = None  # the record of its Idempotency-Key (a Redis key), if any
 
 
 class Settlement(msgspec.Struct, frozen=True):
@@ -136,6 +142,12 @@ def reserve_refusal(
         return service_unavailable()
     if status is ScriptStatus.MODEL_NOT_ALLOWED:
         return model_not_allowed(requested, routed=requested != alias)
+    if status is ScriptStatus.IDEMPOTENCY_RUNNING:
+        return idempotency.in_progress()
+    if status is ScriptStatus.IDEMPOTENCY_REUSED:
+        return idempotency.key_reused()
+    if status is ScriptStatus.UNRECORDED:
+        return idempotency.unrecorded()
     if status is ScriptStatus.RATE_LIMITED:
         return ApiError(
             ErrorKind.KEY_RATE_LIMITED,

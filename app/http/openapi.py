@@ -68,7 +68,18 @@ CHAT_ERRORS = (
     ErrorKind.DAILY_CAP_EXCEEDED,
     ErrorKind.KEY_RATE_LIMITED,
     ErrorKind.UPSTREAM_UNAVAILABLE,
+    ErrorKind.IDEMPOTENCY_IN_PROGRESS,
+    ErrorKind.IDEMPOTENCY_UNAVAILABLE,
+    ErrorKind.IDEMPOTENCY_KEY_REUSED,
 )
+IDEMPOTENCY_KEY = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": "Run and charge the request at most once for this key (per account, 24 "
+    "hours); sent again with the same body, the first response is replayed.",
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[ -~]+$"},
+}
 
 _COMPONENT = "#/components/schemas/{name}"
 # No control, separator (but space) or format characters; str.isprintable, as a regex both
@@ -93,6 +104,8 @@ _ERROR_HEADERS: dict[ErrorKind, dict[str, str]] = {
         "retry-after": "Seconds to wait before retrying.",
         "x-should-retry": "`false` when the client address failed authentication too often.",
     },
+    ErrorKind.IDEMPOTENCY_IN_PROGRESS: {"retry-after": "Seconds to wait before retrying."},
+    ErrorKind.IDEMPOTENCY_UNAVAILABLE: {"x-should-retry": "Always `false`."},
     ErrorKind.KEY_RATE_LIMITED: {
         "retry-after": "Seconds (rounded up) until the oldest of the key's starts in the last "
         "minute is a minute old.",
@@ -406,6 +419,7 @@ def _stream_operation(
         "description": description,
         "operationId": operation_id,
         "security": API_KEY,
+        "parameters": [IDEMPOTENCY_KEY],
         "requestBody": {
             "required": True,
             "content": {"application/json": {"schema": {"$ref": _COMPONENT.format(name=body)}}},

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from app.chat.request import parse_chat_request
 from app.core.errors import ApiError, ErrorKind
 from app.core.metrics import METRICS
+from app.credits import idempotency
 from app.http.deps import rsgi_request_address
 from app.http.errors import as_api_error
 from app.http.headers import SECURITY_HEADERS
@@ -154,14 +155,20 @@ async def _open(
         raise ApiError(ErrorKind.METHOD_NOT_ALLOWED, f"Use POST for {api.path}.")
     parsed: Parsed | None = None
 
+    key = scope.headers.get(idempotency.HEADER)
+    body = b""
+
     async def reserve(ident: Identity) -> tuple[Completion, StreamOutput | None]:
         # The body is read once the key is known (a bad key is refused unread), and once
         # only: when Redis lost the key's record, the reservation is tried again with it.
-        nonlocal parsed
+        nonlocal parsed, body
         if parsed is None:
             body = await read_body(scope, protocol, services.settings.max_body_bytes)
             parsed = api.parse(services, body)
-        completion = await services.completions.open(ident, parsed.params)
+        claim = None
+        if key is not None:
+            claim = idempotency.claim(services.layout, ident.pid, key, api.path, body)
+        completion = await services.completions.open(ident, parsed.params, claim)
         return completion, parsed.output(completion) if parsed.output else None
 
     return await services.auth.authenticated(
@@ -202,6 +209,17 @@ class _Body:
         self._transport = None
 
 
+def _send_replay(protocol: HTTPProtocol, body: bytes, rid: str) -> None:
+    """The recorded stream of an Idempotency-Key's first request, sent again whole."""
+    headers = [
+        *SSE_HEADERS,
+        ("content-length", str(len(body))),
+        ("x-request-id", rid),
+        ("idempotent-replayed", "true"),
+    ]
+    protocol.response_bytes(200, headers, body)
+
+
 async def _watch_disconnect(protocol: HTTPProtocol, relay: asyncio.Future[Any]) -> None:
     await protocol.client_disconnect()
     relay.cancel()
@@ -214,6 +232,10 @@ async def serve_stream(
     started = time.perf_counter()
     try:
         completion, output = await _open(api, services, scope, protocol)
+    except idempotency.Replayed as replay:
+        _send_replay(protocol, replay.body, rid)
+        METRICS.request_done(api.path, 200, "", time.perf_counter() - started)
+        return
     except ClientDisconnected:
         # Clients do this (a timeout, a cancelled upload): nothing was reserved, nobody
         # is left to answer, and it is no server error.
@@ -231,7 +253,11 @@ async def serve_stream(
     body = _Body(protocol.response_stream(200, headers), model, started)
     METRICS.open_streams.inc()
     relay = asyncio.ensure_future(completion.relay(body.send, output))
-    watcher = asyncio.ensure_future(_watch_disconnect(protocol, relay))
+    # A completion with an Idempotency-Key runs to its end even when its client leaves
+    # (its record keeps the whole stream for the retry); the others stop there.
+    watcher = None
+    if completion.record is None:
+        watcher = asyncio.ensure_future(_watch_disconnect(protocol, relay))
     try:
         await relay  # its last write ended the response
     except (asyncio.CancelledError, ProtocolClosed):
@@ -248,8 +274,9 @@ async def serve_stream(
         )
     finally:
         body.end()
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
         METRICS.open_streams.dec()
         METRICS.request_done(api.path, 200, model, time.perf_counter() - started)

@@ -55,6 +55,7 @@ class ReservationField:
     DAY: Final = "day"
     DEADLINE: Final = "deadline"
     CAP_KEY: Final = "cap_key"  # the cap counter it holds credits in (a key name)
+    IDEMPOTENCY: Final = "idem"  # its request's Idempotency-Key record (a key name), if any
     API: Final = "api"  # absent on reservations made before it existed: API_CHAT
 
 

@@ -145,3 +145,61 @@ def test_every_operation_on_every_primary(cluster_server: Server, cluster: Redis
     assert out["purchased"] == 100_000 - spent[pid]
     assert sorted(k["status"] for k in out["keys"]) == ["active", "active", "revoked"]  # type: ignore[attr-defined]
     assert out["open_reservations"] == []
+
+
+def test_key_settings_rotation_and_idempotency_on_every_primary(
+    cluster_server: Server, cluster: RedisCluster
+) -> None:
+    """The scripts' new keys (the rate log, the lineage's cap, the idempotency record) live
+    in each account's slot: allowed models, a rate limit, a rotation sharing the cap, and a
+    replayed completion work on every primary."""
+    server = cluster_server
+    for pid in _one_account_per_primary(server, cluster):
+        manager = openai.OpenAI(
+            base_url=server.base_url, api_key=server.new_key(pid), max_retries=0
+        )
+        created = manager.post(
+            "/api-keys",
+            body={
+                "name": "scoped",
+                "environment": "live",
+                "daily_cap_credits": 10_000,
+                "allowed_models": ["svc-fast"],
+                "rate_limit_rpm": 3,
+            },
+            cast_to=httpx.Response,
+        ).json()
+        scoped = openai.OpenAI(base_url=server.base_url, api_key=created["key"], max_retries=0)
+        with pytest.raises(openai.PermissionDeniedError):
+            scoped.chat.completions.create(model="svc-code", messages=MSG, stream=True)
+        before = server.balance(pid)
+        replayed = [
+            scoped.chat.completions.with_raw_response.create(
+                model="svc-fast",
+                messages=MSG,
+                stream=True,
+                extra_headers={"Idempotency-Key": "once"},
+            ).http_response.read()
+            for _ in range(3)
+        ]
+        assert replayed[0] == replayed[1] == replayed[2]
+        used = before - server.balance(pid)
+        assert used > 0
+        # the rotated key shares the rate limit: 1 start so far, 2 more in this minute
+        rotated = manager.post(
+            f"/api-keys/{created['id']}/rotate",
+            body={"grace_seconds": 60},
+            cast_to=httpx.Response,
+        ).json()
+        successor = openai.OpenAI(base_url=server.base_url, api_key=rotated["key"], max_retries=0)
+        _paid_stream(successor)
+        _paid_stream(scoped)
+        with pytest.raises(openai.RateLimitError):
+            _paid_stream(successor)
+        code, out = svc_admin(server.env, "inspect", pid)
+        assert code == 0
+        shown = {k["id"]: k for k in out["keys"]}  # type: ignore[attr-defined]
+        assert shown[rotated["id"]]["replaces"] == created["id"]
+        assert shown[rotated["id"]]["cap_used_today"] == shown[created["id"]]["cap_used_today"]
+        # one cap counter for the two keys: all they spent today
+        assert shown[rotated["id"]]["cap_used_today"] == before - server.balance(pid)

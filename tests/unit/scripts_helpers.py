@@ -6,6 +6,7 @@ from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
 
+from app.credits.idempotency import IdempotencyClaim
 from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Hold, Identity
 from app.kv.fields import API_CHAT
@@ -45,6 +46,7 @@ async def reserve(
     deadline: float | None = None,
     api: str = API_CHAT,
     models: str = "svc-fast",
+    claim: IdempotencyClaim | None = None,
 ) -> Hold:
     """Defaults make the arithmetic plain: one credit per output token."""
     return await ledger.reserve(
@@ -59,6 +61,7 @@ async def reserve(
         alias="svc-fast",
         requested="svc-auto",
         models=models,
+        claim=claim,
         api=api,
     )
 
@@ -79,6 +82,8 @@ async def snapshot(ledger: RedisLedger) -> dict[bytes, Any]:
             out[name] = await redis.hgetall(name)
         elif kind == "zset":
             out[name] = await redis.zrange(name, 0, -1, withscores=True)
+        elif kind == "list":
+            out[name] = await redis.lrange(name, 0, -1)
         elif kind == "stream":
             out[name] = await redis.xlen(name)
         else:

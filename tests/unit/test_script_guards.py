@@ -42,6 +42,7 @@ def _calls(
                 ks.reservations(shard),
                 ks.events(shard),
                 ks.rate(shard, kid),
+                ks.idempotency(shard, pid, "d" * 64),
             ],
             [
                 now,
@@ -61,6 +62,8 @@ def _calls(
                 "svc-fast",
                 0,
                 "responses",
+                "f" * 64,
+                86_400,
             ],
         ),
         "settle": (
@@ -72,8 +75,9 @@ def _calls(
                 ks.usage_day(shard, pid, tag),
                 ks.usage_total(shard, pid),
                 ks.events(shard),
+                ks.idempotency(shard, pid, "d" * 64),
             ],
-            [now, "r0", 3, 10, 3, "completed", 0, 100],
+            [now, "r0", 3, 10, 3, "completed", 0, 100, "body", "a", "b", "c"],
         ),
         "extend": ([ks.reservation(shard, "r0"), ks.reservations(shard)], ["r0", now + 600]),
         "grant": (
@@ -100,7 +104,7 @@ def _calls(
 
 
 NUMERIC = {
-    "reserve": [0, 4, 5, 6, 7, 8, 9, 13, 15],
+    "reserve": [0, 4, 5, 6, 7, 8, 9, 13, 15, 18],
     "settle": [0, 2, 3, 4, 7],
     "extend": [1],
     "grant": [0, 2, 3, 4, 5, 6],
@@ -111,8 +115,8 @@ NUMERIC = {
     "balance": [0],
 }
 WORDS = {  # arguments from a fixed set, and a wrong value for each
-    "reserve": [(16, "completions")],
-    "settle": [(5, "paid"), (6, "2")],
+    "reserve": [(16, "completions"), (17, "")],
+    "settle": [(5, "paid"), (6, "2"), (8, "maybe")],
     "grant": [(1, "gold")],
     "put_key": [(1, "deleted"), (2, "prod"), (6, "svc-fast")],
     "revoke_key": [(1, "prod"), (5, "all")],

@@ -12,6 +12,8 @@ KEYS[5]  reservations zset   <p>:{sN}:rsv              rid scored by deadline
 KEYS[6]  events stream       <p>:{sN}:events           (an expiry event when earned lapses)
 KEYS[7]  rate log            <p>:{sN}:rl:<lineage>     when the key's lineage last started
                                                        requests (see "Rate limit" below)
+KEYS[8]  idempotency record  <p>:{sN}:idem:<pid>:<digest> (only for a request with an
+                                                       Idempotency-Key; see below)
 
 ARGV[1]  now            unix seconds
 ARGV[2]  rid            reservation id
@@ -35,6 +37,8 @@ ARGV[16] give_up_ms     Redis TIME in milliseconds after which the caller no lon
                         nothing: the caller answered 503 and will not settle.
 ARGV[17] api            the API the request came through (chat | responses): recorded on the
                         reservation, for settle's usage counters and event
+ARGV[18] fingerprint    (with KEYS[8]) what identifies the request: its route and body, hashed
+ARGV[19] idem_ttl       (with KEYS[8]) seconds the record lives
 
 Returns {status, amount, out_tokens, balance}
   0 OK                    amount credits held, out_tokens the output cap, balance left after;
@@ -52,6 +56,11 @@ Returns {status, amount, out_tokens, balance}
  11 GAVE_UP               Redis ran this after give_up_ms; nothing changed
  12 KEY_EXPIRED           the key's exp (unix seconds, 0 or absent = never) is not after now
  13 MODEL_NOT_ALLOWED     the key's models (absent or '*' = all) lack one of ARGV[15]
+ 14 IDEMPOTENCY_REUSED    KEYS[8] records another request (another fingerprint)
+ 15 IDEMPOTENCY_RUNNING   KEYS[8] records this request, still running
+ 16 REPLAY                KEYS[8] records this request's response: the reply's 5th item is
+                          its bytes; nothing is held or counted
+ 17 UNRECORDED            KEYS[8] records this request, finished without a response kept
 A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
 Rate limit: a key with rpm > 0 starts at most rpm requests in any 60 s (a sliding window:
 no burst at a window's edge). KEYS[7] is a list of the unix ms times of the lineage's
@@ -60,6 +69,10 @@ fewer than rpm times or the rpm-th newest is 60 s old (one LINDEX, from the list
 end); the start is pushed, and the oldest trimmed when the list was full. A changed rpm
 needs nothing: the list is read with the new one. Refusals do not count; starts made
 while the key had no limit are not logged. The list lives 60 s after the last start.
+Idempotency: with KEYS[8], after the key's checks and before any limit, a record there
+answers for the request (14-17 above). Without one, a reserve that holds credits writes it
+{fp, state running, rid} for idem_ttl seconds, and names it on the reservation (idem) for
+settle, which records the response or, when nothing was charged, deletes it.
 Test keys ("env" = test) hold against the daily cap only; balances are not touched.
 A live reserve that finds the earned pool expired zeroes it, bumps the pool's generation
 (egen) and appends, in the same call, {kind expire, acct, credits (what lapsed), ts} to
@@ -83,6 +96,12 @@ local now_ms = count(14, 'now_ms')
 local models = text(15, 'models')
 local give_up_ms = count(16, 'give_up_ms')
 one_of(17, 'api', {chat = true, responses = true})
+local idem = KEYS[8]
+local fingerprint, idem_ttl = '', 0
+if idem then
+  fingerprint = label(18, 'fingerprint')
+  idem_ttl = count(19, 'idem_ttl')
+end
 if min_out > max_out or cap_ttl == 0 then refuse('min_out/cap_ttl') end
 
 local key = redis.call('HMGET', KEYS[2], 'acct', 'status', 'env', 'cap', 'exp', 'models', 'rpm')
@@ -114,6 +133,16 @@ local allowed = key[6]
 if allowed and allowed ~= '*' then
   for alias in string.gmatch(models, '%S+') do
     if not string.find(allowed, ' ' .. alias .. ' ', 1, true) then return {13, 0, 0, 0} end
+  end
+end
+
+if idem then
+  local record = redis.call('HMGET', idem, 'fp', 'state', 'body')
+  if record[1] then
+    if record[1] ~= fingerprint then return {14, 0, 0, 0} end
+    if record[2] == 'running' then return {15, 0, 0, 0} end
+    if record[2] == 'done' then return {16, 0, 0, 0, record[3]} end
+    return {17, 0, 0, 0}
   end
 end
 
@@ -205,5 +234,10 @@ redis.call('HSET', KEYS[4],
   'alias', ARGV[11], 'requested', ARGV[12], 'day', ARGV[13],
   'deadline', deadline, 'created', now, 'api', ARGV[17])
 redis.call('ZADD', KEYS[5], deadline, rid)
+if idem then
+  redis.call('HSET', KEYS[4], 'idem', idem)
+  redis.call('HSET', idem, 'fp', fingerprint, 'state', 'running', 'rid', rid)
+  redis.call('EXPIRE', idem, idem_ttl)
+end
 redis.call('HSET', KEYS[2], 'used', now)
 return {0, amount, out, balance}

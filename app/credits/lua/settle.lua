@@ -9,6 +9,8 @@ KEYS[4]  cap counter         the reservation's cap_key (<p>:{sN}:cap:<lineage>:<
 KEYS[5]  usage day hash      <p>:{sN}:use:<pid>:<day of the reservation>
 KEYS[6]  usage total hash    <p>:{sN}:use:<pid>
 KEYS[7]  events stream       <p>:{sN}:events            usage event; expiry event
+KEYS[8]  idempotency record  the reservation's idem (only for a request with an
+                             Idempotency-Key: see reserve.lua)
 
 ARGV[1]  now                unix seconds
 ARGV[2]  rid                reservation id
@@ -21,6 +23,10 @@ ARGV[6]  outcome            completed | client_disconnect | upstream_error | shu
                             (released: nothing was served; no usage is recorded)
 ARGV[7]  only_if_expired    1 = sweeper: change nothing unless the deadline has passed
 ARGV[8]  usage_ttl          seconds a usage day hash lives
+ARGV[9]  record             (with KEYS[8]) body: ARGV[10..12] are the response, with the
+                            credits charged between 10 and 11 and the balance after between
+                            11 and 12; unrecorded: the response was not kept (too large, cut)
+ARGV[10..12]                (with record = body) the response's parts
 
 Returns {status, credits_used, balance}
   0 OK           credits_used charged, balance = account balance after
@@ -38,6 +44,11 @@ every request, and <env>:<api>:<counter> as well for a request that came through
 than chat (chat's part is the rest). Counters: requests, prompt_tokens, completion_tokens,
 credits.
 
+Idempotency (KEYS[8], when it still names this reservation): a settle that charged nothing
+(released, swept, or 0 credits) deletes the record, so the request may be sent again;
+otherwise the record becomes {state done, body} (the response, complete) or {state
+unrecorded}, keeping its time to live.
+
 Events appended to KEYS[7] (the flusher makes them durable):
   usage   {rid, acct, kid, env, alias, requested, day, prompt_tokens, completion_tokens,
            credits, earned (the part of credits paid from the earned pool), outcome, ts, api}
@@ -54,6 +65,9 @@ local outcome = one_of(6, 'outcome', {completed = true, client_disconnect = true
   upstream_error = true, shutdown = true, swept = true, released = true})
 local only_if_expired = one_of(7, 'only_if_expired', {['0'] = true, ['1'] = true}) == '1'
 local usage_ttl = count(8, 'usage_ttl')
+local idem = KEYS[8]
+local record = ''
+if idem then record = one_of(9, 'record', {body = true, unrecorded = true}) end
 
 local r = redis.call('HMGET', KEYS[1], 'amount', 'fe', 'fp', 'env', 'deadline',
   'acct', 'kid', 'alias', 'requested', 'day', 'egen', 'api')
@@ -129,4 +143,17 @@ redis.call('ZREM', KEYS[2], rid)
 local after = redis.call('HMGET', KEYS[3], 'earned', 'purchased')
 local earned_after = tonumber(after[1] or '0')
 if expired then earned_after = 0 end
-return {0, used, earned_after + tonumber(after[2] or '0')}
+local balance = earned_after + tonumber(after[2] or '0')
+
+if idem and redis.call('HGET', idem, 'rid') == rid then
+  if used == 0 or outcome == 'released' or outcome == 'swept' then
+    redis.call('DEL', idem)
+  elseif record == 'body' then
+    redis.call('HSET', idem, 'state', 'done',
+      'body', ARGV[10] .. string.format('%d', used) .. ARGV[11] ..
+        string.format('%d', balance) .. ARGV[12])
+  else
+    redis.call('HSET', idem, 'state', 'unrecorded')
+  end
+end
+return {0, used, balance}

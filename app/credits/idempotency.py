@@ -1,0 +1,95 @@
+"""``Idempotency-Key``: per account and key, a request runs once for 24 hours; sent again
+with the same body it gets the first one's response back, charged nothing (Stripe's rules).
+
+For completions the check and the record ride in the reserve and settle scripts
+(``reserve.lua``, ``settle.lua``: their headers say how); this module names the record and
+says what identifies a request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import NamedTuple
+
+from app.core.clock import DAY_S
+from app.core.errors import ApiError, ErrorKind, invalid_value
+from app.kv.layout import KeySpace
+
+HEADER = "idempotency-key"
+TTL_S = DAY_S
+"""How long a key's record (and a response) is kept."""
+MAX_KEY_CHARS = 255
+
+
+class IdempotencyClaim(NamedTuple):
+    """A request's claim on its Idempotency-Key."""
+
+    record: str  # the Redis key of the key's record
+    fingerprint: str  # what the request is: its route and body, hashed
+
+
+class Replayed(Exception):
+    """The request's key has a recorded response: ``body``, as it was first sent, goes out
+    again in place of the request (nothing is reserved or charged)."""
+
+    def __init__(self, body: bytes) -> None:
+        super().__init__("replayed")
+        self.body = body
+
+
+class RecordedResponse(NamedTuple):
+    """What settle keeps of a response: its bytes in three parts, the credits charged going
+    between the first two and the balance after between the last two; None: not kept."""
+
+    parts: tuple[bytes, bytes, bytes] | None
+
+
+def check_key(value: str) -> str:
+    """The header's value, or the 400 naming it: 1 to 255 printable ASCII characters."""
+    if not 0 < len(value) <= MAX_KEY_CHARS or not (value.isascii() and value.isprintable()):
+        raise invalid_value(
+            "Idempotency-Key",
+            f"The Idempotency-Key header must be 1 to {MAX_KEY_CHARS} printable ASCII characters.",
+        )
+    return value
+
+
+def key_digest(value: str) -> str:
+    """The name a key's record is kept under (the client's key itself is not stored)."""
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+def fingerprint(route: str, body: bytes) -> str:
+    """What makes two requests the same request: the route and the exact body."""
+    return hashlib.sha256(route.encode() + b"\n" + body).hexdigest()
+
+
+def claim(layout: KeySpace, pid: str, key: str, route: str, body: bytes) -> IdempotencyClaim:
+    """The claim of a request (to ``route``, with ``body``) on the Idempotency-Key ``key``
+    of the account ``pid``, or the 400 when ``key`` is not one."""
+    record = layout.idempotency(layout.shard(pid), pid, key_digest(check_key(key)))
+    return IdempotencyClaim(record, fingerprint(route, body))
+
+
+def in_progress() -> ApiError:
+    return ApiError(
+        ErrorKind.IDEMPOTENCY_IN_PROGRESS,
+        "A request with this Idempotency-Key is still running. Retry after it finishes.",
+    )
+
+
+def key_reused() -> ApiError:
+    return ApiError(
+        ErrorKind.IDEMPOTENCY_KEY_REUSED,
+        "This Idempotency-Key was used for another request (another route or body). "
+        "Use a new key for a new request.",
+    )
+
+
+def unrecorded() -> ApiError:
+    return ApiError(
+        ErrorKind.IDEMPOTENCY_UNAVAILABLE,
+        "The request with this Idempotency-Key finished, but its response was not kept "
+        "(larger than the service keeps, or cut short), so it cannot be replayed; it was "
+        "not run or charged again. Use a new key to send it again.",
+    )

@@ -1,0 +1,172 @@
+"""Idempotency-Key in the reserve and settle scripts: one request per key and account runs
+and is charged; sent again it is replayed from the record, refused while running, refused
+with another body; a request that charged nothing frees its key."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.core.errors import ApiError, ErrorKind
+from app.credits import idempotency
+from app.credits.idempotency import IdempotencyClaim, RecordedResponse, Replayed
+from app.credits.ledger import RedisLedger
+from app.credits.outcomes import Hold, Identity
+from app.credits.sweeper import Sweeper
+from tests.conftest import Clock
+from tests.unit.scripts_helpers import account, key, pools, reserve, snapshot
+
+ROUTE = "/v1/chat/completions"
+BODY = b'{"model":"svc-fast","messages":[{"role":"user","content":"hi"}]}'
+PARTS = (b'data: {"x":1}\n\ndata: {"svc":{"credits_used":', b',"balance_remaining":', b"}}\n\n")
+
+
+def _claim(
+    ledger: RedisLedger, ident: Identity, key_: str = "k-1", body: bytes = BODY
+) -> IdempotencyClaim:
+    return idempotency.claim(ledger.layout, ident.pid, key_, ROUTE, body)
+
+
+async def _settle(
+    ledger: RedisLedger, hold: Hold, now: float, *, used: int, response: RecordedResponse | None
+) -> int:
+    settled = await ledger.settle(
+        hold,
+        now=now,
+        credits_used=used,
+        prompt_tokens=1,
+        completion_tokens=used,
+        outcome="completed",
+        response=response,
+    )
+    return settled.balance
+
+
+async def _refused(
+    ledger: RedisLedger, ident: Identity, claim: IdempotencyClaim, now: float
+) -> ApiError:
+    before = await snapshot(ledger)
+    with pytest.raises(ApiError) as info:
+        await reserve(ledger, ident, "r-again", now, claim=claim)
+    assert await snapshot(ledger) == before
+    return info.value
+
+
+async def test_a_finished_request_is_replayed_byte_for_byte_and_charged_once(
+    ledger: RedisLedger, clock: Clock
+) -> None:
+    await account(ledger, "acct_A", purchased=1_000)
+    ident = await key(ledger, "acct_A", "k1")
+    claim = _claim(ledger, ident)
+    hold = await reserve(ledger, ident, "r1", clock(), max_out=10, claim=claim)
+    # while it runs: 409, and the SDKs' retry waits a second
+    running = await _refused(ledger, ident, claim, clock())
+    assert (running.kind, running.status, running.headers["retry-after"]) == (
+        ErrorKind.IDEMPOTENCY_IN_PROGRESS,
+        409,
+        "1",
+    )
+    balance = await _settle(ledger, hold, clock(), used=7, response=RecordedResponse(PARTS))
+    assert balance == 993
+    before = await snapshot(ledger)
+    for n in range(3):
+        with pytest.raises(Replayed) as replay:
+            await reserve(ledger, ident, f"r-replay{n}", clock(), claim=claim)
+        assert replay.value.body == PARTS[0] + b"7" + PARTS[1] + b"993" + PARTS[2]
+    assert await snapshot(ledger) == before  # nothing held, counted or charged
+    assert await pools(ledger, "acct_A") == (0, 993)
+
+
+async def test_another_body_or_route_with_the_key_is_a_422(
+    ledger: RedisLedger, clock: Clock
+) -> None:
+    await account(ledger, "acct_A", purchased=1_000)
+    ident = await key(ledger, "acct_A", "k1")
+    hold = await reserve(ledger, ident, "r1", clock(), claim=_claim(ledger, ident))
+    other_body = _claim(ledger, ident, body=BODY.replace(b"hi", b"ho"))
+    other_route = idempotency.claim(ledger.layout, ident.pid, "k-1", "/v1/responses", BODY)
+    for claim in (other_body, other_route):
+        refused = await _refused(ledger, ident, claim, clock())
+        assert (refused.kind, refused.status) == (ErrorKind.IDEMPOTENCY_KEY_REUSED, 422)
+    await _settle(ledger, hold, clock(), used=3, response=RecordedResponse(PARTS))
+    refused = await _refused(ledger, ident, other_body, clock())
+    assert refused.kind is ErrorKind.IDEMPOTENCY_KEY_REUSED
+
+
+async def test_keys_belong_to_an_account(ledger: RedisLedger, clock: Clock) -> None:
+    await account(ledger, "acct_A", purchased=1_000)
+    await account(ledger, "acct_B", purchased=1_000)
+    mine = await key(ledger, "acct_A", "k1")
+    yours = await key(ledger, "acct_B", "k2")
+    await reserve(ledger, mine, "r1", clock(), claim=_claim(ledger, mine))
+    await reserve(ledger, yours, "r2", clock(), claim=_claim(ledger, yours))  # same key
+
+
+async def test_a_request_that_charged_nothing_frees_its_key(
+    ledger: RedisLedger, clock: Clock
+) -> None:
+    await account(ledger, "acct_A", purchased=1_000)
+    ident = await key(ledger, "acct_A", "k1")
+    claim = _claim(ledger, ident)
+    hold = await reserve(ledger, ident, "r1", clock(), claim=claim)
+    await ledger.settle(
+        hold, now=clock(), credits_used=0, prompt_tokens=0, completion_tokens=0, outcome="released"
+    )
+    assert await ledger.redis.exists(claim.record) == 0
+    again = await reserve(ledger, ident, "r2", clock(), max_out=5, claim=claim)
+    assert again.amount == 5
+
+
+async def test_the_sweeper_frees_the_key_of_a_request_whose_worker_died(
+    ledger: RedisLedger, clock: Clock
+) -> None:
+    await account(ledger, "acct_A", purchased=1_000)
+    ident = await key(ledger, "acct_A", "k1")
+    claim = _claim(ledger, ident)
+    await reserve(ledger, ident, "r1", clock(), claim=claim, deadline=clock() + 5)
+    clock.advance(10)
+    assert await Sweeper(ledger, interval_s=1, clock=clock).sweep_once() == 1
+    assert await ledger.redis.exists(claim.record) == 0
+    assert await pools(ledger, "acct_A") == (0, 1_000)
+    await reserve(ledger, ident, "r2", clock(), claim=claim)
+
+
+async def test_a_response_not_kept_is_a_final_409(ledger: RedisLedger, clock: Clock) -> None:
+    await account(ledger, "acct_A", purchased=1_000)
+    ident = await key(ledger, "acct_A", "k1")
+    claim = _claim(ledger, ident)
+    hold = await reserve(ledger, ident, "r1", clock(), claim=claim)
+    await _settle(ledger, hold, clock(), used=4, response=RecordedResponse(None))
+    refused = await _refused(ledger, ident, claim, clock())
+    assert (refused.kind, refused.status, refused.headers["x-should-retry"]) == (
+        ErrorKind.IDEMPOTENCY_UNAVAILABLE,
+        409,
+        "false",
+    )
+    assert await pools(ledger, "acct_A") == (0, 996)  # charged once, never again
+
+
+async def test_the_record_lives_a_day(ledger: RedisLedger, clock: Clock) -> None:
+    await account(ledger, "acct_A", purchased=1_000)
+    ident = await key(ledger, "acct_A", "k1")
+    claim = _claim(ledger, ident)
+    hold = await reserve(ledger, ident, "r1", clock(), claim=claim)
+    await _settle(ledger, hold, clock(), used=2, response=RecordedResponse(PARTS))
+    assert 86_000 < await ledger.redis.ttl(claim.record) <= idempotency.TTL_S
+
+
+async def test_refusals_leave_no_record(ledger: RedisLedger, clock: Clock) -> None:
+    await account(ledger, "acct_A", purchased=3)
+    ident = await key(ledger, "acct_A", "k1")
+    claim = _claim(ledger, ident)
+    with pytest.raises(ApiError) as info:
+        await reserve(ledger, ident, "r1", clock(), max_out=10, claim=claim)
+    assert info.value.kind is ErrorKind.INSUFFICIENT_CREDITS
+    assert await ledger.redis.exists(claim.record) == 0
+    await reserve(ledger, ident, "r2", clock(), max_out=3, claim=claim)  # with credits: runs
+
+
+@pytest.mark.parametrize("value", ["", "x" * 256, "tab\there", "naïve"])
+def test_a_bad_key_is_a_400_naming_the_header(value: str) -> None:
+    with pytest.raises(ApiError) as info:
+        idempotency.check_key(value)
+    assert (info.value.status, info.value.param) == (400, "Idempotency-Key")
