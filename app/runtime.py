@@ -156,6 +156,7 @@ class Services:
         )
         self.script_calls = script_calls
         pepper = settings.key_pepper.encode()
+        self.pepper = pepper  # keys' digests, and the seals of Idempotency-Key answers
         self.auth_throttle = FailedAuthThrottle(
             settings.failed_auth_limit, settings.failed_auth_window_s
         )

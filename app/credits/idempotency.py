@@ -9,7 +9,11 @@ says what identifies a request.
 from __future__ import annotations
 
 import hashlib
+import hmac
+import os
 from typing import NamedTuple
+
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from app.core.clock import DAY_S
 from app.core.errors import ApiError, ErrorKind, invalid_value
@@ -35,6 +39,13 @@ class Replayed(Exception):
     def __init__(self, body: bytes) -> None:
         super().__init__("replayed")
         self.body = body
+
+
+class RecordedAnswer(NamedTuple):
+    """The answer of a route other than the streams, as its key's record keeps it."""
+
+    status: int
+    body: bytes
 
 
 class RecordedResponse(NamedTuple):
@@ -69,6 +80,24 @@ def claim(layout: KeySpace, pid: str, key: str, route: str, body: bytes) -> Idem
     of the account ``pid``, or the 400 when ``key`` is not one."""
     record = layout.idempotency(layout.shard(pid), pid, key_digest(check_key(key)))
     return IdempotencyClaim(record, fingerprint(route, body))
+
+
+def _sealing_key(pepper: bytes, pid: str, key: str) -> AESGCM:
+    """The cipher of one key's recorded answer: derived from the client's key, which svc does
+    not keep, so Redis alone never reads an answer (a new key's secret is one)."""
+    material = hmac.new(pepper, f"idempotency\0{pid}\0{key}".encode(), hashlib.sha256)
+    return AESGCM(material.digest())
+
+
+def seal(pepper: bytes, pid: str, key: str, answer: bytes) -> bytes:
+    """``answer`` as the record keeps it: AES-256-GCM, the nonce in front."""
+    nonce = os.urandom(12)
+    return nonce + _sealing_key(pepper, pid, key).encrypt(nonce, answer, None)
+
+
+def unseal(pepper: bytes, pid: str, key: str, sealed: bytes) -> bytes:
+    """The answer ``seal`` kept."""
+    return _sealing_key(pepper, pid, key).decrypt(sealed[:12], sealed[12:], None)
 
 
 def in_progress() -> ApiError:

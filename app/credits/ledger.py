@@ -9,7 +9,7 @@ from typing import Any
 
 from app.core.clock import DAY_S, day_tag, utc_day
 from app.credits import idempotency
-from app.credits.idempotency import IdempotencyClaim, RecordedResponse
+from app.credits.idempotency import IdempotencyClaim, RecordedAnswer, RecordedResponse
 from app.credits.outcomes import (
     Balance,
     BalanceRead,
@@ -20,6 +20,7 @@ from app.credits.outcomes import (
     ScriptStatus,
     Settlement,
     Written,
+    idempotency_refusal,
     reserve_refusal,
 )
 from app.credits.scripts import RedisClock, Scripts
@@ -267,6 +268,34 @@ class RedisLedger:
         )
         statuses = {1: ScriptStatus.OK, 0: ScriptStatus.DUPLICATE}
         return Written(statuses.get(result, ScriptStatus.KEY_UNKNOWN))
+
+    # -- idempotency keys of the routes other than the streams -------------------------
+
+    async def claim_idempotency(self, claim: IdempotencyClaim, token: str) -> RecordedAnswer | None:
+        """Claim ``claim``'s key for the run ``token`` (None), or the answer its first
+        request recorded; raises the 409 or 422 when it is running or was another request's."""
+        state, *answer = await self._run(
+            "idempotency_claim", [claim.record], [claim.fingerprint, token, idempotency.TTL_S]
+        )
+        if state == 0:
+            return None
+        if state == ScriptStatus.REPLAY:
+            body, status = answer
+            return RecordedAnswer(int(status), bytes(body))
+        refusal = idempotency_refusal(ScriptStatus(state))
+        if refusal is None:
+            raise RuntimeError(f"idempotency_claim answered {state}")  # never: its header
+        raise refusal
+
+    async def close_idempotency(
+        self, claim: IdempotencyClaim, token: str, answer: RecordedAnswer | None
+    ) -> None:
+        """Record the answer of the run ``token`` for ``claim``'s key, or (None: it failed)
+        free the key."""
+        args: list[Any] = [token, "failed"]
+        if answer is not None:
+            args = [token, "done", answer.status, answer.body]
+        await self._run("idempotency_close", [claim.record], args)
 
     # -- credits ------------------------------------------------------------------------
 

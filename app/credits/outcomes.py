@@ -116,6 +116,17 @@ def key_refusal(status: ScriptStatus) -> ApiError | None:
     return None
 
 
+def idempotency_refusal(status: ScriptStatus) -> ApiError | None:
+    """The API error for what an Idempotency-Key's record says (None: it says go on)."""
+    if status is ScriptStatus.IDEMPOTENCY_RUNNING:
+        return idempotency.in_progress()
+    if status is ScriptStatus.IDEMPOTENCY_REUSED:
+        return idempotency.key_reused()
+    if status is ScriptStatus.UNRECORDED:
+        return idempotency.unrecorded()
+    return None
+
+
 def reserve_refusal(
     status: ScriptStatus, value: int, now: float, *, requested: str, alias: str
 ) -> ApiError:
@@ -142,12 +153,9 @@ def reserve_refusal(
         return service_unavailable()
     if status is ScriptStatus.MODEL_NOT_ALLOWED:
         return model_not_allowed(requested, routed=requested != alias)
-    if status is ScriptStatus.IDEMPOTENCY_RUNNING:
-        return idempotency.in_progress()
-    if status is ScriptStatus.IDEMPOTENCY_REUSED:
-        return idempotency.key_reused()
-    if status is ScriptStatus.UNRECORDED:
-        return idempotency.unrecorded()
+    refusal = idempotency_refusal(status)
+    if refusal is not None:
+        return refusal
     if status is ScriptStatus.RATE_LIMITED:
         return ApiError(
             ErrorKind.KEY_RATE_LIMITED,

@@ -2,9 +2,9 @@
 
 One file per atomic operation in ``lua/``, each opening with its KEYS, ARGV and return
 shape. Each is sent with ``lua/lib/checks.lua`` in front of it: the argument checks every
-script runs before its first write. Calls go out as EVALSHA; redis-py loads a script again
-after NOSCRIPT (``SCRIPT FLUSH``, a failover), and when it is flushed once more in between,
-EVAL carries the source itself.
+script runs before its first write, and the one reading of an Idempotency-Key's record.
+Calls go out as EVALSHA; redis-py loads a script again after NOSCRIPT (``SCRIPT FLUSH``, a
+failover), and when it is flushed once more in between, EVAL carries the source itself.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ SCRIPT_NAMES = (
     "put_key",
     "update_key",
     "revoke_key",
+    "idempotency_claim",
+    "idempotency_close",
 )
 
 

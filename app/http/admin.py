@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from litestar import Controller, Request, get, patch, post
+from litestar import Controller, Request, Response, get, patch, post
 from litestar.di import Provide
 
 from app.accounts.manage import (
@@ -22,7 +22,16 @@ from app.accounts.rewards import SpotlightRequest, SpotlightReward
 from app.core.errors import ErrorKind
 from app.core.validation import decode_json
 from app.http.deps import admin_guard, provide_services
-from app.http.openapi import ADMIN_ERRORS, ADMIN_TOKEN, BODY_ERRORS, documented, errors
+from app.http.idempotent import once
+from app.http.openapi import (
+    ADMIN_ERRORS,
+    ADMIN_TOKEN,
+    BODY_ERRORS,
+    IDEMPOTENCY_KEY,
+    IDEMPOTENT_ERRORS,
+    documented,
+    errors,
+)
 from app.runtime import Services
 from app.usage.flusher import Lag
 
@@ -45,15 +54,26 @@ class AdminController(Controller):
     @post(
         "/accounts/{pid:str}/grants",
         status_code=200,
-        responses=errors(*ADMIN_ERRORS, *BODY_ERRORS, ErrorKind.ACCOUNT_NOT_FOUND),
-        operation_class=documented(body=GrantRequest),
+        responses=errors(
+            *ADMIN_ERRORS,
+            *BODY_ERRORS,
+            *IDEMPOTENT_ERRORS,
+            ErrorKind.ACCOUNT_NOT_FOUND,
+        ),
+        operation_class=documented(body=GrantRequest, parameters=[IDEMPOTENCY_KEY]),
     )
     async def grant(
         self, services: Services, pid: str, request: Request[Any, Any, Any]
-    ) -> CreditBalance:
-        """Add purchased credits."""
+    ) -> Response[CreditBalance]:
+        """Add purchased credits (once per Idempotency-Key, when one is sent)."""
         req = decode_json(await request.body(), GrantRequest)
-        return await services.accounts.grant_purchased(pid, req.credits)
+        return await once(
+            services,
+            request,
+            pid,
+            (200, CreditBalance),
+            lambda: services.accounts.grant_purchased(pid, req.credits),
+        )
 
     @get(
         "/accounts/{pid:str}/credits",
@@ -66,15 +86,26 @@ class AdminController(Controller):
         "/accounts/{pid:str}/api-keys",
         status_code=201,
         responses=errors(
-            *ADMIN_ERRORS, *BODY_ERRORS, ErrorKind.KEY_LIMIT, ErrorKind.ACCOUNT_NOT_FOUND
+            *ADMIN_ERRORS,
+            *BODY_ERRORS,
+            *IDEMPOTENT_ERRORS,
+            ErrorKind.KEY_LIMIT,
+            ErrorKind.ACCOUNT_NOT_FOUND,
         ),
-        operation_class=documented(body=KeyCreateRequest),
+        operation_class=documented(body=KeyCreateRequest, parameters=[IDEMPOTENCY_KEY]),
     )
     async def create_key(
         self, services: Services, pid: str, request: Request[Any, Any, Any]
-    ) -> ApiKeyCreated:
+    ) -> Response[ApiKeyCreated]:
+        """A new key of the account (once per Idempotency-Key, when one is sent)."""
         req = decode_json(await request.body(), KeyCreateRequest)
-        return await services.accounts.create_key(pid, req)
+        return await once(
+            services,
+            request,
+            pid,
+            (201, ApiKeyCreated),
+            lambda: services.accounts.create_key(pid, req),
+        )
 
     @patch(
         "/accounts/{pid:str}/api-keys/{key_id:str}",
@@ -115,16 +146,27 @@ class AdminController(Controller):
         "/accounts/{pid:str}/spotlights",
         status_code=200,
         responses=errors(
-            *ADMIN_ERRORS, *BODY_ERRORS, ErrorKind.ACCOUNT_NOT_FOUND, ErrorKind.SPOTLIGHT_LIMIT
+            *ADMIN_ERRORS,
+            *BODY_ERRORS,
+            *IDEMPOTENT_ERRORS,
+            ErrorKind.ACCOUNT_NOT_FOUND,
+            ErrorKind.SPOTLIGHT_LIMIT,
         ),
-        operation_class=documented(body=SpotlightRequest),
+        operation_class=documented(body=SpotlightRequest, parameters=[IDEMPOTENCY_KEY]),
     )
     async def spotlight(
         self, services: Services, pid: str, request: Request[Any, Any, Any]
-    ) -> SpotlightReward:
-        """Reward a verified spotlight view: earned credits, once per ``view_id``."""
+    ) -> Response[SpotlightReward]:
+        """Reward a verified spotlight view: earned credits, once per ``view_id`` (and once
+        per Idempotency-Key, when one is sent)."""
         req = decode_json(await request.body(), SpotlightRequest)
-        return await services.spotlights.reward(pid, req.view_id)
+        return await once(
+            services,
+            request,
+            pid,
+            (200, SpotlightReward),
+            lambda: services.spotlights.reward(pid, req.view_id),
+        )
 
     @get("/usage-lag", responses=errors(*ADMIN_ERRORS))
     async def usage_lag(self, services: Services) -> Lag:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from litestar import Controller, Request, delete, get, patch, post
+from litestar import Controller, Request, Response, delete, get, patch, post
 from litestar.di import Provide
 
 from app.accounts.manage import (
@@ -26,11 +26,14 @@ from app.core.errors import ApiError, ErrorKind, model_not_allowed
 from app.core.validation import decode_json
 from app.credits.outcomes import Identity, key_refusal
 from app.http.deps import provide_identity, provide_services, request_address
+from app.http.idempotent import once
 from app.http.openapi import (
     API_KEY,
     BODY_ERRORS,
     DAYS,
     GROUP_BY_PARAM,
+    IDEMPOTENCY_KEY,
+    IDEMPOTENT_ERRORS,
     KEY_ERRORS,
     documented,
     errors,
@@ -132,7 +135,7 @@ class V1Controller(Controller):
         "/usage",
         dependencies=_IDENT,
         responses=errors(*KEY_ERRORS, ErrorKind.INVALID_VALUE),
-        operation_class=documented(query=[DAYS, GROUP_BY_PARAM]),
+        operation_class=documented(parameters=[DAYS, GROUP_BY_PARAM]),
     )
     async def usage(
         self, services: Services, ident: Identity, request: Request[Any, Any, Any]
@@ -155,17 +158,27 @@ class V1Controller(Controller):
         status_code=201,
         dependencies=_IDENT,
         responses=errors(
-            *KEY_ERRORS, *BODY_ERRORS, ErrorKind.KEY_LIMIT, ErrorKind.TEST_KEY_FORBIDDEN
+            *KEY_ERRORS,
+            *BODY_ERRORS,
+            *IDEMPOTENT_ERRORS,
+            ErrorKind.KEY_LIMIT,
+            ErrorKind.TEST_KEY_FORBIDDEN,
         ),
-        operation_class=documented(body=KeyCreateRequest),
+        operation_class=documented(body=KeyCreateRequest, parameters=[IDEMPOTENCY_KEY]),
     )
     async def create_key(
         self, services: Services, ident: Identity, request: Request[Any, Any, Any]
-    ) -> ApiKeyCreated:
+    ) -> Response[ApiKeyCreated]:
         """A new key for the caller's account; the secret is in this response only."""
         _managing(ident)
         req = decode_json(await request.body(), KeyCreateRequest)
-        return await services.accounts.create_key(ident.pid, req)
+        return await once(
+            services,
+            request,
+            ident.pid,
+            (201, ApiKeyCreated),
+            lambda: services.accounts.create_key(ident.pid, req),
+        )
 
     @patch(
         "/api-keys/{key_id:str}",

@@ -59,6 +59,8 @@ ADMIN_ERRORS = (
     ErrorKind.INTERNAL,
 )
 BODY_ERRORS = (ErrorKind.INVALID_VALUE, ErrorKind.REQUEST_TOO_LARGE)
+# A route that takes an Idempotency-Key: its own run still going, or the key another body's.
+IDEMPOTENT_ERRORS = (ErrorKind.IDEMPOTENCY_IN_PROGRESS, ErrorKind.IDEMPOTENCY_KEY_REUSED)
 CHAT_ERRORS = (
     *KEY_ERRORS,
     *BODY_ERRORS,
@@ -68,18 +70,10 @@ CHAT_ERRORS = (
     ErrorKind.DAILY_CAP_EXCEEDED,
     ErrorKind.KEY_RATE_LIMITED,
     ErrorKind.UPSTREAM_UNAVAILABLE,
-    ErrorKind.IDEMPOTENCY_IN_PROGRESS,
+    *IDEMPOTENT_ERRORS,
     ErrorKind.IDEMPOTENCY_UNAVAILABLE,
-    ErrorKind.IDEMPOTENCY_KEY_REUSED,
 )
-IDEMPOTENCY_KEY = {
-    "name": "Idempotency-Key",
-    "in": "header",
-    "required": False,
-    "description": "Run and charge the request at most once for this key (per account, 24 "
-    "hours); sent again with the same body, the first response is replayed.",
-    "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[ -~]+$"},
-}
+
 
 _COMPONENT = "#/components/schemas/{name}"
 # No control, separator (but space) or format characters; str.isprintable, as a regex both
@@ -138,10 +132,10 @@ def errors(*kinds: ErrorKind) -> dict[int, ResponseSpec]:
 
 
 def documented(
-    *, body: type[msgspec.Struct] | None = None, query: Sequence[Parameter] = ()
+    *, body: type[msgspec.Struct] | None = None, parameters: Sequence[Parameter] = ()
 ) -> type[Operation]:
-    """An ``operation_class`` for a handler that decodes its own body or query (so its
-    errors stay OpenAI-shaped and name the field): documents what it reads."""
+    """An ``operation_class`` for a handler that decodes its own body, query or headers (so
+    its errors stay OpenAI-shaped and name the field): documents what it reads."""
     if body is not None:
         _BODY_TYPES[body.__name__] = body
 
@@ -152,8 +146,8 @@ def documented(
                 ref = Reference(ref=_COMPONENT.format(name=body.__name__))
                 content = {"application/json": OpenAPIMediaType(schema=ref)}
                 self.request_body = RequestBody(content=content, required=True)
-            if query:
-                self.parameters = [*(self.parameters or []), *query]
+            if parameters:
+                self.parameters = [*(self.parameters or []), *parameters]
 
     return DocumentedOperation
 
@@ -164,6 +158,16 @@ DAYS = Parameter(
     required=False,
     description=f"Days in the `daily` window, newest first (default {DEFAULT_DAYS}).",
     schema=Schema(type=OpenAPIType.INTEGER, minimum=1, maximum=MAX_DAYS, default=DEFAULT_DAYS),
+)
+IDEMPOTENCY_KEY = Parameter(
+    name="Idempotency-Key",
+    param_in=ParamType.HEADER,
+    required=False,
+    description=(
+        "Run the request at most once for this key (per account, 24 hours); sent again "
+        "with the same body, the first answer is replayed (`idempotent-replayed: true`)."
+    ),
+    schema=Schema(type=OpenAPIType.STRING, min_length=1, max_length=255, pattern="^[ -~]+$"),
 )
 GROUP_BY_PARAM = Parameter(
     name="group_by",
@@ -419,7 +423,7 @@ def _stream_operation(
         "description": description,
         "operationId": operation_id,
         "security": API_KEY,
-        "parameters": [IDEMPOTENCY_KEY],
+        "parameters": [IDEMPOTENCY_KEY.to_schema()],
         "requestBody": {
             "required": True,
             "content": {"application/json": {"schema": {"$ref": _COMPONENT.format(name=body)}}},

@@ -15,7 +15,9 @@ from collections.abc import Iterator
 import httpx
 import openai
 import pytest
+import redis as redis_sync
 
+from app.ops.embedded import redis_url, socket_path
 from tests.e2e.conftest import Server, start_server, stop_server
 from tests.processes import free_port
 
@@ -340,3 +342,81 @@ def test_a_502_the_sdk_retries_is_charged_once(slow: Server) -> None:
     assert stream.http_response.headers["idempotent-replayed"] == "true"
     assert 100_000 - slow.balance(pid) == _svc(body)["credits_used"]
     assert _requests_today(slow, key) == 1
+
+
+# -- the JSON routes that create or grant ---------------------------------------------------
+
+
+def _redis_values(server: Server) -> bytes:
+    """Every Redis key and value (strings and hashes), concatenated."""
+    r = redis_sync.Redis.from_url(redis_url(socket_path(server.data_dir)))
+    out = []
+    for name in r.scan_iter(count=1000):
+        out.append(name)
+        kind = r.type(name)
+        if kind == b"string":
+            out.append(r.get(name) or b"")
+        elif kind == b"hash":
+            out.extend(r.hgetall(name).values())
+    return b"\n".join(out)
+
+
+def test_a_key_created_twice_with_one_idempotency_key_is_one_key(slow: Server) -> None:
+    pid = slow.new_account(1_000)
+    manager = slow.new_key(pid)
+    body = {"name": "deploy", "environment": "live", "daily_cap_credits": 10}
+    url = f"{slow.base_url}/api-keys"
+    first = httpx.post(url, json=body, headers=_h(manager, "mk-1"))
+    again = httpx.post(url, json=body, headers=_h(manager, "mk-1"))
+    assert (first.status_code, again.status_code) == (201, 201)
+    assert again.content == first.content  # the same key, its secret shown again
+    assert again.headers["idempotent-replayed"] == "true"
+    assert "idempotent-replayed" not in first.headers
+    listed = httpx.get(url, headers=_h(manager)).json()["data"]
+    assert [k["id"] for k in listed].count(first.json()["id"]) == 1
+    assert len(listed) == 2  # the manager and the one created
+    # the record keeps the answer sealed: the secret is in no Redis value
+    assert first.json()["key"].encode() not in _redis_values(slow)
+    other = httpx.post(url, json={**body, "name": "other"}, headers=_h(manager, "mk-1"))
+    assert (other.status_code, other.json()["error"]["code"]) == (422, "idempotency_key_reused")
+
+
+def test_a_failed_request_frees_its_key(slow: Server) -> None:
+    pid = slow.new_account(1_000)
+    manager = slow.new_key(pid)
+    url = f"{slow.base_url}/api-keys"
+    good = {"name": "x", "environment": "live", "daily_cap_credits": None}
+    bad = {**good, "expires_at": "2020-01-01T00:00:00Z"}
+    refused = httpx.post(url, json=bad, headers=_h(manager, "mk-2"))
+    assert refused.status_code == 400
+    # nothing was recorded for the failure: the corrected request runs with the same key
+    assert httpx.post(url, json=good, headers=_h(manager, "mk-2")).status_code == 201
+
+
+def test_a_grant_sent_twice_with_one_key_grants_once(slow: Server) -> None:
+    pid = slow.new_account(0)
+    answers = [
+        httpx.post(
+            f"{slow.root_url}/admin/v1/accounts/{pid}/grants",
+            json={"credits": 500},
+            headers={"authorization": f"Bearer {slow.admin_token}", "idempotency-key": "g-1"},
+        )
+        for _ in range(3)
+    ]
+    assert {a.status_code for a in answers} == {200}
+    assert answers[1].content == answers[2].content == answers[0].content
+    assert slow.balance(pid) == 500
+    other = slow.admin("POST", f"/accounts/{pid}/grants", {"credits": 500})
+    assert other.status_code == 200  # without a key: a grant each time
+    assert slow.balance(pid) == 1_000
+
+
+def test_a_spotlight_sent_twice_with_one_key_rewards_once(slow: Server) -> None:
+    pid = slow.new_account(0)
+    headers = {"authorization": f"Bearer {slow.admin_token}", "idempotency-key": "s-1"}
+    url = f"{slow.root_url}/admin/v1/accounts/{pid}/spotlights"
+    first = httpx.post(url, json={"view_id": "v-1"}, headers=headers)
+    again = httpx.post(url, json={"view_id": "v-1"}, headers=headers)
+    assert (first.status_code, again.content) == (200, first.content)
+    reused = httpx.post(url, json={"view_id": "v-2"}, headers=headers)
+    assert reused.status_code == 422

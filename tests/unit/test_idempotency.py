@@ -5,10 +5,11 @@ with another body; a request that charged nothing frees its key."""
 from __future__ import annotations
 
 import pytest
+from cryptography.exceptions import InvalidTag
 
 from app.core.errors import ApiError, ErrorKind
 from app.credits import idempotency
-from app.credits.idempotency import IdempotencyClaim, RecordedResponse, Replayed
+from app.credits.idempotency import IdempotencyClaim, RecordedAnswer, RecordedResponse, Replayed
 from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Hold, Identity
 from app.credits.sweeper import Sweeper
@@ -170,3 +171,43 @@ def test_a_bad_key_is_a_400_naming_the_header(value: str) -> None:
     with pytest.raises(ApiError) as info:
         idempotency.check_key(value)
     assert (info.value.status, info.value.param) == (400, "Idempotency-Key")
+
+
+# -- the JSON routes' claim and close scripts ---------------------------------------------------
+
+
+async def test_a_claimed_key_answers_until_closed_then_replays(ledger: RedisLedger) -> None:
+    claim = idempotency.claim(ledger.layout, "acct_A", "k", "/v1/api-keys", b"{}")
+    assert await ledger.claim_idempotency(claim, "run-1") is None
+    with pytest.raises(ApiError) as info:
+        await ledger.claim_idempotency(claim, "run-2")
+    assert info.value.kind is ErrorKind.IDEMPOTENCY_IN_PROGRESS
+    await ledger.close_idempotency(claim, "run-2", RecordedAnswer(201, b"not mine"))  # ignored
+    await ledger.close_idempotency(claim, "run-1", RecordedAnswer(201, b"\x00sealed\xff"))
+    assert await ledger.claim_idempotency(claim, "run-3") == RecordedAnswer(201, b"\x00sealed\xff")
+    other = idempotency.claim(ledger.layout, "acct_A", "k", "/v1/api-keys", b"{ }")
+    with pytest.raises(ApiError) as info:
+        await ledger.claim_idempotency(other, "run-4")
+    assert info.value.kind is ErrorKind.IDEMPOTENCY_KEY_REUSED
+    assert 86_000 < await ledger.redis.ttl(claim.record) <= idempotency.TTL_S
+
+
+async def test_a_failed_run_frees_its_key(ledger: RedisLedger) -> None:
+    claim = idempotency.claim(ledger.layout, "acct_A", "k", "/v1/api-keys", b"{}")
+    assert await ledger.claim_idempotency(claim, "run-1") is None
+    await ledger.close_idempotency(claim, "run-1", None)
+    assert await ledger.claim_idempotency(claim, "run-2") is None
+
+
+def test_sealed_answers_open_only_with_their_key() -> None:
+    sealed = idempotency.seal(b"pepper", "acct_A", "k-1", b'{"key":"svc_live_secret"}')
+    assert b"secret" not in sealed
+    assert idempotency.unseal(b"pepper", "acct_A", "k-1", sealed) == b'{"key":"svc_live_secret"}'
+    others = [
+        (b"other", "acct_A", "k-1"),
+        (b"pepper", "acct_B", "k-1"),
+        (b"pepper", "acct_A", "k-2"),
+    ]
+    for pepper, pid, idem_key in others:
+        with pytest.raises(InvalidTag):
+            idempotency.unseal(pepper, pid, idem_key, sealed)

@@ -137,13 +137,8 @@ if allowed and allowed ~= '*' then
 end
 
 if idem then
-  local record = redis.call('HMGET', idem, 'fp', 'state', 'body')
-  if record[1] then
-    if record[1] ~= fingerprint then return {14, 0, 0, 0} end
-    if record[2] == 'running' then return {15, 0, 0, 0} end
-    if record[2] == 'done' then return {16, 0, 0, 0, record[3]} end
-    return {17, 0, 0, 0}
-  end
+  local state, body = recorded(idem, fingerprint)
+  if state then return {state, 0, 0, 0, body} end
 end
 
 local WINDOW_MS = 60000

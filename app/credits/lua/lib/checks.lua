@@ -1,7 +1,8 @@
 --[[
-checks: argument checks that app.credits.scripts puts in front of every script, so that each script
+checks: the checks that app.credits.scripts puts in front of every script, so that each script
 refuses a bad ARGV before its first write (Redis has no rollback: a command that fails after
-a write leaves the writes before it in place).
+a write leaves the writes before it in place), and reads an Idempotency-Key's record the
+same way wherever one is read.
 
 A failed check raises an error reply "svc bad argument: <name>" and changes nothing.
   count(i, name)         ARGV[i] as a whole number 0 .. 999,999,999,999,999, plain digits
@@ -14,6 +15,10 @@ A failed check raises an error reply "svc bad argument: <name>" and changes noth
                          pairs: cap (a cap), name (text), exp (a count: unix seconds, 0 =
                          never), models ('*' = all, else the aliases it may use, each between
                          spaces), rpm (a count: requests in any 60 s, 0 = no limit)
+  recorded(key, fp)      what the Idempotency-Key record at key (a hash: fp, state, body,
+                         status) says of the request fp: nil when there is none; else 14
+                         (another request), 15 (running), 17 (finished, no answer kept), or
+                         16, body, status (finished: its answer)
 ]]
 local function refuse(name)
   error('svc bad argument: ' .. name)
@@ -53,4 +58,13 @@ local function key_record(i)
   if models ~= '*' and not string.match(models, '^ [%w%-%._ ]*$') then refuse('models') end
   return {'cap', cap(i, 'cap'), 'name', text(i + 1, 'name'), 'exp', count(i + 2, 'exp'),
     'models', models, 'rpm', count(i + 4, 'rpm')}
+end
+
+local function recorded(key, fp)
+  local r = redis.call('HMGET', key, 'fp', 'state', 'body', 'status')
+  if not r[1] then return nil end
+  if r[1] ~= fp then return 14 end
+  if r[2] == 'done' then return 16, r[3], r[4] end
+  if r[2] == 'unrecorded' then return 17 end
+  return 15
 end

@@ -1,0 +1,22 @@
+--[[
+idempotency_claim: before a request with an Idempotency-Key runs (the routes other than the
+streams, whose reserve script does this itself): the key's record answers for it, or the
+request claims the key.
+
+KEYS[1]  idempotency record  <p>:{sN}:idem:<pid>:<digest>   fp, state, rid, body, status
+ARGV[1]  fp                  what identifies the request: its route and body, hashed
+ARGV[2]  token               this run's id (only it may close the claim)
+ARGV[3]  ttl                 seconds the record lives
+
+Returns {0} when claimed (state running), else {status, body, http status} as
+lib/checks.lua recorded() says: 14 another request, 15 running, 16 finished with its answer
+(the body and HTTP status to send again), 17 finished without one.
+]]
+local fp = label(1, 'fp')
+local token = label(2, 'token')
+local ttl = count(3, 'ttl')
+local state, body, status = recorded(KEYS[1], fp)
+if state then return {state, body or '', status or '0'} end
+redis.call('HSET', KEYS[1], 'fp', fp, 'state', 'running', 'rid', token)
+redis.call('EXPIRE', KEYS[1], ttl)
+return {0}
