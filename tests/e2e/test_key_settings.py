@@ -346,3 +346,54 @@ async def test_a_rotation_under_load_loses_no_request_and_never_exceeds_the_cap(
     assert len(served) == 150  # the cap is reached exactly: one cap for the two keys
     assert len(results) >= 300
     assert before - server.balance(pid) == spent
+
+
+@pytest.mark.parametrize(
+    ("change", "refusal"),
+    [
+        ({"daily_cap_credits": 0}, (429, "daily_cap_exceeded")),
+        ({"expires_at": "2026-01-01T00:00:00Z"}, (401, "api_key_expired")),
+        ({"allowed_models": []}, (403, "model_not_allowed")),
+    ],
+)
+async def test_a_patch_under_load_holds_for_every_request_sent_after_it(
+    server: Server, change: dict[str, object], refusal: tuple[int, str]
+) -> None:
+    """20 connections (both workers) send back to back; once the PATCH has answered, no
+    request sent after that is served."""
+    pid = server.new_account(10_000_000)
+    manager = server.new_key(pid)
+    created = _create(server, manager)
+    key = str(created["key"])
+    sent: list[tuple[float, httpx.Response]] = []
+    patched_at = float("inf")
+    midway = asyncio.Event()
+    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=21)) as client:
+
+        async def sender() -> None:
+            while len(sent) < 400:
+                started = time.monotonic()
+                response = await client.post(
+                    f"{server.base_url}/chat/completions",
+                    json={"model": "svc-fast", "messages": MSG, "max_tokens": 16},
+                    headers=_h(key),
+                )
+                sent.append((started, response))
+                if len(sent) == 100:
+                    midway.set()
+
+        async def patch_midway() -> None:
+            nonlocal patched_at
+            await midway.wait()
+            r = await client.patch(
+                f"{server.base_url}/api-keys/{created['id']}", json=change, headers=_h(manager)
+            )
+            assert r.status_code == 200, r.text
+            patched_at = time.monotonic()
+
+        await asyncio.gather(patch_midway(), *(sender() for _ in range(20)))
+    after = [r for started, r in sent if started > patched_at]
+    assert len(after) > 50
+    assert {(r.status_code, r.json()["error"]["code"]) for r in after} == {refusal}
+    before = [r for started, r in sent if started <= patched_at]
+    assert any(r.status_code == 200 for r in before)
