@@ -274,11 +274,13 @@ class Completion:
             raise
         finally:
             STREAMS.discard(self)
-            if self._settling is None:  # the stream reached its end: it is written whole
-                ending = self._marked_ending(outcome)
-                self._response = self._recorded(self._unsent + last, ending)
-            settling = self.begin_settle(outcome)
-            await self._stop_upstream()
+            try:
+                if self._settling is None:  # the stream reached its end: it is written whole
+                    ending = self._marked_ending(outcome)
+                    self._response = self._recorded(self._unsent + last, ending)
+            finally:  # whatever writing the ending did, settlement starts
+                settling = self.begin_settle(outcome)
+                await self._stop_upstream()
         settled = await asyncio.shield(settling)
         ending = settled_ending(ending, settled.credits_used, settled.balance)
         await send(self._unsent + last + ending, False)

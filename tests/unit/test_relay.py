@@ -9,7 +9,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from app.chat.catalog import default_catalog
-from app.chat.completion import CompletionService
+from app.chat.chunks import ChatStream
+from app.chat.completion import CompletionService, drain_background
+from app.chat.output import StreamEnd
 from app.chat.request import parse_chat_request
 from app.chat.router import UpstreamRouter
 from app.credits.ledger import RedisLedger
@@ -246,3 +248,44 @@ async def test_refusals_and_reasoning_are_relayed(ledger: RedisLedger, clock: Cl
     assert deltas[0] == {"role": "assistant", "reasoning_content": "think"}
     assert deltas[1] == {"refusal": "no"}
     assert _chunks(writes)[-2]["choices"][0]["finish_reason"] == "stop"  # type: ignore[index]
+
+
+class _BrokenEnding:
+    """A chat stream whose ending fails."""
+
+    def __init__(self, inner: ChatStream) -> None:
+        self.inner = inner
+
+    def opening(self) -> bytes:
+        return self.inner.opening()
+
+    def piece(self, piece: str | Delta) -> bytes:
+        return self.inner.piece(piece)
+
+    def closing(self, pending: str | Delta | None, *, tool_calls: bool) -> bytes:
+        return self.inner.closing(pending, tool_calls=tool_calls)
+
+    def ending(self, end: StreamEnd) -> bytes:
+        raise RuntimeError("a bug in an output")
+
+
+async def test_a_failing_ending_still_settles(ledger: RedisLedger, clock: Clock) -> None:
+    """The ending is written before settling (with marks for its numbers): a fault there
+    must not leave the reservation open."""
+    await account(ledger, "acct_E", purchased=100_000)
+    ident = await key(ledger, "acct_E", "kidE00000000")
+    provider = ScriptedProvider([(0, ["a", Usage(4, 4)])])
+    router = UpstreamRouter({"simulated": provider}, SimulatedProvider())  # type: ignore[dict-item]
+    service = CompletionService(ledger, router, deadline_s=900, clock=clock)
+    body = b'{"model":"svc-fast","messages":[{"role":"user","content":"hi"}]}'
+    completion = await service.open(ident, parse_chat_request(body, default_catalog().aliases))
+
+    async def send(data: bytes, more: bool) -> None:
+        return None
+
+    with pytest.raises(RuntimeError):
+        await completion.relay(send, _BrokenEnding(completion.chat_stream()))
+    await drain_background()  # the settlement the relay started
+    assert await ledger.redis.zcard(ledger.layout.reservations(ident.shard)) == 0
+    _status, balance = await ledger.balance(ident, clock())
+    assert balance.total < 100_000  # charged for what was served, not left to the sweeper
