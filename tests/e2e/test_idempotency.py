@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 import socket
+import subprocess
 import threading
 from collections.abc import Iterator
 
@@ -18,8 +20,10 @@ import pytest
 import redis as redis_sync
 
 from app.ops.embedded import redis_url, socket_path
-from tests.e2e.conftest import Server, start_server, stop_server
+from tests.e2e.conftest import ROOT, Server, start_server, stop_server
 from tests.processes import free_port
+
+NODE_DIR = ROOT / "tests" / "clients" / "node"
 
 pytestmark = pytest.mark.e2e
 MSG = [{"role": "user", "content": "tell me a story"}]
@@ -420,3 +424,42 @@ def test_a_spotlight_sent_twice_with_one_key_rewards_once(slow: Server) -> None:
     assert (first.status_code, again.content) == (200, first.content)
     reused = httpx.post(url, json={"view_id": "v-2"}, headers=headers)
     assert reused.status_code == 422
+
+
+NODE_SCRIPT = """
+import OpenAI from "openai";
+const { SVC_BASE_URL: baseURL, SVC_API_KEY: apiKey } = process.env;
+const client = new OpenAI({ baseURL, apiKey, maxRetries: 0 });
+const once = async () => {
+  const stream = await client.chat.completions.create(
+    { model: "svc-fast", messages: [{ role: "user", content: "hi" }], max_tokens: 20,
+      stream: true },
+    { headers: { "Idempotency-Key": "node-1" } },
+  );
+  const chunks = [];
+  for await (const chunk of stream) chunks.push(chunk);
+  return chunks;
+};
+const first = await once();
+const again = await once();
+const same = JSON.stringify(first) === JSON.stringify(again);
+console.log(JSON.stringify({ same, svc: first.at(-1).svc }));
+"""
+
+
+def test_the_node_sdk_sends_the_key_as_its_docs_say(slow: Server) -> None:
+    """docs/clients.md's Node example: the header in the request options."""
+    pid = slow.new_account(100_000)
+    done = subprocess.run(
+        ["node", "--input-type=module", "-e", NODE_SCRIPT],
+        cwd=NODE_DIR,
+        env={**os.environ, "SVC_BASE_URL": slow.base_url, "SVC_API_KEY": slow.new_key(pid)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["same"] is True
+    assert 100_000 - slow.balance(pid) == seen["svc"]["credits_used"]
