@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 from litestar import Controller, Request, Response, delete, get, patch, post
 from litestar.di import Provide
+from litestar.response import Stream
 
 from app.accounts.manage import (
     ApiKeyCreated,
@@ -31,6 +32,7 @@ from app.http.openapi import (
     API_KEY,
     BODY_ERRORS,
     DAYS,
+    FORMAT_PARAM,
     GROUP_BY_PARAM,
     IDEMPOTENCY_KEY,
     IDEMPOTENT_ERRORS,
@@ -39,7 +41,8 @@ from app.http.openapi import (
     errors,
 )
 from app.runtime import Services
-from app.usage.reader import UsageSummary, parse_days, parse_group_by
+from app.usage.export import CSV_MEDIA_TYPE, parse_format, usage_rows
+from app.usage.reader import parse_days, parse_group_by
 
 
 def _managing(ident: Identity) -> Identity:
@@ -135,17 +138,27 @@ class V1Controller(Controller):
         "/usage",
         dependencies=_IDENT,
         responses=errors(*KEY_ERRORS, ErrorKind.INVALID_VALUE),
-        operation_class=documented(parameters=[DAYS, GROUP_BY_PARAM]),
+        operation_class=documented(parameters=[DAYS, GROUP_BY_PARAM, FORMAT_PARAM]),
     )
     async def usage(
         self, services: Services, ident: Identity, request: Request[Any, Any, Any]
-    ) -> UsageSummary:
+    ) -> Response[Any]:
         """All-time usage and the last ``days`` (1-366, default 30) UTC days, newest first,
-        for the key's environment (spec 2.6); ``group_by=api`` breaks each day down."""
-        days = parse_days(request.query_params.get("days"))
-        group_by = parse_group_by(request.query_params.get("group_by"))
-        return await services.usage.summary(
+        for the key's environment (spec 2.6); ``group_by=api`` breaks each day down;
+        ``format=csv``: the days as CSV rows."""
+        query = request.query_params
+        days = parse_days(query.get("days"))
+        group_by = parse_group_by(query.get("group_by"))
+        csv_wanted = parse_format(query.get("format")) == "csv"
+        summary = await services.usage.summary(
             ident.pid, ident.environment, services.clock(), days, group_by
+        )
+        if not csv_wanted:
+            return Response(summary)
+        return Stream(
+            usage_rows(summary, group_by),
+            media_type=CSV_MEDIA_TYPE,
+            headers={"content-disposition": 'attachment; filename="usage.csv"'},
         )
 
     @get("/api-keys", dependencies=_IDENT, responses=errors(*KEY_ERRORS))

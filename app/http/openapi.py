@@ -38,7 +38,8 @@ from app.core.errors import ErrorBody, ErrorKind
 from app.http.headers import SECURITY_HEADERS
 from app.responses.wire import ResponsesRequest
 from app.upstream.wire import ChatRequest
-from app.usage.reader import DEFAULT_DAYS, GROUP_BY, MAX_DAYS
+from app.usage.export import CSV_MEDIA_TYPE, FORMATS
+from app.usage.reader import DEFAULT_DAYS, GROUP_BY, MAX_DAYS, UsageSummary
 
 API_KEY: list[SecurityRequirement] = [{"apiKey": []}]
 ADMIN_TOKEN: list[SecurityRequirement] = [{"adminToken": []}]
@@ -180,6 +181,16 @@ GROUP_BY_PARAM = Parameter(
     ),
     schema=Schema(type=OpenAPIType.STRING, enum=list(GROUP_BY)),
 )
+FORMAT_PARAM = Parameter(
+    name="format",
+    param_in=ParamType.QUERY,
+    required=False,
+    description=(
+        "`csv`: the days as `text/csv` rows (`day`, the `group_by` column when given, "
+        "`requests_count`, `total_tokens`, `credits_spent`), newest first."
+    ),
+    schema=Schema(type=OpenAPIType.STRING, enum=list(FORMATS), default="json"),
+)
 
 
 def openapi_config() -> OpenAPIConfig:
@@ -245,7 +256,14 @@ def complete_document(
     ``allowed_models`` may."""
     document = copy.deepcopy(dict(generated))
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
-    types = [ChatRequest, ResponsesRequest, ChatCompletionChunk, ErrorBody, *_BODY_TYPES.values()]
+    types = [
+        ChatRequest,
+        ResponsesRequest,
+        ChatCompletionChunk,
+        ErrorBody,
+        UsageSummary,
+        *_BODY_TYPES.values(),
+    ]
     _, components = msgspec.json.schema_components(types, ref_template=_COMPONENT)
     for name, schema in components.items():
         schemas.setdefault(name, schema)
@@ -255,6 +273,11 @@ def complete_document(
         allowed["items"]["enum"] = key_models
     document["paths"]["/v1/chat/completions"] = {"post": _chat_operation()}
     document["paths"]["/v1/responses"] = {"post": _responses_operation()}
+    # the handler answers JSON or, with format=csv, a CSV stream (its annotation says neither)
+    document["paths"]["/v1/usage"]["get"]["responses"]["200"]["content"] = {
+        "application/json": {"schema": {"$ref": _COMPONENT.format(name="UsageSummary")}},
+        CSV_MEDIA_TYPE: {"schema": {"type": "string"}},
+    }
     for path_item in document["paths"].values():
         for operation in path_item.values():
             for status, response in operation.get("responses", {}).items():

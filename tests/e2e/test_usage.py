@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import csv
+import io
 import json
 import random
 import signal
@@ -249,3 +251,43 @@ def test_losing_redis_loses_no_flushed_history(tmp_path_factory: pytest.TempPath
         assert after["requests_count"] == 5
     finally:
         stop_server(srv.process)
+
+
+@pytest.mark.parametrize("group_by", [None, "api"])
+def test_usage_as_csv_parses_and_equals_the_json(server: Server, group_by: str | None) -> None:
+    pid = server.new_account(100_000)
+    key = server.new_key(pid)
+    headers = {"authorization": f"Bearer {key}"}
+    for path, body in [
+        ("/chat/completions", {"model": "svc-fast", "messages": MSG}),
+        ("/chat/completions", {"model": "svc-code", "messages": MSG}),
+        ("/responses", {"model": "svc-fast", "input": "hi"}),
+    ]:
+        assert httpx.post(f"{server.base_url}{path}", json=body, headers=headers).is_success
+    query = "days=3" + (f"&group_by={group_by}" if group_by else "")
+    as_json = httpx.get(f"{server.base_url}/usage?{query}", headers=headers).json()
+    as_csv = httpx.get(f"{server.base_url}/usage?{query}&format=csv", headers=headers)
+    assert as_csv.status_code == 200
+    assert as_csv.headers["content-type"] == "text/csv; charset=utf-8"
+    assert "attachment" in as_csv.headers["content-disposition"]
+    rows = list(csv.DictReader(io.StringIO(as_csv.text)))
+    counts = ("requests_count", "total_tokens", "credits_spent")
+    if group_by is None:
+        expected = [
+            {"day": d["day_bucket"], **{c: str(d[c]) for c in counts}} for d in as_json["daily"]
+        ]
+    else:
+        expected = [
+            {"day": d["day_bucket"], group_by: g[group_by], **{c: str(g[c]) for c in counts}}
+            for d in as_json["daily"]
+            for g in d["groups"]
+        ]
+        assert {r["api"] for r in rows} == {"chat", "responses"}
+    assert rows == expected
+    assert len(as_json["daily"]) == 3
+
+
+def test_an_unknown_format_is_a_400_naming_it(server: Server) -> None:
+    key = server.new_key(server.new_account(0))
+    r = httpx.get(f"{server.base_url}/usage?format=xml", headers={"authorization": f"Bearer {key}"})
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "format")
