@@ -11,7 +11,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from app.core.clock import DAY_S
 from app.core.errors import ApiError
 from app.core.logs import granian_log_config
 from app.core.settings import Settings
+from app.keys.format import ENVIRONMENTS
 from app.runtime import Services, StartupError, bootstrap_dev, open_services, public_error, resolve
 
 AdminOp = Callable[[Services], Awaitable[Any]]
@@ -93,6 +94,39 @@ def _key_fields(args: argparse.Namespace) -> dict[str, Any]:
     return {field: given[option] for option, field in _KEY_OPTIONS if option in given}
 
 
+# the query parameters of GET /v1/activity, as options of `svc admin activity`
+_ACTIVITY_OPTIONS = (
+    ("limit", "rows (1-500; default 100, with --csv all)"),
+    ("after", "the id of the last row of the previous page"),
+    ("key_id", "only this key's requests (key_...)"),
+    ("model", "only the requests this model served"),
+    ("day", "only the requests that started on this UTC day (YYYY-MM-DD)"),
+)
+
+
+class CsvLines(msgspec.Struct):
+    """An admin result printed as CSV text, a line at a time."""
+
+    lines: AsyncIterator[str]
+
+
+def _activity_op(args: argparse.Namespace) -> AdminOp:
+    from app.usage.activity import parse_filter
+    from app.usage.export import activity_csv
+
+    async def activity(s: Services) -> Any:
+        await s.accounts.require_account(args.account_pid)
+        given = vars(args)
+        params = {o: given[o] for o, _ in _ACTIVITY_OPTIONS if given[o] is not None}
+        wanted = parse_filter(params, csv_export=args.csv)
+        if not args.csv:
+            return await s.activity.page(args.account_pid, args.environment, wanted)
+        query = await s.activity.query(args.account_pid, args.environment, wanted)
+        return CsvLines(activity_csv(s.activity.rows(query, wanted.limit)))
+
+    return activity
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="svc", description="Credit-metered chat gateway.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -115,6 +149,14 @@ def build_parser() -> argparse.ArgumentParser:
     spot.add_argument("view_id")
     inspect = ops.add_parser("inspect", help="an account as Redis holds it, read-only")
     inspect.add_argument("account_pid")
+    activity = ops.add_parser(
+        "activity", help="an account's settled requests, newest first (a page, or --csv)"
+    )
+    activity.add_argument("account_pid")
+    for option, help_text in _ACTIVITY_OPTIONS:
+        activity.add_argument(f"--{option.replace('_', '-')}", help=help_text)
+    activity.add_argument("--environment", choices=ENVIRONMENTS, default="live")
+    activity.add_argument("--csv", action="store_true", help="every row the filters name, as CSV")
     ops.add_parser("usage-lag", help="usage events not yet flushed to the durable store")
     ops.add_parser("flush", help="flush pending usage events to the durable store now")
     rec = ops.add_parser(
@@ -134,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     key = ops.add_parser("create-key", help="create an API key (the secret is shown once)")
     key.add_argument("account_pid")
     key.add_argument("--name", required=True)
-    key.add_argument("--environment", choices=["live", "test"], default="live")
+    key.add_argument("--environment", choices=ENVIRONMENTS, default="live")
     _add_key_options(key)
     update = ops.add_parser(
         "update-key", help="change an API key's settings (at once, on every worker)"
@@ -241,6 +283,7 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
         "grant": grant,
         "spotlight": spotlight,
         "credits": credits,
+        "activity": _activity_op(args),
         **_key_ops(args),
     }
     return ops[args.op]
@@ -254,6 +297,10 @@ async def _run_admin(settings: Settings, op: AdminOp) -> int:
         return 2
     try:
         result = await op(services)
+        if isinstance(result, CsvLines):
+            async for line in result.lines:
+                sys.stdout.write(line)
+            return 0
     except Exception as exc:
         error: ApiError = public_error(exc)
         sys.stdout.buffer.write(error.body() + b"\n")

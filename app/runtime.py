@@ -36,6 +36,7 @@ from app.store import Store, StoreError, open_store
 from app.upstream.base import Provider
 from app.upstream.simulated import SimulatedProvider
 from app.upstream.thin import StreamingProvider
+from app.usage.activity import ActivityReader
 from app.usage.flusher import Flusher
 from app.usage.reader import UsageReader
 
@@ -207,9 +208,11 @@ class Services:
             interval_s=settings.flush_interval_s,
             batch_size=settings.flush_batch_size,
             lease_s=settings.flush_lease_s,
+            activity_days=settings.activity_days,
             clock=clock,
         )
         self.usage = UsageReader(self.ledger, store, retention_s=settings.usage_day_ttl_s)
+        self.activity = ActivityReader(store)
         self.completions = CompletionService(
             self.ledger,
             self.router,

@@ -70,9 +70,19 @@ class ChatCompletionChunk(msgspec.Struct, forbid_unknown_fields=True):
 class ChunkEncoder:
     """Encodes the chunks of one response: same id, created and model in every chunk."""
 
-    __slots__ = ("_envelope", "_first", "_head", "_meta_head", "_meta_usage", "_stop", "_tail")
+    __slots__ = (
+        "_envelope",
+        "_first",
+        "_head",
+        "_meta_head",
+        "_meta_usage",
+        "_stop",
+        "_tail",
+        "completion_id",
+    )
 
     def __init__(self, completion_id: int, created: int, model: str) -> None:
+        self.completion_id = completion_id
         envelope = (
             b'data: {"id":"chatcmpl-svc-%d","object":"chat.completion.chunk","created":%d,'
             b'"model":%s,"choices":' % (completion_id, created, _encode(model))
@@ -154,6 +164,10 @@ class ChatStream:
         self._requested = requested
         self._include_usage = include_usage
         self._first = True
+
+    @property
+    def id(self) -> str:
+        return f"chatcmpl-svc-{self._encoder.completion_id}"
 
     def opening(self) -> bytes:
         return b""

@@ -39,8 +39,14 @@ from app.core.metrics import METRICS
 from app.core.settings import HEARTBEATS_PER_DEADLINE
 from app.credits.idempotency import IdempotencyClaim, RecordedResponse
 from app.credits.ledger import RedisLedger
-from app.credits.outcomes import Hold, Identity, ScriptStatus, Settlement
+from app.credits.outcomes import (
+    Hold,
+    Identity,
+    ScriptStatus,
+    Settlement,
+)
 from app.kv.client import REDIS_ERRORS, REDIS_TIMEOUT
+from app.kv.fields import USAGE_ESTIMATED, USAGE_UPSTREAM, Served
 from app.upstream.base import Piece, UpstreamCall, UpstreamError, Usage
 from app.upstream.wire import Delta
 
@@ -107,6 +113,7 @@ class CompletionService:
         alias = params.alias
         max_out = params.max_tokens or alias.default_output_tokens
         min_out = max_out if params.max_tokens else min(MIN_OUTPUT_TOKENS, max_out)
+        started = time.monotonic()
         now = self.clock()
         rid = random_id("rsv_", 16)
         try:
@@ -132,7 +139,7 @@ class CompletionService:
             in_background(self._release_unanswered(ident, rid, reserved_at=now))
             raise
         METRICS.reserved(ident.environment, hold.amount)
-        completion = Completion(self, ident, params, hold)
+        completion = Completion(self, ident, params, hold, started=started)
         try:
             await completion.connect()
         except BaseException:
@@ -164,9 +171,19 @@ class Completion:
     _output: StreamOutput  # what the stream is written as: set by relay()
 
     def __init__(
-        self, service: CompletionService, ident: Identity, params: ChatParams, hold: Hold
+        self,
+        service: CompletionService,
+        ident: Identity,
+        params: ChatParams,
+        hold: Hold,
+        *,
+        started: float,
     ) -> None:
+        """``started``: the request's start (``time.monotonic()``), for its activity row."""
         self.service = service
+        self.started = started
+        self.first_output_at = started  # when the upstream's first piece came (connect)
+        self._response_id = ""  # the output's, once it relays
         self.ident = ident
         self.params = params
         self.hold = hold
@@ -225,6 +242,7 @@ class Completion:
             self._provider_name = provider_name
             self._pieces = pieces
             self._first = first
+            self.first_output_at = time.monotonic()  # written out as it comes: the TTFB
             return
         raise ApiError(
             ErrorKind.UPSTREAM_UNAVAILABLE,
@@ -248,6 +266,7 @@ class Completion:
         ``aclose``), and a cancellation landing there must not be able to skip it.
         """
         self._output = output if output is not None else self.chat_stream()
+        self._response_id = self._output.id
         outcome: Outcome = "completed"
         last = ending = b""
         if self.record is not None:
@@ -478,6 +497,7 @@ class Completion:
             prompt_tokens=prompt,
             completion_tokens=completion,
             outcome=outcome,
+            served=self._served(),
             response=self._response,
         )
         if settled.status is ScriptStatus.OK:
@@ -485,6 +505,20 @@ class Completion:
                 outcome, self.ident.environment, used=settled.credits_used, held=self.hold.amount
             )
         return settled
+
+    def _served(self) -> Served:
+        """What the request's activity row tells: its response's id, times, usage source."""
+        return Served(
+            response_id=self._response_id,
+            created=self.created,
+            ttfb_ms=_ms(self.first_output_at - self.started),
+            duration_ms=_ms(time.monotonic() - self.started),
+            usage_source=USAGE_ESTIMATED if self.usage is None else USAGE_UPSTREAM,
+        )
+
+
+def _ms(seconds: float) -> int:
+    return max(0, round(seconds * 1000))
 
 
 def _report_abandoned_settlement(task: asyncio.Task[Settlement]) -> None:

@@ -68,6 +68,11 @@ def settled_ending(template: bytes, credits_used: int, balance: int) -> bytes:
 class StreamOutput(Protocol):
     """The bytes of one response's stream."""
 
+    @property
+    def id(self) -> str:
+        """The response's id, as its chunks or events carry it."""
+        ...
+
     def opening(self) -> bytes:
         """Written before the first output (with it, in the same write)."""
         ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import calendar
 import time
 from datetime import datetime
 
@@ -12,6 +13,16 @@ DAY_S = 86_400
 def utc_day(now: float) -> str:
     """``YYYY-MM-DD`` of a unix time, in UTC."""
     return time.strftime("%Y-%m-%d", time.gmtime(now))
+
+
+def day_start(day: str) -> int | None:
+    """Unix seconds at 00:00 UTC of a ``YYYY-MM-DD`` day; None when it is not one."""
+    if len(day) != 10:
+        return None
+    try:
+        return calendar.timegm(time.strptime(day, "%Y-%m-%d"))
+    except ValueError:
+        return None
 
 
 def day_tag(day: str) -> str:

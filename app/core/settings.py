@@ -92,6 +92,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     of it (checked at start)."""
     cap_counter_ttl_s: int = 172_800
     """Lifetime of a key's daily cap counter in Redis (2 days)."""
+    activity_days: Annotated[int, msgspec.Meta(ge=1, le=3650)] = 30
+    """How long a request's activity row (``GET /v1/activity``) is kept in the durable
+    store; older rows are deleted in batches by the flushers."""
     usage_day_ttl_s: int = 40 * 86_400
     """Lifetime of a daily usage counter in Redis (40 days); older days come from the
     durable store."""

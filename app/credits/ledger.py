@@ -32,9 +32,12 @@ from app.kv.fields import (
     APIS,
     COUNTERS,
     KEY_ACTIVE,
+    NOTHING_SERVED,
     KeyField,
     ReservationField,
+    Served,
     UsageCounters,
+    group_counters,
     pools,
     usage_field,
 )
@@ -209,17 +212,36 @@ class RedisLedger:
             by_day[day] = per_api
         return by_day
 
-    async def usage_epoch(self) -> int | None:
+    async def usage_days_grouped(
+        self, pid: str, environment: str, days: list[str], group: str
+    ) -> dict[str, dict[str, UsageCounters]]:
+        """The usage counters of an account for each day, per value of ``group`` (one of
+        ``GROUPS``: per key, or per model served) that served requests, one round trip."""
+        shard = self.layout.shard(pid)
+        pipe = self.redis.pipeline(transaction=False)
+        for day in days:
+            pipe.hgetall(self.layout.usage_day(shard, pid, day_tag(day)))
+        rows = await pipe.execute()
+        return {
+            day: group_counters({as_text(k): int(v) for k, v in row.items()}, environment, group)
+            for day, row in zip(days, rows, strict=True)
+        }
+
+    async def usage_epoch(self, *, groups: bool = False) -> int | None:
         """The first day (unix seconds at its 00:00 UTC) this Redis holds complete usage
-        counters for; None when it was never set (a new or emptied Redis)."""
-        raw = await self.redis.get(self.layout.usage_epoch())
+        counters for (``groups``: per-key and per-model counters too); None when it was
+        never set (a new or emptied Redis)."""
+        raw = await self.redis.get(self._epoch_key(groups))
         return None if raw is None else int(raw)
 
-    async def start_usage_epoch(self, first_day: int) -> int:
+    async def start_usage_epoch(self, first_day: int, *, groups: bool = False) -> int:
         """Set the epoch unless set already; returns the epoch in force."""
-        key = self.layout.usage_epoch()
+        key = self._epoch_key(groups)
         await self.redis.set(key, first_day, nx=True)
         return int(await self.redis.get(key) or first_day)
+
+    def _epoch_key(self, groups: bool) -> str:
+        return self.layout.group_usage_epoch() if groups else self.layout.usage_epoch()
 
     # -- accounts and keys --------------------------------------------------------------
 
@@ -454,11 +476,12 @@ class RedisLedger:
         completion_tokens: int,
         outcome: str,
         only_if_expired: bool = False,
+        served: Served = NOTHING_SERVED,
         response: RecordedResponse | None = None,
     ) -> Settlement:
-        """Close a reservation at its actual cost; a second call changes nothing. For a
-        request with an Idempotency-Key, ``response`` is what its record keeps (None: not
-        kept)."""
+        """Close a reservation at its actual cost; a second call changes nothing.
+        ``served``: what its activity row tells. For a request with an Idempotency-Key,
+        ``response`` is what its record keeps (None: not kept)."""
         shard, tag = hold.shard, day_tag(hold.day)
         keys = [
             self.layout.reservation(shard, hold.rid),
@@ -478,6 +501,7 @@ class RedisLedger:
             outcome,
             1 if only_if_expired else 0,
             self._usage_ttl,
+            served.text(),
         ]
         if hold.idempotency is not None:
             keys.append(hold.idempotency)

@@ -24,15 +24,19 @@ from app.core.validation import decode_json
 from app.http.deps import admin_guard, provide_services
 from app.http.idempotent import once
 from app.http.openapi import (
+    ACTIVITY_PARAMS,
     ADMIN_ERRORS,
     ADMIN_TOKEN,
     BODY_ERRORS,
+    ENVIRONMENT_PARAM,
     IDEMPOTENCY_KEY,
     IDEMPOTENT_ERRORS,
     documented,
     errors,
 )
+from app.http.reports import activity_answer
 from app.runtime import Services
+from app.usage.activity import parse_environment
 from app.usage.flusher import Lag
 
 
@@ -167,6 +171,20 @@ class AdminController(Controller):
             (200, SpotlightReward),
             lambda: services.spotlights.reward(pid, req.view_id),
         )
+
+    @get(
+        "/accounts/{pid:str}/activity",
+        responses=errors(*ADMIN_ERRORS, ErrorKind.ACCOUNT_NOT_FOUND, ErrorKind.INVALID_VALUE),
+        operation_class=documented(parameters=[*ACTIVITY_PARAMS, ENVIRONMENT_PARAM]),
+    )
+    async def activity(
+        self, services: Services, pid: str, request: Request[Any, Any, Any]
+    ) -> Response[Any]:
+        """The account's settled requests (``GET /v1/activity``), in ``environment``
+        (live unless told)."""
+        await services.accounts.require_account(pid)
+        environment = parse_environment(request.query_params.get("environment"))
+        return await activity_answer(services, pid, environment, request)
 
     @get("/usage-lag", responses=errors(*ADMIN_ERRORS))
     async def usage_lag(self, services: Services) -> Lag:

@@ -7,7 +7,6 @@ from typing import Any
 import msgspec
 from litestar import Controller, Request, Response, delete, get, patch, post
 from litestar.di import Provide
-from litestar.response import Stream
 
 from app.accounts.manage import (
     ApiKeyCreated,
@@ -29,6 +28,7 @@ from app.credits.outcomes import Identity, key_refusal
 from app.http.deps import provide_identity, provide_services, request_address
 from app.http.idempotent import once
 from app.http.openapi import (
+    ACTIVITY_PARAMS,
     API_KEY,
     BODY_ERRORS,
     DAYS,
@@ -40,8 +40,9 @@ from app.http.openapi import (
     documented,
     errors,
 )
+from app.http.reports import activity_answer, csv_download
 from app.runtime import Services
-from app.usage.export import CSV_MEDIA_TYPE, parse_format, usage_rows
+from app.usage.export import parse_format, usage_rows
 from app.usage.reader import parse_days, parse_group_by
 
 
@@ -144,7 +145,7 @@ class V1Controller(Controller):
         self, services: Services, ident: Identity, request: Request[Any, Any, Any]
     ) -> Response[Any]:
         """All-time usage and the last ``days`` (1-366, default 30) UTC days, newest first,
-        for the key's environment (spec 2.6); ``group_by=api`` breaks each day down;
+        for the key's environment (spec 2.6); ``group_by`` (key, model, api) breaks each day down;
         ``format=csv``: the days as CSV rows."""
         query = request.query_params
         days = parse_days(query.get("days"))
@@ -155,11 +156,21 @@ class V1Controller(Controller):
         )
         if not csv_wanted:
             return Response(summary)
-        return Stream(
-            usage_rows(summary, group_by),
-            media_type=CSV_MEDIA_TYPE,
-            headers={"content-disposition": 'attachment; filename="usage.csv"'},
-        )
+        return csv_download(usage_rows(summary, group_by), "usage.csv")
+
+    @get(
+        "/activity",
+        dependencies=_IDENT,
+        responses=errors(*KEY_ERRORS, ErrorKind.INVALID_VALUE),
+        operation_class=documented(parameters=ACTIVITY_PARAMS),
+    )
+    async def activity(
+        self, services: Services, ident: Identity, request: Request[Any, Any, Any]
+    ) -> Response[Any]:
+        """The account's settled requests in the key's environment, newest first, a page
+        at a time (``limit``, ``after``), by ``key_id``, ``model`` or ``day``;
+        ``format=csv``: every row the filters name, as CSV."""
+        return await activity_answer(services, ident.pid, ident.environment, request)
 
     @get("/api-keys", dependencies=_IDENT, responses=errors(*KEY_ERRORS))
     async def list_keys(self, services: Services, ident: Identity) -> ApiKeyList:

@@ -34,7 +34,7 @@ def create_app(settings: Settings) -> Litestar:
         services = await open_services(settings)
         app.state.services = services
         with contextlib.suppress(*REDIS_ERRORS, StoreError, OSError):
-            await services.usage.epoch()  # a new or emptied Redis starts its usage epoch
+            await services.usage.start_epochs()  # a new or emptied Redis starts them
         grace = GracePeriod(settings.shutdown_grace_s)
         grace.install()  # SIGTERM: streams get the grace period, then are cut and settled
         tasks = [

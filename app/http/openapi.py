@@ -21,6 +21,7 @@ from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import (
     Components,
+    OpenAPIFormat,
     OpenAPIMediaType,
     OpenAPIType,
     Operation,
@@ -36,8 +37,12 @@ from app import __version__
 from app.chat.chunks import ChatCompletionChunk
 from app.core.errors import ErrorBody, ErrorKind
 from app.http.headers import SECURITY_HEADERS
+from app.keys.format import ENVIRONMENTS
 from app.responses.wire import ResponsesRequest
 from app.upstream.wire import ChatRequest
+from app.usage.activity import DEFAULT_LIMIT as ACTIVITY_DEFAULT_LIMIT
+from app.usage.activity import MAX_LIMIT as ACTIVITY_MAX_LIMIT
+from app.usage.activity import ActivityPage
 from app.usage.export import CSV_MEDIA_TYPE, FORMATS
 from app.usage.reader import DEFAULT_DAYS, GROUP_BY, MAX_DAYS, UsageSummary
 
@@ -176,8 +181,9 @@ GROUP_BY_PARAM = Parameter(
     required=False,
     description=(
         "Break each day down: every `daily` item gains `groups`, its usage by that value "
-        "(`api`: `chat` for chat completions, `responses` for the Responses API); the "
-        "groups sum to the day."
+        "(`key`: `key_id`, each API key that was used; `model`: `model`, each model "
+        "served; `api`: `chat` for chat completions, `responses` for the Responses API); "
+        "the groups sum to the day."
     ),
     schema=Schema(type=OpenAPIType.STRING, enum=list(GROUP_BY)),
 )
@@ -190,6 +196,65 @@ FORMAT_PARAM = Parameter(
         "`requests_count`, `total_tokens`, `credits_spent`), newest first."
     ),
     schema=Schema(type=OpenAPIType.STRING, enum=list(FORMATS), default="json"),
+)
+
+ACTIVITY_PARAMS = [
+    Parameter(
+        name="limit",
+        param_in=ParamType.QUERY,
+        required=False,
+        description=(
+            f"Rows in the page (default {ACTIVITY_DEFAULT_LIMIT}); with `format=csv`, rows "
+            "in the export (default: all of them)."
+        ),
+        schema=Schema(type=OpenAPIType.INTEGER, minimum=1, maximum=ACTIVITY_MAX_LIMIT),
+    ),
+    Parameter(
+        name="after",
+        param_in=ParamType.QUERY,
+        required=False,
+        description="The `id` of the last row of the previous page (its `last_id`).",
+        schema=Schema(type=OpenAPIType.STRING),
+    ),
+    Parameter(
+        name="key_id",
+        param_in=ParamType.QUERY,
+        required=False,
+        description="Only the requests made with this key (`key_…`).",
+        schema=Schema(type=OpenAPIType.STRING),
+    ),
+    Parameter(
+        name="model",
+        param_in=ParamType.QUERY,
+        required=False,
+        description="Only the requests this model served.",
+        schema=Schema(type=OpenAPIType.STRING),
+    ),
+    Parameter(
+        name="day",
+        param_in=ParamType.QUERY,
+        required=False,
+        description="Only the requests that started on this UTC day.",
+        schema=Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.DATE),
+    ),
+    Parameter(
+        name="format",
+        param_in=ParamType.QUERY,
+        required=False,
+        description=(
+            "`csv`: the rows as `text/csv` (a header row, then one row per request, newest "
+            "first, `created` as an ISO 8601 UTC time)."
+        ),
+        schema=Schema(type=OpenAPIType.STRING, enum=list(FORMATS), default="json"),
+    ),
+]
+
+ENVIRONMENT_PARAM = Parameter(
+    name="environment",
+    param_in=ParamType.QUERY,
+    required=False,
+    description="The requests of the account's live keys (default) or of its test keys.",
+    schema=Schema(type=OpenAPIType.STRING, enum=list(ENVIRONMENTS), default="live"),
 )
 
 
@@ -262,6 +327,7 @@ def complete_document(
         ChatCompletionChunk,
         ErrorBody,
         UsageSummary,
+        ActivityPage,
         *_BODY_TYPES.values(),
     ]
     _, components = msgspec.json.schema_components(types, ref_template=_COMPONENT)
@@ -274,10 +340,15 @@ def complete_document(
     document["paths"]["/v1/chat/completions"] = {"post": _chat_operation()}
     document["paths"]["/v1/responses"] = {"post": _responses_operation()}
     # the handler answers JSON or, with format=csv, a CSV stream (its annotation says neither)
-    document["paths"]["/v1/usage"]["get"]["responses"]["200"]["content"] = {
-        "application/json": {"schema": {"$ref": _COMPONENT.format(name="UsageSummary")}},
-        CSV_MEDIA_TYPE: {"schema": {"type": "string"}},
-    }
+    for path, body in (
+        ("/v1/usage", "UsageSummary"),
+        ("/v1/activity", "ActivityPage"),
+        ("/admin/v1/accounts/{pid}/activity", "ActivityPage"),
+    ):
+        document["paths"][path]["get"]["responses"]["200"]["content"] = {
+            "application/json": {"schema": {"$ref": _COMPONENT.format(name=body)}},
+            CSV_MEDIA_TYPE: {"schema": {"type": "string"}},
+        }
     for path_item in document["paths"].values():
         for operation in path_item.values():
             for status, response in operation.get("responses", {}).items():

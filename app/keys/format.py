@@ -19,6 +19,7 @@ from app.core.ids import BASE62, base62, random_base62
 
 _BASE62_SET = frozenset(BASE62)
 PREFIXES = {"live": "svc_live_", "test": "svc_test_"}
+ENVIRONMENTS = tuple(PREFIXES)  # a key's environment: live or test
 KID_LEN = 12
 RANDOM_LEN = 32
 CHECKSUM_LEN = 6

@@ -115,6 +115,104 @@ def usage_field(environment: str, counter: str, api: str = API_CHAT) -> str:
     return f"{environment}:{api}:{counter}"
 
 
+GROUP_KEY: Final = "key"
+GROUP_MODEL: Final = "model"
+GROUPS = (GROUP_KEY, GROUP_MODEL)
+"""What a usage day hash also counts per value: the key (its kid) and the model served
+(its alias)."""
+
+
+GROUP_COUNTERS = ("requests", "tokens", "credits")
+"""What a group's fields count: prompt and completion tokens as one (a group shows only
+their sum), so settle writes three fields per group, not four."""
+
+
+def group_field(environment: str, group: str, value: str, counter: str) -> str:
+    """A usage day hash's field counting one key's or model's part of the day:
+    ``<environment>:<group>:<value>:<counter>`` (``live:model:svc-fast:credits``), one
+    counter of ``GROUP_COUNTERS``."""
+    return f"{environment}:{group}:{value}:{counter}"
+
+
+def group_values(counters: UsageCounters) -> list[int]:
+    """``counters`` as a group's fields count them (in ``GROUP_COUNTERS`` order)."""
+    return [
+        counters.requests,
+        counters.prompt_tokens + counters.completion_tokens,
+        counters.credits,
+    ]
+
+
+def is_group_field(name: str) -> bool:
+    """Whether a usage hash's field is a ``group_field``."""
+    parts = name.split(":")
+    return len(parts) >= 4 and parts[1] in GROUPS
+
+
+def group_counters(
+    fields: dict[str, int], environment: str, group: str
+) -> dict[str, UsageCounters]:
+    """A day hash's counters (``fields``: field -> value) of each value of ``group``; a
+    group's tokens (prompt and completion together) are in ``prompt_tokens``."""
+    head = f"{environment}:{group}:"
+    found: dict[str, dict[str, int]] = {}
+    for name, value in fields.items():
+        if name.startswith(head):
+            grouped, _, counter = name[len(head) :].rpartition(":")
+            found.setdefault(grouped, {})[counter] = value
+    return {
+        grouped: UsageCounters(
+            requests=counts.get("requests", 0),
+            prompt_tokens=counts.get("tokens", 0),
+            credits=counts.get("credits", 0),
+        )
+        for grouped, counts in found.items()
+    }
+
+
+USAGE_UPSTREAM: Final = "upstream"  # the upstream reported the tokens billed
+USAGE_ESTIMATED: Final = "estimated"  # svc counted them (no report came)
+
+
+class Served(msgspec.Struct, frozen=True, kw_only=True):
+    """What a settled request's activity row tells beyond its usage. Settle takes it as one
+    text and its event carries it as it is (``served``): five fields cost the hot path more
+    than one. The default: nothing is known (the sweeper, events from before it)."""
+
+    response_id: str = ""  # chatcmpl-svc-…, resp_svc_…
+    created: int = 0  # unix seconds the request started
+    ttfb_ms: int = 0
+    duration_ms: int = 0
+    usage_source: str = USAGE_ESTIMATED
+
+    def text(self) -> str:
+        """The form settle takes (``parse`` reads it back)."""
+        if not self.response_id:
+            return ""
+        return (
+            f"{self.response_id} {self.created} {self.ttfb_ms} {self.duration_ms} "
+            f"{self.usage_source}"
+        )
+
+    @classmethod
+    def parse(cls, text: str) -> Served:
+        """``text()`` read back; anything else is nothing known."""
+        parts = text.split(" ")
+        if len(parts) != 5 or not all(p.isdigit() for p in parts[1:4]):
+            return NOTHING_SERVED
+        source = USAGE_UPSTREAM if parts[4] == USAGE_UPSTREAM else USAGE_ESTIMATED
+        return cls(
+            response_id=parts[0],
+            created=int(parts[1]),
+            ttfb_ms=int(parts[2]),
+            duration_ms=int(parts[3]),
+            usage_source=source,
+        )
+
+
+NOTHING_SERVED = Served()
+
+
 class UsageEvent(msgspec.Struct, frozen=True):
     """One settled request, as ``settle.lua`` wrote it."""
 
@@ -129,6 +227,13 @@ class UsageEvent(msgspec.Struct, frozen=True):
     credits: int
     earned_credits: int = 0  # events written before the field existed count as 0
     api: str = API_CHAT  # events written before the field existed were chat completions
+    # what the request's activity row tells (an event written before a field existed:
+    # that much is not known, and the row says so)
+    reservation_id: str = ""
+    requested: str = ""
+    outcome: str = ""
+    ts: int = 0  # unix seconds it settled
+    served: Served = NOTHING_SERVED
 
 
 class ExpiryEvent(msgspec.Struct, frozen=True):
@@ -163,4 +268,9 @@ def parse_event(entry_id: Any, fields: Any) -> StreamEvent:
         credits=int(f["credits"]),
         earned_credits=int(f.get("earned", 0)),
         api=f.get("api", API_CHAT),
+        reservation_id=f.get("rid", ""),
+        requested=f.get("requested", ""),
+        outcome=f.get("outcome", ""),
+        ts=int(f.get("ts", 0)),
+        served=Served.parse(f.get("served", "")),
     )

@@ -95,7 +95,17 @@ class KeySpace:
         """string: the token of the flusher draining the shard's events (SET NX PX)."""
         return self._tagged(shard, "flush-lease")
 
+    def activity_prune_lease(self) -> str:
+        """string: the token of the worker pruning old activity rows (SET NX PX)."""
+        return f"{self.prefix}:activity-prune-lease"
+
     def usage_epoch(self) -> str:
         """string: the first day (unix seconds at 00:00 UTC) whose usage counters this
         Redis holds completely; a Redis that lost its data starts a new epoch."""
         return f"{self.prefix}:usage-epoch"
+
+    def group_usage_epoch(self) -> str:
+        """string: the first day (as ``usage_epoch``) whose usage day hashes this Redis
+        holds the per-key and per-model counters of completely (``GROUPS``: the days
+        before it were counted by versions of settle that wrote none)."""
+        return f"{self.prefix}:usage-groups-epoch"

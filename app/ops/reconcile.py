@@ -29,6 +29,7 @@ from app.core.errors import ApiError, ErrorKind
 from app.credits.ledger import GRANT_MARKER_TTL_S, SPOTLIGHT_COUNTER_TTL_S, RedisLedger
 from app.credits.outcomes import ScriptStatus
 from app.kv.client import RedisClient
+from app.kv.fields import is_group_field
 from app.kv.layout import KeySpace
 from app.ops.shard_state import ShardRead, Sums, consistent_shards, redis_accounts
 from app.store import LedgerSnapshot, Store
@@ -109,9 +110,11 @@ def _drift(counted: dict[str, int], ledger: dict[str, int]) -> dict[str, int]:
     }
 
 
-def check_account(pid: str, shard: int, state: ShardRead, sums: Sums, known: bool) -> AccountCheck:
-    """One account's balances and usage counters (all-time and of the days read) against
-    its ledger."""
+def check_account(
+    pid: str, shard: int, state: ShardRead, sums: Sums, known: bool, grouped_from: str = ""
+) -> AccountCheck:
+    """One account's balances and usage counters (all-time and of the days read; per key
+    and per model too from ``grouped_from`` on) against its ledger."""
     pools = state.pools.get(pid)
     held_e, held_p = state.held.get(pid, (0, 0))
     redis_side = None
@@ -139,7 +142,7 @@ def check_account(pid: str, shard: int, state: ShardRead, sums: Sums, known: boo
     day_drift = {
         day: of_day
         for day, counted in sorted(state.days.get(pid, {}).items())
-        if (of_day := _drift(counted, sums.days.get(day, {})))
+        if (of_day := _day_drift(counted, sums.days.get(day, {}), day >= grouped_from))
     }
     drift = (redis_side.total if redis_side else 0) - (ledger_side.total if ledger_side else 0)
     if redis_side is None:
@@ -158,6 +161,23 @@ def check_account(pid: str, shard: int, state: ShardRead, sums: Sums, known: boo
         usage_drift=usage_drift,
         day_drift=day_drift,
     )
+
+
+def _day_drift(counted: dict[str, int], ledger: dict[str, int], grouped: bool) -> dict[str, int]:
+    """``_drift`` of a day; a day before the per-key and per-model counters (``grouped``
+    False) is compared on the rest."""
+    if not grouped:
+        counted = {k: v for k, v in counted.items() if not is_group_field(k)}
+        ledger = {k: v for k, v in ledger.items() if not is_group_field(k)}
+    return _drift(counted, ledger)
+
+
+async def first_grouped_day(redis: RedisClient, layout: KeySpace, store: Store) -> str:
+    """The first day whose day hashes hold per-key and per-model counters (the group
+    usage epoch, or the one a server would start)."""
+    raw = await redis.get(layout.group_usage_epoch())
+    epoch = int(raw) if raw is not None else epoch_after(await store.last_usage_day())
+    return utc_day(epoch)
 
 
 async def complete_usage_days(
@@ -185,10 +205,11 @@ async def reconcile(
     """Every account's Redis balance and usage counters against the durable ledger;
     ``usage_retention_s`` is how long a usage day hash lives (``usage_day_ttl_s``)."""
     days = await complete_usage_days(redis, layout, store, now=now, retention_s=usage_retention_s)
+    grouped_from = await first_grouped_day(redis, layout, store)
     in_redis = await redis_accounts(redis, layout)
     shards, known = await consistent_shards(redis, layout, store, in_redis, earned_ttl_s, days)
     checks = [
-        check_account(pid, shard, state, sums, pid in known)
+        check_account(pid, shard, state, sums, pid in known, grouped_from)
         for shard, (state, shard_sums) in sorted(shards.items())
         for pid, sums in sorted(shard_sums.items())
         if pid in known or pid in state.pools
@@ -264,7 +285,9 @@ async def rebuild_redis(
             await _restore_account(ledger, report, shard, state, pid, sums, now)
     await _restore_keys(ledger, store, report)
     await _restore_grant_markers(ledger, store, report, now)
-    epoch = await ledger.start_usage_epoch(epoch_after(await store.last_usage_day()))
+    first_day = epoch_after(await store.last_usage_day())
+    epoch = await ledger.start_usage_epoch(first_day)
+    await ledger.start_usage_epoch(first_day, groups=True)
     report.usage_epoch_day = utc_day(epoch) if epoch else None
     await _move_streams_past_cursors(redis, layout, await store.ledger_snapshot())
     return report

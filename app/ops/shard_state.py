@@ -19,11 +19,17 @@ from app.core.errors import service_unavailable
 from app.kv.client import RedisClient
 from app.kv.fields import (
     COUNTERS,
+    GROUP_COUNTERS,
+    GROUP_KEY,
+    GROUP_MODEL,
     AccountField,
     ExpiryEvent,
     ReservationField,
     StreamEvent,
+    UsageCounters,
     UsageEvent,
+    group_field,
+    group_values,
     parse_event,
     usage_field,
 )
@@ -172,7 +178,10 @@ def ledger_sums(snapshot: LedgerSnapshot, earned_ttl_s: int) -> dict[str, Sums]:
             s.used_earned += u.earned_credits
     for u in snapshot.usage_days:
         counters = sums[u.account_pid].days.setdefault(u.day, {})
-        _count(counters, u.environment, u.api, [getattr(u, name) for name in COUNTERS])
+        values = [getattr(u, name) for name in COUNTERS]
+        _count(counters, u.environment, u.api, values)
+        groups = {GROUP_KEY: u.kid, GROUP_MODEL: u.alias}
+        _count_groups(counters, u.environment, groups, UsageCounters(*values))
     for pid, credits in snapshot.expiries.items():
         sums[pid].expired += credits
     return dict(sums)
@@ -183,6 +192,17 @@ def _count(counters: dict[str, int], environment: str, api: str, values: list[in
     the environment's fields and, for an API other than chat, to that API's own."""
     for name, value in zip(COUNTERS, values, strict=True):
         for field in {usage_field(environment, name), usage_field(environment, name, api)}:
+            counters[field] = counters.get(field, 0) + value
+
+
+def _count_groups(
+    counters: dict[str, int], environment: str, values_of: dict[str, str], used: UsageCounters
+) -> None:
+    """Add ``used`` where settle counts it in a day hash for the request's key and model
+    (``values_of``: group -> its value)."""
+    for group, grouped in values_of.items():
+        for name, value in zip(GROUP_COUNTERS, group_values(used), strict=True):
+            field = group_field(environment, group, grouped, name)
             counters[field] = counters.get(field, 0) + value
 
 
@@ -199,6 +219,8 @@ def add_unflushed(sums: dict[str, Sums], events: list[StreamEvent]) -> None:
         # the settle that wrote the event counted it in its reservation's day hash too
         for counters in (s.usage, s.days.setdefault(e.day, {})):
             _count(counters, e.environment, e.api, values)
+        groups = {GROUP_KEY: e.kid, GROUP_MODEL: e.alias}
+        _count_groups(s.days[e.day], e.environment, groups, UsageCounters(*values))
         if e.environment == "live":
             s.used += e.credits
             s.used_earned += e.earned_credits

@@ -12,6 +12,8 @@ from typing import Protocol
 
 from app.store.records import (
     AccountRecord,
+    ActivityQuery,
+    ActivityRecord,
     CreditExpiry,
     GrantRecord,
     GrantTotal,
@@ -25,6 +27,8 @@ __all__ = [
     "ANY_CURSOR",
     "END_OF_TIME",
     "AccountRecord",
+    "ActivityQuery",
+    "ActivityRecord",
     "CreditExpiry",
     "GrantRecord",
     "GrantTotal",
@@ -136,16 +140,28 @@ class Store(Protocol):
         *,
         after: str | None = ANY_CURSOR,
         expiries: Sequence[CreditExpiry] = (),
+        activity: Sequence[ActivityRecord] = (),
     ) -> bool:
-        """Add the rollups and the expiries (one already stored is skipped) and move the
-        shard's cursor to ``last_stream_id``, in one transaction. False (nothing written)
-        when ``last_stream_id`` is at or below the cursor already, so a replayed batch is
-        never counted twice, and, when ``after`` is given, unless the cursor is still
-        ``after`` (None: no cursor yet), the one the batch was read after: of two drainers
-        that read overlapping batches, one applies."""
+        """Add the rollups, the expiries and the activity rows (one already stored is
+        skipped) and move the shard's cursor to ``last_stream_id``, in one transaction.
+        False (nothing written) when ``last_stream_id`` is at or below the cursor already,
+        so a replayed batch is never counted twice, and, when ``after`` is given, unless
+        the cursor is still ``after`` (None: no cursor yet), the one the batch was read
+        after: of two drainers that read overlapping batches, one applies."""
 
     async def get_cursor(self, shard: int) -> str | None:
         """The last stream id applied for the shard, or None."""
+
+    async def list_activity(self, query: ActivityQuery) -> list[ActivityRecord]:
+        """One page of an account's activity, newest first (``activity_page``)."""
+
+    async def activity_position(self, account_pid: str, id: str) -> tuple[int, str] | None:
+        """Where the account's row with response id ``id`` is in the page order
+        (``(created, event_key)``; the newest such row), or None when there is none."""
+
+    async def prune_activity(self, before: int, limit: int) -> int:
+        """Delete up to ``limit`` activity rows of the UTC days before the day of
+        ``before`` (unix seconds); returns how many it deleted."""
 
     async def ledger_snapshot(self, since_day: str = END_OF_TIME) -> LedgerSnapshot:
         """Accounts, flush cursors and the sums of grants, usage and expiries per account,

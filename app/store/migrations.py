@@ -7,9 +7,21 @@ Column lists come from the record types, so a record and its table cannot drift 
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
-from app.store.records import AccountRecord, CreditExpiry, GrantRecord, KeyRecord, UsageRollup
+from app.core.clock import DAY_S
+from app.store.records import (
+    AccountRecord,
+    ActivityQuery,
+    ActivityRecord,
+    CreditExpiry,
+    GrantRecord,
+    KeyRecord,
+    Row,
+    UsageRollup,
+)
 
 Migration = tuple[int, tuple[str, ...]]
 
@@ -133,6 +145,41 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE api_keys ADD COLUMN replaces TEXT",
         ),
     ),
+    (
+        7,
+        # Request activity, newest first per account and environment: each listing (all:
+        # the primary key; one key's, one model's) is one range scan of an index that ends
+        # in the page order; `after` finds its row by id. Pruning walks the rows' UTC day:
+        # an expression no page names, so no page is read by that index instead. The
+        # event key (shard and stream id) makes a row's key unique: a replay conflicts.
+        (
+            """CREATE TABLE activity (
+                event_key TEXT NOT NULL,
+                account_pid TEXT NOT NULL,
+                environment TEXT NOT NULL,
+                created BIGINT NOT NULL,
+                id TEXT NOT NULL,
+                kid TEXT NOT NULL,
+                requested_model TEXT NOT NULL,
+                model TEXT NOT NULL,
+                api TEXT NOT NULL,
+                prompt_tokens BIGINT NOT NULL,
+                completion_tokens BIGINT NOT NULL,
+                credits_used BIGINT NOT NULL,
+                outcome TEXT NOT NULL,
+                ttfb_ms BIGINT NOT NULL,
+                duration_ms BIGINT NOT NULL,
+                usage_source TEXT NOT NULL,
+                PRIMARY KEY (account_pid, environment, created, event_key)
+            )""",
+            "CREATE INDEX activity_by_key ON activity "
+            "(account_pid, environment, kid, created, event_key)",
+            "CREATE INDEX activity_by_model ON activity "
+            "(account_pid, environment, model, created, event_key)",
+            "CREATE INDEX activity_ids ON activity (account_pid, id)",
+            f"CREATE INDEX activity_days ON activity ((created / {DAY_S}))",
+        ),
+    ),
 )
 
 CREATE_SCHEMA_MIGRATIONS = (
@@ -224,6 +271,52 @@ GRANT_TOTALS = (
     "FROM credit_grants GROUP BY account_pid, pool"
 )
 INSERT_EXPIRY = _insert("credit_expiries", CreditExpiry) + " ON CONFLICT (expiry_id) DO NOTHING"
+INSERT_ACTIVITY = (
+    _insert("activity", ActivityRecord)
+    + " ON CONFLICT (account_pid, environment, created, event_key) DO NOTHING"
+)
+# The row an `after` names: the newest of the account's with that id.
+ACTIVITY_POSITION = (
+    "SELECT created, event_key FROM activity WHERE account_pid = ? AND id = ? "
+    "ORDER BY created DESC, event_key DESC LIMIT 1"
+)
+# A batch of rows of the UTC days before a time's, by the day index (the caller repeats it).
+PRUNE_ACTIVITY = (
+    "DELETE FROM activity WHERE event_key IN "
+    f"(SELECT event_key FROM activity WHERE created / {DAY_S} < ? / {DAY_S} LIMIT ?)"
+)
+
+
+def activity_page(query: ActivityQuery) -> tuple[str, Row]:
+    """The statement (and its arguments) of one page of activity: the filters are
+    equalities on an index's leading columns and ranges on its last two, so the page is
+    one range scan of that index, in its order."""
+    where = ["account_pid = ?", "environment = ?"]
+    args: list[Any] = [query.account_pid, query.environment]
+    if query.kid is not None:
+        where.append("kid = ?")
+        args.append(query.kid)
+    if query.model is not None:
+        where.append("model = ?")
+        args.append(query.model)
+    if query.since is not None:
+        where.append("created >= ?")
+        args.append(query.since)
+    if query.until is not None:
+        where.append("created < ?")
+        args.append(query.until)
+    if query.after is not None:
+        where.append("(created, event_key) < (?, ?)")
+        args += list(query.after)
+    statement = (
+        _select("activity", ActivityRecord)
+        + " WHERE "
+        + " AND ".join(where)
+        + " ORDER BY created DESC, event_key DESC LIMIT ?"
+    )
+    return statement, (*args, query.limit)
+
+
 EXPIRY_TOTALS = "SELECT account_pid, SUM(credits) FROM credit_expiries GROUP BY account_pid"
 LIST_CURSORS = "SELECT shard, last_id FROM flush_cursors"
 
@@ -249,7 +342,7 @@ USAGE_DAILY = (
 )
 # The columns a day's usage can be broken down by (``usage_daily(group_by=…)``): named by
 # the UsageRollup field, which is also the column.
-USAGE_GROUPS = ("api",)
+USAGE_GROUPS = ("api", "kid", "alias")
 USAGE_DAILY_GROUPED = {
     group: (
         f"SELECT day, {group}, {_SUMS} FROM usage_daily "
@@ -270,8 +363,9 @@ USAGE_BY_ACCOUNT = (
     f"SELECT account_pid, environment, api, {_SUMS}, SUM(earned_credits) FROM usage_daily "
     "GROUP BY account_pid, environment, api"
 )
-# Per account, environment, API and day, from a day on: the day counters reconcile compares.
+# Per account, environment, API, day, key and model, from a day on: the day counters
+# reconcile compares (the day's, and those of each key and model).
 USAGE_DAYS_BY_ACCOUNT = (
-    f"SELECT account_pid, environment, api, day, {_SUMS} FROM usage_daily "
-    "WHERE day >= ? GROUP BY account_pid, environment, api, day"
+    f"SELECT account_pid, environment, api, day, kid, alias, {_SUMS} FROM usage_daily "
+    "WHERE day >= ? GROUP BY account_pid, environment, api, day, kid, alias"
 )

@@ -26,6 +26,8 @@ from app.store import ANY_CURSOR, END_OF_TIME, StoreConflict, StoreError, stream
 from app.store import postgres_sql as pgsql
 from app.store.records import (
     AccountRecord,
+    ActivityQuery,
+    ActivityRecord,
     CreditExpiry,
     GrantRecord,
     KeyRecord,
@@ -308,6 +310,7 @@ class PostgresStore:
         *,
         after: str | None = ANY_CURSOR,
         expiries: Sequence[CreditExpiry] = (),
+        activity: Sequence[ActivityRecord] = (),
     ) -> bool:
         """Add the rollups and expiries and move the cursor atomically; False for a
         replayed batch.
@@ -319,6 +322,7 @@ class PostgresStore:
         position = stream_id_key(last_stream_id)  # a bad id fails before any I/O
         rows = [to_row(u) for u in rollups]
         expiry_rows = [to_row(e) for e in expiries]
+        activity_rows = [to_row(a) for a in activity]
 
         async def apply(conn: Conn) -> bool:
             await conn.execute(pgsql.LOCK, (pgsql.USAGE_LOCK_CLASS, shard))
@@ -333,10 +337,30 @@ class PostgresStore:
             if expiry_rows:
                 async with conn.cursor() as cur:
                     await cur.executemany(pgsql.INSERT_EXPIRY, expiry_rows)
+            if activity_rows:
+                async with conn.cursor() as cur:
+                    await cur.executemany(pgsql.INSERT_ACTIVITY, activity_rows)
             await conn.execute(pgsql.UPSERT_CURSOR, (shard, last_stream_id, int(time.time())))
             return True
 
         return await self._write(apply)
+
+    async def list_activity(self, query: ActivityQuery) -> list[ActivityRecord]:
+        """One page of an account's activity, newest first."""
+        return await self._records(ActivityRecord, *pgsql.activity_page(query))
+
+    async def activity_position(self, account_pid: str, id: str) -> tuple[int, str] | None:
+        """The page position of the account's newest row with response id ``id``."""
+        rows = await self._rows(pgsql.ACTIVITY_POSITION, (account_pid, id))
+        return (int(rows[0][0]), str(rows[0][1])) if rows else None
+
+    async def prune_activity(self, before: int, limit: int) -> int:
+        """Delete up to ``limit`` rows of the days before ``before``'s, in one transaction."""
+
+        async def prune(conn: Conn) -> int:
+            return (await conn.execute(pgsql.PRUNE_ACTIVITY, (before, limit))).rowcount
+
+        return await self._write(prune)
 
     async def get_cursor(self, shard: int) -> str | None:
         """The last stream id applied for the shard, or None."""

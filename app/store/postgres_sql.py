@@ -7,7 +7,14 @@ from __future__ import annotations
 import msgspec
 
 from app.store import migrations as sql
-from app.store.records import AccountRecord, GrantRecord, KeyRecord, UsageRollup
+from app.store.records import (
+    AccountRecord,
+    ActivityQuery,
+    GrantRecord,
+    KeyRecord,
+    Row,
+    UsageRollup,
+)
 
 # Advisory lock keys (the two-int form; its key space is apart from the one-bigint form).
 LOCK_CLASS = 0x5356_4300  # "SVC\0": every lock of this store
@@ -24,7 +31,7 @@ _TEXT_COLUMNS = frozenset(
 )
 
 
-def _pg(query: str) -> str:
+def pg(query: str) -> str:
     """A shared statement in PostgreSQL's dialect: ``%s`` placeholders, byte-wise sorts."""
     if "%" in query:
         raise ValueError(f"a shared statement holds a literal %: {query}")
@@ -40,41 +47,52 @@ def _pg(query: str) -> str:
     return query.replace("?", "%s")
 
 
-MIGRATIONS = tuple((version, tuple(map(_pg, stmts))) for version, stmts in sql.MIGRATIONS)
-CREATE_SCHEMA_MIGRATIONS = _pg(sql.CREATE_SCHEMA_MIGRATIONS)
-MIGRATION_APPLIED = _pg(sql.MIGRATION_APPLIED)
-RECORD_MIGRATION = _pg(sql.RECORD_MIGRATION)
-PING = _pg(sql.PING)
-INSERT_ACCOUNT = _pg(sql.INSERT_ACCOUNT)
-GET_ACCOUNT = _pg(sql.GET_ACCOUNT)
-LIST_ACCOUNTS = _pg(sql.LIST_ACCOUNTS)
-INSERT_KEY = _pg(sql.INSERT_KEY)
-GET_KEY = _pg(sql.GET_KEY)
-GET_ACCOUNT_KEY = _pg(sql.GET_ACCOUNT_KEY)
-LIST_KEYS = _pg(sql.LIST_KEYS)
-COUNT_ACTIVE_KEYS = _pg(sql.COUNT_ACTIVE_KEYS)
-REVOKE_KEY = _pg(sql.REVOKE_KEY)
-ROTATABLE_KEY = _pg(sql.ROTATABLE_KEY)
-KEY_SUCCESSOR = _pg(sql.KEY_SUCCESSOR)
-END_ROTATED_KEY = _pg(sql.END_ROTATED_KEY)
-UPDATE_KEY = {column: _pg(q) for column, q in sql.UPDATE_KEY.items()}
-INSERT_GRANT = _pg(sql.INSERT_GRANT)
-GET_GRANT = _pg(sql.GET_GRANT)
-LIST_GRANTS = _pg(sql.LIST_GRANTS)
-GET_CURSOR = _pg(sql.GET_CURSOR)
-UPSERT_CURSOR = _pg(sql.UPSERT_CURSOR)
-UPSERT_USAGE = _pg(sql.UPSERT_USAGE)
-USAGE_DAILY = _pg(sql.USAGE_DAILY)
-USAGE_DAILY_GROUPED = {group: _pg(q) for group, q in sql.USAGE_DAILY_GROUPED.items()}
-USAGE_TOTALS = _pg(sql.USAGE_TOTALS)
-LAST_USAGE_DAY = _pg(sql.LAST_USAGE_DAY)
-LIST_GRANTS_SINCE = _pg(sql.LIST_GRANTS_SINCE)
-LIST_ALL_KEYS = _pg(sql.LIST_ALL_KEYS)
-INSERT_EXPIRY = _pg(sql.INSERT_EXPIRY)
+MIGRATIONS = tuple((version, tuple(map(pg, stmts))) for version, stmts in sql.MIGRATIONS)
+CREATE_SCHEMA_MIGRATIONS = pg(sql.CREATE_SCHEMA_MIGRATIONS)
+MIGRATION_APPLIED = pg(sql.MIGRATION_APPLIED)
+RECORD_MIGRATION = pg(sql.RECORD_MIGRATION)
+PING = pg(sql.PING)
+INSERT_ACCOUNT = pg(sql.INSERT_ACCOUNT)
+GET_ACCOUNT = pg(sql.GET_ACCOUNT)
+LIST_ACCOUNTS = pg(sql.LIST_ACCOUNTS)
+INSERT_KEY = pg(sql.INSERT_KEY)
+GET_KEY = pg(sql.GET_KEY)
+GET_ACCOUNT_KEY = pg(sql.GET_ACCOUNT_KEY)
+LIST_KEYS = pg(sql.LIST_KEYS)
+COUNT_ACTIVE_KEYS = pg(sql.COUNT_ACTIVE_KEYS)
+REVOKE_KEY = pg(sql.REVOKE_KEY)
+ROTATABLE_KEY = pg(sql.ROTATABLE_KEY)
+KEY_SUCCESSOR = pg(sql.KEY_SUCCESSOR)
+END_ROTATED_KEY = pg(sql.END_ROTATED_KEY)
+UPDATE_KEY = {column: pg(q) for column, q in sql.UPDATE_KEY.items()}
+INSERT_GRANT = pg(sql.INSERT_GRANT)
+GET_GRANT = pg(sql.GET_GRANT)
+LIST_GRANTS = pg(sql.LIST_GRANTS)
+GET_CURSOR = pg(sql.GET_CURSOR)
+UPSERT_CURSOR = pg(sql.UPSERT_CURSOR)
+UPSERT_USAGE = pg(sql.UPSERT_USAGE)
+USAGE_DAILY = pg(sql.USAGE_DAILY)
+USAGE_DAILY_GROUPED = {group: pg(q) for group, q in sql.USAGE_DAILY_GROUPED.items()}
+USAGE_TOTALS = pg(sql.USAGE_TOTALS)
+LAST_USAGE_DAY = pg(sql.LAST_USAGE_DAY)
+LIST_GRANTS_SINCE = pg(sql.LIST_GRANTS_SINCE)
+LIST_ALL_KEYS = pg(sql.LIST_ALL_KEYS)
+INSERT_EXPIRY = pg(sql.INSERT_EXPIRY)
+INSERT_ACTIVITY = pg(sql.INSERT_ACTIVITY)
+ACTIVITY_POSITION = pg(sql.ACTIVITY_POSITION)
+PRUNE_ACTIVITY = pg(sql.PRUNE_ACTIVITY)
+
+
+def activity_page(query: ActivityQuery) -> tuple[str, Row]:
+    """``migrations.activity_page`` in PostgreSQL's dialect."""
+    statement, args = sql.activity_page(query)
+    return pg(statement), args
+
+
 SNAPSHOT_QUERIES = tuple(
-    _pg(q) for q in (sql.LIST_CURSORS, sql.GRANT_TOTALS, sql.USAGE_BY_ACCOUNT, sql.EXPIRY_TOTALS)
+    pg(q) for q in (sql.LIST_CURSORS, sql.GRANT_TOTALS, sql.USAGE_BY_ACCOUNT, sql.EXPIRY_TOTALS)
 )
-USAGE_DAYS_BY_ACCOUNT = _pg(sql.USAGE_DAYS_BY_ACCOUNT)
+USAGE_DAYS_BY_ACCOUNT = pg(sql.USAGE_DAYS_BY_ACCOUNT)
 # The first statement of a snapshot's transaction: every later read sees the same instant.
 SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 # PostgreSQL only: key inserts of one account take turns, so seq grows with each key.

@@ -96,6 +96,41 @@ class CreditExpiry(msgspec.Struct, frozen=True, kw_only=True):
     expired_at: int  # unix seconds
 
 
+class ActivityRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One settled request (``GET /v1/activity``), as the flusher wrote it from its usage
+    event."""
+
+    event_key: str  # "<shard>:<stream id>": stable, so a replayed batch writes it once
+    account_pid: str
+    environment: str
+    created: int  # unix seconds the request started
+    id: str  # the response's id (chatcmpl-svc-…, resp_svc_…); its reservation's when swept
+    kid: str
+    requested_model: str
+    model: str  # the alias that served
+    api: str
+    prompt_tokens: int
+    completion_tokens: int
+    credits_used: int
+    outcome: str
+    ttfb_ms: int
+    duration_ms: int
+    usage_source: str  # "upstream" | "estimated"
+
+
+class ActivityQuery(msgspec.Struct, frozen=True, kw_only=True):
+    """Which of an account's activity rows to list: newest first, after a position."""
+
+    account_pid: str
+    environment: str
+    limit: int
+    kid: str | None = None
+    model: str | None = None
+    since: int | None = None  # created at or after (unix seconds)
+    until: int | None = None  # created before
+    after: tuple[int, str] | None = None  # (created, event_key) of the row the page follows
+
+
 class GrantTotal(msgspec.Struct, frozen=True, kw_only=True):
     """Sum of an account's grants to one pool."""
 
@@ -115,7 +150,7 @@ class LedgerSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     grants: list[GrantTotal]
     usage: list[UsageRollup]  # one per account, environment and API (kid, alias, day empty)
     expiries: dict[str, int]  # account -> credits expired
-    # one per account, environment, API and day from the day asked for on (kid, alias empty)
+    # one per account, environment, API, day, key and model from the day asked for on
     usage_days: list[UsageRollup]
 
 
@@ -191,7 +226,11 @@ def ledger_snapshot(
         ],
         expiries={str(pid): int(credits or 0) for pid, credits in expiries},
         usage_days=[
-            usage_sums(str(row[0]), str(row[1]), str(row[3]), row[4:8], api=str(row[2]))
+            msgspec.structs.replace(
+                usage_sums(str(row[0]), str(row[1]), str(row[3]), row[6:10], api=str(row[2])),
+                kid=str(row[4]),
+                alias=str(row[5]),
+            )
             for row in usage_days
         ],
     )

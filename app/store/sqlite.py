@@ -23,6 +23,8 @@ from app.store import ANY_CURSOR, END_OF_TIME, StoreConflict, StoreError, stream
 from app.store import migrations as sql
 from app.store.records import (
     AccountRecord,
+    ActivityQuery,
+    ActivityRecord,
     CreditExpiry,
     GrantRecord,
     KeyRecord,
@@ -225,12 +227,14 @@ class SQLiteStore:
         *,
         after: str | None = ANY_CURSOR,
         expiries: Sequence[CreditExpiry] = (),
+        activity: Sequence[ActivityRecord] = (),
     ) -> bool:
         """Add the rollups and expiries and move the cursor atomically; False for a
         replayed batch."""
         position = stream_id_key(last_stream_id)  # a bad id fails before any I/O
         rows = [to_row(u) for u in rollups]
         expiry_rows = [to_row(e) for e in expiries]
+        activity_rows = [to_row(a) for a in activity]
 
         def apply(conn: sqlite3.Connection) -> bool:
             cursor = conn.execute(sql.GET_CURSOR, (shard,)).fetchone()
@@ -240,6 +244,7 @@ class SQLiteStore:
                 return False
             conn.executemany(sql.UPSERT_USAGE, rows)
             conn.executemany(sql.INSERT_EXPIRY, expiry_rows)
+            conn.executemany(sql.INSERT_ACTIVITY, activity_rows)
             conn.execute(sql.UPSERT_CURSOR, (shard, last_stream_id, int(time.time())))
             return True
 
@@ -249,6 +254,21 @@ class SQLiteStore:
         """The last stream id applied for the shard, or None."""
         rows = await self._rows(sql.GET_CURSOR, (shard,))
         return str(rows[0][0]) if rows else None
+
+    async def list_activity(self, query: ActivityQuery) -> list[ActivityRecord]:
+        """One page of an account's activity, newest first."""
+        return await self._records(ActivityRecord, *sql.activity_page(query))
+
+    async def activity_position(self, account_pid: str, id: str) -> tuple[int, str] | None:
+        """The page position of the account's newest row with response id ``id``."""
+        rows = await self._rows(sql.ACTIVITY_POSITION, (account_pid, id))
+        return (int(rows[0][0]), str(rows[0][1])) if rows else None
+
+    async def prune_activity(self, before: int, limit: int) -> int:
+        """Delete up to ``limit`` rows of the days before ``before``'s, in one transaction."""
+        return await self._write(
+            lambda conn: conn.execute(sql.PRUNE_ACTIVITY, (before, limit)).rowcount
+        )
 
     async def ledger_snapshot(self, since_day: str = END_OF_TIME) -> LedgerSnapshot:
         """Accounts, cursors and ledger sums from one read transaction: in WAL mode it

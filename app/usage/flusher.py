@@ -2,6 +2,7 @@
 
 Every settle appends one event to its shard's stream; a script that finds an account's
 earned pool expired appends an expiry event there too (written to ``credit_expiries``).
+Each usage event is also one request's row of activity (``activity``).
 Each worker runs a flusher; a lease per shard (``SET NX PX``, taken over once it lapses)
 lets one of them drain a shard at a time. A batch is the events after the shard's durable
 cursor; it is aggregated into rollups per (account, key, day, alias, environment, API) and
@@ -24,13 +25,26 @@ from collections.abc import Callable, Sequence
 import msgspec
 from redis.exceptions import WatchError
 
+from app.core.clock import DAY_S
 from app.core.metrics import METRICS
 from app.kv.client import REDIS_ERRORS, RedisClient
 from app.kv.fields import ExpiryEvent, StreamEvent, UsageEvent, parse_event
 from app.kv.layout import KeySpace, as_text
-from app.store import CreditExpiry, Store, StoreError, UsageRollup, stream_id_key
+from app.store import (
+    ActivityRecord,
+    CreditExpiry,
+    Store,
+    StoreError,
+    UsageRollup,
+    stream_id_key,
+)
 
 log = logging.getLogger("svc.flusher")
+
+PRUNE_EVERY_S = 60.0  # how often a worker tries to prune old activity (jittered)
+PRUNE_LEASE_MS = 50_000  # one worker prunes per round; no one releases it early
+PRUNE_BATCH = 5_000  # activity rows deleted per transaction
+PRUNE_BATCHES_PER_ROUND = 20
 
 
 class Lag(msgspec.Struct):
@@ -86,6 +100,35 @@ def expiries(shard: int, events: Sequence[StreamEvent]) -> list[CreditExpiry]:
     ]
 
 
+def activity(shard: int, events: Sequence[StreamEvent]) -> list[ActivityRecord]:
+    """The usage events as activity rows, each keyed by its shard and stream id. A request
+    whose response id is unknown (swept: its worker stopped before settling) is named by
+    its reservation; one whose start is unknown (an event from before the field) by its
+    settle time."""
+    return [
+        ActivityRecord(
+            event_key=f"{shard}:{e.id}",
+            account_pid=e.account_pid,
+            environment=e.environment,
+            created=e.served.created or e.ts,
+            id=e.served.response_id or e.reservation_id,
+            kid=e.kid,
+            requested_model=e.requested or e.alias,
+            model=e.alias,
+            api=e.api,
+            prompt_tokens=e.prompt_tokens,
+            completion_tokens=e.completion_tokens,
+            credits_used=e.credits,
+            outcome=e.outcome,
+            ttfb_ms=e.served.ttfb_ms,
+            duration_ms=e.served.duration_ms,
+            usage_source=e.served.usage_source,
+        )
+        for e in events
+        if isinstance(e, UsageEvent)
+    ]
+
+
 def next_stream_id(stream_id: str) -> str:
     """The smallest stream id after ``stream_id`` (for ``XTRIM MINID``)."""
     ms, seq = stream_id_key(stream_id)
@@ -104,8 +147,10 @@ class Flusher:
         interval_s: float = 1.0,
         batch_size: int = 1000,
         lease_s: float = 10.0,
+        activity_days: int = 30,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``activity_days``: how long activity rows are kept (``prune_activity``)."""
         self.redis = redis
         self.layout = layout
         self.store = store
@@ -113,18 +158,25 @@ class Flusher:
         self.batch_size = batch_size
         self.lease_ms = int(lease_s * 1000)
         self.clock = clock
+        self.activity_s = activity_days * DAY_S
+        self._next_prune = 0.0  # monotonic time of this process's next pruning round
         self.token = secrets.token_hex(8)
         self._leased: set[int] = set()  # shards whose lease this process took
         self.applied = 0  # events this process wrote to the store
 
     async def _hold_lease(self, shard: int) -> bool:
-        key = self.layout.flush_lease(shard)
-        if await self.redis.set(key, self.token, nx=True, px=self.lease_ms):
+        if await self._lease(self.layout.flush_lease(shard), self.lease_ms):
             self._leased.add(shard)
+            return True
+        return False
+
+    async def _lease(self, key: str, px: int) -> bool:
+        """Take the lease at ``key`` for ``px`` ms, or renew it when this process holds it."""
+        if await self.redis.set(key, self.token, nx=True, px=px):
             return True
         holder = await self.redis.get(key)
         if holder is not None and as_text(holder) == self.token:
-            await self.redis.pexpire(key, self.lease_ms)
+            await self.redis.pexpire(key, px)
             return True
         return False
 
@@ -155,6 +207,7 @@ class Flusher:
                     aggregate(events),
                     after=cursor,
                     expiries=expiries(shard, events),
+                    activity=activity(shard, events),
                 ):
                     applied += len(events)
                     cursor = last
@@ -245,12 +298,34 @@ class Flusher:
         age = 0.0 if oldest_ms is None else max(0.0, self.clock() - oldest_ms / 1000)
         return Lag(pending_events=sum(int(n) for n in lengths), oldest_event_age_s=round(age, 3))
 
+    async def prune_activity(self) -> int:
+        """Delete the activity rows older than ``activity_days``, a batch per transaction
+        (short ones: the flushers' writes go on between them), while this process holds
+        the pruning lease; returns how many it deleted."""
+        if not await self._lease(self.layout.activity_prune_lease(), PRUNE_LEASE_MS):
+            return 0
+        before = int(self.clock()) - self.activity_s
+        deleted = 0
+        for _ in range(PRUNE_BATCHES_PER_ROUND):  # the rest next round: the lease lapses
+            batch = await self.store.prune_activity(before, PRUNE_BATCH)
+            deleted += batch
+            if batch < PRUNE_BATCH:
+                break
+        return deleted
+
+    async def _maybe_prune(self) -> None:
+        if time.monotonic() >= self._next_prune:
+            self._next_prune = time.monotonic() + PRUNE_EVERY_S * random.uniform(0.5, 1.5)
+            await self.prune_activity()
+
     async def run(self) -> None:
-        """Flush every ``interval_s`` (jittered) until cancelled; failures wait a round."""
+        """Flush every ``interval_s`` (jittered) until cancelled, pruning activity now and
+        then; failures wait a round."""
         while True:
             await asyncio.sleep(self.interval_s * random.uniform(0.5, 1.5))
             try:
                 await self.flush_all()
+                await self._maybe_prune()
             except (*REDIS_ERRORS, StoreError, OSError) as exc:
                 METRICS.background_errors.labels("flusher").inc()
                 log.warning("flush failed, retrying next round: %s", type(exc).__name__)

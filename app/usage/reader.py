@@ -10,16 +10,16 @@ usage, a test key what the account's test keys would have cost.
 
 from __future__ import annotations
 
-import calendar
-import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from app.core.clock import DAY_S, utc_day
+from app.core.clock import DAY_S, day_start, utc_day
 from app.core.errors import invalid_value
-from app.kv.fields import UsageCounters
+from app.keys.format import public_id
+from app.kv.fields import GROUP_KEY, GROUP_MODEL, UsageCounters
 
 if TYPE_CHECKING:
     from app.credits.ledger import RedisLedger
@@ -27,9 +27,24 @@ if TYPE_CHECKING:
 
 DEFAULT_DAYS = 30
 MAX_DAYS = 366
-GROUP_BY = {"api": "api"}
-"""``group_by`` values, each with the UsageRollup field (the store's column) it groups by;
-a group in the response names its value under the ``group_by`` value (``"api": "chat"``)."""
+
+
+class Grouping(NamedTuple):
+    """What a ``group_by`` value breaks a day down by."""
+
+    column: str  # the UsageRollup field (the store's column)
+    name: str  # what a group in the response (and a CSV column) names its value
+    counted: str | None  # the day hash's group (``GROUPS``); None: by API (usage_field)
+    shown: Callable[[str], str] = str  # a value as the response shows it
+
+
+GROUP_BY = {
+    "api": Grouping("api", "api", None),
+    "key": Grouping("kid", "key_id", GROUP_KEY, public_id),
+    "model": Grouping("alias", "model", GROUP_MODEL),
+}
+"""``group_by`` values: ``"key"`` gives groups ``{"key_id": …}``, ``"model"`` groups
+``{"model": …}`` (the model served), ``"api"`` groups ``{"api": …}``."""
 
 
 def _counters(rollup: UsageRollup) -> UsageCounters:
@@ -45,6 +60,8 @@ class UsageGroup(msgspec.Struct, omit_defaults=True):
     credits_spent: int
     requests_count: int
     api: str | UnsetType = UNSET
+    key_id: str | UnsetType = UNSET
+    model: str | UnsetType = UNSET
 
 
 class DailyUsage(msgspec.Struct, omit_defaults=True):
@@ -97,7 +114,7 @@ def summarize(
     totals: UsageCounters,
     daily: list[tuple[str, UsageCounters]],
     groups: dict[str, Groups] | None = None,
-    group_by: str = "",
+    group_name: str = "",
 ) -> UsageSummary:
     """The response body; ``daily`` is the window, newest first, zero days included;
     ``groups`` (with ``group_by``) each day's parts by the value they are grouped by."""
@@ -112,14 +129,14 @@ def summarize(
                 total_tokens=c.prompt_tokens + c.completion_tokens,
                 credits_spent=c.credits,
                 requests_count=c.requests,
-                groups=UNSET if groups is None else _groups(groups.get(day, {}), group_by),
+                groups=UNSET if groups is None else _groups(groups.get(day, {}), group_name),
             )
             for day, c in daily
         ],
     )
 
 
-def _groups(parts: Groups, group_by: str) -> list[UsageGroup]:
+def _groups(parts: Groups, group_name: str) -> list[UsageGroup]:
     """A day's parts that served requests, in the order of their values."""
     return [
         msgspec.structs.replace(
@@ -128,7 +145,7 @@ def _groups(parts: Groups, group_by: str) -> list[UsageGroup]:
                 credits_spent=c.credits,
                 requests_count=c.requests,
             ),
-            **{group_by: value},
+            **{group_name: value},
         )
         for value, c in sorted(parts.items())
         if c.requests
@@ -152,9 +169,8 @@ def redis_days(now: float, first: str) -> list[str]:
 def epoch_after(last_durable_day: str | None) -> int:
     """The epoch a Redis without one starts: the day after the last day the durable store
     has rollups for (that day and older are read from there), or 0 when it has none."""
-    if last_durable_day is None:
-        return 0
-    return calendar.timegm(time.strptime(last_durable_day, "%Y-%m-%d")) + DAY_S
+    start = None if last_durable_day is None else day_start(last_durable_day)
+    return 0 if start is None else start + DAY_S
 
 
 def _sum(parts: Groups) -> UsageCounters:
@@ -172,14 +188,21 @@ class UsageReader:
         self.store = store
         self.retention_s = retention_s
 
-    async def epoch(self) -> int:
-        """This Redis's usage epoch, started now if it has none (see ``epoch_after``)."""
-        epoch = await self.ledger.usage_epoch()
+    async def epoch(self, *, groups: bool = False) -> int:
+        """This Redis's usage epoch (``groups``: of its per-key and per-model counters),
+        started now if it has none (see ``epoch_after``)."""
+        epoch = await self.ledger.usage_epoch(groups=groups)
         if epoch is None:
             epoch = await self.ledger.start_usage_epoch(
-                epoch_after(await self.store.last_usage_day())
+                epoch_after(await self.store.last_usage_day()), groups=groups
             )
         return epoch
+
+    async def start_epochs(self) -> None:
+        """Start both epochs of a new or emptied Redis (or one that has only the first:
+        it was written by versions of svc before per-key and per-model counters)."""
+        await self.epoch()
+        await self.epoch(groups=True)
 
     async def summary(
         self, pid: str, environment: str, now: float, days: int, group_by: str | None = None
@@ -187,18 +210,27 @@ class UsageReader:
         """All-time totals and the last ``days`` UTC days of ``pid`` in ``environment``;
         with ``group_by`` (``GROUP_BY``) each day's parts as well, summing to the day."""
         wanted = window(now, days)
-        first = first_redis_day(now, await self.epoch(), self.retention_s)
+        grouping = None if group_by is None else GROUP_BY[group_by]
+        epoch = await self.epoch()
+        if grouping is not None and grouping.counted is not None:
+            epoch = max(epoch, await self.epoch(groups=True))
+        first = first_redis_day(now, epoch, self.retention_s)
         recent = redis_days(now, first)
         groups: dict[str, Groups] | None = None
-        if group_by is None:
+        if grouping is None:
             from_redis = await self.ledger.usage_days(pid, environment, recent) if recent else {}
         else:
-            groups = await self.ledger.usage_days_by_api(pid, environment, recent)
+            if grouping.counted is None:
+                groups = await self.ledger.usage_days_by_api(pid, environment, recent)
+            else:
+                groups = await self.ledger.usage_days_grouped(
+                    pid, environment, recent, grouping.counted
+                )
             from_redis = {day: _sum(parts) for day, parts in groups.items()}
         # Days from ``first`` on come from Redis; every older day from the store, the
         # window's days and the sum of all of them each read in one statement.
         durable: dict[str, UsageCounters] = {}
-        column = None if group_by is None else GROUP_BY[group_by]
+        column = None if grouping is None else grouping.column
         for r in await self.store.usage_daily(pid, wanted[-1], environment, group_by=column):
             if r.day >= first:
                 continue
@@ -212,4 +244,10 @@ class UsageReader:
         daily = [
             (d, from_redis[d] if d >= first else durable.get(d, UsageCounters())) for d in wanted
         ]
-        return summarize(pid, totals, daily, groups, group_by or "")
+        if grouping is None or groups is None:
+            return summarize(pid, totals, daily)
+        shown = {
+            day: {grouping.shown(value): c for value, c in parts.items()}
+            for day, parts in groups.items()
+        }
+        return summarize(pid, totals, daily, shown, grouping.name)

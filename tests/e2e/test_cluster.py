@@ -145,6 +145,14 @@ def test_every_operation_on_every_primary(cluster_server: Server, cluster: Redis
     assert out["purchased"] == 100_000 - spent[pid]
     assert sorted(k["status"] for k in out["keys"]) == ["active", "active", "revoked"]  # type: ignore[attr-defined]
     assert out["open_reservations"] == []
+    # usage by key is exact on every primary, and every request has its activity row
+    for pid, used in spent.items():
+        owner = openai.OpenAI(base_url=server.base_url, api_key=server.new_key(pid), max_retries=0)
+        day = owner.get("/usage?days=1&group_by=key", cast_to=httpx.Response).json()["daily"][0]
+        assert len(day["groups"]) == 3  # the three keys that made a request
+        assert sum(g["credits_spent"] for g in day["groups"]) == day["credits_spent"] == used
+        activity = owner.get("/activity", cast_to=httpx.Response).json()["data"]
+        assert (len(activity), sum(r["credits_used"] for r in activity)) == (3, used)
 
 
 def test_key_settings_rotation_and_idempotency_on_every_primary(

@@ -258,7 +258,7 @@ def _usage_by_api_is(
 def test_usage_group_by_must_be_known(server: Server) -> None:
     key = server.new_key(server.new_account(10))
     r = httpx.get(
-        f"{server.base_url}/usage?group_by=model", headers={"authorization": f"Bearer {key}"}
+        f"{server.base_url}/usage?group_by=provider", headers={"authorization": f"Bearer {key}"}
     )
     assert r.status_code == 400
     assert r.json()["error"]["param"] == "group_by"

@@ -14,6 +14,7 @@ import pytest
 from app.store import Store, open_store
 from bench.mock_upstream import MockUpstream
 from tests.postgres import reset_database, server_url, session_database
+from tests.unit.databases import Database
 
 
 @pytest.fixture(scope="session")
@@ -50,3 +51,11 @@ async def mock() -> AsyncIterator[MockUpstream]:
         yield server
     finally:
         await server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Database:
+    if request.param == "sqlite":
+        path = tmp_path / "svc.db"
+        return Database("sqlite", f"sqlite:///{path}", sqlite_path=path)
+    return Database("postgresql", request.getfixturevalue("postgres_url"))

@@ -20,6 +20,14 @@ from app.core.clock import day_tag, utc_day
 from app.core.tokens import utf8_length
 from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Identity
+from app.kv.fields import (
+    COUNTERS,
+    GROUP_KEY,
+    GROUP_MODEL,
+    UsageCounters,
+    group_counters,
+    group_values,
+)
 from app.upstream.base import Piece, UpstreamCall, Usage
 from app.upstream.simulated import SimulatedProvider
 from tests.conftest import Clock
@@ -98,8 +106,19 @@ async def _check_money(ledger: RedisLedger, clock: Clock, ident: Identity, charg
     assert balance.total == FUNDS - charged
     day = await ledger.redis.hgetall(ledger.layout.usage_day(shard, ident.pid, _tag(clock)))
     total = await ledger.redis.hgetall(ledger.layout.usage_total(shard, ident.pid))
-    assert day == total
+    overall = {k: v for k, v in day.items() if b":key:" not in k and b":model:" not in k}
+    assert overall == total
     assert int(total.get(b"live:credits", 0)) == charged
+    # the day's one key and its one model each counted all of it
+    fields = {k.decode(): int(v) for k, v in day.items()}
+    day_counts = UsageCounters(*(fields.get(f"live:{c}", 0) for c in COUNTERS))
+    # a group counts prompt and completion tokens as one
+    whole = UsageCounters(*group_values(day_counts)[:2], 0, day_counts.credits)
+    served = [whole] if whole.requests else []
+    assert list(group_counters(fields, "live", GROUP_KEY).items()) == [
+        (ident.kid, w) for w in served
+    ]
+    assert list(group_counters(fields, "live", GROUP_MODEL).values()) == served
 
 
 def _tag(clock: Clock) -> str:

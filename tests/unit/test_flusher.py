@@ -8,8 +8,8 @@ import pytest
 
 from app.credits.ledger import RedisLedger
 from app.kv.client import RedisClient
-from app.kv.fields import ExpiryEvent, UsageEvent
-from app.store import Store
+from app.kv.fields import NOTHING_SERVED, ExpiryEvent, Served, UsageEvent
+from app.store import ActivityQuery, ActivityRecord, Store
 from app.usage.flusher import Flusher, aggregate, expiries, next_stream_id
 from tests.conftest import Clock
 from tests.unit.scripts_helpers import account, key, reserve
@@ -51,6 +51,15 @@ async def _durable_credits(store: Store, accounts: int) -> tuple[int, int]:
             credits += totals.credits
             requests += totals.requests
     return credits, requests
+
+
+async def _activity(store: Store, accounts: int) -> list[ActivityRecord]:
+    """Every activity row of the accounts ``_traffic`` used."""
+    rows: list[ActivityRecord] = []
+    for a in range(accounts):
+        query = ActivityQuery(account_pid=f"acct_F{a}", environment="live", limit=500)
+        rows += await store.list_activity(query)
+    return rows
 
 
 async def _pending(ledger: RedisLedger) -> int:
@@ -124,6 +133,9 @@ async def test_a_crash_between_commit_and_trim_is_not_counted_twice(
     await _flusher(redis, ledger, store, clock).flush_all()
     assert await _durable_credits(store, 3) == (charged, 12)
     assert await _pending(ledger) == 0
+    rows = await _activity(store, 3)  # one row per request, whatever was replayed
+    assert (len(rows), sum(r.credits_used for r in rows)) == (12, charged)
+    assert len({r.id for r in rows}) == 12
 
 
 async def test_racing_flushers_never_double_count(
@@ -138,6 +150,64 @@ async def test_racing_flushers_never_double_count(
     await asyncio.gather(*(f.flush_all() for f in flushers))
     assert sum(f.applied for f in flushers) == 40
     assert await _durable_credits(store, 8) == (charged, 40)
+    rows = await _activity(store, 8)
+    assert (len(rows), sum(r.credits_used for r in rows)) == (40, charged)
+
+
+async def test_activity_rows_tell_what_settle_was_told_and_old_days_are_pruned(
+    redis: RedisClient, ledger: RedisLedger, store: Store, clock: Clock
+) -> None:
+    await account(ledger, "acct_F0", purchased=10_000)
+    ident = await key(ledger, "acct_F0", "kidF00000000")
+    for n, served in enumerate(
+        [
+            Served(
+                response_id="chatcmpl-svc-9",
+                created=int(clock()) - 2,
+                ttfb_ms=12,
+                duration_ms=2_000,
+                usage_source="upstream",
+            ),
+            NOTHING_SERVED,
+        ]
+    ):
+        hold = await reserve(ledger, ident, f"r{n}", clock())
+        await ledger.settle(
+            hold,
+            now=clock(),
+            credits_used=4,
+            prompt_tokens=5,
+            completion_tokens=3,
+            outcome=("completed", "swept")[n],
+            served=served,
+        )
+    flushers = [_flusher(redis, ledger, store, clock, activity_days=1) for _ in range(2)]
+    await flushers[0].flush_all()
+    swept, served_row = await _activity(store, 1)
+    assert (served_row.id, served_row.created, served_row.ttfb_ms, served_row.duration_ms) == (
+        "chatcmpl-svc-9",
+        int(clock()) - 2,
+        12,
+        2_000,
+    )
+    assert (served_row.usage_source, served_row.outcome, served_row.kid) == (
+        "upstream",
+        "completed",
+        "kidF00000000",
+    )
+    # the sweeper knows no response: the row is named by its reservation, timed by its settle
+    assert (swept.id, swept.created, swept.usage_source, swept.outcome) == (
+        "r1",
+        int(clock()),
+        "estimated",
+        "swept",
+    )
+    clock.advance(86_400)
+    assert await flushers[0].prune_activity() == 0  # the day before is still kept
+    clock.advance(86_400)
+    assert await flushers[1].prune_activity() == 0  # one pruner at a time: the lease
+    assert await flushers[0].prune_activity() == 2
+    assert await _activity(store, 1) == []
 
 
 async def test_a_shard_has_one_drainer_while_its_lease_lives(

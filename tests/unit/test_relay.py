@@ -256,6 +256,10 @@ class _BrokenEnding:
     def __init__(self, inner: ChatStream) -> None:
         self.inner = inner
 
+    @property
+    def id(self) -> str:
+        return self.inner.id
+
     def opening(self) -> bytes:
         return self.inner.opening()
 

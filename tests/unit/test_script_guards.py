@@ -77,7 +77,21 @@ def _calls(
                 ks.events(shard),
                 ks.idempotency(shard, pid, "d" * 64),
             ],
-            [now, "r0", 3, 10, 3, "completed", 0, 100, "body", "a", "b", "c"],
+            [
+                now,
+                "r0",
+                3,
+                10,
+                3,
+                "completed",
+                0,
+                100,
+                f"chatcmpl-svc-1 {now} 5 9 upstream",
+                "body",
+                "a",
+                "b",
+                "c",
+            ],
         ),
         "extend": ([ks.reservation(shard, "r0"), ks.reservations(shard)], ["r0", now + 600]),
         "grant": (
@@ -116,7 +130,7 @@ NUMERIC = {
 }
 WORDS = {  # arguments from a fixed set, and a wrong value for each
     "reserve": [(16, "completions"), (17, "")],
-    "settle": [(5, "paid"), (6, "2"), (8, "maybe")],
+    "settle": [(5, "paid"), (6, "2"), (8, "x" * 4097), (9, "maybe")],
     "grant": [(1, "gold")],
     "put_key": [(1, "deleted"), (2, "prod"), (6, "svc-fast")],
     "revoke_key": [(1, "prod"), (5, "all")],

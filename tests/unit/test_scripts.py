@@ -11,7 +11,14 @@ from app.core.errors import ApiError, ErrorKind
 from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Identity, ScriptStatus
 from app.kv.client import RedisClient
-from app.kv.fields import API_CHAT, UsageCounters
+from app.kv.fields import (
+    API_CHAT,
+    GROUP_KEY,
+    GROUP_MODEL,
+    Served,
+    UsageCounters,
+    is_group_field,
+)
 from tests.conftest import Clock
 from tests.unit.scripts_helpers import account, key, pools, rec, reserve, snapshot
 
@@ -256,12 +263,25 @@ async def test_settle_spends_earned_first_and_refunds_each_pool(
 
 
 async def _usage_hashes(ledger: RedisLedger, ident: Identity, day: str) -> list[dict[bytes, bytes]]:
-    """The account's usage counters of ``day`` and of all time."""
+    """The account's usage counters of ``day`` and of all time (not those per key and
+    model the day's hash holds too: ``_group_counters``)."""
     layout = ledger.layout
     return [
-        await ledger.redis.hgetall(layout.usage_day(ident.shard, ident.pid, day_tag(day))),
+        {
+            k: v
+            for k, v in (
+                await ledger.redis.hgetall(layout.usage_day(ident.shard, ident.pid, day_tag(day)))
+            ).items()
+            if not is_group_field(k.decode())
+        },
         await ledger.redis.hgetall(layout.usage_total(ident.shard, ident.pid)),
     ]
+
+
+async def _group_counters(
+    ledger: RedisLedger, ident: Identity, day: str, group: str
+) -> dict[str, UsageCounters]:
+    return (await ledger.usage_days_grouped(ident.pid, ident.environment, [day], group))[day]
 
 
 async def test_settle_counts_an_api_other_than_chat_apart_as_well(
@@ -298,6 +318,11 @@ async def test_settle_counts_an_api_other_than_chat_apart_as_well(
         "chat": UsageCounters(1, 1, 5, 5),
         "responses": UsageCounters(1, 30, 40, 12),
     }
+    # per key and per model served, whatever the API: both requests, one key, one model
+    # (a group counts prompt and completion tokens as one)
+    both = UsageCounters(requests=2, prompt_tokens=31 + 45, credits=17)
+    assert await _group_counters(ledger, ident, hold.day, GROUP_KEY) == {"k1": both}
+    assert await _group_counters(ledger, ident, hold.day, GROUP_MODEL) == {"svc-fast": both}
 
 
 async def test_settle_records_usage_and_one_event(ledger: RedisLedger, clock: Clock) -> None:
@@ -309,6 +334,13 @@ async def test_settle_records_usage_and_one_event(ledger: RedisLedger, clock: Cl
         prompt_tokens=30,
         completion_tokens=40,
         outcome="client_disconnect",
+        served=Served(
+            response_id="chatcmpl-svc-77",
+            created=int(clock()) - 3,
+            ttfb_ms=250,
+            duration_ms=3_100,
+            usage_source="upstream",
+        ),
     )
     tag = day_tag(hold.day)
     for counters in await _usage_hashes(ledger, ident, hold.day):
@@ -337,6 +369,10 @@ async def test_settle_records_usage_and_one_event(ledger: RedisLedger, clock: Cl
         "outcome": "client_disconnect",
         "ts": str(int(clock())),
         "api": "chat",
+        "served": f"chatcmpl-svc-77 {int(clock()) - 3} 250 3100 upstream",
+    }
+    assert await _group_counters(ledger, ident, hold.day, GROUP_KEY) == {
+        "k1": UsageCounters(requests=1, prompt_tokens=30 + 40, credits=12)
     }
     assert not await ledger.redis.exists(ledger.layout.reservation(ident.shard, "r1"))
     assert await ledger.redis.zcard(ledger.layout.reservations(ident.shard)) == 0

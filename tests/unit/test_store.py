@@ -4,12 +4,9 @@ PostgreSQL database (a throwaway server, see ``tests/postgres.py``)."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import msgspec
-import psycopg
 import pytest
 
 from app.store import (
@@ -22,11 +19,11 @@ from app.store import (
     StoreError,
     UsageRollup,
     migrations,
-    open_store,
     postgres_sql,
     stream_id_key,
 )
 from app.store.migrations import MIGRATIONS
+from tests.unit.databases import Database
 
 TABLES = {
     "schema_migrations",
@@ -36,57 +33,8 @@ TABLES = {
     "usage_daily",
     "flush_cursors",
     "credit_expiries",
+    "activity",
 }
-
-
-class Database:
-    """One empty database of one driver: stores on it, and plain SQL to look inside."""
-
-    def __init__(self, driver: str, url: str, sqlite_path: Path | None = None) -> None:
-        self.driver, self.url, self.sqlite_path = driver, url, sqlite_path
-
-    def open(self) -> Store:
-        return open_store(self.url)
-
-    async def query(self, query: str) -> list[tuple[object, ...]]:
-        if self.sqlite_path is not None:
-            conn = sqlite3.connect(self.sqlite_path)
-            try:
-                return conn.execute(query).fetchall()
-            finally:
-                conn.close()
-        async with await psycopg.AsyncConnection.connect(self.url) as pg:
-            return await (await pg.execute(query)).fetchall()
-
-    async def execute(self, statement: str) -> None:
-        if self.sqlite_path is not None:
-            conn = sqlite3.connect(self.sqlite_path)
-            try:
-                with conn:
-                    conn.execute(statement)
-            finally:
-                conn.close()
-            return
-        async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as pg:
-            await pg.execute(statement)
-
-    async def tables(self) -> set[str]:
-        if self.sqlite_path is not None:
-            rows = await self.query("SELECT name FROM sqlite_master WHERE type = 'table'")
-        else:
-            rows = await self.query(
-                "SELECT table_name FROM information_schema.tables "
-                "WHERE table_schema = current_schema()"
-            )
-        return {str(name) for (name,) in rows}
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> Database:
-    if request.param == "sqlite":
-        path = tmp_path / "svc.db"
-        return Database("sqlite", f"sqlite:///{path}", sqlite_path=path)
-    return Database("postgresql", request.getfixturevalue("postgres_url"))
 
 
 @pytest.fixture
@@ -575,14 +523,16 @@ async def test_ledger_snapshot_sums_days_from_the_day_asked_for(store: Store) ->
     )
     assert (await store.ledger_snapshot()).usage_days == []  # none unless asked for
     snap = await store.ledger_snapshot(since_day="2026-11-21")
+    # per key and model as well: what the day hashes count them by
     days = sorted(
-        (d.account_pid, d.environment, d.day, d.requests, d.prompt_tokens, d.credits)
+        (d.account_pid, d.environment, d.day, d.kid, d.alias, d.requests, d.credits)
         for d in snap.usage_days
     )
+    k0 = _use("2026-11-21", 1).kid
     assert days == [
-        ("acct_A", "live", "2026-11-21", 2, 20, 5),
-        ("acct_A", "test", "2026-11-21", 1, 10, 100),
-        ("acct_B", "live", "2026-11-22", 1, 10, 1000),
+        ("acct_A", "live", "2026-11-21", "k1", "svc-fast", 1, 2),
+        ("acct_A", "live", "2026-11-21", "k2", "svc-code", 1, 3),
+        ("acct_A", "test", "2026-11-21", k0, "svc-fast", 1, 100),
+        ("acct_B", "live", "2026-11-22", k0, "svc-fast", 1, 1000),
     ]
-    assert {(d.kid, d.alias) for d in snap.usage_days} == {("", "")}
     assert sum(u.credits for u in snap.usage) == 1106  # the all-time sums are unchanged

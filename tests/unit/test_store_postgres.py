@@ -15,7 +15,7 @@ import pytest
 from app.store import AccountRecord, KeyRecord, StoreError, UsageRollup, open_store
 from app.store.migrations import MIGRATIONS
 from app.store.postgres import PostgresStore
-from app.store.postgres_sql import USAGE_LOCK_CLASS, _pg
+from app.store.postgres_sql import USAGE_LOCK_CLASS, pg
 
 PASSWORD = "s3cret-Pa55word"
 
@@ -67,14 +67,14 @@ def _closed_port() -> int:
 
 def test_shared_sql_becomes_postgresql_sql() -> None:
     query = "SELECT kid FROM api_keys WHERE account_pid = ? ORDER BY created_at DESC, kid"
-    assert _pg(query) == (
+    assert pg(query) == (
         'SELECT kid FROM api_keys WHERE account_pid = %s ORDER BY created_at DESC, kid COLLATE "C"'
     )
-    assert _pg("SELECT day FROM usage_daily ORDER BY day DESC") == (
+    assert pg("SELECT day FROM usage_daily ORDER BY day DESC") == (
         'SELECT day FROM usage_daily ORDER BY day COLLATE "C" DESC'
     )
     with pytest.raises(ValueError, match="literal %"):
-        _pg("SELECT 5 % 2")
+        pg("SELECT 5 % 2")
 
 
 # -- open_store -----------------------------------------------------------------------

@@ -71,9 +71,19 @@ def test_epoch_and_the_first_day_redis_serves() -> None:
 class _Ledger:
     """Redis counters of one account, by day; the epoch key."""
 
-    def __init__(self, days: dict[str, UsageCounters], epoch: int | None) -> None:
+    def __init__(
+        self, days: dict[str, UsageCounters], epoch: int | None, groups_epoch: int | None = -1
+    ) -> None:
+        """``groups_epoch``: -1, the same as ``epoch``."""
         self.days = days
-        self.epoch: int | None = epoch
+        self.epochs: dict[bool, int | None] = {
+            False: epoch,
+            True: epoch if groups_epoch == -1 else groups_epoch,
+        }
+
+    @property
+    def epoch(self) -> int | None:
+        return self.epochs[False]
 
     async def usage_days(self, pid: str, env: str, days: list[str]) -> dict[str, UsageCounters]:
         return {d: self.days.get(d, UsageCounters()) for d in days}
@@ -88,13 +98,27 @@ class _Ledger:
             by_api[day] = {"chat": c.minus(part), "responses": part}
         return by_api
 
-    async def usage_epoch(self) -> int | None:
-        return self.epoch
+    async def usage_days_grouped(
+        self, pid: str, env: str, days: list[str], group: str
+    ) -> dict[str, dict[str, UsageCounters]]:
+        # one request of each day came with the first key (or model), the rest the second
+        grouped = {}
+        for day, c in (await self.usage_days(pid, env, days)).items():
+            if not c.requests:
+                grouped[day] = {}
+                continue
+            first = UsageCounters(1, 1, 1, 1)
+            grouped[day] = {f"{group}-a": first, f"{group}-b": c.minus(first)}
+        return grouped
 
-    async def start_usage_epoch(self, first_day: int) -> int:
-        if self.epoch is None:
-            self.epoch = first_day
-        return self.epoch
+    async def usage_epoch(self, *, groups: bool = False) -> int | None:
+        return self.epochs[groups]
+
+    async def start_usage_epoch(self, first_day: int, *, groups: bool = False) -> int:
+        epoch = self.epochs[groups]
+        if epoch is None:
+            self.epochs[groups] = epoch = first_day
+        return epoch
 
 
 class _Store:
@@ -104,8 +128,13 @@ class _Store:
     async def usage_daily(
         self, pid: str, since: str, env: str, *, group_by: str | None = None
     ) -> list[UsageRollup]:
-        # every day's usage was chat's: grouped or not, the same rows
-        return [_rollup(d, c) for d, c in sorted(self.days.items(), reverse=True) if d >= since]
+        # every day's usage was chat's, with one key and one model: grouped or not, the
+        # same rows
+        return [
+            _rollup(d, c, group_by)
+            for d, c in sorted(self.days.items(), reverse=True)
+            if d >= since
+        ]
 
     async def usage_totals(self, pid: str, env: str, before_day: str) -> UsageRollup | None:
         days = [c for d, c in self.days.items() if d < before_day]
@@ -120,12 +149,12 @@ class _Store:
         return max(self.days) if self.days else None
 
 
-def _rollup(day: str, c: UsageCounters) -> UsageRollup:
+def _rollup(day: str, c: UsageCounters, group_by: str | None = None) -> UsageRollup:
     return UsageRollup(
         account_pid="acct_X",
-        kid="",
+        kid="kid-stored" if group_by == "kid" else "",
         day=day,
-        alias="",
+        alias="alias-stored" if group_by == "alias" else "",
         environment="live",
         api="chat",
         requests=c.requests,
@@ -176,10 +205,44 @@ async def test_grouped_by_api_the_groups_sum_to_each_day_from_either_source() ->
     assert "groups" not in msgspec.json.decode(msgspec.json.encode(plain))["daily"][0]
 
 
+@pytest.mark.parametrize(
+    ("group_by", "name", "counted"), [("key", "key_id", "key"), ("model", "model", "model")]
+)
+async def test_grouped_by_key_or_model_exact_from_either_source(
+    group_by: str, name: str, counted: str
+) -> None:
+    """Groups sum to the day; days before Redis counted groups come from the store."""
+    one = UsageCounters(4, 10, 10, 5)
+    redis_days = {"2026-01-01": one, "2025-12-31": one}
+    store_days = {"2026-01-01": one, "2025-12-31": one, "2025-10-01": UsageCounters(2, 1, 1, 7)}
+    # Redis counted keys and models from today on only: yesterday's groups are the store's
+    ledger = _Ledger(redis_days, 0, groups_epoch=NOW // DAY * DAY)
+    reader = UsageReader(ledger, _Store(store_days), retention_s=40 * DAY)  # type: ignore[arg-type]
+    plain = await reader.summary("acct_X", "live", NOW, 120)
+    grouped = await reader.summary("acct_X", "live", NOW, 120, group_by=group_by)
+    assert msgspec.structs.replace(grouped, daily=[]) == msgspec.structs.replace(plain, daily=[])
+    for day, bare in zip(grouped.daily, plain.daily, strict=True):
+        assert msgspec.structs.replace(day, groups=msgspec.UNSET) == bare
+        assert day.groups is not msgspec.UNSET
+        for field in ("requests_count", "credits_spent", "total_tokens"):
+            assert sum(getattr(g, field) for g in day.groups) == getattr(day, field)
+    by_day = {d.day_bucket: d.groups for d in grouped.daily}
+    shown = "key_" if group_by == "key" else ""  # a key as the API names it
+    today = [(getattr(g, name), g.requests_count) for g in by_day["2026-01-01"]]  # type: ignore[union-attr]
+    assert today == [(f"{shown}{counted}-a", 1), (f"{shown}{counted}-b", 3)]
+    column = "kid" if group_by == "key" else "alias"
+    for day in ("2025-12-31", "2025-10-01"):
+        assert [getattr(g, name) for g in by_day[day]] == [f"{shown}{column}-stored"]  # type: ignore[union-attr]
+    encoded = msgspec.json.decode(msgspec.json.encode(grouped))["daily"][0]["groups"][0]
+    assert set(encoded) == {name, "requests_count", "credits_spent", "total_tokens"}
+
+
 def test_group_by_is_checked() -> None:
     assert parse_group_by(None) is None
     assert parse_group_by("") is None
     assert parse_group_by("api") == "api"
+    assert parse_group_by("key") == "key"
+    assert parse_group_by("model") == "model"
     with pytest.raises(ApiError) as bad:
         parse_group_by("apis")
     assert bad.value.param == "group_by"

@@ -23,10 +23,14 @@ ARGV[6]  outcome            completed | client_disconnect | upstream_error | shu
                             (released: nothing was served; no usage is recorded)
 ARGV[7]  only_if_expired    1 = sweeper: change nothing unless the deadline has passed
 ARGV[8]  usage_ttl          seconds a usage day hash lives
-ARGV[9]  record             (with KEYS[8]) body: ARGV[10..12] are the response, with the
-                            credits charged between 10 and 11 and the balance after between
-                            11 and 12; unrecorded: the response was not kept (too large, cut)
-ARGV[10..12]                (with record = body) the response's parts
+ARGV[9]  served             what the request's activity row tells beyond its usage, as one
+                            text the event carries as it is (app.kv.fields.Served: the
+                            response's id, start, time to first output, duration, usage
+                            source); empty when there is nothing to tell (the sweeper)
+ARGV[10] record             (with KEYS[8]) body: ARGV[11..13] are the response, with the
+                            credits charged between 11 and 12 and the balance after between
+                            12 and 13; unrecorded: the response was not kept (too large, cut)
+ARGV[11..13]                (with record = body) the response's parts
 
 Returns {status, credits_used, balance}
   0 OK           credits_used charged, balance = account balance after
@@ -42,7 +46,9 @@ grants refilled the pool since.
 Usage counters (unless outcome is released), in KEYS[5] and KEYS[6]: <env>:<counter> for
 every request, and <env>:<api>:<counter> as well for a request that came through an API other
 than chat (chat's part is the rest). Counters: requests, prompt_tokens, completion_tokens,
-credits.
+credits. In the day hash KEYS[5] only, per key and per model served (GET
+/v1/usage?group_by=): <env>:key:<kid>:<counter> and <env>:model:<alias>:<counter>, counters
+requests, tokens (prompt and completion together: all a group shows) and credits.
 
 Idempotency (KEYS[8], when it still names this reservation): a settle that charged nothing
 (released, swept, or 0 credits) deletes the record, so the request may be sent again;
@@ -51,7 +57,8 @@ unrecorded}, keeping its time to live.
 
 Events appended to KEYS[7] (the flusher makes them durable):
   usage   {rid, acct, kid, env, alias, requested, day, prompt_tokens, completion_tokens,
-           credits, earned (the part of credits paid from the earned pool), outcome, ts, api}
+           credits, earned (the part of credits paid from the earned pool), outcome, ts, api,
+           served}
            unless outcome is released; api is chat for a reservation that recorded none
   expire  {kind expire, acct, credits, ts} when a live settle finds the earned pool expired:
            credits = the pool it zeroes plus the earned part of the hold it does not return
@@ -65,9 +72,10 @@ local outcome = one_of(6, 'outcome', {completed = true, client_disconnect = true
   upstream_error = true, shutdown = true, swept = true, released = true})
 local only_if_expired = one_of(7, 'only_if_expired', {['0'] = true, ['1'] = true}) == '1'
 local usage_ttl = count(8, 'usage_ttl')
+local served = text(9, 'served')
 local idem = KEYS[8]
 local record = ''
-if idem then record = one_of(9, 'record', {body = true, unrecorded = true}) end
+if idem then record = one_of(10, 'record', {body = true, unrecorded = true}) end
 
 local r = redis.call('HMGET', KEYS[1], 'amount', 'fe', 'fp', 'env', 'deadline',
   'acct', 'kid', 'alias', 'requested', 'day', 'egen', 'api')
@@ -130,11 +138,17 @@ if outcome ~= 'released' then
       redis.call('HINCRBY', k, f .. 'credits', used)
     end
   end
+  for _, f in ipairs({env .. ':key:' .. r[7] .. ':', env .. ':model:' .. r[8] .. ':'}) do
+    redis.call('HINCRBY', KEYS[5], f .. 'requests', 1)
+    redis.call('HINCRBY', KEYS[5], f .. 'tokens', pt + ct)
+    redis.call('HINCRBY', KEYS[5], f .. 'credits', used)
+  end
   redis.call('EXPIRE', KEYS[5], usage_ttl)
   redis.call('XADD', KEYS[7], '*',
     'rid', rid, 'acct', r[6], 'kid', r[7], 'env', env, 'alias', r[8],
     'requested', r[9], 'day', r[10], 'prompt_tokens', pt, 'completion_tokens', ct,
-    'credits', used, 'earned', used_earned, 'outcome', outcome, 'ts', now, 'api', api)
+    'credits', used, 'earned', used_earned, 'outcome', outcome, 'ts', now, 'api', api,
+    'served', served)
 end
 
 redis.call('DEL', KEYS[1])
@@ -150,8 +164,8 @@ if idem and redis.call('HGET', idem, 'rid') == rid then
     redis.call('DEL', idem)
   elseif record == 'body' then
     redis.call('HSET', idem, 'state', 'done',
-      'body', ARGV[10] .. string.format('%d', used) .. ARGV[11] ..
-        string.format('%d', balance) .. ARGV[12])
+      'body', ARGV[11] .. string.format('%d', used) .. ARGV[12] ..
+        string.format('%d', balance) .. ARGV[13])
   else
     redis.call('HSET', idem, 'state', 'unrecorded')
   end
