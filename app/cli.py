@@ -157,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
         activity.add_argument(f"--{option.replace('_', '-')}", help=help_text)
     activity.add_argument("--environment", choices=ENVIRONMENTS, default="live")
     activity.add_argument("--csv", action="store_true", help="every row the filters name, as CSV")
+    hooks = ops.add_parser("webhooks", help="an account's webhooks, or one's recent deliveries")
+    hooks.add_argument("account_pid")
+    hooks.add_argument("--deliveries", metavar="WEBHOOK_ID", help="wh_...: its deliveries")
     ops.add_parser("usage-lag", help="usage events not yet flushed to the durable store")
     ops.add_parser("flush", help="flush pending usage events to the durable store now")
     rec = ops.add_parser(
@@ -237,6 +240,12 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
     async def spotlight(s: Services) -> Any:
         return await s.spotlights.reward(args.account_pid, args.view_id)
 
+    async def webhooks(s: Services) -> Any:
+        await s.accounts.require_account(args.account_pid)
+        if args.deliveries:
+            return await s.webhooks.deliveries(args.account_pid, args.deliveries)
+        return await s.webhooks.list(args.account_pid)
+
     async def usage_lag(s: Services) -> Any:
         return await s.flusher.lag()
 
@@ -284,6 +293,7 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
         "spotlight": spotlight,
         "credits": credits,
         "activity": _activity_op(args),
+        "webhooks": webhooks,
         **_key_ops(args),
     }
     return ops[args.op]

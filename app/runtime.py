@@ -39,6 +39,9 @@ from app.upstream.thin import StreamingProvider
 from app.usage.activity import ActivityReader
 from app.usage.flusher import Flusher
 from app.usage.reader import UsageReader
+from app.webhooks.delivery import Deliverer
+from app.webhooks.registry import Webhooks
+from app.webhooks.targets import AllowList
 
 DEV_KEY_FILE = "dev-key.txt"
 log = logging.getLogger("svc.runtime")
@@ -171,6 +174,17 @@ class Services:
             throttle=self.auth_throttle,  # shared with the admin and metrics tokens
         )
         self.trusted_proxies = parse_networks(settings.trusted_proxies)
+        allow = AllowList.parse(settings.webhook_allow_hosts)
+        self.webhooks = Webhooks(store, pepper, allow, clock)
+        self.deliverer = Deliverer(
+            store,
+            pepper,
+            allow,
+            poll_s=settings.webhook_poll_s,
+            first_retry_s=settings.webhook_first_retry_s,
+            timeout_s=settings.webhook_timeout_s,
+            clock=clock,
+        )
         self.accounts = Accounts(
             store,
             self.ledger,
@@ -178,6 +192,7 @@ class Services:
             max_active_keys=settings.max_active_keys,
             default_rate_limit_rpm=settings.key_rate_limit or None,
             model_ids=key_model_ids(catalog),
+            webhooks=self.webhooks,
             clock=clock,
         )
         self.spotlights = Spotlights(
@@ -223,6 +238,7 @@ class Services:
 
     async def close(self) -> None:
         await self.router.close()
+        await self.deliverer.close()
         await self.store.close()
         if self.background_redis is not self.redis:
             await self.background_redis.aclose()

@@ -36,7 +36,16 @@ from app.keys.format import (
     new_kid,
     public_id,
 )
-from app.store import AccountRecord, GrantRecord, KeyRecord, KeyRotation, Store
+from app.store import (
+    AccountRecord,
+    GrantRecord,
+    KeyRecord,
+    KeyRotation,
+    Store,
+    WebhookEventRecord,
+)
+from app.webhooks.events import KEY_REVOKED, KEY_ROTATED, encode_data, event_id
+from app.webhooks.registry import Webhooks
 
 
 class CreditBalance(msgspec.Struct):
@@ -276,16 +285,19 @@ class Accounts:
         max_active_keys: int = 100,
         default_rate_limit_rpm: int | None = None,
         model_ids: tuple[str, ...] = (),
+        webhooks: Webhooks | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """``default_rate_limit_rpm``: a new key's when its creator sets none;
-        ``model_ids``: the aliases a key's ``allowed_models`` may name."""
+        ``model_ids``: the aliases a key's ``allowed_models`` may name; ``webhooks``:
+        where key events go (revoked, rotated)."""
         self.store = store
         self.ledger = ledger
         self.pepper = pepper
         self.max_active_keys = max_active_keys
         self.default_rate_limit_rpm = default_rate_limit_rpm
         self.model_ids = model_ids
+        self.webhooks = webhooks
         self.clock = clock
 
     async def create_account(self) -> str:
@@ -479,7 +491,36 @@ class Accounts:
         if ended is None:
             raise service_unavailable()  # keys are never deleted
         await self._sync_key(ended)
+        await self._tell(
+            KEY_ROTATED,
+            old.account_pid,
+            now,
+            (old.kid, new.kid),
+            {
+                "key_id": public_id(old.kid),
+                "new_key_id": public_id(new.kid),
+                "name": new.name,
+                "environment": new.environment,
+                "old_key_expires_at": ended.expires_at,
+            },
+        )
         return key_created(new, secret)
+
+    async def _tell(
+        self, kind: str, pid: str, at: int, occurrence: tuple[str, ...], data: dict[str, Any]
+    ) -> None:
+        """Send a key event to the account's webhooks (its id is the occurrence's: a
+        retried call queues it once)."""
+        if self.webhooks is None:
+            return
+        event = WebhookEventRecord(
+            event_id=event_id(kind, *occurrence),
+            account_pid=pid,
+            type=kind,
+            created=at,
+            data=encode_data(data),
+        )
+        await self.webhooks.emit([event])
 
     @staticmethod
     def _not_rotatable(key_id: str, why: KeyRotation) -> ApiError:
@@ -502,5 +543,18 @@ class Accounts:
         revoked = await self.ledger.revoke_key(self.ledger.identity(record), record)
         if revoked.status is ScriptStatus.KEY_UNKNOWN:
             raise service_unavailable()  # the Redis record names another account: never here
-        await self.store.revoke_key(pid, record.kid, int(self.clock()))
+        stored = await self.store.revoke_key(pid, record.kid, int(self.clock()))
+        revoked_at = stored.revoked_at if stored and stored.revoked_at else int(self.clock())
+        await self._tell(
+            KEY_REVOKED,
+            pid,
+            revoked_at,
+            (record.kid,),
+            {
+                "key_id": public_id(record.kid),
+                "name": record.name,
+                "environment": record.environment,
+                "revoked_at": revoked_at,
+            },
+        )
         return ApiKeyDeleted(id=public_id(record.kid), object="api_key", deleted=True)

@@ -135,9 +135,16 @@ class Metrics:
             "Usage events committed to the durable store.",
             registry=reg,
         )
+        self.webhook_attempts = Counter(
+            "svc_webhook_attempts",
+            "Webhook delivery attempts, by the delivery's state after it (delivered, "
+            "pending: to be retried, failed: given up).",
+            ["state"],
+            registry=reg,
+        )
         self.background_errors = Counter(
             "svc_background_errors",
-            "Failed sweeper or flusher rounds (retried next round), by task.",
+            "Failed sweeper, flusher or webhook rounds (retried next round), by task.",
             ["task"],
             registry=reg,
         )

@@ -95,6 +95,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     activity_days: Annotated[int, msgspec.Meta(ge=1, le=3650)] = 30
     """How long a request's activity row (``GET /v1/activity``) is kept in the durable
     store; older rows are deleted in batches by the flushers."""
+    webhook_allow_hosts: str = ""
+    """Comma-separated host names, addresses or CIDR networks webhooks may reach although
+    they are not public (and over http): by default a webhook URL must be https and
+    resolve to public addresses only."""
+    webhook_first_retry_s: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    """Delay before a failed webhook delivery is retried; each retry waits twice the one
+    before (at most an hour) until 24 hours after the event."""
+    webhook_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+    """How long a webhook receiver has to answer a delivery."""
+    webhook_poll_s: Annotated[float, msgspec.Meta(gt=0)] = 1.0
+    """How often each worker looks for webhook deliveries that are due."""
     usage_day_ttl_s: int = 40 * 86_400
     """Lifetime of a daily usage counter in Redis (40 days); older days come from the
     durable store."""

@@ -38,6 +38,7 @@ from app.http.reports import activity_answer
 from app.runtime import Services
 from app.usage.activity import parse_environment
 from app.usage.flusher import Lag
+from app.webhooks.registry import DeliveryList, WebhookList
 
 
 class AccountCreated(msgspec.Struct):
@@ -185,6 +186,26 @@ class AdminController(Controller):
         await services.accounts.require_account(pid)
         environment = parse_environment(request.query_params.get("environment"))
         return await activity_answer(services, pid, environment, request)
+
+    @get(
+        "/accounts/{pid:str}/webhooks",
+        responses=errors(*ADMIN_ERRORS, ErrorKind.ACCOUNT_NOT_FOUND),
+    )
+    async def webhooks(self, services: Services, pid: str) -> WebhookList:
+        """The account's webhooks (``GET /v1/webhooks``)."""
+        await services.accounts.require_account(pid)
+        return await services.webhooks.list(pid)
+
+    @get(
+        "/accounts/{pid:str}/webhooks/{webhook_id:str}/deliveries",
+        responses=errors(*ADMIN_ERRORS, ErrorKind.ACCOUNT_NOT_FOUND, ErrorKind.WEBHOOK_NOT_FOUND),
+    )
+    async def webhook_deliveries(
+        self, services: Services, pid: str, webhook_id: str
+    ) -> DeliveryList:
+        """A webhook's recent deliveries (``GET /v1/webhooks/{id}/deliveries``)."""
+        await services.accounts.require_account(pid)
+        return await services.webhooks.deliveries(pid, webhook_id)
 
     @get("/usage-lag", responses=errors(*ADMIN_ERRORS))
     async def usage_lag(self, services: Services) -> Lag:

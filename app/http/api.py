@@ -44,6 +44,15 @@ from app.http.reports import activity_answer, csv_download
 from app.runtime import Services
 from app.usage.export import parse_format, usage_rows
 from app.usage.reader import parse_days, parse_group_by
+from app.webhooks.registry import (
+    DeliveryList,
+    WebhookCreated,
+    WebhookCreateRequest,
+    WebhookDeleted,
+    WebhookItem,
+    WebhookList,
+    WebhookUpdateRequest,
+)
 
 
 def _managing(ident: Identity) -> Identity:
@@ -254,3 +263,83 @@ class V1Controller(Controller):
         """Revoke a key at once on every worker (spec 4.7)."""
         _managing(ident)
         return await services.accounts.revoke_key(ident.pid, key_id)
+
+    @post(
+        "/webhooks",
+        status_code=201,
+        dependencies=_IDENT,
+        responses=errors(
+            *KEY_ERRORS,
+            *BODY_ERRORS,
+            *IDEMPOTENT_ERRORS,
+            ErrorKind.TEST_KEY_FORBIDDEN,
+            ErrorKind.WEBHOOK_LIMIT,
+        ),
+        operation_class=documented(body=WebhookCreateRequest, parameters=[IDEMPOTENCY_KEY]),
+    )
+    async def create_webhook(
+        self, services: Services, ident: Identity, request: Request[Any, Any, Any]
+    ) -> Response[WebhookCreated]:
+        """A new webhook for the caller's account; its signing secret is in this response
+        only. The URL must be https and reach the public internet (400 naming ``url``)."""
+        _managing(ident)
+        req = decode_json(await request.body(), WebhookCreateRequest)
+        return await once(
+            services,
+            request,
+            ident.pid,
+            (201, WebhookCreated),
+            lambda: services.webhooks.create(ident.pid, req),
+        )
+
+    @get(
+        "/webhooks",
+        dependencies=_IDENT,
+        responses=errors(*KEY_ERRORS, ErrorKind.TEST_KEY_FORBIDDEN),
+    )
+    async def list_webhooks(self, services: Services, ident: Identity) -> WebhookList:
+        """The account's webhooks, oldest first; secrets are never included."""
+        _managing(ident)
+        return await services.webhooks.list(ident.pid)
+
+    @patch(
+        "/webhooks/{webhook_id:str}",
+        dependencies=_IDENT,
+        responses=errors(
+            *KEY_ERRORS, *BODY_ERRORS, ErrorKind.TEST_KEY_FORBIDDEN, ErrorKind.WEBHOOK_NOT_FOUND
+        ),
+        operation_class=documented(body=WebhookUpdateRequest),
+    )
+    async def update_webhook(
+        self, services: Services, ident: Identity, webhook_id: str, request: Request[Any, Any, Any]
+    ) -> WebhookItem:
+        """Change a webhook's URL, events or description (fields left out keep theirs)."""
+        _managing(ident)
+        req = decode_json(await request.body(), WebhookUpdateRequest)
+        return await services.webhooks.update(ident.pid, webhook_id, req)
+
+    @delete(
+        "/webhooks/{webhook_id:str}",
+        status_code=200,
+        dependencies=_IDENT,
+        responses=errors(*KEY_ERRORS, ErrorKind.TEST_KEY_FORBIDDEN, ErrorKind.WEBHOOK_NOT_FOUND),
+    )
+    async def delete_webhook(
+        self, services: Services, ident: Identity, webhook_id: str
+    ) -> WebhookDeleted:
+        """Delete a webhook: nothing more is sent to it, retries included."""
+        _managing(ident)
+        return await services.webhooks.delete(ident.pid, webhook_id)
+
+    @get(
+        "/webhooks/{webhook_id:str}/deliveries",
+        dependencies=_IDENT,
+        responses=errors(*KEY_ERRORS, ErrorKind.TEST_KEY_FORBIDDEN, ErrorKind.WEBHOOK_NOT_FOUND),
+    )
+    async def webhook_deliveries(
+        self, services: Services, ident: Identity, webhook_id: str
+    ) -> DeliveryList:
+        """The webhook's most recent deliveries (100), newest event first: each event's
+        state, attempts, the last answer and when it is retried next."""
+        _managing(ident)
+        return await services.webhooks.deliveries(ident.pid, webhook_id)

@@ -40,6 +40,7 @@ def create_app(settings: Settings) -> Litestar:
         tasks = [
             asyncio.create_task(services.sweeper.run()),
             asyncio.create_task(services.flusher.run()),
+            asyncio.create_task(services.deliverer.run()),
         ]
         try:
             yield

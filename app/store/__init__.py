@@ -15,12 +15,16 @@ from app.store.records import (
     ActivityQuery,
     ActivityRecord,
     CreditExpiry,
+    DeliveryRecord,
+    DueDelivery,
     GrantRecord,
     GrantTotal,
     KeyRecord,
     KeyRotation,
     LedgerSnapshot,
     UsageRollup,
+    WebhookEventRecord,
+    WebhookRecord,
 )
 
 __all__ = [
@@ -30,6 +34,8 @@ __all__ = [
     "ActivityQuery",
     "ActivityRecord",
     "CreditExpiry",
+    "DeliveryRecord",
+    "DueDelivery",
     "GrantRecord",
     "GrantTotal",
     "KeyRecord",
@@ -39,6 +45,8 @@ __all__ = [
     "StoreConflict",
     "StoreError",
     "UsageRollup",
+    "WebhookEventRecord",
+    "WebhookRecord",
     "open_store",
     "stream_id_key",
 ]
@@ -151,6 +159,42 @@ class Store(Protocol):
 
     async def get_cursor(self, shard: int) -> str | None:
         """The last stream id applied for the shard, or None."""
+
+    async def create_webhook(self, rec: WebhookRecord, *, max_per_account: int) -> bool:
+        """Add a webhook; False (nothing written) when the account has ``max_per_account``
+        already (counted and inserted in one transaction)."""
+
+    async def list_webhooks(self, account_pid: str) -> list[WebhookRecord]:
+        """The account's webhooks (not deleted), oldest first."""
+
+    async def get_webhook(self, account_pid: str, webhook_id: str) -> WebhookRecord | None:
+        """The account's webhook, unless there is none or it was deleted."""
+
+    async def update_webhook(
+        self, account_pid: str, webhook_id: str, changes: Mapping[str, str]
+    ) -> WebhookRecord | None:
+        """The webhook with ``changes`` (columns of ``WEBHOOK_UPDATABLE``) set, in one
+        transaction; None when the account has no such webhook."""
+
+    async def delete_webhook(
+        self, account_pid: str, webhook_id: str, deleted_at: int
+    ) -> WebhookRecord | None:
+        """Mark the webhook deleted (its deliveries stop); the record as it was, or None."""
+
+    async def add_webhook_events(self, events: Sequence[WebhookEventRecord], now: int) -> int:
+        """One delivery of each event to each webhook of its account that receives its
+        type, due at ``now`` (one already there is left as it is), in one transaction;
+        returns how many it added."""
+
+    async def claim_deliveries(self, now: int, lease_until: int, limit: int) -> list[DueDelivery]:
+        """Up to ``limit`` deliveries due at ``now`` (of webhooks not deleted), each taken
+        until ``lease_until`` by this caller alone, oldest due first."""
+
+    async def record_delivery(self, delivery: DeliveryRecord) -> None:
+        """Write a delivery's state after an attempt (and let go of its lease)."""
+
+    async def list_deliveries(self, webhook_id: str, limit: int) -> list[DeliveryRecord]:
+        """A webhook's most recent deliveries, newest event first."""
 
     async def list_activity(self, query: ActivityQuery) -> list[ActivityRecord]:
         """One page of an account's activity, newest first (``activity_page``)."""

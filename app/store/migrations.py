@@ -17,10 +17,12 @@ from app.store.records import (
     ActivityQuery,
     ActivityRecord,
     CreditExpiry,
+    DeliveryRecord,
     GrantRecord,
     KeyRecord,
     Row,
     UsageRollup,
+    WebhookRecord,
 )
 
 Migration = tuple[int, tuple[str, ...]]
@@ -180,6 +182,44 @@ MIGRATIONS: tuple[Migration, ...] = (
             f"CREATE INDEX activity_days ON activity ((created / {DAY_S}))",
         ),
     ),
+    (
+        8,
+        # Webhooks and their outbox: one row per event and webhook, its delivery's state.
+        # Due deliveries are found by status and time; a webhook's recent ones by event
+        # time. A deleted webhook keeps its row (its deliveries stop).
+        (
+            """CREATE TABLE webhooks (
+                id TEXT PRIMARY KEY,
+                account_pid TEXT NOT NULL REFERENCES accounts (pid),
+                url TEXT NOT NULL,
+                events TEXT NOT NULL,
+                description TEXT NOT NULL,
+                secret_salt TEXT NOT NULL,
+                created_at BIGINT NOT NULL,
+                deleted_at BIGINT
+            )""",
+            "CREATE INDEX webhooks_account ON webhooks (account_pid, created_at)",
+            """CREATE TABLE webhook_deliveries (
+                event_id TEXT NOT NULL,
+                webhook_id TEXT NOT NULL,
+                account_pid TEXT NOT NULL,
+                type TEXT NOT NULL,
+                created BIGINT NOT NULL,
+                data TEXT NOT NULL,
+                status TEXT NOT NULL,
+                attempt BIGINT NOT NULL,
+                status_code BIGINT,
+                error TEXT,
+                next_attempt_at BIGINT,
+                lease_until BIGINT NOT NULL,
+                updated_at BIGINT NOT NULL,
+                PRIMARY KEY (event_id, webhook_id)
+            )""",
+            "CREATE INDEX webhook_deliveries_due ON webhook_deliveries (status, next_attempt_at)",
+            "CREATE INDEX webhook_deliveries_recent ON webhook_deliveries "
+            "(webhook_id, created, event_id)",
+        ),
+    ),
 )
 
 CREATE_SCHEMA_MIGRATIONS = (
@@ -275,6 +315,50 @@ INSERT_ACTIVITY = (
     _insert("activity", ActivityRecord)
     + " ON CONFLICT (account_pid, environment, created, event_key) DO NOTHING"
 )
+INSERT_WEBHOOK = _insert("webhooks", WebhookRecord)
+_LIVE_WEBHOOKS = (
+    _select("webhooks", WebhookRecord) + " WHERE account_pid = ? AND deleted_at IS NULL"
+)
+GET_WEBHOOK = _LIVE_WEBHOOKS + " AND id = ?"
+LIST_WEBHOOKS = _LIVE_WEBHOOKS + " ORDER BY created_at, id"
+COUNT_WEBHOOKS = "SELECT COUNT(*) FROM webhooks WHERE account_pid = ? AND deleted_at IS NULL"
+WEBHOOK_UPDATABLE = ("url", "events", "description")
+UPDATE_WEBHOOK = {
+    column: f"UPDATE webhooks SET {column} = ? WHERE id = ? AND account_pid = ? "
+    "AND deleted_at IS NULL"
+    for column in WEBHOOK_UPDATABLE
+}
+DELETE_WEBHOOK = (
+    "UPDATE webhooks SET deleted_at = ? WHERE id = ? AND account_pid = ? AND deleted_at IS NULL"
+)
+ACCOUNT_WEBHOOK_EVENTS = (
+    "SELECT id, events FROM webhooks WHERE account_pid = ? AND deleted_at IS NULL"
+)
+INSERT_DELIVERY = (
+    _insert("webhook_deliveries", DeliveryRecord) + " ON CONFLICT (event_id, webhook_id) DO NOTHING"
+)
+_DELIVERY_COLUMNS = ", ".join(f"d.{f}" for f in DeliveryRecord.__struct_fields__)
+# Deliveries whose time has come, of webhooks not deleted, with where and how to sign.
+DUE_DELIVERIES = (
+    f"SELECT {_DELIVERY_COLUMNS}, w.url, w.secret_salt FROM webhook_deliveries d "
+    "JOIN webhooks w ON w.id = d.webhook_id "
+    "WHERE d.status = 'pending' AND d.next_attempt_at <= ? AND d.lease_until <= ? "
+    "AND w.deleted_at IS NULL ORDER BY d.next_attempt_at LIMIT ?"
+)
+# One deliverer sends a delivery: the one whose claim changed the row.
+CLAIM_DELIVERY = (
+    "UPDATE webhook_deliveries SET lease_until = ? WHERE event_id = ? AND webhook_id = ? "
+    "AND status = 'pending' AND lease_until <= ?"
+)
+RECORD_DELIVERY = (
+    "UPDATE webhook_deliveries SET status = ?, attempt = ?, status_code = ?, error = ?, "
+    "next_attempt_at = ?, lease_until = ?, updated_at = ? WHERE event_id = ? AND webhook_id = ?"
+)
+LIST_DELIVERIES = (
+    _select("webhook_deliveries", DeliveryRecord)
+    + " WHERE webhook_id = ? ORDER BY created DESC, event_id DESC LIMIT ?"
+)
+
 # The row an `after` names: the newest of the account's with that id.
 ACTIVITY_POSITION = (
     "SELECT created, event_key FROM activity WHERE account_pid = ? AND id = ? "

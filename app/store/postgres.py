@@ -29,14 +29,21 @@ from app.store.records import (
     ActivityQuery,
     ActivityRecord,
     CreditExpiry,
+    DeliveryRecord,
+    DueDelivery,
     GrantRecord,
     KeyRecord,
     KeyRotation,
     LedgerSnapshot,
     Row,
     UsageRollup,
+    WebhookEventRecord,
+    WebhookRecord,
+    deliveries_of,
+    due_delivery,
     grouped_sums,
     ledger_snapshot,
+    recorded_delivery,
     to_record,
     to_row,
     usage_sums,
@@ -344,6 +351,100 @@ class PostgresStore:
             return True
 
         return await self._write(apply)
+
+    # -- webhooks ---------------------------------------------------------------------
+
+    async def create_webhook(self, rec: WebhookRecord, *, max_per_account: int) -> bool:
+        """Add a webhook unless the account has ``max_per_account``: the account row's lock
+        makes concurrent creates count in turn."""
+
+        async def create(conn: Conn) -> bool:
+            await conn.execute(pgsql.LOCK_ACCOUNT, (rec.account_pid,))
+            row = await (await conn.execute(pgsql.COUNT_WEBHOOKS, (rec.account_pid,))).fetchone()
+            if row is not None and int(row[0]) >= max_per_account:
+                return False
+            await conn.execute(pgsql.INSERT_WEBHOOK, to_row(rec))
+            return True
+
+        return await self._write(create)
+
+    async def list_webhooks(self, account_pid: str) -> list[WebhookRecord]:
+        """The account's webhooks, oldest first."""
+        return await self._records(WebhookRecord, pgsql.LIST_WEBHOOKS, (account_pid,))
+
+    async def get_webhook(self, account_pid: str, webhook_id: str) -> WebhookRecord | None:
+        """The account's webhook (not deleted), or None."""
+        return await self._record(WebhookRecord, pgsql.GET_WEBHOOK, (account_pid, webhook_id))
+
+    async def update_webhook(
+        self, account_pid: str, webhook_id: str, changes: Mapping[str, str]
+    ) -> WebhookRecord | None:
+        """The webhook with ``changes`` set, or None."""
+
+        async def update(conn: Conn) -> WebhookRecord | None:
+            for column, value in changes.items():
+                await conn.execute(pgsql.UPDATE_WEBHOOK[column], (value, webhook_id, account_pid))
+            cur = await conn.execute(pgsql.GET_WEBHOOK, (account_pid, webhook_id))
+            row = await cur.fetchone()
+            return None if row is None else to_record(WebhookRecord, row)
+
+        return await self._write(update)
+
+    async def delete_webhook(
+        self, account_pid: str, webhook_id: str, deleted_at: int
+    ) -> WebhookRecord | None:
+        """Mark the webhook deleted; the record as it was, or None."""
+
+        async def delete(conn: Conn) -> WebhookRecord | None:
+            cur = await conn.execute(pgsql.GET_WEBHOOK, (account_pid, webhook_id))
+            row = await cur.fetchone()
+            if row is not None:
+                await conn.execute(pgsql.DELETE_WEBHOOK, (deleted_at, webhook_id, account_pid))
+            return None if row is None else to_record(WebhookRecord, row)
+
+        return await self._write(delete)
+
+    async def add_webhook_events(self, events: Sequence[WebhookEventRecord], now: int) -> int:
+        """Each event's deliveries, in one transaction; how many were added."""
+
+        async def add(conn: Conn) -> int:
+            added = 0
+            for event in events:
+                cur = await conn.execute(pgsql.ACCOUNT_WEBHOOK_EVENTS, (event.account_pid,))
+                for delivery in deliveries_of(event, await cur.fetchall(), now):
+                    done = await conn.execute(pgsql.INSERT_DELIVERY, to_row(delivery))
+                    added += done.rowcount
+            return added
+
+        return await self._write(add) if events else 0
+
+    async def claim_deliveries(self, now: int, lease_until: int, limit: int) -> list[DueDelivery]:
+        """Due deliveries, each taken until ``lease_until`` by the caller whose claim
+        changed its row (a concurrent claimer's finds the lease taken)."""
+
+        async def claim(conn: Conn) -> list[DueDelivery]:
+            cur = await conn.execute(pgsql.DUE_DELIVERIES, (now, now, limit))
+            taken = []
+            for d in [due_delivery(r) for r in await cur.fetchall()]:
+                key = (d.delivery.event_id, d.delivery.webhook_id)
+                done = await conn.execute(pgsql.CLAIM_DELIVERY, (lease_until, *key, now))
+                if done.rowcount:
+                    taken.append(d)
+            return taken
+
+        return await self._write(claim)
+
+    async def record_delivery(self, delivery: DeliveryRecord) -> None:
+        """A delivery's state after an attempt."""
+
+        async def record(conn: Conn) -> None:
+            await conn.execute(pgsql.RECORD_DELIVERY, recorded_delivery(delivery))
+
+        await self._write(record)
+
+    async def list_deliveries(self, webhook_id: str, limit: int) -> list[DeliveryRecord]:
+        """A webhook's most recent deliveries."""
+        return await self._records(DeliveryRecord, pgsql.LIST_DELIVERIES, (webhook_id, limit))
 
     async def list_activity(self, query: ActivityQuery) -> list[ActivityRecord]:
         """One page of an account's activity, newest first."""

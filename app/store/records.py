@@ -131,6 +131,103 @@ class ActivityQuery(msgspec.Struct, frozen=True, kw_only=True):
     after: tuple[int, str] | None = None  # (created, event_key) of the row the page follows
 
 
+class WebhookRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A receiver of an account's events. Its signing secret is not kept: it is derived
+    from the key pepper and ``secret_salt`` (``app.webhooks.signing``)."""
+
+    id: str  # "wh_…"
+    account_pid: str
+    url: str
+    events: str  # the event types it receives, space-separated
+    description: str
+    secret_salt: str
+    created_at: int
+    deleted_at: int | None = None
+
+
+class WebhookEventRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """An event of an account, to deliver to each of its webhooks that receives its type."""
+
+    event_id: str  # "evt_…": stable for one occurrence, so a retried write adds it once
+    account_pid: str
+    type: str
+    created: int
+    data: str  # the event's ``data``, JSON
+
+
+class DeliveryRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One event on its way to one webhook: the state of its delivery."""
+
+    event_id: str
+    webhook_id: str
+    account_pid: str
+    type: str
+    created: int
+    data: str
+    status: str  # "pending" | "delivered" | "failed" (given up after the retry window)
+    attempt: int  # attempts made
+    status_code: int | None  # the receiver's answer to the last attempt; None: none came
+    error: str | None  # why the last attempt failed, when no answer came
+    next_attempt_at: int | None  # unix seconds; None once delivered or given up
+    lease_until: int  # a deliverer is sending it until then
+    updated_at: int
+
+
+class DueDelivery(msgspec.Struct, frozen=True, kw_only=True):
+    """A delivery taken to send: its state, and where and how to send it."""
+
+    delivery: DeliveryRecord
+    url: str
+    secret_salt: str
+
+
+def deliveries_of(event: WebhookEventRecord, webhooks: list[Row], now: int) -> list[DeliveryRecord]:
+    """The deliveries of ``event`` (due at ``now``) to the webhooks (rows of ``id,
+    events``) that receive its type."""
+    return [
+        DeliveryRecord(
+            event_id=event.event_id,
+            webhook_id=str(webhook_id),
+            account_pid=event.account_pid,
+            type=event.type,
+            created=event.created,
+            data=event.data,
+            status="pending",
+            attempt=0,
+            status_code=None,
+            error=None,
+            next_attempt_at=now,
+            lease_until=0,
+            updated_at=now,
+        )
+        for webhook_id, types in webhooks
+        if event.type in str(types).split(" ")
+    ]
+
+
+def recorded_delivery(d: DeliveryRecord) -> Row:
+    """The arguments of ``RECORD_DELIVERY`` for a delivery's new state."""
+    return (
+        d.status,
+        d.attempt,
+        d.status_code,
+        d.error,
+        d.next_attempt_at,
+        d.lease_until,
+        d.updated_at,
+        d.event_id,
+        d.webhook_id,
+    )
+
+
+def due_delivery(row: Row) -> DueDelivery:
+    """A row of ``DUE_DELIVERIES``."""
+    *delivery, url, salt = row
+    return DueDelivery(
+        delivery=to_record(DeliveryRecord, tuple(delivery)), url=str(url), secret_salt=str(salt)
+    )
+
+
 class GrantTotal(msgspec.Struct, frozen=True, kw_only=True):
     """Sum of an account's grants to one pool."""
 

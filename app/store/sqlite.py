@@ -26,14 +26,21 @@ from app.store.records import (
     ActivityQuery,
     ActivityRecord,
     CreditExpiry,
+    DeliveryRecord,
+    DueDelivery,
     GrantRecord,
     KeyRecord,
     KeyRotation,
     LedgerSnapshot,
     Row,
     UsageRollup,
+    WebhookEventRecord,
+    WebhookRecord,
+    deliveries_of,
+    due_delivery,
     grouped_sums,
     ledger_snapshot,
+    recorded_delivery,
     to_record,
     to_row,
     usage_sums,
@@ -254,6 +261,89 @@ class SQLiteStore:
         """The last stream id applied for the shard, or None."""
         rows = await self._rows(sql.GET_CURSOR, (shard,))
         return str(rows[0][0]) if rows else None
+
+    # -- webhooks ---------------------------------------------------------------------
+
+    async def create_webhook(self, rec: WebhookRecord, *, max_per_account: int) -> bool:
+        """Add a webhook unless the account has ``max_per_account`` (one transaction)."""
+
+        def create(conn: sqlite3.Connection) -> bool:
+            (count,) = conn.execute(sql.COUNT_WEBHOOKS, (rec.account_pid,)).fetchone()
+            if count >= max_per_account:
+                return False
+            conn.execute(sql.INSERT_WEBHOOK, to_row(rec))
+            return True
+
+        return await self._write(create)
+
+    async def list_webhooks(self, account_pid: str) -> list[WebhookRecord]:
+        """The account's webhooks, oldest first."""
+        return await self._records(WebhookRecord, sql.LIST_WEBHOOKS, (account_pid,))
+
+    async def get_webhook(self, account_pid: str, webhook_id: str) -> WebhookRecord | None:
+        """The account's webhook (not deleted), or None."""
+        return await self._record(WebhookRecord, sql.GET_WEBHOOK, (account_pid, webhook_id))
+
+    async def update_webhook(
+        self, account_pid: str, webhook_id: str, changes: Mapping[str, str]
+    ) -> WebhookRecord | None:
+        """The webhook with ``changes`` set, or None."""
+
+        def update(conn: sqlite3.Connection) -> WebhookRecord | None:
+            for column, value in changes.items():
+                conn.execute(sql.UPDATE_WEBHOOK[column], (value, webhook_id, account_pid))
+            row = conn.execute(sql.GET_WEBHOOK, (account_pid, webhook_id)).fetchone()
+            return None if row is None else to_record(WebhookRecord, row)
+
+        return await self._write(update)
+
+    async def delete_webhook(
+        self, account_pid: str, webhook_id: str, deleted_at: int
+    ) -> WebhookRecord | None:
+        """Mark the webhook deleted; the record as it was, or None."""
+
+        def delete(conn: sqlite3.Connection) -> WebhookRecord | None:
+            row = conn.execute(sql.GET_WEBHOOK, (account_pid, webhook_id)).fetchone()
+            if row is not None:
+                conn.execute(sql.DELETE_WEBHOOK, (deleted_at, webhook_id, account_pid))
+            return None if row is None else to_record(WebhookRecord, row)
+
+        return await self._write(delete)
+
+    async def add_webhook_events(self, events: Sequence[WebhookEventRecord], now: int) -> int:
+        """Each event's deliveries, in one transaction; how many were added."""
+
+        def add(conn: sqlite3.Connection) -> int:
+            added = 0
+            for event in events:
+                webhooks = conn.execute(sql.ACCOUNT_WEBHOOK_EVENTS, (event.account_pid,))
+                for delivery in deliveries_of(event, webhooks.fetchall(), now):
+                    added += conn.execute(sql.INSERT_DELIVERY, to_row(delivery)).rowcount
+            return added
+
+        return await self._write(add) if events else 0
+
+    async def claim_deliveries(self, now: int, lease_until: int, limit: int) -> list[DueDelivery]:
+        """Due deliveries, each taken until ``lease_until`` (the write lock: one taker)."""
+
+        def claim(conn: sqlite3.Connection) -> list[DueDelivery]:
+            due = [due_delivery(r) for r in conn.execute(sql.DUE_DELIVERIES, (now, now, limit))]
+            for d in due:
+                key = (d.delivery.event_id, d.delivery.webhook_id)
+                conn.execute(sql.CLAIM_DELIVERY, (lease_until, *key, now))
+            return due
+
+        return await self._write(claim)
+
+    async def record_delivery(self, delivery: DeliveryRecord) -> None:
+        """A delivery's state after an attempt."""
+        await self._write(
+            lambda conn: conn.execute(sql.RECORD_DELIVERY, recorded_delivery(delivery))
+        )
+
+    async def list_deliveries(self, webhook_id: str, limit: int) -> list[DeliveryRecord]:
+        """A webhook's most recent deliveries."""
+        return await self._records(DeliveryRecord, sql.LIST_DELIVERIES, (webhook_id, limit))
 
     async def list_activity(self, query: ActivityQuery) -> list[ActivityRecord]:
         """One page of an account's activity, newest first."""

@@ -34,6 +34,8 @@ TABLES = {
     "flush_cursors",
     "credit_expiries",
     "activity",
+    "webhooks",
+    "webhook_deliveries",
 }
 
 

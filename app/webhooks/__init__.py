@@ -1,0 +1,1 @@
+"""Webhooks: an account's receivers of events, the events' outbox, signed deliveries."""

@@ -1,0 +1,157 @@
+"""Where a webhook may point: no request of svc's may reach its own network (SSRF).
+
+A URL must be ``https`` and its host must resolve only to public addresses: not loopback,
+link-local, private, shared, reserved, multicast or unspecified (an IPv4-mapped IPv6
+address counts as the IPv4 one). It is checked when the webhook is created or changed and
+again at every delivery, where the connection goes to the addresses just checked (the
+resolver refuses any other), so a name cannot be rebound to an inside address meanwhile.
+Hosts in ``SVC_WEBHOOK_ALLOW_HOSTS`` (names, addresses or CIDR networks, comma-separated)
+are let through, over ``http`` too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from typing import Any
+from urllib.parse import SplitResult, urlsplit
+
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import ThreadedResolver
+
+MAX_URL_CHARS = 2048
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class TargetRefused(Exception):
+    """The URL may not be called; ``reason`` says why (it names no address)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class AllowList:
+    """``SVC_WEBHOOK_ALLOW_HOSTS``: host names, addresses and networks let through."""
+
+    def __init__(self, hosts: frozenset[str], networks: tuple[Network, ...]) -> None:
+        self.hosts = hosts
+        self.networks = networks
+
+    @classmethod
+    def parse(cls, text: str) -> AllowList:
+        hosts: set[str] = set()
+        networks: list[Network] = []
+        for entry in (part.strip() for part in text.split(",")):
+            if not entry:
+                continue
+            try:
+                networks.append(ipaddress.ip_network(entry, strict=False))
+            except ValueError:
+                hosts.add(entry.lower().rstrip("."))
+        return cls(frozenset(hosts), tuple(networks))
+
+    def names(self, host: str) -> bool:
+        """Whether ``host`` itself is let through (by name, or as an address listed)."""
+        if host.lower().rstrip(".") in self.hosts:
+            return True
+        address = _address(host)
+        return address is not None and self.covers(address)
+
+    def covers(self, address: Address) -> bool:
+        return any(address in network for network in self.networks)
+
+
+NOBODY = AllowList(frozenset(), ())
+
+
+def _address(text: str) -> Address | None:
+    try:
+        return ipaddress.ip_address(text.strip("[]").split("%", 1)[0])
+    except ValueError:
+        return None
+
+
+def public(address: Address) -> bool:
+    """Whether an address is on the public internet (not svc's own network)."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_global and not address.is_multicast
+
+
+def parse_url(url: str, allow: AllowList) -> SplitResult:
+    """The URL's parts, or ``TargetRefused`` when its form is not allowed (before any
+    lookup)."""
+    if len(url) > MAX_URL_CHARS or not url.isprintable() or " " in url:
+        raise TargetRefused(f"'url' must be an absolute URL of at most {MAX_URL_CHARS} characters.")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (a bad port raises here)
+    except ValueError as exc:
+        raise TargetRefused("'url' is not a valid URL.") from exc
+    host = parts.hostname
+    if not host:
+        raise TargetRefused("'url' must name a host.")
+    if parts.username is not None or parts.password is not None:
+        raise TargetRefused("'url' must not carry credentials.")
+    if parts.scheme == "https" or (parts.scheme == "http" and allow.names(host)):
+        return parts
+    raise TargetRefused("'url' must be https.")
+
+
+def _checked(host: str, addresses: list[str], allow: AllowList) -> None:
+    if allow.names(host):
+        return
+    for text in addresses:
+        address = _address(text)
+        if address is None or not (public(address) or allow.covers(address)):
+            raise TargetRefused(
+                "'url' resolves to a private, loopback or link-local address; webhooks "
+                "must reach the public internet."
+            )
+
+
+async def check_url(url: str, allow: AllowList) -> SplitResult:
+    """The URL's parts once its form and every address its host resolves to are allowed;
+    ``TargetRefused`` otherwise."""
+    parts = parse_url(url, allow)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise TargetRefused("'url' names a host that does not resolve.") from exc
+    _checked(host, [str(info[4][0]) for info in infos], allow)
+    return parts
+
+
+class GuardedResolver(AbstractResolver):
+    """aiohttp's resolver for deliveries: the addresses a connection may use are those
+    that pass the check (a host rebound to an inside address gets no connection)."""
+
+    def __init__(self, allow: AllowList) -> None:
+        self.allow = allow
+        self._inner = ThreadedResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        results = await self._inner.resolve(host, port, family)
+        _checked(host, [str(r["host"]) for r in results], self.allow)
+        return results
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+def refused_reason(exc: BaseException) -> str | None:
+    """A delivery's failure reason when it was the target check (through aiohttp's
+    wrapping of the resolver's error)."""
+    seen: Any = exc
+    while seen is not None:
+        if isinstance(seen, TargetRefused):
+            return seen.reason
+        seen = seen.__cause__ or seen.__context__
+    return None

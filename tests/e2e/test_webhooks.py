@@ -1,0 +1,289 @@
+"""Webhooks against a real server and a real receiver (an HTTP server in this process):
+signed deliveries, once per event, retried while the receiver fails, and kept across a
+restart; URLs that would reach svc's own network refused."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import Server, start_server, stop_server
+from tests.e2e.test_admin_cli import svc_admin
+
+pytestmark = pytest.mark.e2e
+FAST_RETRIES = {
+    "SVC_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
+    "SVC_WEBHOOK_FIRST_RETRY_S": "0.5",
+    "SVC_WEBHOOK_POLL_S": "0.2",
+    "SVC_WEBHOOK_TIMEOUT_S": "2",
+}
+TOLERANCE_S = 300  # the sample in docs/api.md refuses older signatures
+
+
+class Receiver:
+    """A webhook receiver: records what it is sent; answers 500 to the first
+    ``failures`` requests, then 204."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[dict[str, str], bytes]] = []
+        self.failures = 0
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["content-length"]))
+                with receiver.lock:
+                    receiver.received.append(
+                        ({k.lower(): v for k, v in self.headers.items()}, body)
+                    )
+                    failing = receiver.failures > 0
+                    receiver.failures -= 1 if failing else 0
+                self.send_response(500 if failing else 204)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.http.server_address[1]}/hooks/svc"
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    def events(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return [json.loads(body) for _, body in self.received]
+
+    def unique(self) -> dict[str, dict[str, Any]]:
+        """What a receiver that deduplicates by event id keeps."""
+        return {e["id"]: e for e in self.events()}
+
+
+def verify(secret: str, header: str, body: bytes, now: float) -> bool:
+    """The check docs/api.md shows receivers."""
+    fields = dict(part.split("=", 1) for part in header.split(","))
+    timestamp = int(fields["t"])
+    if abs(now - timestamp) > TOLERANCE_S:
+        return False
+    expected = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
+    return hmac.compare_digest(expected.hexdigest(), fields["v1"])
+
+
+@pytest.fixture(scope="module")
+def hooked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = start_server(tmp_path_factory.mktemp("hooks"), workers=2, extra_env=FAST_RETRIES)
+    try:
+        yield srv
+    finally:
+        stop_server(srv.process)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.http.shutdown()
+
+
+def _owner(server: Server) -> tuple[str, dict[str, str]]:
+    pid = server.new_account(100_000)
+    return pid, {"authorization": f"Bearer {server.new_key(pid)}"}
+
+
+def _create(server: Server, headers: dict[str, str], url: str, events: list[str]) -> httpx.Response:
+    return httpx.post(
+        f"{server.base_url}/webhooks", json={"url": url, "events": events}, headers=headers
+    )
+
+
+def _wait(condition: Any, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def test_a_webhook_is_made_listed_changed_and_deleted(hooked: Server, receiver: Receiver) -> None:
+    _, headers = _owner(hooked)
+    made = _create(hooked, headers, receiver.url, ["key.revoked"])
+    assert made.status_code == 201, made.text
+    hook = made.json()
+    assert hook["secret"].startswith("whsec_")
+    assert (hook["object"], hook["events"], hook["url"]) == (
+        "webhook",
+        ["key.revoked"],
+        receiver.url,
+    )
+    listed = httpx.get(f"{hooked.base_url}/webhooks", headers=headers).json()["data"]
+    assert [h["id"] for h in listed] == [hook["id"]]
+    assert "secret" not in listed[0]
+    changed = httpx.patch(
+        f"{hooked.base_url}/webhooks/{hook['id']}",
+        json={"events": ["key.rotated", "key.revoked"], "description": "ops"},
+        headers=headers,
+    ).json()
+    assert (changed["events"], changed["description"]) == (["key.revoked", "key.rotated"], "ops")
+    gone = httpx.delete(f"{hooked.base_url}/webhooks/{hook['id']}", headers=headers)
+    assert gone.json() == {"id": hook["id"], "object": "webhook", "deleted": True}
+    assert httpx.get(f"{hooked.base_url}/webhooks", headers=headers).json()["data"] == []
+    again = httpx.delete(f"{hooked.base_url}/webhooks/{hook['id']}", headers=headers)
+    assert (again.status_code, again.json()["error"]["code"]) == (404, "webhook_not_found")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://10.1.2.3/hook",  # private
+        "https://169.254.169.254/latest/meta-data",  # link-local (cloud metadata)
+        "https://127.0.0.2/hook",  # loopback, not the allowed address
+        "https://[::1]/hook",
+        "https://[::ffff:10.0.0.1]/hook",  # IPv4-mapped private
+        "https://100.64.0.1/hook",  # shared address space
+        "https://0.0.0.0/hook",
+        "http://example.com/hook",  # http to a host not allowed
+        "ftp://127.0.0.1/hook",
+        "https://user:pass@127.0.0.1/hook",
+        "not a url",
+    ],
+)
+def test_urls_into_svcs_own_network_are_refused(hooked: Server, url: str) -> None:
+    _, headers = _owner(hooked)
+    r = _create(hooked, headers, url, ["key.revoked"])
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "url"), r.text
+    assert httpx.get(f"{hooked.base_url}/webhooks", headers=headers).json()["data"] == []
+
+
+def test_bad_webhook_bodies_are_400s_naming_the_field(hooked: Server, receiver: Receiver) -> None:
+    pid, headers = _owner(hooked)
+    for body, param in [
+        ({"url": receiver.url, "events": ["credits.gone"]}, "events"),
+        ({"url": receiver.url, "events": []}, "events"),
+        ({"url": receiver.url}, "events"),
+        ({"url": receiver.url, "events": ["key.revoked"], "description": "a\nb"}, "description"),
+        ({"url": receiver.url, "events": ["key.revoked"], "colour": "red"}, "colour"),
+    ]:
+        r = httpx.post(f"{hooked.base_url}/webhooks", json=body, headers=headers)
+        assert (r.status_code, r.json()["error"]["param"]) == (400, param), (body, r.text)
+    test_key = hooked.new_key(pid, environment="test")
+    r = _create(hooked, {"authorization": f"Bearer {test_key}"}, receiver.url, ["key.revoked"])
+    assert (r.status_code, r.json()["error"]["code"]) == (403, "test_key_forbidden")
+
+
+def test_key_events_arrive_signed_once_each(hooked: Server, receiver: Receiver) -> None:
+    pid, headers = _owner(hooked)
+    hook = _create(hooked, headers, receiver.url, ["key.revoked", "key.rotated"]).json()
+    keys = [
+        hooked.admin(
+            "POST",
+            f"/accounts/{pid}/api-keys",
+            {"name": f"k{i}", "environment": "live", "daily_cap_credits": None},
+        ).json()
+        for i in range(2)
+    ]
+    rotated = httpx.post(
+        f"{hooked.base_url}/api-keys/{keys[0]['id']}/rotate",
+        json={"grace_seconds": 60},
+        headers=headers,
+    ).json()
+    for _ in range(3):  # a revoke retried: one event
+        assert httpx.delete(
+            f"{hooked.base_url}/api-keys/{keys[1]['id']}", headers=headers
+        ).is_success
+    _wait(lambda: len(receiver.unique()) == 2)
+    time.sleep(1)  # nothing more comes
+    assert len(receiver.events()) == 2
+    by_type = {e["type"]: e for e in receiver.events()}
+    assert by_type["key.rotated"]["data"]["key_id"] == keys[0]["id"]
+    assert by_type["key.rotated"]["data"]["new_key_id"] == rotated["id"]
+    assert by_type["key.revoked"]["data"]["key_id"] == keys[1]["id"]
+    for head, body in receiver.received:
+        assert head["content-type"] == "application/json"
+        assert verify(hook["secret"], head["svc-signature"], body, time.time())
+        assert not verify("whsec_wrong", head["svc-signature"], body, time.time())
+    deliveries = httpx.get(
+        f"{hooked.base_url}/webhooks/{hook['id']}/deliveries", headers=headers
+    ).json()
+    assert sorted(d["type"] for d in deliveries["data"]) == ["key.revoked", "key.rotated"]
+    for d in deliveries["data"]:
+        assert (d["status"], d["attempt"], d["status_code"], d["next_retry_at"]) == (
+            "delivered",
+            1,
+            204,
+            None,
+        )
+    # the operator sees the same, over HTTP and from the command line
+    assert hooked.admin("GET", f"/accounts/{pid}/webhooks").json()["data"][0]["id"] == hook["id"]
+    code, listed = svc_admin(hooked.env, "webhooks", pid)
+    assert (code, [h["id"] for h in listed["data"]]) == (0, [hook["id"]])  # type: ignore[index]
+    code, sent = svc_admin(hooked.env, "webhooks", pid, "--deliveries", hook["id"])
+    assert (code, sent) == (0, deliveries)
+
+
+def test_retries_follow_a_receiver_that_fails_then_recovers(
+    hooked: Server, receiver: Receiver
+) -> None:
+    pid, headers = _owner(hooked)
+    hook = _create(hooked, headers, receiver.url, ["key.revoked"]).json()
+    receiver.failures = 2
+    key = hooked.admin(
+        "POST",
+        f"/accounts/{pid}/api-keys",
+        {"name": "k", "environment": "live", "daily_cap_credits": None},
+    ).json()
+    assert httpx.delete(f"{hooked.base_url}/api-keys/{key['id']}", headers=headers).is_success
+    url = f"{hooked.base_url}/webhooks/{hook['id']}/deliveries"
+
+    def delivered() -> bool:
+        found = httpx.get(url, headers=headers).json()["data"]
+        return bool(found) and found[0]["status"] == "delivered"
+
+    _wait(delivered)
+    (state,) = httpx.get(url, headers=headers).json()["data"]
+    assert (state["attempt"], state["status_code"]) == (3, 204)
+    bodies = [body for _, body in receiver.received]
+    assert len(bodies) == 3
+    assert len(set(bodies)) == 1  # the same event, byte for byte
+    for head, body in receiver.received:
+        assert verify(hook["secret"], head["svc-signature"], body, time.time())
+
+
+def test_a_restart_in_the_middle_loses_no_event(tmp_path: Path, receiver: Receiver) -> None:
+    srv = start_server(tmp_path, workers=2, extra_env=FAST_RETRIES)
+    try:
+        pid, headers = _owner(srv)
+        _create(srv, headers, receiver.url, ["key.revoked"])
+        receiver.failures = 1_000_000  # down
+        ids = []
+        for i in range(5):
+            key = srv.admin(
+                "POST",
+                f"/accounts/{pid}/api-keys",
+                {"name": f"k{i}", "environment": "live", "daily_cap_credits": None},
+            ).json()
+            assert httpx.delete(f"{srv.base_url}/api-keys/{key['id']}", headers=headers).is_success
+            ids.append(key["id"])
+        _wait(lambda: len(receiver.unique()) == 5)  # each tried at least once, refused
+    finally:
+        stop_server(srv.process)
+    receiver.failures = 0  # back up while svc is down
+    srv = start_server(tmp_path, workers=2, extra_env=FAST_RETRIES)
+    try:
+        before = len(receiver.received)
+        # the retries carry on (a send cut by the shutdown waits out its lease)
+        _wait(lambda: len(receiver.received[before:]) >= 5, seconds=60)
+        time.sleep(1.5)
+        kept = receiver.unique()
+        assert sorted(e["data"]["key_id"] for e in kept.values()) == sorted(ids)
+        after = [json.loads(b)["id"] for _, b in receiver.received[before:]]
+        assert sorted(after) == sorted(kept)  # once each after the restart: all delivered
+    finally:
+        stop_server(srv.process)
