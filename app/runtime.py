@@ -41,6 +41,7 @@ from app.usage.flusher import Flusher
 from app.usage.reader import UsageReader
 from app.webhooks.delivery import Deliverer
 from app.webhooks.registry import Webhooks
+from app.webhooks.scanner import Scanner
 from app.webhooks.targets import AllowList
 
 DEV_KEY_FILE = "dev-key.txt"
@@ -214,6 +215,15 @@ class Services:
             cap_ttl_s=settings.cap_counter_ttl_s,
             usage_ttl_s=settings.usage_day_ttl_s,
             redis_clock=redis_clock,  # the sweeper's rounds keep it in step with Redis's
+        )
+        self.scanner = Scanner(
+            store,
+            background_ledger,
+            self.webhooks,
+            self.background_redis,
+            self.layout,
+            every_s=settings.webhook_scan_s,
+            clock=clock,
         )
         self.sweeper = Sweeper(background_ledger, interval_s=settings.sweep_interval_s, clock=clock)
         self.flusher = Flusher(

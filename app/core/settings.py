@@ -104,6 +104,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     before (at most an hour) until 24 hours after the event."""
     webhook_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 10.0
     """How long a webhook receiver has to answer a delivery."""
+    webhook_scan_s: Annotated[float, msgspec.Meta(gt=0)] = 60.0
+    """How often one worker looks for what is about to expire (key.expiring,
+    credits.earned_expiring) or has expired (credits.earned_expired)."""
     webhook_poll_s: Annotated[float, msgspec.Meta(gt=0)] = 1.0
     """How often each worker looks for webhook deliveries that are due."""
     usage_day_ttl_s: int = 40 * 86_400

@@ -33,6 +33,7 @@ from app.kv.fields import (
     COUNTERS,
     KEY_ACTIVE,
     NOTHING_SERVED,
+    AccountField,
     KeyField,
     ReservationField,
     Served,
@@ -345,6 +346,26 @@ class RedisLedger:
         if exp and now >= exp:
             earned, exp = 0, 0
         return Balance(earned, exp, purchased)
+
+    async def expire_earned(self, pid: str, now: float) -> int:
+        """Zero the account's earned pool if it has expired (recording the expiry as the
+        other scripts do); the credits that lapsed (0: not expired, or no account)."""
+        shard = self.layout.shard(pid)
+        _, lapsed = await self._run(
+            "expire_earned",
+            [self.layout.account(shard, pid), self.layout.events(shard)],
+            [int(now), pid],
+        )
+        return int(lapsed)
+
+    async def earned_pool(self, pid: str) -> tuple[int, int]:
+        """(earned credits, when they expire: unix seconds, 0 = never) as Redis holds them
+        (an expired pool not yet zeroed included)."""
+        earned, earned_exp = await self.redis.hmget(
+            self.layout.account(self.layout.shard(pid), pid),
+            [AccountField.EARNED, AccountField.EARNED_EXP],
+        )
+        return int(earned or 0), int(earned_exp or 0)
 
     async def grant(
         self,

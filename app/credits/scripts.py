@@ -26,6 +26,7 @@ SCRIPT_NAMES = (
     "extend",
     "balance",
     "grant",
+    "expire_earned",
     "open_account",
     "put_key",
     "update_key",

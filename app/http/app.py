@@ -41,6 +41,7 @@ def create_app(settings: Settings) -> Litestar:
             asyncio.create_task(services.sweeper.run()),
             asyncio.create_task(services.flusher.run()),
             asyncio.create_task(services.deliverer.run()),
+            asyncio.create_task(services.scanner.run()),
         ]
         try:
             yield

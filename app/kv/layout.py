@@ -95,6 +95,10 @@ class KeySpace:
         """string: the token of the flusher draining the shard's events (SET NX PX)."""
         return self._tagged(shard, "flush-lease")
 
+    def webhook_scan_lease(self) -> str:
+        """string: the token of the worker looking for time-based webhook events."""
+        return f"{self.prefix}:webhook-scan-lease"
+
     def activity_prune_lease(self) -> str:
         """string: the token of the worker pruning old activity rows (SET NX PX)."""
         return f"{self.prefix}:activity-prune-lease"

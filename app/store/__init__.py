@@ -149,13 +149,15 @@ class Store(Protocol):
         after: str | None = ANY_CURSOR,
         expiries: Sequence[CreditExpiry] = (),
         activity: Sequence[ActivityRecord] = (),
+        webhook_events: Sequence[WebhookEventRecord] = (),
     ) -> bool:
-        """Add the rollups, the expiries and the activity rows (one already stored is
-        skipped) and move the shard's cursor to ``last_stream_id``, in one transaction.
-        False (nothing written) when ``last_stream_id`` is at or below the cursor already,
-        so a replayed batch is never counted twice, and, when ``after`` is given, unless
-        the cursor is still ``after`` (None: no cursor yet), the one the batch was read
-        after: of two drainers that read overlapping batches, one applies."""
+        """Add the rollups, the expiries, the activity rows and the webhook events'
+        deliveries (``add_webhook_events``; one already stored is skipped) and move the
+        shard's cursor to ``last_stream_id``, in one transaction. False (nothing written)
+        when ``last_stream_id`` is at or below the cursor already, so a replayed batch is
+        never counted twice, and, when ``after`` is given, unless the cursor is still
+        ``after`` (None: no cursor yet), the one the batch was read after: of two
+        drainers that read overlapping batches, one applies."""
 
     async def get_cursor(self, shard: int) -> str | None:
         """The last stream id applied for the shard, or None."""
@@ -180,6 +182,9 @@ class Store(Protocol):
         self, account_pid: str, webhook_id: str, deleted_at: int
     ) -> WebhookRecord | None:
         """Mark the webhook deleted (its deliveries stop); the record as it was, or None."""
+
+    async def webhook_subscriptions(self) -> dict[str, set[str]]:
+        """The event types each account's webhooks (not deleted) receive, by account."""
 
     async def add_webhook_events(self, events: Sequence[WebhookEventRecord], now: int) -> int:
         """One delivery of each event to each webhook of its account that receives its

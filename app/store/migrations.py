@@ -331,6 +331,7 @@ UPDATE_WEBHOOK = {
 DELETE_WEBHOOK = (
     "UPDATE webhooks SET deleted_at = ? WHERE id = ? AND account_pid = ? AND deleted_at IS NULL"
 )
+WEBHOOK_SUBSCRIPTIONS = "SELECT account_pid, events FROM webhooks WHERE deleted_at IS NULL"
 ACCOUNT_WEBHOOK_EVENTS = (
     "SELECT id, events FROM webhooks WHERE account_pid = ? AND deleted_at IS NULL"
 )

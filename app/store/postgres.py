@@ -44,6 +44,7 @@ from app.store.records import (
     grouped_sums,
     ledger_snapshot,
     recorded_delivery,
+    subscriptions,
     to_record,
     to_row,
     usage_sums,
@@ -318,6 +319,7 @@ class PostgresStore:
         after: str | None = ANY_CURSOR,
         expiries: Sequence[CreditExpiry] = (),
         activity: Sequence[ActivityRecord] = (),
+        webhook_events: Sequence[WebhookEventRecord] = (),
     ) -> bool:
         """Add the rollups and expiries and move the cursor atomically; False for a
         replayed batch.
@@ -347,6 +349,7 @@ class PostgresStore:
             if activity_rows:
                 async with conn.cursor() as cur:
                     await cur.executemany(pgsql.INSERT_ACTIVITY, activity_rows)
+            await _add_webhook_events(conn, webhook_events, int(time.time()))
             await conn.execute(pgsql.UPSERT_CURSOR, (shard, last_stream_id, int(time.time())))
             return True
 
@@ -404,17 +407,15 @@ class PostgresStore:
 
         return await self._write(delete)
 
+    async def webhook_subscriptions(self) -> dict[str, set[str]]:
+        """The event types each account's webhooks receive."""
+        return subscriptions(await self._rows(pgsql.WEBHOOK_SUBSCRIPTIONS))
+
     async def add_webhook_events(self, events: Sequence[WebhookEventRecord], now: int) -> int:
         """Each event's deliveries, in one transaction; how many were added."""
 
         async def add(conn: Conn) -> int:
-            added = 0
-            for event in events:
-                cur = await conn.execute(pgsql.ACCOUNT_WEBHOOK_EVENTS, (event.account_pid,))
-                for delivery in deliveries_of(event, await cur.fetchall(), now):
-                    done = await conn.execute(pgsql.INSERT_DELIVERY, to_row(delivery))
-                    added += done.rowcount
-            return added
+            return await _add_webhook_events(conn, events, now)
 
         return await self._write(add) if events else 0
 
@@ -557,3 +558,13 @@ async def _apply_migration(conn: Conn, version: int, statements: Sequence[str]) 
     for statement in statements:
         await conn.execute(statement)
     await conn.execute(pgsql.RECORD_MIGRATION, (version, int(time.time())))
+
+
+async def _add_webhook_events(conn: Conn, events: Sequence[WebhookEventRecord], now: int) -> int:
+    """Each event's deliveries (``Store.add_webhook_events``), in the caller's transaction."""
+    added = 0
+    for event in events:
+        cur = await conn.execute(pgsql.ACCOUNT_WEBHOOK_EVENTS, (event.account_pid,))
+        for delivery in deliveries_of(event, await cur.fetchall(), now):
+            added += (await conn.execute(pgsql.INSERT_DELIVERY, to_row(delivery))).rowcount
+    return added

@@ -205,6 +205,14 @@ def deliveries_of(event: WebhookEventRecord, webhooks: list[Row], now: int) -> l
     ]
 
 
+def subscriptions(rows: list[Row]) -> dict[str, set[str]]:
+    """Rows of ``WEBHOOK_SUBSCRIPTIONS`` as the types each account's webhooks receive."""
+    found: dict[str, set[str]] = {}
+    for pid, types in rows:
+        found.setdefault(str(pid), set()).update(str(types).split(" "))
+    return found
+
+
 def recorded_delivery(d: DeliveryRecord) -> Row:
     """The arguments of ``RECORD_DELIVERY`` for a delivery's new state."""
     return (

@@ -41,6 +41,7 @@ from app.store.records import (
     grouped_sums,
     ledger_snapshot,
     recorded_delivery,
+    subscriptions,
     to_record,
     to_row,
     usage_sums,
@@ -235,6 +236,7 @@ class SQLiteStore:
         after: str | None = ANY_CURSOR,
         expiries: Sequence[CreditExpiry] = (),
         activity: Sequence[ActivityRecord] = (),
+        webhook_events: Sequence[WebhookEventRecord] = (),
     ) -> bool:
         """Add the rollups and expiries and move the cursor atomically; False for a
         replayed batch."""
@@ -252,6 +254,7 @@ class SQLiteStore:
             conn.executemany(sql.UPSERT_USAGE, rows)
             conn.executemany(sql.INSERT_EXPIRY, expiry_rows)
             conn.executemany(sql.INSERT_ACTIVITY, activity_rows)
+            _add_webhook_events(conn, webhook_events, int(time.time()))
             conn.execute(sql.UPSERT_CURSOR, (shard, last_stream_id, int(time.time())))
             return True
 
@@ -310,18 +313,14 @@ class SQLiteStore:
 
         return await self._write(delete)
 
+    async def webhook_subscriptions(self) -> dict[str, set[str]]:
+        """The event types each account's webhooks receive."""
+        return subscriptions(await self._rows(sql.WEBHOOK_SUBSCRIPTIONS))
+
     async def add_webhook_events(self, events: Sequence[WebhookEventRecord], now: int) -> int:
         """Each event's deliveries, in one transaction; how many were added."""
 
-        def add(conn: sqlite3.Connection) -> int:
-            added = 0
-            for event in events:
-                webhooks = conn.execute(sql.ACCOUNT_WEBHOOK_EVENTS, (event.account_pid,))
-                for delivery in deliveries_of(event, webhooks.fetchall(), now):
-                    added += conn.execute(sql.INSERT_DELIVERY, to_row(delivery)).rowcount
-            return added
-
-        return await self._write(add) if events else 0
+        return await self._write(partial(_add_webhook_events, events=events, now=now))
 
     async def claim_deliveries(self, now: int, lease_until: int, limit: int) -> list[DueDelivery]:
         """Due deliveries, each taken until ``lease_until`` (the write lock: one taker)."""
@@ -477,6 +476,18 @@ def _enable_wal(conn: sqlite3.Connection, busy_timeout_ms: int) -> None:
             if not busy or time.monotonic() >= deadline:
                 raise
         time.sleep(0.005)
+
+
+def _add_webhook_events(
+    conn: sqlite3.Connection, events: Sequence[WebhookEventRecord], now: int
+) -> int:
+    """Each event's deliveries (``Store.add_webhook_events``), in the caller's transaction."""
+    added = 0
+    for event in events:
+        webhooks = conn.execute(sql.ACCOUNT_WEBHOOK_EVENTS, (event.account_pid,)).fetchall()
+        for delivery in deliveries_of(event, webhooks, now):
+            added += conn.execute(sql.INSERT_DELIVERY, to_row(delivery)).rowcount
+    return added
 
 
 def _transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:

@@ -36,8 +36,10 @@ from app.store import (
     Store,
     StoreError,
     UsageRollup,
+    WebhookEventRecord,
     stream_id_key,
 )
+from app.webhooks.events import earned_expired
 
 log = logging.getLogger("svc.flusher")
 
@@ -129,6 +131,15 @@ def activity(shard: int, events: Sequence[StreamEvent]) -> list[ActivityRecord]:
     ]
 
 
+def expiry_notices(shard: int, events: Sequence[StreamEvent]) -> list[WebhookEventRecord]:
+    """The expiry events as ``credits.earned_expired`` webhook events."""
+    return [
+        earned_expired(e.account_pid, f"{shard}:{e.id}", e.credits, e.ts)
+        for e in events
+        if isinstance(e, ExpiryEvent)
+    ]
+
+
 def next_stream_id(stream_id: str) -> str:
     """The smallest stream id after ``stream_id`` (for ``XTRIM MINID``)."""
     ms, seq = stream_id_key(stream_id)
@@ -208,6 +219,7 @@ class Flusher:
                     after=cursor,
                     expiries=expiries(shard, events),
                     activity=activity(shard, events),
+                    webhook_events=expiry_notices(shard, events),
                 ):
                     applied += len(events)
                     cursor = last

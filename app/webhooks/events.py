@@ -7,10 +7,18 @@ from typing import Any, Final
 
 import msgspec
 
+from app.store import WebhookEventRecord
+
 KEY_REVOKED: Final = "key.revoked"
 KEY_ROTATED: Final = "key.rotated"
-EVENT_TYPES: Final = (KEY_REVOKED, KEY_ROTATED)
+KEY_EXPIRING: Final = "key.expiring"
+EARNED_EXPIRING: Final = "credits.earned_expiring"
+EARNED_EXPIRED: Final = "credits.earned_expired"
+EVENT_TYPES: Final = (KEY_REVOKED, KEY_ROTATED, KEY_EXPIRING, EARNED_EXPIRING, EARNED_EXPIRED)
 """Every type a webhook may subscribe to."""
+
+KEY_EXPIRING_NOTICE_S: Final = 7 * 86_400  # key.expiring: this long before expires_at
+EARNED_EXPIRING_NOTICE_S: Final = 3 * 86_400  # credits.earned_expiring: before the expiry
 
 
 class EventBody(msgspec.Struct, kw_only=True):
@@ -31,3 +39,15 @@ def event_id(*occurrence: str | int) -> str:
 
 def encode_data(data: dict[str, Any]) -> str:
     return msgspec.json.encode(data).decode()
+
+
+def earned_expired(account_pid: str, recorded_as: str, credits: int, at: int) -> WebhookEventRecord:
+    """``credits.earned_expired`` for an expiry a script recorded (``recorded_as``: its
+    shard and stream id, so a replayed flush queues it once)."""
+    return WebhookEventRecord(
+        event_id=event_id(EARNED_EXPIRED, recorded_as),
+        account_pid=account_pid,
+        type=EARNED_EXPIRED,
+        created=at,
+        data=encode_data({"credits": credits, "expired_at": at}),
+    )

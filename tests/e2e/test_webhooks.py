@@ -26,6 +26,8 @@ FAST_RETRIES = {
     "SVC_WEBHOOK_FIRST_RETRY_S": "0.5",
     "SVC_WEBHOOK_POLL_S": "0.2",
     "SVC_WEBHOOK_TIMEOUT_S": "2",
+    "SVC_WEBHOOK_SCAN_S": "0.5",
+    "SVC_EARNED_EXPIRY_DAYS": "1",  # earned credits expire within the 3 days' notice
 }
 TOLERANCE_S = 300  # the sample in docs/api.md refuses older signatures
 
@@ -287,3 +289,26 @@ def test_a_restart_in_the_middle_loses_no_event(tmp_path: Path, receiver: Receiv
         assert sorted(after) == sorted(kept)  # once each after the restart: all delivered
     finally:
         stop_server(srv.process)
+
+
+def test_time_tells_of_keys_and_earned_credits_about_to_expire_once(
+    hooked: Server, receiver: Receiver
+) -> None:
+    pid, headers = _owner(hooked)
+    types = ["key.expiring", "credits.earned_expiring", "credits.earned_expired"]
+    hook = _create(hooked, headers, receiver.url, types).json()
+    soon = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3 * 86_400))
+    body = {"name": "short", "environment": "live", "daily_cap_credits": None, "expires_at": soon}
+    expiring = hooked.admin("POST", f"/accounts/{pid}/api-keys", body).json()
+    later = {**body, "name": "long", "expires_at": "2099-01-01T00:00:00Z"}
+    assert hooked.admin("POST", f"/accounts/{pid}/api-keys", later).status_code == 201
+    reward = hooked.admin("POST", f"/accounts/{pid}/spotlights", {"view_id": "v-1"})
+    assert reward.is_success, reward.text
+    _wait(lambda: len(receiver.unique()) == 2)
+    time.sleep(2)  # four scans more: nothing new
+    assert len(receiver.events()) == 2
+    by_type = {e["type"]: e["data"] for e in receiver.events()}
+    assert by_type["key.expiring"]["key_id"] == expiring["id"]
+    assert by_type["credits.earned_expiring"]["credits"] == reward.json()["credits"] > 0
+    for head, raw in receiver.received:
+        assert verify(hook["secret"], head["svc-signature"], raw, time.time())

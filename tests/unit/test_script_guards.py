@@ -104,6 +104,7 @@ def _calls(
             [now, "earned", 100, 30 * DAY, 5, 100, 100, pid],
         ),
         "open_account": ([ks.account(shard, "acct_new")], [0, 0, 100]),
+        "expire_earned": ([ks.account(shard, pid), ks.events(shard)], [now, pid]),
         "put_key": (
             [ks.api_key(shard, "knew")],
             [pid, "active", "live", -1, "name", now + 60, " svc-fast ", 600],
@@ -123,6 +124,7 @@ NUMERIC = {
     "extend": [1],
     "grant": [0, 2, 3, 4, 5, 6],
     "open_account": [0, 1, 2],
+    "expire_earned": [0],
     "put_key": [3, 5, 7],
     "revoke_key": [2, 4, 6],
     "update_key": [3, 5, 7],
