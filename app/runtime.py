@@ -176,7 +176,7 @@ class Services:
         )
         self.trusted_proxies = parse_networks(settings.trusted_proxies)
         allow = AllowList.parse(settings.webhook_allow_hosts)
-        self.webhooks = Webhooks(store, pepper, allow, clock)
+        self.webhooks = Webhooks(store, self.ledger, pepper, allow, clock)
         self.deliverer = Deliverer(
             store,
             pepper,

@@ -358,6 +358,17 @@ class RedisLedger:
         )
         return int(lapsed)
 
+    async def set_low_balance(self, pid: str, low: int | None, now: float) -> Written:
+        """Set (None: clear) the account's low-balance threshold; ``ACCOUNT_MISSING`` when
+        Redis has no such account."""
+        shard = self.layout.shard(pid)
+        status, _ = await self._run(
+            "low_balance",
+            [self.layout.account(shard, pid)],
+            [int(now), NO_CAP if low is None else low],
+        )
+        return Written(ScriptStatus(status))
+
     async def earned_pool(self, pid: str) -> tuple[int, int]:
         """(earned credits, when they expire: unix seconds, 0 = never) as Redis holds them
         (an expired pool not yet zeroed included)."""

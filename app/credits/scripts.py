@@ -27,6 +27,7 @@ SCRIPT_NAMES = (
     "balance",
     "grant",
     "expire_earned",
+    "low_balance",
     "open_account",
     "put_key",
     "update_key",

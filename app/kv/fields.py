@@ -19,6 +19,8 @@ class AccountField:
     PURCHASED: Final = "purchased"
     STATUS: Final = "status"
     EGEN: Final = "egen"  # times the earned pool expired
+    LOW: Final = "low"  # the low-balance threshold (credits.low); absent: none
+    LOW_MARK: Final = "lowf"  # set while the balance is below it and that was told
 
 
 class KeyField:
@@ -245,16 +247,59 @@ class ExpiryEvent(msgspec.Struct, frozen=True):
     ts: int
 
 
-StreamEvent = UsageEvent | ExpiryEvent
+class LowBalanceEvent(msgspec.Struct, frozen=True):
+    """A settle left the balance below the account's threshold (``kind low``)."""
+
+    id: str
+    account_pid: str
+    balance: int
+    low: int
+    ts: int
+
+
+class CapEvent(msgspec.Struct, frozen=True):
+    """A reserve took a key's cap counter past 50, 80 or 100 % of its cap (``kind cap``)."""
+
+    id: str
+    account_pid: str
+    kid: str
+    level: int
+    cap: int
+    spent: int
+    counter: str  # the cap counter's key name: its lineage and day
+    ts: int
+
+
+StreamEvent = UsageEvent | ExpiryEvent | LowBalanceEvent | CapEvent
 
 
 def parse_event(entry_id: Any, fields: Any) -> StreamEvent:
     """One stream entry as the event it records; an entry without ``kind`` is a usage
     event (settle writes no kind, to keep the hot path's entries small)."""
     f = {as_text(k): as_text(v) for k, v in fields.items()}
-    if f.get("kind") == "expire":
+    kind = f.get("kind")
+    if kind == "expire":
         return ExpiryEvent(
             id=as_text(entry_id), account_pid=f["acct"], credits=int(f["credits"]), ts=int(f["ts"])
+        )
+    if kind == "low":
+        return LowBalanceEvent(
+            id=as_text(entry_id),
+            account_pid=f["acct"],
+            balance=int(f["balance"]),
+            low=int(f["low"]),
+            ts=int(f["ts"]),
+        )
+    if kind == "cap":
+        return CapEvent(
+            id=as_text(entry_id),
+            account_pid=f["acct"],
+            kid=f["kid"],
+            level=int(f["level"]),
+            cap=int(f["cap"]),
+            spent=int(f["spent"]),
+            counter=f["counter"],
+            ts=int(f["ts"]),
         )
     return UsageEvent(
         id=as_text(entry_id),

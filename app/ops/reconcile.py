@@ -284,6 +284,9 @@ async def rebuild_redis(
                 continue
             await _restore_account(ledger, report, shard, state, pid, sums, now)
     await _restore_keys(ledger, store, report)
+    for account in await store.list_accounts():
+        if account.low_balance_credits is not None:
+            await ledger.set_low_balance(account.pid, account.low_balance_credits, now)
     await _restore_grant_markers(ledger, store, report, now)
     first_day = epoch_after(await store.last_usage_day())
     epoch = await ledger.start_usage_epoch(first_day)

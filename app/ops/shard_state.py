@@ -214,7 +214,8 @@ def add_unflushed(sums: dict[str, Sums], events: list[StreamEvent]) -> None:
             s.expired += e.credits
             s.unflushed_expired += e.credits
             continue
-        assert isinstance(e, UsageEvent)
+        if not isinstance(e, UsageEvent):
+            continue  # a notice (low balance, a cap threshold): no credits move
         values = [1, e.prompt_tokens, e.completion_tokens, e.credits]
         # the settle that wrote the event counted it in its reservation's day hash too
         for counters in (s.usage, s.days.setdefault(e.day, {})):

@@ -162,6 +162,9 @@ class Store(Protocol):
     async def get_cursor(self, shard: int) -> str | None:
         """The last stream id applied for the shard, or None."""
 
+    async def set_low_balance(self, pid: str, low: int | None) -> None:
+        """Set (None: clear) the account's low-balance threshold."""
+
     async def create_webhook(self, rec: WebhookRecord, *, max_per_account: int) -> bool:
         """Add a webhook; False (nothing written) when the account has ``max_per_account``
         already (counted and inserted in one transaction)."""

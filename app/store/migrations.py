@@ -220,6 +220,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             "(webhook_id, created, event_id)",
         ),
     ),
+    (
+        9,
+        # An account's low-balance threshold (webhooks' credits.low; NULL: none).
+        ("ALTER TABLE accounts ADD COLUMN low_balance_credits BIGINT",),
+    ),
 )
 
 CREATE_SCHEMA_MIGRATIONS = (
@@ -248,6 +253,7 @@ PING = "SELECT 1"
 
 INSERT_ACCOUNT = _insert("accounts", AccountRecord)
 GET_ACCOUNT = _select("accounts", AccountRecord) + " WHERE pid = ?"
+SET_LOW_BALANCE = "UPDATE accounts SET low_balance_credits = ? WHERE pid = ?"
 LIST_ACCOUNTS = _select("accounts", AccountRecord) + " ORDER BY created_at, pid"
 
 # The extra argument is the account_pid again, for the seq subquery; the write lock

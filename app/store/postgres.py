@@ -357,6 +357,14 @@ class PostgresStore:
 
     # -- webhooks ---------------------------------------------------------------------
 
+    async def set_low_balance(self, pid: str, low: int | None) -> None:
+        """Set (None: clear) the account's low-balance threshold."""
+
+        async def set_low(conn: Conn) -> None:
+            await conn.execute(pgsql.SET_LOW_BALANCE, (low, pid))
+
+        await self._write(set_low)
+
     async def create_webhook(self, rec: WebhookRecord, *, max_per_account: int) -> bool:
         """Add a webhook unless the account has ``max_per_account``: the account row's lock
         makes concurrent creates count in turn."""

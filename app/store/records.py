@@ -20,6 +20,7 @@ class AccountRecord(msgspec.Struct, frozen=True, kw_only=True):
     pid: str  # public id "acct_…"
     created_at: int  # unix seconds
     status: str = "active"
+    low_balance_credits: int | None = None  # webhooks' credits.low threshold; None: none
 
 
 class KeyRecord(msgspec.Struct, frozen=True, kw_only=True):

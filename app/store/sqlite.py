@@ -267,6 +267,10 @@ class SQLiteStore:
 
     # -- webhooks ---------------------------------------------------------------------
 
+    async def set_low_balance(self, pid: str, low: int | None) -> None:
+        """Set (None: clear) the account's low-balance threshold."""
+        await self._write(lambda conn: conn.execute(sql.SET_LOW_BALANCE, (low, pid)))
+
     async def create_webhook(self, rec: WebhookRecord, *, max_per_account: int) -> bool:
         """Add a webhook unless the account has ``max_per_account`` (one transaction)."""
 

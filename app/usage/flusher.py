@@ -28,7 +28,14 @@ from redis.exceptions import WatchError
 from app.core.clock import DAY_S
 from app.core.metrics import METRICS
 from app.kv.client import REDIS_ERRORS, RedisClient
-from app.kv.fields import ExpiryEvent, StreamEvent, UsageEvent, parse_event
+from app.kv.fields import (
+    CapEvent,
+    ExpiryEvent,
+    LowBalanceEvent,
+    StreamEvent,
+    UsageEvent,
+    parse_event,
+)
 from app.kv.layout import KeySpace, as_text
 from app.store import (
     ActivityRecord,
@@ -39,7 +46,7 @@ from app.store import (
     WebhookEventRecord,
     stream_id_key,
 )
-from app.webhooks.events import earned_expired
+from app.webhooks.events import cap_threshold, credits_low, earned_expired
 
 log = logging.getLogger("svc.flusher")
 
@@ -131,13 +138,21 @@ def activity(shard: int, events: Sequence[StreamEvent]) -> list[ActivityRecord]:
     ]
 
 
-def expiry_notices(shard: int, events: Sequence[StreamEvent]) -> list[WebhookEventRecord]:
-    """The expiry events as ``credits.earned_expired`` webhook events."""
-    return [
-        earned_expired(e.account_pid, f"{shard}:{e.id}", e.credits, e.ts)
-        for e in events
-        if isinstance(e, ExpiryEvent)
-    ]
+def notices(shard: int, events: Sequence[StreamEvent]) -> list[WebhookEventRecord]:
+    """The events webhooks are told of: expiries (``credits.earned_expired``), a balance
+    fallen below its threshold (``credits.low``), a cap threshold crossed."""
+    told = []
+    for e in events:
+        at = f"{shard}:{e.id}"
+        if isinstance(e, ExpiryEvent):
+            told.append(earned_expired(e.account_pid, at, e.credits, e.ts))
+        elif isinstance(e, LowBalanceEvent):
+            told.append(credits_low(e.account_pid, at, e.balance, e.low, e.ts))
+        elif isinstance(e, CapEvent):
+            told.append(
+                cap_threshold(e.account_pid, e.kid, e.counter, e.level, e.cap, e.spent, e.ts)
+            )
+    return told
 
 
 def next_stream_id(stream_id: str) -> str:
@@ -219,7 +234,7 @@ class Flusher:
                     after=cursor,
                     expiries=expiries(shard, events),
                     activity=activity(shard, events),
-                    webhook_events=expiry_notices(shard, events),
+                    webhook_events=notices(shard, events),
                 ):
                     applied += len(events)
                     cursor = last

@@ -7,6 +7,7 @@ from typing import Any, Final
 
 import msgspec
 
+from app.keys.format import public_id
 from app.store import WebhookEventRecord
 
 KEY_REVOKED: Final = "key.revoked"
@@ -14,7 +15,17 @@ KEY_ROTATED: Final = "key.rotated"
 KEY_EXPIRING: Final = "key.expiring"
 EARNED_EXPIRING: Final = "credits.earned_expiring"
 EARNED_EXPIRED: Final = "credits.earned_expired"
-EVENT_TYPES: Final = (KEY_REVOKED, KEY_ROTATED, KEY_EXPIRING, EARNED_EXPIRING, EARNED_EXPIRED)
+CREDITS_LOW: Final = "credits.low"
+KEY_CAP_THRESHOLD: Final = "key.cap_threshold"
+EVENT_TYPES: Final = (
+    CREDITS_LOW,
+    KEY_CAP_THRESHOLD,
+    KEY_REVOKED,
+    KEY_ROTATED,
+    KEY_EXPIRING,
+    EARNED_EXPIRING,
+    EARNED_EXPIRED,
+)
 """Every type a webhook may subscribe to."""
 
 KEY_EXPIRING_NOTICE_S: Final = 7 * 86_400  # key.expiring: this long before expires_at
@@ -39,6 +50,40 @@ def event_id(*occurrence: str | int) -> str:
 
 def encode_data(data: dict[str, Any]) -> str:
     return msgspec.json.encode(data).decode()
+
+
+def credits_low(
+    account_pid: str, recorded_as: str, balance: int, low: int, at: int
+) -> WebhookEventRecord:
+    """``credits.low`` for a crossing settle recorded (``recorded_as``: shard and stream id)."""
+    return WebhookEventRecord(
+        event_id=event_id(CREDITS_LOW, recorded_as),
+        account_pid=account_pid,
+        type=CREDITS_LOW,
+        created=at,
+        data=encode_data({"balance": balance, "low_balance_credits": low}),
+    )
+
+
+def cap_threshold(
+    account_pid: str, kid: str, counter: str, level: int, cap: int, spent: int, at: int
+) -> WebhookEventRecord:
+    """``key.cap_threshold``: once per cap counter (a key lineage's day) and level, however
+    often a reserve takes the counter past it (refunds may take it back under)."""
+    return WebhookEventRecord(
+        event_id=event_id(KEY_CAP_THRESHOLD, counter, level),
+        account_pid=account_pid,
+        type=KEY_CAP_THRESHOLD,
+        created=at,
+        data=encode_data(
+            {
+                "key_id": public_id(kid),
+                "percent": level,
+                "daily_cap_credits": cap,
+                "spent_credits": spent,
+            }
+        ),
+    )
 
 
 def earned_expired(account_pid: str, recorded_as: str, credits: int, at: int) -> WebhookEventRecord:

@@ -12,6 +12,7 @@ from msgspec import UNSET, UnsetType
 
 from app.core.errors import ApiError, ErrorKind, invalid_value
 from app.core.ids import random_id
+from app.credits.ledger import RedisLedger
 from app.store import DeliveryRecord, Store, WebhookEventRecord, WebhookRecord
 from app.webhooks.events import EVENT_TYPES
 from app.webhooks.signing import new_salt, webhook_secret
@@ -20,19 +21,26 @@ from app.webhooks.targets import AllowList, TargetRefused, check_url
 MAX_WEBHOOKS = 10  # per account
 MAX_DESCRIPTION_CHARS = 256
 MAX_DELIVERIES_LISTED = 100
+MAX_THRESHOLD = 999_999_999_999_999  # the largest count the scripts take
 ID_PREFIX = "wh_"
+
+
+Credits = Annotated[int, msgspec.Meta(ge=0, le=MAX_THRESHOLD)]
 
 
 class WebhookCreateRequest(msgspec.Struct, forbid_unknown_fields=True):
     url: Annotated[str, msgspec.Meta(min_length=1)]
     events: Annotated[list[str], msgspec.Meta(min_length=1)]
     description: str = ""
+    # the account's credits.low threshold (one per account: every webhook shows it)
+    low_balance_credits: Credits | UnsetType | None = UNSET
 
 
 class WebhookUpdateRequest(msgspec.Struct, forbid_unknown_fields=True):
     url: str | UnsetType = UNSET
     events: list[str] | UnsetType = UNSET
     description: str | UnsetType = UNSET
+    low_balance_credits: Credits | UnsetType | None = UNSET
 
 
 class WebhookItem(msgspec.Struct, kw_only=True):
@@ -42,6 +50,7 @@ class WebhookItem(msgspec.Struct, kw_only=True):
     events: list[str]
     description: str
     created_at: int
+    low_balance_credits: int | None = None  # the account's credits.low threshold
 
 
 class WebhookCreated(WebhookItem, kw_only=True):
@@ -79,13 +88,14 @@ class DeliveryList(msgspec.Struct):
     object: Literal["list"] = "list"
 
 
-def webhook_item(rec: WebhookRecord) -> WebhookItem:
+def webhook_item(rec: WebhookRecord, low: int | None) -> WebhookItem:
     return WebhookItem(
         id=rec.id,
         url=rec.url,
         events=rec.events.split(" "),
         description=rec.description,
         created_at=rec.created_at,
+        low_balance_credits=low,
     )
 
 
@@ -132,11 +142,13 @@ class Webhooks:
     def __init__(
         self,
         store: Store,
+        ledger: RedisLedger,
         pepper: bytes,
         allow: AllowList,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
+        self.ledger = ledger
         self.pepper = pepper
         self.allow = allow
         self.clock = clock
@@ -167,11 +179,23 @@ class Webhooks:
                 ErrorKind.WEBHOOK_LIMIT,
                 f"An account may have at most {MAX_WEBHOOKS} webhooks; delete one first.",
             )
+        low = await self._threshold(pid, req.low_balance_credits)
         secret = webhook_secret(self.pepper, rec.id, rec.secret_salt)
-        return WebhookCreated(**msgspec.structs.asdict(webhook_item(rec)), secret=secret)
+        return WebhookCreated(**msgspec.structs.asdict(webhook_item(rec, low)), secret=secret)
+
+    async def _threshold(self, pid: str, change: int | UnsetType | None) -> int | None:
+        """The account's threshold after ``change`` (UNSET: as it is): the store first,
+        then Redis, where settle compares each balance with it."""
+        if change is UNSET:
+            account = await self.store.get_account(pid)
+            return None if account is None else account.low_balance_credits
+        await self.store.set_low_balance(pid, change)
+        await self.ledger.set_low_balance(pid, change, self.clock())
+        return change
 
     async def list(self, pid: str) -> WebhookList:
-        return WebhookList([webhook_item(r) for r in await self.store.list_webhooks(pid)])
+        low = await self._threshold(pid, UNSET)
+        return WebhookList([webhook_item(r, low) for r in await self.store.list_webhooks(pid)])
 
     async def update(self, pid: str, webhook_id: str, req: WebhookUpdateRequest) -> WebhookItem:
         """Change what the request sets (the secret stays)."""
@@ -185,7 +209,7 @@ class Webhooks:
         updated = await self.store.update_webhook(pid, webhook_id, changes)
         if updated is None:
             raise webhook_not_found(webhook_id)
-        return webhook_item(updated)
+        return webhook_item(updated, await self._threshold(pid, req.low_balance_credits))
 
     async def delete(self, pid: str, webhook_id: str) -> WebhookDeleted:
         """Delete a webhook: nothing more is sent to it."""

@@ -4,6 +4,7 @@ restart; URLs that would reach svc's own network refused."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -16,7 +17,10 @@ from typing import Any
 
 import httpx
 import pytest
+import redis as redis_sync
 
+from app.kv.layout import KeySpace
+from app.ops.embedded import redis_url, socket_path
 from tests.e2e.conftest import Server, start_server, stop_server
 from tests.e2e.test_admin_cli import svc_admin
 
@@ -29,6 +33,7 @@ FAST_RETRIES = {
     "SVC_WEBHOOK_SCAN_S": "0.5",
     "SVC_EARNED_EXPIRY_DAYS": "1",  # earned credits expire within the 3 days' notice
 }
+KEYS = KeySpace("svc", 64)
 TOLERANCE_S = 300  # the sample in docs/api.md refuses older signatures
 
 
@@ -134,6 +139,16 @@ def test_a_webhook_is_made_listed_changed_and_deleted(hooked: Server, receiver: 
         headers=headers,
     ).json()
     assert (changed["events"], changed["description"]) == (["key.revoked", "key.rotated"], "ops")
+    # the account's low-balance threshold: set, shown on its webhooks, cleared
+    url = f"{hooked.base_url}/webhooks/{hook['id']}"
+    set_low = httpx.patch(url, json={"low_balance_credits": 100}, headers=headers).json()
+    assert set_low["low_balance_credits"] == 100
+    listed = httpx.get(f"{hooked.base_url}/webhooks", headers=headers).json()["data"]
+    assert listed[0]["low_balance_credits"] == 100
+    cleared = httpx.patch(url, json={"low_balance_credits": None}, headers=headers).json()
+    assert cleared["low_balance_credits"] is None
+    bad = httpx.patch(url, json={"low_balance_credits": -1}, headers=headers)
+    assert (bad.status_code, bad.json()["error"]["param"]) == (400, "low_balance_credits")
     gone = httpx.delete(f"{hooked.base_url}/webhooks/{hook['id']}", headers=headers)
     assert gone.json() == {"id": hook["id"], "object": "webhook", "deleted": True}
     assert httpx.get(f"{hooked.base_url}/webhooks", headers=headers).json()["data"] == []
@@ -310,5 +325,71 @@ def test_time_tells_of_keys_and_earned_credits_about_to_expire_once(
     by_type = {e["type"]: e["data"] for e in receiver.events()}
     assert by_type["key.expiring"]["key_id"] == expiring["id"]
     assert by_type["credits.earned_expiring"]["credits"] == reward.json()["credits"] > 0
+    # a day later, nothing touched the account: the expiry is met by svc's own look
+    shard = KEYS.shard(pid)
+    account = redis_sync.Redis.from_url(redis_url(socket_path(hooked.data_dir)))
+    account.hset(KEYS.account(shard, pid), "earned_exp", int(time.time()) - 1)
+    _wait(lambda: len(receiver.unique()) == 3)
+    time.sleep(2)
+    assert len(receiver.events()) == 3
+    expired = next(e["data"] for e in receiver.events() if e["type"] == "credits.earned_expired")
+    assert expired["credits"] == reward.json()["credits"]
+    assert account.hget(KEYS.account(shard, pid), "earned") == b"0"
     for head, raw in receiver.received:
         assert verify(hook["secret"], head["svc-signature"], raw, time.time())
+
+
+def test_a_low_balance_and_a_keys_cap_are_told_once_per_crossing_under_load(
+    hooked: Server, receiver: Receiver
+) -> None:
+    pid = hooked.new_account(400)
+    created = hooked.admin(
+        "POST",
+        f"/accounts/{pid}/api-keys",
+        {"name": "capped", "environment": "live", "daily_cap_credits": 200},
+    ).json()
+    headers = {"authorization": f"Bearer {created['key']}"}
+    body = {
+        "url": receiver.url,
+        "events": ["credits.low", "key.cap_threshold"],
+        "low_balance_credits": 300,
+    }
+    made = httpx.post(f"{hooked.base_url}/webhooks", json=body, headers=headers)
+    assert made.status_code == 201, made.text
+    assert made.json()["low_balance_credits"] == 300
+
+    async def load() -> list[int]:
+        """Waves of 20 concurrent completions until the key's cap refuses one."""
+        codes: list[int] = []
+        async with httpx.AsyncClient(timeout=60) as client:
+
+            async def one() -> int:
+                r = await client.post(
+                    f"{hooked.base_url}/chat/completions",
+                    json={"model": "svc-fast", "messages": [{"role": "user", "content": "hi"}]},
+                    headers=headers,
+                )
+                return r.status_code
+
+            for _ in range(50):
+                codes += await asyncio.gather(*(one() for _ in range(20)))
+                if 429 in codes:
+                    break
+        return codes
+
+    codes = asyncio.run(load())
+    assert 429 in codes  # the cap was reached: the load crossed every level it could
+    _wait(lambda: {"credits.low", "key.cap_threshold"} <= {e["type"] for e in receiver.events()})
+    time.sleep(2)  # retries, other workers, later scans: nothing more comes
+    events = receiver.events()
+    low = [e for e in events if e["type"] == "credits.low"]
+    assert len(low) == 1
+    assert low[0]["data"]["low_balance_credits"] == 300
+    assert low[0]["data"]["balance"] < 300
+    levels = sorted(e["data"]["percent"] for e in events if e["type"] == "key.cap_threshold")
+    assert levels[:2] == [50, 80]
+    assert levels in ([50, 80], [50, 80, 100])
+    assert {e["data"]["key_id"] for e in events if e["type"] == "key.cap_threshold"} == {
+        created["id"]
+    }
+    assert len({e["id"] for e in events}) == len(events)  # each sent once

@@ -105,6 +105,7 @@ def _calls(
         ),
         "open_account": ([ks.account(shard, "acct_new")], [0, 0, 100]),
         "expire_earned": ([ks.account(shard, pid), ks.events(shard)], [now, pid]),
+        "low_balance": ([ks.account(shard, pid)], [now, 500]),
         "put_key": (
             [ks.api_key(shard, "knew")],
             [pid, "active", "live", -1, "name", now + 60, " svc-fast ", 600],
@@ -125,6 +126,7 @@ NUMERIC = {
     "grant": [0, 2, 3, 4, 5, 6],
     "open_account": [0, 1, 2],
     "expire_earned": [0],
+    "low_balance": [0, 1],
     "put_key": [3, 5, 7],
     "revoke_key": [2, 4, 6],
     "update_key": [3, 5, 7],

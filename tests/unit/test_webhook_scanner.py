@@ -68,7 +68,7 @@ async def _scanner(
         created_at=0,
     )
     await store.create_webhook(hook, max_per_account=10)
-    webhooks = Webhooks(store, b"pepper", NOBODY, clock)
+    webhooks = Webhooks(store, ledger, b"pepper", NOBODY, clock)
     scanner = Scanner(store, ledger, webhooks, redis, ledger.layout, clock=clock)
     return scanner, Flusher(redis, ledger.layout, store, clock=clock)
 

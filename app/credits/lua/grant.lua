@@ -24,6 +24,8 @@ Returns {status, earned, earned_exp, purchased, granted_at}   (the pools after t
 A grant that finds the earned pool expired zeroes it (before adding), bumps the pool's
 generation (egen: reservations still holding credits of the old pool let them lapse) and
 appends, in the same call, {kind expire, acct, credits (what lapsed), ts} to KEYS[4].
+A grant that brings the balance back to the account's low-balance threshold or above
+clears the mark settle set when it fell below (see settle.lua), so the next fall is told.
 A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
 ]]
 local now = count(1, 'now')
@@ -66,4 +68,8 @@ if limit > 0 and redis.call('INCR', KEYS[3]) == 1 then
   redis.call('EXPIRE', KEYS[3], counter_ttl)
 end
 redis.call('SET', KEYS[2], now, 'EX', marker_ttl)
+local mark = redis.call('HMGET', KEYS[1], 'low', 'lowf')
+if mark[2] and earned + purchased >= tonumber(mark[1] or '0') then
+  redis.call('HDEL', KEYS[1], 'lowf')  -- back above the threshold: the next drop is told
+end
 return {0, earned, earned_exp, purchased, now}

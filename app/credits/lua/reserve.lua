@@ -9,7 +9,8 @@ KEYS[3]  cap counter         <p>:{sN}:cap:<lineage>:<day>  credits held + settle
                                                        key and the keys it was rotated from
 KEYS[4]  reservation hash    <p>:{sN}:rsv:<rid>        (created here)
 KEYS[5]  reservations zset   <p>:{sN}:rsv              rid scored by deadline
-KEYS[6]  events stream       <p>:{sN}:events           (an expiry event when earned lapses)
+KEYS[6]  events stream       <p>:{sN}:events           (an expiry event when earned lapses; a
+                                                       cap event when a threshold is crossed)
 KEYS[7]  rate log            <p>:{sN}:rl:<lineage>     when the key's lineage last started
                                                        requests (see "Rate limit" below)
 KEYS[8]  idempotency record  <p>:{sN}:idem:<pid>:<digest> (only for a request with an
@@ -74,6 +75,10 @@ answers for the request (14-17 above). Without one, a reserve that holds credits
 {fp, state running, rid} for idem_ttl seconds, and names it on the reservation (idem) for
 settle, which records the response or, when nothing was charged, deletes it.
 Test keys ("env" = test) hold against the daily cap only; balances are not touched.
+Cap thresholds: a reserve that takes the cap counter of a key with a cap > 0 from below to
+at or above 50, 80 or 100 % of the cap appends {kind cap, acct, kid, level, cap, spent (the
+counter after), counter (KEYS[3]'s name: the lineage and day), ts} to KEYS[6] for each
+level crossed (webhooks tell it once per counter and level: the event id is made of both).
 A live reserve that finds the earned pool expired zeroes it, bumps the pool's generation
 (egen) and appends, in the same call, {kind expire, acct, credits (what lapsed), ts} to
 KEYS[6], so the durable ledger sees it. The reservation records egen: settle lets the held
@@ -220,8 +225,15 @@ if rpm > 0 then
   if full then redis.call('LTRIM', KEYS[7], -rpm, -1) end
   redis.call('PEXPIRE', KEYS[7], WINDOW_MS)
 end
-if redis.call('INCRBY', KEYS[3], amount) == amount then
-  redis.call('EXPIRE', KEYS[3], cap_ttl)
+local spent = redis.call('INCRBY', KEYS[3], amount)
+if spent == amount then redis.call('EXPIRE', KEYS[3], cap_ttl) end
+if cap > 0 then
+  for _, level in ipairs({50, 80, 100}) do
+    if (spent - amount) * 100 < level * cap and spent * 100 >= level * cap then
+      redis.call('XADD', KEYS[6], '*', 'kind', 'cap', 'acct', pid, 'kid', ARGV[4],
+        'level', level, 'cap', cap, 'spent', spent, 'counter', KEYS[3], 'ts', now)
+    end
+  end
 end
 redis.call('HSET', KEYS[4],
   'acct', pid, 'kid', ARGV[4], 'env', key[3], 'amount', amount, 'out', out,

@@ -55,6 +55,12 @@ Idempotency (KEYS[8], when it still names this reservation): a settle that charg
 otherwise the record becomes {state done, body} (the response, complete) or {state
 unrecorded}, keeping its time to live.
 
+Low balance: an account hash with a threshold (low) marks the first settle that leaves the
+balance below it (lowf) and appends {kind low, acct, balance, low, ts} to KEYS[7] (live
+keys only). Only a grant that brings the balance back to the threshold clears the mark
+(grant.lua), so the next fall is told again: a refund of credits held by requests in
+flight, which may lift the balance above it for a moment while it is spent down, does not.
+
 Events appended to KEYS[7] (the flusher makes them durable):
   usage   {rid, acct, kid, env, alias, requested, day, prompt_tokens, completion_tokens,
            credits, earned (the part of credits paid from the earned pool), outcome, ts, api,
@@ -154,10 +160,16 @@ end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], rid)
 
-local after = redis.call('HMGET', KEYS[3], 'earned', 'purchased')
+local after = redis.call('HMGET', KEYS[3], 'earned', 'purchased', 'low', 'lowf')
 local earned_after = tonumber(after[1] or '0')
 if expired then earned_after = 0 end
 local balance = earned_after + tonumber(after[2] or '0')
+local low = tonumber(after[3] or '-1')
+if env == 'live' and low >= 0 and balance < low and not after[4] then
+  redis.call('HSET', KEYS[3], 'lowf', 1)
+  redis.call('XADD', KEYS[7], '*', 'kind', 'low', 'acct', r[6], 'balance', balance,
+    'low', low, 'ts', now)
+end
 
 if idem and redis.call('HGET', idem, 'rid') == rid then
   if used == 0 or outcome == 'released' or outcome == 'swept' then
