@@ -223,6 +223,7 @@ class Services:
             self.background_redis,
             self.layout,
             every_s=settings.webhook_scan_s,
+            keep_days=settings.activity_days,
             clock=clock,
         )
         self.sweeper = Sweeper(background_ledger, interval_s=settings.sweep_interval_s, clock=clock)

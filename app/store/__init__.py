@@ -204,6 +204,10 @@ class Store(Protocol):
     async def list_deliveries(self, webhook_id: str, limit: int) -> list[DeliveryRecord]:
         """A webhook's most recent deliveries, newest event first."""
 
+    async def prune_deliveries(self, before: int, limit: int) -> int:
+        """Delete up to ``limit`` deliveries of events created before ``before`` (unix
+        seconds; long past their retry window); returns how many."""
+
     async def list_activity(self, query: ActivityQuery) -> list[ActivityRecord]:
         """One page of an account's activity, newest first (``activity_page``)."""
 

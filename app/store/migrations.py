@@ -225,6 +225,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         # An account's low-balance threshold (webhooks' credits.low; NULL: none).
         ("ALTER TABLE accounts ADD COLUMN low_balance_credits BIGINT",),
     ),
+    (
+        10,
+        # Old deliveries are deleted by the time of their event.
+        ("CREATE INDEX webhook_deliveries_created ON webhook_deliveries (created)",),
+    ),
 )
 
 CREATE_SCHEMA_MIGRATIONS = (
@@ -360,6 +365,11 @@ CLAIM_DELIVERY = (
 RECORD_DELIVERY = (
     "UPDATE webhook_deliveries SET status = ?, attempt = ?, status_code = ?, error = ?, "
     "next_attempt_at = ?, lease_until = ?, updated_at = ? WHERE event_id = ? AND webhook_id = ?"
+)
+# A batch of deliveries of events older than a time (the caller repeats it).
+PRUNE_DELIVERIES = (
+    "DELETE FROM webhook_deliveries WHERE (event_id, webhook_id) IN "
+    "(SELECT event_id, webhook_id FROM webhook_deliveries WHERE created < ? LIMIT ?)"
 )
 LIST_DELIVERIES = (
     _select("webhook_deliveries", DeliveryRecord)

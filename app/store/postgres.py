@@ -455,6 +455,14 @@ class PostgresStore:
         """A webhook's most recent deliveries."""
         return await self._records(DeliveryRecord, pgsql.LIST_DELIVERIES, (webhook_id, limit))
 
+    async def prune_deliveries(self, before: int, limit: int) -> int:
+        """Delete up to ``limit`` deliveries of events before ``before``."""
+
+        async def prune(conn: Conn) -> int:
+            return (await conn.execute(pgsql.PRUNE_DELIVERIES, (before, limit))).rowcount
+
+        return await self._write(prune)
+
     async def list_activity(self, query: ActivityQuery) -> list[ActivityRecord]:
         """One page of an account's activity, newest first."""
         return await self._records(ActivityRecord, *pgsql.activity_page(query))

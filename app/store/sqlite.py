@@ -348,6 +348,12 @@ class SQLiteStore:
         """A webhook's most recent deliveries."""
         return await self._records(DeliveryRecord, sql.LIST_DELIVERIES, (webhook_id, limit))
 
+    async def prune_deliveries(self, before: int, limit: int) -> int:
+        """Delete up to ``limit`` deliveries of events before ``before``."""
+        return await self._write(
+            lambda conn: conn.execute(sql.PRUNE_DELIVERIES, (before, limit)).rowcount
+        )
+
     async def list_activity(self, query: ActivityQuery) -> list[ActivityRecord]:
         """One page of an account's activity, newest first."""
         return await self._records(ActivityRecord, *sql.activity_page(query))

@@ -10,7 +10,8 @@ lease in Redis) looks every ``SVC_WEBHOOK_SCAN_S`` at the accounts that have web
   ``credits.earned_expired`` (so an expiry a request met first is told the same way).
 
 Each notice's id is derived from what it is about (the key and its expiry, the account
-and its pool's expiry), so the scans that see it again queue nothing more.
+and its pool's expiry), so the scans that see it again queue nothing more. The same
+worker then deletes the deliveries of events older than ``SVC_ACTIVITY_DAYS``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import secrets
 import time
 from collections.abc import Callable
 
+from app.core.clock import DAY_S
 from app.core.metrics import METRICS
 from app.credits.ledger import RedisLedger
 from app.keys.format import public_id
@@ -40,6 +42,8 @@ from app.webhooks.events import (
 from app.webhooks.registry import Webhooks
 
 log = logging.getLogger("svc.webhooks")
+PRUNE_BATCH = 5_000  # deliveries deleted per transaction
+PRUNE_BATCHES_PER_ROUND = 20
 
 
 def expiring_keys(pid: str, keys: list[KeyRecord], now: int) -> list[WebhookEventRecord]:
@@ -93,14 +97,17 @@ class Scanner:
         layout: KeySpace,
         *,
         every_s: float = 60.0,
+        keep_days: int = 30,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``keep_days``: how long deliveries are kept after their event (``prune``)."""
         self.store = store
         self.ledger = ledger
         self.webhooks = webhooks
         self.redis = redis
         self.layout = layout
         self.every_s = every_s
+        self.keep_s = keep_days * DAY_S
         self.clock = clock
         self.token = secrets.token_hex(8)
 
@@ -119,6 +126,18 @@ class Scanner:
                     events += earned_expiring(pid, earned, expires_at, now)
         return await self.webhooks.emit(events)
 
+    async def prune(self) -> int:
+        """Delete the deliveries of events older than ``keep_days`` (long past their 24
+        hours of retries), a batch per transaction; how many."""
+        before = int(self.clock()) - self.keep_s
+        deleted = 0
+        for _ in range(PRUNE_BATCHES_PER_ROUND):  # the rest next round
+            batch = await self.store.prune_deliveries(before, PRUNE_BATCH)
+            deleted += batch
+            if batch < PRUNE_BATCH:
+                break
+        return deleted
+
     async def _leased(self) -> bool:
         """This worker's turn: the lease lives a little less than a round."""
         px = max(1, int(self.every_s * 900))
@@ -133,6 +152,7 @@ class Scanner:
             try:
                 if await self._leased():
                     await self.scan()
+                    await self.prune()
             except (*REDIS_ERRORS, StoreError, OSError) as exc:
                 METRICS.background_errors.labels("webhooks").inc()
                 log.warning("webhook scan failed, retrying next round: %s", type(exc).__name__)

@@ -99,6 +99,11 @@ async def test_an_idle_pool_is_told_before_and_after_it_expires_once_each(
     assert await _told(store) == [EARNED_EXPIRED, EARNED_EXPIRING]
     (expired,) = [d for d in await store.list_deliveries("wh_1", 10) if d.type == EARNED_EXPIRED]
     assert msgspec.json.decode(expired.data)["credits"] == 500
+    clock.advance(26 * DAY_S)  # kept SVC_ACTIVITY_DAYS (30) after the event
+    assert await scanner.prune() == 0
+    clock.advance(5 * DAY_S)
+    assert await scanner.prune() == 2
+    assert await store.list_deliveries("wh_1", 10) == []
 
 
 async def test_an_expiry_a_request_meets_first_is_told_the_same_way(

@@ -228,3 +228,17 @@ async def test_a_recorded_attempt_sets_the_next_and_a_deleted_webhook_gets_nothi
     await store.record_delivery(msgspec.structs.replace(failed, next_attempt_at=T0 + 60))
     await store.delete_webhook("acct_A", "wh_1", T0 + 40)
     assert await store.claim_deliveries(T0 + 100, T0 + 160, 50) == []
+
+
+async def test_old_deliveries_are_pruned_in_batches(store: Store) -> None:
+    await store.create_webhook(_hook(1, "key.revoked"), max_per_account=10)
+    events = [msgspec.structs.replace(_event(n), created=T0 + n) for n in range(7)]
+    await store.add_webhook_events(events, T0)
+    assert await store.prune_deliveries(T0 + 5, 2) == 2
+    assert await store.prune_deliveries(T0 + 5, 2) == 2
+    assert await store.prune_deliveries(T0 + 5, 2) == 1
+    assert await store.prune_deliveries(T0 + 5, 2) == 0
+    assert sorted(d.event_id for d in await store.list_deliveries("wh_1", 10)) == [
+        "evt_5",
+        "evt_6",
+    ]
