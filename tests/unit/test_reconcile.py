@@ -16,7 +16,7 @@ from app.core.errors import ApiError, ErrorKind
 from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Hold
 from app.keys.auth import Authenticator
-from app.kv.fields import API_CHAT, API_RESPONSES
+from app.kv.fields import API_CHAT, API_RESPONSES, AccountField
 from app.kv.layout import KeySpace
 from app.ops.reconcile import ReconcileReport, rebuild_redis, reconcile
 from app.store import Store, open_store
@@ -240,6 +240,8 @@ async def test_flushall_then_rebuild(world: World) -> None:
     await mixed_load(world)
     a, b, c = world.pids
     await world.accounts.revoke_key(a, "key_" + world.secrets["a-test"][9:21])
+    await world.store.set_low_balance(b, 123)  # a webhooks' credits.low threshold
+    await world.ledger.set_low_balance(b, 123, world.clock())
     before = {c.account_pid: c for c in (await _reconcile(world)).accounts}
     # what the store can give back: the ledger without the events that were never flushed
     expected = {
@@ -258,6 +260,8 @@ async def test_flushall_then_rebuild(world: World) -> None:
     assert "reservations" in done.lost
     report = await _reconcile(world)
     assert (report.accounts_with_drift, report.unflushed_events) == (0, 0)
+    account_b = world.layout.account(world.layout.shard(b), b)
+    assert await world.redis.hget(account_b, AccountField.LOW) == b"123"  # restored
     for pid in (a, b, c):
         balance = await world.accounts.balance(pid)
         assert balance.total_available == expected[pid]
