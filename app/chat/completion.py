@@ -39,12 +39,7 @@ from app.core.metrics import METRICS
 from app.core.settings import HEARTBEATS_PER_DEADLINE
 from app.credits.idempotency import IdempotencyClaim, RecordedResponse
 from app.credits.ledger import RedisLedger
-from app.credits.outcomes import (
-    Hold,
-    Identity,
-    ScriptStatus,
-    Settlement,
-)
+from app.credits.outcomes import Hold, Identity, ScriptStatus, Settlement
 from app.kv.client import REDIS_ERRORS, REDIS_TIMEOUT
 from app.kv.fields import USAGE_ESTIMATED, USAGE_UPSTREAM, Served
 from app.upstream.base import Piece, UpstreamCall, UpstreamError, Usage

@@ -1,4 +1,5 @@
-"""Decoding request bodies into typed structs, with errors that name the bad field."""
+"""Decoding request bodies into typed structs, and query parameters, with errors that
+name the bad field."""
 
 from __future__ import annotations
 
@@ -13,6 +14,17 @@ T = TypeVar("T")
 _PATH = re.compile(r" - at `\$\.?(.*)`$")
 _decoders: dict[type, msgspec.json.Decoder[object]] = {}
 _untyped = msgspec.json.Decoder()
+
+
+def query_int(raw: str | None, name: str, *, low: int, high: int, default: int) -> int:
+    """A whole-number query parameter from ``low`` to ``high`` (``default`` when absent or
+    empty); a 400 naming ``name`` otherwise."""
+    if raw is None or raw == "":
+        return default
+    # isdigit() alone admits digits int() refuses, such as '²'
+    if not (raw.isascii() and raw.isdigit()) or not low <= int(raw) <= high:
+        raise invalid_value(name, f"'{name}' must be an integer from {low} to {high}.")
+    return int(raw)
 
 
 def decode_json(body: bytes, kind: type[T]) -> T:

@@ -16,6 +16,7 @@ import msgspec
 
 from app.core.clock import DAY_S, day_start
 from app.core.errors import invalid_value
+from app.core.validation import query_int
 from app.keys.format import ENVIRONMENTS, kid_from_public_id, public_id
 from app.store import ActivityQuery, ActivityRecord, Store
 
@@ -82,11 +83,9 @@ def item(row: ActivityRecord) -> ActivityItem:
 
 
 def _limit(raw: str | None, *, csv_export: bool) -> int | None:
-    if raw is None or raw == "":
-        return None if csv_export else DEFAULT_LIMIT
-    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_LIMIT:
-        raise invalid_value("limit", f"'limit' must be an integer from 1 to {MAX_LIMIT}.")
-    return int(raw)
+    if csv_export and not raw:
+        return None  # every row
+    return query_int(raw, "limit", low=1, high=MAX_LIMIT, default=DEFAULT_LIMIT)
 
 
 def _text(params: Mapping[str, str], name: str) -> str | None:

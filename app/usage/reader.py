@@ -18,6 +18,7 @@ from msgspec import UNSET, UnsetType
 
 from app.core.clock import DAY_S, day_start, utc_day
 from app.core.errors import invalid_value
+from app.core.validation import query_int
 from app.keys.format import public_id
 from app.kv.fields import GROUP_KEY, GROUP_MODEL, UsageCounters
 
@@ -82,12 +83,7 @@ class UsageSummary(msgspec.Struct):
 
 def parse_days(raw: str | None) -> int:
     """The ``days`` query parameter: an integer from 1 to 366, default 30."""
-    if raw is None or raw == "":
-        return DEFAULT_DAYS
-    # isdigit() alone admits digits int() refuses, such as '²'
-    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_DAYS:
-        raise invalid_value("days", f"'days' must be an integer from 1 to {MAX_DAYS}.")
-    return int(raw)
+    return query_int(raw, "days", low=1, high=MAX_DAYS, default=DEFAULT_DAYS)
 
 
 def parse_group_by(raw: str | None) -> str | None:
