@@ -26,7 +26,7 @@ from app.core.errors import (
 from app.core.ids import random_id
 from app.core.settings import MAX_RATE_LIMIT_RPM
 from app.core.validation import decode_json
-from app.credits.ledger import RedisLedger
+from app.credits.ledger import KeyUse, RedisLedger
 from app.credits.outcomes import Balance, ScriptStatus
 from app.keys.format import (
     digest,
@@ -89,6 +89,7 @@ class ApiKeyItem(msgspec.Struct):
     allowed_models: list[str] | None = None  # None: every model
     rate_limit_rpm: int | None = None  # None: no limit
     replaces: str | None = None  # the id of the key it was rotated from
+    used_today_credits: int = 0  # held and spent today (UTC), as its daily cap counts them
 
 
 class ApiKeyDeleted(msgspec.Struct):
@@ -262,9 +263,13 @@ def _shown(rec: KeyRecord) -> dict[str, Any]:
     }
 
 
-def key_item(rec: KeyRecord, last_used: int | None = None) -> ApiKeyItem:
+def key_item(rec: KeyRecord, use: KeyUse) -> ApiKeyItem:
     return ApiKeyItem(
-        **_shown(rec), last4=rec.last4, status=rec.status, last_used_at=_iso_or_none(last_used)
+        **_shown(rec),
+        last4=rec.last4,
+        status=rec.status,
+        last_used_at=_iso_or_none(use.last_used),
+        used_today_credits=use.today,
     )
 
 
@@ -405,9 +410,9 @@ class Accounts:
     async def list_keys(self, pid: str) -> ApiKeyList:
         """The account's keys, newest first: never a secret, never a hash."""
         records = await self.store.list_keys(pid)
-        used = await self.ledger.keys_last_used(pid, [r.kid for r in records])
+        uses = await self.ledger.keys_use(pid, records, self.clock())
         return ApiKeyList(
-            object="list", data=[key_item(r, u) for r, u in zip(records, used, strict=True)]
+            object="list", data=[key_item(r, u) for r, u in zip(records, uses, strict=True)]
         )
 
     async def _account_key(self, pid: str, key_id: str) -> KeyRecord:
@@ -438,8 +443,8 @@ class Accounts:
         if updated is None:
             raise service_unavailable()  # the key was there a moment ago: never deleted
         synced = await self._sync_key(updated)
-        (used,) = await self.ledger.keys_last_used(pid, [record.kid])
-        return key_item(synced, used)
+        (use,) = await self.ledger.keys_use(pid, [synced], self.clock())
+        return key_item(synced, use)
 
     async def _sync_key(self, updated: KeyRecord) -> KeyRecord:
         """Write a key's changed settings to Redis; returns the record Redis then holds.

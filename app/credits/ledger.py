@@ -5,7 +5,8 @@ here with the key names of ``KeySpace`` and answered with the typed results of
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from app.core.clock import DAY_S, day_tag, utc_day
 from app.credits import idempotency
@@ -79,6 +80,13 @@ SWEPT_FIELDS = [  # what the sweeper needs of a reservation
     ReservationField.CAP_KEY,
     ReservationField.IDEMPOTENCY,
 ]
+
+
+class KeyUse(NamedTuple):
+    """What Redis knows of a key's use (Redis only: a Redis that lost its data forgets it)."""
+
+    last_used: int | None  # unix seconds of its last reservation; None: never
+    today: int  # credits its lineage holds and has settled today (UTC): its daily cap's count
 
 
 class RedisLedger:
@@ -162,14 +170,19 @@ class RedisLedger:
             return KeyAccess(ScriptStatus.KEY_EXPIRED, allowed)
         return KeyAccess(ScriptStatus.OK, allowed)
 
-    async def keys_last_used(self, pid: str, kids: list[str]) -> list[int | None]:
-        """When each key of ``pid`` last reserved (unix seconds; None: never, or Redis lost
-        it), in the order of ``kids``, one round trip."""
-        shard = self.layout.shard(pid)
+    async def keys_use(self, pid: str, records: Sequence[KeyRecord], now: float) -> list[KeyUse]:
+        """How each key of ``pid`` is being used, in the order of ``records``, one round
+        trip: its last reservation and its lineage's daily cap counter today (UTC)."""
+        shard, today = self.layout.shard(pid), day_tag(utc_day(now))
         pipe = self.redis.pipeline(transaction=False)
-        for kid in kids:
-            pipe.hget(self.layout.api_key(shard, kid), KeyField.LAST_USED)
-        return [None if used is None else int(used) for used in await pipe.execute()]
+        for record in records:
+            pipe.hget(self.layout.api_key(shard, record.kid), KeyField.LAST_USED)
+            pipe.get(self.layout.cap(shard, record.cap_kid, today))
+        replies = await pipe.execute()
+        return [
+            KeyUse(None if used is None else int(used), int(counted or 0))
+            for used, counted in zip(replies[::2], replies[1::2], strict=True)
+        ]
 
     async def usage_days(
         self, pid: str, environment: str, days: list[str]

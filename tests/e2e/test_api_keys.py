@@ -35,9 +35,15 @@ KEY_ITEM_FIELDS = {
     "allowed_models",
     "rate_limit_rpm",
     "replaces",
+    "used_today_credits",
 }
 # The create answer: the secret, shown this once, and no state yet.
-KEY_CREATED_FIELDS = KEY_ITEM_FIELDS - {"last4", "status", "last_used_at"} | {"key"}
+KEY_CREATED_FIELDS = KEY_ITEM_FIELDS - {
+    "last4",
+    "status",
+    "last_used_at",
+    "used_today_credits",
+} | {"key"}
 
 
 def _h(key: str) -> dict[str, str]:
@@ -464,7 +470,9 @@ def test_the_list_shows_when_each_key_was_last_used(server: Server) -> None:
         k["last4"]: k
         for k in httpx.get(f"{server.base_url}/api-keys", headers=_h(manager)).json()["data"]
     }
-    assert listed[idle[-4:]]["last_used_at"] is None
+    assert (listed[idle[-4:]]["last_used_at"], listed[idle[-4:]]["used_today_credits"]) == (None, 0)
+    spent = httpx.get(f"{server.base_url}/usage?days=1", headers=_h(manager)).json()
+    assert listed[used[-4:]]["used_today_credits"] == spent["credits_spent"] > 0
     last = datetime.strptime(listed[used[-4:]]["last_used_at"], "%Y-%m-%dT%H:%M:%SZ")
     assert started <= last.replace(tzinfo=UTC).timestamp() <= time.time()
     # a refused request is no use: a key over its cap keeps its last use

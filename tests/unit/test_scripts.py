@@ -8,7 +8,7 @@ import pytest
 
 from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import RedisLedger
+from app.credits.ledger import KeyUse, RedisLedger
 from app.credits.outcomes import Identity, ScriptStatus
 from app.kv.client import RedisClient
 from app.kv.fields import (
@@ -779,14 +779,23 @@ async def test_an_expired_key_is_refused_from_its_expiry_on_and_nothing_changes(
     assert await ledger.key_status(ident, expires) is ScriptStatus.KEY_REVOKED
 
 
-async def test_a_reserve_records_the_keys_last_use_and_a_refusal_does_not(
+async def test_a_reserve_records_the_keys_use_and_a_refusal_does_not(
     ledger: RedisLedger, clock: Clock
 ) -> None:
     await account(ledger, "acct_A", purchased=1_000)
     ident = await key(ledger, "acct_A", "k1", cap=10)
-    assert await ledger.keys_last_used("acct_A", ["k1"]) == [None]
+    first = rec(ident)
+    assert await ledger.keys_use("acct_A", [first], clock()) == [KeyUse(None, 0)]
     await reserve(ledger, ident, "r1", clock(), max_out=10)
-    assert await ledger.keys_last_used("acct_A", ["k1"]) == [int(clock())]
+    held = (await ledger.keys_use("acct_A", [first], clock()))[0]
+    assert held.last_used == int(clock())
+    assert held.today > 0  # the hold counts against the cap at once
     with pytest.raises(ApiError):  # over the cap: refused, not a use
         await reserve(ledger, ident, "r2", clock() + 5, max_out=10)
-    assert await ledger.keys_last_used("acct_A", ["k1", "k2"]) == [int(clock()), None]
+    # a successor shares its lineage's count; another key has none; tomorrow starts at 0
+    successor = await key(ledger, "acct_A", "k2", lineage="k1")
+    other = await key(ledger, "acct_A", "k3")
+    uses = await ledger.keys_use("acct_A", [first, rec(successor), rec(other)], clock())
+    assert uses == [held, KeyUse(None, held.today), KeyUse(None, 0)]
+    (next_day,) = await ledger.keys_use("acct_A", [first], clock() + 86_400)
+    assert next_day == KeyUse(held.last_used, 0)
