@@ -6,6 +6,7 @@ from typing import Any
 
 import msgspec
 from litestar import Controller, Request, Response, get, patch, post
+from litestar.datastructures import ResponseHeader
 from litestar.di import Provide
 
 from app.accounts.manage import (
@@ -22,6 +23,7 @@ from app.accounts.rewards import SpotlightRequest, SpotlightReward
 from app.core.errors import ErrorKind
 from app.core.validation import decode_json
 from app.http.deps import admin_guard, provide_services
+from app.http.headers import NO_STORE
 from app.http.idempotent import once
 from app.http.openapi import (
     ACTIVITY_PARAMS,
@@ -46,6 +48,7 @@ class AccountCreated(msgspec.Struct):
 
 
 class AdminController(Controller):
+    response_headers = [ResponseHeader(name=NO_STORE[0], value=NO_STORE[1])]
     path = "/admin/v1"
     guards = [admin_guard]
     dependencies = {"services": Provide(provide_services)}

@@ -6,6 +6,7 @@ from typing import Any
 
 import msgspec
 from litestar import Controller, Request, Response, delete, get, patch, post
+from litestar.datastructures import ResponseHeader
 from litestar.di import Provide
 
 from app.accounts.manage import (
@@ -26,6 +27,7 @@ from app.core.errors import ApiError, ErrorKind, model_not_allowed
 from app.core.validation import decode_json
 from app.credits.outcomes import Identity, key_refusal
 from app.http.deps import provide_identity, provide_services, request_address
+from app.http.headers import NO_STORE
 from app.http.idempotent import once
 from app.http.openapi import (
     ACTIVITY_PARAMS,
@@ -95,6 +97,7 @@ _IDENT = {"ident": Provide(provide_identity)}
 
 
 class V1Controller(Controller):
+    response_headers = [ResponseHeader(name=NO_STORE[0], value=NO_STORE[1])]
     path = "/v1"
     dependencies = {"services": Provide(provide_services)}
     security = API_KEY

@@ -15,6 +15,7 @@ from app.chat.lifecycle import GracePeriod
 from app.core.settings import Settings
 from app.http.admin import AdminController
 from app.http.api import V1Controller
+from app.http.console import ConsoleController
 from app.http.errors import handle_exception
 from app.http.headers import SECURITY_HEADERS
 from app.http.health import HealthController
@@ -62,6 +63,7 @@ def create_app(settings: Settings) -> Litestar:
             AdminController,
             HealthController,
             MetricsController,
+            ConsoleController,
         ],
         response_headers=[ResponseHeader(name=k, value=v) for k, v in SECURITY_HEADERS],
         lifespan=[lifespan],

@@ -1,0 +1,117 @@
+// The console's shell: sign-in, navigation (by the URL's fragment) and sign-out.
+import { ApiError, api, looksLikeKey, onKeyRefused, session } from "./api.js";
+import { errorBox, fill, h } from "./dom.js";
+import * as activity from "./pages/activity.js";
+import * as keys from "./pages/keys.js";
+import * as overview from "./pages/overview.js";
+import * as playground from "./pages/playground.js";
+import * as webhooks from "./pages/webhooks.js";
+
+const PAGES = { overview, keys, activity, webhooks, playground };
+const DEFAULT_PAGE = "overview";
+
+const byId = (id) => document.getElementById(id);
+let rendering = 0; // the newest render wins when the viewer clicks quickly
+
+function pageName() {
+  const name = window.location.hash.replace(/^#\//, "");
+  return Object.hasOwn(PAGES, name) ? name : DEFAULT_PAGE;
+}
+
+function showSignIn(message = "") {
+  byId("nav").hidden = true;
+  byId("session").hidden = true;
+  fill(byId("page"));
+  byId("sign-in").hidden = false;
+  byId("sign-in-error").textContent = message;
+  document.title = "Sign in · svc console";
+  byId("sign-in-key").focus();
+}
+
+function showSession() {
+  const environment = session.environment();
+  const badgeEl = byId("environment-badge");
+  badgeEl.className = `badge ${environment}`;
+  badgeEl.textContent = environment === "test" ? "test key · read-only" : "live key";
+  byId("sign-in").hidden = true;
+  byId("nav").hidden = false;
+  byId("session").hidden = false;
+}
+
+async function render() {
+  if (!session.key()) {
+    showSignIn();
+    return;
+  }
+  showSession();
+  const name = pageName();
+  const page = PAGES[name];
+  for (const link of byId("nav").querySelectorAll("a")) {
+    if (link.getAttribute("href") === `#/${name}`) link.setAttribute("aria-current", "page");
+    else link.removeAttribute("aria-current");
+  }
+  document.title = `${page.TITLE} · svc console`;
+  const root = byId("page");
+  const ticket = ++rendering;
+  fill(root, h("h1", null, page.TITLE), h("p", { class: "hint", role: "status" }, "Loading…"));
+  const content = h("div");
+  try {
+    await page.render(content, { readOnly: session.readOnly(), refresh: render });
+  } catch (error) {
+    if (!(error instanceof ApiError)) throw error;
+    if (!session.key()) return; // the key was refused: the sign-in form says why
+    fill(content, errorBox(error));
+  }
+  if (ticket === rendering) fill(root, h("h1", null, page.TITLE), content);
+}
+
+async function signIn(event) {
+  event.preventDefault();
+  const input = byId("sign-in-key");
+  const key = input.value.trim();
+  const errorText = byId("sign-in-error");
+  if (!looksLikeKey(key)) {
+    input.setAttribute("aria-invalid", "true");
+    errorText.textContent = "That is not an svc API key: keys begin with svc_live_ or svc_test_ and are 59 characters long.";
+    input.focus();
+    return;
+  }
+  session.remember(key);
+  try {
+    await api("credits"); // proves the key before anything is shown
+  } catch (error) {
+    session.forget();
+    input.setAttribute("aria-invalid", "true");
+    errorText.textContent = error.message;
+    input.focus();
+    return;
+  }
+  input.value = "";
+  input.removeAttribute("aria-invalid");
+  if (!window.location.hash.startsWith("#/")) window.location.hash = `#/${DEFAULT_PAGE}`;
+  await render();
+  byId("main").focus();
+}
+
+function signOut() {
+  session.forget();
+  for (const dialog of document.querySelectorAll("dialog")) dialog.close();
+  showSignIn("You are signed out; the key is forgotten.");
+}
+
+onKeyRefused((message) => {
+  session.forget();
+  for (const dialog of document.querySelectorAll("dialog")) dialog.close();
+  showSignIn(`Signed out: ${message}`);
+});
+
+byId("sign-in-form").addEventListener("submit", signIn);
+byId("sign-out").addEventListener("click", signOut);
+byId("skip-link").addEventListener("click", (event) => {
+  event.preventDefault(); // the fragment is the router's
+  byId("main").focus();
+});
+window.addEventListener("hashchange", () => {
+  if (window.location.hash.startsWith("#/")) render().then(() => byId("main").focus());
+});
+render();

@@ -1,0 +1,126 @@
+// Activity: the request log, filtered and paged, and the CSV exports.
+import { api, download, models } from "../api.js";
+import { emptyState, errorBox, fill, h, number, table, time, todayUtc } from "../dom.js";
+
+export const TITLE = "Activity";
+const PAGE_SIZE = 25;
+const EXPORT_DAYS = 30;
+const AUTO_ALIAS = "svc-auto"; // never serves a request itself: not a filter
+
+const OUTCOMES = {
+  completed: "completed",
+  client_disconnect: "client left",
+  upstream_error: "upstream error",
+  shutdown: "shutdown",
+  swept: "swept",
+};
+
+function columns(keyNames) {
+  return [
+    { label: "Time", cell: (row) => time(row.created) },
+    { label: "Key", cell: (row) => keyNames.get(row.key_id) ?? row.key_id },
+    { label: "Model", cell: (row) => (row.requested_model === row.model ? row.model : `${row.requested_model} → ${row.model}`) },
+    { label: "API", cell: (row) => row.api },
+    { label: "Input tokens", number: true, cell: (row) => number(row.prompt_tokens) },
+    { label: "Output tokens", number: true, cell: (row) => number(row.completion_tokens) },
+    { label: "Credits", number: true, cell: (row) => number(row.credits_used) },
+    { label: "Outcome", cell: (row) => h("span", { class: `badge ${row.outcome}` }, OUTCOMES[row.outcome] ?? row.outcome) },
+    { label: "First token", number: true, cell: (row) => `${number(row.ttfb_ms)} ms` },
+    { label: "Duration", number: true, cell: (row) => `${number(row.duration_ms)} ms` },
+  ];
+}
+
+function select(id, name, label, options) {
+  return h(
+    "div",
+    null,
+    h("label", { for: id }, label),
+    h("select", { id, name }, h("option", { value: "" }, "All"), options.map(([value, text]) => h("option", { value }, text))),
+  );
+}
+
+export async function render(root) {
+  const [keys, aliases] = await Promise.all([api("api-keys"), models()]);
+  const keyNames = new Map(keys.data.map((k) => [k.id, `${k.name} (…${k.last4})`]));
+  const filters = h(
+    "form",
+    { class: "filters", "aria-label": "Filters", novalidate: true },
+    select("filter-key", "key_id", "Key", keys.data.map((k) => [k.id, keyNames.get(k.id)])),
+    select("filter-model", "model", "Model", aliases.filter((a) => a !== AUTO_ALIAS).map((a) => [a, a])),
+    h("div", null, h("label", { for: "filter-day" }, "Day (UTC)"), h("input", { id: "filter-day", name: "day", type: "date", max: todayUtc() })),
+    h("div", null, h("button", { type: "submit" }, "Apply filters")),
+  );
+  const results = h("div", { "aria-live": "polite" });
+  const exportError = h("div");
+  let cursors = [null]; // the `after` of each page shown so far: the last is this page's
+
+  const wanted = () => {
+    const data = new FormData(filters);
+    return { key_id: data.get("key_id"), model: data.get("model"), day: data.get("day") };
+  };
+
+  async function show() {
+    const after = cursors[cursors.length - 1];
+    let page;
+    try {
+      page = await api("activity", { query: { ...wanted(), limit: PAGE_SIZE, after } });
+    } catch (error) {
+      fill(results, errorBox(error));
+      return;
+    }
+    const newer = h("button", { type: "button", class: "secondary", disabled: cursors.length === 1, onclick: () => { cursors.pop(); show(); } }, "Newer");
+    const older = h("button", { type: "button", class: "secondary", disabled: !page.has_more, onclick: () => { cursors.push(page.last_id); show(); } }, "Older");
+    const filtered = Object.values(wanted()).some(Boolean);
+    fill(
+      results,
+      table({
+        caption: `Requests, newest first (page ${cursors.length})`,
+        columns: columns(keyNames),
+        rows: page.data,
+        empty: emptyState(
+          filtered
+            ? "No request matches these filters. Clear them to see every request."
+            : ["No requests yet. Send one from the ", h("a", { href: "#/playground" }, "Playground"), " or from your app: each settled request appears here within seconds."],
+        ),
+      }),
+      page.data.length || cursors.length > 1 ? h("div", { class: "paging", role: "group", "aria-label": "Pages" }, newer, older) : null,
+    );
+  }
+
+  filters.addEventListener("submit", (event) => {
+    event.preventDefault();
+    cursors = [null];
+    show();
+  });
+
+  const exporting = (label, path, query, filename) =>
+    h("button", {
+      type: "button",
+      class: "secondary",
+      onclick: async () => {
+        fill(exportError);
+        try {
+          await download(path, query(), filename);
+        } catch (error) {
+          fill(exportError, errorBox(error));
+        }
+      },
+    }, label);
+
+  root.append(
+    filters,
+    h("h2", null, "Requests"),
+    h("p", { class: "hint" }, "Each request as it was settled: what it used, how it ended. Times are yours; days are UTC, as svc counts them."),
+    results,
+    h("h2", null, "Export CSV"),
+    h(
+      "div",
+      { class: "actions" },
+      exporting("Activity (these filters)", "activity", () => ({ ...wanted(), format: "csv" }), "activity.csv"),
+      exporting(`Usage by key (${EXPORT_DAYS} days)`, "usage", () => ({ days: EXPORT_DAYS, group_by: "key", format: "csv" }), "usage-by-key.csv"),
+      exporting(`Usage by model (${EXPORT_DAYS} days)`, "usage", () => ({ days: EXPORT_DAYS, group_by: "model", format: "csv" }), "usage-by-model.csv"),
+    ),
+    exportError,
+  );
+  await show();
+}
