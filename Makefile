@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: run test test-cluster faults check lint bench install lock
+.PHONY: run test test-cluster faults check lint bench install lock screenshots
 
 # .venv holds exactly requirements/test.lock (every package pinned with its hashes: svc's
 # dependencies plus the test and bench extras), then svc itself, editable and without
@@ -45,12 +45,15 @@ lint: install
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# The console's browser tests (tests/e2e/test_console.py) drive Debian's chromium package,
+# installed when missing, like PostgreSQL.
 # The store tests run on SQLite and on a throwaway PostgreSQL server (Debian's package,
 # installed when missing; SVC_TEST_POSTGRES_URL names a server to use instead).
 # The fault suite (tests/faults: Redis, workers and upstreams killed under load) runs as a
 # step of its own: `make faults`.
 test: install lint
 	bash tests/ensure-postgresql.sh
+	bash tests/ensure-chromium.sh
 	$(BIN)/pytest -m "not faults"
 	$(BIN)/pytest -m faults tests/faults
 
@@ -63,3 +66,8 @@ test-cluster: install
 
 bench: install
 	$(BIN)/python -m bench
+
+# The console's screenshots in docs/console/, taken anew by its browser tests.
+screenshots: install
+	bash tests/ensure-chromium.sh
+	SVC_CONSOLE_SCREENSHOTS=docs/console $(BIN)/pytest tests/e2e/test_console.py

@@ -3,9 +3,11 @@ Content-Security-Policy; account data is never in them (the browser reads it fro
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from litestar import Controller, Request, Response, get
+from litestar.params import FromPath
 
 from app.console import CONTENT_SECURITY_POLICY, INDEX, Asset, load_assets
 from app.core.errors import ApiError, ErrorKind
@@ -41,9 +43,10 @@ class ConsoleController(Controller):
         return _answer(_ASSETS[INDEX], request, _PAGE_CACHE)
 
     @get("/{name:path}")
-    async def file(self, request: Request[Any, Any, Any], name: str) -> Response[bytes]:
+    async def file(self, request: Request[Any, Any, Any], name: FromPath[Path]) -> Response[bytes]:
         """A script, style sheet or icon of the console."""
-        asset = _ASSETS.get(name.lstrip("/"))
-        if asset is None or name.lstrip("/") == INDEX:
+        wanted = name.as_posix().lstrip("/")
+        asset = _ASSETS.get(wanted)
+        if asset is None:
             raise ApiError(ErrorKind.NOT_FOUND, "No such console file.")
-        return _answer(asset, request, _FILE_CACHE)
+        return _answer(asset, request, _PAGE_CACHE if wanted == INDEX else _FILE_CACHE)

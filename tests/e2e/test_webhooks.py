@@ -8,10 +8,8 @@ import asyncio
 import hashlib
 import hmac
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from app.kv.layout import KeySpace
 from app.ops.embedded import redis_url, socket_path
 from tests.e2e.conftest import Server, start_server, stop_server
 from tests.e2e.test_admin_cli import svc_admin
+from tests.e2e.webhook_receiver import Receiver
 
 pytestmark = pytest.mark.e2e
 FAST_RETRIES = {
@@ -35,44 +34,6 @@ FAST_RETRIES = {
 }
 KEYS = KeySpace("svc", 64)
 TOLERANCE_S = 300  # the sample in docs/api.md refuses older signatures
-
-
-class Receiver:
-    """A webhook receiver: records what it is sent; answers 500 to the first
-    ``failures`` requests, then 204."""
-
-    def __init__(self) -> None:
-        self.received: list[tuple[dict[str, str], bytes]] = []
-        self.failures = 0
-        self.lock = threading.Lock()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["content-length"]))
-                with receiver.lock:
-                    receiver.received.append(
-                        ({k.lower(): v for k, v in self.headers.items()}, body)
-                    )
-                    failing = receiver.failures > 0
-                    receiver.failures -= 1 if failing else 0
-                self.send_response(500 if failing else 204)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.http.server_address[1]}/hooks/svc"
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
-
-    def events(self) -> list[dict[str, Any]]:
-        with self.lock:
-            return [json.loads(body) for _, body in self.received]
-
-    def unique(self) -> dict[str, dict[str, Any]]:
-        """What a receiver that deduplicates by event id keeps."""
-        return {e["id"]: e for e in self.events()}
 
 
 def verify(secret: str, header: str, body: bytes, now: float) -> bool:

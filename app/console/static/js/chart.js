@@ -2,9 +2,9 @@
 // also in a table for screen readers and keyboard users.
 import { h, number, s, table, utcDay } from "./dom.js";
 
-const WIDTH = 720;
-const HEIGHT = 240;
-const PAD = { top: 12, right: 12, bottom: 28, left: 56 };
+const WIDTH = 480;
+const HEIGHT = 220;
+const PAD = { top: 12, right: 8, bottom: 26, left: 52 };
 const SERIES_COLORS = 8;
 
 /** A step that gives about four gridlines: 1, 2 or 5 times a power of ten. */
@@ -27,10 +27,11 @@ function gridlines(max, y) {
 }
 
 function dayLabels(days, x, band) {
-  const every = Math.ceil(days.length / 8);
+  const every = Math.ceil(days.length / 5);
+  const last = days.length - 1;
   return days.map((day, i) =>
-    i % every === 0 || i === days.length - 1
-      ? s("text", { x: x(i) + band / 2, y: HEIGHT - 8, "text-anchor": "middle" }, utcDay(day))
+    (last - i) % every === 0 // counted back from today, so today is always labelled
+      ? s("text", { x: i === last ? x(i) + band : x(i) + band / 2, y: HEIGHT - 8, "text-anchor": i === last ? "end" : "middle" }, utcDay(day))
       : null,
   );
 }

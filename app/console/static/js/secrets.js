@@ -27,7 +27,10 @@ export function showSecret({ title, label, secret, details = [] }) {
       announce(status.textContent);
     },
   }, "Copy");
-  const done = h("button", { type: "button", onclick: () => dialog.close() }, "I have saved it");
+  const forget = () => {
+    field.value = ""; // gone from the page with the dialog
+  };
+  const done = h("button", { type: "button", onclick: () => { forget(); dialog.close(); } }, "I have saved it");
   const dialog = modal(
     title,
     h("p", { class: "notice", role: "note" }, "This is the only time the secret is shown: svc keeps only a hash of it. Copy it and store it somewhere safe now."),
@@ -40,7 +43,7 @@ export function showSecret({ title, label, secret, details = [] }) {
   copyButton.focus();
   return new Promise((resolve) => {
     dialog.addEventListener("close", () => {
-      field.value = ""; // gone from the page with the dialog
+      forget(); // closed with Escape, too
       resolve();
     });
   });

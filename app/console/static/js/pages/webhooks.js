@@ -44,7 +44,9 @@ function addForm(refresh) {
       "fieldset",
       null,
       h("legend", null, "Events"),
-      EVENTS.map(([type, text]) => h("label", { class: "inline" }, h("input", { type: "checkbox", name: "events", value: type, checked: true }), `${text} (`, h("code", null, type), ")")),
+      EVENTS.map(([type, text]) =>
+        h("label", { class: "inline" }, h("input", { type: "checkbox", name: "events", value: type, checked: true }), h("span", null, `${text} `, h("code", null, type))),
+      ),
     ),
     h("label", { for: "webhook-low" }, "Low balance threshold (credits)"),
     h("input", { id: "webhook-low", name: "low_balance_credits", type: "number", min: 1, step: 1, inputmode: "numeric", "aria-describedby": "webhook-low-hint" }),

@@ -1,0 +1,370 @@
+"""The account console in a real headless Chromium: what an owner does, start to finish.
+
+Each page is checked for accessibility violations (axe-core) and browser console errors,
+and screenshotted (``make screenshots`` writes them to docs/console/)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect
+
+from tests.e2e.conftest import Server, start_server, stop_server
+from tests.e2e.console_browser import (
+    DESKTOP,
+    PHONE,
+    VIEWER_ZONE,
+    Console,
+    launch,
+    screenshot_dir,
+)
+from tests.e2e.webhook_receiver import Receiver
+
+pytestmark = pytest.mark.e2e
+
+GRANT = 1_250_000
+SEEDED = {"svc-fast": 3, "svc-code": 2, "svc-smart": 1}  # requests per model before the tour
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    env = {"SVC_WEBHOOK_ALLOW_HOSTS": "127.0.0.1", "SVC_WEBHOOK_POLL_S": "0.2"}
+    srv = start_server(tmp_path_factory.mktemp("console"), workers=2, extra_env=env)
+    try:
+        yield srv
+    finally:
+        stop_server(srv.process)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    yield from launch()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.http.shutdown()
+
+
+def _context(browser: Browser, viewport: dict[str, int]) -> BrowserContext:
+    return browser.new_context(
+        viewport=viewport, locale="en-US", timezone_id=VIEWER_ZONE, accept_downloads=True
+    )
+
+
+@pytest.fixture
+def desktop(browser: Browser) -> Iterator[BrowserContext]:
+    context = _context(browser, DESKTOP)
+    yield context
+    context.close()
+
+
+@pytest.fixture
+def console(
+    site: Server, desktop: BrowserContext, tmp_path_factory: pytest.TempPathFactory
+) -> Console:
+    shots = screenshot_dir(tmp_path_factory.mktemp("shots"))
+    return Console(desktop.new_page(), f"{site.root_url}/console/", shots)
+
+
+def _h(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+def _chat(site: Server, key: str, model: str) -> None:
+    body = {
+        "model": model,
+        "stream": True,
+        "messages": [{"role": "user", "content": f"A short answer from {model}, please."}],
+    }
+    with httpx.stream(
+        "POST", f"{site.base_url}/chat/completions", json=body, headers=_h(key), timeout=30
+    ) as r:
+        assert r.status_code == 200
+        r.read()
+
+
+def _credits(site: Server, key: str) -> int:
+    return int(httpx.get(f"{site.base_url}/credits", headers=_h(key)).json()["total_available"])
+
+
+def _owner(site: Server) -> tuple[str, str]:
+    """An account with some usage on three models, and its live key."""
+    pid = site.new_account(GRANT)
+    key = site.new_key(pid)
+    for model, count in SEEDED.items():
+        for _ in range(count):
+            _chat(site, key, model)
+    return pid, key
+
+
+def _grouping(n: int) -> str:
+    return f"{n:,}"  # the en-US thousands separator the browser uses
+
+
+def _created_secret(console: Console) -> str:
+    """The secret the open dialog shows; the dialog is closed after reading it."""
+    page = console.page
+    dialog = page.get_by_role("dialog")
+    expect(dialog.get_by_text("This is the only time the secret is shown")).to_be_visible()
+    secret = page.locator("#new-secret").input_value()
+    dialog.get_by_role("button", name="I have saved it").click()
+    expect(page.locator("dialog")).to_have_count(0)  # removed from the page
+    assert secret not in console.page_text()  # never rendered again once closed
+    return secret
+
+
+def _key_row(page: Page, name: str) -> Locator:
+    return page.get_by_role("row").filter(has=page.get_by_role("cell", name=name, exact=True))
+
+
+def test_an_owner_signs_in_creates_a_key_uses_it_and_manages_it(
+    site: Server, console: Console, receiver: Receiver, tmp_path: Path
+) -> None:
+    _, manager = _owner(site)
+    page = console.page
+
+    # sign in: the balance is the API's, with the viewer's thousands separators
+    console.sign_in(manager)
+    assert console.stored_key() == manager
+    balance = _credits(site, manager)
+    total = page.get_by_role("region", name="Total balance")
+    expect(total).to_contain_text(_grouping(balance))
+    expect(page.get_by_role("img", name=re.compile("Credits by model"))).to_be_visible()
+    for model in SEEDED:
+        expect(page.get_by_role("list", name=re.compile("series")).first).to_contain_text(model)
+    console.check("overview")
+
+    # webhooks: add one (its secret shown once), for the key events below
+    console.open("webhooks")
+    expect(page.get_by_text("No webhooks yet")).to_be_visible()
+    page.get_by_label("URL").fill(receiver.url)
+    page.get_by_label("Description").fill("Key changes to the ops channel")
+    page.get_by_role("button", name="Add webhook").click()
+    signing_secret = _created_secret(console)
+    assert signing_secret.startswith("whsec_")
+    expect(page.get_by_role("region", name=f"Webhook {receiver.url}")).to_be_visible()
+
+    # keys: create one with a cap; its secret is shown once
+    console.open("keys")
+    page.get_by_role("button", name="Create key").click()
+    page.get_by_label("Name").fill("Playground")
+    page.get_by_label("Daily cap (credits)").fill("5000")
+    page.get_by_role("dialog").get_by_role("button", name="Create key").click()
+    secret = _created_secret(console)
+    assert secret.startswith("svc_live_")
+    row = page.get_by_role("row").filter(has_text=f"svc_live_…{secret[-4:]}")
+    expect(row).to_contain_text("Playground")
+    expect(row).to_contain_text("0 / 5,000")
+    console.check("keys")
+
+    # use it from the playground: the stream arrives in pieces, the metadata is the API's
+    console.sign_out()
+    console.sign_in(secret)
+    console.open("playground")
+    page.get_by_label("Model").select_option("svc-fast")
+    page.get_by_label("Message").fill("Tell me about credits.")
+    expect(page.locator("#play-code")).to_contain_text(f"svc_live_…{secret[-4:]}")
+    assert secret not in page.locator("#play-code").inner_text()  # the snippet masks the key
+    page.evaluate(
+        """() => {
+            window.pieces = 0;
+            new MutationObserver((changes) => { window.pieces += changes.length; })
+                .observe(document.getElementById('play-output'), { childList: true });
+        }"""
+    )
+    page.get_by_role("button", name="Send").click()
+    metadata = page.get_by_role("definition")
+    expect(page.get_by_label("What the request used")).to_be_visible()
+    assert page.evaluate("() => window.pieces") > 1  # token by token, not all at once
+    credits_used = int(metadata.nth(0).inner_text().replace(",", ""))
+    remaining = int(metadata.nth(1).inner_text().replace(",", ""))
+    assert credits_used > 0
+    assert remaining == _credits(site, secret)
+    console.check("playground")
+
+    # the request in Activity, with the same credits; filtered by key; exported as CSV
+    console.open("activity")
+    key_option = f"Playground (…{secret[-4:]})"
+    page.get_by_label("Key", exact=True).select_option(label=key_option)
+    deadline = time.monotonic() + 30
+    while True:  # the flusher writes activity within a second or two
+        page.get_by_role("button", name="Apply filters").click()
+        rows = page.get_by_role("region", name=re.compile("Requests, newest first")).get_by_role(
+            "row"
+        )
+        if rows.count() == 2:
+            break
+        assert time.monotonic() < deadline, "the request never reached the activity"
+        page.wait_for_timeout(500)
+    expect(rows.nth(1)).to_contain_text(key_option)
+    expect(rows.nth(1)).to_contain_text("svc-fast")
+    cells = rows.nth(1).get_by_role("cell")
+    assert int(cells.nth(6).inner_text().replace(",", "")) == credits_used
+    assert page.locator("time").first.get_attribute("title").endswith(" UTC")
+    console.check("activity")
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Activity (these filters)").click()
+    saved = tmp_path / "activity.csv"
+    download.value.save_as(saved)
+    exported = list(csv.DictReader(io.StringIO(saved.read_text())))
+    assert [(r["model"], int(r["credits_used"])) for r in exported] == [("svc-fast", credits_used)]
+    with page.expect_download() as download:
+        page.get_by_role("button", name=re.compile("Usage by model")).click()
+    assert download.value.suggested_filename == "usage-by-model.csv"
+
+    # back as the manager: edit the cap, rotate with a grace period, revoke the successor
+    console.sign_out()
+    console.sign_in(manager)
+    console.open("keys")
+    row = _key_row(page, "Playground")
+    row.get_by_role("button", name="Edit Playground").click()
+    page.get_by_label("Daily cap (credits)").fill("7000")
+    page.get_by_role("button", name="Save changes").click()
+    expect(page.get_by_role("dialog")).to_have_count(0)
+    expect(_key_row(page, "Playground")).to_contain_text("/ 7,000")
+    listed = httpx.get(f"{site.base_url}/api-keys", headers=_h(manager)).json()["data"]
+    edited = next(k for k in listed if k["last4"] == secret[-4:])
+    assert edited["daily_cap_credits"] == 7000
+    assert edited["used_today_credits"] == credits_used
+
+    _key_row(page, "Playground").first.get_by_role("button", name="Rotate Playground").click()
+    page.get_by_label("The old key keeps working for").select_option(label="1 hour")
+    page.get_by_role("dialog").get_by_role("button", name="Rotate key").click()
+    successor = _created_secret(console)
+    assert successor != secret
+    assert httpx.get(f"{site.base_url}/credits", headers=_h(secret)).status_code == 200  # grace
+    assert httpx.get(f"{site.base_url}/credits", headers=_h(successor)).status_code == 200
+
+    new_row = page.get_by_role("row").filter(has_text=f"svc_live_…{successor[-4:]}")
+    new_row.get_by_role("button", name="Revoke Playground").click()
+    confirm = page.get_by_role("dialog")
+    expect(confirm).to_contain_text("This cannot be undone")
+    confirm.get_by_role("button", name="Revoke key").click()
+    expect(new_row.get_by_text("revoked")).to_be_visible()
+    assert httpx.get(f"{site.base_url}/credits", headers=_h(successor)).status_code == 401
+
+    # the webhook heard both; its deliveries say so
+    console.open("webhooks")
+    deadline = time.monotonic() + 30
+    while {"key.rotated", "key.revoked"} - {e["type"] for e in receiver.events()}:
+        assert time.monotonic() < deadline, receiver.events()
+        time.sleep(0.2)
+    page.get_by_role("button", name="Recent deliveries").click()
+    deliveries = page.get_by_role("region", name=re.compile("Recent deliveries"))
+    expect(deliveries).to_contain_text("key.revoked")
+    expect(deliveries.get_by_text("delivered").first).to_be_visible()
+    console.check("webhooks")
+
+    # sign out: the key is forgotten
+    console.sign_out()
+    assert console.stored_key() is None
+    assert manager not in console.page_text()
+    console.check()
+
+
+def test_a_test_key_signs_in_read_only(site: Server, console: Console) -> None:
+    pid = site.new_account(10_000)
+    test_key = site.new_key(pid, environment="test")
+    page = console.page
+    console.sign_in(test_key)
+    expect(page.get_by_text("test key · read-only")).to_be_visible()
+    console.open("keys")
+    expect(page.get_by_text("Signed in with a test key: read-only")).to_be_visible()
+    expect(page.get_by_role("button", name="Create key")).to_have_count(0)
+    expect(page.get_by_role("button", name=re.compile("^(Edit|Rotate|Revoke) "))).to_have_count(0)
+    console.open("webhooks")
+    expect(page.get_by_text("Webhooks are managed with a live key")).to_be_visible()
+    console.check("test-key")
+
+
+def test_a_refused_key_shows_the_apis_message_and_is_not_kept(
+    site: Server, console: Console
+) -> None:
+    pid = site.new_account(1_000)
+    key = site.new_key(pid)
+    page = console.page
+    page.goto(console.url)
+    page.get_by_label("API key").fill("not a key")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("alert")).to_contain_text("That is not an svc API key")
+    # a well-formed key svc does not know: the API's own words, nothing kept
+    unknown = key[:-10] + ("A" if key[-10] != "A" else "B") + key[-9:]
+    refused = httpx.get(f"{site.base_url}/credits", headers=_h(unknown)).json()["error"]["message"]
+    console.allowed.append(re.compile(r"status of 401"))  # Chromium logs the failed fetch
+    page.get_by_label("API key").fill(unknown)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("alert")).to_have_text(refused)
+    assert console.stored_key() is None
+    expect(page.get_by_label("API key")).to_have_attribute("aria-invalid", "true")
+    console.check("sign-in")
+    # a key revoked while signed in: the next call signs the tab out, saying why
+    console.sign_in(key)
+    listed = httpx.get(f"{site.base_url}/api-keys", headers=_h(key)).json()["data"]
+    httpx.delete(f"{site.base_url}/api-keys/{listed[0]['id']}", headers=_h(key))
+    page.goto(f"{console.url}#/keys")
+    expect(page.get_by_role("alert")).to_contain_text("Signed out:")
+    assert console.stored_key() is None
+
+
+def test_the_console_reads_on_a_phone(
+    site: Server, browser: Browser, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    _, key = _owner(site)
+    context = _context(browser, PHONE)
+    try:
+        console = Console(
+            context.new_page(),
+            f"{site.root_url}/console/",
+            screenshot_dir(tmp_path_factory.mktemp("phone")),
+        )
+        console.sign_in(key)
+        for name in ("overview", "keys", "activity", "playground"):
+            console.open(name)
+            # the page never scrolls sideways; wide tables scroll inside their own region
+            width = console.page.evaluate("() => document.documentElement.scrollWidth")
+            assert width <= PHONE["width"], (name, width)
+            console.check(f"phone-{name}" if name == "overview" else None)
+    finally:
+        context.close()
+
+
+def test_the_console_works_from_the_keyboard(site: Server, console: Console) -> None:
+    _, key = _owner(site)
+    page = console.page
+    page.goto(console.url)
+    expect(page.get_by_label("API key")).to_be_focused()  # the sign-in form takes the focus
+    page.keyboard.type(key)
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("button", name="Sign out")).to_be_visible()
+    console.wait_rendered()
+    expect(page.locator("main")).to_be_focused()  # where the page's content starts
+    # a fresh load: the skip link comes first, then the navigation, by Tab alone
+    page.reload()
+    console.wait_rendered()
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("link", name="Skip to content")).to_be_focused()
+    for _ in range(3):  # the brand, Overview, Keys
+        page.keyboard.press("Tab")
+    expect(page.get_by_role("link", name="Keys")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name="Keys", level=1)).to_be_visible()
+    console.wait_rendered()
+    create = page.get_by_role("button", name="Create key")
+    create.focus()
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("dialog")).to_be_visible()
+    expect(page.get_by_label("Name")).to_be_focused()
+    page.keyboard.press("Escape")  # a dialog closes with Escape, and creates nothing
+    expect(page.locator("dialog")).to_have_count(0)
+    assert len(httpx.get(f"{site.base_url}/api-keys", headers=_h(key)).json()["data"]) == 1
+    console.check()
