@@ -129,18 +129,19 @@ export async function render(root) {
       messages: [{ role: "user", content: message.value }],
     };
     let usage = null;
+    let failure = null; // an error event mid-stream: the metadata chunk still follows
     try {
       const response = await send("chat/completions", { method: "POST", body, signal: running.signal });
       for await (const data of events(response.body)) {
         if (data === "[DONE]") break;
         const chunk = JSON.parse(data);
-        if (chunk.error) throw Object.assign(new Error(chunk.error.message), { name: "ApiError" });
+        if (chunk.error) failure = errorBox(chunk.error);
         const text = chunk.choices?.[0]?.delta?.content;
         if (text) output.append(text);
         if (chunk.usage) usage = chunk.usage;
-        if (chunk.svc) fill(meta, metadataList(chunk.svc, usage));
+        if (chunk.svc) fill(meta, failure, metadataList(chunk.svc, usage));
       }
-      announce("The answer is complete.");
+      announce(failure ? "The answer stopped early." : "The answer is complete.");
     } catch (error) {
       if (error.name !== "AbortError" && session.key()) fill(meta, errorBox(error));
       if (error.name === "AbortError") announce("Stopped.");
