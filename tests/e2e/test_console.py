@@ -368,3 +368,76 @@ def test_the_console_works_from_the_keyboard(site: Server, console: Console) -> 
     expect(page.locator("dialog")).to_have_count(0)
     assert len(httpx.get(f"{site.base_url}/api-keys", headers=_h(key)).json()["data"]) == 1
     console.check()
+
+
+def _settled(site: Server, key: str, count: int) -> None:
+    """Wait until the activity holds ``count`` requests (the flusher writes them)."""
+    deadline = time.monotonic() + 30
+    while True:
+        page = httpx.get(f"{site.base_url}/activity?limit=500", headers=_h(key)).json()
+        if len(page["data"]) >= count:
+            return
+        assert time.monotonic() < deadline, "the activity never caught up"
+        time.sleep(0.3)
+
+
+def test_activity_pages_filters_by_day_and_exports_usage(
+    site: Server, console: Console, tmp_path: Path
+) -> None:
+    _, key = _owner(site)
+    extra = 22  # with the 6 seeded: more than one page of 25
+    for _ in range(extra):
+        _chat(site, key, "svc-fast")
+    total = sum(SEEDED.values()) + extra
+    _settled(site, key, total)
+    page = console.page
+    console.sign_in(key)
+    console.open("activity")
+    table = page.get_by_role("region", name=re.compile("Requests, newest first"))
+    expect(table.get_by_role("row")).to_have_count(26)  # the header and 25 rows
+    page.get_by_role("button", name="Older").click()
+    expect(page.get_by_role("region", name="Requests, newest first (page 2)")).to_be_visible()
+    expect(table.get_by_role("row")).to_have_count(total - 25 + 1)
+    expect(page.get_by_role("button", name="Older")).to_be_disabled()
+    page.get_by_role("button", name="Newer").click()
+    expect(page.get_by_role("region", name="Requests, newest first (page 1)")).to_be_visible()
+    # a model, then a day with nothing in it: the empty state says what to do
+    page.get_by_label("Model").select_option("svc-code")
+    page.get_by_role("button", name="Apply filters").click()
+    expect(table.get_by_role("row")).to_have_count(SEEDED["svc-code"] + 1)
+    page.get_by_label("Day (UTC)").fill("2026-01-01")
+    page.get_by_role("button", name="Apply filters").click()
+    expect(page.get_by_text("No request matches these filters")).to_be_visible()
+    # usage by key as CSV: the one key, all the requests
+    with page.expect_download() as download:
+        page.get_by_role("button", name=re.compile("Usage by key")).click()
+    saved = tmp_path / "usage.csv"
+    download.value.save_as(saved)
+    rows = list(csv.DictReader(io.StringIO(saved.read_text())))
+    assert sum(int(r["requests_count"]) for r in rows) == total
+    console.check()
+
+
+def test_the_playground_shows_the_request_as_code_and_a_webhook_is_removed(
+    site: Server, console: Console, receiver: Receiver
+) -> None:
+    _, key = _owner(site)
+    page = console.page
+    console.sign_in(key)
+    console.open("playground")
+    code = page.locator("#play-code")
+    page.get_by_role("button", name="Python").click()
+    expect(code).to_contain_text(f'OpenAI(base_url="{site.base_url}"')
+    page.get_by_role("button", name="Node").click()
+    expect(code).to_contain_text(f'new OpenAI({{ baseURL: "{site.base_url}"')
+    assert key not in code.inner_text()
+    body = {"url": receiver.url, "events": ["key.revoked"]}
+    created = httpx.post(f"{site.base_url}/webhooks", json=body, headers=_h(key))
+    assert created.status_code == 201
+    console.open("webhooks")
+    hook = page.get_by_role("region", name=f"Webhook {receiver.url}")
+    hook.get_by_role("button", name="Remove").click()
+    page.get_by_role("dialog").get_by_role("button", name="Remove webhook").click()
+    expect(page.get_by_text("No webhooks yet")).to_be_visible()
+    assert httpx.get(f"{site.base_url}/webhooks", headers=_h(key)).json()["data"] == []
+    console.check()
