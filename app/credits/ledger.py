@@ -5,7 +5,7 @@ here with the key names of ``KeySpace`` and answered with the typed results of
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from app.core.clock import DAY_S, day_tag, utc_day
@@ -370,6 +370,17 @@ class RedisLedger:
             [int(now), pid],
         )
         return int(lapsed)
+
+    async def restore_cap_counters(self, spent: Mapping[tuple[str, str], int], day: str) -> int:
+        """Set the daily cap counters Redis lacks for ``day`` (``YYYY-MM-DD``) from what each
+        key lineage spent that day ((pid, cap kid) → credits): a Redis that lost its data must
+        not grant a key a second cap. Returns how many were written (an existing counter,
+        one a reserve created meanwhile, is kept)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for (pid, cap_kid), credits in sorted(spent.items()):
+            name = self.layout.cap(self.layout.shard(pid), cap_kid, day_tag(day))
+            pipe.set(name, credits, ex=self._cap_ttl, nx=True)
+        return sum(1 for written in await pipe.execute() if written)
 
     async def set_low_balance(self, pid: str, low: int | None, now: float) -> Written:
         """Set (None: clear) the account's low-balance threshold; ``ACCOUNT_MISSING`` when

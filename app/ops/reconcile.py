@@ -32,7 +32,7 @@ from app.kv.client import RedisClient
 from app.kv.fields import is_group_field
 from app.kv.layout import KeySpace
 from app.ops.shard_state import ShardRead, Sums, consistent_shards, redis_accounts
-from app.store import LedgerSnapshot, Store
+from app.store import KeyRecord, LedgerSnapshot, Store
 from app.usage.flusher import next_stream_id
 from app.usage.reader import epoch_after, first_redis_day, redis_days
 
@@ -92,6 +92,7 @@ class RebuildReport(msgspec.Struct):
     earned_already_expired: int  # restored with a past expiry: the next script zeroes it
     grant_markers: int
     spotlight_counters: int
+    cap_counters: int  # key lineages' daily cap counters for today, from the durable rollups
     usage_totals: int
     usage_epoch_day: str | None  # first day /v1/usage reads from Redis; older from the store
     negative_balances: list[str]  # accounts whose ledger is below zero (restored as 0)
@@ -249,8 +250,8 @@ async def rebuild_redis(
     earned_ttl_s: int,
     force: bool = False,
 ) -> RebuildReport:
-    """Restore accounts, balances, keys, grant markers, today's spotlight counters and
-    usage totals from the durable store; refuses a Redis that holds accounts already
+    """Restore accounts, balances, keys, grant markers, today's spotlight and cap counters
+    and usage totals from the durable store; refuses a Redis that holds accounts already
     unless ``force`` (then only what is missing is written, existing records are kept)."""
     redis, layout = ledger.redis, ledger.layout
     in_redis = await redis_accounts(redis, layout)
@@ -273,6 +274,7 @@ async def rebuild_redis(
         earned_already_expired=0,
         grant_markers=0,
         spotlight_counters=0,
+        cap_counters=0,
         usage_totals=0,
         usage_epoch_day=None,
         negative_balances=[],
@@ -283,7 +285,8 @@ async def rebuild_redis(
             if pid not in known:
                 continue
             await _restore_account(ledger, report, shard, state, pid, sums, now)
-    await _restore_keys(ledger, store, report)
+    keys = await store.list_all_keys()
+    await _restore_keys(ledger, keys, report)
     for account in await store.list_accounts():
         if account.low_balance_credits is not None:
             await ledger.set_low_balance(account.pid, account.low_balance_credits, now)
@@ -292,8 +295,26 @@ async def rebuild_redis(
     epoch = await ledger.start_usage_epoch(first_day)
     await ledger.start_usage_epoch(first_day, groups=True)
     report.usage_epoch_day = utc_day(epoch) if epoch else None
-    await _move_streams_past_cursors(redis, layout, await store.ledger_snapshot())
+    snapshot = await store.ledger_snapshot(utc_day(now))
+    report.cap_counters = await ledger.restore_cap_counters(
+        spent_today(snapshot, keys, utc_day(now)), utc_day(now)
+    )
+    await _move_streams_past_cursors(redis, layout, snapshot)
     return report
+
+
+def spent_today(
+    snapshot: LedgerSnapshot, keys: list[KeyRecord], today: str
+) -> dict[tuple[str, str], int]:
+    """What each key lineage ((pid, cap kid)) has settled on ``today`` by the durable
+    rollups, every environment and API: what its daily cap counter held, less the holds
+    Redis lost with it (those were refunded)."""
+    lineage = {rec.kid: rec.cap_kid for rec in keys}
+    spent: dict[tuple[str, str], int] = defaultdict(int)
+    for day in snapshot.usage_days:
+        if day.day == today and day.credits > 0 and day.kid in lineage:
+            spent[(day.account_pid, lineage[day.kid])] += day.credits
+    return dict(spent)
 
 
 async def _restore_account(
@@ -328,12 +349,12 @@ async def _restore_account(
         report.usage_totals += 1
 
 
-async def _restore_keys(ledger: RedisLedger, store: Store, report: RebuildReport) -> None:
+async def _restore_keys(ledger: RedisLedger, keys: list[KeyRecord], report: RebuildReport) -> None:
     """Every key's record, revoked ones too (a key Redis does not know would otherwise be
     re-warmed from the store by the cold path anyway; a revoked one must stay revoked).
     The digest mappings need the secrets: the cold path restores each on the key's first
     use (argon2 check against the stored hash)."""
-    for rec in await store.list_all_keys():
+    for rec in keys:
         written = await ledger.put_key(ledger.identity(rec), rec)
         if written.status is ScriptStatus.OK:
             report.keys_restored += 1

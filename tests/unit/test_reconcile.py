@@ -282,6 +282,41 @@ async def test_flushall_then_rebuild(world: World) -> None:
     assert (await _reconcile(world)).accounts_with_drift == 0
 
 
+async def test_rebuild_restores_todays_cap_counters_so_no_key_spends_its_cap_twice(
+    world: World,
+) -> None:
+    pid = await world.accounts.create_account()
+    await world.accounts.grant_purchased(pid, 10_000)
+    capped = await world.accounts.create_key(
+        pid, KeyCreateRequest(name="capped", environment="live", daily_cap_credits=100)
+    )
+    world.secrets["capped"] = capped.key
+    await _key(world, pid, "free")  # no cap: no counter to restore
+    await _request(world, "capped", "yesterday", 50)
+    world.clock.advance(DAY)  # yesterday's spend is not today's
+    await _request(world, "capped", "today-1", 25)
+    successor = await world.accounts.rotate_key(pid, capped.id, 3600)
+    world.secrets["capped-2"] = successor.key
+    await _request(world, "capped-2", "today-2", 20)  # the lineage shares one counter
+    await _request(world, "free", "today-3", 9)
+    await world.flusher.flush_all()
+    counter = world.layout.cap(
+        world.layout.shard(pid), capped.id[4:], day_tag(utc_day(world.clock()))
+    )
+    assert int(await world.redis.get(counter)) == 45
+
+    await world.redis.flushall()  # Redis loses everything mid-day
+    done = await rebuild_redis(world.ledger, world.store, now=world.clock(), earned_ttl_s=2 * DAY)
+    assert done.cap_counters == 2  # the capped lineage and the uncapped key's spend
+    assert int(await world.redis.get(counter)) == 45
+    # what the cap leaves today is what it left before the loss: 55, not 100
+    hold = await _request(world, "capped-2", "after", None, max_out=400)
+    assert hold.amount == 55
+    with pytest.raises(ApiError) as refused:
+        await _request(world, "capped", "over", None)
+    assert refused.value.kind is ErrorKind.DAILY_CAP_EXCEEDED
+
+
 @pytest.mark.parametrize("field", ["live:requests", "live:responses:credits"])
 async def test_reconcile_sees_usage_counter_drift(world: World, field: str) -> None:
     await mixed_load(world)
