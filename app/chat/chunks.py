@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from app.chat.output import SHUT_DOWN, UPSTREAM_FAILED, StreamEnd
+from app.chat.output import SHUT_DOWN, UNSETTLED, UPSTREAM_FAILED, StreamEnd
 from app.upstream.base import Usage
 from app.upstream.wire import Delta, ToolCallDelta
 
@@ -210,3 +210,6 @@ class ChatStream:
             usage = chunk_usage(end.prompt_tokens, end.completion_tokens, end.reported)
         meta = self._encoder.metadata(self._requested, end.credits_used, end.balance, usage)
         return head + meta + DONE
+
+    def unsettled(self) -> bytes:
+        return error_event(UNSETTLED, "server_error", "service_unavailable") + DONE

@@ -266,9 +266,12 @@ class Completion:
         last = ending = b""
         if self.record is not None:
             send = self.record.tee(send)
+        lost: LedgerUnreachable | None = None
         STREAMS.add(self)
         try:
             last = await self._relay_content(send)
+        except LedgerUnreachable as exc:
+            lost = exc
         except UpstreamError as exc:
             outcome = "upstream_error"
             METRICS.upstream_errors.labels(self._provider_name, "stream").inc()
@@ -289,15 +292,38 @@ class Completion:
         finally:
             STREAMS.discard(self)
             try:
-                if self._settling is None:  # the stream reached its end: it is written whole
+                if self._settling is None and lost is None:  # the stream is written whole
                     ending = self._marked_ending(outcome)
                     self._response = self._recorded(self._unsent + last, ending)
             finally:  # whatever writing the ending did, settlement starts
-                settling = self.begin_settle(outcome)
+                if lost is None:
+                    settling = self.begin_settle(outcome)
                 await self._stop_upstream()
-        settled = await asyncio.shield(settling)
+        if lost is not None:
+            # the hold could not be kept alive: no settlement is tried, the sweeper
+            # refunds it whole once Redis answers again
+            await self._end_unsettled(send, b"", lost)
+            return
+        try:
+            settled = await asyncio.shield(settling)
+        except REDIS_ERRORS as exc:
+            await self._end_unsettled(send, last, exc)
+            return
         ending = settled_ending(ending, settled.credits_used, settled.balance)
         await send(self._unsent + last + ending, False)
+
+    async def _end_unsettled(self, send: SendBytes, last: bytes, exc: BaseException) -> None:
+        """End a stream Redis failed under (its heartbeat or its settlement) with an error the
+        client's SDK raises, instead of a broken connection. Charged at most once: a
+        settlement that did run kept its charge; otherwise the hold passes its deadline and
+        the sweeper refunds it."""
+        cause = exc.__cause__ if isinstance(exc, LedgerUnreachable) else exc
+        log.warning(
+            "stream ended unsettled on a Redis failure (%s); the sweeper refunds a "
+            "reservation left open",
+            type(cause).__name__,
+        )
+        await send(self._unsent + last + self._output.unsettled(), False)
 
     def _marked_ending(self, outcome: Outcome) -> bytes:
         """The stream's last write, with marks for settlement's numbers (``settled_ending``)."""
@@ -373,7 +399,7 @@ class Completion:
                 raise
             await self._send_pending(send)
             raise StreamCut from None
-        except (UpstreamError, StreamCut):
+        except (UpstreamError, StreamCut, LedgerUnreachable):
             await self._send_pending(send)
             raise
         return self._output.closing(self._pending, tool_calls=self._tool_calls)
@@ -582,7 +608,14 @@ class _Heartbeat:
     async def beat(self) -> None:
         self.next = time.monotonic() + self.every
         service = self.completion.service
-        await service.ledger.extend(self.completion.hold, service.clock() + service.deadline_s)
+        try:
+            await service.ledger.extend(self.completion.hold, service.clock() + service.deadline_s)
+        except REDIS_ERRORS as exc:
+            raise LedgerUnreachable from exc
+
+
+class LedgerUnreachable(Exception):
+    """Redis did not answer a stream's heartbeat: its hold may lapse, so the stream ends."""
 
 
 async def _close(pieces: AsyncIterator[list[Piece]]) -> None:

@@ -26,6 +26,12 @@ SHUT_DOWN = (
     "content delivered. Please retry the request."
 )
 
+UNSETTLED = (
+    "svc lost its ledger (Redis) while streaming; the reply was cut here. The request is "
+    "charged at most once: credits held for it and not settled are returned automatically. "
+    "Please retry the request."
+)
+
 
 class StreamEnd(msgspec.Struct, frozen=True, kw_only=True):
     """A stream's end, settled: what the last write reports."""
@@ -90,4 +96,9 @@ class StreamOutput(Protocol):
     def ending(self, end: StreamEnd) -> bytes:
         """The last write (made before settlement, with marks for its numbers: called once
         per response, so an output may change its state here)."""
+        ...
+
+    def unsettled(self) -> bytes:
+        """The last write when the stream could not be settled (Redis did not answer): an
+        error the client's SDK raises, and no metadata (what it cost is not known here)."""
         ...

@@ -33,7 +33,6 @@ from app.http.rsgi import (
     body_chunks,
     content_length,
 )
-from app.kv.client import REDIS_ERRORS
 from app.responses.request import parse_responses_request
 from app.responses.stream import ResponsesStream
 
@@ -264,14 +263,6 @@ async def serve_stream(
         # The client went away: the watcher cancelled the relay, or a write found the
         # stream closed first. The relay settled what was generated.
         pass
-    except REDIS_ERRORS as exc:
-        # A settlement (or heartbeat) Redis did not answer in time. The response is cut
-        # short as before; a reservation left open passes its deadline and the sweeper
-        # refunds it. An outage, not a bug: one line, no traceback.
-        log.warning(
-            "stream ended on a Redis failure (%s); the sweeper refunds a reservation left open",
-            type(exc).__name__,
-        )
     finally:
         body.end()
         if watcher is not None:

@@ -18,7 +18,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from app.chat.chunks import SvcMetadata
-from app.chat.output import SHUT_DOWN, UPSTREAM_FAILED, StreamEnd
+from app.chat.output import SHUT_DOWN, UNSETTLED, UPSTREAM_FAILED, StreamEnd
 from app.chat.request import ChatParams
 from app.core.ids import hex_id, hex_ids
 from app.responses.wire import ResponsesRequest, ResponsesTool, TextConfig, ToolChoiceObject
@@ -250,6 +250,9 @@ class ResponsesStream:
         self._message: _Message | None = None  # the message item open, if one is
         self._calls: dict[int, _Call] = {}  # function calls by the upstream's index
         self._echo: bytes | None = None  # the settings' JSON, without its opening brace
+        # what ending() closed, and the sequence number after it: an unsettled end sends
+        # those events after all, in place of the lifecycle event that was never sent
+        self._closed_at_end: tuple[bytes, int] | None = None
 
     # -- StreamOutput
 
@@ -280,6 +283,7 @@ class ResponsesStream:
 
     def ending(self, end: StreamEnd) -> bytes:
         out = self._close_all("incomplete")  # a failed stream's items (a completed has none)
+        self._closed_at_end = (out, self._seq)
         usage = _usage(end)
         svc = SvcMetadata(self._requested, end.credits_used, end.balance)
         if end.outcome in ("upstream_error", "shutdown"):
@@ -291,6 +295,14 @@ class ResponsesStream:
             cut = self._response("incomplete", usage, svc, incomplete=incomplete)
             return out + self._lifecycle("response.incomplete", cut)
         return out + self._lifecycle("response.completed", self._response("completed", usage, svc))
+
+    def unsettled(self) -> bytes:
+        if self._closed_at_end is None:
+            out = self._close_all("incomplete")
+        else:  # the ending was made but not sent: its lifecycle event's number is reused
+            out, self._seq = self._closed_at_end
+        failed = self._response("failed", error=ResponseError("server_error", UNSETTLED))
+        return out + self._lifecycle("response.failed", failed)
 
     # -- output items
 

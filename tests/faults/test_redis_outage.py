@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 
 from tests.faults.conftest import Stack, mock_stats, start_stack
@@ -110,3 +111,59 @@ async def test_redis_outage_fails_closed_and_recovers_without_losing_a_credit(
     acct = Account(pid, 1_000_000, seen=[seen for _, _, seen in load.results])
     totals = await asyncio.to_thread(check_money, r, stack.database_url, [acct], uncertain=True)
     assert totals["with_meta"] > 0
+
+
+async def _sdk_stream(client: openai.AsyncOpenAI, outcome: list[str]) -> None:
+    """One long stream read with the official SDK; what it ended with."""
+    stream = await client.chat.completions.create(
+        model="svc-smart",  # 100 ms a token
+        max_tokens=60,
+        messages=[{"role": "user", "content": "a long answer"}],
+        stream=True,
+    )
+    try:
+        async for _chunk in stream:
+            pass
+    except openai.APIError as exc:
+        outcome.append(f"raised: {exc.message}")
+        return
+    outcome.append("ended without an error")
+
+
+async def test_streams_redis_dies_under_end_with_an_error_the_sdk_raises_and_are_refunded(
+    tmp_path: Path, stack_factory: list[Stack]
+) -> None:
+    """Streams in flight when Redis is killed: each ends with an error event and [DONE] (no
+    broken connection), is charged nothing, and the sweeper refunds its hold once Redis is
+    back."""
+    stack = await asyncio.to_thread(
+        start_stack,
+        tmp_path,
+        idle_timeout_s=1.9,  # under a third of the deadline, or svc refuses to start
+        env={
+            "SVC_RESERVATION_DEADLINE_S": "6",  # a heartbeat every 2 s
+            "SVC_SWEEP_INTERVAL_S": "0.5",
+            "SVC_REDIS_TIMEOUT_S": "1",
+        },
+    )
+    stack_factory.append(stack)
+    srv = stack.srv
+    pid = await asyncio.to_thread(srv.new_account, 100_000)
+    key = await asyncio.to_thread(srv.new_key, pid)
+    outcomes: list[str] = []
+    async with openai.AsyncOpenAI(base_url=srv.base_url, api_key=key, max_retries=0) as client:
+        streams = [asyncio.ensure_future(_sdk_stream(client, outcomes)) for _ in range(6)]
+        await asyncio.sleep(1.5)  # every stream reserved and relaying
+        await asyncio.to_thread(stack.valkey.stop, signal.SIGKILL)
+        await asyncio.wait_for(asyncio.gather(*streams), timeout=30)
+    assert len(outcomes) == 6
+    assert all("charged at most once" in o for o in outcomes), outcomes
+
+    await asyncio.to_thread(stack.valkey.start)
+    r = stack.redis()
+    await asyncio.to_thread(wait_settled, r)  # the sweeper refunds every hold, once
+    await asyncio.to_thread(stack.flush)
+    # accepted, and nobody saw a metadata chunk: swept (counted as requests), charged nothing
+    acct = Account(pid, 100_000, seen=[Seen(200) for _ in outcomes])
+    totals = await asyncio.to_thread(check_money, r, stack.database_url, [acct], uncertain=True)
+    assert (totals["requests"], totals["decrease"]) == (6, 0)

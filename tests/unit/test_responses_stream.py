@@ -195,6 +195,24 @@ def test_a_stream_that_fails_ends_its_open_items_and_fails_the_response(outcome:
     assert response["svc"]["credits_used"] == 7  # charged for what was delivered
 
 
+@pytest.mark.parametrize("after_ending", [False, True], ids=["heartbeat", "settlement"])
+def test_a_stream_redis_failed_under_fails_without_metadata(after_ending: bool) -> None:
+    """Unsettled: at a heartbeat (nothing closed yet) or at settlement (the ending written)."""
+    stream = _stream()
+    raw = stream.opening() + stream.piece("partial")
+    if after_ending:
+        stream.ending(_end())  # made, never sent: settlement failed
+    events = _events(raw + stream.unsettled())
+    if not after_ending:
+        assert events[-2]["type"] == "response.output_item.done"
+        assert events[-2]["item"]["status"] == "incomplete"
+    failed = events[-1]
+    assert failed["type"] == "response.failed"
+    assert failed["response"]["error"]["code"] == "server_error"
+    assert "charged at most once" in failed["response"]["error"]["message"]
+    assert "svc" not in failed["response"]  # what it cost is not known
+
+
 def test_reasoning_text_is_billed_but_not_shown() -> None:
     stream = _stream()
     assert stream.piece(Delta(reasoning_content="thinking")) == b""

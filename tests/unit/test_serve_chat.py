@@ -1,6 +1,7 @@
 """``serve_stream`` on granian's RSGI objects (faked): a Redis failure after the response has
-started is a warning, not a crash; a client that goes away mid-stream is noticed whichever
-way granian tells it (the disconnect watcher, or a write that fails), and settled."""
+started ends the stream with an error event and [DONE] (a warning, not a crash); a client
+that goes away mid-stream is noticed whichever way granian tells it (the disconnect watcher,
+or a write that fails), and settled."""
 
 from __future__ import annotations
 
@@ -77,7 +78,39 @@ async def chat(clock: Clock, request: pytest.FixtureRequest) -> AsyncIterator[Ch
     await redis_client.aclose()
 
 
-async def test_a_settlement_redis_times_out_is_one_warning_and_the_sweeper_refunds(
+def _events(sent: list[bytes | None]) -> list[str]:
+    """The data lines of what the stream wrote."""
+    body = b"".join(chunk for chunk in sent if chunk).decode()
+    return [line[6:] for line in body.split("\n") if line.startswith("data: ")]
+
+
+async def _serve_logged(
+    chat: Chat, protocol: FakeProtocol, caplog: pytest.LogCaptureFixture, rid: str
+) -> list[dict[str, Any]]:
+    """Serve one request; the log lines svc wrote for it."""
+    caplog.set_level(logging.INFO)
+    token = request_id.set(rid)  # as the Gateway does for every request
+    try:
+        await serve_stream(CHAT, chat.services, SCOPE, protocol, rid)  # returns, no raise
+        ours = [r for r in caplog.records if r.name.startswith("svc.")]
+        assert [(r.levelno, r.exc_info) for r in ours] == [(logging.WARNING, None)]
+        return [json.loads(JsonFormatter().format(r)) for r in ours]
+    finally:
+        request_id.reset(token)
+
+
+def _ends_unsettled(protocol: FakeProtocol) -> None:
+    """An error event the SDK raises, then [DONE]; no metadata chunk (its cost is unknown)."""
+    assert protocol.response.result().status == 200
+    sent = list(protocol.stream.chunks)
+    assert sent[-1] is None  # the body has ended
+    *_, error, done = _events(sent)
+    assert done == "[DONE]"
+    assert json.loads(error)["error"]["code"] == "service_unavailable"
+    assert all('"svc"' not in event for event in _events(sent))
+
+
+async def test_a_settlement_redis_times_out_ends_the_stream_with_an_error_and_is_swept(
     chat: Chat, clock: Clock, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def settle_timing_out(*_args: Any, **_kwargs: Any) -> Any:
@@ -85,21 +118,8 @@ async def test_a_settlement_redis_times_out_is_one_warning_and_the_sweeper_refun
 
     monkeypatch.setattr(chat.ledger, "settle", settle_timing_out)
     protocol = FakeProtocol([BODY])  # the client stays connected
-    caplog.set_level(logging.INFO)
-    token = request_id.set("req_settle")  # as the Gateway does for every request
-    try:
-        await serve_stream(CHAT, chat.services, SCOPE, protocol, "req_settle")  # returns, no raise
-        ours = [r for r in caplog.records if r.name == "svc.http"]
-        lines = [json.loads(JsonFormatter().format(r)) for r in ours]
-    finally:
-        request_id.reset(token)
-
-    assert protocol.response.result().status == 200
-    sent = list(protocol.stream.chunks)
-    assert sent[-1] is None  # the body has ended (its transport was let go) ...
-    assert all(b"[DONE]" not in chunk for chunk in sent[:-1] if chunk)  # ... cut short
-    assert [(r.levelno, r.exc_info) for r in ours] == [(logging.WARNING, None)]
-    line = lines[0]
+    (line,) = await _serve_logged(chat, protocol, caplog, "req_settle")
+    _ends_unsettled(protocol)
     assert line["request_id"] == "req_settle"
     assert "TimeoutError" in line["msg"]
     assert "exc" not in line
@@ -108,6 +128,34 @@ async def test_a_settlement_redis_times_out_is_one_warning_and_the_sweeper_refun
     # refunds it after its deadline.
     monkeypatch.undo()
     assert await chat.total(clock) < CREDITS
+    clock.advance(901)
+    assert await Sweeper(chat.ledger, interval_s=1, clock=clock).sweep_once() == 1
+    assert await chat.total(clock) == CREDITS
+
+
+@pytest.mark.parametrize("chat", [5], indirect=True)  # 24 tokens, 5 ms apart
+async def test_a_heartbeat_redis_fails_ends_the_stream_unsettled_and_is_swept(
+    chat: Chat, clock: Clock, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    chat.services.completions.deadline_s = 0.03  # a heartbeat every 10 ms
+    settles: list[object] = []
+
+    async def extend_failing(*_args: Any, **_kwargs: Any) -> Any:
+        raise redis.exceptions.ConnectionError("Connection refused")
+
+    async def settle_counted(*args: Any, **kwargs: Any) -> Any:
+        settles.append(args)
+        raise AssertionError("no settlement is tried once the hold could not be kept")
+
+    monkeypatch.setattr(chat.ledger, "extend", extend_failing)
+    monkeypatch.setattr(chat.ledger, "settle", settle_counted)
+    protocol = FakeProtocol([BODY])
+    (line,) = await _serve_logged(chat, protocol, caplog, "req_beat")
+    _ends_unsettled(protocol)
+    assert "ConnectionError" in line["msg"]
+    assert settles == []
+    assert any('"content"' in event for event in _events(list(protocol.stream.chunks)))
+    monkeypatch.undo()
     clock.advance(901)
     assert await Sweeper(chat.ledger, interval_s=1, clock=clock).sweep_once() == 1
     assert await chat.total(clock) == CREDITS
