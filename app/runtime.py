@@ -163,7 +163,9 @@ class Services:
         pepper = settings.key_pepper.encode()
         self.pepper = pepper  # keys' digests, and the seals of Idempotency-Key answers
         self.auth_throttle = FailedAuthThrottle(
-            settings.failed_auth_limit, settings.failed_auth_window_s
+            settings.failed_auth_limit,
+            settings.failed_auth_window_s,
+            self.ledger.count_failed_auth,
         )
         self.auth = Authenticator(
             self.ledger,
@@ -172,6 +174,7 @@ class Services:
             cache_size=settings.auth_cache_size,
             negative_ttl_s=settings.negative_cache_s,
             cold_per_s=settings.cold_auth_per_s,
+            cold_per_address_s=settings.cold_auth_per_address_s,
             throttle=self.auth_throttle,  # shared with the admin and metrics tokens
         )
         self.trusted_proxies = parse_networks(settings.trusted_proxies)

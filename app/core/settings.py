@@ -118,12 +118,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """How long an unknown key digest is remembered as unknown."""
     cold_auth_per_s: float = 10.0
     """Cold-path (argon2) verifications allowed per second per worker (~25 ms CPU each)."""
+    cold_auth_per_address_s: Annotated[int, msgspec.Meta(ge=0)] = 5
+    """Cold-path verifications one client address may start per second, on every worker of
+    every instance together (counted in Redis); 0 = no such limit."""
     key_rate_limit: Annotated[int, msgspec.Meta(ge=0, le=MAX_RATE_LIMIT_RPM)] = 0
     """The rate_limit_rpm a new API key gets when its creator sets none: completions it may
     start in any 60 seconds; 0 = no limit. Each key's own limit can be changed later."""
     failed_auth_limit: int = 100
-    """Invalid keys or admin tokens one client address may present per window (per worker);
-    after that it is refused with 429 until the window ends; 0 = no limit."""
+    """Invalid keys or admin tokens one client address may present per window, on every
+    worker of every instance together (counted in Redis); after that each further one is
+    refused with 429 until the window ends; 0 = no limit."""
     failed_auth_window_s: float = 60.0
     """Length of the failed_auth_limit window, in seconds."""
     trusted_proxies: str = ""

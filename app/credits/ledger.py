@@ -89,6 +89,13 @@ class KeyUse(NamedTuple):
     today: int  # credits its lineage holds and has settled today (UTC): its daily cap's count
 
 
+class WindowCount(NamedTuple):
+    """A client address's attempts in a window shared by every worker and instance."""
+
+    attempts: int  # this one included
+    left_s: float  # until the window ends
+
+
 class RedisLedger:
     """Typed calls into the scripts, with the key names of ``KeySpace``."""
 
@@ -370,6 +377,20 @@ class RedisLedger:
             [int(now), pid],
         )
         return int(lapsed)
+
+    async def count_failed_auth(self, address: str, window_s: float) -> WindowCount:
+        """One more failed authentication of ``address`` in its window (every worker's)."""
+        return await self._window_count(self.layout.failed_auths(address), window_s)
+
+    async def count_cold_auth(self, address: str) -> WindowCount:
+        """One more cold-path verification of ``address`` in the current second."""
+        return await self._window_count(self.layout.cold_auths(address), 1.0)
+
+    async def _window_count(self, counter: str, window_s: float) -> WindowCount:
+        attempts, ms_left = await self._run(
+            "window_count", [counter], [max(1, round(window_s * 1000))]
+        )
+        return WindowCount(int(attempts), int(ms_left) / 1000)
 
     async def restore_cap_counters(self, spent: Mapping[tuple[str, str], int], day: str) -> int:
         """Set the daily cap counters Redis lacks for ``day`` (``YYYY-MM-DD``) from what each

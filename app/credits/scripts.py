@@ -34,6 +34,7 @@ SCRIPT_NAMES = (
     "revoke_key",
     "idempotency_claim",
     "idempotency_close",
+    "window_count",
 )
 
 

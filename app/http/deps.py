@@ -56,14 +56,14 @@ async def provide_identity(request: Request[Any, Any, Any]) -> Identity:
     )
 
 
-def require_bearer(
+async def require_bearer(
     connection: ASGIConnection[Any, Any, Any, Any], expected: str | None, message: str
 ) -> None:
     """Refuse (401, counted against the client address) a request that does not carry
     ``Authorization: Bearer <expected>``; an unset ``expected`` refuses everyone."""
     services = services_of(connection)
     given = bearer_secret(connection.headers.get("authorization")) or ""
-    with services.auth_throttle.guarding(request_address(services, connection.scope)):
+    async with services.auth_throttle.guarding(request_address(services, connection.scope)):
         if not expected or not hmac.compare_digest(given.encode(), expected.encode()):
             raise ApiError(ErrorKind.ADMIN_UNAUTHORIZED, message)
 
@@ -71,4 +71,4 @@ def require_bearer(
 async def admin_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
     """Only the bearer of ``SVC_ADMIN_TOKEN`` passes."""
     expected = services_of(connection).settings.admin_token
-    require_bearer(connection, expected, "A valid admin token is required.")
+    await require_bearer(connection, expected, "A valid admin token is required.")

@@ -49,6 +49,6 @@ class MetricsController(Controller):
         ``Authorization: Bearer <SVC_METRICS_TOKEN>`` when that token is set."""
         expected = services.settings.metrics_token
         if expected:
-            require_bearer(request, expected, "A valid metrics token is required.")
+            await require_bearer(request, expected, "A valid metrics token is required.")
         body = await exposition(METRICS, lambda: redis_gauges(services))
         return Response(body, media_type=CONTENT_TYPE)

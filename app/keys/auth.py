@@ -23,7 +23,7 @@ from typing import TypeVar
 from app.core.errors import ApiError, ErrorKind, KeyRecordMissing, invalid_api_key
 from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Identity, key_refusal
-from app.keys.format import bearer_secret, digest, parse_key, verify_secret
+from app.keys.format import ParsedKey, bearer_secret, digest, parse_key, verify_secret
 from app.keys.throttle import FailedAuthThrottle
 from app.store import Store
 
@@ -62,12 +62,15 @@ class Authenticator:
         cache_size: int = 100_000,
         negative_ttl_s: float = 30.0,
         cold_per_s: float = 10.0,
+        cold_per_address_s: int = 0,
         throttle: FailedAuthThrottle | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        """``clock`` times the caches and the cold-path budget; ``wall_clock`` is the time
-        a key's expiry is compared with."""
+        """``cold_per_s``: argon2 verifications this worker makes a second at most;
+        ``cold_per_address_s``: those one client address may start a second on every worker
+        of every instance together (0: no such limit). ``clock`` times the caches and the
+        worker's budget; ``wall_clock`` is the time a key's expiry is compared with."""
         self.ledger = ledger
         self.throttle = throttle or FailedAuthThrottle(0, 0.0)  # none given: no throttling
         self.store = store
@@ -79,10 +82,12 @@ class Authenticator:
         self._known: OrderedDict[str, Identity] = OrderedDict()
         self._unknown: OrderedDict[str, float] = OrderedDict()
         self._cold_budget = TokenBucket(cold_per_s, max(1.0, cold_per_s), clock)
+        self.cold_per_address_s = cold_per_address_s
         self.cold_verifications = 0
 
-    async def identify(self, authorization: str | None) -> Identity:
-        """The identity of the request's key; raises 401 for missing, malformed or unknown."""
+    async def identify(self, authorization: str | None, address: str | None = None) -> Identity:
+        """The identity of the request's key; raises 401 for missing, malformed or unknown.
+        ``address``: the client's, for the cold path's budget per address."""
         secret = bearer_secret(authorization)
         parsed = parse_key(secret) if secret else None
         if secret is None or parsed is None:
@@ -95,7 +100,7 @@ class Authenticator:
             raise invalid_api_key()
         ident = await self.ledger.lookup_digest(key_digest)
         if ident is None:
-            ident = await self._cold_path(secret, parsed.kid, parsed.environment, key_digest)
+            ident = await self._cold_path(secret, parsed, key_digest, address)
         self._remember(key_digest, ident)
         return ident
 
@@ -111,12 +116,12 @@ class Authenticator:
         ``key_active``. When Redis lost the key's record (``KeyRecordMissing``) the record
         is restored once from the durable store and ``use`` runs again. A wrong key, at any
         of these steps, counts against ``address``."""
-        with self.throttle.guarding(address):
-            ident = await self.identify(authorization)
+        async with self.throttle.guarding(address):
+            ident = await self.identify(authorization, address)
             try:
                 return await use(ident)
             except KeyRecordMissing:
-                return await use(await self._restore(authorization))
+                return await use(await self._restore(authorization, address))
 
     async def key_active(self, ident: Identity) -> Identity:
         """``ident`` once Redis says its key is active (a ``use`` for ``authenticated``, for
@@ -135,7 +140,7 @@ class Authenticator:
             raise refusal
         return access.models
 
-    async def _restore(self, authorization: str | None) -> Identity:
+    async def _restore(self, authorization: str | None, address: str) -> Identity:
         """Re-create a key's Redis records from the durable store (cold path: argon2,
         rate-limited), for a key whose record Redis lost while this worker cached it."""
         secret = bearer_secret(authorization)
@@ -144,9 +149,18 @@ class Authenticator:
             raise invalid_api_key()
         key_digest = digest(self.pepper, secret)
         self.forget(key_digest)
-        ident = await self._cold_path(secret, parsed.kid, parsed.environment, key_digest)
+        ident = await self._cold_path(secret, parsed, key_digest, address)
         self._remember(key_digest, ident)
         return ident
+
+    async def _cold_budget_allows(self, address: str | None) -> bool:
+        """Whether an argon2 verification may start now: the client address's share across
+        every worker and instance (counted in Redis), then this worker's."""
+        if address is not None and self.cold_per_address_s > 0:
+            counted = await self.ledger.count_cold_auth(address)
+            if counted.attempts > self.cold_per_address_s:
+                return False
+        return self._cold_budget.take()
 
     def forget(self, key_digest: str) -> None:
         self._known.pop(key_digest, None)
@@ -171,16 +185,17 @@ class Authenticator:
             self._unknown.popitem(last=False)
 
     async def _cold_path(
-        self, secret: str, kid: str, environment: str, key_digest: str
+        self, secret: str, parsed: ParsedKey, key_digest: str, address: str | None
     ) -> Identity:
-        record = await self.store.get_key(kid)
-        if record is None or record.environment != environment:
+        record = await self.store.get_key(parsed.kid)
+        if record is None or record.environment != parsed.environment:
             self._mark_unknown(key_digest)
             raise invalid_api_key()
-        if not self._cold_budget.take():
+        if not await self._cold_budget_allows(address):
             raise ApiError(
                 ErrorKind.AUTH_RATE_LIMITED,
                 "Too many authentication attempts. Please retry shortly.",
+                headers={"retry-after": "1"},
             )
         self.cold_verifications += 1
         if not await asyncio.to_thread(verify_secret, record.secret_hash, secret):

@@ -1,13 +1,13 @@
 """Failed-authentication throttling per client address, and who the client is behind proxies.
 
 An address that has presented ``limit`` invalid keys (or admin tokens) within ``window_s``
-is refused with 429 for the rest of that window, valid credentials included:
-guessing keys is hopeless anyway (50 random characters), but a flood of them costs digests,
-Redis lookups and log lines, and a client that keeps sending a wrong key is broken.
-
-Counting is per worker process and in memory: the refusal check is one dictionary lookup
-on every authenticated request, with no Redis round trip. With N workers an address gets
-up to N × ``limit`` failures a window before every worker refuses it.
+gets 429 for every further invalid one until the window ends, on every worker of every
+instance: the failures are counted in Redis (``window_count.lua``, one script call per
+failure, never one for a valid key). A worker that has seen an address reach the limit
+also refuses it outright, valid credentials included, until the window ends, without doing
+any work: guessing keys is hopeless anyway (50 random characters), but a flood of them
+costs digests, Redis lookups and log lines, and a client that keeps sending a wrong key is
+broken. So exactly ``limit`` wrong keys per window get a 401, wherever they land.
 
 Behind a load balancer every request comes from the balancer's address, so the client's
 own address is taken from ``X-Forwarded-For`` — but only when the direct peer is one of the
@@ -21,10 +21,12 @@ import ipaddress
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
 
 from app.core.errors import ApiError, ErrorKind
+from app.credits.ledger import WindowCount
+from app.kv.client import REDIS_ERRORS
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 UNIX_SOCKET = "unix"
@@ -64,58 +66,76 @@ def client_address(
     return hops[0] if hops else peer
 
 
+CountFailure = Callable[[str, float], Awaitable[WindowCount]]
+"""One more failed authentication of an address in a window of so many seconds."""
+
+
 class FailedAuthThrottle:
-    """Counts failed authentications per address in fixed windows; refuses blocked ones."""
+    """Failed authentications per address, counted across every worker and instance (in
+    Redis, by ``count``); this worker's own list of the addresses it saw over the limit."""
 
     def __init__(
         self,
         limit: int,
         window_s: float,
+        count: CountFailure | None = None,
         *,
         max_addresses: int = 100_000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``limit`` 0 (or no ``count``): no throttling."""
         self.limit = limit
         self.window_s = window_s
         self.max_addresses = max_addresses
         self.clock = clock
-        self._windows: OrderedDict[str, tuple[float, int]] = OrderedDict()  # start, failures
+        self._count = count
+        self._blocked: OrderedDict[str, float] = OrderedDict()  # address -> until (clock)
 
     def check(self, address: str) -> None:
-        """Raise 429 when ``address`` is over its limit in the current window."""
-        entry = self._windows.get(address)
-        if entry is None or entry[1] < self.limit or self.limit <= 0:
+        """Raise 429 when this worker saw ``address`` over its limit in its current window."""
+        until = self._blocked.get(address)
+        if until is None:
             return
-        left = entry[0] + self.window_s - self.clock()
+        left = until - self.clock()
         if left <= 0:
-            del self._windows[address]
+            del self._blocked[address]
             return
-        raise ApiError(
-            ErrorKind.AUTH_RATE_LIMITED,
-            "Too many failed authentication attempts from this address. Retry later.",
-            headers={"retry-after": str(math.ceil(left)), "x-should-retry": "false"},
-        )
+        raise _refusal(left)
 
-    @contextmanager
-    def guarding(self, address: str) -> Iterator[None]:
+    @asynccontextmanager
+    async def guarding(self, address: str) -> AsyncIterator[None]:
         """Refuse ``address`` when it is over its limit (429), then run the block inside and
-        count a failed authentication when it raises one."""
+        count a failed authentication when it raises one: past the limit, that failure is
+        answered 429 instead of 401."""
         self.check(address)
         try:
             yield
         except ApiError as exc:
             if exc.kind in FAILED_AUTHENTICATION:
-                self.failed(address)
+                await self.failed(address)
             raise
 
-    def failed(self, address: str) -> None:
-        """Count one failed authentication of ``address``."""
-        if self.limit <= 0:
+    async def failed(self, address: str) -> None:
+        """Count one failed authentication of ``address``; 429 when it is past the limit."""
+        if self.limit <= 0 or self._count is None:
             return
-        now = self.clock()
-        start, failures = self._windows.pop(address, (now, 0))
-        if now - start >= self.window_s:
-            start, failures = now, 0
-        self._windows[address] = (start, failures + 1)  # most recent last: oldest evicted
-        if len(self._windows) > self.max_addresses:
-            self._windows.popitem(last=False)
+        try:
+            counted = await self._count(address, self.window_s)
+        except REDIS_ERRORS:
+            return  # the failure's own answer stands; counting resumes with Redis
+        if counted.attempts < self.limit:
+            return
+        self._blocked.pop(address, None)
+        self._blocked[address] = self.clock() + counted.left_s  # most recent last
+        if len(self._blocked) > self.max_addresses:
+            self._blocked.popitem(last=False)
+        if counted.attempts > self.limit:
+            raise _refusal(counted.left_s)
+
+
+def _refusal(left_s: float) -> ApiError:
+    return ApiError(
+        ErrorKind.AUTH_RATE_LIMITED,
+        "Too many failed authentication attempts from this address. Retry later.",
+        headers={"retry-after": str(max(1, math.ceil(left_s))), "x-should-retry": "false"},
+    )

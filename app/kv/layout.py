@@ -1,8 +1,8 @@
 """Every Redis key name svc uses, built in one place.
 
 All keys of one account carry the hash tag of its shard (``{sN}``), so each script touches
-a single cluster slot. Only the digest → identity mapping has no tag: it is looked up before
-the account is known.
+a single cluster slot. Only the digest → identity mapping and the per-address throttle
+counters have no tag: they are used before the account is known.
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ def as_text(value: Any) -> str:
 def shard_of(account_pid: str, shards: int) -> int:
     """Stable shard of an account (CRC32, so every process and language agrees)."""
     return zlib.crc32(account_pid.encode()) % shards
+
+
+_ADDRESS_CHARS = 64  # an IPv6 address with its zone fits; anything longer is not an address
 
 
 class KeySpace:
@@ -74,6 +77,15 @@ class KeySpace:
     def spotlight(self, shard: int, pid: str, day: str) -> str:
         """string: spotlight rewards granted to an account on a UTC day."""
         return self._tagged(shard, f"spot:{pid}:{day}")
+
+    def failed_auths(self, address: str) -> str:
+        """string: failed authentications of a client address in its current window (no
+        hash tag: one key per script call, any slot)."""
+        return f"{self.prefix}:authfail:{address[:_ADDRESS_CHARS]}"
+
+    def cold_auths(self, address: str) -> str:
+        """string: a client address's cold-path key verifications in the current second."""
+        return f"{self.prefix}:coldauth:{address[:_ADDRESS_CHARS]}"
 
     def grant_marker(self, shard: int, grant_id: str) -> str:
         """string: a grant id already applied (idempotency)."""

@@ -120,6 +120,34 @@ async def test_fake_keys_cost_no_argon2_and_cold_path_is_rate_limited(
     assert kinds.count(ErrorKind.AUTH_RATE_LIMITED) == 8
 
 
+async def test_an_addresss_cold_path_budget_is_shared_by_every_worker(
+    accounts: Accounts, ledger: RedisLedger, store: Store, clock: Clock
+) -> None:
+    workers = [
+        Authenticator(ledger, store, PEPPER, cold_per_s=100, cold_per_address_s=3, clock=clock)
+        for _ in range(3)
+    ]
+    pid = await accounts.create_account()
+    created = await accounts.create_key(
+        pid, KeyCreateRequest(name="k", environment="live", daily_cap_credits=None)
+    )
+    kid = created.id.removeprefix("key_")
+
+    async def forged(auth: Authenticator, address: str) -> ErrorKind:
+        with pytest.raises(ApiError) as info:
+            await auth.authenticated(
+                f"Bearer {generate_key('live', kid=kid)}", address, auth.key_active
+            )
+        return info.value.kind
+
+    kinds = [await forged(workers[n % 3], ADDRESS) for n in range(9)]
+    # three argon2 checks in the second for the address, wherever its requests landed
+    assert kinds.count(ErrorKind.INVALID_API_KEY) == 3
+    assert kinds.count(ErrorKind.AUTH_RATE_LIMITED) == 6
+    assert sum(auth.cold_verifications for auth in workers) == 3
+    assert await forged(workers[0], "192.0.2.77") is ErrorKind.INVALID_API_KEY  # another's
+
+
 async def test_malformed_keys_never_reach_redis(
     ledger: RedisLedger, store: Store, clock: Clock
 ) -> None:
@@ -199,7 +227,7 @@ async def test_authenticated_restores_a_lost_record_once_and_counts_a_wrong_key_
     created = await accounts.create_key(
         pid, KeyCreateRequest(name="k", environment="live", daily_cap_credits=None)
     )
-    throttle = FailedAuthThrottle(2, 60.0, clock=clock)
+    throttle = FailedAuthThrottle(2, 60.0, ledger.count_failed_auth, clock=clock)
     auth = Authenticator(ledger, store, PEPPER, throttle=throttle, clock=clock)
     uses: list[Identity] = []
 

@@ -2,58 +2,90 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+import redis.exceptions
 
 from app.core.errors import ApiError, ErrorKind
+from app.credits.ledger import RedisLedger, WindowCount
 from app.keys.throttle import UNIX_SOCKET, FailedAuthThrottle, client_address, parse_networks
+from tests.conftest import Clock
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+def _throttle(ledger: RedisLedger, limit: int, window_s: float, clock: Clock) -> FailedAuthThrottle:
+    """One worker's throttle; several made on one ledger are several workers (or instances)."""
+    return FailedAuthThrottle(limit, window_s, ledger.count_failed_auth, clock=clock)
 
 
-def test_an_address_is_refused_after_the_limit_until_the_window_ends() -> None:
-    clock = Clock()
-    throttle = FailedAuthThrottle(3, 60.0, clock=clock)
-    for _ in range(3):
-        throttle.check("203.0.113.7")  # three failures are allowed
-        throttle.failed("203.0.113.7")
-    clock.now += 10
+async def _fail(throttle: FailedAuthThrottle, address: str) -> ErrorKind:
+    """One wrong key from ``address``: what the client is answered."""
+    with pytest.raises(ApiError) as answered:
+        async with throttle.guarding(address):
+            raise ApiError(ErrorKind.INVALID_API_KEY, "wrong key")
+    return answered.value.kind
+
+
+async def _passes(throttle: FailedAuthThrottle, address: str) -> bool:
+    try:
+        async with throttle.guarding(address):
+            return True
+    except ApiError as refused:
+        if refused.kind is not ErrorKind.AUTH_RATE_LIMITED:
+            raise
+        return False
+
+
+async def test_the_limit_holds_exactly_across_workers(ledger: RedisLedger, clock: Clock) -> None:
+    workers = [_throttle(ledger, 3, 60.0, clock) for _ in range(4)]
+    answers = [await _fail(workers[n % 4], "203.0.113.7") for n in range(8)]
+    # three 401s in all, however the failures were spread; then 429 on every worker
+    assert answers == [ErrorKind.INVALID_API_KEY] * 3 + [ErrorKind.AUTH_RATE_LIMITED] * 5
+    # a worker that saw the address over its limit refuses it outright, for the window's rest
+    assert not await _passes(workers[3], "203.0.113.7")
     with pytest.raises(ApiError) as refused:
-        throttle.check("203.0.113.7")
-    assert refused.value.kind is ErrorKind.AUTH_RATE_LIMITED
+        workers[3].check("203.0.113.7")
     assert refused.value.status == 429
-    assert refused.value.headers["retry-after"] == "50"
-    throttle.check("203.0.113.8")  # other addresses are not affected
-    clock.now += 50
-    throttle.check("203.0.113.7")  # the window is over
+    assert 55 <= int(refused.value.headers["retry-after"]) <= 60
+    assert refused.value.headers["x-should-retry"] == "false"
+    assert await _passes(workers[0], "203.0.113.8")  # other addresses are not affected
+    clock.advance(61)
+    assert await _passes(workers[3], "203.0.113.7")  # this worker's window is over
 
 
-def test_failures_spread_over_windows_never_block() -> None:
-    clock = Clock()
-    throttle = FailedAuthThrottle(2, 10.0, clock=clock)
-    for _ in range(20):
-        throttle.failed("198.51.100.1")
-        clock.now += 10
-        throttle.check("198.51.100.1")
+async def test_the_window_ends_in_redis_too(ledger: RedisLedger, clock: Clock) -> None:
+    workers = [_throttle(ledger, 2, 0.3, clock) for _ in range(2)]
+    for throttle in workers:
+        assert await _fail(throttle, "198.51.100.1") is ErrorKind.INVALID_API_KEY
+    assert await _fail(workers[0], "198.51.100.1") is ErrorKind.AUTH_RATE_LIMITED
+    await asyncio.sleep(0.35)  # the counter expires with its window
+    clock.advance(1)
+    assert await _fail(workers[1], "198.51.100.1") is ErrorKind.INVALID_API_KEY
 
 
-def test_limit_zero_turns_throttling_off() -> None:
-    throttle = FailedAuthThrottle(0, 60.0)
-    for _ in range(1000):
-        throttle.failed("192.0.2.1")
-    throttle.check("192.0.2.1")
+async def test_limit_zero_turns_throttling_off(ledger: RedisLedger, clock: Clock) -> None:
+    throttle = _throttle(ledger, 0, 60.0, clock)
+    for _ in range(50):
+        assert await _fail(throttle, "192.0.2.1") is ErrorKind.INVALID_API_KEY
+    assert not await ledger.redis.keys("*authfail*")  # nothing counted, no Redis call
 
 
-def test_memory_is_bounded_by_evicting_the_oldest_address() -> None:
-    throttle = FailedAuthThrottle(1, 60.0, max_addresses=100)
-    for n in range(1000):
-        throttle.failed(f"10.0.{n // 256}.{n % 256}")
-    assert len(throttle._windows) == 100
+async def test_redis_down_leaves_the_401_and_counts_nothing(clock: Clock) -> None:
+    async def unreachable(_address: str, _window_s: float) -> WindowCount:
+        raise redis.exceptions.ConnectionError("Connection refused")
+
+    throttle = FailedAuthThrottle(1, 60.0, unreachable, clock=clock)
+    for _ in range(3):
+        assert await _fail(throttle, "192.0.2.5") is ErrorKind.INVALID_API_KEY
+
+
+async def test_memory_is_bounded_by_evicting_the_oldest_address(
+    ledger: RedisLedger, clock: Clock
+) -> None:
+    throttle = FailedAuthThrottle(1, 60.0, ledger.count_failed_auth, max_addresses=10, clock=clock)
+    for n in range(30):
+        await _fail(throttle, f"10.0.0.{n}")
+    assert len(throttle._blocked) == 10
 
 
 @pytest.mark.parametrize(
@@ -66,17 +98,14 @@ def test_memory_is_bounded_by_evicting_the_oldest_address() -> None:
         (ErrorKind.INVALID_VALUE, False),
     ],
 )
-def test_guarding_counts_failed_authentications_only(kind: ErrorKind, counted: bool) -> None:
-    throttle = FailedAuthThrottle(1, 60.0, clock=Clock())
-    with pytest.raises(ApiError), throttle.guarding("192.0.2.9"):
-        raise ApiError(kind, "refused")
-    if counted:
-        with pytest.raises(ApiError) as refused, throttle.guarding("192.0.2.9"):
-            pass
-        assert refused.value.kind is ErrorKind.AUTH_RATE_LIMITED
-    else:
-        with throttle.guarding("192.0.2.9"):
-            pass
+async def test_guarding_counts_failed_authentications_only(
+    ledger: RedisLedger, clock: Clock, kind: ErrorKind, counted: bool
+) -> None:
+    throttle = _throttle(ledger, 1, 60.0, clock)
+    with pytest.raises(ApiError):
+        async with throttle.guarding("192.0.2.9"):
+            raise ApiError(kind, "refused")
+    assert await _passes(throttle, "192.0.2.9") is not counted
 
 
 PROXIES = "10.0.0.0/8, 127.0.0.1"
