@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: run test test-cluster faults check lint bench install lock screenshots
+.PHONY: run test test-cluster faults soak check lint bench install lock screenshots
 
 # .venv holds exactly requirements/test.lock (every package pinned with its hashes: svc's
 # dependencies plus the test and bench extras), then svc itself, editable and without
@@ -59,6 +59,14 @@ test: install lint
 
 faults: install
 	$(BIN)/pytest -m faults tests/faults
+
+# The soak (tests/faults/test_soak.py) alone, for SOAK_S seconds (default 10 minutes; the
+# fault suite runs it for 2): mixed traffic over two instances under a chaos loop, then
+# every money rule, the rollups, the activity log and the memory and descriptors over time.
+SOAK_S ?= 600
+soak: install
+	bash tests/ensure-postgresql.sh
+	SVC_SOAK_S=$(SOAK_S) $(BIN)/pytest -m faults tests/faults/test_soak.py -s
 
 # Only the tests on the real 3-primary Valkey Cluster (`make test` runs them too).
 test-cluster: install

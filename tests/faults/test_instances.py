@@ -7,80 +7,23 @@ are shared, and an instance killed under load leaves every reservation refunded 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import signal
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import httpx
 import pytest
-import redis as redis_sync
-from redis.cluster import RedisCluster
 
 from bench.mock_upstream import MockProcess, start_in_subprocess
-from tests.e2e.conftest import Server, start_server, stop_server
-from tests.e2e.test_admin_cli import svc_admin
-from tests.e2e.test_upstreams import models_file
-from tests.faults.conftest import ALIASES, Valkey
-from tests.faults.invariants import Account, Seen, check_money, request, wait_settled
-from tests.postgres import session_database
-from tests.valkey_cluster import ValkeyCluster
+from tests.faults.conftest import ALIASES
+from tests.faults.fleet import Fleet, running_fleet
+from tests.faults.invariants import Account, Seen, request
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 
 FAILED_AUTH_LIMIT = 5
 FAST = {"model": "svc-fast", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
 SLOW = {"model": "svc-smart", "max_tokens": 40, "messages": [{"role": "user", "content": "hi"}]}
-
-
-@dataclass
-class Fleet:
-    """The instances and what they share."""
-
-    instances: list[Server]
-    redis_url: str
-    cluster: bool
-    database_url: str
-
-    @property
-    def a(self) -> Server:
-        return self.instances[0]
-
-    @property
-    def b(self) -> Server:
-        return self.instances[1]
-
-    def urls(self) -> Iterator[str]:
-        """Each instance's /v1 in turn, forever: the load balancer."""
-        return itertools.cycle([srv.base_url for srv in self.instances])
-
-    def redis(self) -> redis_sync.Redis:
-        if self.cluster:
-            return RedisCluster.from_url(self.redis_url)  # type: ignore[return-value]
-        return redis_sync.Redis.from_url(self.redis_url)
-
-    def flush(self, timeout_s: float = 60.0) -> None:
-        """Wait until the usage streams are drained into PostgreSQL (the live instances'
-        flushers hold the leases; the admin command drains what nobody holds)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            code, out = svc_admin(self.a.env, "flush")
-            assert code == 0, out
-            if out["lag"]["pending_events"] == 0:  # type: ignore[index]
-                return
-            assert time.monotonic() < deadline, out
-            time.sleep(0.3)
-
-    def check(self, accounts: list[Account], *, uncertain: bool = False) -> dict[str, int]:
-        r = self.redis()
-        try:
-            wait_settled(r)
-            self.flush()
-            return check_money(r, self.database_url, accounts, uncertain=uncertain)
-        finally:
-            r.close()
 
 
 @pytest.fixture(scope="module")
@@ -98,51 +41,10 @@ def fleet(
     upstream: MockProcess,
 ) -> Iterator[Fleet]:
     tmp = tmp_path_factory.mktemp(f"fleet-{request.param}")
-    valkey = None
-    if request.param == "cluster":
-        cluster: ValkeyCluster = request.getfixturevalue("valkey_cluster")
-        redis_url = cluster.url
-        RedisCluster.from_url(redis_url).flushall()
-    else:
-        valkey = Valkey(tmp / "valkey")
-        valkey.start()
-        redis_url = valkey.url
-    path = models_file(
-        tmp / "models.toml",
-        upstream.base_url,
-        ALIASES,
-        first_byte_timeout_s=1.0,
-        idle_timeout_s=1.9,
-    )
-    with session_database(postgres_server) as database_url:
-        env = {
-            "SVC_REDIS_URL": redis_url,
-            "SVC_REDIS_CLUSTER": str(request.param == "cluster").lower(),
-            "SVC_DATABASE_URL": database_url,
-            "SVC_KEY_PEPPER": "fleet-pepper-0123456789abcdef",  # shared: one key, one digest
-            "SVC_ADMIN_TOKEN": "fleet-admin-token-0123456789",
-            "SVC_DEV_BOOTSTRAP": "false",
-            "SVC_MODELS_FILE": str(path),
-            "MOCK_API_KEY": "mock-provider-key",
-            "SVC_FLUSH_INTERVAL_S": "0.2",
-            "SVC_FLUSH_LEASE_S": "3",
-            "SVC_RESERVATION_DEADLINE_S": "6",
-            "SVC_SWEEP_INTERVAL_S": "0.5",
-            "SVC_FAILED_AUTH_LIMIT": str(FAILED_AUTH_LIMIT),
-            "SVC_FAILED_AUTH_WINDOW_S": "600",
-        }
-        instances: list[Server] = []
-        try:
-            for n in range(2):  # one after the other: the first migrates the database
-                folder = tmp / f"instance-{n}"
-                folder.mkdir()
-                instances.append(start_server(folder, workers=2, extra_env=env))
-            yield Fleet(instances, redis_url, request.param == "cluster", database_url)
-        finally:
-            for srv in instances:
-                stop_server(srv.process)
-            if valkey is not None:
-                valkey.stop()
+    cluster = request.getfixturevalue("valkey_cluster") if request.param == "cluster" else None
+    env = {"SVC_FAILED_AUTH_LIMIT": str(FAILED_AUTH_LIMIT), "SVC_FAILED_AUTH_WINDOW_S": "600"}
+    with running_fleet(tmp, postgres_server, upstream, ALIASES, cluster=cluster, env=env) as fleet:
+        yield fleet
 
 
 def _h(key: str) -> dict[str, str]:
