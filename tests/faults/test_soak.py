@@ -41,6 +41,7 @@ CHAOS_EVERY_S = 6.0
 SAMPLE_EVERY_S = 2.0
 CLIENTS = 10
 GRANT = 2_000_000
+CAP = 100  # the capped key's daily credits: reached within the first minute
 SOAK_ALIASES = {
     "svc-fast": ["fast-slow5"],
     "svc-code": ["code-slow10-drop12"],  # a stream past 12 chunks loses its upstream
@@ -63,10 +64,14 @@ class Owner:
 
     pid: str
     manager: str  # a live key the clients never use: lists and revokes the others
-    live: list[str]
+    live: list[str]  # the keys the churn rotates and replaces
+    capped: str  # a key with a daily cap, never churned: its lineage's counter is checked
+    capped_kid: str
     test: str
     granted: int = GRANT
     seen: list[Seen] = field(default_factory=list)
+    sent: list[tuple[str, float, int]] = field(default_factory=list)  # key, sent at, status
+    revoked: dict[str, float] = field(default_factory=dict)  # key -> when DELETE answered
 
 
 @dataclass
@@ -133,7 +138,8 @@ async def _client(soak: Soak, n: int) -> None:
                 await request(client, f"{url}/chat/completions", owner.test, _chat_body(rng))
                 soak.events["test-key requests"] += 1
                 continue
-            key = rng.choice(owner.live)
+            key = rng.choice([*owner.live, owner.capped])
+            sent_at = time.monotonic()
             if roll < 0.2:
                 seen = await _leave_mid_stream(client, url, key, _chat_body(rng))
                 soak.events["left mid-stream"] += 1
@@ -144,6 +150,7 @@ async def _client(soak: Soak, n: int) -> None:
                 seen = await request(client, f"{url}/chat/completions", key, _chat_body(rng))
                 soak.events["chat requests"] += 1
             owner.seen.append(seen)
+            owner.sent.append((key, sent_at, seen.status))
             soak.events[f"status {seen.status}"] += 1
             if seen.status != 200:
                 await asyncio.sleep(0.05)
@@ -200,7 +207,9 @@ async def _key_churn(soak: Soak) -> None:
         owner.live = [k for k in owner.live if k != old] + [made.json()["key"]]
         if kind == "keys replaced and revoked":
             revoked = await _own(soak, owner, "DELETE", f"api-keys/{key_id}")
-            if revoked is None or not revoked.is_success:
+            if revoked is not None and revoked.is_success:
+                owner.revoked[old] = time.monotonic()
+            else:
                 kind = "keys replaced (revocation refused in the chaos)"
         soak.events[kind] += 1
 
@@ -356,8 +365,12 @@ async def _soak(fleet: Fleet, mock: MockProcess, tmp_path: Path) -> None:
     for _ in range(3):
         pid = fleet.a.new_account(GRANT)
         live = [fleet.a.new_key(pid) for _ in range(3)]
+        body = {"name": "capped", "environment": "live", "daily_cap_credits": CAP}
+        capped = fleet.b.admin("POST", f"/accounts/{pid}/api-keys", body).json()
         test_key = fleet.b.new_key(pid, environment="test")
-        owners.append(Owner(pid, fleet.b.new_key(pid), live, test_key))
+        manager = fleet.b.new_key(pid)
+        kid = capped["id"].removeprefix("key_")
+        owners.append(Owner(pid, manager, live, capped["key"], kid, test_key))
     soak = Soak(fleet, owners, mock)
     started = time.monotonic()
     tasks = [asyncio.ensure_future(_client(soak, n)) for n in range(CLIENTS)]
@@ -374,19 +387,32 @@ async def _soak(fleet: Fleet, mock: MockProcess, tmp_path: Path) -> None:
             os.kill(pid, signal.SIGCONT)
     assert fleet.valkey is not None
     assert fleet.valkey.server is not None  # the chaos is over: Valkey runs
-    accounts = [Account(o.pid, o.granted, seen=o.seen) for o in owners]
+    accounts = [Account(o.pid, o.granted, caps={o.capped_kid: CAP}, seen=o.seen) for o in owners]
     totals = await asyncio.to_thread(fleet.check, accounts, uncertain=True)
     durable = await asyncio.to_thread(durable_totals, fleet.database_url, [o.pid for o in owners])
     activity = await asyncio.to_thread(_activity, fleet.database_url, [o.pid for o in owners])
     for owner in owners:  # one activity row per request the rollups count, the same credits
         sums = durable[owner.pid]
         assert activity[owner.pid] == (sums["requests"], sums["credits"]), owner.pid
+        # no request sent with a key after its DELETE answered was served
+        served_after = [
+            (key[-4:], status)
+            for key, sent_at, status in owner.sent
+            if key in owner.revoked and sent_at > owner.revoked[key] and status == 200
+        ]
+        assert served_after == [], served_after
+        soak.events["requests refused for the daily cap"] += sum(
+            1 for s in owner.seen if s.error and s.error.get("code") == "daily_cap_exceeded"
+        )
     report = _report(soak, dict(totals), tmp_path / "soak-report.json")
     assert totals["with_meta"] > 0
     # what the chaos may answer: 503 (Redis away), 502 (the upstream away), 401 (a key
-    # rotated or revoked as a client picked it), 0 (a connection a killed worker dropped)
+    # rotated or revoked as a client picked it), 429 (the capped key's cap), 0 (a
+    # connection a killed worker dropped)
     statuses = {name for name in soak.events if name.startswith("status ")}
-    assert statuses <= {"status 200", "status 503", "status 502", "status 401", "status 0"}
+    allowed = {"status 200", "status 503", "status 502", "status 401", "status 429", "status 0"}
+    assert statuses <= allowed, statuses
+    assert soak.events["requests refused for the daily cap"] > 0  # the cap was reached
     for name, _ in CHAOS:
         assert soak.events[name] > 0, name  # every kind of chaos happened
     for pid, growth in report["growth"].items():  # type: ignore[union-attr]
