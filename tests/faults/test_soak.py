@@ -107,11 +107,22 @@ async def _leave_mid_stream(client: httpx.AsyncClient, url: str, key: str, body:
         async with client.stream(
             "POST", f"{url}/chat/completions", json=body, headers={"authorization": f"Bearer {key}"}
         ) as r:
+            if r.status_code != 200:
+                return await _refused(r)
             async for _ in r.aiter_bytes():
                 break
             return Seen(r.status_code)
     except httpx.HTTPError as exc:
         return Seen(0, transport_error=type(exc).__name__)
+
+
+async def _refused(r: httpx.Response) -> Seen:
+    """An answer other than 200, with its error object."""
+    await r.aread()
+    try:
+        return Seen(r.status_code, error=r.json()["error"])
+    except (ValueError, KeyError):
+        return Seen(r.status_code)
 
 
 async def _responses(client: httpx.AsyncClient, url: str, key: str, rng: random.Random) -> Seen:
@@ -120,6 +131,8 @@ async def _responses(client: httpx.AsyncClient, url: str, key: str, rng: random.
         async with client.stream(
             "POST", f"{url}/responses", json=body, headers={"authorization": f"Bearer {key}"}
         ) as r:
+            if r.status_code != 200:
+                return await _refused(r)
             await r.aread()
             return Seen(r.status_code)
     except httpx.HTTPError as exc:
@@ -152,6 +165,8 @@ async def _client(soak: Soak, n: int) -> None:
             owner.seen.append(seen)
             owner.sent.append((key, sent_at, seen.status))
             soak.events[f"status {seen.status}"] += 1
+            if seen.error is not None:
+                soak.events[f"error {seen.error.get('code')}"] += 1
             if seen.status != 200:
                 await asyncio.sleep(0.05)
 
