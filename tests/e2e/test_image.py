@@ -11,7 +11,6 @@ import secrets
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 
 import httpx
 import openai
@@ -64,20 +63,12 @@ def _engine() -> str:
     pytest.skip("no container engine answers (" + "; ".join(reasons) + ")")
 
 
-@pytest.fixture
-def valkey() -> Iterator[ValkeyServer]:
-    server = ValkeyServer(appendonly="yes", save="", **{"maxmemory-policy": "noeviction"})
-    server.start()
-    yield server
-    server.stop()
-
-
 def _run(engine: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run([engine, *args], capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.timeout(1200)
-def test_the_image_builds_and_serves_read_only_as_non_root(valkey: ValkeyServer) -> None:
+def test_the_image_builds_and_serves_read_only_as_non_root(aof_valkey: ValkeyServer) -> None:
     engine = _engine()
     tag = f"svc-test:{secrets.token_hex(4)}"
     built = _run(engine, "build", "--tag", tag, str(ROOT), timeout=1100)
@@ -87,7 +78,7 @@ def test_the_image_builds_and_serves_read_only_as_non_root(valkey: ValkeyServer)
         engine, "run", "--detach", "--network", "host", "--read-only",
         "--tmpfs", "/tmp", "--tmpfs", f"/var/lib/svc:uid={UID},gid={UID}",
         "--env", "GRANIAN_HOST=127.0.0.1", "--env", f"GRANIAN_PORT={port}",
-        "--env", f"SVC_REDIS_URL=redis://127.0.0.1:{valkey.port}/0",
+        "--env", f"SVC_REDIS_URL=redis://127.0.0.1:{aof_valkey.port}/0",
         "--env", "SVC_DATABASE_URL=sqlite:////var/lib/svc/svc.db",
         "--env", f"SVC_KEY_PEPPER={secrets.token_urlsafe(32)}",
         "--env", f"SVC_ADMIN_TOKEN={admin_token}",

@@ -49,21 +49,28 @@ def _mock_requests(stack: Stack) -> int:
     return int(mock_stats(stack.mock)["requests"])  # type: ignore[call-overload]
 
 
-@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
-async def test_redis_outage_fails_closed_and_recovers_without_losing_a_credit(
-    tmp_path: Path, stack_factory: list[Stack], how: signal.Signals
-) -> None:
+async def _short_deadline_stack(tmp_path: Path, stack_factory: list[Stack]) -> Stack:
+    """A stack whose reservations live 6 s (a heartbeat every 2 s), swept every 0.5 s: the
+    holds of streams an outage cut are refunded soon after Redis is back."""
     stack = await asyncio.to_thread(
         start_stack,
         tmp_path,
         idle_timeout_s=1.9,  # under a third of the deadline, or svc refuses to start
         env={
-            "SVC_RESERVATION_DEADLINE_S": "6",  # streams cut by the outage are swept soon
+            "SVC_RESERVATION_DEADLINE_S": "6",
             "SVC_SWEEP_INTERVAL_S": "0.5",
             "SVC_REDIS_TIMEOUT_S": "1",
         },
     )
     stack_factory.append(stack)
+    return stack
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+async def test_redis_outage_fails_closed_and_recovers_without_losing_a_credit(
+    tmp_path: Path, stack_factory: list[Stack], how: signal.Signals
+) -> None:
+    stack = await _short_deadline_stack(tmp_path, stack_factory)
     srv = stack.srv
     pid = await asyncio.to_thread(srv.new_account, 1_000_000)
     key = await asyncio.to_thread(srv.new_key, pid)
@@ -136,17 +143,7 @@ async def test_streams_redis_dies_under_end_with_an_error_the_sdk_raises_and_are
     """Streams in flight when Redis is killed: each ends with an error event and [DONE] (no
     broken connection), is charged nothing, and the sweeper refunds its hold once Redis is
     back."""
-    stack = await asyncio.to_thread(
-        start_stack,
-        tmp_path,
-        idle_timeout_s=1.9,  # under a third of the deadline, or svc refuses to start
-        env={
-            "SVC_RESERVATION_DEADLINE_S": "6",  # a heartbeat every 2 s
-            "SVC_SWEEP_INTERVAL_S": "0.5",
-            "SVC_REDIS_TIMEOUT_S": "1",
-        },
-    )
-    stack_factory.append(stack)
+    stack = await _short_deadline_stack(tmp_path, stack_factory)
     srv = stack.srv
     pid = await asyncio.to_thread(srv.new_account, 100_000)
     key = await asyncio.to_thread(srv.new_key, pid)

@@ -101,42 +101,30 @@ def _chat_body(rng: random.Random) -> dict[str, object]:
     return body
 
 
-async def _leave_mid_stream(client: httpx.AsyncClient, url: str, key: str, body: object) -> Seen:
-    """A client that reads a chunk or two, then goes away."""
+async def _send(client: httpx.AsyncClient, url: str, key: str, body: object, whole: bool) -> Seen:
+    """One streamed request, read whole or only to its first bytes (a client that leaves)."""
     try:
         async with client.stream(
-            "POST", f"{url}/chat/completions", json=body, headers={"authorization": f"Bearer {key}"}
+            "POST", url, json=body, headers={"authorization": f"Bearer {key}"}
         ) as r:
             if r.status_code != 200:
-                return await _refused(r)
-            async for _ in r.aiter_bytes():
-                break
+                await r.aread()
+                try:
+                    return Seen(r.status_code, error=r.json()["error"])
+                except (ValueError, KeyError):
+                    return Seen(r.status_code)
+            if whole:
+                await r.aread()
+            else:
+                async for _ in r.aiter_bytes():
+                    break
             return Seen(r.status_code)
     except httpx.HTTPError as exc:
         return Seen(0, transport_error=type(exc).__name__)
 
 
-async def _refused(r: httpx.Response) -> Seen:
-    """An answer other than 200, with its error object."""
-    await r.aread()
-    try:
-        return Seen(r.status_code, error=r.json()["error"])
-    except (ValueError, KeyError):
-        return Seen(r.status_code)
-
-
-async def _responses(client: httpx.AsyncClient, url: str, key: str, rng: random.Random) -> Seen:
-    body = {"model": "svc-fast", "input": "hello", "max_output_tokens": rng.randint(16, 32)}
-    try:
-        async with client.stream(
-            "POST", f"{url}/responses", json=body, headers={"authorization": f"Bearer {key}"}
-        ) as r:
-            if r.status_code != 200:
-                return await _refused(r)
-            await r.aread()
-            return Seen(r.status_code)
-    except httpx.HTTPError as exc:
-        return Seen(0, transport_error=type(exc).__name__)
+def _responses_body(rng: random.Random) -> dict[str, object]:
+    return {"model": "svc-fast", "input": "hello", "max_output_tokens": rng.randint(16, 32)}
 
 
 async def _client(soak: Soak, n: int) -> None:
@@ -154,10 +142,12 @@ async def _client(soak: Soak, n: int) -> None:
             key = rng.choice([*owner.live, owner.capped])
             sent_at = time.monotonic()
             if roll < 0.2:
-                seen = await _leave_mid_stream(client, url, key, _chat_body(rng))
+                chat = f"{url}/chat/completions"
+                seen = await _send(client, chat, key, _chat_body(rng), whole=False)
                 soak.events["left mid-stream"] += 1
             elif roll < 0.3:
-                seen = await _responses(client, url, key, rng)
+                body = _responses_body(rng)
+                seen = await _send(client, f"{url}/responses", key, body, whole=True)
                 soak.events["responses requests"] += 1
             else:
                 seen = await request(client, f"{url}/chat/completions", key, _chat_body(rng))
