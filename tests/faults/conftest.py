@@ -20,6 +20,7 @@ from bench.mock_upstream import MockProcess, start_in_subprocess
 from tests.e2e.conftest import Server, start_server, stop_server
 from tests.e2e.test_admin_cli import svc_admin
 from tests.e2e.test_upstreams import models_file
+from tests.processes import free_port
 
 
 class Valkey:
@@ -31,6 +32,7 @@ class Valkey:
         self.server: ValkeyServer | None = None
 
     def start(self) -> None:
+        self.port = self.port or free_port()
         self.server = ValkeyServer(
             port=self.port,
             data_dir=self.data_dir,
