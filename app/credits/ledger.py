@@ -25,7 +25,7 @@ from app.credits.outcomes import (
     reserve_refusal,
 )
 from app.credits.scripts import RedisClock, Scripts
-from app.kv.client import RedisClient
+from app.kv.client import REDIS_TIMEOUT, RedisClient
 from app.kv.fields import (
     ACCOUNT_POOLS,
     ALL_MODELS,
@@ -558,7 +558,12 @@ class RedisLedger:
     ) -> Settlement:
         """Close a reservation at its actual cost; a second call changes nothing.
         ``served``: what its activity row tells. For a request with an Idempotency-Key,
-        ``response`` is what its record keeps (None: not kept)."""
+        ``response`` is what its record keeps (None: not kept).
+
+        Like ``reserve``, a settle that Redis runs after this worker stopped waiting for it
+        changes nothing (``GAVE_UP``): its stream told the client nothing was charged, and
+        the sweeper refunds the hold at its deadline. The sweeper's own calls
+        (``only_if_expired``) have no such limit: nobody waits on them."""
         shard, tag = hold.shard, day_tag(hold.day)
         keys = [
             self.layout.reservation(shard, hold.rid),
@@ -579,12 +584,17 @@ class RedisLedger:
             1 if only_if_expired else 0,
             self._usage_ttl,
             served.text(),
+            0 if only_if_expired else self._give_up_ms(),
         ]
         if hold.idempotency is not None:
             keys.append(hold.idempotency)
             parts = response.parts if response is not None else None
             args += ["unrecorded"] if parts is None else ["body", *parts]
         status, used, balance = await self._run("settle", keys, args)
+        if status == ScriptStatus.GAVE_UP:
+            # the reply came within the timeout, but the script ran past the give-up time:
+            # to the caller this is the timeout it guards against (nothing was charged)
+            raise REDIS_TIMEOUT("settle reached Redis after its caller's give-up time")
         return Settlement(ScriptStatus(status), int(used), int(balance))
 
     async def release_unanswered(

@@ -12,10 +12,12 @@ from redis.exceptions import ResponseError
 
 from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
+from app.core.metrics import METRICS
 from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Hold, Identity, ScriptStatus, Settlement
 from app.credits.scripts import RedisClock
-from app.kv.client import RedisClient
+from app.credits.sweeper import Sweeper
+from app.kv.client import REDIS_TIMEOUT, RedisClient
 from app.kv.layout import KeySpace
 from tests.conftest import Clock
 from tests.unit.scripts_helpers import account, key, pools, reserve, snapshot
@@ -87,6 +89,7 @@ def _calls(
                 0,
                 100,
                 f"chatcmpl-svc-1 {now} 5 9 upstream",
+                0,
                 "body",
                 "a",
                 "b",
@@ -121,7 +124,7 @@ def _calls(
 
 NUMERIC = {
     "reserve": [0, 4, 5, 6, 7, 8, 9, 13, 15, 18],
-    "settle": [0, 2, 3, 4, 7],
+    "settle": [0, 2, 3, 4, 7, 9],
     "extend": [1],
     "grant": [0, 2, 3, 4, 5, 6],
     "open_account": [0, 1, 2],
@@ -134,7 +137,7 @@ NUMERIC = {
 }
 WORDS = {  # arguments from a fixed set, and a wrong value for each
     "reserve": [(16, "completions"), (17, "")],
-    "settle": [(5, "paid"), (6, "2"), (8, "x" * 4097), (9, "maybe")],
+    "settle": [(5, "paid"), (6, "2"), (8, "x" * 4097), (10, "maybe")],
     "grant": [(1, "gold")],
     "put_key": [(1, "deleted"), (2, "prod"), (6, "svc-fast")],
     "revoke_key": [(1, "prod"), (5, "all")],
@@ -306,3 +309,37 @@ async def test_a_pool_extended_before_it_expired_keeps_the_held_credits(
     clock.advance(2 * DAY)  # past the first expiry, not the rolled one
     await _settle_one_credit(ledger, hold, clock())
     assert await pools(ledger, "acct_X") == (9_999, 0)
+
+
+async def test_a_settle_redis_runs_after_its_caller_gave_up_changes_nothing(
+    redis: RedisClient, keyspace: KeySpace, clock: Clock
+) -> None:
+    """Issue 30, item 2: Redis stalled as a stream ended, so its settle timed out and the
+    client was told nothing was charged. The settle that Redis runs when it resumes must
+    charge nothing; the sweeper then refunds the hold whole, and the metrics count it."""
+    on_time = RedisLedger(redis, keyspace, cap_ttl_s=100, usage_ttl_s=100, command_timeout_s=2.0)
+    await account(on_time, "acct_G", purchased=1_000)
+    ident = await key(on_time, "acct_G", "kidG00000000")
+    hold = await reserve(on_time, ident, "r1", clock())
+    assert hold.amount == 10
+    late = RedisClock()
+    late.offset_s = -10.0  # as if Redis ran the settle 10 s after the caller sent it
+    stalled = RedisLedger(
+        redis, keyspace, cap_ttl_s=100, usage_ttl_s=100, command_timeout_s=2.0, redis_clock=late
+    )
+    before = await snapshot(stalled)
+    with pytest.raises(REDIS_TIMEOUT):  # as a reply that came too late
+        await stalled.settle(
+            hold,
+            now=clock(),
+            credits_used=4,
+            prompt_tokens=3,
+            completion_tokens=3,
+            outcome="completed",
+        )
+    assert await snapshot(stalled) == before  # nothing charged, nothing counted
+    refunded = METRICS.credits.labels("refunded", "live")._value.get()
+    clock.advance(3_600)  # past the reservation's deadline
+    assert await Sweeper(on_time, interval_s=1, clock=clock).sweep_once() == 1
+    assert await pools(on_time, "acct_G") == (0, 1_000)
+    assert METRICS.credits.labels("refunded", "live")._value.get() - refunded == 10

@@ -125,12 +125,7 @@ if held[1] then
   if held[1] ~= pid then return {6, 0, 0, 0} end
   return {6, tonumber(held[2]), tonumber(held[3] or '0'), available_now()}
 end
-if give_up_ms > 0 then
-  local t = redis.call('TIME')
-  if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > give_up_ms then
-    return {11, 0, 0, 0}
-  end
-end
+if gave_up(give_up_ms) then return {11, 0, 0, 0} end
 if key[2] ~= 'active' then return {2, 0, 0, 0} end
 local key_exp = tonumber(key[5] or '0')
 if key_exp > 0 and now >= key_exp then return {12, 0, 0, 0} end

@@ -27,15 +27,21 @@ ARGV[9]  served             what the request's activity row tells beyond its usa
                             text the event carries as it is (app.kv.fields.Served: the
                             response's id, start, time to first output, duration, usage
                             source); empty when there is nothing to tell (the sweeper)
-ARGV[10] record             (with KEYS[8]) body: ARGV[11..13] are the response, with the
-                            credits charged between 11 and 12 and the balance after between
-                            12 and 13; unrecorded: the response was not kept (too large, cut)
-ARGV[11..13]                (with record = body) the response's parts
+ARGV[10] give_up_ms         Redis TIME in milliseconds after which the caller no longer waits
+                            for this reply (its Redis timeout); 0 = no limit (the sweeper). A
+                            settle that reaches Redis later changes nothing: its stream has
+                            already told the client that nothing was charged, and the sweeper
+                            refunds the reservation whole at its deadline.
+ARGV[11] record             (with KEYS[8]) body: ARGV[12..14] are the response, with the
+                            credits charged between 12 and 13 and the balance after between
+                            13 and 14; unrecorded: the response was not kept (too large, cut)
+ARGV[12..14]                (with record = body) the response's parts
 
 Returns {status, credits_used, balance}
   0 OK           credits_used charged, balance = account balance after
   7 NOT_FOUND    no such reservation (already settled or swept); nothing changed
   8 NOT_EXPIRED  only_if_expired and the deadline is still ahead; nothing changed
+ 11 GAVE_UP      Redis ran this after give_up_ms; nothing changed
 A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
 Spending is earned-first: the charge comes from the earned part of the hold first and the
 rest returns to the pool it came from. Held earned credits whose pool expired meanwhile lapse
@@ -79,14 +85,16 @@ local outcome = one_of(6, 'outcome', {completed = true, client_disconnect = true
 local only_if_expired = one_of(7, 'only_if_expired', {['0'] = true, ['1'] = true}) == '1'
 local usage_ttl = count(8, 'usage_ttl')
 local served = text(9, 'served')
+local give_up_ms = count(10, 'give_up_ms')
 local idem = KEYS[8]
 local record = ''
-if idem then record = one_of(10, 'record', {body = true, unrecorded = true}) end
+if idem then record = one_of(11, 'record', {body = true, unrecorded = true}) end
 
 local r = redis.call('HMGET', KEYS[1], 'amount', 'fe', 'fp', 'env', 'deadline',
   'acct', 'kid', 'alias', 'requested', 'day', 'egen', 'api')
 if not r[1] then return {7, 0, 0} end
 if only_if_expired and tonumber(r[5]) > now then return {8, 0, 0} end
+if gave_up(give_up_ms) then return {11, 0, 0} end
 
 local amount, held_earned, held_purchased = tonumber(r[1]), tonumber(r[2]), tonumber(r[3])
 if used > amount then used = amount end
@@ -176,8 +184,8 @@ if idem and redis.call('HGET', idem, 'rid') == rid then
     redis.call('DEL', idem)
   elseif record == 'body' then
     redis.call('HSET', idem, 'state', 'done',
-      'body', ARGV[11] .. string.format('%d', used) .. ARGV[12] ..
-        string.format('%d', balance) .. ARGV[13])
+      'body', ARGV[12] .. string.format('%d', used) .. ARGV[13] ..
+        string.format('%d', balance) .. ARGV[14])
   else
     redis.call('HSET', idem, 'state', 'unrecorded')
   end

@@ -19,6 +19,10 @@ A failed check raises an error reply "svc bad argument: <name>" and changes noth
                          status) says of the request fp: nil when there is none; else 14
                          (another request), 15 (running), 17 (finished, no answer kept), or
                          16, body, status (finished: its answer)
+  gave_up(ms)            whether Redis's TIME is past ms (unix milliseconds; 0 = never): the
+                         caller stopped waiting for this reply (its Redis timeout), so a
+                         script that reaches Redis later (Redis was paused, the command sat
+                         in a buffer) must change nothing
 ]]
 local function refuse(name)
   error('svc bad argument: ' .. name)
@@ -67,4 +71,10 @@ local function recorded(key, fp)
   if r[2] == 'done' then return 16, r[3], r[4] end
   if r[2] == 'unrecorded' then return 17 end
   return 15
+end
+
+local function gave_up(ms)
+  if ms == 0 then return false end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > ms
 end
