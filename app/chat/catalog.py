@@ -21,6 +21,21 @@ AUTO_ROUTES = (FAST, CODE, SMART)
 SIMULATED = "simulated"
 T = TypeVar("T")
 
+GATED_FIELDS: dict[str, tuple[str, ...]] = {
+    "allow_service_tier": ("service_tier",),
+    "allow_store": ("store", "metadata"),
+}
+"""The one list of the request fields that reach a provider only when the models file
+allows them for the alias serving the request (keyed by the ``Alias`` flag that does), on
+Chat Completions and Responses alike. ``service_tier`` changes what the operator pays per
+token ("priority" costs more), which the alias's price cannot see; ``store`` has the
+provider keep the request and its answer, and ``metadata`` tags what it keeps (OpenAI
+takes it with ``store`` only). Left out silently: OpenAI-compatible clients send them
+routinely, and a 400 would break them. Fields svc does not model (``web_search_options``,
+``prompt_cache_retention``, …) never reach a provider; those the upstream's usage report
+meters (``reasoning_effort``, ``prediction``) and those the client sends to be identified
+by (``user``, ``safety_identifier``) pass."""
+
 
 class UpstreamRef(msgspec.Struct, frozen=True, kw_only=True):
     """One place an alias can be served from: a provider and the real model name there."""
@@ -53,6 +68,18 @@ class Alias(msgspec.Struct, frozen=True, kw_only=True):
     native_responses: bool = False
     """Some upstream of it serves the Responses API itself (its provider's
     ``responses_api``): Responses requests keep their own form for it."""
+    # the models file lets clients' GATED_FIELDS of each flag through to the provider
+    allow_service_tier: bool = False
+    allow_store: bool = False
+
+    def withheld_fields(self) -> tuple[str, ...]:
+        """The request fields left out of what this alias's upstreams are sent."""
+        return tuple(
+            name
+            for flag, names in GATED_FIELDS.items()
+            if not getattr(self, flag)
+            for name in names
+        )
 
 
 _CREATED = 1_767_225_600  # 2026-01-01T00:00:00Z
@@ -113,6 +140,8 @@ class AliasOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     default_output_tokens: int | None = None
     max_output_tokens: int | None = None
     upstreams: list[UpstreamEntry] | None = None
+    allow_service_tier: bool | None = None
+    allow_store: bool | None = None
 
 
 class ModelsFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -240,6 +269,10 @@ def _merge(base: Alias, o: AliasOverride) -> Alias:
         price=price,
         default_output_tokens=o.default_output_tokens or base.default_output_tokens,
         max_output_tokens=o.max_output_tokens or base.max_output_tokens,
+        allow_service_tier=(
+            base.allow_service_tier if o.allow_service_tier is None else o.allow_service_tier
+        ),
+        allow_store=base.allow_store if o.allow_store is None else o.allow_store,
         upstreams=tuple(UpstreamRef(provider=u.provider, model=u.model) for u in o.upstreams)
         if o.upstreams
         else base.upstreams,

@@ -43,7 +43,8 @@ class ChatParams(msgspec.Struct, frozen=True, kw_only=True):
     requested: str
     alias: Alias
     request: ChatRequest
-    """What is forwarded upstream (the contract's sampling defaults filled in)."""
+    """What is forwarded upstream (the contract's sampling defaults filled in, the fields
+    the alias does not allow left out: ``app.chat.catalog.GATED_FIELDS``)."""
     max_tokens: int | None
     prompt_tokens: int
     """Billed when the upstream reports no usage (an estimate)."""
@@ -211,8 +212,8 @@ def resolve_params(
 ) -> ChatParams:
     """A well-formed chat request (``alias`` its enabled model; a Responses request after
     translation) checked against its alias's output limit, its prompt estimated and bounded
-    (``body_size``: the bytes of the body it came in), svc-auto resolved and the sampling
-    defaults filled in."""
+    (``body_size``: the bytes of the body it came in), svc-auto resolved, the sampling
+    defaults filled in and the fields the alias does not allow left out."""
     if output_limit is not None and output_limit > alias.max_output_tokens:
         raise invalid_value(
             limit_param,
@@ -225,10 +226,13 @@ def resolve_params(
         alias = _auto_target(aliases, route_auto("\n".join(prompt.texts), len(prompt.texts)))
     temperature = DEFAULT_TEMPERATURE if req.temperature in (UNSET, None) else req.temperature
     top_p = DEFAULT_TOP_P if req.top_p in (UNSET, None) else req.top_p
+    # what costs the operator more or has the provider keep data, unless the alias that
+    # serves the request (svc-auto's choice) allows it
+    withheld = dict.fromkeys(alias.withheld_fields(), UNSET)
     return ChatParams(
         requested=req.model,
         alias=alias,
-        request=msgspec.structs.replace(req, temperature=temperature, top_p=top_p),
+        request=msgspec.structs.replace(req, temperature=temperature, top_p=top_p, **withheld),
         max_tokens=output_limit,
         prompt_tokens=estimate_prompt_tokens(prompt.texts) + prompt.media_estimate,
         prompt_token_bound=prompt_token_bound(

@@ -112,6 +112,10 @@ def parse_responses_request(
             req.safety_identifier if isinstance(req.safety_identifier, str) else UNSET
         ),
         reasoning_effort=req.reasoning.effort if req.reasoning else UNSET,
+        # sent on only where the alias allows them (``resolve_params``)
+        service_tier=req.service_tier,
+        store=req.store,
+        metadata=req.metadata,
     )
     check_tool_choice(chat)
     limit = req.max_output_tokens if isinstance(req.max_output_tokens, int) else None
@@ -127,7 +131,7 @@ def parse_responses_request(
         api=API_RESPONSES,
     )
     if params.alias.native_responses:
-        params = msgspec.structs.replace(params, native=native_request(req))
+        params = msgspec.structs.replace(params, native=native_request(req, params.alias))
     return ResponsesParams(chat=params, settings=ResponseSettings.of(req, params))
 
 
@@ -135,14 +139,17 @@ def parse_responses_request(
 _SET_PER_UPSTREAM = ("model", "max_output_tokens", "stream", "store")
 
 
-def native_request(req: ResponsesRequest) -> NativeResponses:
+def native_request(req: ResponsesRequest, alias: Alias) -> NativeResponses:
     """The checked request, for a provider that serves the Responses API itself: every field
     as the client sent it (fields svc does not know are left out, as in Chat Completions)
-    but those svc sets per upstream."""
+    but those svc sets per upstream and those ``alias`` does not allow; stored only when
+    the client asked and the alias allows it (the chat path's rule)."""
     fields = msgspec.to_builtins(req)
-    for name in _SET_PER_UPSTREAM:
+    withheld = alias.withheld_fields()
+    for name in (*_SET_PER_UPSTREAM, *withheld):
         fields.pop(name, None)
-    return NativeResponses(msgspec.json.encode(fields))
+    store = req.store is True and "store" not in withheld
+    return NativeResponses(msgspec.json.encode(fields), store=store)
 
 
 def _refuse_stateful(req: ResponsesRequest) -> None:

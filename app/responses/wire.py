@@ -142,6 +142,7 @@ class ResponsesRequest(msgspec.Struct, omit_defaults=True):
     safety_identifier: str | UnsetType | None = UNSET
     metadata: dict[str, str] | UnsetType | None = UNSET
     store: bool | UnsetType | None = UNSET
+    service_tier: str | UnsetType | None = UNSET
     stream: bool | UnsetType | None = UNSET
     include: list[str] | UnsetType | None = UNSET
     truncation: Literal["auto", "disabled"] | UnsetType | None = UNSET

@@ -198,13 +198,18 @@ class NativeResponses(msgspec.Struct, frozen=True):
     without the fields svc sets for each upstream it tries."""
 
     fields: bytes  # a JSON object without model, max_output_tokens, stream and store
+    store: bool = False
+    """Whether the provider keeps the response: always sent, as the Responses API keeps
+    every response it is not told to drop; true only when the client asked and the alias
+    allows it (``allow_store``)."""
 
     def body(self, model: str, max_output_tokens: int) -> bytes:
         """The request as forwarded: the upstream's model name, the output cap the
-        reservation affords, streaming, and not stored (svc keeps no state upstream)."""
-        head = b'{"model":%s,"max_output_tokens":%d,"stream":true,"store":false' % (
+        reservation affords, streaming, and ``store``."""
+        head = b'{"model":%s,"max_output_tokens":%d,"stream":true,"store":%s' % (
             msgspec.json.encode(model),
             max_output_tokens,
+            b"true" if self.store else b"false",
         )
         if self.fields == b"{}":
             return head + b"}"

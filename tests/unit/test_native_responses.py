@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from app.chat.catalog import load_catalog
+from app.chat.catalog import DEFAULT_ALIASES, load_catalog
 from app.responses.request import native_request, parse_responses_request
 from app.responses.wire import ResponsesRequest
 from app.upstream.base import CHOICE_END, UpstreamCall, UpstreamError, Usage
@@ -16,6 +16,7 @@ from app.upstream.responses_sse import ResponsesEvents
 from app.upstream.sse import FinalPieces, LineSplitter, parse_data_line
 from app.upstream.wire import ChatRequest, Delta, Message, ToolCallDelta, ToolCallFunctionDelta
 
+FAST = DEFAULT_ALIASES["svc-fast"]
 LIMITS = {"max_messages": 100, "max_message_chars": 100_000, "image_token_bound": 1000}
 
 
@@ -39,7 +40,9 @@ def test_the_forwarded_request_is_the_clients_with_what_svc_sets_replaced() -> N
         "metadata": {"job": "7"},
         "a_field_svc_does_not_know": 1,
     }
-    native = native_request(msgspec.json.decode(msgspec.json.encode(sent), type=ResponsesRequest))
+    native = native_request(
+        msgspec.json.decode(msgspec.json.encode(sent), type=ResponsesRequest), FAST
+    )
     forwarded = msgspec.json.decode(native.body("real-model", 123))
     assert forwarded == {
         "model": "real-model",
@@ -49,9 +52,8 @@ def test_the_forwarded_request_is_the_clients_with_what_svc_sets_replaced() -> N
         "instructions": "Be brief.",
         "input": sent["input"],
         "reasoning": {"effort": "low"},
-        "metadata": {"job": "7"},
-    }
-    bare = native_request(ResponsesRequest(model="svc-fast", input="hi"))
+    }  # no metadata: it goes with store (tests/unit/test_forwarded_fields.py)
+    bare = native_request(ResponsesRequest(model="svc-fast", input="hi"), FAST)
     assert msgspec.json.decode(bare.body("m", 16)) == {
         "model": "m",
         "max_output_tokens": 16,
@@ -62,7 +64,7 @@ def test_the_forwarded_request_is_the_clients_with_what_svc_sets_replaced() -> N
 
 
 def test_only_a_provider_that_serves_responses_is_sent_one() -> None:
-    native = native_request(ResponsesRequest(model="svc-fast", input="hi"))
+    native = native_request(ResponsesRequest(model="svc-fast", input="hi"), FAST)
     chat = ChatRequest(model="svc-fast", messages=[Message(role="user", content="hi")])
     call = UpstreamCall(model="m", request=chat, max_tokens=9, responses=native)
     speaks = ProviderConfig(base_url="http://x/v1", responses_api=True)
