@@ -167,9 +167,45 @@ async def test_daily_cap_counts_holds_and_refuses_past_it(
     assert err.status == 429
     assert err.headers["x-should-retry"] == "false"
     assert err.headers["retry-after"] == str(DAY - int(clock()) % DAY)
-    # the default cap is lowered to what the daily cap leaves
+    # the default cap is lowered to a quarter of what the daily cap leaves (at least min_out)
     hold = await reserve(ledger, ident, "r4", clock(), max_out=4096, min_out=1)
-    assert (hold.amount, hold.out_tokens) == (5, 5)
+    assert (hold.amount, hold.out_tokens) == (1, 1)
+    hold = await reserve(ledger, ident, "r5", clock(), max_out=4096, min_out=3)
+    assert (hold.amount, hold.out_tokens) == (3, 3)
+
+
+async def test_holds_at_the_default_output_cap_do_not_starve_a_capped_key(
+    ledger: RedisLedger, clock: Clock
+) -> None:
+    """Issue 30, item 4: with a cap of 100 and no max_tokens, each hold used to take what
+    the cap had left (the first 62, the second 38): 2 of 500 concurrent requests served.
+    Now each takes at most a quarter of what is left, never below 16 output tokens."""
+    await account(ledger, "acct_A", purchased=1_000_000)
+    ident = await key(ledger, "acct_A", "k1", cap=100)
+    holds = []
+    for n in range(500):  # all in flight at once: none settles
+        try:
+            holds.append(
+                await reserve(
+                    ledger,
+                    ident,
+                    f"r{n}",
+                    clock(),
+                    prompt_units=200,
+                    output_price=15,
+                    max_out=4096,
+                    min_out=16,
+                )
+            )
+        except ApiError as exc:
+            assert exc.kind is ErrorKind.DAILY_CAP_EXCEEDED
+    assert len(holds) >= 15  # was 2
+    assert sum(h.amount for h in holds) <= 100
+    assert all(h.out_tokens >= 16 for h in holds)
+    # a request that chose its output cap is held in full, or refused
+    ident2 = await key(ledger, "acct_A", "k2", cap=100)
+    hold = await reserve(ledger, ident2, "x1", clock(), output_price=15, max_out=4096)
+    assert hold.out_tokens == 4096
 
 
 async def test_cap_of_zero_refuses_everything(ledger: RedisLedger, clock: Clock) -> None:

@@ -112,7 +112,12 @@ async def _reserve(ledger: RedisLedger, m: Model, op: tuple, n: int) -> None:  #
     if refused is not None:
         _check_refusal(refused, cost(min_out), env, available, cap_left)
         return
-    limits = [x for x in (available if env == "live" else None, cap_left) if x is not None]
+    # a request that left its output cap to svc holds at most a quarter of what the cap
+    # has left, or what min_out costs (reserve.lua: one request cannot take a cap whole)
+    cap_share = cap_left
+    if cap_left is not None and min_out < max_out:
+        cap_share = max(cap_left // 4, min(cost(min_out), cap_left))
+    limits = [x for x in (available if env == "live" else None, cap_share) if x is not None]
     assert min_out <= hold.out_tokens <= max_out
     assert hold.amount == cost(hold.out_tokens)
     assert all(hold.amount <= x for x in limits)

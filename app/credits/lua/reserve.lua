@@ -75,6 +75,9 @@ answers for the request (14-17 above). Without one, a reserve that holds credits
 {fp, state running, rid} for idem_ttl seconds, and names it on the reservation (idem) for
 settle, which records the response or, when nothing was charged, deletes it.
 Test keys ("env" = test) hold against the daily cap only; balances are not touched.
+Output cap: a request that did not choose it (min_out < max_out) gets max_out lowered to
+what the balance affords and to what a quarter of the key's cap left today affords (never
+below min_out while the cap has room for it): one request cannot hold a small cap whole.
 Cap thresholds: a reserve that takes the cap counter of a key with a cap > 0 from below to
 at or above 50, 80 or 100 % of the cap appends {kind cap, acct, kid, level, cap, spent (the
 counter after), counter (KEYS[3]'s name: the lineage and day), ts} to KEYS[6] for each
@@ -164,6 +167,12 @@ if expired then earned = 0 end
 local available = earned + purchased
 local live = key[3] == 'live'
 
+local function cost(out)
+  local c = math.ceil((prompt_units + out * output_price) / 1000)
+  if c < 1 then c = 1 end
+  return c
+end
+
 local cap = tonumber(key[4])
 local cap_left = -1
 if cap >= 0 then
@@ -171,16 +180,20 @@ if cap >= 0 then
   if cap_left < 0 then cap_left = 0 end
 end
 
-local function cost(out)
-  local c = math.ceil((prompt_units + out * output_price) / 1000)
-  if c < 1 then c = 1 end
-  return c
+-- A request that left its output cap to svc (min_out < max_out) holds at most a share of
+-- what the key's cap has left (but always enough for min_out, when that is left): holds at
+-- the default output cap would otherwise take a small cap whole, and starve every other
+-- request of the key while they run. A request that chose max_tokens gets it or a refusal.
+local CAP_SHARE = 4
+local cap_limit = cap_left
+if cap_left >= 0 and min_out < max_out then
+  cap_limit = math.max(math.floor(cap_left / CAP_SHARE), math.min(cost(min_out), cap_left))
 end
 
 -- limit: the most this request may hold (-1 = no limit: a test key without a cap)
 local limit = -1
 if live then limit = available end
-if cap_left >= 0 and (limit < 0 or cap_left < limit) then limit = cap_left end
+if cap_limit >= 0 and (limit < 0 or cap_limit < limit) then limit = cap_limit end
 
 local out = max_out
 if limit >= 0 and cost(out) > limit then
