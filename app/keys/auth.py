@@ -110,12 +110,13 @@ class Authenticator:
         """What ``use`` makes of the request's key: the one authentication path of every
         route that takes a key.
 
-        An ``address`` over its failed-authentication limit is refused (429) first. Then the
-        key is identified (401 when missing, malformed or unknown) and ``use``d; ``use``
+        The key is identified (401 when missing, malformed or unknown) and ``use``d; ``use``
         checks the key's status in Redis (revocation) with its own work, or with
         ``key_active``. When Redis lost the key's record (``KeyRecordMissing``) the record
         is restored once from the durable store and ``use`` runs again. A wrong key, at any
-        of these steps, counts against ``address``."""
+        of these steps, counts against ``address``, and is answered 429 once ``address``
+        is over its failed-authentication limit; a valid key is served whatever else came
+        from its address."""
         async with self.throttle.guarding(address):
             ident = await self.identify(authorization, address)
             try:

@@ -4,10 +4,15 @@ An address that has presented ``limit`` invalid keys (or admin tokens) within ``
 gets 429 for every further invalid one until the window ends, on every worker of every
 instance: the failures are counted in Redis (``window_count.lua``, one script call per
 failure, never one for a valid key). A worker that has seen an address reach the limit
-also refuses it outright, valid credentials included, until the window ends, without doing
-any work: guessing keys is hopeless anyway (50 random characters), but a flood of them
-costs digests, Redis lookups and log lines, and a client that keeps sending a wrong key is
-broken. So exactly ``limit`` wrong keys per window get a 401, wherever they land.
+answers its further wrong credentials 429 without counting them again, until the window
+ends. So exactly ``limit`` wrong keys per window get a 401, wherever they land.
+
+A valid key is never refused for what others sent from its address: behind a NAT or a
+carrier-grade NAT one address is many clients, and a neighbour's wrong keys must not lock
+the others out. The credentials are checked first (a digest, the worker's cache, at most
+one Redis GET, which a key seen unknown skips for a while); only a failure meets the
+throttle. Guessing keys is hopeless anyway (50 random characters); the argon2 cold path has
+a budget of its own per address.
 
 Behind a load balancer every request comes from the balancer's address, so the client's
 own address is taken from ``X-Forwarded-For`` — but only when the direct peer is one of the
@@ -92,7 +97,8 @@ class FailedAuthThrottle:
         self._blocked: OrderedDict[str, float] = OrderedDict()  # address -> until (clock)
 
     def check(self, address: str) -> None:
-        """Raise 429 when this worker saw ``address`` over its limit in its current window."""
+        """Raise 429 when this worker saw ``address`` over its limit in its current window
+        (asked about a failed authentication only: valid credentials always pass)."""
         until = self._blocked.get(address)
         if until is None:
             return
@@ -104,14 +110,15 @@ class FailedAuthThrottle:
 
     @asynccontextmanager
     async def guarding(self, address: str) -> AsyncIterator[None]:
-        """Refuse ``address`` when it is over its limit (429), then run the block inside and
-        count a failed authentication when it raises one: past the limit, that failure is
-        answered 429 instead of 401."""
-        self.check(address)
+        """Run the block inside (which checks the credentials) and count a failed
+        authentication when it raises one: past the limit, that failure is answered 429
+        instead of 401 (once this worker knows the address is past it, without counting it
+        again). Credentials that pass are never refused here."""
         try:
             yield
         except ApiError as exc:
             if exc.kind in FAILED_AUTHENTICATION:
+                self.check(address)
                 await self.failed(address)
             raise
 

@@ -41,8 +41,14 @@ async def test_the_limit_holds_exactly_across_workers(ledger: RedisLedger, clock
     answers = [await _fail(workers[n % 4], "203.0.113.7") for n in range(8)]
     # three 401s in all, however the failures were spread; then 429 on every worker
     assert answers == [ErrorKind.INVALID_API_KEY] * 3 + [ErrorKind.AUTH_RATE_LIMITED] * 5
-    # a worker that saw the address over its limit refuses it outright, for the window's rest
-    assert not await _passes(workers[3], "203.0.113.7")
+    # a worker that saw the address over its limit answers its wrong keys 429 at once, for
+    # the window's rest, without counting them in Redis again
+    counter = ledger.layout.failed_auths("203.0.113.7")
+    counted = await ledger.redis.get(counter)
+    assert await _fail(workers[3], "203.0.113.7") is ErrorKind.AUTH_RATE_LIMITED
+    assert await ledger.redis.get(counter) == counted
+    # issue 30, item 7: a valid key from that address is never refused for the failures
+    assert await _passes(workers[3], "203.0.113.7")
     with pytest.raises(ApiError) as refused:
         workers[3].check("203.0.113.7")
     assert refused.value.status == 429
@@ -50,7 +56,7 @@ async def test_the_limit_holds_exactly_across_workers(ledger: RedisLedger, clock
     assert refused.value.headers["x-should-retry"] == "false"
     assert await _passes(workers[0], "203.0.113.8")  # other addresses are not affected
     clock.advance(61)
-    assert await _passes(workers[3], "203.0.113.7")  # this worker's window is over
+    workers[3].check("203.0.113.7")  # this worker's window is over
 
 
 async def test_the_window_ends_in_redis_too(ledger: RedisLedger, clock: Clock) -> None:
@@ -105,7 +111,9 @@ async def test_guarding_counts_failed_authentications_only(
     with pytest.raises(ApiError):
         async with throttle.guarding("192.0.2.9"):
             raise ApiError(kind, "refused")
-    assert await _passes(throttle, "192.0.2.9") is not counted
+    # the limit (1) was reached by a counted failure: the next wrong key is answered 429
+    assert (await _fail(throttle, "192.0.2.9") is ErrorKind.AUTH_RATE_LIMITED) is counted
+    assert await _passes(throttle, "192.0.2.9")  # and valid credentials always pass
 
 
 PROXIES = "10.0.0.0/8, 127.0.0.1"
