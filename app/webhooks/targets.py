@@ -1,10 +1,14 @@
 """Where a webhook may point: no request of svc's may reach its own network (SSRF).
 
 A URL must be ``https`` and its host must resolve only to public addresses: not loopback,
-link-local, private, shared, reserved, multicast or unspecified (an IPv4-mapped IPv6
-address counts as the IPv4 one). It is checked when the webhook is created or changed and
-again at every delivery, where the connection goes to the addresses just checked (the
-resolver refuses any other), so a name cannot be rebound to an inside address meanwhile.
+link-local, private, shared, reserved, multicast or unspecified. An IPv6 address that
+carries an IPv4 one is judged as that IPv4 address: IPv4-mapped (``::ffff:0:0/96``),
+IPv4-compatible (``::/96``), 6to4 (``2002::/16``) and NAT64 (``64:ff9b::/96``, and the
+local-use ``64:ff9b:1::/48`` in its ``/96`` form; its other forms are refused, since which
+IPv4 address they reach depends on the network's prefix length). It is checked when the
+webhook is created or changed and again at every delivery, where the connection goes to
+the addresses just checked (the resolver refuses any other), so a name cannot be rebound to
+an inside address meanwhile.
 Hosts in ``SVC_WEBHOOK_ALLOW_HOSTS`` (names, addresses or CIDR networks, comma-separated)
 are let through, over ``http`` too.
 """
@@ -74,11 +78,34 @@ def _address(text: str) -> Address | None:
         return None
 
 
+_COMPATIBLE = ipaddress.IPv6Network("::/96")
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
+_LAST_32_BITS = 0xFFFF_FFFF
+
+
+def judged(address: Address) -> Address | None:
+    """The address a connection to ``address`` reaches, as far as the check can tell: the
+    IPv4 address an IPv6 one carries (see the module's docstring), else the address itself;
+    None when it cannot tell (a local-use NAT64 address not in its ``/96`` form)."""
+    if isinstance(address, ipaddress.IPv4Address):
+        return address
+    inner = address.ipv4_mapped or address.sixtofour
+    if inner is not None:
+        return inner
+    if address in _COMPATIBLE or address in _NAT64:
+        return ipaddress.IPv4Address(int(address) & _LAST_32_BITS)
+    if address in _NAT64_LOCAL:
+        if int(address) >> 32 != int(_NAT64_LOCAL.network_address) >> 32:
+            return None
+        return ipaddress.IPv4Address(int(address) & _LAST_32_BITS)
+    return address
+
+
 def public(address: Address) -> bool:
     """Whether an address is on the public internet (not svc's own network)."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_global and not address.is_multicast
+    reached = judged(address)
+    return reached is not None and reached.is_global and not reached.is_multicast
 
 
 def parse_url(url: str, allow: AllowList) -> SplitResult:
