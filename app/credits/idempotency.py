@@ -1,5 +1,11 @@
-"""``Idempotency-Key``: per account and key, a request runs once for 24 hours; sent again
-with the same body it gets the first one's response back, charged nothing (Stripe's rules).
+"""``Idempotency-Key``: per account, environment and key, a request runs once for 24 hours;
+sent again with the same body it gets the first one's response back, charged nothing
+(Stripe's rules).
+
+A record belongs to one environment (``live``, ``test``, or ``OPERATOR`` for the admin API):
+its Redis key and its fingerprint both name it, so a test key's simulated answer is never
+replayed to a live key (which must be served and charged), nor the reverse, and an
+operator's request never takes an account's key.
 
 For completions the check and the record ride in the reserve and settle scripts
 (``reserve.lua``, ``settle.lua``: their headers say how); this module names the record and
@@ -23,6 +29,13 @@ HEADER = "idempotency-key"
 TTL_S = DAY_S
 """How long a key's record (and a response) is kept."""
 MAX_KEY_CHARS = 255
+OPERATOR = "operator"
+"""The environment of the admin API's records: an operator's requests, apart from the keys'."""
+RUNNING_TTL_S = 300
+"""How long a JSON route's claim lives while its request runs (closing it sets ``TTL_S``): a
+run whose close never reached Redis leaves its key taken this long at most, not a day."""
+ANSWER_MARGIN_BYTES = 65_536
+"""What a JSON route's answer may hold beyond what its request sent (ids, secrets, times)."""
 
 
 class IdempotencyClaim(NamedTuple):
@@ -70,16 +83,30 @@ def key_digest(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()
 
 
-def fingerprint(route: str, body: bytes) -> str:
-    """What makes two requests the same request: the route and the exact body."""
-    return hashlib.sha256(route.encode() + b"\n" + body).hexdigest()
+def fingerprint(environment: str, route: str, body: bytes) -> str:
+    """What makes two requests the same request: the environment, the route and the exact
+    body."""
+    return hashlib.sha256(f"{environment}\n{route}\n".encode() + body).hexdigest()
 
 
-def claim(layout: KeySpace, pid: str, key: str, route: str, body: bytes) -> IdempotencyClaim:
-    """The claim of a request (to ``route``, with ``body``) on the Idempotency-Key ``key``
-    of the account ``pid``, or the 400 when ``key`` is not one."""
-    record = layout.idempotency(layout.shard(pid), pid, key_digest(check_key(key)))
-    return IdempotencyClaim(record, fingerprint(route, body))
+def claim(
+    layout: KeySpace, pid: str, key: str, route: str, body: bytes, *, environment: str
+) -> IdempotencyClaim:
+    """The claim of a request (to ``route``, with ``body``, by a key of ``environment`` or
+    by an ``OPERATOR``) on the Idempotency-Key ``key`` of the account ``pid``, or the 400
+    when ``key`` is not one."""
+    digest = key_digest(check_key(key))
+    record = layout.idempotency(layout.shard(pid), pid, environment, digest)
+    return IdempotencyClaim(record, fingerprint(environment, route, body))
+
+
+def answer_limit(max_body_bytes: int) -> int:
+    """The largest answer a JSON route's record keeps, for a request-size limit of
+    ``max_body_bytes``: an answer echoes at most what its request sent (JSON strings are
+    never longer in the answer than in the request), plus fields of its own (ids, a secret,
+    times), so twice the limit and ``ANSWER_MARGIN_BYTES`` bound every answer a route
+    produces, sealed (28 bytes more) included."""
+    return 2 * max_body_bytes + ANSWER_MARGIN_BYTES
 
 
 def _sealing_key(pepper: bytes, pid: str, key: str) -> AESGCM:

@@ -315,10 +315,13 @@ class RedisLedger:
     # -- idempotency keys of the routes other than the streams -------------------------
 
     async def claim_idempotency(self, claim: IdempotencyClaim, token: str) -> RecordedAnswer | None:
-        """Claim ``claim``'s key for the run ``token`` (None), or the answer its first
-        request recorded; raises the 409 or 422 when it is running or was another request's."""
+        """Claim ``claim``'s key for the run ``token`` (None; the claim lapses after
+        ``RUNNING_TTL_S`` unless closed), or the answer its first request recorded; raises
+        the 409 or 422 when it is running or was another request's."""
         state, *answer = await self._run(
-            "idempotency_claim", [claim.record], [claim.fingerprint, token, idempotency.TTL_S]
+            "idempotency_claim",
+            [claim.record],
+            [claim.fingerprint, token, idempotency.RUNNING_TTL_S],
         )
         if state == 0:
             return None
@@ -337,7 +340,7 @@ class RedisLedger:
         free the key."""
         args: list[Any] = [token, "failed"]
         if answer is not None:
-            args = [token, "done", answer.status, answer.body]
+            args = [token, "done", answer.status, answer.body, idempotency.TTL_S]
         await self._run("idempotency_close", [claim.record], args)
 
     # -- credits ------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from app.accounts.manage import (
 from app.accounts.rewards import SpotlightRequest, SpotlightReward
 from app.core.errors import ErrorKind
 from app.core.validation import decode_json
+from app.credits import idempotency
 from app.http.deps import admin_guard, provide_services
 from app.http.headers import NO_STORE
 from app.http.idempotent import once
@@ -79,6 +80,7 @@ class AdminController(Controller):
             services,
             request,
             pid,
+            idempotency.OPERATOR,
             (200, CreditBalance),
             lambda: services.accounts.grant_purchased(pid, req.credits),
         )
@@ -111,6 +113,7 @@ class AdminController(Controller):
             services,
             request,
             pid,
+            idempotency.OPERATOR,
             (201, ApiKeyCreated),
             lambda: services.accounts.create_key(pid, req),
         )
@@ -172,6 +175,7 @@ class AdminController(Controller):
             services,
             request,
             pid,
+            idempotency.OPERATOR,
             (200, SpotlightReward),
             lambda: services.spotlights.reward(pid, req.view_id),
         )

@@ -212,6 +212,7 @@ class V1Controller(Controller):
             services,
             request,
             ident.pid,
+            ident.environment,
             (201, ApiKeyCreated),
             lambda: services.accounts.create_key(ident.pid, req),
         )
@@ -291,6 +292,7 @@ class V1Controller(Controller):
             services,
             request,
             ident.pid,
+            ident.environment,
             (201, WebhookCreated),
             lambda: services.webhooks.create(ident.pid, req),
         )

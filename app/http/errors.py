@@ -6,13 +6,20 @@ import logging
 from typing import Any
 
 from litestar import Request, Response
-from litestar.exceptions import HTTPException
+from litestar.exceptions import HTTPException, InternalServerException
 
 from app.core.errors import ApiError, ErrorKind
 from app.http.headers import SECURITY_HEADERS
 from app.runtime import public_error
 
 log = logging.getLogger("svc.http")
+
+CLIENT_CLOSED_REQUEST = 499
+"""The status a request counts as when its client left before sending its whole body
+(nginx's "client closed request"): no answer goes out, and it is no server error."""
+# Litestar's words when its body read meets the client's ``http.disconnect`` (the ASGI
+# adapter's answer to a body cut short): the one sign Litestar gives of it.
+_CLIENT_LEFT = "client disconnected prematurely"
 
 _BY_STATUS = {
     400: ErrorKind.INVALID_VALUE,
@@ -52,6 +59,15 @@ def error_response(error: ApiError) -> Response[bytes]:
     )
 
 
+def client_left(exc: Exception) -> bool:
+    """Whether ``exc`` is Litestar's body read finding that the client left mid-upload."""
+    return isinstance(exc, InternalServerException) and exc.detail == _CLIENT_LEFT
+
+
 def handle_exception(_: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     """Litestar exception handler for every route."""
+    if client_left(exc):
+        # Clients do this (a timeout, a cancelled upload); nobody is left to answer
+        log.info("client disconnected before sending the whole request body")
+        return Response(content=b"", status_code=CLIENT_CLOSED_REQUEST)
     return error_response(as_api_error(exc))

@@ -22,7 +22,7 @@ from app.core.errors import ApiError, ErrorKind
 from app.core.metrics import METRICS
 from app.credits import idempotency
 from app.http.deps import rsgi_request_address
-from app.http.errors import as_api_error
+from app.http.errors import CLIENT_CLOSED_REQUEST, as_api_error
 from app.http.headers import SECURITY_HEADERS
 from app.http.rsgi import (
     ClientDisconnected,
@@ -166,7 +166,9 @@ async def _open(
             parsed = api.parse(services, body)
         claim = None
         if key is not None:
-            claim = idempotency.claim(services.layout, ident.pid, key, api.path, body)
+            claim = idempotency.claim(
+                services.layout, ident.pid, key, api.path, body, environment=ident.environment
+            )
         completion = await services.completions.open(ident, parsed.params, claim)
         return completion, parsed.output(completion) if parsed.output else None
 
@@ -239,6 +241,7 @@ async def serve_stream(
         # Clients do this (a timeout, a cancelled upload): nothing was reserved, nobody
         # is left to answer, and it is no server error.
         log.info("client disconnected before sending the whole request body")
+        METRICS.request_done(api.path, CLIENT_CLOSED_REQUEST, "", time.perf_counter() - started)
         return
     except Exception as exc:
         error = as_api_error(exc)

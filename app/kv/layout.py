@@ -62,9 +62,10 @@ class KeySpace:
         """list: when a key lineage last started requests (reserve.lua's rate log)."""
         return self._tagged(shard, f"rl:{kid}")
 
-    def idempotency(self, shard: int, pid: str, key_digest: str) -> str:
-        """hash: one Idempotency-Key of an account: fp, state, rid, body (reserve.lua)."""
-        return self._tagged(shard, f"idem:{pid}:{key_digest}")
+    def idempotency(self, shard: int, pid: str, environment: str, key_digest: str) -> str:
+        """hash: one Idempotency-Key of an account in one environment (``live``, ``test``, or
+        ``operator`` for the admin API): fp, state, rid, body (reserve.lua)."""
+        return self._tagged(shard, f"idem:{pid}:{environment}:{key_digest}")
 
     def reservation(self, shard: int, rid: str) -> str:
         """hash: one open reservation."""

@@ -24,7 +24,7 @@ PARTS = (b'data: {"x":1}\n\ndata: {"svc":{"credits_used":', b',"balance_remainin
 def _claim(
     ledger: RedisLedger, ident: Identity, key_: str = "k-1", body: bytes = BODY
 ) -> IdempotencyClaim:
-    return idempotency.claim(ledger.layout, ident.pid, key_, ROUTE, body)
+    return idempotency.claim(ledger.layout, ident.pid, key_, ROUTE, body, environment="live")
 
 
 async def _settle(
@@ -84,7 +84,9 @@ async def test_another_body_or_route_with_the_key_is_a_422(
     ident = await key(ledger, "acct_A", "k1")
     hold = await reserve(ledger, ident, "r1", clock(), claim=_claim(ledger, ident))
     other_body = _claim(ledger, ident, body=BODY.replace(b"hi", b"ho"))
-    other_route = idempotency.claim(ledger.layout, ident.pid, "k-1", "/v1/responses", BODY)
+    other_route = idempotency.claim(
+        ledger.layout, ident.pid, "k-1", "/v1/responses", BODY, environment="live"
+    )
     for claim in (other_body, other_route):
         refused = await _refused(ledger, ident, claim, clock())
         assert (refused.kind, refused.status) == (ErrorKind.IDEMPOTENCY_KEY_REUSED, 422)
@@ -177,7 +179,9 @@ def test_a_bad_key_is_a_400_naming_the_header(value: str) -> None:
 
 
 async def test_a_claimed_key_answers_until_closed_then_replays(ledger: RedisLedger) -> None:
-    claim = idempotency.claim(ledger.layout, "acct_A", "k", "/v1/api-keys", b"{}")
+    claim = idempotency.claim(
+        ledger.layout, "acct_A", "k", "/v1/api-keys", b"{}", environment="live"
+    )
     assert await ledger.claim_idempotency(claim, "run-1") is None
     with pytest.raises(ApiError) as info:
         await ledger.claim_idempotency(claim, "run-2")
@@ -185,7 +189,9 @@ async def test_a_claimed_key_answers_until_closed_then_replays(ledger: RedisLedg
     await ledger.close_idempotency(claim, "run-2", RecordedAnswer(201, b"not mine"))  # ignored
     await ledger.close_idempotency(claim, "run-1", RecordedAnswer(201, b"\x00sealed\xff"))
     assert await ledger.claim_idempotency(claim, "run-3") == RecordedAnswer(201, b"\x00sealed\xff")
-    other = idempotency.claim(ledger.layout, "acct_A", "k", "/v1/api-keys", b"{ }")
+    other = idempotency.claim(
+        ledger.layout, "acct_A", "k", "/v1/api-keys", b"{ }", environment="live"
+    )
     with pytest.raises(ApiError) as info:
         await ledger.claim_idempotency(other, "run-4")
     assert info.value.kind is ErrorKind.IDEMPOTENCY_KEY_REUSED
@@ -193,7 +199,9 @@ async def test_a_claimed_key_answers_until_closed_then_replays(ledger: RedisLedg
 
 
 async def test_a_failed_run_frees_its_key(ledger: RedisLedger) -> None:
-    claim = idempotency.claim(ledger.layout, "acct_A", "k", "/v1/api-keys", b"{}")
+    claim = idempotency.claim(
+        ledger.layout, "acct_A", "k", "/v1/api-keys", b"{}", environment="live"
+    )
     assert await ledger.claim_idempotency(claim, "run-1") is None
     await ledger.close_idempotency(claim, "run-1", None)
     assert await ledger.claim_idempotency(claim, "run-2") is None

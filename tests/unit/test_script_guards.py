@@ -44,7 +44,7 @@ def _calls(
                 ks.reservations(shard),
                 ks.events(shard),
                 ks.rate(shard, kid),
-                ks.idempotency(shard, pid, "d" * 64),
+                ks.idempotency(shard, pid, "live", "d" * 64),
             ],
             [
                 now,
@@ -77,7 +77,7 @@ def _calls(
                 ks.usage_day(shard, pid, tag),
                 ks.usage_total(shard, pid),
                 ks.events(shard),
-                ks.idempotency(shard, pid, "d" * 64),
+                ks.idempotency(shard, pid, "live", "d" * 64),
             ],
             [
                 now,

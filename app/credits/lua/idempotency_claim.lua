@@ -3,10 +3,13 @@ idempotency_claim: before a request with an Idempotency-Key runs (the routes oth
 streams, whose reserve script does this itself): the key's record answers for it, or the
 request claims the key.
 
-KEYS[1]  idempotency record  <p>:{sN}:idem:<pid>:<digest>   fp, state, rid, body, status
-ARGV[1]  fp                  what identifies the request: its route and body, hashed
+KEYS[1]  idempotency record  <p>:{sN}:idem:<pid>:<environment>:<digest>   fp, state, rid,
+                             body, status
+ARGV[1]  fp                  what identifies the request: its environment, route and body,
+                             hashed
 ARGV[2]  token               this run's id (only it may close the claim)
-ARGV[3]  ttl                 seconds the record lives
+ARGV[3]  ttl                 seconds the claim lives while its request runs (closing it
+                             sets the record's own)
 
 Returns {0} when claimed (state running), else {status, body, http status} as
 lib/checks.lua recorded() says: 14 another request, 15 running, 16 finished with its answer
