@@ -71,6 +71,7 @@ _KEY_OPTIONS = (
     ("expires_at", "expires_at"),
     ("allowed_models", "allowed_models"),
     ("rate_limit_rpm", "rate_limit_rpm"),
+    ("role", "role"),
 )
 
 
@@ -79,6 +80,7 @@ _KEY_SETTINGS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
     ("--expires-at", _expiry, "ISO 8601 time (2027-01-31T00:00:00Z), or none (never)"),
     ("--allowed-models", _models, "aliases separated by commas (svc-fast,svc-code), or all"),
     ("--rate-limit-rpm", _rpm, "requests the key may start in any minute, or none (no limit)"),
+    ("--role", str, "admin (manages keys and webhooks; the default here) or inference"),
 )
 
 
@@ -199,6 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="how long the old key keeps working (0 to 604800; default 0: it stops now)",
     )
+    rotate.add_argument(
+        "--role", default=argparse.SUPPRESS, help="the new key's role (default: the old key's)"
+    )
     return parser
 
 
@@ -217,8 +222,11 @@ def _key_ops(args: argparse.Namespace) -> dict[str, AdminOp]:
         return await s.accounts.update_key(args.account_pid, args.key_id, req)
 
     async def rotate_key(s: Services) -> Any:
-        req = convert_fields({"grace_seconds": args.grace_seconds}, KeyRotateRequest)
-        return await s.accounts.rotate_key(args.account_pid, args.key_id, req.grace_seconds)
+        fields = {"grace_seconds": args.grace_seconds, **_key_fields(args)}
+        req = convert_fields(fields, KeyRotateRequest)
+        return await s.accounts.rotate_key(
+            args.account_pid, args.key_id, req.grace_seconds, role=req.role
+        )
 
     return {"create-key": create_key, "update-key": update_key, "rotate-key": rotate_key}
 

@@ -36,6 +36,7 @@ from app.keys.format import (
     new_kid,
     public_id,
 )
+from app.keys.roles import API_DEFAULT_ROLE, OPERATOR_DEFAULT_ROLE, Role, check_within
 from app.store import (
     AccountRecord,
     GrantRecord,
@@ -71,6 +72,7 @@ class ApiKeyCreated(msgspec.Struct):
     allowed_models: list[str] | None = None  # None: every model
     rate_limit_rpm: int | None = None  # None: no limit
     replaces: str | None = None  # the id of the key it was rotated from
+    role: str = "admin"  # admin | inference (app.keys.roles)
 
 
 class ApiKeyItem(msgspec.Struct):
@@ -90,6 +92,7 @@ class ApiKeyItem(msgspec.Struct):
     rate_limit_rpm: int | None = None  # None: no limit
     replaces: str | None = None  # the id of the key it was rotated from
     used_today_credits: int = 0  # held and spent today (UTC), as its daily cap counts them
+    role: str = "admin"  # admin | inference (app.keys.roles)
 
 
 class ApiKeyDeleted(msgspec.Struct):
@@ -129,6 +132,13 @@ ModelIds = Annotated[
     ),
 ]
 GraceSeconds = Annotated[int, msgspec.Meta(ge=0, le=MAX_ROTATION_GRACE_S)]
+KeyRole = Annotated[
+    Role,
+    msgspec.Meta(
+        description="admin: manages keys and webhooks, and everything else; inference: "
+        "requests and reads only. Left out: inference through /v1, admin for operators."
+    ),
+]
 Timestamp = Annotated[
     str,
     msgspec.Meta(
@@ -148,6 +158,7 @@ class KeyCreateRequest(msgspec.Struct, forbid_unknown_fields=True):
     expires_at: Timestamp | None = None
     allowed_models: ModelIds | None = None
     rate_limit_rpm: RateLimit | UnsetType | None = UNSET
+    role: KeyRole | UnsetType = UNSET
 
 
 class KeyUpdateRequest(msgspec.Struct, forbid_unknown_fields=True):
@@ -160,13 +171,16 @@ class KeyUpdateRequest(msgspec.Struct, forbid_unknown_fields=True):
     expires_at: Timestamp | UnsetType | None = UNSET
     allowed_models: ModelIds | UnsetType | None = UNSET
     rate_limit_rpm: RateLimit | UnsetType | None = UNSET
+    role: KeyRole | UnsetType = UNSET
 
 
 class KeyRotateRequest(msgspec.Struct, forbid_unknown_fields=True):
     """Body of a rotation (``POST /v1/api-keys/{id}/rotate``, optional): how long the old
-    key keeps working, in seconds (0: it stops at once)."""
+    key keeps working, in seconds (0: it stops at once), and the new key's role (left out:
+    the old key's)."""
 
     grace_seconds: GraceSeconds = 0
+    role: KeyRole | UnsetType = UNSET
 
 
 class GrantRequest(msgspec.Struct):
@@ -260,6 +274,7 @@ def _shown(rec: KeyRecord) -> dict[str, Any]:
         "allowed_models": _model_list(rec.allowed_models),
         "rate_limit_rpm": rec.rate_limit_rpm,
         "replaces": _public_or_none(rec.replaces),
+        "role": rec.role,
     }
 
 
@@ -348,33 +363,53 @@ class Accounts:
         balance = await self.ledger.account_balance(pid, self.clock())
         return credit_balance(balance or Balance(0, 0, 0))
 
-    async def create_key(self, pid: str, req: KeyCreateRequest) -> ApiKeyCreated:
+    async def caller(self, pid: str, kid: str) -> KeyRecord:
+        """The durable record of the key a ``/v1`` request was made with (its role and
+        limits bound what it may do to other keys: ``app.keys.roles``)."""
+        record = await self.store.get_key(kid)
+        if record is None or record.account_pid != pid:
+            raise service_unavailable()  # authenticated a moment ago: keys are never deleted
+        return record
+
+    async def create_key(
+        self, pid: str, req: KeyCreateRequest, *, granter: KeyRecord | None = None
+    ) -> ApiKeyCreated:
         """A new key; the secret is returned here and never again. ``expires_at`` (ISO
-        8601, in the future) is when it stops working; None: never."""
+        8601, in the future) is when it stops working; None: never. ``granter``: the key
+        creating it through ``/v1`` (the new key stays within its limits, and is an
+        ``inference`` key unless the request names a role); None: an operator."""
         req = validate_key_request(req)
         expires = None if req.expires_at is None else expiry_seconds(req.expires_at)
         if expires is not None and expires <= self.clock():
             raise invalid_value("expires_at", "'expires_at' must be in the future.")
         models = None if req.allowed_models is None else self._allowed_models(req.allowed_models)
         rpm = req.rate_limit_rpm
+        default_role = OPERATOR_DEFAULT_ROLE if granter is None else API_DEFAULT_ROLE
         await self.require_account(pid)
         now = int(self.clock())
-        if await self.store.count_active_keys(pid, now) >= self.max_active_keys:
-            raise self._key_limit()  # before the cost of hashing; the insert checks again
         kid = new_kid()
-        secret = generate_key(req.environment, kid)
-        record = KeyRecord(
+        settings = KeyRecord(
             kid=kid,
             account_pid=pid,
             name=req.name,
             environment=req.environment,
             daily_cap_credits=req.daily_cap_credits,
-            secret_hash=await asyncio.to_thread(hash_secret, secret),
-            last4=secret[-4:],
+            secret_hash="",
+            last4="",
             created_at=now,
             expires_at=expires,
             allowed_models=models,
             rate_limit_rpm=self.default_rate_limit_rpm if rpm is UNSET else rpm,
+            role=default_role if req.role is UNSET else req.role,
+        )
+        check_within(settings, granter)
+        if await self.store.count_active_keys(pid, now) >= self.max_active_keys:
+            raise self._key_limit()  # before the cost of hashing; the insert checks again
+        secret = generate_key(req.environment, kid)
+        record = msgspec.structs.replace(
+            settings,
+            secret_hash=await asyncio.to_thread(hash_secret, secret),
+            last4=secret[-4:],
         )
         if not await self.store.insert_key(record, max_active=self.max_active_keys):
             raise self._key_limit()
@@ -400,11 +435,16 @@ class Accounts:
             )
         return " ".join(dict.fromkeys(models))
 
-    def _key_limit(self) -> ApiError:
+    def _key_limit(self, *, rotating: bool = False) -> ApiError:
+        way_out = (
+            "Revoke one first, or rotate with grace_seconds 0 (the old key then ends at once)."
+            if rotating
+            else "Revoke one first."
+        )
         return ApiError(
             ErrorKind.KEY_LIMIT,
-            f"This account has {self.max_active_keys} active keys, the most allowed. "
-            "Revoke one first.",
+            f"This account has {self.max_active_keys} active keys (keys in a rotation's "
+            f"grace period included), the most allowed. {way_out}",
         )
 
     async def list_keys(self, pid: str) -> ApiKeyList:
@@ -425,20 +465,31 @@ class Accounts:
             )
         return record
 
-    async def update_key(self, pid: str, key_id: str, changes: KeyUpdateRequest) -> ApiKeyItem:
+    async def update_key(
+        self,
+        pid: str,
+        key_id: str,
+        changes: KeyUpdateRequest,
+        *,
+        granter: KeyRecord | None = None,
+    ) -> ApiKeyItem:
         """Change a key's name, daily cap, expiry (a time already past expires it at once),
         allowed models or rate limit; each holds from the very next request on every worker
         (every request reads them in Redis). The durable record is written first, then
         Redis (the update is idempotent: a retry converges); the status is never changed
-        here, so an update racing a revocation cannot undo it."""
+        here, so an update racing a revocation cannot undo it. ``granter``: the key making
+        the change through ``/v1``: the key changed, before and after, stays within its
+        limits (a key cannot lift its own); None: an operator."""
         changes = validate_key_update(changes)
         record = await self._account_key(pid, key_id)
+        check_within(record, granter, acting_on=True)
         sent = msgspec.structs.asdict(changes)
         columns = {name: value for name, value in sent.items() if value is not UNSET}
         if isinstance(changes.expires_at, str):
             columns["expires_at"] = expiry_seconds(changes.expires_at)
         if isinstance(changes.allowed_models, list):
             columns["allowed_models"] = self._allowed_models(changes.allowed_models)
+        check_within(msgspec.structs.replace(record, **columns), granter)
         updated = await self.store.update_key(pid, record.kid, columns)
         if updated is None:
             raise service_unavailable()  # the key was there a moment ago: never deleted
@@ -464,15 +515,26 @@ class Accounts:
             updated = now
         raise service_unavailable()
 
-    async def rotate_key(self, pid: str, key_id: str, grace_seconds: int) -> ApiKeyCreated:
+    async def rotate_key(
+        self,
+        pid: str,
+        key_id: str,
+        grace_seconds: int,
+        *,
+        role: Role | UnsetType = UNSET,
+        granter: KeyRecord | None = None,
+    ) -> ApiKeyCreated:
         """A successor of key ``key_id``: a new secret with the same name, environment, cap,
         allowed models and rate limit, sharing the old key's daily cap and rate limit (its
         lineage's), so a rotation neither resets nor doubles them. The old key works for
         ``grace_seconds`` more (unless it expires sooner), then answers 401
         ``api_key_expired``. The new key is usable before the old one's end reaches
         Redis, so a client switching keys never meets a gap. 409 for a revoked or expired
-        key, or one rotated before."""
+        key, or one rotated before; 400 ``api_key_limit_reached`` when the old key's grace
+        would take the account past its active keys (the old key counts until it ends).
+        ``role``: the new key's (left out: the old key's); ``granter`` as for updates."""
         old = await self._account_key(pid, key_id)
+        check_within(old, granter, acting_on=True)
         now = int(self.clock())
         kid = new_kid()
         secret = generate_key(old.environment, kid)
@@ -487,8 +549,14 @@ class Accounts:
             expires_at=None,
             lineage=old.cap_kid,
             replaces=old.kid,
+            role=old.role if role is UNSET else role,
         )
-        rotated = await self.store.rotate_key(new, now + grace_seconds)
+        check_within(new, granter)
+        rotated = await self.store.rotate_key(
+            new, now + grace_seconds, max_active=self.max_active_keys
+        )
+        if rotated is KeyRotation.LIMIT_REACHED:
+            raise self._key_limit(rotating=True)
         if rotated is not KeyRotation.ROTATED:
             raise self._not_rotatable(key_id, rotated)
         await self._publish(new, secret)
@@ -538,13 +606,18 @@ class Accounts:
             message = f"The API key '{key_id[:40]}' is revoked or expired: it cannot be rotated."
         return ApiError(ErrorKind.KEY_NOT_ROTATABLE, message)
 
-    async def revoke_key(self, pid: str, key_id: str) -> ApiKeyDeleted:
-        """Revoke a key of ``pid`` at once; 404 for another account's or an unknown key.
+    async def revoke_key(
+        self, pid: str, key_id: str, *, granter: KeyRecord | None = None
+    ) -> ApiKeyDeleted:
+        """Revoke a key of ``pid`` at once; 404 for another account's or an unknown key;
+        ``granter`` (the key revoking it through ``/v1``) may revoke only keys within its own
+        limits.
 
         Redis is written first: from that moment every worker refuses the key, because every
         request reads its status there. The durable record follows; a retry is harmless.
         """
         record = await self._account_key(pid, key_id)
+        check_within(record, granter, acting_on=True)
         revoked = await self.ledger.revoke_key(self.ledger.identity(record), record)
         if revoked.status is ScriptStatus.KEY_UNKNOWN:
             raise service_unavailable()  # the Redis record names another account: never here

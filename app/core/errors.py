@@ -16,6 +16,7 @@ class ErrorKind(Enum):
     ADMIN_UNAUTHORIZED = (401, "authentication_error", "invalid_admin_token")
     TEST_KEY_FORBIDDEN = (403, "permission_error", "test_key_forbidden")
     MODEL_NOT_ALLOWED = (403, "permission_error", "model_not_allowed")
+    PERMISSION_DENIED = (403, "permission_error", "permission_denied")
     INVALID_VALUE = (400, "invalid_request_error", "invalid_value")
     KEY_LIMIT = (400, "invalid_request_error", "api_key_limit_reached")
     WEBHOOK_LIMIT = (400, "invalid_request_error", "webhook_limit_reached")

@@ -43,7 +43,9 @@ from app.http.openapi import (
     errors,
 )
 from app.http.reports import activity_answer, csv_download
+from app.keys.roles import require_manager
 from app.runtime import Services
+from app.store import KeyRecord
 from app.usage.export import parse_format, usage_rows
 from app.usage.reader import parse_days, parse_group_by
 from app.webhooks.registry import (
@@ -57,12 +59,20 @@ from app.webhooks.registry import (
 )
 
 
-def _managing(ident: Identity) -> Identity:
+def _live(ident: Identity) -> Identity:
+    """``ident`` when it is a live key (webhooks belong to live traffic); else 403."""
     if ident.environment != "live":
         raise ApiError(
             ErrorKind.TEST_KEY_FORBIDDEN, "Test keys cannot manage API keys; use a live key."
         )
     return ident
+
+
+async def _manager(services: Services, ident: Identity) -> KeyRecord:
+    """The record of the request's key when it may manage keys and webhooks (a live
+    ``admin`` key; 403 otherwise): its limits bound what it may grant (app.keys.roles)."""
+    _live(ident)
+    return require_manager(await services.accounts.caller(ident.pid, ident.kid))
 
 
 class ModelItem(msgspec.Struct):
@@ -199,14 +209,17 @@ class V1Controller(Controller):
             *IDEMPOTENT_ERRORS,
             ErrorKind.KEY_LIMIT,
             ErrorKind.TEST_KEY_FORBIDDEN,
+            ErrorKind.PERMISSION_DENIED,
         ),
         operation_class=documented(body=KeyCreateRequest, parameters=[IDEMPOTENCY_KEY]),
     )
     async def create_key(
         self, services: Services, ident: Identity, request: Request[Any, Any, Any]
     ) -> Response[ApiKeyCreated]:
-        """A new key for the caller's account; the secret is in this response only."""
-        _managing(ident)
+        """A new key for the caller's account; the secret is in this response only. Needs
+        an ``admin`` key; the new key is ``inference`` unless ``role`` says otherwise, and
+        never gets more than the caller has."""
+        caller = await _manager(services, ident)
         req = decode_json(await request.body(), KeyCreateRequest)
         return await once(
             services,
@@ -214,14 +227,18 @@ class V1Controller(Controller):
             ident.pid,
             ident.environment,
             (201, ApiKeyCreated),
-            lambda: services.accounts.create_key(ident.pid, req),
+            lambda: services.accounts.create_key(ident.pid, req, granter=caller),
         )
 
     @patch(
         "/api-keys/{key_id:str}",
         dependencies=_IDENT,
         responses=errors(
-            *KEY_ERRORS, *BODY_ERRORS, ErrorKind.TEST_KEY_FORBIDDEN, ErrorKind.API_KEY_NOT_FOUND
+            *KEY_ERRORS,
+            *BODY_ERRORS,
+            ErrorKind.TEST_KEY_FORBIDDEN,
+            ErrorKind.PERMISSION_DENIED,
+            ErrorKind.API_KEY_NOT_FOUND,
         ),
         operation_class=documented(body=KeyUpdateRequest),
     )
@@ -230,10 +247,11 @@ class V1Controller(Controller):
     ) -> ApiKeyItem:
         """Change a key's name, daily cap, expiry, allowed models or rate limit: each holds
         from the very next request on every worker. Fields left out keep their value; the
-        environment never changes."""
-        _managing(ident)
+        environment never changes. Needs an ``admin`` key, which cannot lift a key past its
+        own limits (its own included)."""
+        caller = await _manager(services, ident)
         req = decode_json(await request.body(), KeyUpdateRequest)
-        return await services.accounts.update_key(ident.pid, key_id, req)
+        return await services.accounts.update_key(ident.pid, key_id, req, granter=caller)
 
     @post(
         "/api-keys/{key_id:str}/rotate",
@@ -243,6 +261,8 @@ class V1Controller(Controller):
             *KEY_ERRORS,
             *BODY_ERRORS,
             ErrorKind.TEST_KEY_FORBIDDEN,
+            ErrorKind.PERMISSION_DENIED,
+            ErrorKind.KEY_LIMIT,
             ErrorKind.API_KEY_NOT_FOUND,
             ErrorKind.KEY_NOT_ROTATABLE,
         ),
@@ -252,21 +272,29 @@ class V1Controller(Controller):
         self, services: Services, ident: Identity, key_id: str, request: Request[Any, Any, Any]
     ) -> ApiKeyCreated:
         """A new key in place of ``key_id`` (same settings, new secret, shown once); the old
-        key works for ``grace_seconds`` more. The day's spend and rate limit carry over."""
-        _managing(ident)
+        key works for ``grace_seconds`` more. The day's spend and rate limit carry over.
+        Needs an ``admin`` key."""
+        caller = await _manager(services, ident)
         req = rotate_request(await request.body())
-        return await services.accounts.rotate_key(ident.pid, key_id, req.grace_seconds)
+        return await services.accounts.rotate_key(
+            ident.pid, key_id, req.grace_seconds, role=req.role, granter=caller
+        )
 
     @delete(
         "/api-keys/{key_id:str}",
         status_code=200,
         dependencies=_IDENT,
-        responses=errors(*KEY_ERRORS, ErrorKind.TEST_KEY_FORBIDDEN, ErrorKind.API_KEY_NOT_FOUND),
+        responses=errors(
+            *KEY_ERRORS,
+            ErrorKind.TEST_KEY_FORBIDDEN,
+            ErrorKind.PERMISSION_DENIED,
+            ErrorKind.API_KEY_NOT_FOUND,
+        ),
     )
     async def revoke_key(self, services: Services, ident: Identity, key_id: str) -> ApiKeyDeleted:
-        """Revoke a key at once on every worker (spec 4.7)."""
-        _managing(ident)
-        return await services.accounts.revoke_key(ident.pid, key_id)
+        """Revoke a key at once on every worker (spec 4.7). Needs an ``admin`` key."""
+        caller = await _manager(services, ident)
+        return await services.accounts.revoke_key(ident.pid, key_id, granter=caller)
 
     @post(
         "/webhooks",
@@ -277,6 +305,7 @@ class V1Controller(Controller):
             *BODY_ERRORS,
             *IDEMPOTENT_ERRORS,
             ErrorKind.TEST_KEY_FORBIDDEN,
+            ErrorKind.PERMISSION_DENIED,
             ErrorKind.WEBHOOK_LIMIT,
         ),
         operation_class=documented(body=WebhookCreateRequest, parameters=[IDEMPOTENCY_KEY]),
@@ -285,8 +314,9 @@ class V1Controller(Controller):
         self, services: Services, ident: Identity, request: Request[Any, Any, Any]
     ) -> Response[WebhookCreated]:
         """A new webhook for the caller's account; its signing secret is in this response
-        only. The URL must be https and reach the public internet (400 naming ``url``)."""
-        _managing(ident)
+        only. The URL must be https and reach the public internet (400 naming ``url``).
+        Needs an ``admin`` key."""
+        await _manager(services, ident)
         req = decode_json(await request.body(), WebhookCreateRequest)
         return await once(
             services,
@@ -304,22 +334,27 @@ class V1Controller(Controller):
     )
     async def list_webhooks(self, services: Services, ident: Identity) -> WebhookList:
         """The account's webhooks, oldest first; secrets are never included."""
-        _managing(ident)
+        _live(ident)
         return await services.webhooks.list(ident.pid)
 
     @patch(
         "/webhooks/{webhook_id:str}",
         dependencies=_IDENT,
         responses=errors(
-            *KEY_ERRORS, *BODY_ERRORS, ErrorKind.TEST_KEY_FORBIDDEN, ErrorKind.WEBHOOK_NOT_FOUND
+            *KEY_ERRORS,
+            *BODY_ERRORS,
+            ErrorKind.TEST_KEY_FORBIDDEN,
+            ErrorKind.PERMISSION_DENIED,
+            ErrorKind.WEBHOOK_NOT_FOUND,
         ),
         operation_class=documented(body=WebhookUpdateRequest),
     )
     async def update_webhook(
         self, services: Services, ident: Identity, webhook_id: str, request: Request[Any, Any, Any]
     ) -> WebhookItem:
-        """Change a webhook's URL, events or description (fields left out keep theirs)."""
-        _managing(ident)
+        """Change a webhook's URL, events or description (fields left out keep theirs).
+        Needs an ``admin`` key."""
+        await _manager(services, ident)
         req = decode_json(await request.body(), WebhookUpdateRequest)
         return await services.webhooks.update(ident.pid, webhook_id, req)
 
@@ -327,13 +362,19 @@ class V1Controller(Controller):
         "/webhooks/{webhook_id:str}",
         status_code=200,
         dependencies=_IDENT,
-        responses=errors(*KEY_ERRORS, ErrorKind.TEST_KEY_FORBIDDEN, ErrorKind.WEBHOOK_NOT_FOUND),
+        responses=errors(
+            *KEY_ERRORS,
+            ErrorKind.TEST_KEY_FORBIDDEN,
+            ErrorKind.PERMISSION_DENIED,
+            ErrorKind.WEBHOOK_NOT_FOUND,
+        ),
     )
     async def delete_webhook(
         self, services: Services, ident: Identity, webhook_id: str
     ) -> WebhookDeleted:
-        """Delete a webhook: nothing more is sent to it, retries included."""
-        _managing(ident)
+        """Delete a webhook: nothing more is sent to it, retries included. Needs an
+        ``admin`` key."""
+        await _manager(services, ident)
         return await services.webhooks.delete(ident.pid, webhook_id)
 
     @get(
@@ -346,5 +387,5 @@ class V1Controller(Controller):
     ) -> DeliveryList:
         """The webhook's most recent deliveries (100), newest event first: each event's
         state, attempts, the last answer and when it is retried next."""
-        _managing(ident)
+        _live(ident)
         return await services.webhooks.deliveries(ident.pid, webhook_id)

@@ -124,12 +124,18 @@ class Store(Protocol):
         Idempotent: a revoked key is returned unchanged (it keeps its first revoked_at).
         """
 
-    async def rotate_key(self, new: KeyRecord, old_expires_at: int) -> KeyRotation:
+    async def rotate_key(
+        self, new: KeyRecord, old_expires_at: int, *, max_active: int | None = None
+    ) -> KeyRotation:
         """Write ``new``, the successor of key ``new.replaces``, and end the old key at
         ``old_expires_at`` (unless it expires sooner), in one transaction; only when the old
         key is the account's, active and unexpired at ``new.created_at``, and has no
         active successor (else nothing is written: a revoked successor allows another, the
-        way out of a rotation whose answer was lost). No active-key limit: the old key ends."""
+        way out of a rotation whose answer was lost). With ``max_active``: a key in its
+        grace period is active, so a rotation with a grace (the old key outlives
+        ``new.created_at``) is refused (``LIMIT_REACHED``, nothing written) when the
+        account would have more active keys than that; one without a grace never is (the
+        old key ends as the new one starts)."""
 
     async def insert_grant(self, rec: GrantRecord) -> bool:
         """True when written; False (and nothing written) when the grant id exists."""

@@ -230,6 +230,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         # Old deliveries are deleted by the time of their event.
         ("CREATE INDEX webhook_deliveries_created ON webhook_deliveries (created)",),
     ),
+    (
+        11,
+        # What a key may do: admin (manage keys and webhooks) or inference. Keys made before
+        # roles existed could do everything: they stay admin.
+        ("ALTER TABLE api_keys ADD COLUMN role TEXT NOT NULL DEFAULT 'admin'",),
+    ),
 )
 
 CREATE_SCHEMA_MIGRATIONS = (
@@ -282,7 +288,14 @@ COUNT_ACTIVE_KEYS = (
 # The columns a key update may set, each in a statement of its own (only the fields a client
 # sent change: two updates of different fields never undo each other). Any key of the
 # account, revoked ones too: the status is not the update's to change.
-KEY_UPDATABLE = ("name", "daily_cap_credits", "expires_at", "allowed_models", "rate_limit_rpm")
+KEY_UPDATABLE = (
+    "name",
+    "daily_cap_credits",
+    "expires_at",
+    "allowed_models",
+    "rate_limit_rpm",
+    "role",
+)
 UPDATE_KEY = {
     column: f"UPDATE api_keys SET {column} = ? WHERE kid = ? AND account_pid = ?"
     for column in KEY_UPDATABLE

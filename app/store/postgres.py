@@ -273,7 +273,9 @@ class PostgresStore:
 
         return await self._write(revoke)
 
-    async def rotate_key(self, new: KeyRecord, old_expires_at: int) -> KeyRotation:
+    async def rotate_key(
+        self, new: KeyRecord, old_expires_at: int, *, max_active: int | None = None
+    ) -> KeyRotation:
         """See ``Store.rotate_key``; the account row's lock serializes rotations (and
         creates) of one account, so a key gets one successor."""
         old, pid, now = new.replaces, new.account_pid, new.created_at
@@ -284,6 +286,10 @@ class PostgresStore:
                 return KeyRotation.NOT_ACTIVE
             if await (await conn.execute(pgsql.KEY_SUCCESSOR, (pid, old))).fetchone() is not None:
                 return KeyRotation.ROTATED_BEFORE
+            if max_active is not None and old_expires_at > now:
+                counted = await (await conn.execute(pgsql.COUNT_ACTIVE_KEYS, (pid, now))).fetchone()
+                if counted is not None and int(counted[0]) >= max_active:
+                    return KeyRotation.LIMIT_REACHED
             await conn.execute(pgsql.END_ROTATED_KEY, (old_expires_at, old, pid, old_expires_at))
             await conn.execute(pgsql.INSERT_KEY, (*to_row(new), pid))
             return KeyRotation.ROTATED

@@ -41,6 +41,7 @@ class KeyRecord(msgspec.Struct, frozen=True, kw_only=True):
     rate_limit_rpm: int | None = None  # requests it may start in any 60 seconds; None: no limit
     lineage: str | None = None  # kid of the first key of its rotations; None: its own
     replaces: str | None = None  # kid of the key it was rotated from
+    role: str = "admin"  # "admin" (manages keys and webhooks) | "inference" (app.keys.roles)
 
     @property
     def cap_kid(self) -> str:
@@ -55,6 +56,7 @@ class KeyRotation(StrEnum):
     ROTATED = "rotated"  # the new key is written; the old one expires at the end of its grace
     NOT_ACTIVE = "not_active"  # the old key is revoked, expired or not the account's
     ROTATED_BEFORE = "rotated_before"  # the old key has a successor already
+    LIMIT_REACHED = "limit_reached"  # the old key's grace would take the account past its limit
 
 
 class GrantRecord(msgspec.Struct, frozen=True, kw_only=True):

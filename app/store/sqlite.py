@@ -194,7 +194,9 @@ class SQLiteStore:
 
         return await self._write(revoke)
 
-    async def rotate_key(self, new: KeyRecord, old_expires_at: int) -> KeyRotation:
+    async def rotate_key(
+        self, new: KeyRecord, old_expires_at: int, *, max_active: int | None = None
+    ) -> KeyRotation:
         """See ``Store.rotate_key``; the write lock makes the checks and writes one step."""
         old, pid, now = new.replaces, new.account_pid, new.created_at
 
@@ -203,6 +205,10 @@ class SQLiteStore:
                 return KeyRotation.NOT_ACTIVE
             if conn.execute(sql.KEY_SUCCESSOR, (pid, old)).fetchone() is not None:
                 return KeyRotation.ROTATED_BEFORE
+            if max_active is not None and old_expires_at > now:
+                (active,) = conn.execute(sql.COUNT_ACTIVE_KEYS, (pid, now)).fetchone()
+                if active >= max_active:
+                    return KeyRotation.LIMIT_REACHED
             conn.execute(sql.END_ROTATED_KEY, (old_expires_at, old, pid, old_expires_at))
             conn.execute(sql.INSERT_KEY, (*to_row(new), pid))
             return KeyRotation.ROTATED

@@ -35,6 +35,7 @@ KEY_ITEM_FIELDS = {
     "allowed_models",
     "rate_limit_rpm",
     "replaces",
+    "role",
     "used_today_credits",
 }
 # The create answer: the secret, shown this once, and no state yet.

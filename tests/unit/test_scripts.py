@@ -182,7 +182,7 @@ async def test_holds_at_the_default_output_cap_do_not_starve_a_capped_key(
     Now each takes at most a quarter of what is left, never below 16 output tokens."""
     await account(ledger, "acct_A", purchased=1_000_000)
     ident = await key(ledger, "acct_A", "k1", cap=100)
-    holds = []
+    holds, refused = [], []
     for n in range(500):  # all in flight at once: none settles
         try:
             holds.append(
@@ -198,7 +198,8 @@ async def test_holds_at_the_default_output_cap_do_not_starve_a_capped_key(
                 )
             )
         except ApiError as exc:
-            assert exc.kind is ErrorKind.DAILY_CAP_EXCEEDED
+            refused.append(exc.kind)
+    assert set(refused) == {ErrorKind.DAILY_CAP_EXCEEDED}
     assert len(holds) >= 15  # was 2
     assert sum(h.amount for h in holds) <= 100
     assert all(h.out_tokens >= 16 for h in holds)

@@ -1,0 +1,87 @@
+"""What a key may do, and what it may give another key.
+
+Two roles. ``admin`` manages the account's keys and webhooks and does everything else;
+``inference`` makes requests and reads the account (models, credits, usage, activity, its
+keys and webhooks) but changes nothing. Operators' keys and the dev key are ``admin``; a
+key made through ``/v1/api-keys`` is what its creator asks for, ``inference`` unless told.
+
+A key never grants more than it has: every key it creates, changes or rotates stays within
+its own limits (daily cap, allowed models, rate limit, expiry, role), and it acts only on
+keys within them (rotating an unlimited key would hand out an unlimited secret). So a key
+given to a mobile app cannot lift its own cap, and a limited admin key cannot reach the
+owner's own key. Operators (the admin API and CLI) are not bound by any key.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from app.core.errors import ApiError, ErrorKind
+from app.store import KeyRecord
+
+ADMIN = "admin"
+INFERENCE = "inference"
+Role = Literal["admin", "inference"]
+ROLES: tuple[Role, ...] = ("admin", "inference")
+API_DEFAULT_ROLE: Role = "inference"
+"""The role of a key created through ``/v1/api-keys`` when its creator names none."""
+OPERATOR_DEFAULT_ROLE: Role = "admin"
+"""The role of a key an operator creates (admin API, CLI, the dev key)."""
+
+
+def require_manager(caller: KeyRecord) -> KeyRecord:
+    """``caller`` when it may manage keys and webhooks: a live ``admin`` key; else 403."""
+    if caller.environment != "live":
+        raise ApiError(
+            ErrorKind.TEST_KEY_FORBIDDEN, "Test keys cannot manage API keys; use a live key."
+        )
+    if caller.role != ADMIN:
+        raise ApiError(
+            ErrorKind.PERMISSION_DENIED,
+            "This API key has the 'inference' role: it cannot create, change, rotate or "
+            "revoke keys or webhooks. Use a key with the 'admin' role.",
+        )
+    return caller
+
+
+def _over(granted: int | None, own: int | None) -> bool:
+    """A limit (None: none) that is more than ``own``'s."""
+    return own is not None and (granted is None or granted > own)
+
+
+def beyond(key: KeyRecord, granter: KeyRecord) -> str | None:
+    """The first setting of ``key`` that gives more than ``granter`` has (its field name),
+    or None when ``key`` stays within ``granter``'s limits."""
+    if _over(key.daily_cap_credits, granter.daily_cap_credits):
+        return "daily_cap_credits"
+    if granter.allowed_models is not None and (
+        key.allowed_models is None
+        or not set(key.allowed_models.split()) <= set(granter.allowed_models.split())
+    ):
+        return "allowed_models"
+    if _over(key.rate_limit_rpm, granter.rate_limit_rpm):
+        return "rate_limit_rpm"
+    if _over(key.expires_at, granter.expires_at):
+        return "expires_at"
+    if key.role == ADMIN and granter.role != ADMIN:
+        return "role"
+    return None
+
+
+def check_within(key: KeyRecord, granter: KeyRecord | None, *, acting_on: bool = False) -> None:
+    """403 ``permission_denied`` naming the setting when ``key`` (one to be written, or with
+    ``acting_on`` one the granter would change, rotate or revoke) exceeds ``granter``'s own
+    limits; ``granter`` None: an operator, bound by none."""
+    if granter is None:
+        return
+    field = beyond(key, granter)
+    if field is None:
+        return
+    if acting_on:
+        message = (
+            f"This API key cannot manage a key with more than it has itself ('{field}' "
+            "goes beyond its own)."
+        )
+    else:
+        message = f"An API key cannot grant more than it has: '{field}' goes beyond this key's own."
+    raise ApiError(ErrorKind.PERMISSION_DENIED, message, param=field)
