@@ -100,6 +100,17 @@ def claim(
     return IdempotencyClaim(record, fingerprint(environment, route, body))
 
 
+def grant_id(pid: str, key: str | None) -> str | None:
+    """The grant id of an operator's grant sent with the Idempotency-Key ``key`` (None: no
+    key, the grant gets a random id). The grant scripts apply a grant id once (for 400
+    days), so the credits are added once however the key's record fares: a record that
+    could not be written (its key freed), or one written under another name by an older
+    svc, lets the request run again, and its grant is then a no-op."""
+    if key is None:
+        return None
+    return "grant_idem_" + hashlib.sha256(f"{pid}\n{check_key(key)}".encode()).hexdigest()[:32]
+
+
 def answer_limit(max_body_bytes: int) -> int:
     """The largest answer a JSON route's record keeps, for a request-size limit of
     ``max_body_bytes``: an answer echoes at most what its request sent (JSON strings are

@@ -76,13 +76,15 @@ class AdminController(Controller):
     ) -> Response[CreditBalance]:
         """Add purchased credits (once per Idempotency-Key, when one is sent)."""
         req = decode_json(await request.body(), GrantRequest)
+        # applied once per Idempotency-Key by the grant itself, whatever its record says
+        grant_id = idempotency.grant_id(pid, request.headers.get(idempotency.HEADER))
         return await once(
             services,
             request,
             pid,
             idempotency.OPERATOR,
             (200, CreditBalance),
-            lambda: services.accounts.grant_purchased(pid, req.credits),
+            lambda: services.accounts.grant_purchased(pid, req.credits, grant_id=grant_id),
         )
 
     @get(
@@ -151,7 +153,7 @@ class AdminController(Controller):
         """A new key in place of ``key_id``; the old one works for ``grace_seconds`` more."""
         await services.accounts.require_account(pid)
         req = rotate_request(await request.body())
-        return await services.accounts.rotate_key(pid, key_id, req.grace_seconds)
+        return await services.accounts.rotate_key(pid, key_id, req.grace_seconds, role=req.role)
 
     @post(
         "/accounts/{pid:str}/spotlights",

@@ -214,3 +214,24 @@ async def test_a_failed_request_keeps_its_own_error_when_redis_cannot_free_the_k
         refused = await client.post("/v1/api-keys", json=bad, headers=_headers(svc, "mk"))
     assert refused.status_code == 400, refused.text
     assert refused.json()["error"]["param"] == "expires_at"
+
+
+async def test_an_operators_grant_whose_record_was_lost_is_not_applied_twice(
+    svc: Svc,  # noqa: F811
+) -> None:
+    """A grant's Idempotency-Key names the grant itself: when its record could not be
+    written (its key freed), or was written under another name by an older svc, the retry
+    runs again and adds nothing."""
+    ledger = svc.services.ledger
+    calls = _failing_close(ledger, free_too=False)
+    admin = {"authorization": "Bearer test-admin-token", "idempotency-key": "grant-7"}
+    path = f"/admin/v1/accounts/{svc.account.pid}/grants"
+    before = await pools(ledger, svc.account.pid)
+    async with svc.client() as client:
+        first = await client.post(path, json={"credits": 500}, headers=admin)
+        assert first.status_code == 200, first.text
+        assert calls == ["done", "failed"]  # not recorded: the key is free
+        again = await client.post(path, json={"credits": 500}, headers=admin)
+        assert again.status_code == 200, again.text
+    assert again.json()["total_available"] == first.json()["total_available"]
+    assert await pools(ledger, svc.account.pid) == (before[0], before[1] + 500)
