@@ -21,7 +21,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from app.core.ids import base62
-from app.core.tokens import estimate_prompt_tokens
 from app.upstream.base import Piece, UpstreamCall, UpstreamError, Usage
 from app.upstream.json_sample import sample_json
 from app.upstream.wire import (
@@ -84,6 +83,13 @@ it (the pieces join back to the whole text)."""
 CALL_ID_LENGTH = 24
 
 
+def _prompt_tokens(texts: list[str]) -> int:
+    """The simulated tokenizer's prompt count: characters / 4 + 4 per message (what it has
+    always reported; svc's own estimate, ``app.core.tokens``, bills upstreams that report
+    nothing)."""
+    return sum(len(t) for t in texts) // 4 + 4 * len(texts)
+
+
 class SimulatedProvider:
     """Streams ``reply_tokens`` words (fewer when max_tokens is lower), a tool call, or JSON."""
 
@@ -111,7 +117,7 @@ class SimulatedProvider:
         prompt = "\n".join(texts)
         # surrogatepass: a lone surrogate in a client's text must not fail the reply
         prompt_crc = zlib.crc32(prompt.encode("utf-8", "surrogatepass"))
-        prompt_tokens = estimate_prompt_tokens(texts)
+        prompt_tokens = _prompt_tokens(texts)
         function = _function_to_call(call.request, prompt_crc)
         if function is None:
             output, whole = self._text(call, prompt_crc)

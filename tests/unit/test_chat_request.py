@@ -5,6 +5,7 @@ import pytest
 from app.chat.catalog import DEFAULT_ALIASES, Price, route_auto
 from app.chat.request import parse_chat_request
 from app.core.errors import ApiError, ErrorKind
+from app.core.tokens import estimate_prompt_tokens
 from app.upstream.wire import message_text
 
 
@@ -19,7 +20,7 @@ def test_defaults_and_ignored_fields() -> None:
     )
     assert (p.request.temperature, p.request.top_p, p.max_tokens) == (0.7, 1.0, None)
     assert p.include_usage
-    assert p.prompt_tokens == 8 // 4 + 4
+    assert p.prompt_tokens == estimate_prompt_tokens(["abcdefgh"]) == 3 + 4  # 8 letters: 3
     assert p.alias.id == "svc-fast"
     assert p.requested == "svc-fast"
 
