@@ -37,12 +37,13 @@ from app.core.ids import completion_ids, random_id
 from app.core.interrupts import Interruptible
 from app.core.metrics import METRICS
 from app.core.settings import HEARTBEATS_PER_DEADLINE
+from app.core.tokens import estimate_tokens
 from app.credits.idempotency import IdempotencyClaim, RecordedResponse
 from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Hold, Identity, ScriptStatus, Settlement
 from app.kv.client import REDIS_ERRORS, REDIS_TIMEOUT
 from app.kv.fields import USAGE_ESTIMATED, USAGE_UPSTREAM, Served
-from app.upstream.base import Piece, UpstreamCall, UpstreamError, Usage
+from app.upstream.base import ChoiceEnd, Piece, UpstreamCall, UpstreamError, Usage
 from app.upstream.wire import Delta
 
 SendBytes = Callable[[bytes, bool], Awaitable[None]]
@@ -52,8 +53,9 @@ MIN_OUTPUT_TOKENS = 16
 RELEASE_ATTEMPTS = 4
 RELEASE_FIRST_PAUSE_S = 0.5
 USAGE_WAIT_S = 1.0
-"""After the output cap, how long the relay reads on for the upstream's usage report (it
-comes right after the last token from an upstream that honours max_tokens)."""
+"""How long the relay reads on for the upstream's usage report after the output cap (it
+comes right after the last token from an upstream that honours max_tokens), or after the
+client left (the last output may have been what it got)."""
 
 T = TypeVar("T")
 log = logging.getLogger("svc.completions")
@@ -195,7 +197,13 @@ class Completion:
         self._unsent = b""  # the output's opening, until it goes out with the first write
         self._settling: asyncio.Task[Settlement] | None = None
         self._provider_name = ""
-        self._cut = False  # the shutdown's grace period ran out: end the stream now
+        # why the stream ends at the next chunk boundary: the shutdown's grace period ran
+        # out (StreamCut), or the client left (_ClientLeft); the first reason stays
+        self._stop: type[StreamCut | _ClientLeft] | None = None
+        self._left_at = 0.0  # when the client left (the event loop's clock)
+        self._left_timer: asyncio.TimerHandle | None = None
+        self._texts: list[str] = []  # the output relayed (its estimate bills a stream unreported)
+        self._estimated: int | None = None
         # an Idempotency-Key's request: its stream is kept for replays, and runs to its end
         # whether or not the client stays
         self.record = None
@@ -255,10 +263,12 @@ class Completion:
         """Stream the output (as ``output`` writes it: Chat Completions chunks unless told
         otherwise), settle, then send the stream's ending.
 
-        A failing upstream ends the stream with the output's failure; a failing ``send``
-        (the client went away) or a cancellation settles what was generated and re-raises.
-        Settlement starts before the upstream is closed: closing may suspend (httpx's
-        ``aclose``), and a cancellation landing there must not be able to skip it.
+        A failing upstream ends the stream with the output's failure. A client that left
+        (``client_left``, or a ``send`` that failed) ends it unwritten: the upstream's usage
+        report is still read, for at most ``USAGE_WAIT_S``, and what it reports is settled.
+        A cancellation settles what was generated and re-raises. Settlement starts before
+        the upstream is closed: closing may suspend (httpx's ``aclose``), and a cancellation
+        landing there must not be able to skip it.
         """
         self._output = output if output is not None else self.chat_stream()
         self._response_id = self._output.id
@@ -267,6 +277,7 @@ class Completion:
         if self.record is not None:
             send = self.record.tee(send)
         lost: LedgerUnreachable | None = None
+        left = False
         STREAMS.add(self)
         try:
             last = await self._relay_content(send)
@@ -285,8 +296,11 @@ class Completion:
             )
         except StreamCut:
             outcome = "shutdown"
-        except BaseException:
+        except _ClientLeft:
+            left = True
             # nobody waits for this settlement: its own callback reports a failure
+            self.begin_settle("client_disconnect").add_done_callback(_report_abandoned_settlement)
+        except BaseException:
             self.begin_settle("client_disconnect").add_done_callback(_report_abandoned_settlement)
             raise
         finally:
@@ -299,6 +313,8 @@ class Completion:
                 if lost is None:
                     settling = self.begin_settle(outcome)
                 await self._stop_upstream()
+        if left:
+            return  # nobody to write the ending to
         if lost is not None:
             # the hold could not be kept alive: no settlement is tried, the sweeper
             # refunds it whole once Redis answers again
@@ -357,58 +373,109 @@ class Completion:
         return RecordedResponse((whole, middle, tail))
 
     async def _relay_content(self, send: SendBytes) -> bytes:
-        """Send the output as it arrives, one write per upstream read, and return the
-        closing bytes (they go out with the ending, after settlement).
+        """Send the output as it arrives (``_relay_reads``) and return the closing bytes
+        (they go out with the ending, after settlement); end it as it was stopped.
 
-        Nothing waits on a timer and no task is made per read: the relay awaits its
-        upstream directly. Where finish_reason goes is decided by what arrived: when the
-        upstream's finish (or its usage report) comes in the same read as the last output,
-        that output's chunk carries it; otherwise a closing empty-content chunk does, as in
-        OpenAI's own streams.
+        Where finish_reason goes is decided by what arrived: when the upstream's finish (or
+        its usage report) comes in the same read as the last output, that output's chunk
+        carries it; otherwise a closing empty-content chunk does, as in OpenAI's own
+        streams.
         """
         pieces = self._pieces
         assert pieces is not None
-        heartbeat = _Heartbeat(self)
-        batch = self._first
         self._unsent = self._output.opening()
         try:
-            while True:
-                out = self._take(batch)
-                if self._unsent:
-                    out, self._unsent = self._unsent + out, b""
-                if out:
-                    await send(out, True)
-                if self.tokens_received >= self.hold.out_tokens:
-                    # generation stops at the reserved output tokens; the usage report
-                    # that follows them is still read, to bill the upstream's counts
-                    await self._read_usage(pieces)
-                    break
-                if time.monotonic() >= heartbeat.next:
-                    await heartbeat.beat()
-                if self._cut:
-                    raise StreamCut
-                self._upstream_wait.enter()
-                try:
-                    batch = await pieces.__anext__()
-                except StopAsyncIteration:
-                    break
-                finally:
-                    self._upstream_wait.leave()
+            await self._relay_reads(send, pieces)
         except asyncio.CancelledError:
             if not self._upstream_wait.taken_back():
                 raise
+            if self._stop is _ClientLeft:
+                # the read outlived its bound after the client left: it ended the stream
+                raise _ClientLeft from None
             await self._send_pending(send)
             raise StreamCut from None
+        except _ClientLeft:
+            # the report may be what comes next (the last output came alone, or the cap
+            # was reached): read on for it within the bound, then settle it
+            await self._read_usage(pieces, self._left_at + USAGE_WAIT_S)
+            raise
         except (UpstreamError, StreamCut, LedgerUnreachable):
             await self._send_pending(send)
             raise
+        finally:
+            if self._left_timer is not None:
+                self._left_timer.cancel()
         return self._output.closing(self._pending, tool_calls=self._tool_calls)
+
+    async def _relay_reads(self, send: SendBytes, pieces: AsyncIterator[list[Piece]]) -> None:
+        """One write per upstream read, until the upstream's end, the output cap, or a stop
+        (``cut``, ``client_left``: raised at the next chunk boundary).
+
+        Nothing waits on a timer and no task is made per read: the relay awaits its
+        upstream directly.
+        """
+        heartbeat = _Heartbeat(self)
+        batch = self._first
+        while True:
+            out = self._take(batch)
+            if self._unsent:
+                out, self._unsent = self._unsent + out, b""
+            if out:
+                try:
+                    await send(out, True)
+                except Exception as exc:  # the client went away
+                    self._leave()
+                    raise _ClientLeft from exc
+            if self.tokens_received >= self.hold.out_tokens:
+                # generation stops at the reserved output tokens; the usage report that
+                # follows them is still read, to bill the upstream's counts
+                await self._read_usage(pieces, self._loop_time() + USAGE_WAIT_S)
+                return
+            if time.monotonic() >= heartbeat.next:
+                await heartbeat.beat()
+            if self._stop is not None:
+                raise self._stop
+            self._upstream_wait.enter()
+            try:
+                batch = await pieces.__anext__()
+            except StopAsyncIteration:
+                return
+            finally:
+                self._upstream_wait.leave()
 
     def cut(self) -> None:
         """End the stream at the next chunk boundary (graceful shutdown, app.chat.lifecycle):
         a read in progress is interrupted, a write in progress finishes first."""
-        self._cut = True
+        if self._stop is None:
+            self._stop = StreamCut
         self._upstream_wait.interrupt()
+
+    def client_left(self) -> None:
+        """The client went away (the HTTP layer's disconnect watcher tells): the stream ends
+        at the next chunk boundary, unwritten, and is settled. Nothing is cancelled: a read
+        of the upstream in progress may bring its usage report (the last output may have
+        been what the client got), so it may finish, within ``USAGE_WAIT_S``; past that it
+        is interrupted. A write in progress finishes (or fails) first."""
+        if not self._leave():
+            return
+        if self._upstream_wait.waiting:
+            loop = asyncio.get_running_loop()
+            self._left_timer = loop.call_at(
+                self._left_at + USAGE_WAIT_S, self._upstream_wait.interrupt
+            )
+
+    def _leave(self) -> bool:
+        """Note that the client left, once; False when it was already noted."""
+        if self._left_at:
+            return False
+        self._left_at = self._loop_time()
+        if self._stop is None:
+            self._stop = _ClientLeft
+        return True
+
+    @staticmethod
+    def _loop_time() -> float:
+        return asyncio.get_running_loop().time()
 
     async def _send_pending(self, send: SendBytes) -> None:
         if self._pending is not None:
@@ -425,6 +492,7 @@ class Completion:
                 if not piece or self.tokens_received >= self.hold.out_tokens:
                     return b""
                 self.tokens_received += 1
+                self._texts.append(piece)
                 return self._output.piece(piece)
         out: list[bytes] = []
         for piece in batch:
@@ -460,18 +528,27 @@ class Completion:
             out.append(self._flush_pending())
         self._pending = piece
         self.tokens_received += 1
+        self._texts.append(piece if isinstance(piece, str) else _delta_text(piece))
 
-    async def _read_usage(self, pieces: AsyncIterator[list[Piece]]) -> None:
-        """Read on past the output cap, dropping content, until the upstream's usage report
-        or the end of its stream, for at most ``USAGE_WAIT_S``."""
-        if self.usage is not None:
+    async def _read_usage(self, pieces: AsyncIterator[list[Piece]], deadline: float) -> None:
+        """Read on, relaying nothing, until the upstream's usage report, the end of its
+        stream, or ``deadline`` (the event loop's clock). Output past the cap or past the
+        choice's end is dropped and reading goes on; other output means the upstream is
+        still generating (for a client that left): the report is not near, reading stops."""
+        if self.usage is not None or self._pieces is None:
             return
         with contextlib.suppress(TimeoutError, UpstreamError):
-            async with asyncio.timeout(USAGE_WAIT_S):
+            async with asyncio.timeout_at(deadline):
                 async for batch in pieces:
                     for piece in batch:
                         if isinstance(piece, Usage):
                             self.usage = piece
+                            return
+                        if isinstance(piece, ChoiceEnd):
+                            self._choice_ended = True
+                        elif self._choice_ended or self.tokens_received >= self.hold.out_tokens:
+                            continue
+                        elif isinstance(piece, str) or piece.carries_output():
                             return
 
     def _flush_pending(self) -> bytes:
@@ -489,10 +566,15 @@ class Completion:
         """Prompt and completion tokens to bill: the upstream's report, each count clamped
         to 0 .. what the reservation held for (the prompt's bound, the output cap), so
         whatever an upstream reports, the charge stays within the hold; without a report,
-        svc's estimate of the prompt and the tokens relayed."""
+        svc's estimates (``app.core.tokens``) of the prompt and of the output relayed (at
+        least a token per piece relayed), clamped the same way."""
         usage = self.usage
         if usage is None:
-            return self.params.prompt_tokens, self.tokens_received
+            if self._estimated is None:  # once: the ending and the settlement both ask
+                self._estimated = estimate_tokens("".join(self._texts))
+            prompt = min(self.params.prompt_tokens, self.params.prompt_token_bound)
+            completion = min(max(self.tokens_received, self._estimated), self.hold.out_tokens)
+            return prompt, completion
         prompt = min(max(usage.prompt_tokens, 0), self.params.prompt_token_bound)
         completion = min(max(usage.completion_tokens, self.tokens_received), self.hold.out_tokens)
         return prompt, completion
@@ -616,6 +698,22 @@ class _Heartbeat:
 
 class LedgerUnreachable(Exception):
     """Redis did not answer a stream's heartbeat: its hold may lapse, so the stream ends."""
+
+
+class _ClientLeft(Exception):
+    """Raised inside a relay whose client went away (``Completion.client_left``, or a write
+    that failed): the stream ends unwritten and is settled."""
+
+
+def _delta_text(delta: Delta) -> str:
+    """The text a delta carries that its tokens were generated for: content, refusal,
+    reasoning, a tool call's name and arguments."""
+    parts = [delta.content, delta.refusal, delta.reasoning_content, delta.reasoning]
+    if delta.tool_calls is not UNSET:
+        for call in delta.tool_calls:
+            if call.function is not UNSET:
+                parts += [call.function.name, call.function.arguments]
+    return "".join(part for part in parts if isinstance(part, str))
 
 
 async def _close(pieces: AsyncIterator[list[Piece]]) -> None:

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from app.chat.request import parse_chat_request
 from app.core.errors import ApiError, ErrorKind
@@ -221,9 +221,9 @@ def _send_replay(protocol: HTTPProtocol, body: bytes, rid: str) -> None:
     protocol.response_bytes(200, headers, body)
 
 
-async def _watch_disconnect(protocol: HTTPProtocol, relay: asyncio.Future[Any]) -> None:
+async def _watch_disconnect(protocol: HTTPProtocol, completion: Completion) -> None:
     await protocol.client_disconnect()
-    relay.cancel()
+    completion.client_left()  # not a cancellation: the relay may still read the usage report
 
 
 async def serve_stream(
@@ -259,12 +259,13 @@ async def serve_stream(
     # (its record keeps the whole stream for the retry); the others stop there.
     watcher = None
     if completion.record is None:
-        watcher = asyncio.ensure_future(_watch_disconnect(protocol, relay))
+        watcher = asyncio.ensure_future(_watch_disconnect(protocol, completion))
     try:
         await relay  # its last write ended the response
     except (asyncio.CancelledError, ProtocolClosed):
-        # The client went away: the watcher cancelled the relay, or a write found the
-        # stream closed first. The relay settled what was generated.
+        # The client went away as the ending was written (the relay settled first), or
+        # this handler was cancelled. A relay whose client left earlier returns: it read
+        # on for the usage report (within its bound) and settled what that report says.
         pass
     finally:
         body.end()
