@@ -46,8 +46,10 @@ class ChatParams(msgspec.Struct, frozen=True, kw_only=True):
     """What is forwarded upstream (the contract's sampling defaults filled in, the fields
     the alias does not allow left out: ``app.chat.catalog.GATED_FIELDS``)."""
     max_tokens: int | None
-    prompt_tokens: int
-    """Billed when the upstream reports no usage (an estimate)."""
+    prompt_texts: list[str]
+    """The prompt's text, kept for ``prompt_tokens``."""
+    media_estimate: int
+    """Prompt tokens its images, audio and files are billed as when no usage is reported."""
     prompt_token_bound: int
     """Reserved for, and the most of an upstream's prompt_tokens that is billed."""
     include_usage: bool
@@ -59,6 +61,12 @@ class ChatParams(msgspec.Struct, frozen=True, kw_only=True):
     svc-auto may route to."""
     native: NativeResponses | None = None
     """A Responses request as the client sent it, for providers that serve that API."""
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Billed when the upstream reports no usage (an estimate). Worked out only then:
+        the estimate reads every character of the prompt, and most upstreams report."""
+        return estimate_prompt_tokens(self.prompt_texts) + self.media_estimate
 
 
 class _Prompt(msgspec.Struct):
@@ -234,7 +242,8 @@ def resolve_params(
         alias=alias,
         request=msgspec.structs.replace(req, temperature=temperature, top_p=top_p, **withheld),
         max_tokens=output_limit,
-        prompt_tokens=estimate_prompt_tokens(prompt.texts) + prompt.media_estimate,
+        prompt_texts=prompt.texts,
+        media_estimate=prompt.media_estimate,
         prompt_token_bound=prompt_token_bound(
             body_size - prompt.media_chars, len(req.messages), prompt.media_bound
         ),
