@@ -13,7 +13,7 @@ KEYS[6]  events stream       <p>:{sN}:events           (an expiry event when ear
                                                        cap event when a threshold is crossed)
 KEYS[7]  rate log            <p>:{sN}:rl:<lineage>     when the key's lineage last started
                                                        requests (see "Rate limit" below)
-KEYS[8]  idempotency record  <p>:{sN}:idem:<pid>:<digest> (only for a request with an
+KEYS[8]  idempotency record  <p>:{sN}:idem:<pid>:<environment>:<digest> (only with an
                                                        Idempotency-Key; see below)
 
 ARGV[1]  now            unix seconds
