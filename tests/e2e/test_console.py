@@ -165,6 +165,7 @@ def test_an_owner_signs_in_creates_a_key_uses_it_and_manages_it(
     row = page.get_by_role("row").filter(has_text=f"svc_live_…{secret[-4:]}")
     expect(row).to_contain_text("Playground")
     expect(row).to_contain_text("0 / 5,000")
+    expect(row.get_by_role("cell", name="inference", exact=True)).to_be_visible()  # the default
     console.check("keys")
 
     # use it from the playground: the stream arrives in pieces, the metadata is the API's
@@ -285,6 +286,118 @@ def test_a_test_key_signs_in_read_only(site: Server, console: Console) -> None:
     console.open("webhooks")
     expect(page.get_by_text("Webhooks are managed with a live key")).to_be_visible()
     console.check("test-key")
+
+
+def _role_cell(page: Page, name: str, role: str) -> Locator:
+    return _key_row(page, name).get_by_role("cell", name=role, exact=True)
+
+
+def test_an_inference_key_shows_its_role_and_none_of_what_it_cannot_do(
+    site: Server, console: Console, receiver: Receiver
+) -> None:
+    pid = site.new_account(10_000)
+    owner = site.new_key(pid)  # an operator's key, named "test": admin
+    body = {"url": receiver.url, "events": ["key.revoked"]}
+    assert httpx.post(f"{site.base_url}/webhooks", json=body, headers=_h(owner)).is_success
+    page = console.page
+    badge = page.locator("#environment-badge")
+
+    # the owner creates a key through the dialog: inference unless they choose admin
+    console.sign_in(owner)
+    expect(badge).to_have_text("live key · admin")
+    console.open("keys")
+    expect(_role_cell(page, "test", "admin")).to_be_visible()
+    page.get_by_role("button", name="Create key").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog.get_by_label("Inference", exact=True)).to_be_checked()
+    expect(dialog.get_by_label("Admin", exact=True)).not_to_be_checked()
+    page.get_by_label("Name").fill("Mobile app")
+    dialog.get_by_role("button", name="Create key").click()
+    secret = _created_secret(console)
+    expect(_role_cell(page, "Mobile app", "inference")).to_be_visible()
+    listed = httpx.get(f"{site.base_url}/api-keys", headers=_h(owner)).json()["data"]
+    assert next(k for k in listed if k["last4"] == secret[-4:])["role"] == "inference"
+
+    # signed in with it: read-only, saying why, every role in the list
+    console.sign_out()
+    console.sign_in(secret)
+    expect(badge).to_have_text("live key · inference · read-only")
+    console.open("keys")
+    expect(page.get_by_text("Sign in with an admin key to create")).to_be_visible()
+    expect(page.get_by_role("button", name="Create key")).to_have_count(0)
+    expect(page.get_by_role("button", name=re.compile("^(Edit|Rotate|Revoke) "))).to_have_count(0)
+    expect(_role_cell(page, "Mobile app", "inference")).to_be_visible()
+    expect(_role_cell(page, "test", "admin")).to_be_visible()
+    console.check("inference-key")
+
+    # webhooks: listed with their deliveries (an inference key may read them), never changed
+    console.open("webhooks")
+    hook = page.get_by_role("region", name=f"Webhook {receiver.url}")
+    expect(hook).to_be_visible()
+    expect(page.get_by_text("Sign in with an admin key to add or remove")).to_be_visible()
+    expect(page.get_by_role("button", name="Remove")).to_have_count(0)
+    expect(page.get_by_role("button", name="Add webhook")).to_have_count(0)
+    hook.get_by_role("button", name="Recent deliveries").click()
+    expect(page.get_by_text("Nothing sent yet")).to_be_visible()
+    console.check()
+
+    # a reload learns the role again from the API, not from anything the tab kept
+    page.reload()
+    console.wait_rendered()
+    expect(badge).to_have_text("live key · inference · read-only")
+    expect(page.get_by_role("button", name="Add webhook")).to_have_count(0)
+    assert page.evaluate("() => Object.keys(window.sessionStorage)") == ["svc-console-key"]
+
+
+def test_a_limited_admin_key_is_shown_what_it_cannot_grant(site: Server, console: Console) -> None:
+    pid = site.new_account(10_000)
+    capped = site.new_key(pid, daily_cap=100)  # admin, with a cap of its own
+    page = console.page
+    console.sign_in(capped)
+    console.open("keys")
+    body = {"name": "Unlimited", "environment": "live", "daily_cap_credits": None}
+    answer = httpx.post(f"{site.base_url}/api-keys", json=body, headers=_h(capped))
+    assert answer.status_code == 403
+    refused = answer.json()["error"]
+    assert (refused["code"], refused["param"]) == ("permission_denied", "daily_cap_credits")
+    console.allowed.append(re.compile(r"status of 403"))  # Chromium logs the failed fetch
+    page.get_by_role("button", name="Create key").click()
+    dialog = page.get_by_role("dialog")
+    page.get_by_label("Name").fill("Unlimited")
+    dialog.get_by_role("button", name="Create key").click()
+    expect(dialog.get_by_role("alert")).to_have_text(refused["message"])
+    cap = dialog.get_by_label("Daily cap (credits)")
+    expect(cap).to_have_attribute("aria-invalid", "true")
+    expect(cap).to_be_focused()
+    console.check()
+    listed = httpx.get(f"{site.base_url}/api-keys", headers=_h(capped)).json()["data"]
+    assert [k["name"] for k in listed] == ["test"]  # nothing was created
+
+
+def test_an_admin_key_that_makes_itself_inference_turns_read_only(
+    site: Server, console: Console
+) -> None:
+    pid = site.new_account(10_000)
+    key = site.new_key(pid)  # admin, named "test"
+    page = console.page
+    console.sign_in(key)
+    console.open("keys")
+    page.get_by_role("button", name="Edit test").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog.get_by_label("Admin", exact=True)).to_be_checked()  # the key's own role
+    dialog.get_by_label("Inference", exact=True).check()
+    dialog.get_by_role("button", name="Save changes").click()
+    expect(page.locator("dialog")).to_have_count(0)
+    # the page follows the key's new role at once: read-only, and it says so
+    expect(page.locator("#environment-badge")).to_have_text("live key · inference · read-only")
+    expect(page.get_by_text("Sign in with an admin key to create")).to_be_visible()
+    expect(
+        page.get_by_role("button", name=re.compile("^(Create key|Edit |Rotate |Revoke )"))
+    ).to_have_count(0)
+    expect(_role_cell(page, "test", "inference")).to_be_visible()
+    listed = httpx.get(f"{site.base_url}/api-keys", headers=_h(key)).json()["data"]
+    assert [k["role"] for k in listed] == ["inference"]
+    console.check()
 
 
 def test_a_refused_key_shows_the_apis_message_and_is_not_kept(

@@ -15,6 +15,7 @@ from app.console import CONTENT_SECURITY_POLICY, STATIC, load_assets
 from app.http.console import ConsoleController
 from app.http.errors import handle_exception
 from app.http.headers import SECURITY_HEADERS
+from app.keys.roles import API_DEFAULT_ROLE, ROLES
 from app.webhooks.events import EVENT_TYPES
 
 SCRIPTS = sorted(STATIC.rglob("*.js"))
@@ -102,3 +103,10 @@ def test_the_webhook_form_offers_every_event_svc_sends() -> None:
     source = (STATIC / "js" / "pages" / "webhooks.js").read_text()
     offered = re.findall(r'^\s*\["([a-z_.]+)", "', source, flags=re.MULTILINE)
     assert offered == list(EVENT_TYPES)
+
+
+def test_the_key_form_offers_every_role_and_defaults_as_the_api_does() -> None:
+    source = (STATIC / "js" / "pages" / "keys.js").read_text()
+    offered = re.findall(r'option\("([a-z]+)", "', source)
+    assert sorted(offered) == sorted(ROLES)
+    assert re.findall(r'const DEFAULT_ROLE = "([a-z]+)"', source) == [API_DEFAULT_ROLE]

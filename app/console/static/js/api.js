@@ -16,17 +16,50 @@ export class ApiError extends Error {
   }
 }
 
+// The signed-in key's role, as its own item in the key list says: kept in memory only (a
+// reload asks the API again), so it is never older than the page and never stored.
+let known = { key: null, role: null };
+
 export const session = {
   key: () => window.sessionStorage.getItem(KEY_SLOT),
   environment() {
     const match = KEY_SHAPE.exec(this.key() ?? "");
     return match ? match[1] : null;
   },
+  /** "admin" or "inference" once learned (learnRole); null until then. */
+  role() {
+    return known.key !== null && known.key === this.key() ? known.role : null;
+  },
+  /** Whether a key-list item is the signed-in key (its last four characters and environment). */
+  isOwn(item) {
+    const secret = this.key() ?? "";
+    return secret.endsWith(item.last4) && secret.startsWith(`svc_${item.environment}_`);
+  },
+  /**
+   * Learn the role from the account's key list; whether it changed. Two active items that
+   * look alike (same last four and environment) count as the lesser role: the console then
+   * shows less than the key may do, never more (the API decides either way).
+   */
+  learnRole(items) {
+    const own = items.filter((item) => item.status === "active" && this.isOwn(item));
+    const role = own.length > 0 && own.every((item) => item.role === "admin") ? "admin" : "inference";
+    const changed = this.role() !== role;
+    known = { key: this.key(), role };
+    return changed;
+  },
+  /** Why the key cannot manage keys and webhooks ("test", "inference"), or null: it can. */
+  limit() {
+    if (this.environment() !== "live") return "test";
+    return this.role() === "admin" ? null : "inference";
+  },
   readOnly() {
-    return this.environment() !== "live";
+    return this.limit() !== null;
   },
   remember: (key) => window.sessionStorage.setItem(KEY_SLOT, key),
-  forget: () => window.sessionStorage.removeItem(KEY_SLOT),
+  forget: () => {
+    window.sessionStorage.removeItem(KEY_SLOT);
+    known = { key: null, role: null };
+  },
 };
 
 /** Whether text has the form of an svc key (svc checks it for real on the first call). */

@@ -28,11 +28,19 @@ function showSignIn(message = "") {
   byId("sign-in-key").focus();
 }
 
+/** The badge of the signed-in key, [style, text]: its environment, its role, whether it is read-only. */
+function badgeOf() {
+  if (session.environment() === "test") return ["test", "test key · read-only"];
+  const role = session.role();
+  if (role === null) return ["live", "live key"]; // until the key list has said
+  return session.readOnly() ? ["read-only", `live key · ${role} · read-only`] : ["live", `live key · ${role}`];
+}
+
 function showSession() {
-  const environment = session.environment();
+  const [style, text] = badgeOf();
   const badgeEl = byId("environment-badge");
-  badgeEl.className = `badge ${environment}`;
-  badgeEl.textContent = environment === "test" ? "test key · read-only" : "live key";
+  badgeEl.className = `badge ${style}`;
+  badgeEl.textContent = text;
   byId("sign-in").hidden = true;
   byId("nav").hidden = false;
   byId("session").hidden = false;
@@ -56,7 +64,12 @@ async function render() {
   fill(root, h("h1", null, page.TITLE), h("p", { class: "hint", role: "status" }, "Loading…"));
   const content = h("div");
   try {
-    await page.render(content, { readOnly: session.readOnly(), refresh: render });
+    if (session.role() === null) {
+      // a reload: what this key may do is learned again, before a page offers anything
+      session.learnRole((await api("api-keys")).data);
+      showSession();
+    }
+    await page.render(content, { readOnly: session.readOnly(), limit: session.limit(), refresh: render });
   } catch (error) {
     if (!(error instanceof ApiError)) throw error;
     if (!session.key()) return; // the key was refused: the sign-in form says why
@@ -79,6 +92,7 @@ async function signIn(event) {
   session.remember(key);
   try {
     await api("credits"); // proves the key before anything is shown
+    session.learnRole((await api("api-keys")).data); // and what it may do (its role)
   } catch (error) {
     session.forget();
     input.setAttribute("aria-invalid", "true");

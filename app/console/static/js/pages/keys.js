@@ -1,10 +1,15 @@
-// Keys: the account's API keys; create, edit, rotate and revoke them with a live key.
+// Keys: the account's API keys; create, edit, rotate and revoke them with a live admin key.
 import { api, create, maskedKey, models, send, session } from "../api.js";
 import { announce, badge, dateOf, emptyState, errorBox, fill, h, markInvalid, modal, number, table, time } from "../dom.js";
 import { confirmDialog, showSecret } from "../secrets.js";
 
 export const TITLE = "Keys";
 const AUTO_ALIAS = "svc-auto"; // allowed whenever every alias it routes to is
+const DEFAULT_ROLE = "inference"; // what the API gives a key created without a role: the least
+const READ_ONLY = {
+  test: "Signed in with a test key: read-only. Sign in with a live key to create, edit, rotate or revoke keys.",
+  inference: "Signed in with an inference key: read-only. Sign in with an admin key to create, edit, rotate or revoke keys.",
+};
 const GRACE_CHOICES = [
   [0, "None: the old key stops at once"],
   [300, "5 minutes"],
@@ -19,12 +24,6 @@ function statusOf(key) {
   const expires = dateOf(key.expires_at);
   if (key.status === "active" && expires && expires <= Date.now()) return "expired";
   return key.status;
-}
-
-/** Whether `key` is the one this tab signed in with (its last four characters and kind). */
-function isSignedInKey(key) {
-  const secret = session.key() ?? "";
-  return secret.endsWith(key.last4) && secret.startsWith(`svc_${key.environment}_`);
 }
 
 function capMeter(key) {
@@ -67,6 +66,18 @@ function modelChoices(aliases, chosen) {
   );
 }
 
+function roleChoice(chosen) {
+  const option = (role, text) => h("label", { class: "inline" }, h("input", { type: "radio", name: "role", value: role, checked: chosen === role }), text);
+  return h(
+    "fieldset",
+    { "aria-describedby": "key-role-hint" },
+    h("legend", null, "Role"),
+    option("inference", "Inference"),
+    option("admin", "Admin"),
+    h("p", { class: "hint", id: "key-role-hint" }, "Inference: API requests and reading the account only. Admin: also manages keys and webhooks."),
+  );
+}
+
 /** The form's fields as the API names them. */
 function formValues(form) {
   const data = new FormData(form);
@@ -78,6 +89,7 @@ function formValues(form) {
     rate_limit_rpm: wholeOrNull(String(data.get("rate_limit_rpm") ?? "")),
     expires_at: expires ? new Date(expires).toISOString() : null,
     allowed_models: form.elements.all_models.checked ? null : data.getAll("allowed_models"),
+    role: data.get("role"),
   };
 }
 
@@ -108,6 +120,7 @@ function keyDialog({ title, key = null, aliases, submitLabel, onSubmit }) {
     h("input", { id: "key-expires", name: "expires_at", type: "datetime-local", value: localInput(key?.expires_at), "aria-describedby": "key-expires-hint" }),
     h("p", { class: "hint", id: "key-expires-hint" }, "In your time zone. Empty: never."),
     modelChoices(aliases, key ? key.allowed_models : null),
+    roleChoice(key ? key.role : DEFAULT_ROLE),
     errorText,
     h(
       "div",
@@ -139,6 +152,7 @@ function changes(key, values) {
   if (values.rate_limit_rpm !== key.rate_limit_rpm) changed.rate_limit_rpm = values.rate_limit_rpm;
   if (localInput(values.expires_at) !== localInput(key.expires_at)) changed.expires_at = values.expires_at;
   if (JSON.stringify(values.allowed_models) !== JSON.stringify(key.allowed_models)) changed.allowed_models = values.allowed_models;
+  if (values.role !== key.role) changed.role = values.role;
   return changed;
 }
 
@@ -180,8 +194,8 @@ function rotateKey(key, refresh) {
   const form = h(
     "form",
     { novalidate: true },
-    h("p", null, "The new key gets the same settings and a new secret. The day's spend and the rate limit carry over."),
-    isSignedInKey(key) ? h("p", { class: "notice" }, "You are signed in with this key: once it stops working, sign in with the new one.") : null,
+    h("p", null, "The new key gets the same settings and role, and a new secret. The day's spend and the rate limit carry over."),
+    session.isOwn(key) ? h("p", { class: "notice" }, "You are signed in with this key: once it stops working, sign in with the new one.") : null,
     h("label", { for: "rotate-grace" }, "The old key keeps working for"),
     grace,
     errorText,
@@ -211,7 +225,7 @@ function rotateKey(key, refresh) {
 
 async function revokeKey(key, refresh) {
   const lines = [`Every request with ${keyText(key)} fails from now on, on every worker. This cannot be undone.`];
-  if (isSignedInKey(key)) lines.push("You are signed in with this key: the console signs out.");
+  if (session.isOwn(key)) lines.push("You are signed in with this key: the console signs out.");
   const sure = await confirmDialog({ title: `Revoke “${key.name}”?`, text: lines, confirm: "Revoke key" });
   if (!sure) return;
   try {
@@ -231,6 +245,7 @@ function columns(readOnly, aliases, refresh) {
     { label: "Name", cell: (k) => k.name },
     { label: "Environment", cell: (k) => badge(k.environment) },
     { label: "Key", cell: (k) => h("code", null, keyText(k)) },
+    { label: "Role", cell: (k) => badge(k.role) },
     { label: "Status", cell: (k) => badge(statusOf(k)) },
     { label: "Daily cap", cell: capMeter },
     { label: "Rate limit", cell: (k) => (k.rate_limit_rpm === null ? "None" : `${number(k.rate_limit_rpm)}/min`) },
@@ -256,12 +271,13 @@ function columns(readOnly, aliases, refresh) {
   return list;
 }
 
-export async function render(root, { readOnly }) {
+export async function render(root, { readOnly, limit, refresh: rerender }) {
   const [keys, allModels] = await Promise.all([api("api-keys"), models()]);
   const aliases = allModels.filter((alias) => alias !== AUTO_ALIAS);
   const list = h("div");
   const refresh = async () => {
     const fresh = await api("api-keys");
+    if (session.learnRole(fresh.data)) return rerender(); // the key changed its own role: the page follows
     fill(list, keyTable(fresh.data));
   };
   const keyTable = (data) =>
@@ -274,7 +290,7 @@ export async function render(root, { readOnly }) {
   fill(list, keyTable(keys.data));
   root.append(
     readOnly
-      ? h("p", { class: "notice" }, "Signed in with a test key: read-only. Sign in with a live key to create, edit, rotate or revoke keys.")
+      ? h("p", { class: "notice" }, READ_ONLY[limit])
       : h("div", { class: "actions" }, h("button", { type: "button", onclick: () => createKey(aliases, refresh) }, "Create key")),
     h("p", { class: "hint" }, "A key's secret is shown once, when it is created or rotated; here you see its last four characters only. ", `Signed in as ${maskedKey(session.key())}.`),
     list,

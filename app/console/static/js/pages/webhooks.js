@@ -77,7 +77,7 @@ function addForm(refresh) {
   return form;
 }
 
-function webhookCard(hook, refresh) {
+function webhookCard(hook, refresh, readOnly) {
   const deliveries = h("div");
   const toggle = h("button", { type: "button", class: "secondary", "aria-expanded": "false" }, "Recent deliveries");
   toggle.addEventListener("click", async () => {
@@ -90,7 +90,7 @@ function webhookCard(hook, refresh) {
       fill(deliveries, errorBox(error));
     }
   });
-  const remove = h("button", {
+  const remove = readOnly ? null : h("button", {
     type: "button",
     class: "danger",
     onclick: async () => {
@@ -117,8 +117,9 @@ function webhookCard(hook, refresh) {
   );
 }
 
-export async function render(root, { readOnly }) {
-  if (readOnly) {
+export async function render(root, { readOnly, limit }) {
+  if (limit === "test") {
+    // the API shows a test key no webhook: they hear live traffic only
     root.append(h("p", { class: "notice" }, "Webhooks are managed with a live key: sign out and sign in with one."));
     return;
   }
@@ -128,10 +129,19 @@ export async function render(root, { readOnly }) {
     fill(
       list,
       hooks.data.length
-        ? h("div", { class: "cards" }, hooks.data.map((hook) => webhookCard(hook, refresh)))
-        : emptyState("No webhooks yet. Add one below to hear about low balances, caps and key changes as they happen."),
+        ? h("div", { class: "cards" }, hooks.data.map((hook) => webhookCard(hook, refresh, readOnly)))
+        : emptyState(
+            readOnly
+              ? "No webhooks yet. An admin key can add one, to hear about low balances, caps and key changes as they happen."
+              : "No webhooks yet. Add one below to hear about low balances, caps and key changes as they happen.",
+          ),
     );
   };
   await refresh();
-  root.append(h("h2", null, "Your webhooks"), list, addForm(refresh));
+  if (readOnly) {
+    const notice = "Signed in with an inference key: read-only. Sign in with an admin key to add or remove webhooks.";
+    root.append(h("p", { class: "notice" }, notice), h("h2", null, "Your webhooks"), list);
+  } else {
+    root.append(h("h2", null, "Your webhooks"), list, addForm(refresh));
+  }
 }
