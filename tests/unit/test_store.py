@@ -538,3 +538,32 @@ async def test_ledger_snapshot_sums_days_from_the_day_asked_for(store: Store) ->
         ("acct_B", "live", "2026-11-22", k0, "svc-fast", 1, 1000),
     ]
     assert sum(u.credits for u in snap.usage) == 1106  # the all-time sums are unchanged
+
+
+async def test_a_rotation_with_a_grace_counts_toward_the_active_key_limit(store: Store) -> None:
+    """Issue 30, item 6: the old key is active through its grace, so a rotation at the limit
+    with a grace writes nothing; without one the old key ends as the new one starts."""
+    await store.insert_key(_key("k1", 10))
+    await store.insert_key(_key("k2", 10))
+    limited = await store.rotate_key(_successor("k1", "k3", 20), 80, max_active=2)
+    assert limited is KeyRotation.LIMIT_REACHED
+    assert await store.get_key("k3") is None
+    assert (await store.get_key("k1")).expires_at is None  # type: ignore[union-attr]
+    assert await store.rotate_key(_successor("k1", "k3", 20), 20, max_active=2) is (
+        KeyRotation.ROTATED
+    )
+    assert await store.count_active_keys("acct_A", 20) == 2
+    # under the limit, a grace is fine (k1 ended at 20: its successor k3 is rotated)
+    rotated = msgspec.structs.replace(_successor("k1", "k4", 30), replaces="k3")
+    assert await store.rotate_key(rotated, 90, max_active=3) is KeyRotation.ROTATED
+    assert await store.count_active_keys("acct_A", 30) == 3
+
+
+async def test_a_key_keeps_its_role(store: Store) -> None:
+    await store.insert_key(msgspec.structs.replace(_key("k1", 10), role="inference"))
+    await store.insert_key(_key("k2", 10))
+    roles = {k.kid: k.role for k in await store.list_keys("acct_A")}
+    assert roles == {"k1": "inference", "k2": "admin"}  # made without a role: admin
+    updated = await store.update_key("acct_A", "k1", {"role": "admin"})
+    assert updated is not None
+    assert updated.role == "admin"
