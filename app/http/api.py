@@ -63,7 +63,7 @@ def _live(ident: Identity) -> Identity:
     """``ident`` when it is a live key (webhooks belong to live traffic); else 403."""
     if ident.environment != "live":
         raise ApiError(
-            ErrorKind.TEST_KEY_FORBIDDEN, "Test keys cannot manage API keys; use a live key."
+            ErrorKind.TEST_KEY_FORBIDDEN, "Webhooks belong to live traffic: use a live key."
         )
     return ident
 
@@ -71,7 +71,6 @@ def _live(ident: Identity) -> Identity:
 async def _manager(services: Services, ident: Identity) -> KeyRecord:
     """The record of the request's key when it may manage keys and webhooks (a live
     ``admin`` key; 403 otherwise): its limits bound what it may grant (app.keys.roles)."""
-    _live(ident)
     return require_manager(await services.accounts.caller(ident.pid, ident.kid))
 
 

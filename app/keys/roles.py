@@ -33,7 +33,8 @@ def require_manager(caller: KeyRecord) -> KeyRecord:
     """``caller`` when it may manage keys and webhooks: a live ``admin`` key; else 403."""
     if caller.environment != "live":
         raise ApiError(
-            ErrorKind.TEST_KEY_FORBIDDEN, "Test keys cannot manage API keys; use a live key."
+            ErrorKind.TEST_KEY_FORBIDDEN,
+            "Test keys cannot manage API keys or webhooks; use a live key.",
         )
     if caller.role != ADMIN:
         raise ApiError(
