@@ -80,9 +80,17 @@ async def world(real_redis: Redis, store: Store) -> World:
 
 
 async def _request(
-    w: World, name: str, rid: str, used: int | None, max_out: int = 40, api: str = API_CHAT
+    w: World,
+    name: str,
+    rid: str,
+    used: int | None,
+    max_out: int = 40,
+    api: str = API_CHAT,
+    *,
+    explicit: bool = False,
 ) -> Hold:
-    """One completion with key ``name``: reserved, then settled at ``used`` (None: left open)."""
+    """One completion with key ``name``: reserved, then settled at ``used`` (None: left open).
+    ``explicit``: the client chose max_out (held in full, never lowered)."""
     auth = Authenticator(w.ledger, w.store, PEPPER, clock=w.clock)
     ident = await auth.identify(f"Bearer {w.secrets[name]}")
     hold = await w.ledger.reserve(
@@ -92,7 +100,7 @@ async def _request(
         prompt_units=2000,
         output_price=1000,
         max_out=max_out,
-        min_out=1,
+        min_out=max_out if explicit else 1,
         deadline=w.clock() + 600,
         alias="svc-fast",
         requested="svc-auto",
@@ -292,12 +300,12 @@ async def test_rebuild_restores_todays_cap_counters_so_no_key_spends_its_cap_twi
     )
     world.secrets["capped"] = capped.key
     await _key(world, pid, "free")  # no cap: no counter to restore
-    await _request(world, "capped", "yesterday", 50)
+    await _request(world, "capped", "yesterday", 50, explicit=True)
     world.clock.advance(DAY)  # yesterday's spend is not today's
-    await _request(world, "capped", "today-1", 25)
+    await _request(world, "capped", "today-1", 25, explicit=True)
     successor = await world.accounts.rotate_key(pid, capped.id, 3600)
     world.secrets["capped-2"] = successor.key
-    await _request(world, "capped-2", "today-2", 20)  # the lineage shares one counter
+    await _request(world, "capped-2", "today-2", 20, explicit=True)  # one counter: the lineage's
     await _request(world, "free", "today-3", 9)
     await world.flusher.flush_all()
     counter = world.layout.cap(
@@ -310,10 +318,10 @@ async def test_rebuild_restores_todays_cap_counters_so_no_key_spends_its_cap_twi
     assert done.cap_counters == 2  # the capped lineage and the uncapped key's spend
     assert int(await world.redis.get(counter)) == 45
     # what the cap leaves today is what it left before the loss: 55, not 100
-    hold = await _request(world, "capped-2", "after", None, max_out=400)
+    hold = await _request(world, "capped-2", "after", None, max_out=53, explicit=True)
     assert hold.amount == 55
     with pytest.raises(ApiError) as refused:
-        await _request(world, "capped", "over", None)
+        await _request(world, "capped", "over", None, max_out=1, explicit=True)
     assert refused.value.kind is ErrorKind.DAILY_CAP_EXCEEDED
 
 
