@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: run test test-cluster faults soak check lint bench install lock screenshots
+.PHONY: run test test-cluster faults soak check format lint bench install lock screenshots
 
 # .venv holds exactly requirements/test.lock (every package pinned with its hashes: svc's
 # dependencies plus the test and bench extras), then svc itself, editable and without
@@ -44,6 +44,14 @@ lint: install
 	$(BIN)/ruff format --check app bench tests
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+# Everything `make test` checks before it runs a test: lint, types, the import contracts.
+check: lint
+
+# Rewrites the code as `make lint` wants it (formatting, then the fixable lint findings).
+format: install
+	$(BIN)/ruff format app bench tests
+	$(BIN)/ruff check --fix app bench tests
 
 # The console's browser tests (tests/e2e/test_console.py) drive Debian's chromium package,
 # installed when missing, like PostgreSQL.

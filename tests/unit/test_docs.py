@@ -206,3 +206,11 @@ def test_configuration_table_matches_the_settings() -> None:
             if not first or first.group(1) != expected:
                 wrong.append(f"{var}: default is `{expected}`, table says {cell!r}")
     assert not wrong, "; ".join(wrong)
+
+
+def test_the_top_level_lua_link_is_the_scripts_folder() -> None:
+    """The design card's `lua/` is a link to the package data the ledger loads."""
+    link = ROOT / "lua"
+    assert link.is_symlink()
+    assert link.resolve() == (ROOT / "app" / "credits" / "lua").resolve()
+    assert (link / "reserve.lua").is_file()
