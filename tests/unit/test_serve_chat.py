@@ -10,8 +10,7 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import fakeredis
 import pytest
@@ -32,6 +31,7 @@ from app.upstream.simulated import SimulatedProvider
 from tests.conftest import Clock
 from tests.rsgi_transport import FakeHeaders, FakeProtocol, FakeScope
 from tests.unit.scripts_helpers import account, key
+from tests.unit.upstream_helpers import stream_services
 
 BODY = b'{"model":"svc-fast","messages":[{"role":"user","content":"hi"}]}'
 SCOPE = FakeScope("POST", CHAT.path, FakeHeaders([("content-length", str(len(BODY)))]))
@@ -58,23 +58,7 @@ async def chat(clock: Clock, request: pytest.FixtureRequest) -> AsyncIterator[Ch
     ident = await key(ledger, "acct_S", "kidS00000000")
     upstream = SimulatedProvider(delay_ms=getattr(request, "param", 0))
     service = CompletionService(ledger, UpstreamRouter({}, upstream), deadline_s=900, clock=clock)
-
-    async def authenticated(_authorization: str | None, _address: str, use: Any) -> Any:
-        return await use(ident)
-
-    services = SimpleNamespace(
-        settings=SimpleNamespace(
-            max_body_bytes=1 << 20,
-            max_messages=2048,
-            max_message_chars=1_000_000,
-            image_token_bound=4_096,
-        ),
-        aliases=default_catalog().aliases,
-        auth=SimpleNamespace(authenticated=authenticated),
-        completions=service,
-        trusted_proxies=[],
-    )
-    yield Chat(ledger, ident, cast(Services, services))
+    yield Chat(ledger, ident, stream_services(service, ident, default_catalog().aliases))
     await redis_client.aclose()
 
 

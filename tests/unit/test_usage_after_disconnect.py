@@ -14,8 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import msgspec
 import pytest
@@ -37,6 +36,7 @@ from tests.conftest import Clock
 from tests.rsgi_transport import FakeHeaders, FakeProtocol, FakeScope
 from tests.unit.scripts_helpers import account, key
 from tests.unit.test_tokens_estimate import real_counts
+from tests.unit.upstream_helpers import stream_services
 
 FUNDS = 10_000_000
 # The aliases as configured with a large output limit (an operator's models file may allow
@@ -87,23 +87,7 @@ def _services(
 ) -> Services:
     router = UpstreamRouter({"simulated": provider}, SimulatedProvider())  # type: ignore[dict-item]
     completions = CompletionService(ledger, router, deadline_s=900, clock=clock)
-
-    async def authenticated(_authorization: str | None, _address: str, use: Any) -> Any:
-        return await use(ident)
-
-    services = SimpleNamespace(
-        settings=SimpleNamespace(
-            max_body_bytes=1 << 20,
-            max_messages=2048,
-            max_message_chars=1_000_000,
-            image_token_bound=4_096,
-        ),
-        aliases=ALIASES,
-        auth=SimpleNamespace(authenticated=authenticated),
-        completions=completions,
-        trusted_proxies=[],
-    )
-    return cast(Services, services)
+    return stream_services(completions, ident, ALIASES)
 
 
 async def _served_until(

@@ -1,8 +1,16 @@
-"""What the upstream client tests share: a call to the mock upstream (the ``mock`` fixture
-in conftest.py runs it in process)."""
+"""What the upstream and stream tests share: a call to the mock upstream (the ``mock``
+fixture in conftest.py runs it in process), and services enough for ``serve_stream``."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import SimpleNamespace
+from typing import Any, cast
+
+from app.chat.catalog import Alias
+from app.chat.completion import CompletionService
+from app.credits.outcomes import Identity
+from app.runtime import Services
 from app.upstream.base import UpstreamCall
 from app.upstream.wire import ChatRequest, Message
 
@@ -11,3 +19,27 @@ def upstream_call(model: str = "m") -> UpstreamCall:
     """One short chat request to ``model``, capped at 100 output tokens."""
     request = ChatRequest(model=model, messages=[Message(role="user", content="hi")])
     return UpstreamCall(model=model, request=request, max_tokens=100)
+
+
+def stream_services(
+    completions: CompletionService, ident: Identity, aliases: Mapping[str, Alias]
+) -> Services:
+    """What ``app.http.streams.serve_stream`` reads of the services: the request limits,
+    the aliases, an authentication that always answers ``ident``, and ``completions``."""
+
+    async def authenticated(_authorization: str | None, _address: str, use: Any) -> Any:
+        return await use(ident)
+
+    services = SimpleNamespace(
+        settings=SimpleNamespace(
+            max_body_bytes=1 << 20,
+            max_messages=2048,
+            max_message_chars=1_000_000,
+            image_token_bound=4_096,
+        ),
+        aliases=aliases,
+        auth=SimpleNamespace(authenticated=authenticated),
+        completions=completions,
+        trusted_proxies=[],
+    )
+    return cast(Services, services)
