@@ -537,6 +537,9 @@ class Completion:
         still generating (for a client that left): the report is not near, reading stops."""
         if self.usage is not None or self._pieces is None:
             return
+        # what comes after the relay stopped does not change how the stream ended (a choice
+        # end read here past the cap must not turn a cut answer into a complete one)
+        ended = self._choice_ended
         with contextlib.suppress(TimeoutError, UpstreamError):
             async with asyncio.timeout_at(deadline):
                 async for batch in pieces:
@@ -545,8 +548,8 @@ class Completion:
                             self.usage = piece
                             return
                         if isinstance(piece, ChoiceEnd):
-                            self._choice_ended = True
-                        elif self._choice_ended or self.tokens_received >= self.hold.out_tokens:
+                            ended = True
+                        elif ended or self.tokens_received >= self.hold.out_tokens:
                             continue
                         elif isinstance(piece, str) or piece.carries_output():
                             return

@@ -232,3 +232,31 @@ async def test_no_report_dense_text_is_billed_by_its_tokens_not_its_chunks(
     assert completion >= real > 50_000 // 4 * 3
     assert completion <= 90_000
     assert credits == FAST.price.credits(total["live:prompt_tokens"], completion)
+
+
+async def test_a_choice_end_read_after_the_cap_leaves_the_answer_cut(
+    ledger: RedisLedger, clock: Clock
+) -> None:
+    """Past the output cap the relay reads on for the usage report; the provider's end of
+    the answer, read there in a later read than the last token, must not turn the cut
+    answer into a complete one (it did: CI saw response.completed once)."""
+    words = [{"type": "response.output_text.delta", "delta": f"w{n} "} for n in range(16)]
+    incomplete = {
+        "type": "response.incomplete",
+        "response": {
+            "incomplete_details": {"reason": "max_output_tokens"},
+            "usage": {"input_tokens": 5, "output_tokens": 16},
+        },
+    }
+    provider = ScriptedProvider(
+        [(0, responses_pieces(*words)), (0.05, responses_pieces(incomplete))]
+    )
+    body = {"model": "svc-fast", "input": "Go on.", "max_output_tokens": 16}
+    ident, received = await _served_until(
+        ledger, clock, RESPONSES, body, provider, lambda got: b'"sequence_number"' in got
+        and (b"response.incomplete" in got or b"response.completed" in got),
+    )  # fmt: skip
+    assert b"response.incomplete" in received
+    assert b"response.completed" not in received
+    total = await _check_money(ledger, clock, ident)
+    assert _billed(total) == (5, 16, FAST.price.credits(5, 16))
