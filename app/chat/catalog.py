@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import tomllib
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
+from msgspec import UNSET
 
 from app.core.settings import HEARTBEATS_PER_DEADLINE
 from app.upstream.config import ProviderConfig
@@ -72,14 +74,18 @@ class Alias(msgspec.Struct, frozen=True, kw_only=True):
     allow_service_tier: bool = False
     allow_store: bool = False
 
-    def withheld_fields(self) -> tuple[str, ...]:
-        """The request fields left out of what this alias's upstreams are sent."""
-        return tuple(
-            name
-            for flag, names in GATED_FIELDS.items()
-            if not getattr(self, flag)
-            for name in names
-        )
+    def withheld_fields(self) -> dict[str, Any]:
+        """The request fields left out of what this alias's upstreams are sent, each as
+        ``UNSET`` (for ``msgspec.structs.replace``); worked out once per set of flags."""
+        return _withheld(self.allow_service_tier, self.allow_store)
+
+
+@functools.cache
+def _withheld(allow_service_tier: bool, allow_store: bool) -> dict[str, Any]:
+    allowed = {"allow_service_tier": allow_service_tier, "allow_store": allow_store}
+    return {
+        name: UNSET for flag, names in GATED_FIELDS.items() if not allowed[flag] for name in names
+    }
 
 
 _CREATED = 1_767_225_600  # 2026-01-01T00:00:00Z

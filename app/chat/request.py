@@ -236,7 +236,7 @@ def resolve_params(
     top_p = DEFAULT_TOP_P if req.top_p in (UNSET, None) else req.top_p
     # what costs the operator more or has the provider keep data, unless the alias that
     # serves the request (svc-auto's choice) allows it
-    withheld = dict.fromkeys(alias.withheld_fields(), UNSET)
+    withheld = alias.withheld_fields()
     return ChatParams(
         requested=req.model,
         alias=alias,
