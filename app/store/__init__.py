@@ -1,7 +1,8 @@
 """The durable store: what must outlive Redis (accounts, keys, grants, usage rollups).
 
 ``open_store(url)`` picks the driver; callers only see the ``Store`` protocol, the record
-types and ``StoreError``, never a driver's own exceptions.
+types and ``StoreError``, never a driver's own exceptions. ``Store``'s docstrings are the
+contract; ``app.store.base.SQLStore`` implements it once for both engines.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Rows of the durable store, as typed records.
 
-Field names are the column names: the SQL in ``app.store.migrations`` is built from them.
+Field names are the column names: the SQL in ``app.store.statements`` is built from them.
 """
 
 from __future__ import annotations

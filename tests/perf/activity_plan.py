@@ -29,8 +29,8 @@ from typing import Any
 import msgspec
 
 from app.store import ActivityQuery, open_store
-from app.store import migrations as sql
 from app.store import postgres_sql as pgsql
+from app.store import statements as sql
 
 T0 = 1_790_000_000
 BIG = "acct_big"
@@ -129,7 +129,8 @@ async def _run_postgres(rows: int, url: str) -> list[tuple[str, float, str]]:
         print(f"postgresql: {rows:,} rows in {time.perf_counter() - start:.0f} s")
         found = []
         for name, query in pages(rows).items():
-            statement, args = pgsql.activity_page(query)
+            statement, args = sql.activity_page(query)
+            statement = pgsql.pg(statement)
             plan_rows = await (await pg.execute("EXPLAIN " + statement, args)).fetchall()
             plan = " | ".join(str(r[0]).strip() for r in plan_rows)
             times = []

@@ -10,8 +10,8 @@ import msgspec
 import pytest
 
 from app.store import ActivityQuery, ActivityRecord, Store
-from app.store import migrations as sql
 from app.store import postgres_sql as pgsql
+from app.store import statements as sql
 from tests.unit.databases import Database
 
 DAY = 86_400
@@ -185,8 +185,8 @@ async def test_postgresql_reads_a_page_by_one_index_range_without_sorting(
             "'completed', 5, 50, 'upstream' FROM generate_series(1, 200000) AS i"
         )
         await pg.execute("ANALYZE activity")
-        statement, args = pgsql.activity_page(query)
-        rows = await (await pg.execute("EXPLAIN " + statement, args)).fetchall()
+        statement, args = sql.activity_page(query)
+        rows = await (await pg.execute("EXPLAIN " + pgsql.pg(statement), args)).fetchall()
     plan = " | ".join(str(r[0]) for r in rows)
     assert any(
         f"Index Scan Backward using {i} on activity" in plan

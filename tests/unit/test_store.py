@@ -19,7 +19,6 @@ from app.store import (
     StoreError,
     UsageRollup,
     migrations,
-    postgres_sql,
     stream_id_key,
 )
 from app.store.migrations import MIGRATIONS
@@ -384,7 +383,6 @@ async def test_migration_4_keeps_earlier_usage_as_chat(
     upgrade its rows are chat's, and a Responses row of the same key, day and alias is a row
     of its own."""
     monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:3])
-    monkeypatch.setattr(postgres_sql, "MIGRATIONS", postgres_sql.MIGRATIONS[:3])
     old = database.open()
     await old.migrate()
     await old.close()

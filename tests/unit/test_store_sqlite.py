@@ -118,7 +118,7 @@ async def test_connection_settings(store: SQLiteStore) -> None:
         names = ("journal_mode", "synchronous", "busy_timeout", "foreign_keys")
         return [conn.execute(f"PRAGMA {name}").fetchone()[0] for name in names]
 
-    assert await store._run(pragmas) == ["wal", 1, 5000, 1]  # synchronous 1 = NORMAL
+    assert await store._call(pragmas) == ["wal", 1, 5000, 1]  # synchronous 1 = NORMAL
 
 
 # -- failures -------------------------------------------------------------------------
@@ -157,10 +157,10 @@ async def test_a_cancelled_call_keeps_the_connection_until_its_thread_is_done(
         time.sleep(0.2)
         events.append("slow done")
 
-    task = asyncio.create_task(store._run(slow))
+    task = asyncio.create_task(store._call(slow))
     await asyncio.to_thread(started.wait, 5)
     task.cancel()
-    await store._run(lambda conn: events.append("next"))
+    await store._call(lambda conn: events.append("next"))
     assert events == ["slow done", "next"]
     assert task.cancelled()
 
