@@ -283,7 +283,9 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
         from app.ops.reconcile import rebuild_redis
 
         return await rebuild_redis(
-            s.ledger,
+            s.money,
+            s.key_records,
+            s.usage_counts,
             s.store,
             now=s.clock(),
             earned_ttl_s=s.settings.earned_expiry_days * DAY_S,

@@ -23,9 +23,13 @@ from app.chat.router import UpstreamRouter
 from app.core.errors import ApiError, ErrorKind, service_unavailable
 from app.core.private_files import PRIVATE_FILE_MODE, make_private, private_folder
 from app.core.settings import Settings
-from app.credits.ledger import RedisLedger
-from app.credits.scripts import RedisClock
+from app.credits.idempotency import IdempotencyRecords
+from app.credits.key_records import KeyRecords
+from app.credits.money import Money
+from app.credits.scripts import RedisClock, Scripts
 from app.credits.sweeper import Sweeper
+from app.credits.throttle_counts import ThrottleCounts
+from app.credits.usage_counts import UsageCounts
 from app.keys.auth import Authenticator
 from app.keys.throttle import FailedAuthThrottle, parse_networks
 from app.kv.client import REDIS_ERRORS, RedisClient, open_redis, primaries_info
@@ -150,25 +154,31 @@ class Services:
         self.aliases: dict[str, Alias] = catalog.aliases
         self.layout = KeySpace(settings.redis_prefix, settings.shards)
         redis_clock = RedisClock()
-        self.ledger = RedisLedger(
-            redis,
+        # the requests' scripts, shared by every owner of Redis data below
+        self.scripts = Scripts(redis, script_calls)
+        self.money = Money(
+            self.scripts,
             self.layout,
             cap_ttl_s=settings.cap_counter_ttl_s,
             usage_ttl_s=settings.usage_day_ttl_s,
             command_timeout_s=settings.redis_timeout_s,
             redis_clock=redis_clock,
-            script_calls=script_calls,
         )
+        self.key_records = KeyRecords(self.scripts, self.layout)
+        self.usage_counts = UsageCounts(self.scripts, self.layout)
+        self.throttle_counts = ThrottleCounts(self.scripts, self.layout)
+        self.idempotency_records = IdempotencyRecords(self.scripts)
         self.script_calls = script_calls
         pepper = settings.key_pepper.encode()
         self.pepper = pepper  # keys' digests, and the seals of Idempotency-Key answers
         self.auth_throttle = FailedAuthThrottle(
             settings.failed_auth_limit,
             settings.failed_auth_window_s,
-            self.ledger.count_failed_auth,
+            self.throttle_counts.count_failed_auth,
         )
         self.auth = Authenticator(
-            self.ledger,
+            self.key_records,
+            self.throttle_counts,
             store,
             pepper,
             cache_size=settings.auth_cache_size,
@@ -179,7 +189,7 @@ class Services:
         )
         self.trusted_proxies = parse_networks(settings.trusted_proxies)
         allow = AllowList.parse(settings.webhook_allow_hosts)
-        self.webhooks = Webhooks(store, self.ledger, pepper, allow, clock)
+        self.webhooks = Webhooks(store, self.money, pepper, allow, clock)
         self.deliverer = Deliverer(
             store,
             pepper,
@@ -191,7 +201,8 @@ class Services:
         )
         self.accounts = Accounts(
             store,
-            self.ledger,
+            self.money,
+            self.key_records,
             pepper,
             max_active_keys=settings.max_active_keys,
             default_rate_limit_rpm=settings.key_rate_limit or None,
@@ -201,7 +212,7 @@ class Services:
         )
         self.spotlights = Spotlights(
             store,
-            self.ledger,
+            self.money,
             credits=settings.spotlight_credits,
             daily_limit=settings.spotlight_daily_limit,
             expiry_days=settings.earned_expiry_days,
@@ -212,8 +223,8 @@ class Services:
         # Background tasks talk to Redis on connections of their own, named so operators
         # (and the benchmark) can tell their commands from the requests'.
         self.background_redis = background_redis or redis
-        background_ledger = RedisLedger(
-            self.background_redis,
+        background_money = Money(
+            Scripts(self.background_redis),
             self.layout,
             cap_ttl_s=settings.cap_counter_ttl_s,
             usage_ttl_s=settings.usage_day_ttl_s,
@@ -221,7 +232,7 @@ class Services:
         )
         self.scanner = Scanner(
             store,
-            background_ledger,
+            background_money,
             self.webhooks,
             self.background_redis,
             self.layout,
@@ -229,7 +240,7 @@ class Services:
             keep_days=settings.activity_days,
             clock=clock,
         )
-        self.sweeper = Sweeper(background_ledger, interval_s=settings.sweep_interval_s, clock=clock)
+        self.sweeper = Sweeper(background_money, interval_s=settings.sweep_interval_s, clock=clock)
         self.flusher = Flusher(
             self.background_redis,
             self.layout,
@@ -240,10 +251,10 @@ class Services:
             activity_days=settings.activity_days,
             clock=clock,
         )
-        self.usage = UsageReader(self.ledger, store, retention_s=settings.usage_day_ttl_s)
+        self.usage = UsageReader(self.usage_counts, store, retention_s=settings.usage_day_ttl_s)
         self.activity = ActivityReader(store)
         self.completions = CompletionService(
-            self.ledger,
+            self.money,
             self.router,
             deadline_s=settings.reservation_deadline_s,
             recorded_bytes=settings.idempotent_response_bytes,
@@ -290,8 +301,8 @@ async def open_services(settings: Settings, *, clock: Callable[[], float] = time
         await services.close()
         raise
     with contextlib.suppress(*REDIS_ERRORS):
-        await services.ledger.scripts.load()  # EVALSHA reloads them later anyway
-        await services.ledger.sync_clock()  # the sweeper measures it again every round
+        await services.scripts.load()  # EVALSHA reloads them later anyway
+        await services.money.sync_clock()  # the sweeper measures it again every round
     return services
 
 

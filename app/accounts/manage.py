@@ -26,7 +26,8 @@ from app.core.errors import (
 from app.core.ids import random_id
 from app.core.settings import MAX_RATE_LIMIT_RPM
 from app.core.validation import decode_json
-from app.credits.ledger import KeyUse, RedisLedger
+from app.credits.key_records import KeyRecords, KeyUse
+from app.credits.money import Money
 from app.credits.outcomes import Balance, ScriptStatus
 from app.keys.format import (
     digest,
@@ -299,7 +300,8 @@ class Accounts:
     def __init__(
         self,
         store: Store,
-        ledger: RedisLedger,
+        money: Money,
+        key_records: KeyRecords,
         pepper: bytes,
         *,
         max_active_keys: int = 100,
@@ -312,7 +314,8 @@ class Accounts:
         ``model_ids``: the aliases a key's ``allowed_models`` may name; ``webhooks``:
         where key events go (revoked, rotated)."""
         self.store = store
-        self.ledger = ledger
+        self.money = money
+        self.key_records = key_records
         self.pepper = pepper
         self.max_active_keys = max_active_keys
         self.default_rate_limit_rpm = default_rate_limit_rpm
@@ -324,7 +327,7 @@ class Accounts:
         """A new account with empty pools; returns its public id."""
         pid = random_id("acct_", 16)
         await self.store.create_account(AccountRecord(pid=pid, created_at=int(self.clock())))
-        await self.ledger.open_account(pid)
+        await self.money.open_account(pid)
         return pid
 
     async def require_account(self, pid: str) -> AccountRecord:
@@ -349,8 +352,8 @@ class Accounts:
             created_at=int(now),
         )
         await self.store.insert_grant(grant)
-        await self.ledger.open_account(pid)
-        status, balance, _granted_at = await self.ledger.grant(
+        await self.money.open_account(pid)
+        status, balance, _granted_at = await self.money.grant(
             pid, pool="purchased", credits=credits, grant_id=grant.grant_id, now=now
         )
         if status not in (ScriptStatus.OK, ScriptStatus.DUPLICATE):
@@ -360,7 +363,7 @@ class Accounts:
     async def balance(self, pid: str) -> CreditBalance:
         """An account's pools, read straight from Redis."""
         await self.require_account(pid)
-        balance = await self.ledger.account_balance(pid, self.clock())
+        balance = await self.money.account_balance(pid, self.clock())
         return credit_balance(balance or Balance(0, 0, 0))
 
     async def caller(self, pid: str, kid: str) -> KeyRecord:
@@ -418,9 +421,9 @@ class Accounts:
 
     async def _publish(self, record: KeyRecord, secret: str) -> None:
         """Make a new key usable: its hot-path record and its secret's digest in Redis."""
-        ident = self.ledger.identity(record)
-        await self.ledger.put_key(ident, record)
-        await self.ledger.map_digest(digest(self.pepper, secret), ident)
+        ident = self.key_records.identity(record)
+        await self.key_records.put_key(ident, record)
+        await self.key_records.map_digest(digest(self.pepper, secret), ident)
 
     def _allowed_models(self, models: list[str]) -> str:
         """A key's ``allowed_models`` as the store keeps them (space-separated, each once),
@@ -450,7 +453,7 @@ class Accounts:
     async def list_keys(self, pid: str) -> ApiKeyList:
         """The account's keys, newest first: never a secret, never a hash."""
         records = await self.store.list_keys(pid)
-        uses = await self.ledger.keys_use(pid, records, self.clock())
+        uses = await self.key_records.keys_use(pid, records, self.clock())
         return ApiKeyList(
             object="list", data=[key_item(r, u) for r, u in zip(records, uses, strict=True)]
         )
@@ -494,7 +497,7 @@ class Accounts:
         if updated is None:
             raise service_unavailable()  # the key was there a moment ago: never deleted
         synced = await self._sync_key(updated)
-        (use,) = await self.ledger.keys_use(pid, [synced], self.clock())
+        (use,) = await self.key_records.keys_use(pid, [synced], self.clock())
         return key_item(synced, use)
 
     async def _sync_key(self, updated: KeyRecord) -> KeyRecord:
@@ -502,9 +505,9 @@ class Accounts:
 
         Redis follows the durable record; two updates racing may write Redis in the other
         order than the store, so the record is read again until Redis holds what it says."""
-        ident = self.ledger.identity(updated)
+        ident = self.key_records.identity(updated)
         for _ in range(_KEY_SYNC_ROUNDS):
-            written = await self.ledger.update_key(ident, updated)
+            written = await self.key_records.update_key(ident, updated)
             if written.status is ScriptStatus.KEY_UNKNOWN:
                 raise service_unavailable()  # the Redis record names another account: never
             now = await self.store.get_key(updated.kid)
@@ -618,7 +621,7 @@ class Accounts:
         """
         record = await self._account_key(pid, key_id)
         check_within(record, granter, acting_on=True)
-        revoked = await self.ledger.revoke_key(self.ledger.identity(record), record)
+        revoked = await self.key_records.revoke_key(self.key_records.identity(record), record)
         if revoked.status is ScriptStatus.KEY_UNKNOWN:
             raise service_unavailable()  # the Redis record names another account: never here
         stored = await self.store.revoke_key(pid, record.kid, int(self.clock()))

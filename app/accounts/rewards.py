@@ -23,7 +23,7 @@ from app.core.errors import (
     service_unavailable,
 )
 from app.core.validation import convert_fields
-from app.credits.ledger import RedisLedger
+from app.credits.money import Money
 from app.credits.outcomes import ScriptStatus
 from app.store import GrantRecord, Store
 
@@ -65,7 +65,7 @@ class Spotlights:
     def __init__(
         self,
         store: Store,
-        ledger: RedisLedger,
+        money: Money,
         *,
         credits: int = 5_000,
         daily_limit: int = 5,
@@ -73,7 +73,7 @@ class Spotlights:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
-        self.ledger = ledger
+        self.money = money
         self.credits = credits
         self.daily_limit = daily_limit
         self.ttl_s = expiry_days * DAY_S
@@ -85,10 +85,10 @@ class Spotlights:
         validate_view_id(view_id)
         if await self.store.get_account(pid) is None:
             raise account_not_found(pid)
-        await self.ledger.open_account(pid)  # an account Redis lost comes back empty
+        await self.money.open_account(pid)  # an account Redis lost comes back empty
         now = self.clock()
         grant_id = f"spotlight:{pid}:{view_id}"
-        status, _balance, granted_at = await self.ledger.grant(
+        status, _balance, granted_at = await self.money.grant(
             pid,
             pool="earned",
             credits=self.credits,

@@ -39,8 +39,9 @@ from app.core.metrics import METRICS
 from app.core.settings import HEARTBEATS_PER_DEADLINE
 from app.core.tokens import estimate_tokens
 from app.credits.idempotency import IdempotencyClaim, RecordedResponse
-from app.credits.ledger import RedisLedger
-from app.credits.outcomes import Hold, Identity, ScriptStatus, Settlement
+from app.credits.money import Money
+from app.credits.outcomes import Hold, Identity, Refusal, Replay, ScriptStatus, Settlement
+from app.keys.refusals import refusal_error
 from app.kv.client import REDIS_ERRORS, REDIS_TIMEOUT
 from app.kv.fields import USAGE_ESTIMATED, USAGE_UPSTREAM, Served
 from app.upstream.base import ChoiceEnd, Piece, UpstreamCall, UpstreamError, Usage
@@ -88,7 +89,7 @@ class CompletionService:
 
     def __init__(
         self,
-        ledger: RedisLedger,
+        money: Money,
         router: UpstreamRouter,
         *,
         deadline_s: int,
@@ -96,7 +97,7 @@ class CompletionService:
         clock: Callable[[], float] = time.time,
     ) -> None:
         """``recorded_bytes``: the largest stream an Idempotency-Key's record keeps."""
-        self.ledger = ledger
+        self.money = money
         self.router = router
         self.deadline_s = deadline_s
         self.recorded_bytes = recorded_bytes
@@ -104,9 +105,10 @@ class CompletionService:
 
     async def open(
         self, ident: Identity, params: ChatParams, claim: IdempotencyClaim | None = None
-    ) -> Completion:
-        """Reserve credits and start the upstream stream, or raise an ``ApiError`` (with
-        ``claim``, an Idempotency-Key: ``Replayed`` when its request has finished)."""
+    ) -> Completion | Replay:
+        """Reserve credits and start the upstream stream, or raise the ``ApiError`` of the
+        reserve's refusal (with ``claim``, an Idempotency-Key: the ``Replay`` of its
+        request when that has finished)."""
         alias = params.alias
         max_out = params.max_tokens or alias.default_output_tokens
         min_out = max_out if params.max_tokens else min(MIN_OUTPUT_TOKENS, max_out)
@@ -114,7 +116,7 @@ class CompletionService:
         now = self.clock()
         rid = random_id("rsv_", 16)
         try:
-            hold = await self.ledger.reserve(
+            reserved = await self.money.reserve(
                 ident,
                 rid=rid,
                 now=now,
@@ -135,6 +137,11 @@ class CompletionService:
             # by its id once Redis answers (nothing changes if it never held anything).
             in_background(self._release_unanswered(ident, rid, reserved_at=now))
             raise
+        if isinstance(reserved, Refusal):
+            raise refusal_error(reserved)
+        if isinstance(reserved, Replay):
+            return reserved
+        hold = reserved
         METRICS.reserved(ident.environment, hold.amount)
         completion = Completion(self, ident, params, hold, started=started)
         try:
@@ -151,7 +158,7 @@ class CompletionService:
         for _ in range(RELEASE_ATTEMPTS):
             await asyncio.sleep(pause_s)
             try:
-                released = await self.ledger.release_unanswered(
+                released = await self.money.release_unanswered(
                     ident, rid, reserved_at=reserved_at, now=self.clock()
                 )
             except REDIS_ERRORS:
@@ -596,7 +603,7 @@ class Completion:
     async def _settle(self, outcome: str) -> Settlement:
         prompt, completion = self.billed_tokens()
         used = 0 if outcome == "released" else self.params.alias.price.credits(prompt, completion)
-        settled = await self.service.ledger.settle(
+        settled = await self.service.money.settle(
             self.hold,
             now=self.service.clock(),
             credits_used=used,
@@ -694,7 +701,7 @@ class _Heartbeat:
         self.next = time.monotonic() + self.every
         service = self.completion.service
         try:
-            await service.ledger.extend(self.completion.hold, service.clock() + service.deadline_s)
+            await service.money.extend(self.completion.hold, service.clock() + service.deadline_s)
         except REDIS_ERRORS as exc:
             raise LedgerUnreachable from exc
 

@@ -8,8 +8,9 @@ replayed to a live key (which must be served and charged), nor the reverse, and 
 operator's request never takes an account's key.
 
 For completions the check and the record ride in the reserve and settle scripts
-(``reserve.lua``, ``settle.lua``: their headers say how); this module names the record and
-says what identifies a request.
+(``reserve.lua``, ``settle.lua``: their headers say how); this module names the record,
+says what identifies a request, and claims and closes the records of the other routes
+(``IdempotencyRecords``).
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from app.core.clock import DAY_S
-from app.core.errors import ApiError, ErrorKind, invalid_value
+from app.core.errors import invalid_value
+from app.credits.outcomes import Refusal, ScriptStatus
+from app.credits.scripts import Scripts
 from app.kv.layout import KeySpace
 
 HEADER = "idempotency-key"
@@ -43,15 +46,6 @@ class IdempotencyClaim(NamedTuple):
 
     record: str  # the Redis key of the key's record
     fingerprint: str  # what the request is: its route and body, hashed
-
-
-class Replayed(Exception):
-    """The request's key has a recorded response: ``body``, as it was first sent, goes out
-    again in place of the request (nothing is reserved or charged)."""
-
-    def __init__(self, body: bytes) -> None:
-        super().__init__("replayed")
-        self.body = body
 
 
 class RecordedAnswer(NamedTuple):
@@ -138,25 +132,33 @@ def unseal(pepper: bytes, pid: str, key: str, sealed: bytes) -> bytes:
     return _sealing_key(pepper, pid, key).decrypt(sealed[:12], sealed[12:], None)
 
 
-def in_progress() -> ApiError:
-    return ApiError(
-        ErrorKind.IDEMPOTENCY_IN_PROGRESS,
-        "A request with this Idempotency-Key is still running. Retry after it finishes.",
-    )
+class IdempotencyRecords:
+    """The Idempotency-Key records of the routes other than the streams: claimed before a
+    request runs, closed with its answer after."""
 
+    def __init__(self, scripts: Scripts) -> None:
+        self._run = scripts.run
 
-def key_reused() -> ApiError:
-    return ApiError(
-        ErrorKind.IDEMPOTENCY_KEY_REUSED,
-        "This Idempotency-Key was used for another request (another route or body). "
-        "Use a new key for a new request.",
-    )
+    async def claim(self, claim: IdempotencyClaim, token: str) -> RecordedAnswer | Refusal | None:
+        """Claim ``claim``'s key for the run ``token`` (None; the claim lapses after
+        ``RUNNING_TTL_S`` unless closed), or the answer its first request recorded, or the
+        ``Refusal`` when it is running or was another request's."""
+        state, *answer = await self._run(
+            "idempotency_claim", [claim.record], [claim.fingerprint, token, RUNNING_TTL_S]
+        )
+        if state == 0:
+            return None
+        if state == ScriptStatus.REPLAY:
+            body, status = answer
+            return RecordedAnswer(int(status), bytes(body))
+        return Refusal(ScriptStatus(state), 0, 0.0)
 
-
-def unrecorded() -> ApiError:
-    return ApiError(
-        ErrorKind.IDEMPOTENCY_UNAVAILABLE,
-        "The request with this Idempotency-Key finished, but its response was not kept "
-        "(larger than the service keeps, or cut short), so it cannot be replayed; it was "
-        "not run or charged again. Use a new key to send it again.",
-    )
+    async def close(
+        self, claim: IdempotencyClaim, token: str, answer: RecordedAnswer | None
+    ) -> None:
+        """Record the answer of the run ``token`` for ``claim``'s key, or (None: it failed)
+        free the key."""
+        args: list[Any] = [token, "failed"]
+        if answer is not None:
+            args = [token, "done", answer.status, answer.body, TTL_S]
+        await self._run("idempotency_close", [claim.record], args)

@@ -1,25 +1,14 @@
-"""What the scripts answer: one status enum for every script, the typed result of each
-call, and the API error each refusal means (one place maps a status to an error)."""
+"""What the scripts answer: one status enum for every script and the typed result of each
+call. A refusal is a value (``Refusal``) here; the API error it means is the HTTP side's
+(``app.keys.refusals``)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from enum import IntEnum
 from typing import NamedTuple
 
 import msgspec
-
-from app.core.clock import seconds_to_utc_midnight
-from app.core.errors import (
-    ApiError,
-    ErrorKind,
-    KeyRecordMissing,
-    invalid_api_key,
-    model_not_allowed,
-    service_unavailable,
-)
-from app.credits import idempotency
 
 
 class ScriptStatus(IntEnum):
@@ -102,73 +91,6 @@ class Balance(msgspec.Struct, frozen=True):
         return self.earned + self.purchased
 
 
-def key_refusal(status: ScriptStatus) -> ApiError | None:
-    """The API error for a key or account status, or None when the status is OK."""
-    if status is ScriptStatus.KEY_REVOKED:
-        return ApiError(ErrorKind.API_KEY_REVOKED, "This API key has been revoked.")
-    if status is ScriptStatus.KEY_EXPIRED:
-        return ApiError(ErrorKind.API_KEY_EXPIRED, "This API key has expired.")
-    if status is ScriptStatus.KEY_UNKNOWN:
-        missing = invalid_api_key()
-        return KeyRecordMissing(missing.kind, missing.message)
-    if status is ScriptStatus.ACCOUNT_MISSING:
-        return invalid_api_key()
-    return None
-
-
-def idempotency_refusal(status: ScriptStatus) -> ApiError | None:
-    """The API error for what an Idempotency-Key's record says (None: it says go on)."""
-    if status is ScriptStatus.IDEMPOTENCY_RUNNING:
-        return idempotency.in_progress()
-    if status is ScriptStatus.IDEMPOTENCY_REUSED:
-        return idempotency.key_reused()
-    if status is ScriptStatus.UNRECORDED:
-        return idempotency.unrecorded()
-    return None
-
-
-def reserve_refusal(
-    status: ScriptStatus, value: int, now: float, *, requested: str, alias: str
-) -> ApiError:
-    """The API error for a reservation the script refused (of a request for the model
-    ``requested``, served by ``alias``)."""
-    refusal = key_refusal(status)
-    if refusal is not None:
-        return refusal
-    if status is ScriptStatus.INSUFFICIENT_CREDITS:
-        return ApiError(
-            ErrorKind.INSUFFICIENT_CREDITS,
-            f"Not enough credits for this request ({value} available). "
-            "Lower max_tokens or add credits.",
-        )
-    if status is ScriptStatus.DAILY_CAP_EXCEEDED:
-        return ApiError(
-            ErrorKind.DAILY_CAP_EXCEEDED,
-            f"This API key's daily credit cap is reached ({value} credits left today).",
-            headers={"retry-after": str(seconds_to_utc_midnight(now))},
-        )
-    if status is ScriptStatus.GAVE_UP:
-        # Redis ran the reserve after this worker stopped waiting: what the caller saw (or
-        # sees now) is the same 503, and nothing was held.
-        return service_unavailable()
-    if status is ScriptStatus.MODEL_NOT_ALLOWED:
-        return model_not_allowed(requested, routed=requested != alias)
-    refusal = idempotency_refusal(status)
-    if refusal is not None:
-        return refusal
-    if status is ScriptStatus.RATE_LIMITED:
-        return ApiError(
-            ErrorKind.KEY_RATE_LIMITED,
-            "This API key started as many requests as its rate limit allows in the last "
-            "minute. Retry after the time in retry-after.",
-            headers={
-                "retry-after": str(max(1, math.ceil(value / 1000))),
-                "retry-after-ms": str(value),
-            },
-        )
-    return ApiError(ErrorKind.INTERNAL, "The request could not be processed.")
-
-
 class Written(NamedTuple):
     """A write that happens once: OK when this call made it, DUPLICATE when it was there
     already (``open_account``, ``put_key``, ``revoke_key``: revoked before), KEY_UNKNOWN when
@@ -194,3 +116,21 @@ class Granted(NamedTuple):
     status: ScriptStatus  # OK, ACCOUNT_MISSING, DUPLICATE or DAILY_LIMIT
     balance: Balance  # the pools after the call
     granted_at: int  # now, or when a DUPLICATE grant was first applied
+
+
+class Refusal(NamedTuple):
+    """A reserve the script refused: its status and what the error tells the client."""
+
+    status: ScriptStatus
+    value: int  # INSUFFICIENT_CREDITS: credits available; DAILY_CAP_EXCEEDED: credits left
+    # under the key's cap today; RATE_LIMITED: ms until a start is allowed; else 0
+    now: float  # when it was refused (unix seconds): a cap's retry-after counts from it
+    requested: str = ""  # the model the request asked for
+    alias: str = ""  # the alias that would have served it
+
+
+class Replay(NamedTuple):
+    """A reserve with an Idempotency-Key whose request has finished: ``body``, the stream as
+    it was first sent, goes out again in place of the request (nothing held or charged)."""
+
+    body: bytes

@@ -1,16 +1,22 @@
 """The Lua scripts: read from package data, registered once, called by name.
 
 One file per atomic operation in ``lua/``, each opening with its KEYS, ARGV and return
-shape. Each is sent with ``lua/lib/checks.lua`` in front of it: the argument checks every
-script runs before its first write, and the one reading of an Idempotency-Key's record.
+shape. A rule more than one script keeps (the argument checks, an earned pool's expiry, a
+key's usability, the models a key allows) is written once, in ``lua/lib/``, and a script
+takes it with a line ``--- @include "lib/<name>.lua"`` (bullmq's form). ``load_script_sources``
+expands those lines once, when the sources are read: an include is expanded where it is
+first named (an include may name others) and left out wherever it is named again, so its
+functions are defined once per script; an include that does not exist fails the load.
 Calls go out as EVALSHA; redis-py loads a script again after NOSCRIPT (``SCRIPT FLUSH``, a
 failover), and when it is flushed once more in between, EVAL carries the source itself.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Any
 
 from redis.commands.core import AsyncScript
@@ -19,7 +25,6 @@ from redis.exceptions import NoScriptError
 from app.kv.client import RedisClient
 from app.kv.pipelined import PipelinedRedis
 
-PRELUDE = "lib/checks.lua"
 SCRIPT_NAMES = (
     "reserve",
     "settle",
@@ -36,15 +41,40 @@ SCRIPT_NAMES = (
     "idempotency_close",
     "window_count",
 )
+INCLUDE = re.compile(r'^--- @include "([\w/.-]+\.lua)"[ \t]*$', re.MULTILINE)
+
+
+class ScriptLoadError(Exception):
+    """A script names an include that does not exist, or one outside ``lua/lib/``."""
+
+
+def expand_includes(source: str, folder: Traversable, seen: set[str] | None = None) -> str:
+    """``source`` with each of its ``--- @include`` lines replaced by the named file (its own
+    includes expanded first), each file at most once: ``seen`` holds what was expanded."""
+    done = set() if seen is None else seen
+
+    def include(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name in done:
+            return f"-- {name}: included above"
+        if not name.startswith("lib/") or ".." in name:
+            raise ScriptLoadError(f"includes come from lib/: {name}")
+        path = folder.joinpath(name)
+        if not path.is_file():
+            raise ScriptLoadError(f"no such include: {name}")
+        done.add(name)
+        return expand_includes(path.read_text(), folder, done).rstrip("\n")
+
+    return INCLUDE.sub(include, source)
 
 
 def load_script_sources() -> dict[str, str]:
-    """Every script as sent to Redis: the argument checks, then the script's own file (package
-    data of ``app.credits``)."""
+    """Every script as sent to Redis: its own file (package data of ``app.credits``) with its
+    includes expanded."""
     folder = resources.files(__package__).joinpath("lua")
-    prelude = folder.joinpath(PRELUDE).read_text()
     return {
-        name: prelude + "\n" + folder.joinpath(f"{name}.lua").read_text() for name in SCRIPT_NAMES
+        name: expand_includes(folder.joinpath(f"{name}.lua").read_text(), folder)
+        for name in SCRIPT_NAMES
     }
 
 
@@ -92,8 +122,8 @@ class Scripts:
 
 
 class RedisClock:
-    """Redis's clock as this host sees it: the offset ``RedisLedger.sync_clock`` last measured.
-    Shared by the ledgers of one process (the requests' and the background tasks')."""
+    """Redis's clock as this host sees it: the offset ``Money.sync_clock`` last measured.
+    Shared by the ``Money`` of one process (the requests' and the background tasks')."""
 
     def __init__(self) -> None:
         self.offset_s = 0.0  # Redis's TIME minus this host's clock

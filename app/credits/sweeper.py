@@ -14,12 +14,24 @@ import random
 import time
 from collections.abc import Callable
 
+from app.core.clock import day_tag
 from app.core.metrics import METRICS
-from app.credits.ledger import RedisLedger
-from app.credits.outcomes import ScriptStatus
+from app.credits.money import Money
+from app.credits.outcomes import Hold, ScriptStatus
 from app.kv.client import REDIS_ERRORS
+from app.kv.fields import ReservationField
+from app.kv.layout import as_text
 
 log = logging.getLogger("svc.sweeper")
+SWEPT_FIELDS = [  # what the sweeper needs of a reservation
+    ReservationField.ACCOUNT,
+    ReservationField.KEY,
+    ReservationField.DAY,
+    ReservationField.AMOUNT,
+    ReservationField.ENVIRONMENT,
+    ReservationField.CAP_KEY,
+    ReservationField.IDEMPOTENCY,
+]
 
 
 class Sweeper:
@@ -27,12 +39,12 @@ class Sweeper:
 
     def __init__(
         self,
-        ledger: RedisLedger,
+        money: Money,
         *,
         interval_s: float,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.ledger = ledger
+        self.money = money
         self.interval_s = interval_s
         self.clock = clock
 
@@ -40,8 +52,8 @@ class Sweeper:
         """Refund every reservation past its deadline now; returns how many this call did."""
         now = self.clock()
         done = 0
-        for hold in await self.ledger.expired_holds(now):
-            settled = await self.ledger.settle(
+        for hold in await self.expired_holds(now):
+            settled = await self.money.settle(
                 hold,
                 now=now,
                 credits_used=0,
@@ -61,13 +73,58 @@ class Sweeper:
         METRICS.swept.inc(done)
         return done
 
+    async def expired_holds(self, now: float, limit: int = 100) -> list[Hold]:
+        """Open reservations past their deadline, at most ``limit`` per shard (sweeper).
+
+        Two round trips whatever the number of shards: the ids of every shard, then the
+        reservations they name."""
+        redis, layout = self.money.redis, self.money.layout
+        shards = layout.all_shards()
+        pipe = redis.pipeline(transaction=False)
+        for shard in shards:
+            pipe.zrangebyscore(layout.reservations(shard), "-inf", int(now), start=0, num=limit)
+        found = [
+            (shard, as_text(rid))
+            for shard, rids in zip(shards, await pipe.execute(), strict=True)
+            for rid in rids
+        ]
+        if not found:
+            return []
+        pipe = redis.pipeline(transaction=False)
+        for shard, rid in found:
+            pipe.hmget(layout.reservation(shard, rid), SWEPT_FIELDS)
+        holds: list[Hold] = []
+        for (shard, rid), fields in zip(found, await pipe.execute(), strict=True):
+            if fields[0] is None:
+                continue  # settled meanwhile
+            pid, kid, day, amount, environment = (as_text(f) for f in fields[:5])
+            # a reservation names its cap counter (one without: its key's, that day)
+            cap, idem = fields[5:]
+            cap_key = as_text(cap) if cap else layout.cap(shard, kid, day_tag(day))
+            holds.append(
+                Hold(
+                    rid=rid,
+                    shard=shard,
+                    pid=pid,
+                    kid=kid,
+                    day=day,
+                    amount=int(amount),
+                    out_tokens=0,
+                    balance=0,
+                    environment=environment,
+                    cap_key=cap_key,
+                    idempotency=None if idem is None else as_text(idem),
+                )
+            )
+        return holds
+
     async def run(self) -> None:
         """Sweep every ``interval_s`` (with jitter, so workers spread out) until cancelled."""
         while True:
             await asyncio.sleep(self.interval_s * random.uniform(0.5, 1.5))
             try:
                 # the reserve script's give-up time is in Redis's clock: follow its drift
-                await self.ledger.sync_clock()
+                await self.money.sync_clock()
                 swept = await self.sweep_once()
             except (*REDIS_ERRORS, OSError) as exc:
                 METRICS.background_errors.labels("sweeper").inc()

@@ -25,7 +25,7 @@ from app.chat.catalog import AUTO, Alias
 from app.chat.request import enabled_alias, key_may_use
 from app.core.errors import ApiError, ErrorKind, model_not_allowed
 from app.core.validation import decode_json
-from app.credits.outcomes import Identity, key_refusal
+from app.credits.outcomes import Identity
 from app.http.deps import provide_identity, provide_services, request_address
 from app.http.headers import NO_STORE
 from app.http.idempotent import once
@@ -43,6 +43,7 @@ from app.http.openapi import (
     errors,
 )
 from app.http.reports import activity_answer, csv_download
+from app.keys.refusals import key_refusal
 from app.keys.roles import require_manager
 from app.runtime import Services
 from app.store import KeyRecord
@@ -144,7 +145,7 @@ class V1Controller(Controller):
         """The account's credit pools (spec 2.5); one script call checks the key too."""
 
         async def balance_of(ident: Identity) -> CreditBalance:
-            status, balance = await services.ledger.balance(ident, services.clock())
+            status, balance = await services.money.balance(ident, services.clock())
             refusal = key_refusal(status)
             if refusal is not None:
                 raise refusal

@@ -50,7 +50,7 @@ class HealthController(Controller):
         try:
             async with asyncio.timeout(READY_TIMEOUT_S):
                 checks["redis"] = bool(await services.redis.ping())
-                checks["scripts"] = await services.ledger.scripts.loaded()
+                checks["scripts"] = await services.scripts.loaded()
         except (*REDIS_ERRORS, OSError, TimeoutError):
             pass
         try:

@@ -32,8 +32,9 @@ from litestar import Request, Response
 
 from app.core.ids import random_id
 from app.credits import idempotency
-from app.credits.idempotency import IdempotencyClaim, RecordedAnswer
-from app.credits.ledger import RedisLedger
+from app.credits.idempotency import IdempotencyClaim, IdempotencyRecords, RecordedAnswer
+from app.credits.outcomes import Refusal
+from app.keys.refusals import refusal_error
 from app.kv.client import REDIS_ERRORS
 from app.runtime import Services
 
@@ -61,9 +62,11 @@ async def once(
     claim = idempotency.claim(
         services.layout, pid, key, request.url.path, body, environment=environment
     )
-    ledger, pepper = services.ledger, services.pepper
+    records, pepper = services.idempotency_records, services.pepper
     token = random_id("run_", 16)
-    recorded = await ledger.claim_idempotency(claim, token)
+    recorded = await records.claim(claim, token)
+    if isinstance(recorded, Refusal):
+        raise refusal_error(recorded)
     if recorded is not None:
         kept = idempotency.unseal(pepper, pid, key, recorded.body)
         replay = msgspec.json.decode(kept, type=kind)
@@ -72,28 +75,26 @@ async def once(
         result = await run()
     except BaseException:
         # a request that failed did nothing: its key is free for the request sent again
-        await _free(ledger, claim, token)
+        await _free(records, claim, token)
         raise
     sealed = idempotency.seal(pepper, pid, key, msgspec.json.encode(result))
     if len(sealed) > idempotency.answer_limit(services.settings.max_body_bytes):
         log.warning("idempotent answer of %d bytes not kept; its key is freed", len(sealed))
-        await _free(ledger, claim, token)
+        await _free(records, claim, token)
     else:
         try:
             # shielded: a client that leaves now still finds its answer when it retries
-            await asyncio.shield(
-                ledger.close_idempotency(claim, token, RecordedAnswer(status, sealed))
-            )
+            await asyncio.shield(records.close(claim, token, RecordedAnswer(status, sealed)))
         except REDIS_ERRORS as exc:
             log.warning("idempotent answer not recorded (%s); its key is freed", type(exc).__name__)
-            await _free(ledger, claim, token)
+            await _free(records, claim, token)
     return Response(result, status_code=status)
 
 
-async def _free(ledger: RedisLedger, claim: IdempotencyClaim, token: str) -> None:
+async def _free(records: IdempotencyRecords, claim: IdempotencyClaim, token: str) -> None:
     """Free the key of the run ``token``; when Redis fails here too, its claim lapses on its
     own (``RUNNING_TTL_S``) and the request's own outcome stands."""
     try:
-        await asyncio.shield(ledger.close_idempotency(claim, token, None))
+        await asyncio.shield(records.close(claim, token, None))
     except REDIS_ERRORS as exc:
         log.warning("idempotency key not freed (%s); its claim lapses", type(exc).__name__)

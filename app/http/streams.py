@@ -21,6 +21,7 @@ from app.chat.request import parse_chat_request
 from app.core.errors import ApiError, ErrorKind
 from app.core.metrics import METRICS
 from app.credits import idempotency
+from app.credits.outcomes import Replay
 from app.http.deps import rsgi_request_address
 from app.http.errors import CLIENT_CLOSED_REQUEST, as_api_error
 from app.http.headers import SECURITY_HEADERS
@@ -149,7 +150,7 @@ STREAM_ROUTES = {path: api for api in (CHAT, RESPONSES) for path in (api.path, a
 
 async def _open(
     api: Api, services: Services, scope: Scope, protocol: HTTPProtocol
-) -> tuple[Completion, StreamOutput | None]:
+) -> tuple[Completion, StreamOutput | None] | Replay:
     if scope.method != "POST":
         raise ApiError(ErrorKind.METHOD_NOT_ALLOWED, f"Use POST for {api.path}.")
     parsed: Parsed | None = None
@@ -157,7 +158,7 @@ async def _open(
     key = scope.headers.get(idempotency.HEADER)
     body = b""
 
-    async def reserve(ident: Identity) -> tuple[Completion, StreamOutput | None]:
+    async def reserve(ident: Identity) -> tuple[Completion, StreamOutput | None] | Replay:
         # The body is read once the key is known (a bad key is refused unread), and once
         # only: when Redis lost the key's record, the reservation is tried again with it.
         nonlocal parsed, body
@@ -170,6 +171,8 @@ async def _open(
                 services.layout, ident.pid, key, api.path, body, environment=ident.environment
             )
         completion = await services.completions.open(ident, parsed.params, claim)
+        if isinstance(completion, Replay):
+            return completion
         return completion, parsed.output(completion) if parsed.output else None
 
     return await services.auth.authenticated(
@@ -232,11 +235,7 @@ async def serve_stream(
     """Reserve, stream, settle. Errors before the first byte are plain JSON responses."""
     started = time.perf_counter()
     try:
-        completion, output = await _open(api, services, scope, protocol)
-    except idempotency.Replayed as replay:
-        _send_replay(protocol, replay.body, rid)
-        METRICS.request_done(api.path, 200, "", time.perf_counter() - started)
-        return
+        opened = await _open(api, services, scope, protocol)
     except ClientDisconnected:
         # Clients do this (a timeout, a cancelled upload): nothing was reserved, nobody
         # is left to answer, and it is no server error.
@@ -249,7 +248,12 @@ async def serve_stream(
         METRICS.labelled(METRICS.rejections, error.kind.code).inc()
         METRICS.request_done(api.path, error.status, "", time.perf_counter() - started)
         return
+    if isinstance(opened, Replay):
+        _send_replay(protocol, opened.body, rid)
+        METRICS.request_done(api.path, 200, "", time.perf_counter() - started)
+        return
 
+    completion, output = opened
     model = completion.params.alias.id
     headers = [*SSE_HEADERS, ("x-request-id", rid)]
     body = _Body(protocol.response_stream(200, headers), model, started)

@@ -21,9 +21,11 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from app.core.errors import ApiError, ErrorKind, KeyRecordMissing, invalid_api_key
-from app.credits.ledger import RedisLedger
-from app.credits.outcomes import Identity, key_refusal
+from app.credits.key_records import KeyRecords
+from app.credits.outcomes import Identity
+from app.credits.throttle_counts import ThrottleCounts
 from app.keys.format import ParsedKey, bearer_secret, digest, parse_key, verify_secret
+from app.keys.refusals import key_refusal
 from app.keys.throttle import FailedAuthThrottle
 from app.store import Store
 
@@ -55,7 +57,8 @@ class Authenticator:
 
     def __init__(
         self,
-        ledger: RedisLedger,
+        key_records: KeyRecords,
+        counts: ThrottleCounts,
         store: Store,
         pepper: bytes,
         *,
@@ -71,7 +74,8 @@ class Authenticator:
         ``cold_per_address_s``: those one client address may start a second on every worker
         of every instance together (0: no such limit). ``clock`` times the caches and the
         worker's budget; ``wall_clock`` is the time a key's expiry is compared with."""
-        self.ledger = ledger
+        self.key_records = key_records
+        self.counts = counts
         self.throttle = throttle or FailedAuthThrottle(0, 0.0)  # none given: no throttling
         self.store = store
         self.pepper = pepper
@@ -98,7 +102,7 @@ class Authenticator:
             return ident
         if self._is_known_unknown(key_digest):
             raise invalid_api_key()
-        ident = await self.ledger.lookup_digest(key_digest)
+        ident = await self.key_records.lookup_digest(key_digest)
         if ident is None:
             ident = await self._cold_path(secret, parsed, key_digest, address)
         self._remember(key_digest, ident)
@@ -127,7 +131,7 @@ class Authenticator:
     async def key_active(self, ident: Identity) -> Identity:
         """``ident`` once Redis says its key is active (a ``use`` for ``authenticated``, for
         routes whose own work does not check the key)."""
-        refusal = key_refusal(await self.ledger.key_status(ident, self.wall_clock()))
+        refusal = key_refusal(await self.key_records.key_status(ident, self.wall_clock()))
         if refusal is not None:
             raise refusal
         return ident
@@ -135,7 +139,7 @@ class Authenticator:
     async def allowed_models(self, ident: Identity) -> frozenset[str] | None:
         """The models ``ident``'s key may use (None: all), once Redis says it is active (a
         ``use`` for ``authenticated``)."""
-        access = await self.ledger.key_access(ident, self.wall_clock())
+        access = await self.key_records.key_access(ident, self.wall_clock())
         refusal = key_refusal(access.status)
         if refusal is not None:
             raise refusal
@@ -158,7 +162,7 @@ class Authenticator:
         """Whether an argon2 verification may start now: the client address's share across
         every worker and instance (counted in Redis), then this worker's."""
         if address is not None and self.cold_per_address_s > 0:
-            counted = await self.ledger.count_cold_auth(address)
+            counted = await self.counts.count_cold_auth(address)
             if counted.attempts > self.cold_per_address_s:
                 return False
         return self._cold_budget.take()
@@ -202,7 +206,7 @@ class Authenticator:
         if not await asyncio.to_thread(verify_secret, record.secret_hash, secret):
             self._mark_unknown(key_digest)
             raise invalid_api_key()
-        ident = self.ledger.identity(record)
-        await self.ledger.put_key(ident, record)
-        await self.ledger.map_digest(key_digest, ident)
+        ident = self.key_records.identity(record)
+        await self.key_records.put_key(ident, record)
+        await self.key_records.map_digest(key_digest, ident)
         return ident

@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequen
 from contextlib import asynccontextmanager
 
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import WindowCount
+from app.credits.throttle_counts import WindowCount
 from app.kv.client import REDIS_ERRORS
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network

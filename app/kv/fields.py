@@ -39,6 +39,22 @@ class KeyField:
 
 ALL_MODELS: Final = "*"
 """``KeyField.MODELS`` of a key that may use every alias."""
+NO_CAP: Final = -1
+"""``KeyField.CAP`` of a key without a daily cap; a threshold argument that clears it."""
+
+
+def models_field(allowed: str | None) -> str:
+    """``KeyField.MODELS`` for a key allowed the aliases ``allowed`` (space-separated; None:
+    every alias): each alias between spaces, so ``lib/keys.lua`` finds ``' alias '``."""
+    return ALL_MODELS if allowed is None else f" {allowed} "
+
+
+def allowed_models(raw: Any) -> list[str] | None:
+    """The aliases a ``KeyField.MODELS`` value allows, in its order; None: every alias (or
+    no record)."""
+    if raw is None or as_text(raw) == ALL_MODELS:
+        return None
+    return as_text(raw).split()
 
 
 KEY_ACTIVE: Final = b"active"
@@ -66,6 +82,13 @@ API_CHAT: Final = "chat"
 API_RESPONSES: Final = "responses"
 """``POST /v1/responses``."""
 APIS: Final = (API_CHAT, API_RESPONSES)  # chat first: its usage fields count every API
+
+
+def earned_expired(earned_exp: int, now: float) -> bool:
+    """``lib/earned.lua``'s rule, for the reads made outside the scripts: an earned pool
+    whose ``AccountField.EARNED_EXP`` is that (0: empty, never expires) has expired at
+    ``now`` (from that second on)."""
+    return earned_exp > 0 and now >= earned_exp
 
 
 def pools(values: list[Any]) -> tuple[int, int, int] | None:
@@ -215,6 +238,43 @@ class Served(msgspec.Struct, frozen=True, kw_only=True):
 NOTHING_SERVED = Served()
 
 
+class EventField:
+    """The fields of an entry of a shard's events stream ``<p>:{sN}:events``. ``settle.lua``
+    writes the usage event (no ``KIND``: the hot path's entries stay small); the scripts that
+    meet an expired earned pool (``lib/earned.lua``) an ``EXPIRE`` one; settle a ``LOW`` one;
+    reserve a ``CAP`` one. The scripts name them as literals: their headers say which."""
+
+    KIND: Final = "kind"  # absent: a usage event; else KIND_EXPIRE | KIND_LOW | KIND_CAP
+    RESERVATION: Final = "rid"
+    ACCOUNT: Final = "acct"
+    KEY: Final = "kid"
+    ENVIRONMENT: Final = "env"
+    ALIAS: Final = "alias"  # the alias that served it
+    REQUESTED: Final = "requested"  # the model the client asked for
+    DAY: Final = "day"  # YYYY-MM-DD, the reservation's UTC day
+    PROMPT_TOKENS: Final = "prompt_tokens"
+    COMPLETION_TOKENS: Final = "completion_tokens"
+    CREDITS: Final = "credits"  # usage: charged; expire: what lapsed
+    EARNED: Final = "earned"  # the part of CREDITS paid from the earned pool
+    OUTCOME: Final = "outcome"
+    TS: Final = "ts"  # unix seconds it happened
+    API: Final = "api"  # absent on events from before it existed: API_CHAT
+    SERVED: Final = "served"  # Served.text()
+    BALANCE: Final = "balance"  # low: the balance left
+    LOW: Final = "low"  # low: the account's threshold
+    LEVEL: Final = "level"  # cap: 50, 80 or 100 (%)
+    CAP: Final = "cap"  # cap: the key's daily cap
+    SPENT: Final = "spent"  # cap: the counter after the reserve
+    COUNTER: Final = "counter"  # cap: the cap counter's key name
+
+
+KIND_EXPIRE: Final = "expire"
+KIND_LOW: Final = "low"
+KIND_CAP: Final = "cap"
+KIND_MARK: Final = "mark"
+"""An entry ``rebuild-redis`` writes (and trims) so new ids land after a shard's cursor."""
+
+
 class UsageEvent(msgspec.Struct, frozen=True):
     """One settled request, as ``settle.lua`` wrote it."""
 
@@ -277,45 +337,49 @@ def parse_event(entry_id: Any, fields: Any) -> StreamEvent:
     """One stream entry as the event it records; an entry without ``kind`` is a usage
     event (settle writes no kind, to keep the hot path's entries small)."""
     f = {as_text(k): as_text(v) for k, v in fields.items()}
-    kind = f.get("kind")
-    if kind == "expire":
+    kind = f.get(EventField.KIND)
+    event_id = as_text(entry_id)
+    if kind == KIND_EXPIRE:
         return ExpiryEvent(
-            id=as_text(entry_id), account_pid=f["acct"], credits=int(f["credits"]), ts=int(f["ts"])
+            id=event_id,
+            account_pid=f[EventField.ACCOUNT],
+            credits=int(f[EventField.CREDITS]),
+            ts=int(f[EventField.TS]),
         )
-    if kind == "low":
+    if kind == KIND_LOW:
         return LowBalanceEvent(
-            id=as_text(entry_id),
-            account_pid=f["acct"],
-            balance=int(f["balance"]),
-            low=int(f["low"]),
-            ts=int(f["ts"]),
+            id=event_id,
+            account_pid=f[EventField.ACCOUNT],
+            balance=int(f[EventField.BALANCE]),
+            low=int(f[EventField.LOW]),
+            ts=int(f[EventField.TS]),
         )
-    if kind == "cap":
+    if kind == KIND_CAP:
         return CapEvent(
-            id=as_text(entry_id),
-            account_pid=f["acct"],
-            kid=f["kid"],
-            level=int(f["level"]),
-            cap=int(f["cap"]),
-            spent=int(f["spent"]),
-            counter=f["counter"],
-            ts=int(f["ts"]),
+            id=event_id,
+            account_pid=f[EventField.ACCOUNT],
+            kid=f[EventField.KEY],
+            level=int(f[EventField.LEVEL]),
+            cap=int(f[EventField.CAP]),
+            spent=int(f[EventField.SPENT]),
+            counter=f[EventField.COUNTER],
+            ts=int(f[EventField.TS]),
         )
     return UsageEvent(
-        id=as_text(entry_id),
-        account_pid=f["acct"],
-        kid=f["kid"],
-        environment=f["env"],
-        alias=f["alias"],
-        day=f["day"],
-        prompt_tokens=int(f["prompt_tokens"]),
-        completion_tokens=int(f["completion_tokens"]),
-        credits=int(f["credits"]),
-        earned_credits=int(f.get("earned", 0)),
-        api=f.get("api", API_CHAT),
-        reservation_id=f.get("rid", ""),
-        requested=f.get("requested", ""),
-        outcome=f.get("outcome", ""),
-        ts=int(f.get("ts", 0)),
-        served=Served.parse(f.get("served", "")),
+        id=event_id,
+        account_pid=f[EventField.ACCOUNT],
+        kid=f[EventField.KEY],
+        environment=f[EventField.ENVIRONMENT],
+        alias=f[EventField.ALIAS],
+        day=f[EventField.DAY],
+        prompt_tokens=int(f[EventField.PROMPT_TOKENS]),
+        completion_tokens=int(f[EventField.COMPLETION_TOKENS]),
+        credits=int(f[EventField.CREDITS]),
+        earned_credits=int(f.get(EventField.EARNED, 0)),
+        api=f.get(EventField.API, API_CHAT),
+        reservation_id=f.get(EventField.RESERVATION, ""),
+        requested=f.get(EventField.REQUESTED, ""),
+        outcome=f.get(EventField.OUTCOME, ""),
+        ts=int(f.get(EventField.TS, 0)),
+        served=Served.parse(f.get(EventField.SERVED, "")),
     )

@@ -16,7 +16,7 @@ from app.core.clock import day_tag, utc_day
 from app.core.errors import account_not_found
 from app.keys.format import public_id
 from app.kv.client import RedisClient
-from app.kv.fields import ACCOUNT_POOLS, ALL_MODELS, KeyField, ReservationField, pools
+from app.kv.fields import ACCOUNT_POOLS, KeyField, ReservationField, allowed_models, pools
 from app.kv.layout import KeySpace, as_text
 from app.store import Store
 
@@ -70,12 +70,6 @@ def _positive(raw: Any) -> int | None:
     return int(raw) if raw and int(raw) > 0 else None
 
 
-def _models(raw: Any) -> list[str] | None:
-    if raw is None or as_text(raw) == ALL_MODELS:
-        return None
-    return as_text(raw).split()
-
-
 def _ints(raw: dict[Any, Any]) -> dict[str, int]:
     return {as_text(k): int(v) for k, v in sorted(raw.items())}
 
@@ -115,7 +109,7 @@ async def inspect_account(
                 daily_cap_credits=None if cap is None or int(cap) < 0 else int(cap),
                 cap_used_today=int(used or 0),
                 expires_at=_positive(expires),
-                allowed_models=_models(models),
+                allowed_models=allowed_models(models),
                 rate_limit_rpm=_positive(rpm),
                 last_used_at=_positive(last_used),
                 replaces=None if rec.replaces is None else public_id(rec.replaces),

@@ -26,10 +26,12 @@ import msgspec
 
 from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import GRANT_MARKER_TTL_S, SPOTLIGHT_COUNTER_TTL_S, RedisLedger
+from app.credits.key_records import KeyRecords
+from app.credits.money import GRANT_MARKER_TTL_S, SPOTLIGHT_COUNTER_TTL_S, Money
 from app.credits.outcomes import ScriptStatus
+from app.credits.usage_counts import UsageCounts
 from app.kv.client import RedisClient
-from app.kv.fields import is_group_field
+from app.kv.fields import KIND_MARK, EventField, is_group_field
 from app.kv.layout import KeySpace
 from app.ops.shard_state import ShardRead, Sums, consistent_shards, redis_accounts
 from app.store import KeyRecord, LedgerSnapshot, Store
@@ -243,7 +245,9 @@ def restored_pools(sums: Sums, held: tuple[int, int]) -> tuple[int, int, int]:
 
 
 async def rebuild_redis(
-    ledger: RedisLedger,
+    money: Money,
+    key_records: KeyRecords,
+    usage_counts: UsageCounts,
     store: Store,
     *,
     now: float,
@@ -253,7 +257,7 @@ async def rebuild_redis(
     """Restore accounts, balances, keys, grant markers, today's spotlight and cap counters
     and usage totals from the durable store; refuses a Redis that holds accounts already
     unless ``force`` (then only what is missing is written, existing records are kept)."""
-    redis, layout = ledger.redis, ledger.layout
+    redis, layout = money.redis, money.layout
     in_redis = await redis_accounts(redis, layout)
     if in_redis and not force:
         raise ApiError(
@@ -284,19 +288,19 @@ async def rebuild_redis(
         for pid, sums in sorted(shard_sums.items()):
             if pid not in known:
                 continue
-            await _restore_account(ledger, report, shard, state, pid, sums, now)
+            await _restore_account(money, report, shard, state, pid, sums, now)
     keys = await store.list_all_keys()
-    await _restore_keys(ledger, keys, report)
+    await _restore_keys(key_records, keys, report)
     for account in await store.list_accounts():
         if account.low_balance_credits is not None:
-            await ledger.set_low_balance(account.pid, account.low_balance_credits, now)
-    await _restore_grant_markers(ledger, store, report, now)
+            await money.set_low_balance(account.pid, account.low_balance_credits, now)
+    await _restore_grant_markers(money, store, report, now)
     first_day = epoch_after(await store.last_usage_day())
-    epoch = await ledger.start_usage_epoch(first_day)
-    await ledger.start_usage_epoch(first_day, groups=True)
+    epoch = await usage_counts.start_usage_epoch(first_day)
+    await usage_counts.start_usage_epoch(first_day, groups=True)
     report.usage_epoch_day = utc_day(epoch) if epoch else None
     snapshot = await store.ledger_snapshot(utc_day(now))
-    report.cap_counters = await ledger.restore_cap_counters(
+    report.cap_counters = await money.restore_cap_counters(
         spent_today(snapshot, keys, utc_day(now)), utc_day(now)
     )
     await _move_streams_past_cursors(redis, layout, snapshot)
@@ -318,7 +322,7 @@ def spent_today(
 
 
 async def _restore_account(
-    ledger: RedisLedger,
+    money: Money,
     report: RebuildReport,
     shard: int,
     state: ShardRead,
@@ -332,43 +336,45 @@ async def _restore_account(
         report.accounts_kept += 1
     else:
         earned, exp, purchased = restored_pools(sums, state.held.get(pid, (0, 0)))
-        opened = await ledger.open_account(pid, earned=earned, earned_exp=exp, purchased=purchased)
+        opened = await money.open_account(pid, earned=earned, earned_exp=exp, purchased=purchased)
         if opened.status is ScriptStatus.OK:
             report.accounts_restored += 1
             report.earned_credits += earned
             report.purchased_credits += purchased
             if exp and exp <= now:
                 report.earned_already_expired += earned
-    usage_key = ledger.layout.usage_total(shard, pid)
+    usage_key = money.layout.usage_total(shard, pid)
     # HSETNX per field: a counter a settle created meanwhile (--force) is not overwritten.
-    if sums.usage and not await ledger.redis.exists(usage_key):
-        pipe = ledger.redis.pipeline(transaction=True)
+    if sums.usage and not await money.redis.exists(usage_key):
+        pipe = money.redis.pipeline(transaction=True)
         for name, value in sorted(sums.usage.items()):
             pipe.hsetnx(usage_key, name, value)
         await pipe.execute()
         report.usage_totals += 1
 
 
-async def _restore_keys(ledger: RedisLedger, keys: list[KeyRecord], report: RebuildReport) -> None:
+async def _restore_keys(
+    key_records: KeyRecords, keys: list[KeyRecord], report: RebuildReport
+) -> None:
     """Every key's record, revoked ones too (a key Redis does not know would otherwise be
     re-warmed from the store by the cold path anyway; a revoked one must stay revoked).
     The digest mappings need the secrets: the cold path restores each on the key's first
     use (argon2 check against the stored hash)."""
     for rec in keys:
-        written = await ledger.put_key(ledger.identity(rec), rec)
+        written = await key_records.put_key(key_records.identity(rec), rec)
         if written.status is ScriptStatus.OK:
             report.keys_restored += 1
             report.revoked_keys_restored += int(rec.status == "revoked")
 
 
 async def _restore_grant_markers(
-    ledger: RedisLedger, store: Store, report: RebuildReport, now: float
+    money: Money, store: Store, report: RebuildReport, now: float
 ) -> None:
     """Grant ids seen (so a retried spotlight view is not rewarded twice) and today's
     spotlight counters (so the daily limit still holds)."""
-    layout, today = ledger.layout, utc_day(now)
+    layout, today = money.layout, utc_day(now)
     spotlights: dict[str, int] = defaultdict(int)
-    pipe = ledger.redis.pipeline(transaction=False)
+    pipe = money.redis.pipeline(transaction=False)
     for g in await store.list_grants_since(int(now) - GRANT_MARKER_TTL_S):
         shard = layout.shard(g.account_pid)
         ttl = g.created_at + GRANT_MARKER_TTL_S - int(now)
@@ -379,7 +385,7 @@ async def _restore_grant_markers(
     report.grant_markers = sum(1 for ok in await pipe.execute() if ok)
     for pid, count in sorted(spotlights.items()):
         key = layout.spotlight(layout.shard(pid), pid, day_tag(today))
-        if await ledger.redis.set(key, count, ex=SPOTLIGHT_COUNTER_TTL_S, nx=True):
+        if await money.redis.set(key, count, ex=SPOTLIGHT_COUNTER_TTL_S, nx=True):
             report.spotlight_counters += 1
 
 
@@ -395,5 +401,9 @@ async def _move_streams_past_cursors(
         if await redis.exists(name):
             continue
         await redis.xadd(
-            name, {"kind": "mark"}, id=next_stream_id(cursor), maxlen=0, approximate=False
+            name,
+            {EventField.KIND: KIND_MARK},
+            id=next_stream_id(cursor),
+            maxlen=0,
+            approximate=False,
         )

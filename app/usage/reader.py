@@ -23,7 +23,7 @@ from app.keys.format import public_id
 from app.kv.fields import GROUP_KEY, GROUP_MODEL, UsageCounters
 
 if TYPE_CHECKING:
-    from app.credits.ledger import RedisLedger
+    from app.credits.usage_counts import UsageCounts
     from app.store import Store, UsageRollup
 
 DEFAULT_DAYS = 30
@@ -179,17 +179,17 @@ def _sum(parts: Groups) -> UsageCounters:
 class UsageReader:
     """Builds usage summaries from Redis counters and durable rollups."""
 
-    def __init__(self, ledger: RedisLedger, store: Store, *, retention_s: int) -> None:
-        self.ledger = ledger
+    def __init__(self, counts: UsageCounts, store: Store, *, retention_s: int) -> None:
+        self.counts = counts
         self.store = store
         self.retention_s = retention_s
 
     async def epoch(self, *, groups: bool = False) -> int:
         """This Redis's usage epoch (``groups``: of its per-key and per-model counters),
         started now if it has none (see ``epoch_after``)."""
-        epoch = await self.ledger.usage_epoch(groups=groups)
+        epoch = await self.counts.usage_epoch(groups=groups)
         if epoch is None:
-            epoch = await self.ledger.start_usage_epoch(
+            epoch = await self.counts.start_usage_epoch(
                 epoch_after(await self.store.last_usage_day()), groups=groups
             )
         return epoch
@@ -214,12 +214,12 @@ class UsageReader:
         recent = redis_days(now, first)
         groups: dict[str, Groups] | None = None
         if grouping is None:
-            from_redis = await self.ledger.usage_days(pid, environment, recent) if recent else {}
+            from_redis = await self.counts.usage_days(pid, environment, recent) if recent else {}
         else:
             if grouping.counted is None:
-                groups = await self.ledger.usage_days_by_api(pid, environment, recent)
+                groups = await self.counts.usage_days_by_api(pid, environment, recent)
             else:
-                groups = await self.ledger.usage_days_grouped(
+                groups = await self.counts.usage_days_grouped(
                     pid, environment, recent, grouping.counted
                 )
             from_redis = {day: _sum(parts) for day, parts in groups.items()}

@@ -12,7 +12,7 @@ from msgspec import UNSET, UnsetType
 
 from app.core.errors import ApiError, ErrorKind, invalid_value
 from app.core.ids import random_id
-from app.credits.ledger import RedisLedger
+from app.credits.money import Money
 from app.store import DeliveryRecord, Store, WebhookEventRecord, WebhookRecord
 from app.webhooks.events import EVENT_TYPES
 from app.webhooks.signing import new_salt, webhook_secret
@@ -142,13 +142,13 @@ class Webhooks:
     def __init__(
         self,
         store: Store,
-        ledger: RedisLedger,
+        money: Money,
         pepper: bytes,
         allow: AllowList,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
-        self.ledger = ledger
+        self.money = money
         self.pepper = pepper
         self.allow = allow
         self.clock = clock
@@ -190,7 +190,7 @@ class Webhooks:
             account = await self.store.get_account(pid)
             return None if account is None else account.low_balance_credits
         await self.store.set_low_balance(pid, change)
-        await self.ledger.set_low_balance(pid, change, self.clock())
+        await self.money.set_low_balance(pid, change, self.clock())
         return change
 
     async def list(self, pid: str) -> WebhookList:

@@ -25,9 +25,10 @@ from collections.abc import Callable
 
 from app.core.clock import DAY_S
 from app.core.metrics import METRICS
-from app.credits.ledger import RedisLedger
+from app.credits.money import Money
 from app.keys.format import public_id
 from app.kv.client import REDIS_ERRORS, RedisClient
+from app.kv.fields import earned_expired
 from app.kv.layout import KeySpace
 from app.store import KeyRecord, Store, StoreError, WebhookEventRecord
 from app.webhooks.events import (
@@ -91,7 +92,7 @@ class Scanner:
     def __init__(
         self,
         store: Store,
-        ledger: RedisLedger,
+        money: Money,
         webhooks: Webhooks,
         redis: RedisClient,
         layout: KeySpace,
@@ -102,7 +103,7 @@ class Scanner:
     ) -> None:
         """``keep_days``: how long deliveries are kept after their event (``prune``)."""
         self.store = store
-        self.ledger = ledger
+        self.money = money
         self.webhooks = webhooks
         self.redis = redis
         self.layout = layout
@@ -119,9 +120,9 @@ class Scanner:
             if KEY_EXPIRING in types:
                 events += expiring_keys(pid, await self.store.list_keys(pid), now)
             if EARNED_EXPIRING in types or EARNED_EXPIRED in types:
-                earned, expires_at = await self.ledger.earned_pool(pid)
-                if expires_at and now >= expires_at:
-                    await self.ledger.expire_earned(pid, now)
+                earned, expires_at = await self.money.earned_pool(pid)
+                if earned_expired(expires_at, now):
+                    await self.money.expire_earned(pid, now)
                 elif EARNED_EXPIRING in types:
                     events += earned_expiring(pid, earned, expires_at, now)
         return await self.webhooks.emit(events)

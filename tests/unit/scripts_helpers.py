@@ -7,18 +7,20 @@ from typing import Any
 from redis.asyncio.cluster import RedisCluster
 
 from app.credits.idempotency import IdempotencyClaim
-from app.credits.ledger import RedisLedger
-from app.credits.outcomes import Hold, Identity
+from app.credits.money import Money
+from app.credits.outcomes import Hold, Identity, Refusal, Replay
+from app.keys.refusals import refusal_error
 from app.kv.fields import API_CHAT
 from app.store import KeyRecord
+from tests.ledgers import Ledgers
 
 
-async def account(ledger: RedisLedger, pid: str, *, purchased: int = 0) -> None:
-    await ledger.open_account(pid, purchased=purchased)
+async def account(ledger: Ledgers, pid: str, *, purchased: int = 0) -> None:
+    await ledger.money.open_account(pid, purchased=purchased)
 
 
 async def key(
-    ledger: RedisLedger,
+    ledger: Ledgers,
     pid: str,
     kid: str,
     *,
@@ -29,12 +31,21 @@ async def key(
     lineage: str = "",
 ) -> Identity:
     ident = Identity(pid, kid, environment, ledger.layout.shard(pid), lineage)
-    await ledger.put_key(ident, rec(ident, cap=cap, rpm=rpm, models=models))
+    await ledger.keys.put_key(ident, rec(ident, cap=cap, rpm=rpm, models=models))
     return ident
 
 
-async def reserve(
-    ledger: RedisLedger,
+async def reserve(ledger: Ledgers, ident: Identity, rid: str, now: float, **options: Any) -> Hold:
+    """``reserved``'s hold, or the API error its refusal means raised (as the streams do)."""
+    held = await reserved(ledger, ident, rid, now, **options)
+    if isinstance(held, Refusal):
+        raise refusal_error(held)
+    assert isinstance(held, Hold), held
+    return held
+
+
+async def reserved(
+    ledger: Ledgers,
     ident: Identity,
     rid: str,
     now: float,
@@ -47,9 +58,9 @@ async def reserve(
     api: str = API_CHAT,
     models: str = "svc-fast",
     claim: IdempotencyClaim | None = None,
-) -> Hold:
+) -> Hold | Refusal | Replay:
     """Defaults make the arithmetic plain: one credit per output token."""
-    return await ledger.reserve(
+    return await ledger.money.reserve(
         ident,
         rid=rid,
         now=now,
@@ -66,7 +77,7 @@ async def reserve(
     )
 
 
-async def snapshot(ledger: RedisLedger) -> dict[bytes, Any]:
+async def snapshot(ledger: Ledgers) -> dict[bytes, Any]:
     """Every key with its type and value: compare two to prove nothing changed."""
     redis = ledger.redis
     out: dict[bytes, Any] = {}
@@ -91,7 +102,7 @@ async def snapshot(ledger: RedisLedger) -> dict[bytes, Any]:
     return out
 
 
-async def pools(ledger: RedisLedger, pid: str) -> tuple[int, int]:
+async def pools(ledger: Ledgers | Money, pid: str) -> tuple[int, int]:
     earned, purchased = await ledger.redis.hmget(
         ledger.layout.account(ledger.layout.shard(pid), pid), ["earned", "purchased"]
     )

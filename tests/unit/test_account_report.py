@@ -6,18 +6,18 @@ import pytest
 
 from app.accounts.manage import Accounts, KeyCreateRequest
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Identity
 from app.ops.inspect import inspect_account
 from app.store import Store
 from tests.conftest import Clock
+from tests.ledgers import Ledgers
 from tests.unit.scripts_helpers import reserve
 
 
 async def test_the_report_shows_pools_keys_caps_reservations_and_usage(
-    store: Store, ledger: RedisLedger, clock: Clock
+    store: Store, ledger: Ledgers, clock: Clock
 ) -> None:
-    accounts = Accounts(store, ledger, b"pepper", clock=clock)
+    accounts = Accounts(store, ledger.money, ledger.keys, b"pepper", clock=clock)
     pid = await accounts.create_account()
     await accounts.grant_purchased(pid, 1000)
     capped = await accounts.create_key(
@@ -30,7 +30,7 @@ async def test_the_report_shows_pools_keys_caps_reservations_and_usage(
     shard = ledger.layout.shard(pid)
     ident = Identity(pid, capped.id.removeprefix("key_"), "live", shard)
     done = await reserve(ledger, ident, "r1", clock())
-    await ledger.settle(
+    await ledger.money.settle(
         done, now=clock(), credits_used=4, prompt_tokens=2, completion_tokens=4, outcome="completed"
     )
     open_hold = await reserve(ledger, ident, "r2", clock(), deadline=clock() + 60)

@@ -9,14 +9,14 @@ import pytest
 
 from app.accounts.manage import Accounts, KeyCreateRequest, KeyUpdateRequest
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import RedisLedger
 from app.credits.outcomes import ScriptStatus
 from app.keys.format import digest
 from app.store import Store
+from tests.ledgers import Ledgers
 
 
-async def test_active_key_limit(store: Store, ledger: RedisLedger) -> None:
-    accounts = Accounts(store, ledger, b"p", max_active_keys=2)
+async def test_active_key_limit(store: Store, ledger: Ledgers) -> None:
+    accounts = Accounts(store, ledger.money, ledger.keys, b"p", max_active_keys=2)
     pid = await accounts.create_account()
     first = await accounts.create_key(
         pid, KeyCreateRequest(name="a", environment="live", daily_cap_credits=None)
@@ -38,8 +38,8 @@ async def test_active_key_limit(store: Store, ledger: RedisLedger) -> None:
     assert [k.status for k in listed.data] == ["active", "active", "revoked"]
 
 
-async def test_revoke_is_scoped_and_immediate(store: Store, ledger: RedisLedger) -> None:
-    accounts = Accounts(store, ledger, b"p")
+async def test_revoke_is_scoped_and_immediate(store: Store, ledger: Ledgers) -> None:
+    accounts = Accounts(store, ledger.money, ledger.keys, b"p")
     a, b = await accounts.create_account(), await accounts.create_account()
     key = await accounts.create_key(
         a, KeyCreateRequest(name="a", environment="live", daily_cap_credits=None)
@@ -50,16 +50,16 @@ async def test_revoke_is_scoped_and_immediate(store: Store, ledger: RedisLedger)
         assert info.value.kind is ErrorKind.API_KEY_NOT_FOUND
     deleted = await accounts.revoke_key(a, key.id)
     assert (deleted.id, deleted.deleted) == (key.id, True)
-    ident = await ledger.lookup_digest(digest(b"p", key.key))
+    ident = await ledger.keys.lookup_digest(digest(b"p", key.key))
     assert ident is not None
-    assert await ledger.key_status(ident, time.time()) is ScriptStatus.KEY_REVOKED
+    assert await ledger.keys.key_status(ident, time.time()) is ScriptStatus.KEY_REVOKED
     record = await store.get_key(key.id.removeprefix("key_"))
     assert record is not None
     assert record.status == "revoked"
 
 
-async def test_grants_need_an_account(store: Store, ledger: RedisLedger) -> None:
-    accounts = Accounts(store, ledger, b"p")
+async def test_grants_need_an_account(store: Store, ledger: Ledgers) -> None:
+    accounts = Accounts(store, ledger.money, ledger.keys, b"p")
     with pytest.raises(ApiError) as info:
         await accounts.grant_purchased("acct_missing", 5)
     assert info.value.kind is ErrorKind.ACCOUNT_NOT_FOUND
@@ -71,9 +71,9 @@ async def test_grants_need_an_account(store: Store, ledger: RedisLedger) -> None
 
 
 async def test_concurrent_updates_lose_no_field_and_leave_redis_as_the_store(
-    store: Store, ledger: RedisLedger
+    store: Store, ledger: Ledgers
 ) -> None:
-    accounts = Accounts(store, ledger, b"p")
+    accounts = Accounts(store, ledger.money, ledger.keys, b"p")
     pid = await accounts.create_account()
     key = await accounts.create_key(
         pid, KeyCreateRequest(name="a", environment="live", daily_cap_credits=None)
@@ -85,7 +85,7 @@ async def test_concurrent_updates_lose_no_field_and_leave_redis_as_the_store(
     assert record is not None
     assert record.name.startswith("n")  # a name and a cap were both kept
     assert record.daily_cap_credits is not None
-    ident = await ledger.lookup_digest(digest(b"p", key.key))
+    ident = await ledger.keys.lookup_digest(digest(b"p", key.key))
     assert ident is not None
     hot = await ledger.redis.hgetall(ledger.layout.api_key(ident.shard, ident.kid))
     assert (hot[b"name"].decode(), int(hot[b"cap"])) == (record.name, record.daily_cap_credits)

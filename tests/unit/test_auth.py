@@ -9,29 +9,37 @@ import pytest
 
 from app.accounts.manage import Accounts, KeyCreateRequest
 from app.core.errors import ApiError, ErrorKind, KeyRecordMissing, invalid_api_key
-from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Identity, ScriptStatus
 from app.keys.auth import Authenticator
 from app.keys.format import digest, generate_key
 from app.keys.throttle import FailedAuthThrottle
 from app.store import Store
 from tests.conftest import Clock
+from tests.ledgers import Ledgers
 
 PEPPER = b"pepper"
 ADDRESS = "192.0.2.1"
 
 
 @pytest.fixture
-def accounts(store: Store, ledger: RedisLedger) -> Accounts:
-    return Accounts(store, ledger, PEPPER)
+def accounts(store: Store, ledger: Ledgers) -> Accounts:
+    return Accounts(store, ledger.money, ledger.keys, PEPPER)
 
 
-def _auth(ledger: RedisLedger, store: Store, clock: Clock, per_s: float = 5.0) -> Authenticator:
-    return Authenticator(ledger, store, PEPPER, negative_ttl_s=30, cold_per_s=per_s, clock=clock)
+def _auth(ledger: Ledgers, store: Store, clock: Clock, per_s: float = 5.0) -> Authenticator:
+    return Authenticator(
+        ledger.keys,
+        ledger.throttle,
+        store,
+        PEPPER,
+        negative_ttl_s=30,
+        cold_per_s=per_s,
+        clock=clock,
+    )
 
 
 async def test_hot_path_uses_cache_after_first_lookup(
-    accounts: Accounts, ledger: RedisLedger, store: Store, clock: Clock
+    accounts: Accounts, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
     created = await accounts.create_key(
@@ -46,7 +54,7 @@ async def test_hot_path_uses_cache_after_first_lookup(
 
 
 async def test_cold_path_rewarms_redis(
-    accounts: Accounts, ledger: RedisLedger, store: Store, clock: Clock
+    accounts: Accounts, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
     created = await accounts.create_key(
@@ -58,11 +66,11 @@ async def test_cold_path_rewarms_redis(
     ident = await auth.identify(f"Bearer {created.key}")
     assert ident.pid == pid
     assert auth.cold_verifications == 1
-    assert await ledger.lookup_digest(key_digest) == ident
+    assert await ledger.keys.lookup_digest(key_digest) == ident
 
 
 async def test_cold_path_restores_a_lost_key_record_with_its_status(
-    accounts: Accounts, ledger: RedisLedger, store: Store, clock: Clock
+    accounts: Accounts, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
     created = await accounts.create_key(
@@ -71,7 +79,7 @@ async def test_cold_path_restores_a_lost_key_record_with_its_status(
     kid = created.id.removeprefix("key_")
     await store.revoke_key(pid, kid, 1)
     await ledger.redis.flushall()
-    await ledger.open_account(pid)
+    await ledger.money.open_account(pid)
     auth = _auth(ledger, store, clock)
     with pytest.raises(ApiError) as info:
         await auth.authenticated(f"Bearer {created.key}", ADDRESS, auth.key_active)
@@ -79,7 +87,7 @@ async def test_cold_path_restores_a_lost_key_record_with_its_status(
 
 
 async def test_wrong_secret_with_a_real_key_id_is_refused_and_negative_cached(
-    accounts: Accounts, ledger: RedisLedger, store: Store, clock: Clock
+    accounts: Accounts, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
     created = await accounts.create_key(
@@ -99,7 +107,7 @@ async def test_wrong_secret_with_a_real_key_id_is_refused_and_negative_cached(
 
 
 async def test_fake_keys_cost_no_argon2_and_cold_path_is_rate_limited(
-    accounts: Accounts, ledger: RedisLedger, store: Store, clock: Clock
+    accounts: Accounts, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     auth = _auth(ledger, store, clock, per_s=2)
     for _ in range(50):  # unknown key ids: a database miss, never argon2
@@ -121,10 +129,18 @@ async def test_fake_keys_cost_no_argon2_and_cold_path_is_rate_limited(
 
 
 async def test_an_addresss_cold_path_budget_is_shared_by_every_worker(
-    accounts: Accounts, ledger: RedisLedger, store: Store, clock: Clock
+    accounts: Accounts, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     workers = [
-        Authenticator(ledger, store, PEPPER, cold_per_s=100, cold_per_address_s=3, clock=clock)
+        Authenticator(
+            ledger.keys,
+            ledger.throttle,
+            store,
+            PEPPER,
+            cold_per_s=100,
+            cold_per_address_s=3,
+            clock=clock,
+        )
         for _ in range(3)
     ]
     pid = await accounts.create_account()
@@ -149,18 +165,18 @@ async def test_an_addresss_cold_path_budget_is_shared_by_every_worker(
 
 
 async def test_malformed_keys_never_reach_redis(
-    ledger: RedisLedger, store: Store, clock: Clock
+    ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     auth = _auth(ledger, store, clock)
     calls = 0
-    original = ledger.lookup_digest
+    original = ledger.keys.lookup_digest
 
     async def counting(d: str):  # type: ignore[no-untyped-def]
         nonlocal calls
         calls += 1
         return await original(d)
 
-    ledger.lookup_digest = counting  # type: ignore[method-assign]
+    ledger.keys.lookup_digest = counting  # type: ignore[method-assign]
     for header in [None, "", "Bearer x", "Bearer svc_live_" + "A" * 50, "Token abc"]:
         with pytest.raises(ApiError):
             await auth.identify(header)
@@ -168,7 +184,7 @@ async def test_malformed_keys_never_reach_redis(
 
 
 async def test_a_burst_of_1000_fake_keys_costs_a_bounded_number_of_argon2_checks(
-    accounts: Accounts, ledger: RedisLedger, store: Store, clock: Clock
+    accounts: Accounts, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
     created = await accounts.create_key(
@@ -203,7 +219,7 @@ async def test_a_burst_of_1000_fake_keys_costs_a_bounded_number_of_argon2_checks
 
 
 async def test_a_cached_key_whose_redis_record_was_lost_is_restored(
-    accounts: Accounts, ledger: RedisLedger, store: Store, clock: Clock
+    accounts: Accounts, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
     created = await accounts.create_key(
@@ -216,19 +232,21 @@ async def test_a_cached_key_whose_redis_record_was_lost_is_restored(
     await ledger.redis.flushall()  # Redis lost everything
     assert await auth.authenticated(f"Bearer {created.key}", ADDRESS, auth.key_active) == ident
     assert auth.cold_verifications == 1
-    assert await ledger.key_status(ident, time.time()) is ScriptStatus.OK  # the record is back
-    assert await ledger.lookup_digest(digest(PEPPER, created.key)) == ident
+    assert await ledger.keys.key_status(ident, time.time()) is ScriptStatus.OK  # the record is back
+    assert await ledger.keys.lookup_digest(digest(PEPPER, created.key)) == ident
 
 
 async def test_authenticated_restores_a_lost_record_once_and_counts_a_wrong_key_at_any_step(
-    accounts: Accounts, ledger: RedisLedger, store: Store, clock: Clock
+    accounts: Accounts, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
     created = await accounts.create_key(
         pid, KeyCreateRequest(name="k", environment="live", daily_cap_credits=None)
     )
-    throttle = FailedAuthThrottle(2, 60.0, ledger.count_failed_auth, clock=clock)
-    auth = Authenticator(ledger, store, PEPPER, throttle=throttle, clock=clock)
+    throttle = FailedAuthThrottle(2, 60.0, ledger.throttle.count_failed_auth, clock=clock)
+    auth = Authenticator(
+        ledger.keys, ledger.throttle, store, PEPPER, throttle=throttle, clock=clock
+    )
     uses: list[Identity] = []
 
     async def record_always_missing(ident: Identity) -> None:

@@ -18,7 +18,6 @@ from app.chat.request import ChatParams, parse_chat_request
 from app.chat.router import UpstreamRouter
 from app.core.clock import day_tag, utc_day
 from app.core.tokens import utf8_length
-from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Identity
 from app.kv.fields import (
     COUNTERS,
@@ -31,6 +30,7 @@ from app.kv.fields import (
 from app.upstream.base import Piece, UpstreamCall, Usage
 from app.upstream.simulated import SimulatedProvider
 from tests.conftest import Clock
+from tests.ledgers import Ledgers
 from tests.unit.scripts_helpers import account, key
 
 FUNDS = 10_000_000
@@ -74,12 +74,12 @@ class ReportingProvider:
 
 
 async def _open(
-    ledger: RedisLedger, clock: Clock, provider: ReportingProvider, body: dict[str, object]
+    ledger: Ledgers, clock: Clock, provider: ReportingProvider, body: dict[str, object]
 ) -> tuple[Identity, Completion]:
     await account(ledger, "acct_B", purchased=FUNDS)
     ident = await key(ledger, "acct_B", "kidB00000000")
     router = UpstreamRouter({"simulated": provider}, SimulatedProvider())  # type: ignore[dict-item]
-    service = CompletionService(ledger, router, deadline_s=900, clock=clock)
+    service = CompletionService(ledger.money, router, deadline_s=900, clock=clock)
     params = parse_chat_request(json.dumps(body).encode(), ALIASES)
     return ident, await service.open(ident, params)
 
@@ -96,13 +96,13 @@ async def _relay(completion: Completion) -> dict[str, object]:
     return meta
 
 
-async def _check_money(ledger: RedisLedger, clock: Clock, ident: Identity, charged: int) -> None:
+async def _check_money(ledger: Ledgers, clock: Clock, ident: Identity, charged: int) -> None:
     """No hold left open; the balance fell by exactly what was charged, and the usage
     counters of the day and of all time both say so."""
     await drain_background()
     shard = ident.shard
     assert await ledger.redis.zcard(ledger.layout.reservations(shard)) == 0
-    _, balance = await ledger.balance(ident, clock())
+    _, balance = await ledger.money.balance(ident, clock())
     assert balance.total == FUNDS - charged
     day = await ledger.redis.hgetall(ledger.layout.usage_day(shard, ident.pid, _tag(clock)))
     total = await ledger.redis.hgetall(ledger.layout.usage_total(shard, ident.pid))
@@ -138,7 +138,7 @@ DENSE_PROMPTS = {
 
 @pytest.mark.parametrize("name", sorted(DENSE_PROMPTS))
 async def test_a_token_dense_prompt_is_charged_what_the_upstream_reports(
-    ledger: RedisLedger, clock: Clock, name: str
+    ledger: Ledgers, clock: Clock, name: str
 ) -> None:
     """The reservation bounds what an upstream can report (UTF-8 bytes), so the charge is
     the reported usage at the alias price, never a cut-off estimate. 200,000 '的' used to be
@@ -169,7 +169,7 @@ def test_the_prompt_bound_covers_every_byte_and_the_template() -> None:
     assert utf8_length("\ud800") == 3  # a lone surrogate (valid JSON) is counted, not refused
 
 
-async def test_usage_after_the_output_cap_is_still_read(ledger: RedisLedger, clock: Clock) -> None:
+async def test_usage_after_the_output_cap_is_still_read(ledger: Ledgers, clock: Clock) -> None:
     """An upstream that ignores max_tokens is cut at the reserved output tokens; its usage
     report after them still decides the prompt's charge (it used to be the estimate)."""
     text = "的" * 20_000
@@ -192,7 +192,7 @@ async def test_usage_after_the_output_cap_is_still_read(ledger: RedisLedger, clo
     [(10**30, 5), (-99_980, 5), (10**18, 5), (5, 10**30), (5, -7), (-1, -1)],
 )
 async def test_hostile_usage_is_clamped_to_the_hold(
-    ledger: RedisLedger, clock: Clock, prompt: int, completion: int
+    ledger: Ledgers, clock: Clock, prompt: int, completion: int
 ) -> None:
     """Whatever an upstream reports, settle runs whole: counts are clamped to 0 .. what the
     reservation held for, the charge stays within the hold, and the day and all-time
@@ -211,7 +211,7 @@ async def test_hostile_usage_is_clamped_to_the_hold(
 
 
 async def test_a_cancellation_while_the_upstream_closes_cannot_skip_settlement(
-    ledger: RedisLedger, clock: Clock
+    ledger: Ledgers, clock: Clock
 ) -> None:
     """httpx's aclose() suspends: a client disconnect landing there, right after a
     max_tokens cut, used to skip the settle, leaving the hold to the sweeper (and the
@@ -234,7 +234,7 @@ async def test_a_cancellation_while_the_upstream_closes_cannot_skip_settlement(
 
 
 async def test_a_reserve_answered_too_late_is_released_in_the_background(
-    ledger: RedisLedger, clock: Clock, monkeypatch: pytest.MonkeyPatch
+    ledger: Ledgers, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Redis ran the reserve, but its reply came after the caller's timeout (a paused
     Redis answering its backlog): the request fails with the timeout, and the hold it could
@@ -243,13 +243,13 @@ async def test_a_reserve_answered_too_late_is_released_in_the_background(
     from app.kv.client import REDIS_TIMEOUT
 
     monkeypatch.setattr(completion_module, "RELEASE_FIRST_PAUSE_S", 0.01)
-    reserve = ledger.reserve
+    reserve = ledger.money.reserve
 
     async def reserve_then_time_out(*args: object, **kwargs: object) -> object:
         await reserve(*args, **kwargs)  # type: ignore[arg-type]
         raise REDIS_TIMEOUT("Timeout reading from Redis")
 
-    monkeypatch.setattr(ledger, "reserve", reserve_then_time_out)
+    monkeypatch.setattr(ledger.money, "reserve", reserve_then_time_out)
     with pytest.raises(REDIS_TIMEOUT):
         await _open(ledger, clock, ReportingProvider(None), _messages("hi"))
     ident = Identity("acct_B", "kidB00000000", "live", ledger.layout.shard("acct_B"))

@@ -12,11 +12,11 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from app.core.settings import Settings
-from app.credits.ledger import RedisLedger
 from app.http.errors import as_api_error
 from app.kv.client import REDIS_ERRORS, open_redis
 from app.kv.layout import KeySpace
 from app.runtime import resolve
+from tests.ledgers import Ledgers
 from tests.processes import free_port
 from tests.valkey_cluster import ValkeyCluster, other_primary
 
@@ -57,11 +57,13 @@ async def test_the_suites_accounts_live_on_different_primaries(
 async def test_a_script_call_across_two_slots_is_refused(
     cluster_client: RedisCluster, keyspace: KeySpace
 ) -> None:
-    ledger = RedisLedger(cluster_client, keyspace, cap_ttl_s=10, usage_ttl_s=10)
+    ledger = Ledgers(cluster_client, keyspace, cap_ttl_s=10, usage_ttl_s=10)
     a, b = keyspace.shard("acct_A"), keyspace.shard("acct_B")
     with pytest.raises(REDIS_ERRORS, match="same key slot"):
-        await ledger._run("extend", [keyspace.reservation(a, "r1"), keyspace.reservations(b)], [])
-    await ledger._run(
+        await ledger.scripts.run(
+            "extend", [keyspace.reservation(a, "r1"), keyspace.reservations(b)], []
+        )
+    await ledger.scripts.run(
         "extend", [keyspace.reservation(a, "r1"), keyspace.reservations(a)], ["r1", 1]
     )
 
@@ -71,7 +73,7 @@ async def test_a_script_cache_lost_on_one_primary_is_noticed_and_refilled(
 ) -> None:
     """A failover or a restart empties one primary's script cache: the readiness check sees
     it (SCRIPT EXISTS asks every primary) and loads the scripts there again."""
-    ledger = RedisLedger(cluster_client, keyspace, cap_ttl_s=10, usage_ttl_s=10)
+    ledger = Ledgers(cluster_client, keyspace, cap_ttl_s=10, usage_ttl_s=10)
     await ledger.scripts.load()
     node = other_primary(cluster_client)
     shas = ledger.scripts.shas
@@ -119,9 +121,9 @@ async def test_an_unreachable_cluster_fails_closed(keyspace: KeySpace) -> None:
         Settings(redis_url=f"redis://127.0.0.1:{free_port()}", redis_cluster=True), 2
     )
     try:
-        ledger = RedisLedger(client, keyspace, cap_ttl_s=10, usage_ttl_s=10)
+        ledger = Ledgers(client, keyspace, cap_ttl_s=10, usage_ttl_s=10)
         with pytest.raises(REDIS_ERRORS) as caught:
-            await ledger.lookup_digest("d" * 64)
+            await ledger.keys.lookup_digest("d" * 64)
         assert as_api_error(caught.value).status == 503
     finally:
         await client.aclose()

@@ -6,22 +6,22 @@ import asyncio
 
 import pytest
 
-from app.credits.ledger import RedisLedger
 from app.kv.client import RedisClient
 from app.kv.fields import NOTHING_SERVED, ExpiryEvent, Served, UsageEvent
 from app.store import ActivityQuery, ActivityRecord, Store
 from app.usage.flusher import Flusher, aggregate, expiries, next_stream_id
 from tests.conftest import Clock
+from tests.ledgers import Ledgers
 from tests.unit.scripts_helpers import account, key, reserve
 
 
 def _flusher(
-    redis: RedisClient, ledger: RedisLedger, store: Store, clock: Clock, **kw: float
+    redis: RedisClient, ledger: Ledgers, store: Store, clock: Clock, **kw: float
 ) -> Flusher:
     return Flusher(redis, ledger.layout, store, clock=clock, **kw)
 
 
-async def _traffic(ledger: RedisLedger, clock: Clock, accounts: int, each: int) -> int:
+async def _traffic(ledger: Ledgers, clock: Clock, accounts: int, each: int) -> int:
     """Settled requests on several accounts (several shards); returns Σ credits charged."""
     charged = 0
     for a in range(accounts):
@@ -31,7 +31,7 @@ async def _traffic(ledger: RedisLedger, clock: Clock, accounts: int, each: int) 
         for i in range(each):
             hold = await reserve(ledger, ident, f"r{a}-{i}", clock())
             used = 1 + i % 3
-            settled = await ledger.settle(
+            settled = await ledger.money.settle(
                 hold,
                 now=clock(),
                 credits_used=used,
@@ -62,7 +62,7 @@ async def _activity(store: Store, accounts: int) -> list[ActivityRecord]:
     return rows
 
 
-async def _pending(ledger: RedisLedger) -> int:
+async def _pending(ledger: Ledgers) -> int:
     return sum(
         [await ledger.redis.xlen(ledger.layout.events(s)) for s in range(ledger.layout.shards)]
     )
@@ -94,7 +94,7 @@ def test_aggregate_sums_per_key_day_alias_environment_api() -> None:
 
 
 async def test_events_reach_the_store_once_and_leave_the_stream(
-    redis: RedisClient, ledger: RedisLedger, store: Store, clock: Clock
+    redis: RedisClient, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     charged = await _traffic(ledger, clock, accounts=6, each=7)
     flusher = _flusher(redis, ledger, store, clock, batch_size=5)
@@ -110,7 +110,7 @@ async def test_events_reach_the_store_once_and_leave_the_stream(
 
 async def test_a_crash_between_commit_and_trim_is_not_counted_twice(
     redis: RedisClient,
-    ledger: RedisLedger,
+    ledger: Ledgers,
     store: Store,
     clock: Clock,
     monkeypatch: pytest.MonkeyPatch,
@@ -139,7 +139,7 @@ async def test_a_crash_between_commit_and_trim_is_not_counted_twice(
 
 
 async def test_racing_flushers_never_double_count(
-    redis: RedisClient, ledger: RedisLedger, store: Store, clock: Clock
+    redis: RedisClient, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     charged = await _traffic(ledger, clock, accounts=8, each=5)
     # leases that lapse at once: every flusher drains every shard, concurrently
@@ -155,7 +155,7 @@ async def test_racing_flushers_never_double_count(
 
 
 async def test_activity_rows_tell_what_settle_was_told_and_old_days_are_pruned(
-    redis: RedisClient, ledger: RedisLedger, store: Store, clock: Clock
+    redis: RedisClient, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     await account(ledger, "acct_F0", purchased=10_000)
     ident = await key(ledger, "acct_F0", "kidF00000000")
@@ -172,7 +172,7 @@ async def test_activity_rows_tell_what_settle_was_told_and_old_days_are_pruned(
         ]
     ):
         hold = await reserve(ledger, ident, f"r{n}", clock())
-        await ledger.settle(
+        await ledger.money.settle(
             hold,
             now=clock(),
             credits_used=4,
@@ -211,7 +211,7 @@ async def test_activity_rows_tell_what_settle_was_told_and_old_days_are_pruned(
 
 
 async def test_a_shard_has_one_drainer_while_its_lease_lives(
-    redis: RedisClient, ledger: RedisLedger, store: Store, clock: Clock
+    redis: RedisClient, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     await _traffic(ledger, clock, accounts=2, each=2)
     holder = _flusher(redis, ledger, store, clock, lease_s=60)
@@ -223,7 +223,7 @@ async def test_a_shard_has_one_drainer_while_its_lease_lives(
 
 
 async def test_expiries_and_old_events_flush_once(
-    redis: RedisClient, ledger: RedisLedger, store: Store, clock: Clock
+    redis: RedisClient, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     stream = ledger.layout.events(3)
     # a usage event as scripts wrote it before the earned part was recorded, and an expiry
@@ -251,7 +251,7 @@ async def test_expiries_and_old_events_flush_once(
 
 
 async def test_the_final_flush_lets_go_of_its_leases_and_waits_for_another_s(
-    redis: RedisClient, ledger: RedisLedger, store: Store, clock: Clock
+    redis: RedisClient, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     charged = await _traffic(ledger, clock, accounts=3, each=2)
     first = _flusher(redis, ledger, store, clock, lease_s=60)
@@ -270,12 +270,12 @@ async def test_the_final_flush_lets_go_of_its_leases_and_waits_for_another_s(
     assert await _durable_credits(store, 3) == (charged + 4, 3 * 2 + 4)
 
 
-async def _traffic_more(ledger: RedisLedger, clock: Clock, rid: str = "more") -> None:
+async def _traffic_more(ledger: Ledgers, clock: Clock, rid: str = "more") -> None:
     """Two more settled requests (1 credit each) on acct_F0 and acct_F1."""
     for a in (0, 1):
         ident = await key(ledger, f"acct_F{a}", f"kidF{a:08d}")
         hold = await reserve(ledger, ident, f"{rid}-{a}", clock())
-        await ledger.settle(
+        await ledger.money.settle(
             hold,
             now=clock(),
             credits_used=1,

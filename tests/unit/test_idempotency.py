@@ -9,12 +9,13 @@ from cryptography.exceptions import InvalidTag
 
 from app.core.errors import ApiError, ErrorKind
 from app.credits import idempotency
-from app.credits.idempotency import IdempotencyClaim, RecordedAnswer, RecordedResponse, Replayed
-from app.credits.ledger import RedisLedger
-from app.credits.outcomes import Hold, Identity
+from app.credits.idempotency import IdempotencyClaim, RecordedAnswer, RecordedResponse
+from app.credits.outcomes import Hold, Identity, Refusal, Replay
 from app.credits.sweeper import Sweeper
+from app.keys.refusals import refusal_error
 from tests.conftest import Clock
-from tests.unit.scripts_helpers import account, key, pools, reserve, snapshot
+from tests.ledgers import Ledgers
+from tests.unit.scripts_helpers import account, key, pools, reserve, reserved, snapshot
 
 ROUTE = "/v1/chat/completions"
 BODY = b'{"model":"svc-fast","messages":[{"role":"user","content":"hi"}]}'
@@ -22,15 +23,15 @@ PARTS = (b'data: {"x":1}\n\ndata: {"svc":{"credits_used":', b',"balance_remainin
 
 
 def _claim(
-    ledger: RedisLedger, ident: Identity, key_: str = "k-1", body: bytes = BODY
+    ledger: Ledgers, ident: Identity, key_: str = "k-1", body: bytes = BODY
 ) -> IdempotencyClaim:
     return idempotency.claim(ledger.layout, ident.pid, key_, ROUTE, body, environment="live")
 
 
 async def _settle(
-    ledger: RedisLedger, hold: Hold, now: float, *, used: int, response: RecordedResponse | None
+    ledger: Ledgers, hold: Hold, now: float, *, used: int, response: RecordedResponse | None
 ) -> int:
-    settled = await ledger.settle(
+    settled = await ledger.money.settle(
         hold,
         now=now,
         credits_used=used,
@@ -43,7 +44,7 @@ async def _settle(
 
 
 async def _refused(
-    ledger: RedisLedger, ident: Identity, claim: IdempotencyClaim, now: float
+    ledger: Ledgers, ident: Identity, claim: IdempotencyClaim, now: float
 ) -> ApiError:
     before = await snapshot(ledger)
     with pytest.raises(ApiError) as info:
@@ -53,7 +54,7 @@ async def _refused(
 
 
 async def test_a_finished_request_is_replayed_byte_for_byte_and_charged_once(
-    ledger: RedisLedger, clock: Clock
+    ledger: Ledgers, clock: Clock
 ) -> None:
     await account(ledger, "acct_A", purchased=1_000)
     ident = await key(ledger, "acct_A", "k1")
@@ -70,16 +71,13 @@ async def test_a_finished_request_is_replayed_byte_for_byte_and_charged_once(
     assert balance == 993
     before = await snapshot(ledger)
     for n in range(3):
-        with pytest.raises(Replayed) as replay:
-            await reserve(ledger, ident, f"r-replay{n}", clock(), claim=claim)
-        assert replay.value.body == PARTS[0] + b"7" + PARTS[1] + b"993" + PARTS[2]
+        replay = await reserved(ledger, ident, f"r-replay{n}", clock(), claim=claim)
+        assert replay == Replay(PARTS[0] + b"7" + PARTS[1] + b"993" + PARTS[2])
     assert await snapshot(ledger) == before  # nothing held, counted or charged
     assert await pools(ledger, "acct_A") == (0, 993)
 
 
-async def test_another_body_or_route_with_the_key_is_a_422(
-    ledger: RedisLedger, clock: Clock
-) -> None:
+async def test_another_body_or_route_with_the_key_is_a_422(ledger: Ledgers, clock: Clock) -> None:
     await account(ledger, "acct_A", purchased=1_000)
     ident = await key(ledger, "acct_A", "k1")
     hold = await reserve(ledger, ident, "r1", clock(), claim=_claim(ledger, ident))
@@ -95,7 +93,7 @@ async def test_another_body_or_route_with_the_key_is_a_422(
     assert refused.kind is ErrorKind.IDEMPOTENCY_KEY_REUSED
 
 
-async def test_keys_belong_to_an_account(ledger: RedisLedger, clock: Clock) -> None:
+async def test_keys_belong_to_an_account(ledger: Ledgers, clock: Clock) -> None:
     await account(ledger, "acct_A", purchased=1_000)
     await account(ledger, "acct_B", purchased=1_000)
     mine = await key(ledger, "acct_A", "k1")
@@ -104,14 +102,12 @@ async def test_keys_belong_to_an_account(ledger: RedisLedger, clock: Clock) -> N
     await reserve(ledger, yours, "r2", clock(), claim=_claim(ledger, yours))  # same key
 
 
-async def test_a_request_that_charged_nothing_frees_its_key(
-    ledger: RedisLedger, clock: Clock
-) -> None:
+async def test_a_request_that_charged_nothing_frees_its_key(ledger: Ledgers, clock: Clock) -> None:
     await account(ledger, "acct_A", purchased=1_000)
     ident = await key(ledger, "acct_A", "k1")
     claim = _claim(ledger, ident)
     hold = await reserve(ledger, ident, "r1", clock(), claim=claim)
-    await ledger.settle(
+    await ledger.money.settle(
         hold, now=clock(), credits_used=0, prompt_tokens=0, completion_tokens=0, outcome="released"
     )
     assert await ledger.redis.exists(claim.record) == 0
@@ -120,20 +116,20 @@ async def test_a_request_that_charged_nothing_frees_its_key(
 
 
 async def test_the_sweeper_frees_the_key_of_a_request_whose_worker_died(
-    ledger: RedisLedger, clock: Clock
+    ledger: Ledgers, clock: Clock
 ) -> None:
     await account(ledger, "acct_A", purchased=1_000)
     ident = await key(ledger, "acct_A", "k1")
     claim = _claim(ledger, ident)
     await reserve(ledger, ident, "r1", clock(), claim=claim, deadline=clock() + 5)
     clock.advance(10)
-    assert await Sweeper(ledger, interval_s=1, clock=clock).sweep_once() == 1
+    assert await Sweeper(ledger.money, interval_s=1, clock=clock).sweep_once() == 1
     assert await ledger.redis.exists(claim.record) == 0
     assert await pools(ledger, "acct_A") == (0, 1_000)
     await reserve(ledger, ident, "r2", clock(), claim=claim)
 
 
-async def test_a_response_not_kept_is_a_final_409(ledger: RedisLedger, clock: Clock) -> None:
+async def test_a_response_not_kept_is_a_final_409(ledger: Ledgers, clock: Clock) -> None:
     await account(ledger, "acct_A", purchased=1_000)
     ident = await key(ledger, "acct_A", "k1")
     claim = _claim(ledger, ident)
@@ -148,7 +144,7 @@ async def test_a_response_not_kept_is_a_final_409(ledger: RedisLedger, clock: Cl
     assert await pools(ledger, "acct_A") == (0, 996)  # charged once, never again
 
 
-async def test_the_record_lives_a_day(ledger: RedisLedger, clock: Clock) -> None:
+async def test_the_record_lives_a_day(ledger: Ledgers, clock: Clock) -> None:
     await account(ledger, "acct_A", purchased=1_000)
     ident = await key(ledger, "acct_A", "k1")
     claim = _claim(ledger, ident)
@@ -157,7 +153,7 @@ async def test_the_record_lives_a_day(ledger: RedisLedger, clock: Clock) -> None
     assert 86_000 < await ledger.redis.ttl(claim.record) <= idempotency.TTL_S
 
 
-async def test_refusals_leave_no_record(ledger: RedisLedger, clock: Clock) -> None:
+async def test_refusals_leave_no_record(ledger: Ledgers, clock: Clock) -> None:
     await account(ledger, "acct_A", purchased=3)
     ident = await key(ledger, "acct_A", "k1")
     claim = _claim(ledger, ident)
@@ -178,33 +174,33 @@ def test_a_bad_key_is_a_400_naming_the_header(value: str) -> None:
 # -- the JSON routes' claim and close scripts ---------------------------------------------------
 
 
-async def test_a_claimed_key_answers_until_closed_then_replays(ledger: RedisLedger) -> None:
+async def test_a_claimed_key_answers_until_closed_then_replays(ledger: Ledgers) -> None:
     claim = idempotency.claim(
         ledger.layout, "acct_A", "k", "/v1/api-keys", b"{}", environment="live"
     )
-    assert await ledger.claim_idempotency(claim, "run-1") is None
-    with pytest.raises(ApiError) as info:
-        await ledger.claim_idempotency(claim, "run-2")
-    assert info.value.kind is ErrorKind.IDEMPOTENCY_IN_PROGRESS
-    await ledger.close_idempotency(claim, "run-2", RecordedAnswer(201, b"not mine"))  # ignored
-    await ledger.close_idempotency(claim, "run-1", RecordedAnswer(201, b"\x00sealed\xff"))
-    assert await ledger.claim_idempotency(claim, "run-3") == RecordedAnswer(201, b"\x00sealed\xff")
+    assert await ledger.idempotency.claim(claim, "run-1") is None
+    running = await ledger.idempotency.claim(claim, "run-2")
+    assert isinstance(running, Refusal)
+    assert refusal_error(running).kind is ErrorKind.IDEMPOTENCY_IN_PROGRESS
+    await ledger.idempotency.close(claim, "run-2", RecordedAnswer(201, b"not mine"))  # ignored
+    await ledger.idempotency.close(claim, "run-1", RecordedAnswer(201, b"\x00sealed\xff"))
+    assert await ledger.idempotency.claim(claim, "run-3") == RecordedAnswer(201, b"\x00sealed\xff")
     other = idempotency.claim(
         ledger.layout, "acct_A", "k", "/v1/api-keys", b"{ }", environment="live"
     )
-    with pytest.raises(ApiError) as info:
-        await ledger.claim_idempotency(other, "run-4")
-    assert info.value.kind is ErrorKind.IDEMPOTENCY_KEY_REUSED
+    reused = await ledger.idempotency.claim(other, "run-4")
+    assert isinstance(reused, Refusal)
+    assert refusal_error(reused).kind is ErrorKind.IDEMPOTENCY_KEY_REUSED
     assert 86_000 < await ledger.redis.ttl(claim.record) <= idempotency.TTL_S
 
 
-async def test_a_failed_run_frees_its_key(ledger: RedisLedger) -> None:
+async def test_a_failed_run_frees_its_key(ledger: Ledgers) -> None:
     claim = idempotency.claim(
         ledger.layout, "acct_A", "k", "/v1/api-keys", b"{}", environment="live"
     )
-    assert await ledger.claim_idempotency(claim, "run-1") is None
-    await ledger.close_idempotency(claim, "run-1", None)
-    assert await ledger.claim_idempotency(claim, "run-2") is None
+    assert await ledger.idempotency.claim(claim, "run-1") is None
+    await ledger.idempotency.close(claim, "run-1", None)
+    assert await ledger.idempotency.claim(claim, "run-2") is None
 
 
 def test_sealed_answers_open_only_with_their_key() -> None:

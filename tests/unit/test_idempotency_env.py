@@ -12,11 +12,16 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from app.credits import idempotency
-from app.credits.idempotency import IdempotencyClaim, RecordedAnswer, RecordedResponse
-from app.credits.ledger import RedisLedger
-from app.credits.outcomes import Identity
+from app.credits.idempotency import (
+    IdempotencyClaim,
+    IdempotencyRecords,
+    RecordedAnswer,
+    RecordedResponse,
+)
+from app.credits.outcomes import Identity, Replay
 from tests.conftest import Clock
-from tests.unit.scripts_helpers import account, key, pools, reserve
+from tests.ledgers import Ledgers
+from tests.unit.scripts_helpers import account, key, pools, reserve, reserved
 from tests.unit.test_http_routes import Svc, models_file, svc  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.filterwarnings(
@@ -28,17 +33,17 @@ BODY = b'{"model":"svc-fast","messages":[{"role":"user","content":"hi"}]}'
 PARTS = (b'data: {"x":1}\n\ndata: {"svc":{"credits_used":', b',"balance_remaining":', b"}}\n\n")
 
 
-def _claim(ledger: RedisLedger, ident: Identity, key_: str = "k-1") -> IdempotencyClaim:
+def _claim(ledger: Ledgers, ident: Identity, key_: str = "k-1") -> IdempotencyClaim:
     return idempotency.claim(
         ledger.layout, ident.pid, key_, ROUTE, BODY, environment=ident.environment
     )
 
 
-async def _served(ledger: RedisLedger, ident: Identity, rid: str, now: float, used: int) -> None:
-    """Reserve with the key ``k-1`` (raising ``Replayed`` if its record answers), and
+async def _served(ledger: Ledgers, ident: Identity, rid: str, now: float, used: int) -> None:
+    """Reserve with the key ``k-1`` (its record must not answer: a replay fails), and
     settle at ``used`` credits, the response kept."""
     hold = await reserve(ledger, ident, rid, now, max_out=10, claim=_claim(ledger, ident))
-    await ledger.settle(
+    await ledger.money.settle(
         hold,
         now=now,
         credits_used=used,
@@ -63,7 +68,7 @@ def test_the_environment_names_the_record_and_is_in_the_fingerprint() -> None:
 
 
 async def test_a_test_keys_stream_is_not_replayed_to_a_live_key(
-    ledger: RedisLedger, clock: Clock
+    ledger: Ledgers, clock: Clock
 ) -> None:
     await account(ledger, "acct_A", purchased=1_000)
     test = await key(ledger, "acct_A", "kt", environment="test")
@@ -74,12 +79,12 @@ async def test_a_test_keys_stream_is_not_replayed_to_a_live_key(
     assert await pools(ledger, "acct_A") == (0, 995)
     # each key's own record replays its own answer
     for ident in (test, live):
-        with pytest.raises(idempotency.Replayed):
-            await reserve(ledger, ident, "r3", clock(), claim=_claim(ledger, ident))
+        replay = await reserved(ledger, ident, "r3", clock(), claim=_claim(ledger, ident))
+        assert isinstance(replay, Replay)
 
 
 async def test_a_live_keys_stream_is_not_replayed_to_a_test_key(
-    ledger: RedisLedger, clock: Clock
+    ledger: Ledgers, clock: Clock
 ) -> None:
     await account(ledger, "acct_A", purchased=1_000)
     live = await key(ledger, "acct_A", "kl")
@@ -89,30 +94,30 @@ async def test_a_live_keys_stream_is_not_replayed_to_a_test_key(
     assert await pools(ledger, "acct_A") == (0, 995)
 
 
-async def test_a_json_routes_record_is_its_environments(ledger: RedisLedger) -> None:
+async def test_a_json_routes_record_is_its_environments(ledger: Ledgers) -> None:
     def claim(env: str) -> IdempotencyClaim:
         return idempotency.claim(ledger.layout, "acct_A", "k", "/v1/x", b"{}", environment=env)
 
-    assert await ledger.claim_idempotency(claim("live"), "run-1") is None
-    await ledger.close_idempotency(claim("live"), "run-1", RecordedAnswer(201, b"live's"))
+    assert await ledger.idempotency.claim(claim("live"), "run-1") is None
+    await ledger.idempotency.close(claim("live"), "run-1", RecordedAnswer(201, b"live's"))
     for n, env in enumerate(("test", idempotency.OPERATOR)):
-        assert await ledger.claim_idempotency(claim(env), f"run-{n + 2}") is None  # runs
-    assert await ledger.claim_idempotency(claim("live"), "run-9") == RecordedAnswer(201, b"live's")
+        assert await ledger.idempotency.claim(claim(env), f"run-{n + 2}") is None  # runs
+    assert await ledger.idempotency.claim(claim("live"), "run-9") == RecordedAnswer(201, b"live's")
 
 
-async def test_an_answer_of_any_size_is_kept(ledger: RedisLedger) -> None:
+async def test_an_answer_of_any_size_is_kept(ledger: Ledgers) -> None:
     claim = idempotency.claim(ledger.layout, "acct_A", "k", "/v1/x", b"{}", environment="live")
     big = bytes(range(256)) * 4_096  # 1 MiB, every byte value
-    assert await ledger.claim_idempotency(claim, "run-1") is None
-    await ledger.close_idempotency(claim, "run-1", RecordedAnswer(201, big))
-    assert await ledger.claim_idempotency(claim, "run-2") == RecordedAnswer(201, big)
+    assert await ledger.idempotency.claim(claim, "run-1") is None
+    await ledger.idempotency.close(claim, "run-1", RecordedAnswer(201, big))
+    assert await ledger.idempotency.claim(claim, "run-2") == RecordedAnswer(201, big)
 
 
-async def test_a_claim_lapses_soon_and_a_recorded_answer_lives_a_day(ledger: RedisLedger) -> None:
+async def test_a_claim_lapses_soon_and_a_recorded_answer_lives_a_day(ledger: Ledgers) -> None:
     claim = idempotency.claim(ledger.layout, "acct_A", "k", "/v1/x", b"{}", environment="live")
-    assert await ledger.claim_idempotency(claim, "run-1") is None
+    assert await ledger.idempotency.claim(claim, "run-1") is None
     assert 0 < await ledger.redis.ttl(claim.record) <= idempotency.RUNNING_TTL_S
-    await ledger.close_idempotency(claim, "run-1", RecordedAnswer(201, b"{}"))
+    await ledger.idempotency.close(claim, "run-1", RecordedAnswer(201, b"{}"))
     assert idempotency.TTL_S - 5 <= await ledger.redis.ttl(claim.record) <= idempotency.TTL_S
 
 
@@ -150,11 +155,11 @@ async def test_a_webhook_answer_over_4096_bytes_is_kept_and_replayed(svc: Svc) -
     assert again.headers["idempotent-replayed"] == "true"
 
 
-def _failing_close(ledger: RedisLedger, *, free_too: bool) -> list[str]:
+def _failing_close(records: IdempotencyRecords, *, free_too: bool) -> list[str]:
     """Make recording an answer fail as Redis does (and freeing the key too, with
     ``free_too``); the calls seen, by outcome."""
     calls: list[str] = []
-    real = ledger.close_idempotency
+    real = records.close
 
     async def close(claim: IdempotencyClaim, token: str, answer: RecordedAnswer | None) -> Any:
         calls.append("done" if answer is not None else "failed")
@@ -162,13 +167,13 @@ def _failing_close(ledger: RedisLedger, *, free_too: bool) -> list[str]:
             raise RedisConnectionError("Connection reset by peer")
         return await real(claim, token, answer)
 
-    ledger.close_idempotency = close  # type: ignore[method-assign]
+    records.close = close  # type: ignore[method-assign]
     return calls
 
 
 async def test_an_answer_not_recorded_is_sent_and_its_key_freed(svc: Svc) -> None:  # noqa: F811
-    ledger = svc.services.ledger
-    calls = _failing_close(ledger, free_too=False)
+    services = svc.services
+    calls = _failing_close(services.idempotency_records, free_too=False)
     async with svc.client() as client:
         first = await client.post("/v1/api-keys", json=KEY_BODY, headers=_headers(svc, "mk"))
         # the key was made: its secret reaches the client
@@ -176,14 +181,14 @@ async def test_an_answer_not_recorded_is_sent_and_its_key_freed(svc: Svc) -> Non
         assert first.json()["key"].startswith("svc_live_")
         assert calls == ["done", "failed"]
         claim = idempotency.claim(
-            ledger.layout,
+            services.layout,
             svc.account.pid,
             "mk",
             "/v1/api-keys",
             first.request.content,
             environment="live",
         )
-        assert await ledger.redis.exists(claim.record) == 0  # the key is free
+        assert await services.redis.exists(claim.record) == 0  # the key is free
         # so the request sent again runs (as one without a key would), not a 409 for a day
         again = await client.post("/v1/api-keys", json=KEY_BODY, headers=_headers(svc, "mk"))
         assert again.status_code == 201, again.text
@@ -192,23 +197,23 @@ async def test_an_answer_not_recorded_is_sent_and_its_key_freed(svc: Svc) -> Non
 
 
 async def test_when_redis_cannot_free_the_key_either_its_claim_lapses(svc: Svc) -> None:  # noqa: F811
-    ledger = svc.services.ledger
-    calls = _failing_close(ledger, free_too=True)
+    services = svc.services
+    calls = _failing_close(services.idempotency_records, free_too=True)
     async with svc.client() as client:
         first = await client.post("/v1/api-keys", json=KEY_BODY, headers=_headers(svc, "mk"))
     assert first.status_code == 201, first.text
     assert calls == ["done", "failed"]
     claim = idempotency.claim(
-        ledger.layout, svc.account.pid, "mk", "/v1/api-keys", first.request.content,
+        services.layout, svc.account.pid, "mk", "/v1/api-keys", first.request.content,
         environment="live",
     )  # fmt: skip
-    assert 0 < await ledger.redis.ttl(claim.record) <= idempotency.RUNNING_TTL_S
+    assert 0 < await services.redis.ttl(claim.record) <= idempotency.RUNNING_TTL_S
 
 
 async def test_a_failed_request_keeps_its_own_error_when_redis_cannot_free_the_key(
     svc: Svc,  # noqa: F811
 ) -> None:
-    _failing_close(svc.services.ledger, free_too=True)
+    _failing_close(svc.services.idempotency_records, free_too=True)
     bad = {**KEY_BODY, "expires_at": "2020-01-01T00:00:00Z"}
     async with svc.client() as client:
         refused = await client.post("/v1/api-keys", json=bad, headers=_headers(svc, "mk"))
@@ -222,11 +227,11 @@ async def test_an_operators_grant_whose_record_was_lost_is_not_applied_twice(
     """A grant's Idempotency-Key names the grant itself: when its record could not be
     written (its key freed), or was written under another name by an older svc, the retry
     runs again and adds nothing."""
-    ledger = svc.services.ledger
-    calls = _failing_close(ledger, free_too=False)
+    services = svc.services
+    calls = _failing_close(services.idempotency_records, free_too=False)
     admin = {"authorization": "Bearer test-admin-token", "idempotency-key": "grant-7"}
     path = f"/admin/v1/accounts/{svc.account.pid}/grants"
-    before = await pools(ledger, svc.account.pid)
+    before = await pools(services.money, svc.account.pid)
     async with svc.client() as client:
         first = await client.post(path, json={"credits": 500}, headers=admin)
         assert first.status_code == 200, first.text
@@ -234,4 +239,4 @@ async def test_an_operators_grant_whose_record_was_lost_is_not_applied_twice(
         again = await client.post(path, json={"credits": 500}, headers=admin)
         assert again.status_code == 200, again.text
     assert again.json()["total_available"] == first.json()["total_available"]
-    assert await pools(ledger, svc.account.pid) == (before[0], before[1] + 500)
+    assert await pools(services.money, svc.account.pid) == (before[0], before[1] + 500)

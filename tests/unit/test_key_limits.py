@@ -8,15 +8,15 @@ import random
 import pytest
 
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Identity
 from tests.conftest import Clock
+from tests.ledgers import Ledgers
 from tests.unit.scripts_helpers import account, key, rec, reserve, snapshot
 
 WINDOW_S = 60
 
 
-async def _refusal(ledger: RedisLedger, ident: Identity, rid: str, now: float) -> ApiError:
+async def _refusal(ledger: Ledgers, ident: Identity, rid: str, now: float) -> ApiError:
     before = await snapshot(ledger)
     with pytest.raises(ApiError) as info:
         await reserve(ledger, ident, rid, now)
@@ -25,7 +25,7 @@ async def _refusal(ledger: RedisLedger, ident: Identity, rid: str, now: float) -
 
 
 async def test_a_key_starts_at_most_its_rpm_in_any_60_seconds(
-    ledger: RedisLedger, clock: Clock
+    ledger: Ledgers, clock: Clock
 ) -> None:
     await account(ledger, "acct_A", purchased=10_000)
     ident = await key(ledger, "acct_A", "k1", rpm=3)
@@ -46,7 +46,7 @@ async def test_a_key_starts_at_most_its_rpm_in_any_60_seconds(
     assert wait.headers["retry-after-ms"] == "9000"
 
 
-async def test_no_burst_at_the_edge_of_a_minute(ledger: RedisLedger, clock: Clock) -> None:
+async def test_no_burst_at_the_edge_of_a_minute(ledger: Ledgers, clock: Clock) -> None:
     await account(ledger, "acct_A", purchased=10_000)
     ident = await key(ledger, "acct_A", "k1", rpm=4)
     edge = 1_780_000_059.5  # half a second before a minute boundary
@@ -58,7 +58,7 @@ async def test_no_burst_at_the_edge_of_a_minute(ledger: RedisLedger, clock: Cloc
 
 
 async def test_refusals_do_not_count_and_other_keys_have_their_own_limit(
-    ledger: RedisLedger, clock: Clock
+    ledger: Ledgers, clock: Clock
 ) -> None:
     await account(ledger, "acct_A", purchased=5)
     ident = await key(ledger, "acct_A", "k1", rpm=1)
@@ -72,7 +72,7 @@ async def test_refusals_do_not_count_and_other_keys_have_their_own_limit(
     assert refused.kind is ErrorKind.KEY_RATE_LIMITED
 
 
-async def test_a_key_without_a_limit_keeps_no_rate_log(ledger: RedisLedger, clock: Clock) -> None:
+async def test_a_key_without_a_limit_keeps_no_rate_log(ledger: Ledgers, clock: Clock) -> None:
     await account(ledger, "acct_A", purchased=10_000)
     ident = await key(ledger, "acct_A", "k1")
     for n in range(50):
@@ -80,9 +80,7 @@ async def test_a_key_without_a_limit_keeps_no_rate_log(ledger: RedisLedger, cloc
     assert await ledger.redis.exists(ledger.layout.rate(ident.shard, "k1")) == 0
 
 
-async def test_the_log_expires_a_minute_after_the_last_start(
-    ledger: RedisLedger, clock: Clock
-) -> None:
+async def test_the_log_expires_a_minute_after_the_last_start(ledger: Ledgers, clock: Clock) -> None:
     await account(ledger, "acct_A", purchased=10_000)
     ident = await key(ledger, "acct_A", "k1", rpm=600)
     await reserve(ledger, ident, "r1", clock())
@@ -91,7 +89,7 @@ async def test_the_log_expires_a_minute_after_the_last_start(
 
 
 async def test_a_changed_limit_keeps_the_starts_of_the_last_minute(
-    ledger: RedisLedger, clock: Clock
+    ledger: Ledgers, clock: Clock
 ) -> None:
     await account(ledger, "acct_A", purchased=10_000)
     ident = await key(ledger, "acct_A", "k1", rpm=5)
@@ -99,13 +97,13 @@ async def test_a_changed_limit_keeps_the_starts_of_the_last_minute(
     for n in range(5):
         await reserve(ledger, ident, f"r{n}", start + n)
     # lowered to 2: the two newest starts (t+3, t+4) fill it until t+63
-    await ledger.update_key(ident, rec(ident, rpm=2))
+    await ledger.keys.update_key(ident, rec(ident, rpm=2))
     refused = await _refusal(ledger, ident, "x1", start + 10)
     assert refused.headers["retry-after-ms"] == str((3 + WINDOW_S - 10) * 1000)
     await reserve(ledger, ident, "r5", start + 63)
     # raised to 10 at t+64: of the last minute's starts only t+63's counts (t+4 is 60 s
     # old), so 9 more may start now, and the next when t+63's is a minute old
-    await ledger.update_key(ident, rec(ident, rpm=10))
+    await ledger.keys.update_key(ident, rec(ident, rpm=10))
     for n in range(9):
         await reserve(ledger, ident, f"s{n}", start + 64)
     refused = await _refusal(ledger, ident, "x2", start + 64)
@@ -114,7 +112,7 @@ async def test_a_changed_limit_keeps_the_starts_of_the_last_minute(
 
 @pytest.mark.parametrize("seed", range(4))
 async def test_the_limit_admits_exactly_what_a_sliding_log_admits(
-    ledger: RedisLedger, clock: Clock, seed: int
+    ledger: Ledgers, clock: Clock, seed: int
 ) -> None:
     """Against a plain model: a start is admitted when fewer than rpm admitted starts lie in
     the 60 s before it. Random arrivals, bursts and quiet spells, and limit changes."""
@@ -128,7 +126,7 @@ async def test_the_limit_admits_exactly_what_a_sliding_log_admits(
         now_ms += rng.choice([0, 1, 50, 900, 3_000, 7_000, 20_000, 61_000])
         if rng.random() < 0.03:
             rpm = rng.randint(1, 12)
-            await ledger.update_key(ident, rec(ident, rpm=rpm))
+            await ledger.keys.update_key(ident, rec(ident, rpm=rpm))
         recent = [t for t in admitted if t > now_ms - WINDOW_S * 1000]
         expected = len(recent) < rpm
         if not expected:
@@ -146,7 +144,7 @@ async def test_the_limit_admits_exactly_what_a_sliding_log_admits(
 # -- allowed models --------------------------------------------------------------------------
 
 
-async def test_a_key_uses_only_the_models_it_allows(ledger: RedisLedger, clock: Clock) -> None:
+async def test_a_key_uses_only_the_models_it_allows(ledger: Ledgers, clock: Clock) -> None:
     await account(ledger, "acct_A", purchased=10_000)
     ident = await key(ledger, "acct_A", "k1", models="svc-fast svc-code")
     await reserve(ledger, ident, "r1", clock(), models="svc-fast")
@@ -170,7 +168,7 @@ async def test_a_key_uses_only_the_models_it_allows(ledger: RedisLedger, clock: 
 
 
 async def test_an_empty_list_allows_no_model_and_none_allows_all(
-    ledger: RedisLedger, clock: Clock
+    ledger: Ledgers, clock: Clock
 ) -> None:
     await account(ledger, "acct_A", purchased=10_000)
     none = await key(ledger, "acct_A", "k1", models="")
@@ -180,12 +178,12 @@ async def test_an_empty_list_allows_no_model_and_none_allows_all(
     assert info.value.kind is ErrorKind.MODEL_NOT_ALLOWED
     await reserve(ledger, every, "r2", clock(), models="svc-code svc-fast svc-smart")
     # and a PATCH lifts the list at once
-    await ledger.update_key(none, rec(none, models=None))
+    await ledger.keys.update_key(none, rec(none, models=None))
     await reserve(ledger, none, "r3", clock())
 
 
 async def test_a_rotation_lineage_shares_one_rate_limit_and_one_cap(
-    ledger: RedisLedger, clock: Clock
+    ledger: Ledgers, clock: Clock
 ) -> None:
     await account(ledger, "acct_A", purchased=10_000)
     old = await key(ledger, "acct_A", "k1", rpm=2, cap=15)
@@ -196,7 +194,7 @@ async def test_a_rotation_lineage_shares_one_rate_limit_and_one_cap(
     refused = await _refusal(ledger, new, "r3", clock())
     assert refused.kind is ErrorKind.KEY_RATE_LIMITED
     # the cap: 10 of 15 held by the two keys together
-    await ledger.update_key(new, rec(new, rpm=None, cap=15))
-    await ledger.update_key(old, rec(old, rpm=None, cap=15))
+    await ledger.keys.update_key(new, rec(new, rpm=None, cap=15))
+    await ledger.keys.update_key(old, rec(old, rpm=None, cap=15))
     hold = await reserve(ledger, new, "r4", clock(), max_out=5)
     assert hold.amount == 5

@@ -16,11 +16,11 @@ from app.chat.completion import Completion, CompletionService
 from app.chat.lifecycle import STREAMS, GracePeriod, OpenStreams
 from app.chat.request import parse_chat_request
 from app.chat.router import UpstreamRouter
-from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Identity
 from app.upstream.base import Piece, UpstreamCall
 from app.upstream.simulated import SimulatedProvider
 from tests.conftest import Clock
+from tests.ledgers import Ledgers
 from tests.unit.scripts_helpers import account, key
 
 
@@ -42,13 +42,11 @@ class Stalling:
         return None
 
 
-async def _open(
-    ledger: RedisLedger, clock: Clock, provider: Stalling
-) -> tuple[Identity, Completion]:
+async def _open(ledger: Ledgers, clock: Clock, provider: Stalling) -> tuple[Identity, Completion]:
     await account(ledger, "acct_S", purchased=100_000)
     ident = await key(ledger, "acct_S", "kidS00000000")
     router = UpstreamRouter({"simulated": provider}, SimulatedProvider())  # type: ignore[dict-item]
-    service = CompletionService(ledger, router, deadline_s=900, clock=clock)
+    service = CompletionService(ledger.money, router, deadline_s=900, clock=clock)
     body = b'{"model": "svc-smart", "messages": [{"role": "user", "content": "hi"}]}'
     return ident, await service.open(ident, parse_chat_request(body, default_catalog().aliases))
 
@@ -57,9 +55,7 @@ def _events(writes: list[bytes]) -> list[str]:
     return [e for e in b"".join(writes).decode().split("\n\n") if e]
 
 
-async def _check_cut(
-    ledger: RedisLedger, clock: Clock, ident: Identity, writes: list[bytes]
-) -> None:
+async def _check_cut(ledger: Ledgers, clock: Clock, ident: Identity, writes: list[bytes]) -> None:
     events = _events(writes)
     assert events[-1] == "data: [DONE]"
     chunks = [json.loads(e[6:]) for e in events[:-1]]
@@ -69,7 +65,7 @@ async def _check_cut(
     assert (error["type"], error["code"]) == ("server_error", "service_unavailable")
     # prompt 4 x 50 + 2 delivered tokens x 150, per 1,000: one credit
     assert chunks[-1]["svc"]["credits_used"] == 1
-    _, balance = await ledger.balance(ident, clock())
+    _, balance = await ledger.money.balance(ident, clock())
     assert balance.total == 100_000 - 1 == chunks[-1]["svc"]["balance_remaining"]
     assert await ledger.redis.zcard(ledger.layout.reservations(ident.shard)) == 0
     stream = await ledger.redis.xrange(ledger.layout.events(ident.shard))
@@ -77,7 +73,7 @@ async def _check_cut(
 
 
 async def test_a_stream_cut_mid_read_ends_cleanly_and_pays_what_was_delivered(
-    ledger: RedisLedger, clock: Clock
+    ledger: Ledgers, clock: Clock
 ) -> None:
     provider = Stalling()
     ident, completion = await _open(ledger, clock, provider)
@@ -99,9 +95,7 @@ async def test_a_stream_cut_mid_read_ends_cleanly_and_pays_what_was_delivered(
     await _check_cut(ledger, clock, ident, writes)
 
 
-async def test_a_cut_during_a_write_lets_the_write_finish(
-    ledger: RedisLedger, clock: Clock
-) -> None:
+async def test_a_cut_during_a_write_lets_the_write_finish(ledger: Ledgers, clock: Clock) -> None:
     provider = Stalling()
     ident, completion = await _open(ledger, clock, provider)
     writes: list[bytes] = []
@@ -121,9 +115,7 @@ async def test_a_cut_during_a_write_lets_the_write_finish(
     await _check_cut(ledger, clock, ident, writes)
 
 
-async def test_a_client_leaving_while_cut_is_a_disconnect(
-    ledger: RedisLedger, clock: Clock
-) -> None:
+async def test_a_client_leaving_while_cut_is_a_disconnect(ledger: Ledgers, clock: Clock) -> None:
     provider = Stalling()
     ident, completion = await _open(ledger, clock, provider)
     written = asyncio.Event()
@@ -144,12 +136,12 @@ async def test_a_client_leaving_while_cut_is_a_disconnect(
         await asyncio.sleep(0.01)
     stream = await ledger.redis.xrange(ledger.layout.events(ident.shard))
     assert [fields[b"outcome"] for _, fields in stream] == [b"client_disconnect"]
-    _, balance = await ledger.balance(ident, clock())
+    _, balance = await ledger.money.balance(ident, clock())
     assert balance.total == 100_000 - 1  # the two tokens delivered
 
 
 async def test_a_stream_that_registers_after_cutting_began_is_cut_at_once(
-    ledger: RedisLedger, clock: Clock
+    ledger: Ledgers, clock: Clock
 ) -> None:
     provider = Stalling()
     ident, completion = await _open(ledger, clock, provider)

@@ -13,9 +13,9 @@ from app.accounts.manage import Accounts, KeyCreateRequest
 from app.accounts.rewards import Spotlights
 from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import RedisLedger
-from app.credits.outcomes import Hold
+from app.credits.outcomes import Hold, Refusal
 from app.keys.auth import Authenticator
+from app.keys.refusals import refusal_error
 from app.kv.fields import API_CHAT, API_RESPONSES, AccountField
 from app.kv.layout import KeySpace
 from app.ops.reconcile import ReconcileReport, rebuild_redis, reconcile
@@ -23,6 +23,7 @@ from app.store import Store, open_store
 from app.usage.flusher import Flusher
 from app.usage.reader import UsageReader
 from tests.conftest import Clock
+from tests.ledgers import Ledgers
 
 DAY = 86_400
 TTL = 2 * DAY
@@ -47,7 +48,7 @@ class World:
     redis: Redis
     layout: KeySpace
     store: Store
-    ledger: RedisLedger
+    ledger: Ledgers
     accounts: Accounts
     spotlights: Spotlights
     flusher: Flusher
@@ -61,16 +62,16 @@ class World:
 async def world(real_redis: Redis, store: Store) -> World:
     layout = KeySpace("svc", 8)
     clock = Clock()
-    ledger = RedisLedger(real_redis, layout, cap_ttl_s=TTL, usage_ttl_s=USAGE_TTL)
+    ledger = Ledgers(real_redis, layout, cap_ttl_s=TTL, usage_ttl_s=USAGE_TTL)
     # as a server does at start-up: Redis holds every day's counters from its epoch on
-    await UsageReader(ledger, store, retention_s=USAGE_TTL).epoch()
+    await UsageReader(ledger.usage, store, retention_s=USAGE_TTL).epoch()
     return World(
         redis=real_redis,
         layout=layout,
         store=store,
         ledger=ledger,
-        accounts=Accounts(store, ledger, PEPPER, clock=clock),
-        spotlights=Spotlights(store, ledger, credits=500, expiry_days=2, clock=clock),
+        accounts=Accounts(store, ledger.money, ledger.keys, PEPPER, clock=clock),
+        spotlights=Spotlights(store, ledger.money, credits=500, expiry_days=2, clock=clock),
         flusher=Flusher(real_redis, layout, store, clock=clock),
         clock=clock,
         secrets={},
@@ -91,9 +92,9 @@ async def _request(
 ) -> Hold:
     """One completion with key ``name``: reserved, then settled at ``used`` (None: left open).
     ``explicit``: the client chose max_out (held in full, never lowered)."""
-    auth = Authenticator(w.ledger, w.store, PEPPER, clock=w.clock)
+    auth = Authenticator(w.ledger.keys, w.ledger.throttle, w.store, PEPPER, clock=w.clock)
     ident = await auth.identify(f"Bearer {w.secrets[name]}")
-    hold = await w.ledger.reserve(
+    hold = await w.ledger.money.reserve(
         ident,
         rid=rid,
         now=w.clock(),
@@ -107,10 +108,13 @@ async def _request(
         models="svc-fast",
         api=api,
     )
+    if isinstance(hold, Refusal):
+        raise refusal_error(hold)  # as the streams answer it
+    assert isinstance(hold, Hold), hold
     if used is None:
         w.open_holds.append(hold)
     else:
-        await w.ledger.settle(
+        await w.ledger.money.settle(
             hold,
             now=w.clock(),
             credits_used=used,
@@ -153,7 +157,7 @@ async def mixed_load(w: World) -> None:
     await _request(w, "a-test", "r6", None, api=API_RESPONSES)
     w.clock.advance(3 * DAY)  # every earned pool is past its expiry now
     await _request(w, "c-live", "r7", 3)  # reserve expires c's pool
-    await w.ledger.settle(  # settle lapses what a's hold kept of the expired pool
+    await w.ledger.money.settle(  # settle lapses what a's hold kept of the expired pool
         held_across_expiry,
         now=w.clock(),
         credits_used=5,
@@ -234,10 +238,23 @@ async def test_a_lost_balance_is_reported_and_restored(world: World) -> None:
     assert _drifting(await _reconcile(world)) == [b]
 
     with pytest.raises(ApiError) as refused:
-        await rebuild_redis(world.ledger, world.store, now=world.clock(), earned_ttl_s=2 * DAY)
+        await rebuild_redis(
+            world.ledger.money,
+            world.ledger.keys,
+            world.ledger.usage,
+            world.store,
+            now=world.clock(),
+            earned_ttl_s=2 * DAY,
+        )
     assert refused.value.kind is ErrorKind.REDIS_NOT_EMPTY
     done = await rebuild_redis(
-        world.ledger, world.store, now=world.clock(), earned_ttl_s=2 * DAY, force=True
+        world.ledger.money,
+        world.ledger.keys,
+        world.ledger.usage,
+        world.store,
+        now=world.clock(),
+        earned_ttl_s=2 * DAY,
+        force=True,
     )
     assert (done.accounts_restored, done.accounts_kept) == (1, 2)
     assert done.purchased_credits + done.earned_credits == check.ledger.total
@@ -249,7 +266,7 @@ async def test_flushall_then_rebuild(world: World) -> None:
     a, b, c = world.pids
     await world.accounts.revoke_key(a, "key_" + world.secrets["a-test"][9:21])
     await world.store.set_low_balance(b, 123)  # a webhooks' credits.low threshold
-    await world.ledger.set_low_balance(b, 123, world.clock())
+    await world.ledger.money.set_low_balance(b, 123, world.clock())
     before = {c.account_pid: c for c in (await _reconcile(world)).accounts}
     # what the store can give back: the ledger without the events that were never flushed
     expected = {
@@ -259,7 +276,14 @@ async def test_flushall_then_rebuild(world: World) -> None:
     }
     await world.redis.flushall()
 
-    done = await rebuild_redis(world.ledger, world.store, now=world.clock(), earned_ttl_s=2 * DAY)
+    done = await rebuild_redis(
+        world.ledger.money,
+        world.ledger.keys,
+        world.ledger.usage,
+        world.store,
+        now=world.clock(),
+        earned_ttl_s=2 * DAY,
+    )
     assert done.accounts_restored == 3
     assert (done.keys_restored, done.revoked_keys_restored) == (4, 1)
     assert done.purchased_credits + done.earned_credits == sum(expected.values())
@@ -314,7 +338,14 @@ async def test_rebuild_restores_todays_cap_counters_so_no_key_spends_its_cap_twi
     assert int(await world.redis.get(counter)) == 45
 
     await world.redis.flushall()  # Redis loses everything mid-day
-    done = await rebuild_redis(world.ledger, world.store, now=world.clock(), earned_ttl_s=2 * DAY)
+    done = await rebuild_redis(
+        world.ledger.money,
+        world.ledger.keys,
+        world.ledger.usage,
+        world.store,
+        now=world.clock(),
+        earned_ttl_s=2 * DAY,
+    )
     assert done.cap_counters == 2  # the capped lineage and the uncapped key's spend
     assert int(await world.redis.get(counter)) == 45
     # what the cap leaves today is what it left before the loss: 55, not 100

@@ -14,11 +14,11 @@ from app.chat.completion import CompletionService, drain_background
 from app.chat.output import StreamEnd
 from app.chat.request import parse_chat_request
 from app.chat.router import UpstreamRouter
-from app.credits.ledger import RedisLedger
 from app.upstream.base import CHOICE_END, Piece, UpstreamCall, UpstreamError, Usage
 from app.upstream.simulated import SimulatedProvider
 from app.upstream.wire import Delta, ToolCallDelta, ToolCallFunctionDelta
 from tests.conftest import Clock
+from tests.ledgers import Ledgers
 from tests.unit.scripts_helpers import account, key
 
 Script = list[tuple[float, list[Piece] | Exception]]  # (delay before, batch or failure)
@@ -40,13 +40,13 @@ class ScriptedProvider:
 
 
 async def _relay(
-    ledger: RedisLedger, clock: Clock, script: Script, body: dict[str, object] | None = None
+    ledger: Ledgers, clock: Clock, script: Script, body: dict[str, object] | None = None
 ) -> tuple[list[bytes], int]:
     await account(ledger, "acct_R", purchased=100_000)
     ident = await key(ledger, "acct_R", "kidR00000000")
     aliases = default_catalog().aliases
     router = UpstreamRouter({"simulated": ScriptedProvider(script)}, SimulatedProvider())  # type: ignore[dict-item]
-    service = CompletionService(ledger, router, deadline_s=900, clock=clock)
+    service = CompletionService(ledger.money, router, deadline_s=900, clock=clock)
     body = body or {"model": "svc-fast", "messages": [{"role": "user", "content": "hi"}]}
     completion = await service.open(ident, parse_chat_request(json.dumps(body).encode(), aliases))
     writes: list[bytes] = []
@@ -56,7 +56,7 @@ async def _relay(
         assert more == (data[-14:] != b"data: [DONE]\n\n")
 
     await completion.relay(send)
-    _status, balance = await ledger.balance(ident, clock())
+    _status, balance = await ledger.money.balance(ident, clock())
     return writes, balance.total
 
 
@@ -73,7 +73,7 @@ def _finishes(chunks: list[dict[str, object]]) -> list[tuple[str | None, str | N
     ]
 
 
-async def test_what_arrives_together_is_written_together(ledger: RedisLedger, clock: Clock) -> None:
+async def test_what_arrives_together_is_written_together(ledger: Ledgers, clock: Clock) -> None:
     writes, _ = await _relay(ledger, clock, [(0, ["a", "b", "c"]), (0, ["d", Usage(4, 4)])])
     # a, b and c at once; d came with the usage report, the end: it carries stop itself
     # and goes out with the metadata chunk
@@ -81,7 +81,7 @@ async def test_what_arrives_together_is_written_together(ledger: RedisLedger, cl
     assert _finishes(_chunks(writes)) == [("a", None), ("b", None), ("c", None), ("d", "stop")]
 
 
-async def test_no_token_waits_for_the_next_read(ledger: RedisLedger, clock: Clock) -> None:
+async def test_no_token_waits_for_the_next_read(ledger: Ledgers, clock: Clock) -> None:
     # the upstream ends 0.1 s after its last token: "b" went out when it arrived
     writes, balance = await _relay(ledger, clock, [(0, ["a"]), (0.1, ["b"]), (0.1, [Usage(4, 2)])])
     assert [w.count(b'"content"') for w in writes] == [1, 1, 1]
@@ -109,7 +109,7 @@ async def test_no_token_waits_for_the_next_read(ledger: RedisLedger, clock: Cloc
     ],
 )
 async def test_the_read_that_ends_the_choice_decides_where_stop_goes(
-    ledger: RedisLedger,
+    ledger: Ledgers,
     clock: Clock,
     script: Script,
     finishes: list[tuple[str | None, str | None]],
@@ -123,7 +123,7 @@ async def test_the_read_that_ends_the_choice_decides_where_stop_goes(
     )  # type: ignore[index]
 
 
-async def test_an_upstream_failure_after_a_held_token(ledger: RedisLedger, clock: Clock) -> None:
+async def test_an_upstream_failure_after_a_held_token(ledger: Ledgers, clock: Clock) -> None:
     writes, balance = await _relay(
         ledger, clock, [(0, ["a", "b"]), (0, UpstreamError("stream failed: boom"))]
     )
@@ -138,7 +138,7 @@ async def test_an_upstream_failure_after_a_held_token(ledger: RedisLedger, clock
 
 @pytest.mark.parametrize("hold_expires", [False, True])
 async def test_cancelling_mid_read_settles_and_closes(
-    ledger: RedisLedger, clock: Clock, hold_expires: bool
+    ledger: Ledgers, clock: Clock, hold_expires: bool
 ) -> None:
     await account(ledger, "acct_C", purchased=100_000)
     ident = await key(ledger, "acct_C", "kidC00000000")
@@ -157,7 +157,7 @@ async def test_cancelling_mid_read_settles_and_closes(
             return None
 
     router = UpstreamRouter({"simulated": Stalling()}, SimulatedProvider())  # type: ignore[dict-item]
-    service = CompletionService(ledger, router, deadline_s=900, clock=clock)
+    service = CompletionService(ledger.money, router, deadline_s=900, clock=clock)
     body = b'{"model": "svc-fast", "messages": [{"role": "user", "content": "hi"}]}'
     completion = await service.open(ident, parse_chat_request(body, default_catalog().aliases))
 
@@ -171,7 +171,7 @@ async def test_cancelling_mid_read_settles_and_closes(
         await relay
     assert closed.is_set()
     assert await ledger.redis.zcard(ledger.layout.reservations(ident.shard)) == 0
-    _, balance = await ledger.balance(ident, clock())
+    _, balance = await ledger.money.balance(ident, clock())
     assert balance.total == 100_000 - 1  # one token delivered or generated: charged once
 
 
@@ -198,7 +198,7 @@ TOOL_STREAM: Script = [
 
 
 async def test_tool_calls_are_relayed_and_end_with_tool_calls(
-    ledger: RedisLedger, clock: Clock
+    ledger: Ledgers, clock: Clock
 ) -> None:
     writes, balance = await _relay(ledger, clock, TOOL_STREAM)
     chunks = _chunks(writes)
@@ -221,7 +221,7 @@ async def test_tool_calls_are_relayed_and_end_with_tool_calls(
     assert "usage" not in chunks[-1]  # only when the client asks
 
 
-async def test_usage_reaches_a_client_that_asks(ledger: RedisLedger, clock: Clock) -> None:
+async def test_usage_reaches_a_client_that_asks(ledger: Ledgers, clock: Clock) -> None:
     usage = Usage(7, 2, {"cached_tokens": 3}, {"reasoning_tokens": 1})
     body = {
         "model": "svc-fast",
@@ -241,7 +241,7 @@ async def test_usage_reaches_a_client_that_asks(ledger: RedisLedger, clock: Cloc
     assert set(final["svc"]) == {"requested_model", "credits_used", "balance_remaining"}  # type: ignore[arg-type]
 
 
-async def test_refusals_and_reasoning_are_relayed(ledger: RedisLedger, clock: Clock) -> None:
+async def test_refusals_and_reasoning_are_relayed(ledger: Ledgers, clock: Clock) -> None:
     script: Script = [(0, [Delta(reasoning_content="think")]), (0, [Delta(refusal="no")])]
     writes, _ = await _relay(ledger, clock, [*script, (0, [Usage(1, 2)])])
     deltas = [c["choices"][0]["delta"] for c in _chunks(writes) if c.get("choices")]  # type: ignore[index]
@@ -273,14 +273,14 @@ class _BrokenEnding:
         raise RuntimeError("a bug in an output")
 
 
-async def test_a_failing_ending_still_settles(ledger: RedisLedger, clock: Clock) -> None:
+async def test_a_failing_ending_still_settles(ledger: Ledgers, clock: Clock) -> None:
     """The ending is written before settling (with marks for its numbers): a fault there
     must not leave the reservation open."""
     await account(ledger, "acct_E", purchased=100_000)
     ident = await key(ledger, "acct_E", "kidE00000000")
     provider = ScriptedProvider([(0, ["a", Usage(4, 4)])])
     router = UpstreamRouter({"simulated": provider}, SimulatedProvider())  # type: ignore[dict-item]
-    service = CompletionService(ledger, router, deadline_s=900, clock=clock)
+    service = CompletionService(ledger.money, router, deadline_s=900, clock=clock)
     body = b'{"model":"svc-fast","messages":[{"role":"user","content":"hi"}]}'
     completion = await service.open(ident, parse_chat_request(body, default_catalog().aliases))
 
@@ -291,5 +291,5 @@ async def test_a_failing_ending_still_settles(ledger: RedisLedger, clock: Clock)
         await completion.relay(send, _BrokenEnding(completion.chat_stream()))
     await drain_background()  # the settlement the relay started
     assert await ledger.redis.zcard(ledger.layout.reservations(ident.shard)) == 0
-    _status, balance = await ledger.balance(ident, clock())
+    _status, balance = await ledger.money.balance(ident, clock())
     assert balance.total < 100_000  # charged for what was served, not left to the sweeper

@@ -13,22 +13,20 @@ from redis.exceptions import ResponseError
 from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
 from app.core.metrics import METRICS
-from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Hold, Identity, ScriptStatus, Settlement
 from app.credits.scripts import RedisClock
 from app.credits.sweeper import Sweeper
 from app.kv.client import REDIS_TIMEOUT, RedisClient
 from app.kv.layout import KeySpace
 from tests.conftest import Clock
+from tests.ledgers import Ledgers
 from tests.unit.scripts_helpers import account, key, pools, reserve, snapshot
 
 DAY = 86_400
 HOSTILE_COUNTS = ["-5", "1e30", "1000000000000000", "1.5", "", "abc", " 7", "0x10"]
 
 
-def _calls(
-    ledger: RedisLedger, ident: Identity, now: int
-) -> dict[str, tuple[list[str], list[Any]]]:
+def _calls(ledger: Ledgers, ident: Identity, now: int) -> dict[str, tuple[list[str], list[Any]]]:
     """A valid (KEYS, ARGV) for each script against the fixture's account, key and open
     reservation ``r0``; each test breaks one argument of one call."""
     ks, shard, pid, kid = ledger.layout, ident.shard, ident.pid, ident.kid
@@ -154,7 +152,7 @@ CASES = [
 ] + [(name, i, bad) for name, words in WORDS.items() for i, bad in words]
 
 
-async def _fixture(ledger: RedisLedger, now: int) -> Identity:
+async def _fixture(ledger: Ledgers, now: int) -> Identity:
     await account(ledger, "acct_G", purchased=1_000)
     ident = await key(ledger, "acct_G", "kidG00000000", cap=500)
     await reserve(ledger, ident, "r0", now)
@@ -163,19 +161,19 @@ async def _fixture(ledger: RedisLedger, now: int) -> Identity:
 
 @pytest.mark.parametrize(("script", "index", "bad"), CASES)
 async def test_a_hostile_argument_changes_nothing(
-    redis: RedisClient, ledger: RedisLedger, clock: Clock, script: str, index: int, bad: str
+    redis: RedisClient, ledger: Ledgers, clock: Clock, script: str, index: int, bad: str
 ) -> None:
     now = int(clock())
     ident = await _fixture(ledger, now)
     keys, args = _calls(ledger, ident, now)[script]
-    await ledger._run(script, keys, args)  # the valid call works (then undo it: fresh state)
+    await ledger.scripts.run(script, keys, args)  # the valid call works (then undo it: fresh state)
     await redis.flushall()
     ident = await _fixture(ledger, now)
     before = await snapshot(ledger)
     args = list(args)
     args[index] = bad
     with pytest.raises(ResponseError, match="svc bad argument"):
-        await ledger._run(script, keys, args)
+        await ledger.scripts.run(script, keys, args)
     assert await snapshot(ledger) == before
 
 
@@ -186,7 +184,7 @@ async def test_a_reserve_redis_runs_after_its_caller_gave_up_holds_nothing(
     timeout; the reserve that runs later must not hold credits nobody will settle."""
     late = RedisClock()
     late.offset_s = -10.0  # as if Redis ran the command 10 s after the caller sent it
-    ledger = RedisLedger(
+    ledger = Ledgers(
         redis,
         keyspace,
         cap_ttl_s=100,
@@ -201,7 +199,7 @@ async def test_a_reserve_redis_runs_after_its_caller_gave_up_holds_nothing(
         await reserve(ledger, ident, "r1", clock())
     assert info.value.kind is ErrorKind.SERVICE_UNAVAILABLE
     assert await snapshot(ledger) == before
-    await ledger.sync_clock()  # measured: within the timeout again
+    await ledger.money.sync_clock()  # measured: within the timeout again
     hold = await reserve(ledger, ident, "r1", clock())
     assert hold.amount == 10
 
@@ -215,7 +213,7 @@ async def test_a_reserve_run_in_the_last_tenth_of_its_callers_wait_holds_nothing
     wait is the reply's, and a reserve run in it gives up."""
     late = RedisClock()
     late.offset_s = -runs_after_s
-    ledger = RedisLedger(
+    ledger = Ledgers(
         redis, keyspace, cap_ttl_s=100, usage_ttl_s=100, command_timeout_s=2.0, redis_clock=late
     )
     await account(ledger, "acct_M", purchased=1_000)
@@ -230,9 +228,7 @@ async def test_a_reserve_run_in_the_last_tenth_of_its_callers_wait_holds_nothing
     assert await snapshot(ledger) == before
 
 
-async def test_an_unanswered_reserve_is_released_by_its_id(
-    ledger: RedisLedger, clock: Clock
-) -> None:
+async def test_an_unanswered_reserve_is_released_by_its_id(ledger: Ledgers, clock: Clock) -> None:
     """A reserve whose reply came too late may have held credits after all: releasing it
     by its id gives everything back (balance, cap, reservation); for a reserve that never
     ran it changes nothing."""
@@ -243,16 +239,18 @@ async def test_an_unanswered_reserve_is_released_by_its_id(
     await reserve(ledger, ident, "r1", reserved_at)
     assert await snapshot(ledger) != before
     clock.advance(3)
-    released = await ledger.release_unanswered(ident, "r1", reserved_at=reserved_at, now=clock())
+    released = await ledger.money.release_unanswered(
+        ident, "r1", reserved_at=reserved_at, now=clock()
+    )
     assert (released.status, released.credits_used) == (ScriptStatus.OK, 0)
     after = await _without_empty_caps(ledger)
     assert after == before  # the day's cap counter stays, at 0
-    never = await ledger.release_unanswered(ident, "r2", reserved_at=reserved_at, now=clock())
+    never = await ledger.money.release_unanswered(ident, "r2", reserved_at=reserved_at, now=clock())
     assert never.status is ScriptStatus.NOT_FOUND
     assert await _without_empty_caps(ledger) == before
 
 
-async def _without_empty_caps(ledger: RedisLedger) -> Any:
+async def _without_empty_caps(ledger: Ledgers) -> Any:
     """The state, less the day's cap counters at 0 and the keys' last use (a reserve that
     ran did use the key, whether or not its reply came back in time)."""
     state = await snapshot(ledger)
@@ -262,23 +260,21 @@ async def _without_empty_caps(ledger: RedisLedger) -> Any:
     return {k: v for k, v in state.items() if not (b":cap:" in k and v == b"0")}
 
 
-async def _reward(ledger: RedisLedger, pid: str, grant_id: str, now: float) -> None:
+async def _reward(ledger: Ledgers, pid: str, grant_id: str, now: float) -> None:
     """A spotlight-sized earned grant: 5,000 credits, the pool rolled to now + 30 days."""
-    status, _, _ = await ledger.grant(
+    status, _, _ = await ledger.money.grant(
         pid, pool="earned", credits=5_000, grant_id=grant_id, now=now, earned_ttl_s=30 * DAY
     )
     assert status is ScriptStatus.OK
 
 
-async def _settle_one_credit(ledger: RedisLedger, hold: Hold, now: float) -> Settlement:
-    return await ledger.settle(
+async def _settle_one_credit(ledger: Ledgers, hold: Hold, now: float) -> Settlement:
+    return await ledger.money.settle(
         hold, now=now, credits_used=1, prompt_tokens=1, completion_tokens=1, outcome="completed"
     )
 
 
-async def test_earned_credits_that_expire_while_held_lapse(
-    ledger: RedisLedger, clock: Clock
-) -> None:
+async def test_earned_credits_that_expire_while_held_lapse(ledger: Ledgers, clock: Clock) -> None:
     """Reward 5,000, hold 1,000, 31 days, a new reward, settle 1: the 999 unused held
     credits belonged to the expired pool and lapse (they used to rejoin the new pool)."""
     await account(ledger, "acct_E")
@@ -297,7 +293,7 @@ async def test_earned_credits_that_expire_while_held_lapse(
 
 
 async def test_a_pool_extended_before_it_expired_keeps_the_held_credits(
-    ledger: RedisLedger, clock: Clock
+    ledger: Ledgers, clock: Clock
 ) -> None:
     """Rolling expiry: a reward while the pool is alive extends it, held credits included."""
     await account(ledger, "acct_X")
@@ -317,19 +313,19 @@ async def test_a_settle_redis_runs_after_its_caller_gave_up_changes_nothing(
     """Issue 30, item 2: Redis stalled as a stream ended, so its settle timed out and the
     client was told nothing was charged. The settle that Redis runs when it resumes must
     charge nothing; the sweeper then refunds the hold whole, and the metrics count it."""
-    on_time = RedisLedger(redis, keyspace, cap_ttl_s=100, usage_ttl_s=100, command_timeout_s=2.0)
+    on_time = Ledgers(redis, keyspace, cap_ttl_s=100, usage_ttl_s=100, command_timeout_s=2.0)
     await account(on_time, "acct_G", purchased=1_000)
     ident = await key(on_time, "acct_G", "kidG00000000")
     hold = await reserve(on_time, ident, "r1", clock())
     assert hold.amount == 10
     late = RedisClock()
     late.offset_s = -10.0  # as if Redis ran the settle 10 s after the caller sent it
-    stalled = RedisLedger(
+    stalled = Ledgers(
         redis, keyspace, cap_ttl_s=100, usage_ttl_s=100, command_timeout_s=2.0, redis_clock=late
     )
     before = await snapshot(stalled)
     with pytest.raises(REDIS_TIMEOUT):  # as a reply that came too late
-        await stalled.settle(
+        await stalled.money.settle(
             hold,
             now=clock(),
             credits_used=4,
@@ -340,6 +336,6 @@ async def test_a_settle_redis_runs_after_its_caller_gave_up_changes_nothing(
     assert await snapshot(stalled) == before  # nothing charged, nothing counted
     refunded = METRICS.credits.labels("refunded", "live")._value.get()
     clock.advance(3_600)  # past the reservation's deadline
-    assert await Sweeper(on_time, interval_s=1, clock=clock).sweep_once() == 1
+    assert await Sweeper(on_time.money, interval_s=1, clock=clock).sweep_once() == 1
     assert await pools(on_time, "acct_G") == (0, 1_000)
     assert METRICS.credits.labels("refunded", "live")._value.get() - refunded == 10

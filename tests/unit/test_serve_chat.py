@@ -21,7 +21,6 @@ from app.chat.completion import CompletionService, drain_background
 from app.chat.router import UpstreamRouter
 from app.core.logs import JsonFormatter, request_id
 from app.core.metrics import METRICS
-from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Identity
 from app.credits.sweeper import Sweeper
 from app.http.streams import CHAT, serve_stream
@@ -29,6 +28,7 @@ from app.kv.layout import KeySpace
 from app.runtime import Services
 from app.upstream.simulated import SimulatedProvider
 from tests.conftest import Clock
+from tests.ledgers import Ledgers
 from tests.rsgi_transport import FakeHeaders, FakeProtocol, FakeScope
 from tests.unit.scripts_helpers import account, key
 from tests.unit.upstream_helpers import stream_services
@@ -40,12 +40,12 @@ CREDITS = 10_000
 
 @dataclass
 class Chat:
-    ledger: RedisLedger
+    ledger: Ledgers
     ident: Identity
     services: Services
 
     async def total(self, clock: Clock) -> int:
-        _status, balance = await self.ledger.balance(self.ident, clock())
+        _status, balance = await self.ledger.money.balance(self.ident, clock())
         return balance.total
 
 
@@ -53,11 +53,13 @@ class Chat:
 async def chat(clock: Clock, request: pytest.FixtureRequest) -> AsyncIterator[Chat]:
     """Services enough for ``serve_stream``; the upstream waits ``param`` ms per token."""
     redis_client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
-    ledger = RedisLedger(redis_client, KeySpace("svc", 64), cap_ttl_s=172_800, usage_ttl_s=86_400)
+    ledger = Ledgers(redis_client, KeySpace("svc", 64), cap_ttl_s=172_800, usage_ttl_s=86_400)
     await account(ledger, "acct_S", purchased=CREDITS)
     ident = await key(ledger, "acct_S", "kidS00000000")
     upstream = SimulatedProvider(delay_ms=getattr(request, "param", 0))
-    service = CompletionService(ledger, UpstreamRouter({}, upstream), deadline_s=900, clock=clock)
+    service = CompletionService(
+        ledger.money, UpstreamRouter({}, upstream), deadline_s=900, clock=clock
+    )
     yield Chat(ledger, ident, stream_services(service, ident, default_catalog().aliases))
     await redis_client.aclose()
 
@@ -100,7 +102,7 @@ async def test_a_settlement_redis_times_out_ends_the_stream_with_an_error_and_is
     async def settle_timing_out(*_args: Any, **_kwargs: Any) -> Any:
         raise redis.exceptions.TimeoutError("Timeout reading from socket")
 
-    monkeypatch.setattr(chat.ledger, "settle", settle_timing_out)
+    monkeypatch.setattr(chat.ledger.money, "settle", settle_timing_out)
     protocol = FakeProtocol([BODY])  # the client stays connected
     (line,) = await _serve_logged(chat, protocol, caplog, "req_settle")
     _ends_unsettled(protocol)
@@ -113,7 +115,7 @@ async def test_a_settlement_redis_times_out_ends_the_stream_with_an_error_and_is
     monkeypatch.undo()
     assert await chat.total(clock) < CREDITS
     clock.advance(901)
-    assert await Sweeper(chat.ledger, interval_s=1, clock=clock).sweep_once() == 1
+    assert await Sweeper(chat.ledger.money, interval_s=1, clock=clock).sweep_once() == 1
     assert await chat.total(clock) == CREDITS
 
 
@@ -131,8 +133,8 @@ async def test_a_heartbeat_redis_fails_ends_the_stream_unsettled_and_is_swept(
         settles.append(args)
         raise AssertionError("no settlement is tried once the hold could not be kept")
 
-    monkeypatch.setattr(chat.ledger, "extend", extend_failing)
-    monkeypatch.setattr(chat.ledger, "settle", settle_counted)
+    monkeypatch.setattr(chat.ledger.money, "extend", extend_failing)
+    monkeypatch.setattr(chat.ledger.money, "settle", settle_counted)
     protocol = FakeProtocol([BODY])
     (line,) = await _serve_logged(chat, protocol, caplog, "req_beat")
     _ends_unsettled(protocol)
@@ -141,7 +143,7 @@ async def test_a_heartbeat_redis_fails_ends_the_stream_unsettled_and_is_swept(
     assert any('"content"' in event for event in _events(list(protocol.stream.chunks)))
     monkeypatch.undo()
     clock.advance(901)
-    assert await Sweeper(chat.ledger, interval_s=1, clock=clock).sweep_once() == 1
+    assert await Sweeper(chat.ledger.money, interval_s=1, clock=clock).sweep_once() == 1
     assert await chat.total(clock) == CREDITS
 
 

@@ -12,11 +12,11 @@ import pytest
 from aiohttp.abc import ResolveResult
 
 from app.core.errors import ApiError
-from app.credits.ledger import RedisLedger
 from app.kv.layout import KeySpace
 from app.store import AccountRecord, Store
 from app.webhooks.registry import WebhookCreateRequest, Webhooks, WebhookUpdateRequest
 from app.webhooks.targets import NOBODY, GuardedResolver, TargetRefused, check_url, public
+from tests.ledgers import Ledgers
 
 # The IPv4 addresses a webhook must never reach, and one it may.
 INSIDE = {
@@ -128,8 +128,8 @@ async def test_a_delivery_to_a_name_resolving_to_a_public_one_connects(address: 
 async def webhooks(store: Store) -> Webhooks:
     await store.create_account(AccountRecord(pid="acct_A", created_at=1))
     redis = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
-    ledger = RedisLedger(redis, KeySpace("svc", 4), cap_ttl_s=172_800, usage_ttl_s=86_400)
-    return Webhooks(store, ledger, b"pepper", NOBODY)
+    ledger = Ledgers(redis, KeySpace("svc", 4), cap_ttl_s=172_800, usage_ttl_s=86_400)
+    return Webhooks(store, ledger.money, b"pepper", NOBODY)
 
 
 async def test_create_and_patch_refuse_each_form(webhooks: Webhooks) -> None:

@@ -5,18 +5,18 @@ from __future__ import annotations
 import asyncio
 
 from app.core.metrics import METRICS, exposition
-from app.credits.ledger import RedisLedger
 from app.credits.outcomes import ScriptStatus
 from app.credits.sweeper import Sweeper
 from tests.conftest import Clock
 from tests.e2e.conftest import metric_samples
+from tests.ledgers import Ledgers
 from tests.unit.scripts_helpers import account, key, pools, reserve
 
 MOVEMENTS = ("reserved", "settled", "refunded")
 
 
 async def test_expired_reservations_are_refunded_exactly_once_by_racing_sweepers(
-    ledger: RedisLedger, clock: Clock
+    ledger: Ledgers, clock: Clock
 ) -> None:
     holds = []
     for i in range(12):  # accounts land on different shards
@@ -25,12 +25,12 @@ async def test_expired_reservations_are_refunded_exactly_once_by_racing_sweepers
         ident = await key(ledger, pid, f"kid{i:09d}")
         holds.append(await reserve(ledger, ident, f"r{i}", clock(), deadline=clock() + 60))
     alive = holds[0]
-    sweepers = [Sweeper(ledger, interval_s=1, clock=clock) for _ in range(3)]
+    sweepers = [Sweeper(ledger.money, interval_s=1, clock=clock) for _ in range(3)]
 
     assert await sweepers[0].sweep_once() == 0  # nothing is past its deadline yet
     clock.advance(30)
     assert (
-        await ledger.extend(alive, clock() + 60)
+        await ledger.money.extend(alive, clock() + 60)
     ).status is ScriptStatus.OK  # a live stream's heartbeat
     clock.advance(31)
     counts = await asyncio.gather(*(s.sweep_once() for s in sweepers))
@@ -47,15 +47,15 @@ async def test_expired_reservations_are_refunded_exactly_once_by_racing_sweepers
         assert await ledger.redis.zcard(ledger.layout.reservations(shard)) == 0
 
 
-async def test_a_settled_reservation_is_never_swept(ledger: RedisLedger, clock: Clock) -> None:
+async def test_a_settled_reservation_is_never_swept(ledger: Ledgers, clock: Clock) -> None:
     await account(ledger, "acct_A", purchased=100)
     ident = await key(ledger, "acct_A", "kidA00000000")
     hold = await reserve(ledger, ident, "r1", clock(), deadline=clock() + 10)
-    await ledger.settle(
+    await ledger.money.settle(
         hold, now=clock(), credits_used=4, prompt_tokens=1, completion_tokens=4, outcome="completed"
     )
     clock.advance(11)
-    assert await Sweeper(ledger, interval_s=1, clock=clock).sweep_once() == 0
+    assert await Sweeper(ledger.money, interval_s=1, clock=clock).sweep_once() == 0
     assert await pools(ledger, "acct_A") == (0, 96)
 
 
@@ -74,9 +74,7 @@ async def _credit_totals() -> dict[tuple[str, str], float]:
     }
 
 
-async def test_swept_holds_are_counted_as_refunded_credits(
-    ledger: RedisLedger, clock: Clock
-) -> None:
+async def test_swept_holds_are_counted_as_refunded_credits(ledger: Ledgers, clock: Clock) -> None:
     before = await _credit_totals()
     await account(ledger, "acct_M", purchased=100)
     swept = []
@@ -86,7 +84,7 @@ async def test_swept_holds_are_counted_as_refunded_credits(
         abandoned = await reserve(ledger, ident, f"dead-{environment}", clock(), max_out=7)
         for hold in (completed, abandoned):
             METRICS.reserved(environment, hold.amount)  # as the chat route records it
-        settled = await ledger.settle(
+        settled = await ledger.money.settle(
             completed,
             now=clock(),
             credits_used=4,
@@ -98,7 +96,7 @@ async def test_swept_holds_are_counted_as_refunded_credits(
         swept.append(abandoned.amount)
     clock.advance(61)  # past the deadlines: the abandoned holds' workers are gone
 
-    assert await Sweeper(ledger, interval_s=1, clock=clock).sweep_once() == 2
+    assert await Sweeper(ledger.money, interval_s=1, clock=clock).sweep_once() == 2
 
     after = await _credit_totals()
     moved = {

@@ -8,14 +8,15 @@ import pytest
 import redis.exceptions
 
 from app.core.errors import ApiError, ErrorKind
-from app.credits.ledger import RedisLedger, WindowCount
+from app.credits.throttle_counts import WindowCount
 from app.keys.throttle import UNIX_SOCKET, FailedAuthThrottle, client_address, parse_networks
 from tests.conftest import Clock
+from tests.ledgers import Ledgers
 
 
-def _throttle(ledger: RedisLedger, limit: int, window_s: float, clock: Clock) -> FailedAuthThrottle:
+def _throttle(ledger: Ledgers, limit: int, window_s: float, clock: Clock) -> FailedAuthThrottle:
     """One worker's throttle; several made on one ledger are several workers (or instances)."""
-    return FailedAuthThrottle(limit, window_s, ledger.count_failed_auth, clock=clock)
+    return FailedAuthThrottle(limit, window_s, ledger.throttle.count_failed_auth, clock=clock)
 
 
 async def _fail(throttle: FailedAuthThrottle, address: str) -> ErrorKind:
@@ -36,7 +37,7 @@ async def _passes(throttle: FailedAuthThrottle, address: str) -> bool:
         return False
 
 
-async def test_the_limit_holds_exactly_across_workers(ledger: RedisLedger, clock: Clock) -> None:
+async def test_the_limit_holds_exactly_across_workers(ledger: Ledgers, clock: Clock) -> None:
     workers = [_throttle(ledger, 3, 60.0, clock) for _ in range(4)]
     answers = [await _fail(workers[n % 4], "203.0.113.7") for n in range(8)]
     # three 401s in all, however the failures were spread; then 429 on every worker
@@ -59,7 +60,7 @@ async def test_the_limit_holds_exactly_across_workers(ledger: RedisLedger, clock
     workers[3].check("203.0.113.7")  # this worker's window is over
 
 
-async def test_the_window_ends_in_redis_too(ledger: RedisLedger, clock: Clock) -> None:
+async def test_the_window_ends_in_redis_too(ledger: Ledgers, clock: Clock) -> None:
     workers = [_throttle(ledger, 2, 0.3, clock) for _ in range(2)]
     for throttle in workers:
         assert await _fail(throttle, "198.51.100.1") is ErrorKind.INVALID_API_KEY
@@ -69,7 +70,7 @@ async def test_the_window_ends_in_redis_too(ledger: RedisLedger, clock: Clock) -
     assert await _fail(workers[1], "198.51.100.1") is ErrorKind.INVALID_API_KEY
 
 
-async def test_limit_zero_turns_throttling_off(ledger: RedisLedger, clock: Clock) -> None:
+async def test_limit_zero_turns_throttling_off(ledger: Ledgers, clock: Clock) -> None:
     throttle = _throttle(ledger, 0, 60.0, clock)
     for _ in range(50):
         assert await _fail(throttle, "192.0.2.1") is ErrorKind.INVALID_API_KEY
@@ -86,9 +87,11 @@ async def test_redis_down_leaves_the_401_and_counts_nothing(clock: Clock) -> Non
 
 
 async def test_memory_is_bounded_by_evicting_the_oldest_address(
-    ledger: RedisLedger, clock: Clock
+    ledger: Ledgers, clock: Clock
 ) -> None:
-    throttle = FailedAuthThrottle(1, 60.0, ledger.count_failed_auth, max_addresses=10, clock=clock)
+    throttle = FailedAuthThrottle(
+        1, 60.0, ledger.throttle.count_failed_auth, max_addresses=10, clock=clock
+    )
     for n in range(30):
         await _fail(throttle, f"10.0.0.{n}")
     assert len(throttle._blocked) == 10
@@ -105,7 +108,7 @@ async def test_memory_is_bounded_by_evicting_the_oldest_address(
     ],
 )
 async def test_guarding_counts_failed_authentications_only(
-    ledger: RedisLedger, clock: Clock, kind: ErrorKind, counted: bool
+    ledger: Ledgers, clock: Clock, kind: ErrorKind, counted: bool
 ) -> None:
     throttle = _throttle(ledger, 1, 60.0, clock)
     with pytest.raises(ApiError):

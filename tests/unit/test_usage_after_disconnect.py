@@ -23,7 +23,6 @@ from app.chat.catalog import Alias, default_catalog
 from app.chat.completion import USAGE_WAIT_S, CompletionService, drain_background
 from app.chat.router import UpstreamRouter
 from app.core.clock import day_tag, utc_day
-from app.credits.ledger import RedisLedger
 from app.credits.outcomes import Identity
 from app.credits.sweeper import Sweeper
 from app.http.streams import CHAT, RESPONSES, Api, serve_stream
@@ -33,6 +32,7 @@ from app.upstream.responses_sse import ResponsesEvents
 from app.upstream.simulated import SimulatedProvider
 from app.upstream.sse import LineSplitter
 from tests.conftest import Clock
+from tests.ledgers import Ledgers
 from tests.rsgi_transport import FakeHeaders, FakeProtocol, FakeScope
 from tests.unit.scripts_helpers import account, key
 from tests.unit.test_tokens_estimate import real_counts
@@ -83,15 +83,15 @@ def responses_pieces(*events: dict[str, Any]) -> list[Piece]:
 
 
 def _services(
-    ledger: RedisLedger, clock: Clock, ident: Identity, provider: ScriptedProvider
+    ledger: Ledgers, clock: Clock, ident: Identity, provider: ScriptedProvider
 ) -> Services:
     router = UpstreamRouter({"simulated": provider}, SimulatedProvider())  # type: ignore[dict-item]
-    completions = CompletionService(ledger, router, deadline_s=900, clock=clock)
+    completions = CompletionService(ledger.money, router, deadline_s=900, clock=clock)
     return stream_services(completions, ident, ALIASES)
 
 
 async def _served_until(
-    ledger: RedisLedger,
+    ledger: Ledgers,
     clock: Clock,
     api: Api,
     body: dict[str, Any],
@@ -122,18 +122,18 @@ async def _served_until(
     return ident, received
 
 
-async def _check_money(ledger: RedisLedger, clock: Clock, ident: Identity) -> dict[str, int]:
+async def _check_money(ledger: Ledgers, clock: Clock, ident: Identity) -> dict[str, int]:
     """No hold left open, and none for the sweeper; the balance fell by what the usage
     counters (of the day and of all time) say was charged. Returns the all-time counters."""
     shard = ident.shard
     assert await ledger.redis.zcard(ledger.layout.reservations(shard)) == 0
     clock.advance(901)
-    assert await Sweeper(ledger, interval_s=1, clock=clock).sweep_once() == 0
+    assert await Sweeper(ledger.money, interval_s=1, clock=clock).sweep_once() == 0
     total = _counters(await ledger.redis.hgetall(ledger.layout.usage_total(shard, ident.pid)))
     day_key = ledger.layout.usage_day(shard, ident.pid, day_tag(utc_day(clock() - 901)))
     day = _counters(await ledger.redis.hgetall(day_key))
     assert {k: v for k, v in day.items() if ":key:" not in k and ":model:" not in k} == total
-    _, balance = await ledger.balance(ident, clock())
+    _, balance = await ledger.money.balance(ident, clock())
     assert balance.total == FUNDS - total["live:credits"]
     assert total["live:requests"] == 1
     return total
@@ -149,7 +149,7 @@ def _billed(total: dict[str, int]) -> tuple[int, int, int]:
 
 @pytest.mark.parametrize("writes_notice", [True, False], ids=["write-fails", "write-succeeds"])
 async def test_chat_max_tokens_1_client_gone_before_the_report_pays_the_report(
-    ledger: RedisLedger, clock: Clock, writes_notice: bool
+    ledger: Ledgers, clock: Clock, writes_notice: bool
 ) -> None:
     """max_tokens 1: the one token is the whole output, the usage report follows it 0.1 s
     later, and the client hangs up on the token. The disconnect watcher used to cancel the
@@ -177,7 +177,7 @@ async def test_chat_max_tokens_1_client_gone_before_the_report_pays_the_report(
 
 
 async def test_responses_last_delta_alone_client_gone_pays_the_report(
-    ledger: RedisLedger, clock: Clock
+    ledger: Ledgers, clock: Clock
 ) -> None:
     """/v1/responses on a provider that speaks Responses: a large CJK answer whose last
     delta comes alone, response.completed 0.1 s after it, and the client hangs up on that
@@ -209,7 +209,7 @@ async def test_responses_last_delta_alone_client_gone_pays_the_report(
 
 
 async def test_no_report_dense_text_is_billed_by_its_tokens_not_its_chunks(
-    ledger: RedisLedger, clock: Clock
+    ledger: Ledgers, clock: Clock
 ) -> None:
     """An upstream that never reports usage relays 50,000 CJK characters in five reads;
     the client hangs up after the last, the relay gives up on the report after its bound.
@@ -235,7 +235,7 @@ async def test_no_report_dense_text_is_billed_by_its_tokens_not_its_chunks(
 
 
 async def test_a_choice_end_read_after_the_cap_leaves_the_answer_cut(
-    ledger: RedisLedger, clock: Clock
+    ledger: Ledgers, clock: Clock
 ) -> None:
     """Past the output cap the relay reads on for the usage report; the provider's end of
     the answer, read there in a later read than the last token, must not turn the cut

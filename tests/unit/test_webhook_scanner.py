@@ -7,7 +7,6 @@ from __future__ import annotations
 import msgspec
 
 from app.core.clock import DAY_S
-from app.credits.ledger import RedisLedger
 from app.kv.client import RedisClient
 from app.store import AccountRecord, KeyRecord, Store, WebhookRecord
 from app.usage.flusher import Flusher
@@ -16,6 +15,7 @@ from app.webhooks.registry import Webhooks
 from app.webhooks.scanner import Scanner, earned_expiring, expiring_keys
 from app.webhooks.targets import NOBODY
 from tests.conftest import Clock
+from tests.ledgers import Ledgers
 from tests.unit.scripts_helpers import account, key, reserve
 
 ALL = f"{KEY_EXPIRING} {EARNED_EXPIRING} {EARNED_EXPIRED}"
@@ -55,7 +55,7 @@ def test_which_keys_and_pools_are_about_to_expire() -> None:
 
 
 async def _scanner(
-    redis: RedisClient, ledger: RedisLedger, store: Store, clock: Clock
+    redis: RedisClient, ledger: Ledgers, store: Store, clock: Clock
 ) -> tuple[Scanner, Flusher]:
     await store.create_account(AccountRecord(pid="acct_W", created_at=0))
     hook = WebhookRecord(
@@ -68,8 +68,8 @@ async def _scanner(
         created_at=0,
     )
     await store.create_webhook(hook, max_per_account=10)
-    webhooks = Webhooks(store, ledger, b"pepper", NOBODY, clock)
-    scanner = Scanner(store, ledger, webhooks, redis, ledger.layout, clock=clock)
+    webhooks = Webhooks(store, ledger.money, b"pepper", NOBODY, clock)
+    scanner = Scanner(store, ledger.money, webhooks, redis, ledger.layout, clock=clock)
     return scanner, Flusher(redis, ledger.layout, store, clock=clock)
 
 
@@ -78,11 +78,11 @@ async def _told(store: Store) -> list[str]:
 
 
 async def test_an_idle_pool_is_told_before_and_after_it_expires_once_each(
-    redis: RedisClient, ledger: RedisLedger, store: Store, clock: Clock
+    redis: RedisClient, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     scanner, flusher = await _scanner(redis, ledger, store, clock)
     await account(ledger, "acct_W", purchased=10)
-    granted = await ledger.grant(
+    granted = await ledger.money.grant(
         "acct_W", pool="earned", credits=500, grant_id="g1", now=clock(), earned_ttl_s=5 * DAY_S
     )
     assert granted.balance.earned == 500
@@ -92,7 +92,7 @@ async def test_an_idle_pool_is_told_before_and_after_it_expires_once_each(
     assert await scanner.scan() == 0  # seen again: nothing more
     clock.advance(3 * DAY_S)  # past the expiry, and nothing touched the account
     await scanner.scan()
-    assert await ledger.earned_pool("acct_W") == (0, 0)  # zeroed, and recorded
+    assert await ledger.money.earned_pool("acct_W") == (0, 0)  # zeroed, and recorded
     await flusher.flush_all()
     await scanner.scan()
     await flusher.flush_all()
@@ -107,11 +107,11 @@ async def test_an_idle_pool_is_told_before_and_after_it_expires_once_each(
 
 
 async def test_an_expiry_a_request_meets_first_is_told_the_same_way(
-    redis: RedisClient, ledger: RedisLedger, store: Store, clock: Clock
+    redis: RedisClient, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     scanner, flusher = await _scanner(redis, ledger, store, clock)
     await account(ledger, "acct_W", purchased=100)
-    await ledger.grant(
+    await ledger.money.grant(
         "acct_W", pool="earned", credits=70, grant_id="g1", now=clock(), earned_ttl_s=DAY_S
     )
     ident = await key(ledger, "acct_W", "kidW00000000")

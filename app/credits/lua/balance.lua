@@ -12,15 +12,17 @@ Returns {status, earned, earned_exp, purchased}
   12 KEY_EXPIRED (the key's exp is not after now)
 A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
 ]]
+--- @include "lib/checks.lua"
+--- @include "lib/keys.lua"
+--- @include "lib/earned.lua"
 local now = count(1, 'now')
 local pid = label(2, 'pid')
 local key = redis.call('HMGET', KEYS[1], 'acct', 'status', 'exp')
 if not key[1] or key[1] ~= pid then return {1, 0, 0, 0} end
-if key[2] ~= 'active' then return {2, 0, 0, 0} end
-local key_exp = tonumber(key[3] or '0')
-if key_exp > 0 and now >= key_exp then return {12, 0, 0, 0} end
+local refused = key_refusal(key[2], key[3], now)
+if refused then return {refused, 0, 0, 0} end
 local acct = redis.call('HMGET', KEYS[2], 'earned', 'earned_exp', 'purchased')
 if not acct[3] then return {3, 0, 0, 0} end
 local earned, earned_exp = tonumber(acct[1]), tonumber(acct[2])
-if earned_exp > 0 and now >= earned_exp then earned, earned_exp = 0, 0 end
+if earned_expired(earned_exp, now) then earned, earned_exp = 0, 0 end
 return {0, earned, earned_exp, tonumber(acct[3])}

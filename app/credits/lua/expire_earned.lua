@@ -14,18 +14,19 @@ Returns {status, lapsed}
                       or empty; nothing changed)
   3 ACCOUNT_MISSING
 The pool is zeroed, its generation (egen) bumped and {kind expire, acct, credits, ts}
-appended to KEYS[2], as in the other scripts that meet an expired pool.
+appended to KEYS[2] (lib/earned.lua record_lapse: EventField KIND, ACCOUNT, CREDITS, TS), as
+in the other scripts that meet an expired pool.
 A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
 ]]
+--- @include "lib/checks.lua"
+--- @include "lib/earned.lua"
 local now = count(1, 'now')
 local pid = label(2, 'pid')
 local acct = redis.call('HMGET', KEYS[1], 'earned', 'earned_exp', 'purchased', 'egen')
 if not acct[3] then return {3, 0} end
 local earned_exp = tonumber(acct[2] or '0')
-if earned_exp == 0 or now < earned_exp then return {0, 0} end
+if not earned_expired(earned_exp, now) then return {0, 0} end
 local lapsed = tonumber(acct[1] or '0')
-redis.call('HSET', KEYS[1], 'earned', 0, 'earned_exp', 0, 'egen', tonumber(acct[4] or '0') + 1)
-if lapsed > 0 then
-  redis.call('XADD', KEYS[2], '*', 'kind', 'expire', 'acct', pid, 'credits', lapsed, 'ts', now)
-end
+zero_earned(KEYS[1], tonumber(acct[4] or '0'))
+record_lapse(KEYS[2], pid, lapsed, now)
 return {0, lapsed}

@@ -10,6 +10,7 @@ ARGV[2]  deadline            new deadline, unix seconds
 Returns 1 when extended, 0 when the reservation no longer exists (settled or swept).
 A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
 ]]
+--- @include "lib/checks.lua"
 local rid = label(1, 'rid')
 local deadline = count(2, 'deadline')
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end

@@ -23,11 +23,14 @@ Returns {status, earned, earned_exp, purchased, granted_at}   (the pools after t
   9 DAILY_LIMIT       the day's limit is reached: nothing granted; granted_at = 0
 A grant that finds the earned pool expired zeroes it (before adding), bumps the pool's
 generation (egen: reservations still holding credits of the old pool let them lapse) and
-appends, in the same call, {kind expire, acct, credits (what lapsed), ts} to KEYS[4].
+appends, in the same call, {kind expire, acct, credits (what lapsed), ts} to KEYS[4]
+(lib/earned.lua record_lapse: EventField KIND, ACCOUNT, CREDITS, TS).
 A grant that brings the balance back to the account's low-balance threshold or above
 clears the mark settle set when it fell below (see settle.lua), so the next fall is told.
 A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
 ]]
+--- @include "lib/checks.lua"
+--- @include "lib/earned.lua"
 local now = count(1, 'now')
 local pool = one_of(2, 'pool', {earned = true, purchased = true})
 local credits = count(3, 'credits')
@@ -42,7 +45,7 @@ local acct = redis.call('HMGET', KEYS[1], 'earned', 'earned_exp', 'purchased', '
 if not acct[3] then return {3, 0, 0, 0, 0} end
 local earned, earned_exp, purchased = tonumber(acct[1]), tonumber(acct[2]), tonumber(acct[3])
 local egen = tonumber(acct[4] or '0')
-local expired = earned_exp > 0 and now >= earned_exp
+local expired = earned_expired(earned_exp, now)
 if expired then earned, earned_exp = 0, 0 end
 local granted_at = redis.call('GET', KEYS[2])
 if granted_at then return {6, earned, earned_exp, purchased, tonumber(granted_at)} end
@@ -51,12 +54,10 @@ if limit > 0 and tonumber(redis.call('GET', KEYS[3]) or '0') >= limit then
 end
 
 -- writes start here
-local lapsed = tonumber(acct[1])
-if expired and lapsed > 0 then
-  redis.call('XADD', KEYS[4], '*', 'kind', 'expire', 'acct', pid, 'credits', lapsed,
-    'ts', now)
+if expired then
+  record_lapse(KEYS[4], pid, tonumber(acct[1]), now)
+  zero_earned(KEYS[1], egen)
 end
-if expired then redis.call('HSET', KEYS[1], 'earned', 0, 'earned_exp', 0, 'egen', egen + 1) end
 if pool == 'earned' then
   earned = earned + credits
   earned_exp = now + earned_ttl

@@ -15,6 +15,7 @@ Returns {0} when claimed (state running), else {status, body, http status} as
 lib/checks.lua recorded() says: 14 another request, 15 running, 16 finished with its answer
 (the body and HTTP status to send again), 17 finished without one.
 ]]
+--- @include "lib/checks.lua"
 local fp = label(1, 'fp')
 local token = label(2, 'token')
 local ttl = count(3, 'ttl')

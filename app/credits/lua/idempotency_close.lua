@@ -15,6 +15,7 @@ ARGV[5]  ttl                 (done) seconds the record lives from now on (the cl
 
 Returns 1 when closed, 0 when the record is not this run's (expired, or another's).
 ]]
+--- @include "lib/checks.lua"
 local token = label(1, 'token')
 local outcome = one_of(2, 'outcome', {done = true, failed = true})
 local status, body, ttl = '', '', 0

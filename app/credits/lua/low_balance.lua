@@ -14,13 +14,15 @@ a threshold is not a crossing; the next settle that leaves the balance below it 
 was at or above) is (see settle.lua).
 A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
 ]]
+--- @include "lib/checks.lua"
+--- @include "lib/earned.lua"
 local now = count(1, 'now')
 local low = cap(2, 'low')
 local acct = redis.call('HMGET', KEYS[1], 'earned', 'earned_exp', 'purchased')
 if not acct[3] then return {3, 0} end
 local earned = tonumber(acct[1] or '0')
 local earned_exp = tonumber(acct[2] or '0')
-if earned_exp > 0 and now >= earned_exp then earned = 0 end
+if earned_expired(earned_exp, now) then earned = 0 end
 local balance = earned + tonumber(acct[3])
 if low < 0 then
   redis.call('HDEL', KEYS[1], 'low', 'lowf')

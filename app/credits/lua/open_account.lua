@@ -10,6 +10,7 @@ ARGV[3]  purchased           credits in the purchased pool
 Returns 1 when created, 0 when the account existed (left unchanged).
 A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
 ]]
+--- @include "lib/checks.lua"
 local earned = count(1, 'earned')
 local earned_exp = count(2, 'earned_exp')
 local purchased = count(3, 'purchased')

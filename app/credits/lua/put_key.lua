@@ -7,12 +7,14 @@ KEYS[1]  api key hash        <p>:{sN}:key:<kid>
 ARGV[1]  acct                account pid
 ARGV[2]  status              active | revoked
 ARGV[3]  env                 live | test
-ARGV[4..8]                   the key's settings (lib/checks.lua key_record): cap, name,
+ARGV[4..8]                   the key's settings (lib/keys.lua key_record): cap, name,
                              exp, models, rpm
 
 Returns 1 when written, 0 when a record existed (left unchanged).
 A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
 ]]
+--- @include "lib/checks.lua"
+--- @include "lib/keys.lua"
 local acct = label(1, 'acct')
 local status = one_of(2, 'status', {active = true, revoked = true})
 local env = one_of(3, 'env', {live = true, test = true})

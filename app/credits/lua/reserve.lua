@@ -81,12 +81,16 @@ below min_out while the cap has room for it): one request cannot hold a small ca
 Cap thresholds: a reserve that takes the cap counter of a key with a cap > 0 from below to
 at or above 50, 80 or 100 % of the cap appends {kind cap, acct, kid, level, cap, spent (the
 counter after), counter (KEYS[3]'s name: the lineage and day), ts} to KEYS[6] for each
-level crossed (webhooks tell it once per counter and level: the event id is made of both).
+level crossed (webhooks tell it once per counter and level: the event id is made of both;
+app.kv.fields.EventField: KIND, ACCOUNT, KEY, LEVEL, CAP, SPENT, COUNTER, TS).
 A live reserve that finds the earned pool expired zeroes it, bumps the pool's generation
 (egen) and appends, in the same call, {kind expire, acct, credits (what lapsed), ts} to
-KEYS[6], so the durable ledger sees it. The reservation records egen: settle lets the held
+KEYS[6] (lib/earned.lua record_lapse), so the durable ledger sees it. The reservation records egen: settle lets the held
 earned credits lapse when the pool they came from expired meanwhile.
 ]]
+--- @include "lib/checks.lua"
+--- @include "lib/keys.lua"
+--- @include "lib/earned.lua"
 local now = count(1, 'now')
 local rid = label(2, 'rid')
 local pid = label(3, 'pid')
@@ -119,7 +123,7 @@ local function available_now()
   local a = redis.call('HMGET', KEYS[1], 'earned', 'earned_exp', 'purchased')
   local e = tonumber(a[1] or '0')
   local exp = tonumber(a[2] or '0')
-  if exp > 0 and now >= exp then e = 0 end
+  if earned_expired(exp, now) then e = 0 end
   return e + tonumber(a[3] or '0')
 end
 
@@ -129,15 +133,9 @@ if held[1] then
   return {6, tonumber(held[2]), tonumber(held[3] or '0'), available_now()}
 end
 if gave_up(give_up_ms) then return {11, 0, 0, 0} end
-if key[2] ~= 'active' then return {2, 0, 0, 0} end
-local key_exp = tonumber(key[5] or '0')
-if key_exp > 0 and now >= key_exp then return {12, 0, 0, 0} end
-local allowed = key[6]
-if allowed and allowed ~= '*' then
-  for alias in string.gmatch(models, '%S+') do
-    if not string.find(allowed, ' ' .. alias .. ' ', 1, true) then return {13, 0, 0, 0} end
-  end
-end
+local refused = key_refusal(key[2], key[5], now)
+if refused then return {refused, 0, 0, 0} end
+if not models_allow(key[6], models) then return {13, 0, 0, 0} end
 
 if idem then
   local state, body = recorded(idem, fingerprint)
@@ -162,7 +160,7 @@ local earned = tonumber(acct[1])
 local earned_exp = tonumber(acct[2])
 local purchased = tonumber(acct[3])
 local egen = tonumber(acct[4] or '0')
-local expired = earned_exp > 0 and now >= earned_exp
+local expired = earned_expired(earned_exp, now)
 if expired then earned = 0 end
 local available = earned + purchased
 local live = key[3] == 'live'
@@ -213,13 +211,8 @@ local from_earned, from_purchased = 0, 0
 local balance = available
 if live then
   if expired then
-    egen = egen + 1
-    redis.call('HSET', KEYS[1], 'earned', 0, 'earned_exp', 0, 'egen', egen)
-    local lapsed = tonumber(acct[1])
-    if lapsed > 0 then
-      redis.call('XADD', KEYS[6], '*', 'kind', 'expire', 'acct', pid, 'credits', lapsed,
-        'ts', now)
-    end
+    egen = zero_earned(KEYS[1], egen)
+    record_lapse(KEYS[6], pid, tonumber(acct[1]), now)
   end
   from_earned = math.min(earned, amount)
   from_purchased = amount - from_earned

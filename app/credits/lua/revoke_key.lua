@@ -6,13 +6,15 @@ revoked key can never be re-warmed as active.
 KEYS[1]  api key hash        <p>:{sN}:key:<kid>
 ARGV[1]  acct                account pid the key belongs to
 ARGV[2]  env                 live | test
-ARGV[3..7]                   the key's settings (lib/checks.lua key_record): cap, name,
+ARGV[3..7]                   the key's settings (lib/keys.lua key_record): cap, name,
                              exp, models, rpm
 
 Returns 1 when revoked now, 0 when it was revoked already, -1 when the record names
 another account (nothing changed).
 A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
 ]]
+--- @include "lib/checks.lua"
+--- @include "lib/keys.lua"
 local acct = label(1, 'acct')
 local env = one_of(2, 'env', {live = true, test = true})
 local settings = key_record(3)

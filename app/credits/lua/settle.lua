@@ -74,7 +74,12 @@ Events appended to KEYS[7] (the flusher makes them durable):
            unless outcome is released; api is chat for a reservation that recorded none
   expire  {kind expire, acct, credits, ts} when a live settle finds the earned pool expired:
            credits = the pool it zeroes plus the earned part of the hold it does not return
+  (app.kv.fields.EventField: RESERVATION, ACCOUNT, KEY, ENVIRONMENT, ALIAS, REQUESTED, DAY,
+  PROMPT_TOKENS, COMPLETION_TOKENS, CREDITS, EARNED, OUTCOME, TS, API, SERVED; KIND, BALANCE,
+  LOW for low; KIND, ACCOUNT, CREDITS, TS for expire)
 ]]
+--- @include "lib/checks.lua"
+--- @include "lib/earned.lua"
 local now = count(1, 'now')
 local rid = label(2, 'rid')
 local used = count(3, 'credits_used')
@@ -104,7 +109,7 @@ local acct = redis.call('HMGET', KEYS[3], 'earned', 'earned_exp', 'purchased', '
 local earned = tonumber(acct[1] or '0')
 local earned_exp = tonumber(acct[2] or '0')
 local egen = tonumber(acct[4] or '0')
-local expired = earned_exp > 0 and now >= earned_exp
+local expired = earned_expired(earned_exp, now)
 -- the pool the held earned credits came from is gone (reservations made before egen existed:
 -- the pool was zeroed, earned_exp 0, since the reserve)
 local pool_gone
@@ -118,7 +123,7 @@ if acct[3] and env == 'live' then
   local refund_purchased = held_purchased - (used - used_earned)
   local lapsed = 0
   if expired then
-    redis.call('HSET', KEYS[3], 'earned', 0, 'earned_exp', 0, 'egen', egen + 1)
+    zero_earned(KEYS[3], egen)
     lapsed = earned
   end
   if expired or pool_gone then
@@ -126,9 +131,7 @@ if acct[3] and env == 'live' then
   elseif refund_earned > 0 then
     redis.call('HINCRBY', KEYS[3], 'earned', refund_earned)
   end
-  if lapsed > 0 then
-    redis.call('XADD', KEYS[7], '*', 'kind', 'expire', 'acct', r[6], 'credits', lapsed, 'ts', now)
-  end
+  record_lapse(KEYS[7], r[6], lapsed, now)
   if refund_purchased > 0 then redis.call('HINCRBY', KEYS[3], 'purchased', refund_purchased) end
 end
 

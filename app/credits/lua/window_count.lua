@@ -10,6 +10,7 @@ Returns {count, ms_left}: the attempts in the window, this one included, and the
 milliseconds until it ends.
 A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
 ]]
+--- @include "lib/checks.lua"
 local window_ms = count(1, 'window_ms')
 if window_ms == 0 then refuse('window_ms') end
 local attempts = redis.call('INCR', KEYS[1])

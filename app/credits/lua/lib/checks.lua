@@ -1,8 +1,8 @@
 --[[
-checks: the checks that app.credits.scripts puts in front of every script, so that each script
-refuses a bad ARGV before its first write (Redis has no rollback: a command that fails after
-a write leaves the writes before it in place), and reads an Idempotency-Key's record the
-same way wherever one is read.
+checks: the argument checks every script includes (an @include of lib/checks.lua), so that
+each script refuses a bad ARGV before its first write (Redis has no rollback: a command that
+fails after a write leaves the writes before it in place), and reads an Idempotency-Key's
+record the same way wherever one is read.
 
 A failed check raises an error reply "svc bad argument: <name>" and changes nothing.
   count(i, name)         ARGV[i] as a whole number 0 .. 999,999,999,999,999, plain digits
@@ -11,10 +11,6 @@ A failed check raises an error reply "svc bad argument: <name>" and changes noth
   one_of(i, name, set)   ARGV[i], which must be a key of the table set
   label(i, name)         ARGV[i] as a non-empty string of at most 256 bytes (ids, days, aliases)
   text(i, name)          ARGV[i] as a string of at most 4,096 bytes, maybe empty (a key's name)
-  key_record(i)          ARGV[i .. i+4], an API key's settings, checked, as HSET field-value
-                         pairs: cap (a cap), name (text), exp (a count: unix seconds, 0 =
-                         never), models ('*' = all, else the aliases it may use, each between
-                         spaces), rpm (a count: requests in any 60 s, 0 = no limit)
   recorded(key, fp)      what the Idempotency-Key record at key (a hash: fp, state, body,
                          status) says of the request fp: nil when there is none; else 14
                          (another request), 15 (running), 17 (finished, no answer kept), or
@@ -55,13 +51,6 @@ local function text(i, name)
   local s = ARGV[i]
   if type(s) ~= 'string' or #s > 4096 then refuse(name) end
   return s
-end
-
-local function key_record(i)
-  local models = text(i + 3, 'models')
-  if models ~= '*' and not string.match(models, '^ [%w%-%._ ]*$') then refuse('models') end
-  return {'cap', cap(i, 'cap'), 'name', text(i + 1, 'name'), 'exp', count(i + 2, 'exp'),
-    'models', models, 'rpm', count(i + 4, 'rpm')}
 end
 
 local function recorded(key, fp)

@@ -1,0 +1,134 @@
+"""API keys' hot-path records in Redis: the digest → identity mapping, each key's record
+(status, cap, name, expiry, models, rate limit), and what Redis knows of a key's use. The
+key scripts write the records; the reads made outside the scripts keep the scripts' rules
+(``lua/lib/keys.lua``) through ``key_expired`` and ``app.kv.fields`` (the models field)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from app.core.clock import day_tag, utc_day
+from app.credits.outcomes import Identity, KeyAccess, ScriptStatus, Written
+from app.credits.scripts import Scripts
+from app.kv.fields import KEY_ACTIVE, NO_CAP, KeyField, allowed_models, models_field
+from app.kv.layout import KeySpace, as_text
+from app.store import KeyRecord
+
+NEVER = 0  # a key's exp in Redis when it does not expire
+NO_RATE_LIMIT = 0  # a key's rpm in Redis when it has no rate limit
+
+
+def key_expired(expires_at: int, now: float) -> bool:
+    """``lib/keys.lua``'s rule, for the reads made outside the scripts: a key with an expiry
+    is expired from that second on."""
+    return expires_at != NEVER and now >= expires_at
+
+
+def _key_fields(record: KeyRecord) -> list[Any]:
+    """The settings of a key as the key scripts take them (lib/keys.lua key_record)."""
+    cap = NO_CAP if record.daily_cap_credits is None else record.daily_cap_credits
+    expires = NEVER if record.expires_at is None else record.expires_at
+    models = models_field(record.allowed_models)
+    return [cap, record.name, expires, models, record.rate_limit_rpm or NO_RATE_LIMIT]
+
+
+class KeyUse(NamedTuple):
+    """What Redis knows of a key's use (Redis only: a Redis that lost its data forgets it)."""
+
+    last_used: int | None  # unix seconds of its last reservation; None: never
+    today: int  # credits its lineage holds and has settled today (UTC): its daily cap's count
+
+
+class KeyRecords:
+    """The keys' records, over the scripts of one set of connections."""
+
+    def __init__(self, scripts: Scripts, layout: KeySpace) -> None:
+        self.redis = scripts.redis
+        self.layout = layout
+        self._run = scripts.run
+
+    def identity(self, record: KeyRecord) -> Identity:
+        """Who the key of ``record`` is (to the hot path)."""
+        pid = record.account_pid
+        shard = self.layout.shard(pid)
+        return Identity(pid, record.kid, record.environment, shard, record.lineage or "")
+
+    async def lookup_digest(self, key_digest: str) -> Identity | None:
+        raw = await self.redis.get(self.layout.digest(key_digest))
+        if raw is None:
+            return None
+        return Identity.decode(as_text(raw), self.layout.shard)
+
+    async def map_digest(self, key_digest: str, ident: Identity) -> None:
+        await self.redis.set(self.layout.digest(key_digest), ident.encode())
+
+    async def key_status(self, ident: Identity, now: float) -> ScriptStatus:
+        """Whether the key may be used at ``now`` (read on every authenticated request)."""
+        return (await self.key_access(ident, now)).status
+
+    async def key_access(self, ident: Identity, now: float) -> KeyAccess:
+        """Whether the key may be used at ``now``, and the models it may use."""
+        acct, status, expires, models = await self.redis.hmget(
+            self.layout.api_key(ident.shard, ident.kid),
+            [KeyField.ACCOUNT, KeyField.STATUS, KeyField.EXPIRES, KeyField.MODELS],
+        )
+        listed = allowed_models(models)
+        allowed = None if listed is None else frozenset(listed)
+        if acct is None or as_text(acct) != ident.pid:
+            return KeyAccess(ScriptStatus.KEY_UNKNOWN, allowed)
+        if status != KEY_ACTIVE:
+            return KeyAccess(ScriptStatus.KEY_REVOKED, allowed)
+        if key_expired(int(expires or 0), now):
+            return KeyAccess(ScriptStatus.KEY_EXPIRED, allowed)
+        return KeyAccess(ScriptStatus.OK, allowed)
+
+    async def keys_use(self, pid: str, records: Sequence[KeyRecord], now: float) -> list[KeyUse]:
+        """How each key of ``pid`` is being used, in the order of ``records``, one round
+        trip: its last reservation and its lineage's daily cap counter today (UTC)."""
+        shard, today = self.layout.shard(pid), day_tag(utc_day(now))
+        pipe = self.redis.pipeline(transaction=False)
+        for record in records:
+            pipe.hget(self.layout.api_key(shard, record.kid), KeyField.LAST_USED)
+            pipe.get(self.layout.cap(shard, record.cap_kid, today))
+        replies = await pipe.execute()
+        return [
+            KeyUse(None if used is None else int(used), int(counted or 0))
+            for used, counted in zip(replies[::2], replies[1::2], strict=True)
+        ]
+
+    async def put_key(self, ident: Identity, record: KeyRecord) -> Written:
+        """Write a key's hot-path record (status, cap, name, expiry of ``record``) unless one
+        exists (DUPLICATE: left unchanged, so a late re-warm can never undo a revocation)."""
+        written = await self._run(
+            "put_key",
+            [self.layout.api_key(ident.shard, ident.kid)],
+            [ident.pid, record.status, ident.environment, *_key_fields(record)],
+        )
+        return Written(ScriptStatus.OK if written else ScriptStatus.DUPLICATE)
+
+    async def update_key(self, ident: Identity, record: KeyRecord) -> Written:
+        """Set a key's name, daily cap and expiry to ``record``'s (its status stays as Redis
+        has it; ``record.status`` is written only when Redis lost the record): OK, or
+        KEY_UNKNOWN when the record names another account (nothing changed)."""
+        result = int(
+            await self._run(
+                "update_key",
+                [self.layout.api_key(ident.shard, ident.kid)],
+                [ident.pid, record.status, ident.environment, *_key_fields(record)],
+            )
+        )
+        return Written(ScriptStatus.OK if result == 1 else ScriptStatus.KEY_UNKNOWN)
+
+    async def revoke_key(self, ident: Identity, record: KeyRecord) -> Written:
+        """Mark a key revoked: OK now, DUPLICATE when it was already, KEY_UNKNOWN when the
+        record names another account (nothing changed)."""
+        result = int(
+            await self._run(
+                "revoke_key",
+                [self.layout.api_key(ident.shard, ident.kid)],
+                [ident.pid, ident.environment, *_key_fields(record)],
+            )
+        )
+        statuses = {1: ScriptStatus.OK, 0: ScriptStatus.DUPLICATE}
+        return Written(statuses.get(result, ScriptStatus.KEY_UNKNOWN))

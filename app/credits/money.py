@@ -1,0 +1,375 @@
+"""Every credit movement: one call into a Lua script (``scripts``) per movement, made with the
+key names of ``KeySpace`` and answered with the typed results of ``outcomes``. Reserve,
+settle and extend run per request; the rest are grants, reads of the pools and the cap
+counters a rebuild restores (the sweeper finds the holds it settles itself)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from app.core.clock import DAY_S, day_tag, utc_day
+from app.credits import idempotency
+from app.credits.idempotency import IdempotencyClaim, RecordedResponse
+from app.credits.outcomes import (
+    Balance,
+    BalanceRead,
+    Granted,
+    Hold,
+    Identity,
+    Refusal,
+    Replay,
+    ScriptStatus,
+    Settlement,
+    Written,
+)
+from app.credits.scripts import RedisClock, Scripts
+from app.kv.client import REDIS_TIMEOUT
+from app.kv.fields import (
+    ACCOUNT_POOLS,
+    API_CHAT,
+    NO_CAP,
+    NOTHING_SERVED,
+    AccountField,
+    Served,
+    earned_expired,
+    pools,
+)
+from app.kv.layout import KeySpace
+
+REPLY_MARGIN = 0.1  # the part of the Redis timeout a reserve's reply may take to come back
+GRANT_MARKER_TTL_S = 400 * DAY_S
+"""How long a grant id is remembered (a grant retried within it is applied once)."""
+SPOTLIGHT_COUNTER_TTL_S = 2 * DAY_S
+"""How long a day's reward counter lives (its day and the next, for late readers)."""
+_HELD = (ScriptStatus.OK, ScriptStatus.DUPLICATE)
+
+
+class Money:
+    """The credit movements of one set of connections (``scripts``: the requests' or the
+    background tasks')."""
+
+    def __init__(
+        self,
+        scripts: Scripts,
+        layout: KeySpace,
+        *,
+        cap_ttl_s: int,
+        usage_ttl_s: int,
+        command_timeout_s: float | None = None,
+        redis_clock: RedisClock | None = None,
+    ) -> None:
+        """``command_timeout_s``: how long the client waits for Redis's reply (its socket
+        timeout); a reserve or settle that Redis runs later than that changes nothing. None:
+        no limit (the background tasks: nobody waits on them)."""
+        self.scripts = scripts
+        self.redis = scripts.redis
+        self.layout = layout
+        self._cap_ttl = cap_ttl_s
+        self._usage_ttl = usage_ttl_s
+        self._command_timeout_s = command_timeout_s
+        self.redis_clock = redis_clock or RedisClock()
+        self._run = scripts.run
+
+    async def sync_clock(self) -> float:
+        """Measure how far Redis's clock is from this host's (a reserve's give-up time is
+        compared with Redis's TIME); returns the offset in seconds. Called at start-up and
+        by the sweeper's rounds, so a drifting clock is followed."""
+        return await self.redis_clock.sync(self.redis)
+
+    def _give_up_ms(self) -> int:
+        """Redis's TIME, in ms, after which a reserve holds nothing: this worker waits
+        ``command_timeout_s`` for the reply, and the last ``REPLY_MARGIN`` of that is kept
+        for the reply's way back. A reserve run just before its caller's deadline would
+        otherwise hold credits for a caller whose reply came too late (a resumed Redis
+        answers a backlog of commands, and every reply waits for the ones before it)."""
+        if self._command_timeout_s is None:
+            return 0
+        waits = self._command_timeout_s * (1 - REPLY_MARGIN)
+        return int((self.redis_clock.now() + waits) * 1000)
+
+    # -- accounts' pools ----------------------------------------------------------------
+
+    async def open_account(
+        self, pid: str, *, earned: int = 0, earned_exp: int = 0, purchased: int = 0
+    ) -> Written:
+        """Create an account's balance hash unless it exists (DUPLICATE: left unchanged)."""
+        shard = self.layout.shard(pid)
+        created = await self._run(
+            "open_account", [self.layout.account(shard, pid)], [earned, earned_exp, purchased]
+        )
+        return Written(ScriptStatus.OK if created else ScriptStatus.DUPLICATE)
+
+    async def balance(self, ident: Identity, now: float) -> BalanceRead:
+        """An account's pools, read through one of its keys (the key's status checked too)."""
+        status, earned, earned_exp, purchased = await self._run(
+            "balance",
+            [
+                self.layout.api_key(ident.shard, ident.kid),
+                self.layout.account(ident.shard, ident.pid),
+            ],
+            [int(now), ident.pid],
+        )
+        return BalanceRead(
+            ScriptStatus(status), Balance(int(earned), int(earned_exp), int(purchased))
+        )
+
+    async def account_balance(self, pid: str, now: float) -> Balance | None:
+        """Pools of an account, read directly (admin paths); None when it does not exist."""
+        shard = self.layout.shard(pid)
+        found = pools(await self.redis.hmget(self.layout.account(shard, pid), ACCOUNT_POOLS))
+        if found is None:
+            return None
+        earned, exp, purchased = found
+        if earned_expired(exp, now):
+            earned, exp = 0, 0
+        return Balance(earned, exp, purchased)
+
+    async def earned_pool(self, pid: str) -> tuple[int, int]:
+        """(earned credits, when they expire: unix seconds, 0 = never) as Redis holds them
+        (an expired pool not yet zeroed included)."""
+        earned, earned_exp = await self.redis.hmget(
+            self.layout.account(self.layout.shard(pid), pid),
+            [AccountField.EARNED, AccountField.EARNED_EXP],
+        )
+        return int(earned or 0), int(earned_exp or 0)
+
+    async def expire_earned(self, pid: str, now: float) -> int:
+        """Zero the account's earned pool if it has expired (recording the expiry as the
+        other scripts do); the credits that lapsed (0: not expired, or no account)."""
+        shard = self.layout.shard(pid)
+        _, lapsed = await self._run(
+            "expire_earned",
+            [self.layout.account(shard, pid), self.layout.events(shard)],
+            [int(now), pid],
+        )
+        return int(lapsed)
+
+    async def set_low_balance(self, pid: str, low: int | None, now: float) -> Written:
+        """Set (None: clear) the account's low-balance threshold; ``ACCOUNT_MISSING`` when
+        Redis has no such account."""
+        shard = self.layout.shard(pid)
+        status, _ = await self._run(
+            "low_balance",
+            [self.layout.account(shard, pid)],
+            [int(now), NO_CAP if low is None else low],
+        )
+        return Written(ScriptStatus(status))
+
+    async def grant(
+        self,
+        pid: str,
+        *,
+        pool: str,
+        credits: int,
+        grant_id: str,
+        now: float,
+        earned_ttl_s: int = 0,
+        daily_limit: int = 0,
+        marker_ttl_s: int = GRANT_MARKER_TTL_S,
+    ) -> Granted:
+        """Add ``credits`` to ``pool`` once per ``grant_id``; also returns when the grant
+        was applied (now, or the first time for a ``DUPLICATE``)."""
+        shard = self.layout.shard(pid)
+        day = day_tag(utc_day(now))
+        status, earned, earned_exp, purchased, granted_at = await self._run(
+            "grant",
+            [
+                self.layout.account(shard, pid),
+                self.layout.grant_marker(shard, grant_id),
+                self.layout.spotlight(shard, pid, day),
+                self.layout.events(shard),
+            ],
+            [
+                int(now),
+                pool,
+                credits,
+                earned_ttl_s,
+                daily_limit,
+                marker_ttl_s,
+                SPOTLIGHT_COUNTER_TTL_S,
+                pid,
+            ],
+        )
+        balance = Balance(int(earned), int(earned_exp), int(purchased))
+        return Granted(ScriptStatus(status), balance, int(granted_at))
+
+    async def restore_cap_counters(self, spent: Mapping[tuple[str, str], int], day: str) -> int:
+        """Set the daily cap counters Redis lacks for ``day`` (``YYYY-MM-DD``) from what each
+        key lineage spent that day ((pid, cap kid) → credits): a Redis that lost its data must
+        not grant a key a second cap. Returns how many were written (an existing counter,
+        one a reserve created meanwhile, is kept)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for (pid, cap_kid), credits in sorted(spent.items()):
+            name = self.layout.cap(self.layout.shard(pid), cap_kid, day_tag(day))
+            pipe.set(name, credits, ex=self._cap_ttl, nx=True)
+        return sum(1 for written in await pipe.execute() if written)
+
+    # -- holds: reserve, extend, settle -------------------------------------------------
+
+    async def reserve(
+        self,
+        ident: Identity,
+        *,
+        rid: str,
+        now: float,
+        prompt_units: int,
+        output_price: int,
+        max_out: int,
+        min_out: int,
+        deadline: float,
+        alias: str,
+        requested: str,
+        models: str,
+        api: str = API_CHAT,
+        claim: IdempotencyClaim | None = None,
+    ) -> Hold | Refusal | Replay:
+        """Hold credits for one request, or the script's ``Refusal`` (``models``: the
+        aliases the key must allow, space-separated). With ``claim`` (an Idempotency-Key),
+        a ``Replay`` when the key's request has finished already.
+
+        Safe to send again (redis-py retries a command whose reply timed out): a reserve of
+        a rid that is held already answers that reservation."""
+        day = utc_day(now)
+        shard = ident.shard
+        cap_key = self.layout.cap(shard, ident.cap_kid, day_tag(day))
+        keys = [
+            self.layout.account(shard, ident.pid),
+            self.layout.api_key(shard, ident.kid),
+            cap_key,
+            self.layout.reservation(shard, rid),
+            self.layout.reservations(shard),
+            self.layout.events(shard),
+            self.layout.rate(shard, ident.cap_kid),
+        ]
+        extra: list[Any] = []
+        if claim is not None:
+            keys.append(claim.record)
+            extra = [claim.fingerprint, idempotency.TTL_S]
+        status, amount, out_tokens, balance, *replayed = await self._run(
+            "reserve",
+            keys,
+            [
+                int(now),
+                rid,
+                ident.pid,
+                ident.kid,
+                prompt_units,
+                output_price,
+                max_out,
+                min_out,
+                int(deadline),
+                self._cap_ttl,
+                alias,
+                requested,
+                day,
+                round(now * 1000),
+                models,
+                self._give_up_ms(),
+                api,
+                *extra,
+            ],
+        )
+        if status == ScriptStatus.REPLAY:
+            return Replay(bytes(replayed[0]))
+        if status not in _HELD or not amount:
+            return Refusal(ScriptStatus(status), int(balance), now, requested, alias)
+        return Hold(
+            rid=rid,
+            shard=shard,
+            pid=ident.pid,
+            kid=ident.kid,
+            day=day,
+            amount=int(amount),
+            out_tokens=int(out_tokens),
+            balance=int(balance),
+            environment=ident.environment,
+            cap_key=cap_key,
+            idempotency=None if claim is None else claim.record,
+        )
+
+    async def settle(
+        self,
+        hold: Hold,
+        *,
+        now: float,
+        credits_used: int,
+        prompt_tokens: int,
+        completion_tokens: int,
+        outcome: str,
+        only_if_expired: bool = False,
+        served: Served = NOTHING_SERVED,
+        response: RecordedResponse | None = None,
+    ) -> Settlement:
+        """Close a reservation at its actual cost; a second call changes nothing.
+        ``served``: what its activity row tells. For a request with an Idempotency-Key,
+        ``response`` is what its record keeps (None: not kept).
+
+        Like ``reserve``, a settle that Redis runs after this worker stopped waiting for it
+        changes nothing (``GAVE_UP``): its stream told the client nothing was charged, and
+        the sweeper refunds the hold at its deadline. The sweeper's own calls
+        (``only_if_expired``) have no such limit: nobody waits on them."""
+        shard, tag = hold.shard, day_tag(hold.day)
+        keys = [
+            self.layout.reservation(shard, hold.rid),
+            self.layout.reservations(shard),
+            self.layout.account(shard, hold.pid),
+            hold.cap_key,
+            self.layout.usage_day(shard, hold.pid, tag),
+            self.layout.usage_total(shard, hold.pid),
+            self.layout.events(shard),
+        ]
+        args: list[Any] = [
+            int(now),
+            hold.rid,
+            credits_used,
+            prompt_tokens,
+            completion_tokens,
+            outcome,
+            1 if only_if_expired else 0,
+            self._usage_ttl,
+            served.text(),
+            0 if only_if_expired else self._give_up_ms(),
+        ]
+        if hold.idempotency is not None:
+            keys.append(hold.idempotency)
+            parts = response.parts if response is not None else None
+            args += ["unrecorded"] if parts is None else ["body", *parts]
+        status, used, balance = await self._run("settle", keys, args)
+        if status == ScriptStatus.GAVE_UP:
+            # the reply came within the timeout, but the script ran past the give-up time:
+            # to the caller this is the timeout it guards against (nothing was charged)
+            raise REDIS_TIMEOUT("settle reached Redis after its caller's give-up time")
+        return Settlement(ScriptStatus(status), int(used), int(balance))
+
+    async def release_unanswered(
+        self, ident: Identity, rid: str, *, reserved_at: float, now: float
+    ) -> Settlement:
+        """Release, unused, the reservation a reserve whose reply never came may have made
+        after all; ``NOT_FOUND`` when it never ran or held nothing (``reserved_at``: the
+        ``now`` that reserve was sent with, which names its day)."""
+        hold = Hold(
+            rid=rid,
+            shard=ident.shard,
+            pid=ident.pid,
+            kid=ident.kid,
+            day=utc_day(reserved_at),
+            amount=0,
+            out_tokens=0,
+            balance=0,
+            environment=ident.environment,
+            cap_key=self.layout.cap(ident.shard, ident.cap_kid, day_tag(utc_day(reserved_at))),
+        )
+        return await self.settle(
+            hold, now=now, credits_used=0, prompt_tokens=0, completion_tokens=0, outcome="released"
+        )
+
+    async def extend(self, hold: Hold, deadline: float) -> Written:
+        """Move the reservation's deadline forward while its stream is alive (NOT_FOUND: it
+        was settled or swept meanwhile)."""
+        extended = await self._run(
+            "extend",
+            [self.layout.reservation(hold.shard, hold.rid), self.layout.reservations(hold.shard)],
+            [hold.rid, int(deadline)],
+        )
+        return Written(ScriptStatus.OK if extended else ScriptStatus.NOT_FOUND)

@@ -1,0 +1,38 @@
+"""Counters of a client address's attempts, shared by every worker and instance: failed
+authentications and cold-path (argon2) verifications (``window_count.lua``)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from app.credits.scripts import Scripts
+from app.kv.layout import KeySpace
+
+
+class WindowCount(NamedTuple):
+    """A client address's attempts in a window shared by every worker and instance."""
+
+    attempts: int  # this one included
+    left_s: float  # until the window ends
+
+
+class ThrottleCounts:
+    """The throttles' counters, over the scripts of one set of connections."""
+
+    def __init__(self, scripts: Scripts, layout: KeySpace) -> None:
+        self.layout = layout
+        self._run = scripts.run
+
+    async def count_failed_auth(self, address: str, window_s: float) -> WindowCount:
+        """One more failed authentication of ``address`` in its window (every worker's)."""
+        return await self._window_count(self.layout.failed_auths(address), window_s)
+
+    async def count_cold_auth(self, address: str) -> WindowCount:
+        """One more cold-path verification of ``address`` in the current second."""
+        return await self._window_count(self.layout.cold_auths(address), 1.0)
+
+    async def _window_count(self, counter: str, window_s: float) -> WindowCount:
+        attempts, ms_left = await self._run(
+            "window_count", [counter], [max(1, round(window_s * 1000))]
+        )
+        return WindowCount(int(attempts), int(ms_left) / 1000)
