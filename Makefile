@@ -57,11 +57,13 @@ format: install
 # installed when missing, like PostgreSQL.
 # The store tests run on SQLite and on a throwaway PostgreSQL server (Debian's package,
 # installed when missing; SVC_TEST_POSTGRES_URL names a server to use instead).
+# The egress-proxy tests start Debian's tinyproxy (installed when missing).
 # The fault suite (tests/faults: Redis, workers and upstreams killed under load) runs as a
 # step of its own: `make faults`.
 test: install lint
 	bash tests/ensure-postgresql.sh
 	bash tests/ensure-chromium.sh
+	bash tests/ensure-tinyproxy.sh
 	$(BIN)/pytest -m "not faults"
 	$(BIN)/pytest -m faults tests/faults
 

@@ -38,8 +38,8 @@ from app.kv.pipelined import PipelinedRedis
 from app.ops.embedded import EmbeddedValkey, ensure_embedded
 from app.store import Store, StoreError, open_store
 from app.upstream.base import Provider
+from app.upstream.http11 import StreamingProvider
 from app.upstream.simulated import SimulatedProvider
-from app.upstream.thin import StreamingProvider
 from app.usage.activity import ActivityReader
 from app.usage.flusher import Flusher
 from app.usage.reader import UsageReader
@@ -50,7 +50,6 @@ from app.webhooks.targets import AllowList
 
 DEV_KEY_FILE = "dev-key.txt"
 log = logging.getLogger("svc.runtime")
-UPSTREAM_CLIENTS = ("httptools", "aiohttp", "httpx", "httpx-aiohttp")
 
 
 def read_or_create_secret(path: Path) -> str:
@@ -105,25 +104,10 @@ def resolve(
     return resolved, owner
 
 
-def build_providers(catalog: Catalog, client: str) -> dict[str, Provider]:
-    """One pooled client per provider of the models file."""
-    if client not in UPSTREAM_CLIENTS:
-        raise ValueError(f"SVC_UPSTREAM_CLIENT must be one of {', '.join(UPSTREAM_CLIENTS)}")
-    providers: dict[str, Provider] = {}
-    for name, config in catalog.providers.items():
-        if client == "httptools":
-            providers[name] = StreamingProvider(config)
-        elif client == "aiohttp":
-            # imported here: a worker on the default client never loads aiohttp (~14 MB)
-            from app.upstream.openai_compat import AiohttpProvider
-
-            providers[name] = AiohttpProvider(config)
-        else:
-            # imported here: a worker on the default client never loads httpx (~7 MB)
-            from app.upstream.httpx_provider import HttpxProvider
-
-            providers[name] = HttpxProvider(config, aiohttp_transport=client == "httpx-aiohttp")
-    return providers
+def build_providers(catalog: Catalog) -> dict[str, Provider]:
+    """One pooled client per provider of the models file, each through the proxy the
+    environment names for it (``app.core.proxies``)."""
+    return {name: StreamingProvider(config) for name, config in catalog.providers.items()}
 
 
 class Services:
@@ -219,7 +203,7 @@ class Services:
             clock=clock,
         )
         simulated = SimulatedProvider(settings.sim_reply_tokens, settings.sim_delay_ms)
-        self.router = UpstreamRouter(build_providers(catalog, settings.upstream_client), simulated)
+        self.router = UpstreamRouter(build_providers(catalog), simulated)
         # Background tasks talk to Redis on connections of their own, named so operators
         # (and the benchmark) can tell their commands from the requests'.
         self.background_redis = background_redis or redis

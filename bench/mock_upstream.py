@@ -30,6 +30,7 @@ import contextlib
 import json
 import multiprocessing
 import re
+import ssl
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -529,15 +530,22 @@ class MockUpstream:
         self._server: asyncio.base_events.Server | None = None
         self.port = 0
         self.host = "127.0.0.1"
+        self.scheme = "http"
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}/v1"
+        return f"{self.scheme}://{self.host}:{self.port}/v1"
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    async def start(
+        self, host: str = "127.0.0.1", port: int = 0, tls: ssl.SSLContext | None = None
+    ) -> None:
+        """Listen on ``host:port`` (0: any free port), over TLS when ``tls`` is given."""
         loop = asyncio.get_running_loop()
         self.host = host
-        self._server = await loop.create_server(lambda: _Conn(self), host, port, backlog=4096)
+        self.scheme = "https" if tls is not None else "http"
+        self._server = await loop.create_server(
+            lambda: _Conn(self), host, port, backlog=4096, ssl=tls
+        )
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
@@ -547,7 +555,16 @@ class MockUpstream:
                 await asyncio.wait_for(self._server.wait_closed(), 1)
 
 
-def _serve(opts: Options, host: str, port: int, ready: Any) -> None:
+def server_tls(cert_and_key: tuple[str, str]) -> ssl.SSLContext:
+    """A server's TLS context from a certificate chain file and its key file."""
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(*cert_and_key)
+    return tls
+
+
+def _serve(
+    opts: Options, host: str, port: int, ready: Any, tls: tuple[str, str] | None = None
+) -> None:
     with contextlib.suppress(ImportError):
         import uvloop
 
@@ -555,7 +572,7 @@ def _serve(opts: Options, host: str, port: int, ready: Any) -> None:
 
     async def main() -> None:
         mock = MockUpstream(opts.chunks, opts.delay_ms, opts.usage, opts.fault)
-        await mock.start(host, port)
+        await mock.start(host, port, None if tls is None else server_tls(tls))
         if ready is not None:
             ready.send(mock.port)
         await asyncio.Event().wait()
@@ -566,11 +583,11 @@ def _serve(opts: Options, host: str, port: int, ready: Any) -> None:
 class MockProcess:
     """The mock in a process of its own (tests and the benchmark keep it off their loop)."""
 
-    def __init__(self, process: Any, port: int, host: str) -> None:
+    def __init__(self, process: Any, port: int, host: str, scheme: str = "http") -> None:
         self.process = process
         self.pid = int(process.pid)
         self.port = port
-        self.base_url = f"http://{host}:{port}/v1"
+        self.base_url = f"{scheme}://{host}:{port}/v1"
 
     def stop(self) -> None:
         self.process.terminate()
@@ -584,20 +601,22 @@ def start_in_subprocess(
     fault: str | None = None,
     host: str = "127.0.0.1",
     port: int = 0,
+    tls: tuple[str, str] | None = None,
 ) -> MockProcess:
-    """Start the mock in a child process and wait until it listens."""
+    """Start the mock in a child process and wait until it listens; over https when ``tls``
+    names a certificate chain file and its key file."""
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
     process = ctx.Process(
         target=_serve,
-        args=(Options(chunks, delay_ms, usage, fault), host, port, child),
+        args=(Options(chunks, delay_ms, usage, fault), host, port, child, tls),
         daemon=True,
     )
     process.start()
     if not parent.poll(20):
         process.terminate()
         raise RuntimeError("mock upstream did not start")
-    return MockProcess(process, int(parent.recv()), host)
+    return MockProcess(process, int(parent.recv()), host, "https" if tls else "http")
 
 
 def main() -> None:

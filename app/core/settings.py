@@ -135,9 +135,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     only from these is ``X-Forwarded-For`` believed when telling clients apart."""
     models_file: str | None = None
     """TOML file of providers and per-alias upstreams, prices and limits (docs/operations.md)."""
-    upstream_client: str = "httptools"
-    """Upstream HTTP client: httptools (svc's own, fastest measured), aiohttp, httpx, or
-    httpx-aiohttp (optional package ``httpx-aiohttp``)."""
     sim_reply_tokens: int = 24
     """Length of a simulated upstream reply, in tokens."""
     sim_delay_ms: float = 0.0

@@ -1,6 +1,5 @@
 """What svc sends to an OpenAI-compatible upstream over HTTP, and what it makes of a refusal:
-shared by every upstream client (app.upstream.thin, openai_compat, httpx_provider), and free
-of any HTTP client library, so that a worker loads only the one it is configured for."""
+the protocol's side of the upstream client (``app.upstream.http11``), free of its I/O."""
 
 from __future__ import annotations
 

@@ -13,24 +13,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import ssl
 import time
 from collections.abc import Callable
 
-import aiohttp
+import httpx
 import msgspec
 
 from app import __version__
 from app.core.metrics import METRICS
+from app.core.proxies import Proxy, proxy_for
 from app.store import DeliveryRecord, DueDelivery, Store, StoreError
 from app.webhooks.events import EventBody
 from app.webhooks.signing import SIGNATURE_HEADER, signature, webhook_secret
-from app.webhooks.targets import (
-    AllowList,
-    GuardedResolver,
-    TargetRefused,
-    check_url,
-    refused_reason,
-)
+from app.webhooks.targets import AllowList, Target, TargetRefused, check_url
 
 log = logging.getLogger("svc.webhooks")
 
@@ -40,6 +36,7 @@ LEASE_MARGIN_S = 5
 CLAIM_BATCH = 50  # deliveries one worker takes per round
 SENDS_AT_ONCE = 16  # per worker
 USER_AGENT = f"svc-webhooks/{__version__}"
+ANSWER_KEPT = 65_536  # of a receiver's answer, read (and dropped) before the connection is freed
 
 
 def next_attempt(delivery: DeliveryRecord, now: int, first_delay_s: float) -> int | None:
@@ -82,16 +79,25 @@ class Deliverer:
         self.first_retry_s = first_retry_s
         self.timeout_s = timeout_s
         self.clock = clock
-        self._session: aiohttp.ClientSession | None = None
+        self._clients: dict[Proxy | None, httpx.AsyncClient] = {}
         self._sending = asyncio.Semaphore(SENDS_AT_ONCE)
 
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(resolver=GuardedResolver(self.allow), limit=64)
-            self._session = aiohttp.ClientSession(
-                connector=connector, timeout=aiohttp.ClientTimeout(total=self.timeout_s)
+    def _client(self, proxy: Proxy | None) -> httpx.AsyncClient:
+        """One client per way out (direct, or each proxy the environment names). httpx's
+        own reading of the environment is off: the proxy is chosen by the URL's host name
+        (``NO_PROXY`` matches names), while a direct send goes to a checked address."""
+        client = self._clients.get(proxy)
+        if client is None:
+            client = self._clients[proxy] = httpx.AsyncClient(
+                trust_env=False,
+                proxy=None if proxy is None else httpx.Proxy(proxy.url, headers=proxy.headers),
+                # the system's trust store, as the upstream client's (SSL_CERT_FILE included)
+                verify=ssl.create_default_context(),
+                timeout=self.timeout_s,
+                limits=httpx.Limits(max_connections=64),
+                follow_redirects=False,
             )
-        return self._session
+        return client
 
     async def deliver_due(self) -> int:
         """Take the deliveries due now and send them; how many were attempted."""
@@ -137,19 +143,64 @@ class Deliverer:
             SIGNATURE_HEADER: signature(secret, int(self.clock()), body),
         }
         try:
-            await check_url(due.url, self.allow)  # addresses given as such bypass the resolver
-            async with self._client().post(
-                due.url, data=body, headers=headers, allow_redirects=False
-            ) as response:
-                await response.content.read(65_536)  # what it says is not kept
-                return response.status, None
+            async with asyncio.timeout(self.timeout_s):
+                target = await check_url(due.url, self.allow)
+                return await self._post(target, body, headers), None
         except TargetRefused as exc:
             return None, f"refused: {exc.reason}"
-        except TimeoutError:
+        except (TimeoutError, httpx.TimeoutException):
             return None, f"no answer within {self.timeout_s:g} s"
-        except (aiohttp.ClientError, OSError) as exc:
-            reason = refused_reason(exc)
-            return None, f"refused: {reason}" if reason else "connection failed"
+        except (httpx.HTTPError, OSError):
+            return None, "connection failed"
+
+    async def _post(self, target: Target, body: bytes, headers: dict[str, str]) -> int:
+        """POST to the target, directly to one of the addresses its check passed (the name
+        still in ``Host`` and, for https, in the TLS handshake), or through the proxy."""
+        url = httpx.URL(target.parts.geturl())
+        proxy = proxy_for(url.scheme, url.host)
+        if proxy is not None or not target.addresses:
+            return await self._exchange(self._client(proxy), url, body, headers, {})
+        pinned_headers = {**headers, "host": url.netloc.decode("ascii")}
+        extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
+        for address in target.addresses[:-1]:
+            try:
+                return await self._exchange(
+                    self._client(None),
+                    url.copy_with(host=address),
+                    body,
+                    pinned_headers,
+                    extensions,
+                )
+            except httpx.ConnectError:
+                continue  # the next address, as a resolver's caller tries them in turn
+        return await self._exchange(
+            self._client(None),
+            url.copy_with(host=target.addresses[-1]),
+            body,
+            pinned_headers,
+            extensions,
+        )
+
+    @staticmethod
+    async def _exchange(
+        client: httpx.AsyncClient,
+        url: httpx.URL,
+        body: bytes,
+        headers: dict[str, str],
+        extensions: dict[str, str],
+    ) -> int:
+        request = client.build_request("POST", url, content=body, headers=headers)
+        request.extensions.update(extensions)
+        response = await client.send(request, stream=True)
+        try:
+            read = 0
+            async for chunk in response.aiter_raw():  # what it says is not kept
+                read += len(chunk)
+                if read >= ANSWER_KEPT:
+                    break
+        finally:
+            await response.aclose()
+        return response.status_code
 
     async def run(self) -> None:
         """Deliver every ``poll_s`` (jittered) until cancelled; failures wait a round."""
@@ -167,6 +218,6 @@ class Deliverer:
             await self.close()
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.aclose()

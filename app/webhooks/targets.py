@@ -7,8 +7,9 @@ IPv4-compatible (``::/96``), 6to4 (``2002::/16``) and NAT64 (``64:ff9b::/96``, a
 local-use ``64:ff9b:1::/48`` in its ``/96`` form; its other forms are refused, since which
 IPv4 address they reach depends on the network's prefix length). It is checked when the
 webhook is created or changed and again at every delivery, where the connection goes to
-the addresses just checked (the resolver refuses any other), so a name cannot be rebound to
-an inside address meanwhile.
+the addresses just checked (``Target.addresses``), so a name cannot be rebound to an inside
+address meanwhile. A delivery through a forward proxy (``app.core.proxies``) names the host
+to the proxy, which resolves it again: there the proxy's own rules have the last word.
 Hosts in ``SVC_WEBHOOK_ALLOW_HOSTS`` (names, addresses or CIDR networks, comma-separated)
 are let through, over ``http`` too.
 """
@@ -18,11 +19,9 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
-from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import ThreadedResolver
+import msgspec
 
 MAX_URL_CHARS = 2048
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -128,9 +127,7 @@ def parse_url(url: str, allow: AllowList) -> SplitResult:
     raise TargetRefused("'url' must be https.")
 
 
-def _checked(host: str, addresses: list[str], allow: AllowList) -> None:
-    if allow.names(host):
-        return
+def _checked(addresses: tuple[str, ...], allow: AllowList) -> None:
     for text in addresses:
         address = _address(text)
         if address is None or not (public(address) or allow.covers(address)):
@@ -140,8 +137,16 @@ def _checked(host: str, addresses: list[str], allow: AllowList) -> None:
             )
 
 
-async def check_url(url: str, allow: AllowList) -> SplitResult:
-    """The URL's parts once its form and every address its host resolves to are allowed;
+class Target(msgspec.Struct, frozen=True):
+    """A URL allowed to be called, and the addresses a connection to it may use: those just
+    checked (empty for a host let through by name, which any address of its may serve)."""
+
+    parts: SplitResult
+    addresses: tuple[str, ...]
+
+
+async def check_url(url: str, allow: AllowList) -> Target:
+    """The URL's target once its form and every address its host resolves to are allowed;
     ``TargetRefused`` otherwise."""
     parts = parse_url(url, allow)
     host = parts.hostname or ""
@@ -150,35 +155,8 @@ async def check_url(url: str, allow: AllowList) -> SplitResult:
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as exc:
         raise TargetRefused("'url' names a host that does not resolve.") from exc
-    _checked(host, [str(info[4][0]) for info in infos], allow)
-    return parts
-
-
-class GuardedResolver(AbstractResolver):
-    """aiohttp's resolver for deliveries: the addresses a connection may use are those
-    that pass the check (a host rebound to an inside address gets no connection)."""
-
-    def __init__(self, allow: AllowList) -> None:
-        self.allow = allow
-        self._inner = ThreadedResolver()
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        results = await self._inner.resolve(host, port, family)
-        _checked(host, [str(r["host"]) for r in results], self.allow)
-        return results
-
-    async def close(self) -> None:
-        await self._inner.close()
-
-
-def refused_reason(exc: BaseException) -> str | None:
-    """A delivery's failure reason when it was the target check (through aiohttp's
-    wrapping of the resolver's error)."""
-    seen: Any = exc
-    while seen is not None:
-        if isinstance(seen, TargetRefused):
-            return seen.reason
-        seen = seen.__cause__ or seen.__context__
-    return None
+    if allow.names(host):
+        return Target(parts, ())
+    addresses = tuple(dict.fromkeys(str(info[4][0]) for info in infos))
+    _checked(addresses, allow)
+    return Target(parts, addresses)

@@ -1,6 +1,6 @@
-"""Billing against a real upstream over HTTP, through a real granian server, with each
-upstream client (aiohttp and httpx): a token-dense prompt is charged what the upstream
-reports, and a disconnect right after a max_tokens cut still settles at once."""
+"""Billing against a real upstream over HTTP, through a real granian server: a token-dense
+prompt is charged what the upstream reports, and a disconnect right after a max_tokens cut
+still settles at once."""
 
 from __future__ import annotations
 
@@ -27,17 +27,15 @@ def mock() -> Iterator[MockProcess]:
     process.stop()
 
 
-@pytest.fixture(scope="module", params=["httptools", "aiohttp", "httpx"])
-def server(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, mock: MockProcess
-) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp(f"billing-{request.param}")
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, mock: MockProcess) -> Iterator[Server]:
+    tmp = tmp_path_factory.mktemp("billing")
     aliases = {"svc-code": ["code-dense"], "svc-fast": ["fast-ignoremax-slow5"]}
     path = models_file(tmp / "models.toml", mock.base_url, aliases)
     srv = start_server(
         tmp,
         workers=2,
-        extra_env={"SVC_MODELS_FILE": str(path), "SVC_UPSTREAM_CLIENT": request.param},
+        extra_env={"SVC_MODELS_FILE": str(path)},
     )
     yield srv
     stop_server(srv.process)

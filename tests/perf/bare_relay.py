@@ -48,7 +48,7 @@ from app.http.streams import CHAT, SSE_HEADERS, STREAM_ROUTES
 from app.kv.pipelined import PipelinedRedis
 from app.upstream.base import Piece, UpstreamCall, UpstreamError
 from app.upstream.config import ProviderConfig
-from app.upstream.thin import StreamingProvider
+from app.upstream.http11 import StreamingProvider
 from app.upstream.wire import ChatRequest, Delta
 
 UPSTREAM_ENV = "FLOOR_UPSTREAM_URL"

@@ -9,12 +9,10 @@ the figures are the read path's own cost, the part of svc's per-chunk CPU that t
 upstream client decides.
 
 Readers:
-- ``svc``: svc's aiohttp provider, ``AiohttpProvider.stream``, read to the end (its reads,
-  timeouts, SSE parsing into pieces).
-- ``svc-httptools``: svc's own client, the default, ``StreamingProvider.stream``, read the
-  same way (the difference to ``svc`` is the HTTP client alone).
-- ``aiohttp``: ``content.readany()`` with a sock_read timeout, as svc's session reads, the
-  bytes dropped (the difference to ``svc`` is parsing and the provider's own code).
+- ``svc``: svc's upstream client (``app.upstream.http11``), ``StreamingProvider.stream``,
+  read to the end (its reads, timeouts, SSE parsing into pieces).
+- ``aiohttp``: ``content.readany()`` with a sock_read timeout (svc's upstream client before
+  it had its own), the bytes dropped: a general client's reads, without parsing.
 - ``aiohttp-no-sock-read``: the same reads with no sock_read timeout (aiohttp re-arms a
   timer on every received packet when it is set).
 - ``raw``: a bare asyncio protocol on a socket of its own, HTTP written by hand, bytes
@@ -35,8 +33,7 @@ import msgspec
 
 from app.upstream.base import Provider, UpstreamCall
 from app.upstream.config import ProviderConfig
-from app.upstream.openai_compat import AiohttpProvider
-from app.upstream.thin import StreamingProvider
+from app.upstream.http11 import StreamingProvider
 from app.upstream.wire import ChatRequest, Message
 from bench.mock_upstream import start_in_subprocess
 
@@ -117,10 +114,9 @@ async def run_reader(reader: str, url: str, model: str, concurrency: int, stream
     host, port = url.split("//")[1].split("/")[0].split(":")
     if reader == "raw":
         return await _measure(concurrency, streams, lambda: _raw_stream(host, int(port), model))
-    if reader in ("svc", "svc-httptools"):
+    if reader == "svc":
         config = ProviderConfig(base_url=url, max_connections=concurrency)
-        client = AiohttpProvider if reader == "svc" else StreamingProvider
-        provider: Provider = client(config)
+        provider: Provider = StreamingProvider(config)
         try:
             return await _measure(concurrency, streams, lambda: _svc_stream(provider, model))
         finally:
@@ -135,7 +131,7 @@ async def run_reader(reader: str, url: str, model: str, concurrency: int, stream
         return await _measure(concurrency, streams, lambda: _aiohttp_stream(session, target, model))
 
 
-READERS = ("svc", "svc-httptools", "aiohttp", "aiohttp-no-sock-read", "raw")
+READERS = ("svc", "aiohttp", "aiohttp-no-sock-read", "raw")
 
 
 def measure(concurrency: int, streams: int, chunks: int, delay_ms: int, rounds: int) -> None:

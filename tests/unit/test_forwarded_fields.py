@@ -17,7 +17,7 @@ from app.chat.request import ChatParams, parse_chat_request
 from app.responses.request import parse_responses_request
 from app.upstream.base import UpstreamCall
 from app.upstream.config import ProviderConfig
-from app.upstream.thin import StreamingProvider
+from app.upstream.http11 import StreamingProvider
 from bench.mock_upstream import MockUpstream
 
 LIMITS = {"max_messages": 100, "max_message_chars": 100_000, "image_token_bound": 1000}

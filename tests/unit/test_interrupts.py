@@ -1,5 +1,5 @@
-"""Interrupting a waiting task (the shutdown's cut, the upstream idle timeout) and the aiohttp
-provider's idle timeout, which keeps one timer per idle period instead of one per read."""
+"""Interrupting a waiting task (the shutdown's cut, the upstream idle timeout) and the upstream
+client's idle timeout, which keeps one timer per idle period instead of one per read."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from app.core.interrupts import Interruptible
 from app.upstream.base import Piece, UpstreamError
 from app.upstream.config import ProviderConfig
-from app.upstream.openai_compat import AiohttpProvider
+from app.upstream.http11 import StreamingProvider
 from bench.mock_upstream import MockUpstream
 from tests.unit.upstream_helpers import upstream_call
 
@@ -63,13 +63,13 @@ def _texts(batch: list[Piece]) -> int:
     return sum(isinstance(piece, str) for piece in batch)
 
 
-async def _read_all(provider: AiohttpProvider, model: str) -> int:
+async def _read_all(provider: StreamingProvider, model: str) -> int:
     """The content pieces of a whole stream."""
     return sum([_texts(batch) async for batch in provider.stream(upstream_call(model))])
 
 
 async def test_a_stalled_stream_times_out_after_the_idle_period(mock: MockUpstream) -> None:
-    provider = AiohttpProvider(ProviderConfig(base_url=mock.base_url, idle_timeout_s=0.3))
+    provider = StreamingProvider(ProviderConfig(base_url=mock.base_url, idle_timeout_s=0.3))
     try:
         started = time.monotonic()
         with pytest.raises(UpstreamError, match="idle timeout"):
@@ -82,7 +82,7 @@ async def test_a_stalled_stream_times_out_after_the_idle_period(mock: MockUpstre
 async def test_a_slow_steady_stream_outlives_many_idle_periods(mock: MockUpstream) -> None:
     # 10 chunks 100 ms apart take 1 s, more than three idle periods of 0.3 s: the timer
     # re-arms from each read instead of firing
-    provider = AiohttpProvider(ProviderConfig(base_url=mock.base_url, idle_timeout_s=0.3))
+    provider = StreamingProvider(ProviderConfig(base_url=mock.base_url, idle_timeout_s=0.3))
     try:
         assert await _read_all(provider, "m-tokens10x100") == 10
     finally:
@@ -92,7 +92,7 @@ async def test_a_slow_steady_stream_outlives_many_idle_periods(mock: MockUpstrea
 async def test_a_reader_busy_elsewhere_is_not_timed_out(mock: MockUpstream) -> None:
     # the relay spends longer than the idle period writing to a slow client between reads:
     # the upstream was not silent, it was not asked
-    provider = AiohttpProvider(ProviderConfig(base_url=mock.base_url, idle_timeout_s=0.2))
+    provider = StreamingProvider(ProviderConfig(base_url=mock.base_url, idle_timeout_s=0.2))
     try:
         pieces = 0
         async for batch in provider.stream(upstream_call("m-tokens3x1")):
@@ -104,7 +104,7 @@ async def test_a_reader_busy_elsewhere_is_not_timed_out(mock: MockUpstream) -> N
 
 
 async def test_a_cancellation_while_reading_is_no_timeout(mock: MockUpstream) -> None:
-    provider = AiohttpProvider(ProviderConfig(base_url=mock.base_url, idle_timeout_s=30))
+    provider = StreamingProvider(ProviderConfig(base_url=mock.base_url, idle_timeout_s=30))
     try:
         task = asyncio.ensure_future(_read_all(provider, "m-stallafter2"))
         await asyncio.sleep(0.2)

@@ -4,18 +4,18 @@ created, changed, and at every delivery (by address, and by a name resolving to 
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import socket
 
 import fakeredis
 import pytest
-from aiohttp.abc import ResolveResult
 
 from app.core.errors import ApiError
 from app.kv.layout import KeySpace
 from app.store import AccountRecord, Store
 from app.webhooks.registry import WebhookCreateRequest, Webhooks, WebhookUpdateRequest
-from app.webhooks.targets import NOBODY, GuardedResolver, TargetRefused, check_url, public
+from app.webhooks.targets import NOBODY, TargetRefused, check_url, public
 from tests.ledgers import Ledgers
 
 # The IPv4 addresses a webhook must never reach, and one it may.
@@ -79,49 +79,36 @@ async def test_a_url_naming_one_is_refused(address: str) -> None:
 
 @pytest.mark.parametrize("address", ALLOWED)
 async def test_a_url_naming_a_public_one_is_allowed(address: str) -> None:
-    assert (await check_url(f"https://[{address}]/hook", NOBODY)).hostname == address
+    assert (await check_url(f"https://[{address}]/hook", NOBODY)).parts.hostname == address
 
 
-class _Answers:
-    """The system resolver's answer for a name (what a hostile DNS server would say)."""
+def _resolving_to(monkeypatch: pytest.MonkeyPatch, address: str) -> None:
+    """Every name resolves to ``address`` (what a hostile DNS server would say)."""
+    loop = asyncio.get_running_loop()
 
-    def __init__(self, address: str) -> None:
-        self.address = address
+    async def answer(host: str, port: int, **_: object) -> list[tuple[object, ...]]:
+        return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", (address, port, 0, 0))]
 
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        return [
-            ResolveResult(
-                hostname=host,
-                host=self.address,
-                port=port,
-                family=socket.AF_INET6,
-                proto=0,
-                flags=0,
-            )
-        ]
-
-    async def close(self) -> None:
-        pass
+    monkeypatch.setattr(loop, "getaddrinfo", answer)
 
 
 @pytest.mark.parametrize("address", REFUSED)
-async def test_a_delivery_to_a_name_resolving_to_one_gets_no_connection(address: str) -> None:
-    resolver = GuardedResolver(NOBODY)
-    await resolver.close()
-    resolver._inner = _Answers(address)  # type: ignore[assignment]
+async def test_a_delivery_to_a_name_resolving_to_one_gets_no_connection(
+    address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _resolving_to(monkeypatch, address)
     with pytest.raises(TargetRefused):
-        await resolver.resolve("hooks.example.com", 443, socket.AF_INET6)
+        await check_url("https://hooks.example.com/hook", NOBODY)
 
 
 @pytest.mark.parametrize("address", ALLOWED)
-async def test_a_delivery_to_a_name_resolving_to_a_public_one_connects(address: str) -> None:
-    resolver = GuardedResolver(NOBODY)
-    await resolver.close()
-    resolver._inner = _Answers(address)  # type: ignore[assignment]
-    [result] = await resolver.resolve("hooks.example.com", 443, socket.AF_INET6)
-    assert result["host"] == address
+async def test_a_delivery_to_a_name_resolving_to_a_public_one_connects_to_it(
+    address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the delivery connects to these addresses, not to what the name resolves to later
+    _resolving_to(monkeypatch, address)
+    target = await check_url("https://hooks.example.com/hook", NOBODY)
+    assert target.addresses == (address,)
 
 
 @pytest.fixture

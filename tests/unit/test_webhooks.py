@@ -73,11 +73,14 @@ def test_malformed_or_plain_urls_are_refused_before_any_lookup(url: str) -> None
 
 
 async def test_every_resolved_address_must_be_public() -> None:
-    assert (await check_url("https://8.8.8.8/hook", NOBODY)).hostname == "8.8.8.8"
+    public_target = await check_url("https://8.8.8.8/hook", NOBODY)
+    assert public_target.parts.hostname == "8.8.8.8"
+    assert public_target.addresses == ("8.8.8.8",)
     with pytest.raises(TargetRefused):
         await check_url("https://localhost/hook", NOBODY)  # resolves to loopback
     allowed = await check_url("http://localhost:8080/hook", AllowList.parse("localhost"))
-    assert allowed.port == 8080
+    assert allowed.parts.port == 8080
+    assert allowed.addresses == ()  # let through by name: any of its addresses
 
 
 def test_the_secret_is_derived_and_the_signature_is_the_documented_one() -> None:

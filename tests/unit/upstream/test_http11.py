@@ -1,4 +1,4 @@
-"""svc's own streaming client (app.upstream.thin.StreamingProvider): the mock's faults, the
+"""svc's upstream client (app.upstream.http11.StreamingProvider): the mock's faults, the
 keep-alive pool, framing, timeouts, TLS and flow control, against the in-process mock and,
 for what the mock cannot do, tiny raw servers."""
 
@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import ssl
-import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -16,11 +14,14 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from app.upstream import thin
 from app.upstream.base import Piece, UpstreamError, Usage
 from app.upstream.config import ProviderConfig
-from app.upstream.thin import PAUSE_AT, StreamingProvider
+from app.upstream.http11 import StreamingProvider
+from app.upstream.http11 import pool as http11_pool
+from app.upstream.http11 import provider as http11_provider
+from app.upstream.http11.connection import PAUSE_AT
 from bench.mock_upstream import MockUpstream
+from tests.certificates import self_signed
 from tests.unit.upstream_helpers import upstream_call
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -222,7 +223,7 @@ async def test_sequential_streams_share_one_connection(mock: MockUpstream) -> No
 async def test_connections_idle_past_the_keepalive_are_closed(
     mock: MockUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(thin, "KEEPALIVE_S", 0.1)
+    monkeypatch.setattr(http11_pool, "KEEPALIVE_S", 0.1)
     provider = _provider(mock.base_url)
     try:
         await asyncio.gather(_read(provider, "m-tokens2x20"), _read(provider, "m-tokens2x20"))
@@ -492,7 +493,7 @@ async def test_an_idle_connection_the_server_closed_is_not_used(serve: Serve) ->
 async def test_a_pooled_connection_closed_as_the_request_went_is_retried(
     serve: Serve, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(thin, "STALE_AFTER_S", 0.05)
+    monkeypatch.setattr(http11_provider, "STALE_AFTER_S", 0.05)
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _request(reader)
@@ -596,31 +597,12 @@ async def test_a_reader_that_falls_behind_pauses_the_socket(serve: Serve) -> Non
 # -- TLS
 
 
-def _certificate(tmp: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 (trustme is not among svc's test dependencies;
-    the openssl command line makes one)."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("no openssl command to make a test certificate")
-    cert, key = tmp / "cert.pem", tmp / "key.pem"
-    subprocess.run(
-        [
-            openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-            "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
-            "-addext", "subjectAltName=IP:127.0.0.1",
-        ],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
-    return cert, key
-
-
 async def test_tls_with_a_verified_certificate(
     serve: Serve,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    cert, key = _certificate(tmp_path)
+    cert, key = self_signed(tmp_path)
     tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     tls.load_cert_chain(cert, key)
     heads: list[bytes] = []

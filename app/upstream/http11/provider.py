@@ -1,0 +1,131 @@
+"""One upstream provider over svc's HTTP/1.1 client: a streamed POST per completion, on
+the provider's keep-alive pool."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from urllib.parse import urlsplit
+
+import httptools
+
+from app.core.interrupts import IdleTimeout
+from app.core.proxies import proxy_for
+from app.upstream.base import Piece, UpstreamCall, UpstreamError, idle_timeout_error
+from app.upstream.config import ProviderConfig
+from app.upstream.http11.connection import Connection
+from app.upstream.http11.pool import Pool
+from app.upstream.http11.tunnel import Origin
+from app.upstream.openai_http import (
+    CHAT_PATH,
+    RESPONSES_PATH,
+    exchange,
+    provider_headers,
+    status_error,
+)
+from app.upstream.sse import LineParser
+
+# A pooled connection the server closed unanswered is retried only when it had sat idle this
+# long: servers' keep-alive timeouts are seconds (gunicorn 2, uvicorn and Node 5, nginx 75),
+# so a shorter idle time means the server took the request and refused it (resending it
+# would double it upstream).
+STALE_AFTER_S = 1.0
+_Failure = (OSError, TimeoutError, httptools.HttpParserError)
+
+
+class StreamingProvider:
+    """One keep-alive pool per provider; one streamed POST per completion."""
+
+    def __init__(self, config: ProviderConfig) -> None:
+        self.config = config
+        url = urlsplit(config.base_url.rstrip("/"))
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(f"base_url must be an http or https URL: {config.base_url!r}")
+        tls = url.scheme == "https"
+        origin = Origin(url.hostname, url.port or (443 if tls else 80), tls)
+        self.proxy = proxy_for(url.scheme, url.hostname)
+        headers = {"host": origin.host_header, **provider_headers(config)}
+        # a plain http request through a proxy names the whole URL and carries its credentials
+        prefix = ""
+        if self.proxy is not None and not tls:
+            prefix = f"http://{origin.authority}"
+            headers.update(self.proxy.headers)
+        lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+        query = f"?{url.query}" if url.query else ""
+        # everything before the length, written once per path: a request appends its body
+        start = f"POST {prefix}{url.path}"
+        self._request_heads = {
+            path: f"{start}{path}{query} HTTP/1.1\r\n{lines}content-length: ".encode("latin-1")
+            for path in (CHAT_PATH, RESPONSES_PATH)
+        }
+        self._pool = Pool(config, origin, self.proxy)
+
+    async def stream(self, call: UpstreamCall) -> AsyncIterator[list[Piece]]:
+        # One generator from request to last read: a layer more costs per chunk. One
+        # deadline for the first token: connecting, the response head and the first content
+        # all count against first_byte_timeout_s together.
+        deadline = self._pool.loop.time() + self.config.first_byte_timeout_s
+        ex = exchange(call, self.config)
+        request = self._request_heads[ex.path] + b"%d\r\n\r\n" % len(ex.body) + ex.body
+        try:
+            async with asyncio.timeout_at(deadline):
+                conn = await self._exchange(request, ex.parse)
+        except _Failure as exc:
+            raise UpstreamError(f"connect failed: {type(exc).__name__}") from exc
+        idle: IdleTimeout | None = None
+        clean = False
+        try:
+            if conn.status != 200:
+                async with asyncio.timeout_at(deadline):
+                    error_body = await conn.error_body()
+                clean = True
+                raise status_error(conn.status, error_body, call.model)
+            async with asyncio.timeout_at(deadline):
+                pieces = await conn.pieces()
+            if not pieces:
+                raise UpstreamError("upstream closed the stream early")
+            idle = IdleTimeout(self.config.idle_timeout_s, idle_timeout_error)
+            yield pieces
+            while not conn.done:
+                pieces = conn.take()
+                if not pieces:
+                    with idle:
+                        pieces = await conn.pieces()
+                    if not pieces:
+                        if conn.done:
+                            break  # [DONE] came in a read of its own
+                        raise UpstreamError("upstream closed the stream early")
+                yield pieces
+            clean = True
+        except _Failure as exc:
+            raise UpstreamError(f"stream failed: {type(exc).__name__}") from exc
+        finally:
+            if idle is not None:
+                idle.close()
+            self._pool.finish(conn, clean=clean)  # a stream left early is closed, not pooled
+
+    async def _exchange(self, request: bytes, parse: LineParser) -> Connection:
+        """Send the request and read the response's head. A pooled connection the server
+        closed while it sat idle (its keep-alive ran out as the request went) fails without a
+        byte received: such a failure is retried, once, on a fresh connection, if the
+        connection had sat idle long enough for its keep-alive to run out."""
+        conn = await self._pool.acquire(fresh=False)
+        try:
+            return await self._request(conn, request, parse)
+        except OSError:
+            if not conn.reused or conn.received or conn.idle_s < STALE_AFTER_S:
+                raise
+        conn = await self._pool.acquire(fresh=True)
+        return await self._request(conn, request, parse)
+
+    async def _request(self, conn: Connection, request: bytes, parse: LineParser) -> Connection:
+        try:
+            conn.send(request, parse)
+            await conn.head()
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    async def close(self) -> None:
+        self._pool.close()
