@@ -20,7 +20,7 @@ from app.chat.request import ChatParams, check_tool_choice, enabled_alias, resol
 from app.core.errors import invalid_value
 from app.core.validation import decode_json
 from app.kv.fields import API_RESPONSES
-from app.responses.stream import ResponseSettings
+from app.responses.response import ResponseSettings
 from app.responses.wire import (
     InputFile,
     InputImage,

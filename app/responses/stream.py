@@ -6,22 +6,32 @@ message (``output_text`` deltas, a refusal's deltas) and function calls (argumen
 each opened with ``response.output_item.added`` and closed with its ``.done`` events, then
 ``response.completed`` (``response.incomplete`` when the output was cut at its cap,
 ``response.failed`` when the upstream failed or the server shut down), whose response
-carries the usage billed and svc's metadata. Every event has the next ``sequence_number``;
-ids are svc's own (no upstream id appears).
+carries the usage billed and svc's metadata (the response object and its parts are in
+``app.responses.response``). Every event has the next ``sequence_number``; ids are svc's
+own (no upstream id appears).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
 from app.chat.chunks import SvcMetadata
 from app.chat.output import SHUT_DOWN, UNSETTLED, UPSTREAM_FAILED, StreamEnd
-from app.chat.request import ChatParams
 from app.core.ids import hex_id, hex_ids
-from app.responses.wire import ResponsesRequest, ResponsesTool, TextConfig, ToolChoiceObject
+from app.responses.response import (
+    FunctionCallItem,
+    IncompleteDetails,
+    MessageItem,
+    ResponseError,
+    ResponseSettings,
+    ResponseState,
+    ResponseUsage,
+    Status,
+    billed_usage,
+)
 from app.upstream.wire import Delta, ToolCallDelta
 
 _encode = msgspec.json.encode
@@ -37,160 +47,6 @@ _PART_EVENT = (
     b'"item_id":"%s","output_index":%d,"content_index":%d,%s}\n\n'
 )
 ID_BYTES = 12  # random bytes in each id of a response or its items (24 hex digits)
-
-Status = Literal["in_progress", "completed", "incomplete", "failed"]
-
-
-# -- the response object --------------------------------------------------------------------
-
-
-class OutputTextPart(msgspec.Struct, kw_only=True):
-    type: Literal["output_text"] = "output_text"
-    text: str
-    annotations: list[Any] = msgspec.field(default_factory=list)
-    logprobs: list[Any] = msgspec.field(default_factory=list)
-
-
-class RefusalPart(msgspec.Struct, kw_only=True):
-    type: Literal["refusal"] = "refusal"
-    refusal: str
-
-
-class MessageItem(msgspec.Struct, kw_only=True):
-    id: str
-    type: Literal["message"] = "message"
-    status: Status
-    role: Literal["assistant"] = "assistant"
-    content: list[OutputTextPart | RefusalPart]
-
-
-class FunctionCallItem(msgspec.Struct, kw_only=True):
-    id: str
-    type: Literal["function_call"] = "function_call"
-    status: Status
-    arguments: str
-    call_id: str
-    name: str
-
-
-OutputItem = MessageItem | FunctionCallItem
-
-
-class InputTokensDetails(msgspec.Struct):
-    cached_tokens: int
-    cache_write_tokens: int
-
-
-class OutputTokensDetails(msgspec.Struct):
-    reasoning_tokens: int
-
-
-class ResponseUsage(msgspec.Struct, kw_only=True):
-    input_tokens: int
-    input_tokens_details: InputTokensDetails
-    output_tokens: int
-    output_tokens_details: OutputTokensDetails
-    total_tokens: int
-
-
-class ResponseError(msgspec.Struct):
-    code: str
-    message: str
-
-
-class IncompleteDetails(msgspec.Struct):
-    reason: Literal["max_output_tokens"]
-
-
-class Reasoning(msgspec.Struct):
-    effort: str | None = None
-    summary: str | None = None
-
-
-class ResponseSettings(msgspec.Struct, frozen=True, kw_only=True):
-    """What a response echoes of its request (its model is the alias that served it)."""
-
-    instructions: str | None
-    max_output_tokens: int | None
-    metadata: dict[str, str]
-    parallel_tool_calls: bool
-    reasoning: Reasoning
-    temperature: float
-    text: dict[str, Any]
-    tool_choice: Any
-    tools: list[dict[str, Any]]
-    top_p: float
-    truncation: str
-    user: str | None
-    safety_identifier: str | None
-
-    @classmethod
-    def of(cls, req: ResponsesRequest, params: ChatParams) -> ResponseSettings:
-        chat = params.request
-        text: dict[str, Any] = {"format": {"type": "text"}}
-        if isinstance(req.text, TextConfig) and req.text.format is not UNSET:
-            text = {"format": msgspec.to_builtins(req.text.format)}
-        reasoning = req.reasoning or None
-        choice = req.tool_choice
-        return cls(
-            instructions=req.instructions if isinstance(req.instructions, str) else None,
-            max_output_tokens=params.max_tokens,
-            metadata=req.metadata if isinstance(req.metadata, dict) else {},
-            parallel_tool_calls=req.parallel_tool_calls is not False,
-            reasoning=Reasoning(
-                effort=reasoning.effort or None if reasoning else None,
-                summary=reasoning.summary or None if reasoning else None,
-            ),
-            temperature=float(chat.temperature),  # type: ignore[arg-type]  # filled in
-            text=text,
-            tool_choice=(
-                msgspec.to_builtins(choice)
-                if isinstance(choice, ToolChoiceObject)
-                else choice or "auto"
-            ),
-            tools=[_tool_echo(tool) for tool in req.tools or ()],
-            top_p=float(chat.top_p),  # type: ignore[arg-type]  # filled in
-            truncation=req.truncation or "disabled",
-            user=req.user if isinstance(req.user, str) else None,
-            safety_identifier=(
-                req.safety_identifier if isinstance(req.safety_identifier, str) else None
-            ),
-        )
-
-
-def _tool_echo(tool: ResponsesTool) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "name": tool.name,
-        "description": tool.description or None,
-        "parameters": tool.parameters or None,
-        "strict": tool.strict if isinstance(tool.strict, bool) else None,
-    }
-
-
-class ResponseState(msgspec.Struct, kw_only=True):
-    """The ``response`` of the lifecycle events is OpenAI's Response: this, its state (and
-    svc's metadata on the last one), then the ``ResponseSettings`` it echoes, which are
-    encoded once per response and joined on (``ResponsesStream._lifecycle``)."""
-
-    id: str
-    object: Literal["response"] = "response"
-    created_at: int
-    status: Status
-    model: str
-    output: list[msgspec.Raw]  # the closed items (OutputItem), each encoded as it closed
-    usage: ResponseUsage | None = None
-    error: ResponseError | None = None
-    incomplete_details: IncompleteDetails | None = None
-    background: bool = False
-    max_tool_calls: int | None = None
-    previous_response_id: str | None = None
-    service_tier: str = "default"
-    store: bool = False
-    svc: SvcMetadata | UnsetType = UNSET
-
-
-# -- the stream -----------------------------------------------------------------------------
 
 
 class _Message:
@@ -284,7 +140,7 @@ class ResponsesStream:
     def ending(self, end: StreamEnd) -> bytes:
         out = self._close_all("incomplete")  # a failed stream's items (a completed has none)
         self._closed_at_end = (out, self._seq)
-        usage = _usage(end)
+        usage = billed_usage(end)
         svc = SvcMetadata(self._requested, end.credits_used, end.balance)
         if end.outcome in ("upstream_error", "shutdown"):
             why = UPSTREAM_FAILED if end.outcome == "upstream_error" else SHUT_DOWN
@@ -475,21 +331,3 @@ class ResponsesStream:
         self._seq += 1
         body = _encode({"type": event, "sequence_number": seq, **fields})
         return b"event: " + event.encode() + b"\ndata: " + body + b"\n\n"
-
-
-def _usage(end: StreamEnd) -> ResponseUsage:
-    reported = end.reported
-    prompt_details = (reported and reported.prompt_tokens_details) or {}
-    completion_details = (reported and reported.completion_tokens_details) or {}
-    return ResponseUsage(
-        input_tokens=end.prompt_tokens,
-        input_tokens_details=InputTokensDetails(
-            cached_tokens=min(prompt_details.get("cached_tokens", 0), end.prompt_tokens),
-            cache_write_tokens=min(prompt_details.get("cache_write_tokens", 0), end.prompt_tokens),
-        ),
-        output_tokens=end.completion_tokens,
-        output_tokens_details=OutputTokensDetails(
-            min(completion_details.get("reasoning_tokens", 0), end.completion_tokens)
-        ),
-        total_tokens=end.prompt_tokens + end.completion_tokens,
-    )

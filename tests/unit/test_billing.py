@@ -13,9 +13,11 @@ from collections.abc import AsyncIterator
 import pytest
 
 from app.chat.catalog import default_catalog
-from app.chat.completion import Completion, CompletionService, drain_background
+from app.chat.completion import Completion
 from app.chat.request import ChatParams, parse_chat_request
 from app.chat.router import UpstreamRouter
+from app.chat.service import CompletionService
+from app.chat.settlement import drain_background
 from app.core.clock import day_tag, utc_day
 from app.core.tokens import utf8_length
 from app.credits.outcomes import Identity
@@ -239,10 +241,10 @@ async def test_a_reserve_answered_too_late_is_released_in_the_background(
     """Redis ran the reserve, but its reply came after the caller's timeout (a paused
     Redis answering its backlog): the request fails with the timeout, and the hold it could
     not learn of is released by its id, not left for the sweeper."""
-    from app.chat import completion as completion_module
+    from app.chat import service as service_module
     from app.kv.client import REDIS_TIMEOUT
 
-    monkeypatch.setattr(completion_module, "RELEASE_FIRST_PAUSE_S", 0.01)
+    monkeypatch.setattr(service_module, "RELEASE_FIRST_PAUSE_S", 0.01)
     reserve = ledger.money.reserve
 
     async def reserve_then_time_out(*args: object, **kwargs: object) -> object:

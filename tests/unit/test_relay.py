@@ -10,10 +10,11 @@ import pytest
 
 from app.chat.catalog import default_catalog
 from app.chat.chunks import ChatStream
-from app.chat.completion import CompletionService, drain_background
 from app.chat.output import StreamEnd
 from app.chat.request import parse_chat_request
 from app.chat.router import UpstreamRouter
+from app.chat.service import CompletionService
+from app.chat.settlement import drain_background
 from app.upstream.base import CHOICE_END, Piece, UpstreamCall, UpstreamError, Usage
 from app.upstream.simulated import SimulatedProvider
 from app.upstream.wire import Delta, ToolCallDelta, ToolCallFunctionDelta

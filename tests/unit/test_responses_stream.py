@@ -16,6 +16,7 @@ from app.chat.catalog import default_catalog
 from app.chat.output import StreamEnd
 from app.responses import stream as stream_module
 from app.responses.request import parse_responses_request
+from app.responses.response import MessageItem, OutputTextPart, RefusalPart
 from app.responses.stream import ResponsesStream
 from app.upstream.base import Usage
 from app.upstream.wire import Delta, ToolCallDelta, ToolCallFunctionDelta
@@ -238,11 +239,11 @@ def test_every_item_of_a_response_has_an_id_of_its_own() -> None:
 
 def test_the_templates_write_what_the_structs_would() -> None:
     text = msgspec.json.encode('a "quoted" é')
-    part = stream_module.OutputTextPart(text='a "quoted" é')
-    refusal = stream_module.RefusalPart(refusal="no")
+    part = OutputTextPart(text='a "quoted" é')
+    refusal = RefusalPart(refusal="no")
     assert stream_module._TEXT_PART % text == msgspec.json.encode(part)
     assert msgspec.json.encode(refusal) == stream_module._REFUSAL_PART % b'"no"'
-    item = stream_module.MessageItem(id="msg_1", status="completed", content=[part, refusal])
+    item = MessageItem(id="msg_1", status="completed", content=[part, refusal])
     parts = stream_module._TEXT_PART % text + b"," + stream_module._REFUSAL_PART % b'"no"'
     assert stream_module._MESSAGE_ITEM % (b"msg_1", b"completed", parts) == msgspec.json.encode(
         item

@@ -1,0 +1,188 @@
+"""A completion's hold on credits: kept alive while its stream lives (``Heartbeat``), closed
+for what was generated (``Settling``) in a task no cancellation reaches, and the registry of
+those tasks that graceful shutdown waits for (``drain_background``).
+
+A heartbeat Redis does not answer ends the stream (``LedgerUnreachable``); a settlement
+that fails leaves the hold to the sweeper, which refunds it after its deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol, TypeVar
+
+from app.chat.request import ChatParams
+from app.core.metrics import METRICS
+from app.core.settings import HEARTBEATS_PER_DEADLINE
+from app.core.tokens import estimate_tokens
+from app.credits.idempotency import RecordedResponse
+from app.credits.money import Money
+from app.credits.outcomes import Hold, Identity, ScriptStatus, Settlement
+from app.kv.client import REDIS_ERRORS
+from app.kv.fields import USAGE_ESTIMATED, USAGE_UPSTREAM, Served
+from app.upstream.base import Usage
+
+T = TypeVar("T")
+log = logging.getLogger("svc.completions")
+_background: set[asyncio.Task[Any]] = set()
+
+
+class SettlementTerms(Protocol):
+    """What keeping a hold and settling it use of the service that opened the completion
+    (``app.chat.service.CompletionService``)."""
+
+    money: Money
+    deadline_s: int
+    clock: Callable[[], float]
+
+
+def in_background(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    """Start ``coro`` as a task of its own that no caller's cancellation reaches (graceful
+    shutdown waits for it: ``drain_background``)."""
+    task = asyncio.ensure_future(coro)
+    _background.add(task)
+    task.add_done_callback(_finished)
+    return task
+
+
+def _finished(task: asyncio.Task[Any]) -> None:
+    _background.discard(task)
+    if not task.cancelled():
+        task.exception()  # retrieved: whoever waited for it reports it, or nobody needs to
+
+
+async def drain_background() -> None:
+    """Wait for settlements still running (graceful shutdown)."""
+    while _background:
+        await asyncio.gather(*list(_background), return_exceptions=True)
+
+
+def report_abandoned_settlement(task: asyncio.Task[Settlement]) -> None:
+    """One line for a settlement of a stream that is gone (the request's handler, which
+    reports the others, has returned)."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if isinstance(exc, REDIS_ERRORS):
+        log.warning(
+            "settlement failed (%s): the sweeper refunds the reservation after its deadline",
+            type(exc).__name__,
+        )
+    elif exc is not None:
+        log.error("settlement failed", exc_info=exc)
+
+
+class LedgerUnreachable(Exception):
+    """Redis did not answer a stream's heartbeat: its hold may lapse, so the stream ends."""
+
+
+class Held(Protocol):
+    """What a heartbeat reads of its completion (``app.chat.relay.Relay``)."""
+
+    service: SettlementTerms
+    hold: Hold
+
+
+class Heartbeat:
+    """Extends the reservation's deadline while the stream lives: at most once a third of it."""
+
+    def __init__(self, completion: Held) -> None:
+        self.completion = completion
+        self.every = completion.service.deadline_s / HEARTBEATS_PER_DEADLINE
+        self.next = time.monotonic() + self.every
+
+    async def beat(self) -> None:
+        self.next = time.monotonic() + self.every
+        service = self.completion.service
+        try:
+            await service.money.extend(self.completion.hold, service.clock() + service.deadline_s)
+        except REDIS_ERRORS as exc:
+            raise LedgerUnreachable from exc
+
+
+class Settling:
+    """The settlement of a ``Completion`` (one of its bases, beside ``Relay``): what it
+    bills, and the shielded task that closes its hold.
+
+    The attributes declared here are the completion's: its request and hold (set when it
+    opens), what the relay counted (``Relay``), and settlement's own two, given their first
+    values by ``Completion.__init__`` (no base constructor is called per request)."""
+
+    service: SettlementTerms
+    ident: Identity
+    params: ChatParams
+    hold: Hold
+    created: int
+    started: float
+    first_output_at: float
+    usage: Usage | None
+    tokens_received: int
+    _texts: list[str]
+    _response_id: str
+    _response: RecordedResponse | None
+    _settling: asyncio.Task[Settlement] | None  # the settlement, once begun (begin_settle)
+    _estimated: int | None  # the output's token estimate, once made (billed_tokens)
+
+    def billed_tokens(self) -> tuple[int, int]:
+        """Prompt and completion tokens to bill: the upstream's report, each count clamped
+        to 0 .. what the reservation held for (the prompt's bound, the output cap), so
+        whatever an upstream reports, the charge stays within the hold; without a report,
+        svc's estimates (``app.core.tokens``) of the prompt and of the output relayed (at
+        least a token per piece relayed), clamped the same way."""
+        usage = self.usage
+        if usage is None:
+            if self._estimated is None:  # once: the ending and the settlement both ask
+                self._estimated = estimate_tokens("".join(self._texts))
+            prompt = min(self.params.prompt_tokens, self.params.prompt_token_bound)
+            completion = min(max(self.tokens_received, self._estimated), self.hold.out_tokens)
+            return prompt, completion
+        prompt = min(max(usage.prompt_tokens, 0), self.params.prompt_token_bound)
+        completion = min(max(usage.completion_tokens, self.tokens_received), self.hold.out_tokens)
+        return prompt, completion
+
+    def begin_settle(self, outcome: str) -> asyncio.Task[Settlement]:
+        """Start closing the reservation for what was generated, in a task no cancellation
+        reaches; the first call decides, later ones return the same task."""
+        if self._settling is None:
+            self._settling = in_background(self._settle(outcome))
+        return self._settling
+
+    async def settle(self, *, outcome: str) -> Settlement:
+        """Close the reservation and wait for it (idempotent per completion)."""
+        return await asyncio.shield(self.begin_settle(outcome))
+
+    async def _settle(self, outcome: str) -> Settlement:
+        prompt, completion = self.billed_tokens()
+        used = 0 if outcome == "released" else self.params.alias.price.credits(prompt, completion)
+        settled = await self.service.money.settle(
+            self.hold,
+            now=self.service.clock(),
+            credits_used=used,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            outcome=outcome,
+            served=self._served(),
+            response=self._response,
+        )
+        if settled.status is ScriptStatus.OK:
+            METRICS.settled(
+                outcome, self.ident.environment, used=settled.credits_used, held=self.hold.amount
+            )
+        return settled
+
+    def _served(self) -> Served:
+        """What the request's activity row tells: its response's id, times, usage source."""
+        return Served(
+            response_id=self._response_id,
+            created=self.created,
+            ttfb_ms=_ms(self.first_output_at - self.started),
+            duration_ms=_ms(time.monotonic() - self.started),
+            usage_source=USAGE_ESTIMATED if self.usage is None else USAGE_UPSTREAM,
+        )
+
+
+def _ms(seconds: float) -> int:
+    return max(0, round(seconds * 1000))
