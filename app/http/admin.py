@@ -5,24 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from litestar import Controller, Request, Response, get, patch, post
+from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import ResponseHeader
 from litestar.di import Provide
 
-from app.accounts.manage import (
-    ApiKeyCreated,
-    ApiKeyItem,
-    CreditBalance,
-    GrantRequest,
-    KeyCreateRequest,
-    KeyRotateRequest,
-    KeyUpdateRequest,
-    rotate_request,
-)
+from app.accounts.answers import ApiKeyCreated, ApiKeyItem, CreditBalance
+from app.accounts.bodies import GrantRequest
 from app.accounts.rewards import SpotlightRequest, SpotlightReward
 from app.core.errors import ErrorKind
 from app.core.validation import decode_json
 from app.credits import idempotency
+from app.http import key_routes
+from app.http.body_routes import body_route, decoded_once
 from app.http.deps import admin_guard, provide_services
 from app.http.headers import NO_STORE
 from app.http.idempotent import once
@@ -30,10 +24,7 @@ from app.http.openapi import (
     ACTIVITY_PARAMS,
     ADMIN_ERRORS,
     ADMIN_TOKEN,
-    BODY_ERRORS,
     ENVIRONMENT_PARAM,
-    IDEMPOTENCY_KEY,
-    IDEMPOTENT_ERRORS,
     documented,
     errors,
 )
@@ -48,6 +39,10 @@ class AccountCreated(msgspec.Struct):
     account_pid: str
 
 
+# The errors of a route on one account: the admin token's, and the account's 404.
+_ACCOUNT = (*ADMIN_ERRORS, ErrorKind.ACCOUNT_NOT_FOUND)
+
+
 class AdminController(Controller):
     response_headers = [ResponseHeader(name=NO_STORE[0], value=NO_STORE[1])]
     path = "/admin/v1"
@@ -60,16 +55,13 @@ class AdminController(Controller):
     async def create_account(self, services: Services) -> AccountCreated:
         return AccountCreated(account_pid=await services.accounts.create_account())
 
-    @post(
+    @body_route(
+        post,
         "/accounts/{pid:str}/grants",
+        GrantRequest,
+        *_ACCOUNT,
+        idempotent=True,
         status_code=200,
-        responses=errors(
-            *ADMIN_ERRORS,
-            *BODY_ERRORS,
-            *IDEMPOTENT_ERRORS,
-            ErrorKind.ACCOUNT_NOT_FOUND,
-        ),
-        operation_class=documented(body=GrantRequest, parameters=[IDEMPOTENCY_KEY]),
     )
     async def grant(
         self, services: Services, pid: str, request: Request[Any, Any, Any]
@@ -87,104 +79,61 @@ class AdminController(Controller):
             lambda: services.accounts.grant_purchased(pid, req.credits, grant_id=grant_id),
         )
 
-    @get(
-        "/accounts/{pid:str}/credits",
-        responses=errors(*ADMIN_ERRORS, ErrorKind.ACCOUNT_NOT_FOUND),
-    )
+    @get("/accounts/{pid:str}/credits", responses=errors(*_ACCOUNT))
     async def credits(self, services: Services, pid: str) -> CreditBalance:
         return await services.accounts.balance(pid)
 
-    @post(
-        "/accounts/{pid:str}/api-keys",
-        status_code=201,
-        responses=errors(
-            *ADMIN_ERRORS,
-            *BODY_ERRORS,
-            *IDEMPOTENT_ERRORS,
-            ErrorKind.KEY_LIMIT,
-            ErrorKind.ACCOUNT_NOT_FOUND,
-        ),
-        operation_class=documented(body=KeyCreateRequest, parameters=[IDEMPOTENCY_KEY]),
-    )
+    @key_routes.create_route("/accounts/{pid:str}/api-keys", *_ACCOUNT)
     async def create_key(
         self, services: Services, pid: str, request: Request[Any, Any, Any]
     ) -> Response[ApiKeyCreated]:
         """A new key of the account (once per Idempotency-Key, when one is sent)."""
-        req = decode_json(await request.body(), KeyCreateRequest)
-        return await once(
-            services,
-            request,
-            pid,
-            idempotency.OPERATOR,
-            (201, ApiKeyCreated),
-            lambda: services.accounts.create_key(pid, req),
-        )
+        operator = idempotency.OPERATOR
+        return await key_routes.create_key(services, request, pid, operator, granter=None)
 
-    @patch(
-        "/accounts/{pid:str}/api-keys/{key_id:str}",
-        responses=errors(
-            *ADMIN_ERRORS, *BODY_ERRORS, ErrorKind.ACCOUNT_NOT_FOUND, ErrorKind.API_KEY_NOT_FOUND
-        ),
-        operation_class=documented(body=KeyUpdateRequest),
-    )
+    @key_routes.update_route("/accounts/{pid:str}/api-keys/{key_id:str}", *_ACCOUNT)
     async def update_key(
         self, services: Services, pid: str, key_id: str, request: Request[Any, Any, Any]
     ) -> ApiKeyItem:
         """Change a key's settings, at once on every worker."""
         await services.accounts.require_account(pid)
-        req = decode_json(await request.body(), KeyUpdateRequest)
-        return await services.accounts.update_key(pid, key_id, req)
+        return await key_routes.update_key(services, request, pid, key_id, granter=None)
 
-    @post(
-        "/accounts/{pid:str}/api-keys/{key_id:str}/rotate",
-        status_code=201,
-        responses=errors(
-            *ADMIN_ERRORS,
-            *BODY_ERRORS,
-            ErrorKind.ACCOUNT_NOT_FOUND,
-            ErrorKind.API_KEY_NOT_FOUND,
-            ErrorKind.KEY_NOT_ROTATABLE,
-        ),
-        operation_class=documented(body=KeyRotateRequest),
-    )
+    @key_routes.rotate_route("/accounts/{pid:str}/api-keys/{key_id:str}/rotate", *_ACCOUNT)
     async def rotate_key(
         self, services: Services, pid: str, key_id: str, request: Request[Any, Any, Any]
     ) -> ApiKeyCreated:
         """A new key in place of ``key_id``; the old one works for ``grace_seconds`` more."""
         await services.accounts.require_account(pid)
-        req = rotate_request(await request.body())
-        return await services.accounts.rotate_key(pid, key_id, req.grace_seconds, role=req.role)
+        return await key_routes.rotate_key(services, request, pid, key_id, granter=None)
 
-    @post(
+    @body_route(
+        post,
         "/accounts/{pid:str}/spotlights",
+        SpotlightRequest,
+        *_ACCOUNT,
+        ErrorKind.SPOTLIGHT_LIMIT,
+        idempotent=True,
         status_code=200,
-        responses=errors(
-            *ADMIN_ERRORS,
-            *BODY_ERRORS,
-            *IDEMPOTENT_ERRORS,
-            ErrorKind.ACCOUNT_NOT_FOUND,
-            ErrorKind.SPOTLIGHT_LIMIT,
-        ),
-        operation_class=documented(body=SpotlightRequest, parameters=[IDEMPOTENCY_KEY]),
     )
     async def spotlight(
         self, services: Services, pid: str, request: Request[Any, Any, Any]
     ) -> Response[SpotlightReward]:
         """Reward a verified spotlight view: earned credits, once per ``view_id`` (and once
         per Idempotency-Key, when one is sent)."""
-        req = decode_json(await request.body(), SpotlightRequest)
-        return await once(
+        return await decoded_once(
             services,
             request,
+            SpotlightRequest,
             pid,
             idempotency.OPERATOR,
             (200, SpotlightReward),
-            lambda: services.spotlights.reward(pid, req.view_id),
+            lambda req: services.spotlights.reward(pid, req.view_id),
         )
 
     @get(
         "/accounts/{pid:str}/activity",
-        responses=errors(*ADMIN_ERRORS, ErrorKind.ACCOUNT_NOT_FOUND, ErrorKind.INVALID_VALUE),
+        responses=errors(*_ACCOUNT, ErrorKind.INVALID_VALUE),
         operation_class=documented(parameters=[*ACTIVITY_PARAMS, ENVIRONMENT_PARAM]),
     )
     async def activity(
@@ -196,10 +145,7 @@ class AdminController(Controller):
         environment = parse_environment(request.query_params.get("environment"))
         return await activity_answer(services, pid, environment, request)
 
-    @get(
-        "/accounts/{pid:str}/webhooks",
-        responses=errors(*ADMIN_ERRORS, ErrorKind.ACCOUNT_NOT_FOUND),
-    )
+    @get("/accounts/{pid:str}/webhooks", responses=errors(*_ACCOUNT))
     async def webhooks(self, services: Services, pid: str) -> WebhookList:
         """The account's webhooks (``GET /v1/webhooks``)."""
         await services.accounts.require_account(pid)
@@ -207,7 +153,7 @@ class AdminController(Controller):
 
     @get(
         "/accounts/{pid:str}/webhooks/{webhook_id:str}/deliveries",
-        responses=errors(*ADMIN_ERRORS, ErrorKind.ACCOUNT_NOT_FOUND, ErrorKind.WEBHOOK_NOT_FOUND),
+        responses=errors(*_ACCOUNT, ErrorKind.WEBHOOK_NOT_FOUND),
     )
     async def webhook_deliveries(
         self, services: Services, pid: str, webhook_id: str

@@ -9,35 +9,29 @@ from litestar import Controller, Request, Response, delete, get, patch, post
 from litestar.datastructures import ResponseHeader
 from litestar.di import Provide
 
-from app.accounts.manage import (
+from app.accounts.answers import (
     ApiKeyCreated,
     ApiKeyDeleted,
     ApiKeyItem,
     ApiKeyList,
     CreditBalance,
-    KeyCreateRequest,
-    KeyRotateRequest,
-    KeyUpdateRequest,
     credit_balance,
-    rotate_request,
 )
 from app.chat.catalog import AUTO, Alias
 from app.chat.request import enabled_alias, key_may_use
 from app.core.errors import ApiError, ErrorKind, model_not_allowed
 from app.core.validation import decode_json
 from app.credits.outcomes import Identity
+from app.http import key_routes
+from app.http.body_routes import body_route, decoded_once
 from app.http.deps import provide_identity, provide_services, request_address
 from app.http.headers import NO_STORE
-from app.http.idempotent import once
 from app.http.openapi import (
     ACTIVITY_PARAMS,
     API_KEY,
-    BODY_ERRORS,
     DAYS,
     FORMAT_PARAM,
     GROUP_BY_PARAM,
-    IDEMPOTENCY_KEY,
-    IDEMPOTENT_ERRORS,
     KEY_ERRORS,
     documented,
     errors,
@@ -60,8 +54,9 @@ from app.webhooks.registry import (
 )
 
 
-def _live(ident: Identity) -> Identity:
-    """``ident`` when it is a live key (webhooks belong to live traffic); else 403."""
+async def provide_live(ident: Identity) -> Identity:
+    """The request's key when it is a live key (webhooks belong to live traffic); else
+    403."""
     if ident.environment != "live":
         raise ApiError(
             ErrorKind.TEST_KEY_FORBIDDEN, "Webhooks belong to live traffic: use a live key."
@@ -69,7 +64,7 @@ def _live(ident: Identity) -> Identity:
     return ident
 
 
-async def _manager(services: Services, ident: Identity) -> KeyRecord:
+async def provide_manager(services: Services, ident: Identity) -> KeyRecord:
     """The record of the request's key when it may manage keys and webhooks (a live
     ``admin`` key; 403 otherwise): its limits bound what it may grant (app.keys.roles)."""
     return require_manager(await services.accounts.caller(ident.pid, ident.kid))
@@ -103,7 +98,13 @@ def model_item(alias: Alias) -> ModelItem:
     return ModelItem(id=alias.id, object="model", created=alias.created, owned_by="svc")
 
 
+# What a route needs of the request's key, checked before the route's own work: any key
+# (``ident``), a live one (``live``), or one that may manage keys and webhooks (``caller``).
 _IDENT = {"ident": Provide(provide_identity)}
+_LIVE = {**_IDENT, "live": Provide(provide_live)}
+_MANAGER = {**_IDENT, "caller": Provide(provide_manager)}
+_LIVE_ERRORS = (*KEY_ERRORS, ErrorKind.TEST_KEY_FORBIDDEN)
+_MANAGER_ERRORS = (*_LIVE_ERRORS, ErrorKind.PERMISSION_DENIED)
 
 
 class V1Controller(Controller):
@@ -199,193 +200,122 @@ class V1Controller(Controller):
         """The account's keys, newest first; secrets are never included (spec 4.5)."""
         return await services.accounts.list_keys(ident.pid)
 
-    @post(
-        "/api-keys",
-        status_code=201,
-        dependencies=_IDENT,
-        responses=errors(
-            *KEY_ERRORS,
-            *BODY_ERRORS,
-            *IDEMPOTENT_ERRORS,
-            ErrorKind.KEY_LIMIT,
-            ErrorKind.TEST_KEY_FORBIDDEN,
-            ErrorKind.PERMISSION_DENIED,
-        ),
-        operation_class=documented(body=KeyCreateRequest, parameters=[IDEMPOTENCY_KEY]),
-    )
+    @key_routes.create_route("/api-keys", *_MANAGER_ERRORS, dependencies=_MANAGER)
     async def create_key(
-        self, services: Services, ident: Identity, request: Request[Any, Any, Any]
+        self, services: Services, caller: KeyRecord, request: Request[Any, Any, Any]
     ) -> Response[ApiKeyCreated]:
         """A new key for the caller's account; the secret is in this response only. Needs
         an ``admin`` key; the new key is ``inference`` unless ``role`` says otherwise, and
         never gets more than the caller has."""
-        caller = await _manager(services, ident)
-        req = decode_json(await request.body(), KeyCreateRequest)
-        return await once(
-            services,
-            request,
-            ident.pid,
-            ident.environment,
-            (201, ApiKeyCreated),
-            lambda: services.accounts.create_key(ident.pid, req, granter=caller),
-        )
+        pid, environment = caller.account_pid, caller.environment
+        return await key_routes.create_key(services, request, pid, environment, granter=caller)
 
-    @patch(
-        "/api-keys/{key_id:str}",
-        dependencies=_IDENT,
-        responses=errors(
-            *KEY_ERRORS,
-            *BODY_ERRORS,
-            ErrorKind.TEST_KEY_FORBIDDEN,
-            ErrorKind.PERMISSION_DENIED,
-            ErrorKind.API_KEY_NOT_FOUND,
-        ),
-        operation_class=documented(body=KeyUpdateRequest),
-    )
+    @key_routes.update_route("/api-keys/{key_id:str}", *_MANAGER_ERRORS, dependencies=_MANAGER)
     async def update_key(
-        self, services: Services, ident: Identity, key_id: str, request: Request[Any, Any, Any]
+        self, services: Services, caller: KeyRecord, key_id: str, request: Request[Any, Any, Any]
     ) -> ApiKeyItem:
         """Change a key's name, daily cap, expiry, allowed models or rate limit: each holds
         from the very next request on every worker. Fields left out keep their value; the
         environment never changes. Needs an ``admin`` key, which cannot lift a key past its
         own limits (its own included)."""
-        caller = await _manager(services, ident)
-        req = decode_json(await request.body(), KeyUpdateRequest)
-        return await services.accounts.update_key(ident.pid, key_id, req, granter=caller)
+        pid = caller.account_pid
+        return await key_routes.update_key(services, request, pid, key_id, granter=caller)
 
-    @post(
-        "/api-keys/{key_id:str}/rotate",
-        status_code=201,
-        dependencies=_IDENT,
-        responses=errors(
-            *KEY_ERRORS,
-            *BODY_ERRORS,
-            ErrorKind.TEST_KEY_FORBIDDEN,
-            ErrorKind.PERMISSION_DENIED,
-            ErrorKind.KEY_LIMIT,
-            ErrorKind.API_KEY_NOT_FOUND,
-            ErrorKind.KEY_NOT_ROTATABLE,
-        ),
-        operation_class=documented(body=KeyRotateRequest),
+    @key_routes.rotate_route(
+        "/api-keys/{key_id:str}/rotate", *_MANAGER_ERRORS, dependencies=_MANAGER
     )
     async def rotate_key(
-        self, services: Services, ident: Identity, key_id: str, request: Request[Any, Any, Any]
+        self, services: Services, caller: KeyRecord, key_id: str, request: Request[Any, Any, Any]
     ) -> ApiKeyCreated:
         """A new key in place of ``key_id`` (same settings, new secret, shown once); the old
         key works for ``grace_seconds`` more. The day's spend and rate limit carry over.
         Needs an ``admin`` key."""
-        caller = await _manager(services, ident)
-        req = rotate_request(await request.body())
-        return await services.accounts.rotate_key(
-            ident.pid, key_id, req.grace_seconds, role=req.role, granter=caller
-        )
+        pid = caller.account_pid
+        return await key_routes.rotate_key(services, request, pid, key_id, granter=caller)
 
     @delete(
         "/api-keys/{key_id:str}",
         status_code=200,
-        dependencies=_IDENT,
-        responses=errors(
-            *KEY_ERRORS,
-            ErrorKind.TEST_KEY_FORBIDDEN,
-            ErrorKind.PERMISSION_DENIED,
-            ErrorKind.API_KEY_NOT_FOUND,
-        ),
+        dependencies=_MANAGER,
+        responses=errors(*_MANAGER_ERRORS, ErrorKind.API_KEY_NOT_FOUND),
     )
-    async def revoke_key(self, services: Services, ident: Identity, key_id: str) -> ApiKeyDeleted:
+    async def revoke_key(self, services: Services, caller: KeyRecord, key_id: str) -> ApiKeyDeleted:
         """Revoke a key at once on every worker (spec 4.7). Needs an ``admin`` key."""
-        caller = await _manager(services, ident)
-        return await services.accounts.revoke_key(ident.pid, key_id, granter=caller)
+        return await services.accounts.revoke_key(caller.account_pid, key_id, granter=caller)
 
-    @post(
+    @body_route(
+        post,
         "/webhooks",
+        WebhookCreateRequest,
+        *_MANAGER_ERRORS,
+        ErrorKind.WEBHOOK_LIMIT,
+        idempotent=True,
         status_code=201,
-        dependencies=_IDENT,
-        responses=errors(
-            *KEY_ERRORS,
-            *BODY_ERRORS,
-            *IDEMPOTENT_ERRORS,
-            ErrorKind.TEST_KEY_FORBIDDEN,
-            ErrorKind.PERMISSION_DENIED,
-            ErrorKind.WEBHOOK_LIMIT,
-        ),
-        operation_class=documented(body=WebhookCreateRequest, parameters=[IDEMPOTENCY_KEY]),
+        dependencies=_MANAGER,
     )
     async def create_webhook(
-        self, services: Services, ident: Identity, request: Request[Any, Any, Any]
+        self, services: Services, caller: KeyRecord, request: Request[Any, Any, Any]
     ) -> Response[WebhookCreated]:
         """A new webhook for the caller's account; its signing secret is in this response
         only. The URL must be https and reach the public internet (400 naming ``url``).
         Needs an ``admin`` key."""
-        await _manager(services, ident)
-        req = decode_json(await request.body(), WebhookCreateRequest)
-        return await once(
+        pid = caller.account_pid
+        return await decoded_once(
             services,
             request,
-            ident.pid,
-            ident.environment,
+            WebhookCreateRequest,
+            pid,
+            caller.environment,
             (201, WebhookCreated),
-            lambda: services.webhooks.create(ident.pid, req),
+            lambda req: services.webhooks.create(pid, req),
         )
 
-    @get(
-        "/webhooks",
-        dependencies=_IDENT,
-        responses=errors(*KEY_ERRORS, ErrorKind.TEST_KEY_FORBIDDEN),
-    )
-    async def list_webhooks(self, services: Services, ident: Identity) -> WebhookList:
+    @get("/webhooks", dependencies=_LIVE, responses=errors(*_LIVE_ERRORS))
+    async def list_webhooks(self, services: Services, live: Identity) -> WebhookList:
         """The account's webhooks, oldest first; secrets are never included."""
-        _live(ident)
-        return await services.webhooks.list(ident.pid)
+        return await services.webhooks.list(live.pid)
 
-    @patch(
+    @body_route(
+        patch,
         "/webhooks/{webhook_id:str}",
-        dependencies=_IDENT,
-        responses=errors(
-            *KEY_ERRORS,
-            *BODY_ERRORS,
-            ErrorKind.TEST_KEY_FORBIDDEN,
-            ErrorKind.PERMISSION_DENIED,
-            ErrorKind.WEBHOOK_NOT_FOUND,
-        ),
-        operation_class=documented(body=WebhookUpdateRequest),
+        WebhookUpdateRequest,
+        *_MANAGER_ERRORS,
+        ErrorKind.WEBHOOK_NOT_FOUND,
+        dependencies=_MANAGER,
     )
     async def update_webhook(
-        self, services: Services, ident: Identity, webhook_id: str, request: Request[Any, Any, Any]
+        self,
+        services: Services,
+        caller: KeyRecord,
+        webhook_id: str,
+        request: Request[Any, Any, Any],
     ) -> WebhookItem:
         """Change a webhook's URL, events or description (fields left out keep theirs).
         Needs an ``admin`` key."""
-        await _manager(services, ident)
         req = decode_json(await request.body(), WebhookUpdateRequest)
-        return await services.webhooks.update(ident.pid, webhook_id, req)
+        return await services.webhooks.update(caller.account_pid, webhook_id, req)
 
     @delete(
         "/webhooks/{webhook_id:str}",
         status_code=200,
-        dependencies=_IDENT,
-        responses=errors(
-            *KEY_ERRORS,
-            ErrorKind.TEST_KEY_FORBIDDEN,
-            ErrorKind.PERMISSION_DENIED,
-            ErrorKind.WEBHOOK_NOT_FOUND,
-        ),
+        dependencies=_MANAGER,
+        responses=errors(*_MANAGER_ERRORS, ErrorKind.WEBHOOK_NOT_FOUND),
     )
     async def delete_webhook(
-        self, services: Services, ident: Identity, webhook_id: str
+        self, services: Services, caller: KeyRecord, webhook_id: str
     ) -> WebhookDeleted:
         """Delete a webhook: nothing more is sent to it, retries included. Needs an
         ``admin`` key."""
-        await _manager(services, ident)
-        return await services.webhooks.delete(ident.pid, webhook_id)
+        return await services.webhooks.delete(caller.account_pid, webhook_id)
 
     @get(
         "/webhooks/{webhook_id:str}/deliveries",
-        dependencies=_IDENT,
-        responses=errors(*KEY_ERRORS, ErrorKind.TEST_KEY_FORBIDDEN, ErrorKind.WEBHOOK_NOT_FOUND),
+        dependencies=_LIVE,
+        responses=errors(*_LIVE_ERRORS, ErrorKind.WEBHOOK_NOT_FOUND),
     )
     async def webhook_deliveries(
-        self, services: Services, ident: Identity, webhook_id: str
+        self, services: Services, live: Identity, webhook_id: str
     ) -> DeliveryList:
         """The webhook's most recent deliveries (100), newest event first: each event's
         state, attempts, the last answer and when it is retried next."""
-        _live(ident)
-        return await services.webhooks.deliveries(ident.pid, webhook_id)
+        return await services.webhooks.deliveries(live.pid, webhook_id)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.accounts.manage import Accounts, KeyCreateRequest
+from app.accounts.accounts import Accounts
+from app.accounts.bodies import KeyCreateRequest
 from app.core.errors import ApiError, ErrorKind
 from app.credits.outcomes import Identity
 from app.ops.inspect import inspect_account

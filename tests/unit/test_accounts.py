@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from app.accounts.manage import Accounts, KeyCreateRequest, KeyUpdateRequest
+from app.accounts.accounts import Accounts
+from app.accounts.bodies import KeyCreateRequest, KeyUpdateRequest
 from app.core.errors import ApiError, ErrorKind
 from app.credits.outcomes import ScriptStatus
 from app.keys.format import digest

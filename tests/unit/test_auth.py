@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from app.accounts.manage import Accounts, KeyCreateRequest
+from app.accounts.accounts import Accounts
+from app.accounts.bodies import KeyCreateRequest
 from app.core.errors import ApiError, ErrorKind, KeyRecordMissing, invalid_api_key
 from app.credits.outcomes import Identity, ScriptStatus
 from app.keys.auth import Authenticator

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.accounts.manage import Accounts
+from app.accounts.accounts import Accounts
 from app.accounts.rewards import Spotlights
 from app.core.errors import ApiError, ErrorKind
 from app.store import GrantRecord, Store, StoreError

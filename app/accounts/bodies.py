@@ -1,0 +1,135 @@
+"""The request bodies of the account and key operations, their limits, and the checks
+decoding cannot make. The limits are declared once, as annotations: decoding enforces them
+and the OpenAPI document states them (both read these annotations).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from app.core.clock import DAY_S, parse_iso_utc
+from app.core.errors import invalid_value
+from app.core.settings import MAX_RATE_LIMIT_RPM
+from app.core.validation import decode_json
+from app.keys.roles import Role
+
+MAX_KEY_NAME = 100
+MAX_ROTATION_GRACE_S = 7 * DAY_S
+MAX_GRANT = 10**12
+KeyName = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_KEY_NAME)]
+Credits = Annotated[int, msgspec.Meta(ge=1, le=MAX_GRANT)]
+DailyCap = Annotated[int, msgspec.Meta(ge=0, le=MAX_GRANT)]
+RateLimit = Annotated[
+    int,
+    msgspec.Meta(
+        ge=1,
+        le=MAX_RATE_LIMIT_RPM,
+        description="Requests the key may start in any 60 seconds; null: no limit.",
+    ),
+]
+ModelIds = Annotated[
+    list[Annotated[str, msgspec.Meta(min_length=1, max_length=64)]],
+    msgspec.Meta(
+        max_length=64,
+        description="The models (aliases) the key may use; null: all. svc-auto is allowed "
+        "when every alias it may route to is.",
+    ),
+]
+GraceSeconds = Annotated[int, msgspec.Meta(ge=0, le=MAX_ROTATION_GRACE_S)]
+KeyRole = Annotated[
+    Role,
+    msgspec.Meta(
+        description="admin: manages keys and webhooks, and everything else; inference: "
+        "requests and reads only. Left out: inference through /v1, admin for operators."
+    ),
+]
+Timestamp = Annotated[
+    str,
+    msgspec.Meta(
+        max_length=40,
+        description="An ISO 8601 time with its offset, such as 2027-01-31T00:00:00Z.",
+    ),
+]
+
+
+class KeyCreateRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """Body of a key creation (``POST /v1/api-keys`` and the admin API). Left out,
+    ``rate_limit_rpm`` is the service's default for new keys (``SVC_KEY_RATE_LIMIT``)."""
+
+    name: KeyName
+    environment: Literal["live", "test"]
+    daily_cap_credits: DailyCap | None
+    expires_at: Timestamp | None = None
+    allowed_models: ModelIds | None = None
+    rate_limit_rpm: RateLimit | UnsetType | None = UNSET
+    role: KeyRole | UnsetType = UNSET
+
+
+class KeyUpdateRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """Body of a key update (``PATCH /v1/api-keys/{id}`` and the admin API): the fields to
+    change, each left out to keep it (``daily_cap_credits: null`` removes the cap). A key's
+    environment never changes; any other field is refused by name."""
+
+    name: KeyName | UnsetType = UNSET
+    daily_cap_credits: DailyCap | UnsetType | None = UNSET
+    expires_at: Timestamp | UnsetType | None = UNSET
+    allowed_models: ModelIds | UnsetType | None = UNSET
+    rate_limit_rpm: RateLimit | UnsetType | None = UNSET
+    role: KeyRole | UnsetType = UNSET
+
+
+class KeyRotateRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """Body of a rotation (``POST /v1/api-keys/{id}/rotate``, optional): how long the old
+    key keeps working, in seconds (0: it stops at once), and the new key's role (left out:
+    the old key's)."""
+
+    grace_seconds: GraceSeconds = 0
+    role: KeyRole | UnsetType = UNSET
+
+
+class GrantRequest(msgspec.Struct):
+    credits: Credits
+
+
+def rotate_request(body: bytes) -> KeyRotateRequest:
+    """A rotation's body, which may be left out (or empty) for the defaults."""
+    return decode_json(body, KeyRotateRequest) if body.strip() else KeyRotateRequest()
+
+
+def validate_key_request(req: KeyCreateRequest) -> KeyCreateRequest:
+    """What decoding cannot check: a key's name is printable text (``str.isprintable``),
+    its expiry a time with its offset (the models a key may use are checked by
+    ``ApiKeys``, which knows them)."""
+    _check_name(req.name)
+    if req.expires_at is not None:
+        expiry_seconds(req.expires_at)
+    return req
+
+
+def validate_key_update(req: KeyUpdateRequest) -> KeyUpdateRequest:
+    """As ``validate_key_request``, for the fields an update sets."""
+    if isinstance(req.name, str):
+        _check_name(req.name)
+    if isinstance(req.expires_at, str):
+        expiry_seconds(req.expires_at)
+    return req
+
+
+def expiry_seconds(text: str) -> int:
+    """An ``expires_at`` as unix seconds, or the 400 naming it."""
+    seconds = parse_iso_utc(text)
+    if seconds is None or seconds <= 0:
+        raise invalid_value(
+            "expires_at",
+            "'expires_at' must be an ISO 8601 time with its offset, "
+            "such as 2027-01-31T00:00:00Z, or null.",
+        )
+    return seconds
+
+
+def _check_name(name: str) -> None:
+    if not name.isprintable():
+        raise invalid_value("name", f"'name' must be 1 to {MAX_KEY_NAME} printable characters.")
