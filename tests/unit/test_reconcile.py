@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from app.accounts.manage import Accounts, KeyCreateRequest
+from app.accounts.accounts import Accounts
+from app.accounts.bodies import KeyCreateRequest
 from app.accounts.rewards import Spotlights
 from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
@@ -18,7 +19,8 @@ from app.keys.auth import Authenticator
 from app.keys.refusals import refusal_error
 from app.kv.fields import API_CHAT, API_RESPONSES, AccountField
 from app.kv.layout import KeySpace
-from app.ops.reconcile import ReconcileReport, rebuild_redis, reconcile
+from app.ops.rebuild import rebuild_redis
+from app.ops.reconcile import ReconcileReport, reconcile
 from app.store import Store, open_store
 from app.usage.flusher import Flusher
 from app.usage.reader import UsageReader

@@ -1,0 +1,190 @@
+"""What each ``svc admin`` subcommand runs, and how its result is printed: one JSON object
+(or CSV lines), exit 0; an API error's body, exit 1; svc cannot start, exit 2; reconcile's
+drift, ``DRIFT_EXIT``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import msgspec
+
+from app.admin.commands import DRIFT_EXIT, activity_params, key_fields
+from app.core.clock import DAY_S
+from app.core.errors import ApiError
+from app.core.settings import Settings
+from app.runtime import Services, StartupError, open_services, public_error, resolve
+
+AdminOp = Callable[[Services], Awaitable[Any]]
+
+
+class ExitWith(msgspec.Struct):
+    """An admin result printed as ``body`` with a non-zero exit code."""
+
+    body: Any
+    code: int
+
+
+class CsvLines(msgspec.Struct):
+    """An admin result printed as CSV text, a line at a time."""
+
+    lines: AsyncIterator[str]
+
+
+def _activity_op(args: argparse.Namespace) -> AdminOp:
+    from app.usage.activity import parse_filter
+    from app.usage.export import activity_csv
+
+    async def activity(s: Services) -> Any:
+        await s.accounts.require_account(args.account_pid)
+        wanted = parse_filter(activity_params(args), csv_export=args.csv)
+        if not args.csv:
+            return await s.activity.page(args.account_pid, args.environment, wanted)
+        query = await s.activity.query(args.account_pid, args.environment, wanted)
+        return CsvLines(activity_csv(s.activity.rows(query, wanted.limit)))
+
+    return activity
+
+
+def _key_ops(args: argparse.Namespace) -> dict[str, AdminOp]:
+    """The admin operations on API keys."""
+    from app.accounts.bodies import KeyCreateRequest, KeyRotateRequest, KeyUpdateRequest
+    from app.core.validation import convert_fields
+
+    async def create_key(s: Services) -> Any:
+        fields = {"daily_cap_credits": None, **key_fields(args), "environment": args.environment}
+        req = convert_fields(fields, KeyCreateRequest)
+        return await s.accounts.create_key(args.account_pid, req)
+
+    async def update_key(s: Services) -> Any:
+        req = convert_fields(key_fields(args), KeyUpdateRequest)
+        return await s.accounts.update_key(args.account_pid, args.key_id, req)
+
+    async def rotate_key(s: Services) -> Any:
+        fields = {"grace_seconds": args.grace_seconds, **key_fields(args)}
+        req = convert_fields(fields, KeyRotateRequest)
+        return await s.accounts.rotate_key(
+            args.account_pid, args.key_id, req.grace_seconds, role=req.role
+        )
+
+    return {"create-key": create_key, "update-key": update_key, "rotate-key": rotate_key}
+
+
+def _ledger_ops(args: argparse.Namespace) -> dict[str, AdminOp]:
+    """The operations on Redis against the durable ledger: inspect, reconcile, rebuild."""
+
+    async def inspect(s: Services) -> Any:
+        from app.ops.inspect import inspect_account
+
+        return await inspect_account(s.redis, s.layout, s.store, args.account_pid, s.clock)
+
+    async def reconcile(s: Services) -> Any:
+        from app.ops.reconcile import reconcile
+
+        report = await reconcile(
+            s.redis,
+            s.layout,
+            s.store,
+            now=s.clock(),
+            earned_ttl_s=s.settings.earned_expiry_days * DAY_S,
+            usage_retention_s=s.settings.usage_day_ttl_s,
+            everything=args.all,
+        )
+        return ExitWith(report, DRIFT_EXIT) if report.accounts_with_drift else report
+
+    async def rebuild_redis(s: Services) -> Any:
+        from app.ops.rebuild import rebuild_redis
+
+        return await rebuild_redis(
+            s.money,
+            s.key_records,
+            s.usage_counts,
+            s.store,
+            now=s.clock(),
+            earned_ttl_s=s.settings.earned_expiry_days * DAY_S,
+            force=args.force,
+        )
+
+    return {"reconcile": reconcile, "rebuild-redis": rebuild_redis, "inspect": inspect}
+
+
+def _admin_op(args: argparse.Namespace) -> AdminOp:
+    from app.accounts.bodies import GrantRequest
+    from app.core.validation import convert_fields
+
+    async def create_account(s: Services) -> Any:
+        return {"account_pid": await s.accounts.create_account()}
+
+    async def grant(s: Services) -> Any:
+        req = convert_fields({"credits": args.credits}, GrantRequest)
+        return await s.accounts.grant_purchased(args.account_pid, req.credits)
+
+    async def credits(s: Services) -> Any:
+        return await s.accounts.balance(args.account_pid)
+
+    async def spotlight(s: Services) -> Any:
+        return await s.spotlights.reward(args.account_pid, args.view_id)
+
+    async def webhooks(s: Services) -> Any:
+        await s.accounts.require_account(args.account_pid)
+        if args.deliveries:
+            return await s.webhooks.deliveries(args.account_pid, args.deliveries)
+        return await s.webhooks.list(args.account_pid)
+
+    async def usage_lag(s: Services) -> Any:
+        return await s.flusher.lag()
+
+    async def flush(s: Services) -> Any:
+        return {"flushed_events": await s.flusher.flush_all(), "lag": await s.flusher.lag()}
+
+    ops: dict[str, AdminOp] = {
+        **_ledger_ops(args),
+        "usage-lag": usage_lag,
+        "flush": flush,
+        "create-account": create_account,
+        "grant": grant,
+        "spotlight": spotlight,
+        "credits": credits,
+        "activity": _activity_op(args),
+        "webhooks": webhooks,
+        **_key_ops(args),
+    }
+    return ops[args.op]
+
+
+async def _run_admin(settings: Settings, op: AdminOp) -> int:
+    try:
+        services = await open_services(settings)
+    except StartupError as exc:
+        print(f"svc: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = await op(services)
+        if isinstance(result, CsvLines):
+            async for line in result.lines:
+                sys.stdout.write(line)
+            return 0
+    except Exception as exc:
+        error: ApiError = public_error(exc)
+        sys.stdout.buffer.write(error.body() + b"\n")
+        return 1
+    finally:
+        await services.close()
+    code = 0
+    if isinstance(result, ExitWith):
+        result, code = result.body, result.code
+    sys.stdout.buffer.write(msgspec.json.encode(result) + b"\n")
+    return code
+
+
+def admin(args: argparse.Namespace) -> int:
+    """Run one admin operation against Redis and the store directly (server up or not)."""
+    settings, owner = resolve(Settings.from_env())
+    try:
+        return asyncio.run(_run_admin(settings, _admin_op(args)))
+    finally:
+        if owner is not None:
+            owner.stop()

@@ -1,0 +1,168 @@
+"""The ``svc admin`` subcommands as the command line sees them: their arguments, options and
+help texts, and how an option's text reads as a request body field."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from app.keys.format import ENVIRONMENTS
+
+DRIFT_EXIT = 3  # `svc admin reconcile` found drift (1: an error, 2: cannot start)
+
+
+def _cap(value: str) -> int | None:
+    if value.lower() in ("none", "null"):
+        return None
+    cap = int(value)
+    if cap < 0:
+        raise argparse.ArgumentTypeError("the daily cap is an integer >= 0, or 'none'")
+    return cap
+
+
+def _expiry(value: str) -> str | None:
+    """``--expires-at``: an ISO 8601 time (checked as the API checks it), or none."""
+    return None if value.lower() in ("none", "null") else value
+
+
+def _models(value: str) -> list[str] | None:
+    """``--allowed-models``: aliases separated by commas ("" for none), or all."""
+    if value.lower() == "all":
+        return None
+    return [alias.strip() for alias in value.split(",") if alias.strip()]
+
+
+def _rpm(value: str) -> int | None:
+    """``--rate-limit-rpm``: requests a minute (checked as the API checks it), or none."""
+    return None if value.lower() in ("none", "null") else int(value)
+
+
+# (option, field of the request body) of every key setting the CLI takes
+_KEY_OPTIONS = (
+    ("name", "name"),
+    ("daily_cap", "daily_cap_credits"),
+    ("expires_at", "expires_at"),
+    ("allowed_models", "allowed_models"),
+    ("rate_limit_rpm", "rate_limit_rpm"),
+    ("role", "role"),
+)
+
+
+_KEY_SETTINGS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
+    ("--daily-cap", _cap, "credits per UTC day, or none (no cap)"),
+    ("--expires-at", _expiry, "ISO 8601 time (2027-01-31T00:00:00Z), or none (never)"),
+    ("--allowed-models", _models, "aliases separated by commas (svc-fast,svc-code), or all"),
+    ("--rate-limit-rpm", _rpm, "requests the key may start in any minute, or none (no limit)"),
+    ("--role", str, "admin (manages keys and webhooks; the default here) or inference"),
+)
+
+
+def _add_key_options(parser: argparse.ArgumentParser) -> None:
+    """The key settings of create-key and update-key; an option left out is not sent."""
+    for flag, kind, help_text in _KEY_SETTINGS:
+        parser.add_argument(flag, type=kind, default=argparse.SUPPRESS, help=help_text)
+
+
+def key_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The key settings given on the command line, as request body fields."""
+    given = vars(args)
+    return {field: given[option] for option, field in _KEY_OPTIONS if option in given}
+
+
+# the query parameters of GET /v1/activity, as options of `svc admin activity`
+_ACTIVITY_OPTIONS = (
+    ("limit", "rows (1-500; default 100, with --csv all)"),
+    ("after", "the id of the last row of the previous page"),
+    ("key_id", "only this key's requests (key_...)"),
+    ("model", "only the requests this model served"),
+    ("day", "only the requests that started on this UTC day (YYYY-MM-DD)"),
+)
+
+
+def activity_params(args: argparse.Namespace) -> dict[str, str]:
+    """The filters of `svc admin activity` given on the command line, as query parameters."""
+    given = vars(args)
+    return {option: given[option] for option, _ in _ACTIVITY_OPTIONS if given[option] is not None}
+
+
+def add_admin_commands(admin: argparse.ArgumentParser) -> None:
+    """The subcommands of ``svc admin``, in the order its help lists them."""
+    ops = admin.add_subparsers(dest="op", required=True)
+    _add_account_commands(ops)
+    _add_operator_commands(ops)
+    _add_key_commands(ops)
+
+
+def _add_account_commands(ops: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    ops.add_parser("create-account", help="create an account")
+    grant = ops.add_parser("grant", help="add purchased credits to an account")
+    grant.add_argument("account_pid")
+    grant.add_argument("credits", type=int)
+    credits = ops.add_parser("credits", help="an account's credit balance")
+    credits.add_argument("account_pid")
+    spot = ops.add_parser("spotlight", help="reward a verified spotlight view (earned credits)")
+    spot.add_argument("account_pid")
+    spot.add_argument("view_id")
+    inspect = ops.add_parser("inspect", help="an account as Redis holds it, read-only")
+    inspect.add_argument("account_pid")
+    activity = ops.add_parser(
+        "activity", help="an account's settled requests, newest first (a page, or --csv)"
+    )
+    activity.add_argument("account_pid")
+    for option, help_text in _ACTIVITY_OPTIONS:
+        activity.add_argument(f"--{option.replace('_', '-')}", help=help_text)
+    activity.add_argument("--environment", choices=ENVIRONMENTS, default="live")
+    activity.add_argument("--csv", action="store_true", help="every row the filters name, as CSV")
+    hooks = ops.add_parser("webhooks", help="an account's webhooks, or one's recent deliveries")
+    hooks.add_argument("account_pid")
+    hooks.add_argument("--deliveries", metavar="WEBHOOK_ID", help="wh_...: its deliveries")
+
+
+def _add_operator_commands(ops: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The usage flusher's and the ledger's: lag, flush, reconcile, rebuild-redis."""
+    ops.add_parser("usage-lag", help="usage events not yet flushed to the durable store")
+    ops.add_parser("flush", help="flush pending usage events to the durable store now")
+    rec = ops.add_parser(
+        "reconcile",
+        help="compare Redis balances and usage with the durable ledger "
+        f"(exit {DRIFT_EXIT} on drift)",
+    )
+    rec.add_argument("--all", action="store_true", help="list every account, not only drift")
+    rebuild = ops.add_parser(
+        "rebuild-redis", help="restore accounts, keys and balances into an empty Redis"
+    )
+    rebuild.add_argument(
+        "--force",
+        action="store_true",
+        help="run against a Redis that holds accounts: write only what is missing",
+    )
+
+
+def _add_key_commands(ops: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    key = ops.add_parser("create-key", help="create an API key (the secret is shown once)")
+    key.add_argument("account_pid")
+    key.add_argument("--name", required=True)
+    key.add_argument("--environment", choices=ENVIRONMENTS, default="live")
+    _add_key_options(key)
+    update = ops.add_parser(
+        "update-key", help="change an API key's settings (at once, on every worker)"
+    )
+    update.add_argument("account_pid")
+    update.add_argument("key_id", help="key_...")
+    update.add_argument("--name", default=argparse.SUPPRESS, help="the new name")
+    _add_key_options(update)
+    rotate = ops.add_parser(
+        "rotate-key", help="replace an API key with a new secret (shown once), same settings"
+    )
+    rotate.add_argument("account_pid")
+    rotate.add_argument("key_id", help="key_...")
+    rotate.add_argument(
+        "--grace-seconds",
+        type=int,
+        default=0,
+        help="how long the old key keeps working (0 to 604800; default 0: it stops now)",
+    )
+    rotate.add_argument(
+        "--role", default=argparse.SUPPRESS, help="the new key's role (default: the old key's)"
+    )
