@@ -8,7 +8,7 @@ from app.core.logs import configure_logging
 from app.core.metrics import share_across_workers
 from app.core.settings import Settings
 from app.http.app import create_app
-from app.http.gateway import Gateway
+from app.http.rsgi.gateway import Gateway
 from app.runtime import resolve
 
 settings = Settings.from_env()

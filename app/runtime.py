@@ -15,11 +15,12 @@ from pathlib import Path
 
 import msgspec
 
-from app.accounts.manage import Accounts, KeyCreateRequest
+from app.accounts.accounts import Accounts
+from app.accounts.bodies import KeyCreateRequest
 from app.accounts.rewards import Spotlights
 from app.chat.catalog import Alias, Catalog, default_catalog, key_model_ids, load_catalog
-from app.chat.completion import CompletionService
 from app.chat.router import UpstreamRouter
+from app.chat.service import CompletionService
 from app.core.errors import ApiError, ErrorKind, service_unavailable
 from app.core.private_files import PRIVATE_FILE_MODE, make_private, private_folder
 from app.core.settings import Settings

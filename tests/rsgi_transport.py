@@ -1,5 +1,5 @@
 """An httpx transport that drives an RSGI app in process, as granian would: the tests reach
-the very app ``svc serve`` runs (``app.http.gateway.Gateway``) without a server.
+the very app ``svc serve`` runs (``app.http.rsgi.gateway.Gateway``) without a server.
 
 The fakes keep granian's observable behaviour (granian 2.8, read from its source and
 checked against it):
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import httpx
 from granian._granian import RSGIProtocolClosed, RSGIProtocolError
 
-from app.http.rsgi import HTTPProtocol, Scope
+from app.http.rsgi.protocol import HTTPProtocol, Scope
 
 RSGIApp = Callable[[Scope, HTTPProtocol], Awaitable[None]]
 _VISIBLE_ASCII = frozenset(range(0x20, 0x7F)) | {0x09}

@@ -10,8 +10,8 @@ from contextlib import asynccontextmanager
 from litestar import Litestar
 from litestar.datastructures import ResponseHeader
 
-from app.chat.completion import drain_background
 from app.chat.lifecycle import GracePeriod
+from app.chat.settlement import drain_background
 from app.core.settings import Settings
 from app.http.admin import AdminController
 from app.http.api import V1Controller
@@ -20,7 +20,7 @@ from app.http.errors import handle_exception
 from app.http.headers import SECURITY_HEADERS
 from app.http.health import HealthController
 from app.http.metrics import MetricsController
-from app.http.openapi import openapi_config
+from app.http.openapi_document import openapi_config
 from app.kv.client import REDIS_ERRORS
 from app.runtime import open_services
 from app.store import StoreError

@@ -12,7 +12,6 @@ from litestar.types import Scope
 
 from app.core.errors import ApiError, ErrorKind
 from app.credits.outcomes import Identity
-from app.http import rsgi
 from app.keys.format import bearer_secret
 from app.keys.throttle import client_address
 from app.runtime import Services
@@ -34,15 +33,6 @@ def request_address(services: Services, scope: Scope) -> str:
     if services.trusted_proxies:
         forwarded = [v.decode("latin-1") for k, v in scope["headers"] if k == b"x-forwarded-for"]
     return client_address(client[0] if client else None, forwarded, services.trusted_proxies)
-
-
-def rsgi_request_address(services: Services, scope: rsgi.Scope) -> str:
-    """``request_address`` of a request served over RSGI (the chat route)."""
-    peer = rsgi.parse_address(scope.client)
-    forwarded: list[str] = []
-    if services.trusted_proxies:
-        forwarded = scope.headers.get_all("x-forwarded-for")
-    return client_address(peer[0] if peer else None, forwarded, services.trusted_proxies)
 
 
 async def provide_identity(request: Request[Any, Any, Any]) -> Identity:

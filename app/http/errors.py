@@ -30,6 +30,15 @@ _BY_STATUS = {
 }
 
 
+class ClientDisconnected(Exception):
+    """The client closed the connection before its request body arrived in full."""
+
+
+def request_too_large(limit: int) -> ApiError:
+    """A request body past ``limit`` bytes (refused before it is all read)."""
+    return ApiError(ErrorKind.REQUEST_TOO_LARGE, f"The request body is larger than {limit} bytes.")
+
+
 def as_api_error(exc: Exception) -> ApiError:
     """The public error for any exception, Litestar's own included; internals never reach
     the message."""

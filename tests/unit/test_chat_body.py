@@ -1,4 +1,4 @@
-"""Reading a chat request's body from granian (``app.http.streams.read_body``)."""
+"""Reading a streaming request's body from granian (``RSGIExchange.body``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from granian._granian import RSGIProtocolClosed
 
 from app.core.errors import ApiError
-from app.http.rsgi import ClientDisconnected
-from app.http.streams import read_body
+from app.http.errors import ClientDisconnected
+from app.http.rsgi.exchange import RSGIExchange
 from tests.rsgi_transport import FakeHeaders, FakeProtocol, FakeScope
 
 LIMIT = 16
@@ -38,23 +38,23 @@ def _scope(length: int | None) -> FakeScope:
 
 async def test_a_body_of_known_size_is_read_whole_in_one_wait() -> None:
     protocol = _Counted([b'{"a":', b"1}"])
-    assert await read_body(_scope(7), protocol, LIMIT) == b'{"a":1}'
+    assert await RSGIExchange(_scope(7), protocol).body(LIMIT) == b'{"a":1}'
     assert protocol.ways == ["whole"]
 
 
 async def test_a_body_without_a_size_is_read_in_pieces_up_to_the_limit() -> None:
     protocol = _Counted([b'{"a":', b"1}"])
-    assert await read_body(_scope(None), protocol, LIMIT) == b'{"a":1}'
+    assert await RSGIExchange(_scope(None), protocol).body(LIMIT) == b'{"a":1}'
     assert protocol.ways == ["pieces"]
     with pytest.raises(ApiError) as refused:
-        await read_body(_scope(None), _Counted([b"x" * 10, b"y" * 10]), LIMIT)
+        await RSGIExchange(_scope(None), _Counted([b"x" * 10, b"y" * 10])).body(LIMIT)
     assert refused.value.status == 413
 
 
 async def test_a_declared_size_over_the_limit_is_refused_unread() -> None:
     protocol = _Counted([b"x" * 20])
     with pytest.raises(ApiError) as refused:
-        await read_body(_scope(20), protocol, LIMIT)
+        await RSGIExchange(_scope(20), protocol).body(LIMIT)
     assert refused.value.status == 413
     assert protocol.ways == []
 
@@ -68,7 +68,7 @@ async def test_a_client_that_leaves_mid_body_is_a_disconnect() -> None:
     protocol = _Counted([])
     protocol._body = half()
     with pytest.raises(ClientDisconnected):
-        await read_body(_scope(4), protocol, LIMIT)
+        await RSGIExchange(_scope(4), protocol).body(LIMIT)
 
 
 async def test_a_body_granian_could_not_finish_is_a_disconnect() -> None:
@@ -77,4 +77,4 @@ async def test_a_body_granian_could_not_finish_is_a_disconnect() -> None:
             raise RSGIProtocolClosed("RSGI transport is closed")
 
     with pytest.raises(ClientDisconnected):
-        await read_body(_scope(4), _Broken([b"ab"]), LIMIT)
+        await RSGIExchange(_scope(4), _Broken([b"ab"])).body(LIMIT)

@@ -19,12 +19,12 @@ import fakeredis
 import httpx
 import pytest
 
-from app.accounts.manage import KeyCreateRequest
+from app.accounts.bodies import KeyCreateRequest
 from app.core.metrics import METRICS
 from app.core.settings import Settings
 from app.http.app import create_app
-from app.http.gateway import Gateway
 from app.http.headers import SECURITY_HEADERS
+from app.http.rsgi.gateway import Gateway
 from app.keys.format import generate_key
 from app.runtime import Services
 from app.store import Store

@@ -15,9 +15,9 @@ from litestar import Litestar, Request, get, post
 from litestar.params import FromPath
 from litestar.response import Stream
 
-from app.http.asgi_bridge import ASGIRequest, Message, asgi_scope
-from app.http.gateway import Gateway
-from app.http.rsgi import parse_address
+from app.http.rsgi.asgi_bridge import ASGIRequest, Message, asgi_scope
+from app.http.rsgi.gateway import Gateway
+from app.http.rsgi.protocol import parse_address
 from tests.rsgi_transport import FakeHeaders, FakeProtocol, FakeScope, RSGITransport
 
 LIMIT = 64  # the request body limit of the Litestar app below

@@ -17,12 +17,14 @@ import pytest
 import redis.exceptions
 
 from app.chat.catalog import default_catalog
-from app.chat.completion import CompletionService, drain_background
 from app.chat.router import UpstreamRouter
+from app.chat.service import CompletionService
+from app.chat.settlement import drain_background
 from app.core.logs import JsonFormatter, request_id
 from app.core.metrics import METRICS
 from app.credits.outcomes import Identity
 from app.credits.sweeper import Sweeper
+from app.http.rsgi.exchange import RSGIExchange
 from app.http.streams import CHAT, serve_stream
 from app.kv.layout import KeySpace
 from app.runtime import Services
@@ -77,7 +79,8 @@ async def _serve_logged(
     caplog.set_level(logging.INFO)
     token = request_id.set(rid)  # as the Gateway does for every request
     try:
-        await serve_stream(CHAT, chat.services, SCOPE, protocol, rid)  # returns, no raise
+        # returns, no raise
+        await serve_stream(CHAT, chat.services, RSGIExchange(SCOPE, protocol), rid)
         ours = [r for r in caplog.records if r.name.startswith("svc.")]
         assert [(r.levelno, r.exc_info) for r in ours] == [(logging.WARNING, None)]
         return [json.loads(JsonFormatter().format(r)) for r in ours]
@@ -161,7 +164,9 @@ async def test_a_client_gone_mid_stream_ends_the_relay_and_pays_what_was_generat
 ) -> None:
     protocol = FakeProtocol([BODY], writes_notice_disconnect=writes_notice)
     open_streams = open_streams_now()
-    served = asyncio.create_task(serve_stream(CHAT, chat.services, SCOPE, protocol, "req_gone"))
+    served = asyncio.create_task(
+        serve_stream(CHAT, chat.services, RSGIExchange(SCOPE, protocol), "req_gone")
+    )
     await asyncio.wait_for(protocol.stream.arrived.wait(), 5)  # the first chunk is out
     assert CREDITS - await chat.total(clock) > 10  # the output cap is held meanwhile
     protocol.disconnect()
@@ -188,7 +193,7 @@ async def test_a_client_gone_before_the_whole_body_is_no_error(
 
     protocol._body = half_a_body()
     caplog.set_level(logging.INFO)
-    await serve_stream(CHAT, chat.services, SCOPE, protocol, "req_half")
+    await serve_stream(CHAT, chat.services, RSGIExchange(SCOPE, protocol), "req_half")
     assert not protocol.response.done()  # nobody to answer (granian: an empty 500)
     assert [r.getMessage() for r in caplog.records if r.name == "svc.http"] == [
         "client disconnected before sending the whole request body"

@@ -20,11 +20,14 @@ import msgspec
 import pytest
 
 from app.chat.catalog import Alias, default_catalog
-from app.chat.completion import USAGE_WAIT_S, CompletionService, drain_background
+from app.chat.relay import USAGE_WAIT_S
 from app.chat.router import UpstreamRouter
+from app.chat.service import CompletionService
+from app.chat.settlement import drain_background
 from app.core.clock import day_tag, utc_day
 from app.credits.outcomes import Identity
 from app.credits.sweeper import Sweeper
+from app.http.rsgi.exchange import RSGIExchange
 from app.http.streams import CHAT, RESPONSES, Api, serve_stream
 from app.runtime import Services
 from app.upstream.base import CHOICE_END, Piece, UpstreamCall, Usage
@@ -108,7 +111,12 @@ async def _served_until(
     scope = FakeScope("POST", api.path, FakeHeaders([("content-length", str(len(raw)))]))
     protocol = FakeProtocol([raw], writes_notice_disconnect=writes_notice_disconnect)
     served = asyncio.ensure_future(
-        serve_stream(api, _services(ledger, clock, ident, provider), scope, protocol, "req_leave")
+        serve_stream(
+            api,
+            _services(ledger, clock, ident, provider),
+            RSGIExchange(scope, protocol),
+            "req_leave",
+        )
     )
     received = b""
     while not leave_when(received):

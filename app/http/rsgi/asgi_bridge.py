@@ -14,7 +14,7 @@ import urllib.parse
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
-from app.http.rsgi import (
+from app.http.rsgi.protocol import (
     ClientDisconnected,
     HTTPProtocol,
     Scope,

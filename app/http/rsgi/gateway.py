@@ -17,9 +17,10 @@ from litestar import Litestar
 
 from app.core.logs import request_id
 from app.core.metrics import METRICS
-from app.http.asgi_bridge import ASGIApp, ASGIRequest
-from app.http.lifespan import Lifespan, LifespanFailed
-from app.http.rsgi import Headers, HTTPProtocol, Scope
+from app.http.rsgi.asgi_bridge import ASGIApp, ASGIRequest
+from app.http.rsgi.exchange import RSGIExchange
+from app.http.rsgi.lifespan import Lifespan, LifespanFailed
+from app.http.rsgi.protocol import Headers, HTTPProtocol, Scope
 from app.http.streams import STREAM_ROUTES, serve_stream
 
 log = logging.getLogger("svc.serve")
@@ -69,7 +70,8 @@ class Gateway:
         try:
             api = STREAM_ROUTES.get(scope.path)
             if api is not None:
-                await serve_stream(api, self.app.state.services, scope, protocol, rid)
+                services = self.app.state.services
+                await serve_stream(api, services, RSGIExchange(scope, protocol), rid)
             else:
                 await self._routed(scope, protocol, rid)
         finally:

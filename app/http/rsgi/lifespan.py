@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from app.http.asgi_bridge import ASGI_VERSION, ASGIApp, Message
+from app.http.rsgi.asgi_bridge import ASGI_VERSION, ASGIApp, Message
 
 
 class LifespanFailed(Exception):

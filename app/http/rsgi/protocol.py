@@ -2,7 +2,8 @@
 the request body, and its address strings.
 
 The shapes are Protocols, not granian's classes, so the in-process transport of the tests
-(``tests/rsgi_transport.py``) can stand in for the server; granian's objects match them.
+(``tests/rsgi_transport.py``) can stand in for the server; granian's objects match them,
+and tests/e2e/test_granian_contract.py holds granian to what the fakes assume.
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Protocol
 
-# granian.rsgi re-exports it as ProtocolClosed, but without marking it exported
-from granian._granian import RSGIProtocolClosed as ProtocolClosed
+# granian's public RSGI module names it; its re-export is not marked as one for type checkers
+from granian.rsgi import ProtocolClosed  # type: ignore[attr-defined]
+
+from app.http.errors import ClientDisconnected
 
 __all__ = [
     "ClientDisconnected",
@@ -81,10 +84,6 @@ class HTTPProtocol(Protocol):
     def response_bytes(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None: ...
 
     def response_stream(self, status: int, headers: list[tuple[str, str]]) -> StreamTransport: ...
-
-
-class ClientDisconnected(Exception):
-    """The client closed the connection before its request body arrived in full."""
 
 
 def content_length(headers: Headers) -> int | None:

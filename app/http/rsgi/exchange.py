@@ -1,0 +1,84 @@
+"""``RSGIExchange``: a streaming endpoint's request and response over granian's RSGI
+objects (the ``StreamExchange`` that ``app.http.streams`` serves)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING
+
+from app.http.errors import ClientDisconnected, request_too_large
+from app.http.rsgi.protocol import (
+    HTTPProtocol,
+    ProtocolClosed,
+    Scope,
+    body_chunks,
+    content_length,
+    parse_address,
+)
+from app.http.streams import Headers, WriteBody
+from app.keys.throttle import client_address
+
+if TYPE_CHECKING:
+    from app.runtime import Services
+
+
+class RSGIExchange:
+    """One RSGI request and its response."""
+
+    __slots__ = ("_protocol", "_scope")
+
+    closed: tuple[type[BaseException], ...] = (ProtocolClosed,)
+
+    def __init__(self, scope: Scope, protocol: HTTPProtocol) -> None:
+        self._scope = scope
+        self._protocol = protocol
+
+    @property
+    def method(self) -> str:
+        return self._scope.method
+
+    def header(self, name: str) -> str | None:
+        return self._scope.headers.get(name)
+
+    def address(self, services: Services) -> str:
+        peer = parse_address(self._scope.client)
+        forwarded: list[str] = []
+        if services.trusted_proxies:
+            forwarded = self._scope.headers.get_all("x-forwarded-for")
+        return client_address(peer[0] if peer else None, forwarded, services.trusted_proxies)
+
+    async def body(self, limit: int) -> bytes:
+        declared = content_length(self._scope.headers)
+        if declared is not None:
+            if declared > limit:
+                raise request_too_large(limit)
+            # Its size known and allowed, the body is gathered by granian and handed over in
+            # one piece: one wait on granian's I/O thread, not one per piece and one for the
+            # end.
+            try:
+                body = await self._protocol()
+            except ProtocolClosed:
+                raise ClientDisconnected from None
+            if len(body) < declared:
+                raise ClientDisconnected
+            return body
+        chunks: list[bytes] = []
+        size = 0
+        async with contextlib.aclosing(body_chunks(self._scope, self._protocol)) as pieces:
+            async for chunk in pieces:
+                size += len(chunk)
+                if size > limit:
+                    raise request_too_large(limit)
+                chunks.append(chunk)
+        return b"".join(chunks)
+
+    def answer(self, status: int, headers: Headers, body: bytes) -> None:
+        self._protocol.response_bytes(status, headers, body)
+
+    def stream(self, headers: Headers) -> WriteBody:
+        # granian ends the body when its transport is released: the caller holds the only
+        # reference, through this bound method
+        return self._protocol.response_stream(200, headers).send_bytes
+
+    async def client_disconnect(self) -> None:
+        await self._protocol.client_disconnect()
