@@ -17,11 +17,11 @@ import msgspec
 
 from app.admin.actions import admin
 from app.admin.commands import add_admin_commands
-from app.chat.catalog import ModelsFileError
 from app.core.allocator import give_back_large_blocks
+from app.core.errors import ModelsFileError, StartupError
 from app.core.logs import granian_log_config
 from app.core.settings import Settings
-from app.runtime import StartupError, bootstrap_dev, open_services, resolve
+from app.runtime import bootstrap_dev, open_services, resolve
 
 log = logging.getLogger("svc.serve")
 

@@ -21,7 +21,7 @@ from app.accounts.rewards import Spotlights
 from app.chat.catalog import Alias, Catalog, default_catalog, key_model_ids, load_catalog
 from app.chat.router import UpstreamRouter
 from app.chat.service import CompletionService
-from app.core.errors import ApiError, ErrorKind, service_unavailable
+from app.core.errors import ApiError, ErrorKind, StartupError, StoreError, service_unavailable
 from app.core.private_files import PRIVATE_FILE_MODE, make_private, private_folder
 from app.core.settings import Settings
 from app.credits.idempotency import IdempotencyRecords
@@ -37,7 +37,7 @@ from app.kv.client import REDIS_ERRORS, RedisClient, open_redis, primaries_info
 from app.kv.layout import KeySpace
 from app.kv.pipelined import PipelinedRedis
 from app.ops.embedded import EmbeddedValkey, ensure_embedded
-from app.store import Store, StoreError, open_store
+from app.store import Store, open_store
 from app.upstream.base import Provider
 from app.upstream.http11 import StreamingProvider
 from app.upstream.simulated import SimulatedProvider
@@ -289,10 +289,6 @@ async def open_services(settings: Settings, *, clock: Callable[[], float] = time
         await services.scripts.load()  # EVALSHA reloads them later anyway
         await services.money.sync_clock()  # the sweeper measures it again every round
     return services
-
-
-class StartupError(Exception):
-    """The configuration or its servers are unfit to run on; the message says why."""
 
 
 async def check_eviction_policy(redis: RedisClient, *, allow: bool) -> None:

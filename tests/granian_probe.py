@@ -14,8 +14,7 @@ import json
 import os
 from typing import Any
 
-from app.core.errors import ApiError
-from app.http.errors import ClientDisconnected
+from app.core.errors import ApiError, ClientDisconnected
 from app.http.rsgi.exchange import RSGIExchange
 from app.http.rsgi.protocol import HTTPProtocol, ProtocolClosed, Scope
 

@@ -14,9 +14,9 @@ import msgspec
 
 from app.admin.commands import DRIFT_EXIT, activity_params, key_fields
 from app.core.clock import DAY_S
-from app.core.errors import ApiError
+from app.core.errors import ApiError, StartupError
 from app.core.settings import Settings
-from app.runtime import Services, StartupError, open_services, public_error, resolve
+from app.runtime import Services, open_services, public_error, resolve
 
 AdminOp = Callable[[Services], Awaitable[Any]]
 

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import msgspec
 from msgspec import UNSET
 
+from app.core.errors import ModelsFileError
 from app.core.settings import HEARTBEATS_PER_DEADLINE
 from app.upstream.config import ProviderConfig
 
@@ -153,10 +154,6 @@ class AliasOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 class ModelsFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     providers: dict[str, ProviderConfig] = {}
     aliases: dict[str, AliasOverride] = {}
-
-
-class ModelsFileError(ValueError):
-    """The models file is broken; the message names the file, line and field."""
 
 
 class Catalog(msgspec.Struct, frozen=True):

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 from app.chat.chunks import ChatStream, ChunkEncoder
-from app.chat.lifecycle import STREAMS, StreamCut
+from app.chat.lifecycle import STREAMS
 from app.chat.output import (
     BALANCE_MARK,
     CREDITS_MARK,
@@ -32,20 +32,15 @@ from app.chat.record import StreamRecord
 from app.chat.relay import ClientLeft, Relay, SendBytes
 from app.chat.request import ChatParams
 from app.chat.router import UpstreamRouter
-from app.chat.settlement import (
-    LedgerUnreachable,
-    SettlementTerms,
-    Settling,
-    report_abandoned_settlement,
-)
-from app.core.errors import ApiError, ErrorKind
+from app.chat.settlement import SettlementTerms, Settling, report_abandoned_settlement
+from app.core.errors import ApiError, ErrorKind, LedgerUnreachable, StreamCut, UpstreamError
 from app.core.ids import completion_ids
 from app.core.interrupts import Interruptible
 from app.core.metrics import METRICS
 from app.credits.idempotency import RecordedResponse
 from app.credits.outcomes import Hold, Identity
 from app.kv.client import REDIS_ERRORS
-from app.upstream.base import Piece, UpstreamCall, UpstreamError
+from app.upstream.base import Piece, UpstreamCall
 
 log = logging.getLogger("svc.completions")
 

@@ -23,10 +23,6 @@ log = logging.getLogger("svc.lifecycle")
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-class StreamCut(Exception):
-    """Raised inside a relay that was cut at the end of the grace period."""
-
-
 class Cuttable(Protocol):
     def cut(self) -> None:
         """Stop the stream soon: relay what was read, then end it cleanly."""

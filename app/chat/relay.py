@@ -18,12 +18,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import msgspec
 from msgspec import UNSET
 
-from app.chat.lifecycle import StreamCut
 from app.chat.output import StreamOutput
-from app.chat.settlement import Heartbeat, LedgerUnreachable, SettlementTerms
+from app.chat.settlement import Heartbeat, SettlementTerms
+from app.core.errors import LedgerUnreachable, StreamCut, UpstreamError
 from app.core.interrupts import Interruptible
 from app.credits.outcomes import Hold
-from app.upstream.base import ChoiceEnd, Piece, UpstreamError, Usage
+from app.upstream.base import ChoiceEnd, Piece, Usage
 from app.upstream.wire import Delta
 
 SendBytes = Callable[[bytes, bool], Awaitable[None]]

@@ -15,6 +15,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 from app.chat.request import ChatParams
+from app.core.errors import LedgerUnreachable
 from app.core.metrics import METRICS
 from app.core.settings import HEARTBEATS_PER_DEADLINE
 from app.core.tokens import estimate_tokens
@@ -73,10 +74,6 @@ def report_abandoned_settlement(task: asyncio.Task[Settlement]) -> None:
         )
     elif exc is not None:
         log.error("settlement failed", exc_info=exc)
-
-
-class LedgerUnreachable(Exception):
-    """Redis did not answer a stream's heartbeat: its hold may lapse, so the stream ends."""
 
 
 class Held(Protocol):

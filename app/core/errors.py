@@ -1,4 +1,40 @@
-"""Errors svc returns, each mapped to one HTTP status and one OpenAI-shaped body."""
+"""svc's exceptions, all of them, and the errors the API returns (each mapped to one HTTP
+status and one OpenAI-shaped body).
+
+The tree::
+
+    Exception
+    ├── ApiError                a request refused, as its client sees it (an ``ErrorKind``:
+    │   │                       status, OpenAI body, headers); answered as it is
+    │   └── KeyRecordMissing    Redis lost a key's record: restore it and try once more
+    └── SvcError                something inside svc went wrong; a client sees it only as
+        │                       ``app.runtime.public_error`` makes it (503 or 500, naming
+        │                       nothing inside)
+        ├── UpstreamError       an upstream failed (``reason``; ``client_error``: the
+        │                       request's fault, a 400 with no failover)
+        ├── StoreError          the durable store failed or cannot be reached (503)
+        │   └── StoreConflict   a write broke a constraint (the id exists, or its owner
+        │                       does not)
+        ├── LedgerUnreachable   Redis did not answer a running stream's heartbeat
+        ├── StreamCut           the shutdown's grace period ran out for a stream
+        ├── ClientDisconnected  the client left before its request body arrived (499)
+        ├── TargetRefused       a webhook URL may not be called (``reason`` names no
+        │                       address)
+        └── ConfigError         the configuration cannot be run on (start-up, ``svc
+            │                   admin``); the message says what and where
+            ├── StartupError    the configured servers are unfit (Redis evicting, …)
+            ├── ModelsFileError the models file is broken (also a ``ValueError``)
+            ├── ProxyConfigError a proxy variable names a URL svc cannot use (also a
+            │                   ``ValueError``; the message names no credential)
+            └── ScriptLoadError a Lua script names an include that is not there
+
+Raised and caught inside one module, never past it, and so kept there: the upstream
+client's ``ServerDisconnected`` and ``ProxyRefused`` (``ConnectionError``s, caught with
+every other failed connection, ``app.upstream.http11``), the RSGI lifespan's
+``LifespanFailed`` (``app.http.rsgi.lifespan``) and the relay's ``ClientLeft``
+(``app.chat.relay``). Redis's and the database drivers' own exceptions are turned into
+these at their one client (``app.kv``, ``app.store``).
+"""
 
 from __future__ import annotations
 
@@ -102,17 +138,79 @@ class ApiError(Exception):
         return msgspec.json.encode(ErrorBody(error=detail))
 
 
+class KeyRecordMissing(ApiError):
+    """Redis has no record of a key the worker knows (Redis lost its data): the caller may
+    restore the record from the durable store and try once more; otherwise it is a 401."""
+
+
+class SvcError(Exception):
+    """Something inside svc went wrong (see the module's tree)."""
+
+
+class UpstreamError(SvcError):
+    """An upstream failed. Before the first byte the alias's next upstream is tried, unless
+    the failure is a ``client_error`` (HTTP 400/413/422: the request's fault)."""
+
+    def __init__(self, reason: str, *, client_error: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.client_error = client_error
+
+
+class StoreError(SvcError):
+    """The durable store failed or cannot be reached (locked, I/O error, gone)."""
+
+
+class StoreConflict(StoreError):
+    """A write broke a constraint: the id exists already, or the account does not."""
+
+
+class LedgerUnreachable(SvcError):
+    """Redis did not answer a stream's heartbeat: its hold may lapse, so the stream ends."""
+
+
+class StreamCut(SvcError):
+    """Raised inside a relay that was cut at the end of the grace period."""
+
+
+class ClientDisconnected(SvcError):
+    """The client closed the connection before its request body arrived in full."""
+
+
+class TargetRefused(SvcError):
+    """A webhook URL may not be called; ``reason`` says why (it names no address)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ConfigError(SvcError):
+    """The configuration cannot be run on; the message says what and where."""
+
+
+class StartupError(ConfigError):
+    """The configuration or its servers are unfit to run on; the message says why."""
+
+
+class ModelsFileError(ConfigError, ValueError):
+    """The models file is broken; the message names the file, line and field."""
+
+
+class ProxyConfigError(ConfigError, ValueError):
+    """A proxy variable names a URL svc cannot use; the message names no credential."""
+
+
+class ScriptLoadError(ConfigError):
+    """A script names an include that does not exist, or one outside ``lua/lib/``."""
+
+
 def service_unavailable() -> ApiError:
     """Redis or the durable store cannot be reached: fail closed."""
     return ApiError(
         ErrorKind.SERVICE_UNAVAILABLE,
         "The service is temporarily unavailable. Please retry shortly.",
     )
-
-
-class KeyRecordMissing(ApiError):
-    """Redis has no record of a key the worker knows (Redis lost its data): the caller may
-    restore the record from the durable store and try once more; otherwise it is a 401."""
 
 
 def invalid_api_key() -> ApiError:

@@ -22,12 +22,10 @@ from urllib.parse import unquote, urlsplit
 
 import msgspec
 
+from app.core.errors import ProxyConfigError
+
 # NO_PROXY matching as urllib's own opener does it on every platform (typeshed omits it)
 _bypassed: Callable[[str, dict[str, str]], bool] = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
-
-
-class ProxyConfigError(ValueError):
-    """A proxy variable names a URL svc cannot use; the message names no credential."""
 
 
 class Proxy(msgspec.Struct, frozen=True):

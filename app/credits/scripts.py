@@ -22,6 +22,7 @@ from typing import Any
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
+from app.core.errors import ScriptLoadError
 from app.kv.client import RedisClient
 from app.kv.pipelined import PipelinedRedis
 
@@ -42,10 +43,6 @@ SCRIPT_NAMES = (
     "window_count",
 )
 INCLUDE = re.compile(r'^--- @include "([\w/.-]+\.lua)"[ \t]*$', re.MULTILINE)
-
-
-class ScriptLoadError(Exception):
-    """A script names an include that does not exist, or one outside ``lua/lib/``."""
 
 
 def expand_includes(source: str, folder: Traversable, seen: set[str] | None = None) -> str:

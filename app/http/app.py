@@ -12,6 +12,7 @@ from litestar.datastructures import ResponseHeader
 
 from app.chat.lifecycle import GracePeriod
 from app.chat.settlement import drain_background
+from app.core.errors import StoreError
 from app.core.settings import Settings
 from app.http.admin import AdminController
 from app.http.api import V1Controller
@@ -23,7 +24,6 @@ from app.http.metrics import MetricsController
 from app.http.openapi_document import openapi_config
 from app.kv.client import REDIS_ERRORS
 from app.runtime import open_services
-from app.store import StoreError
 
 
 def create_app(settings: Settings) -> Litestar:

@@ -30,10 +30,6 @@ _BY_STATUS = {
 }
 
 
-class ClientDisconnected(Exception):
-    """The client closed the connection before its request body arrived in full."""
-
-
 def request_too_large(limit: int) -> ApiError:
     """A request body past ``limit`` bytes (refused before it is all read)."""
     return ApiError(ErrorKind.REQUEST_TOO_LARGE, f"The request body is larger than {limit} bytes.")

@@ -10,10 +10,10 @@ from litestar import Controller, Response, get
 from litestar.di import Provide
 from litestar.openapi import ResponseSpec
 
+from app.core.errors import StoreError
 from app.http.deps import provide_services
 from app.kv.client import REDIS_ERRORS
 from app.runtime import Services
-from app.store import StoreError
 
 READY_TIMEOUT_S = 2.0
 

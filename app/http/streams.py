@@ -19,11 +19,11 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from app.chat.request import parse_chat_request
-from app.core.errors import ApiError, ErrorKind
+from app.core.errors import ApiError, ClientDisconnected, ErrorKind
 from app.core.metrics import METRICS
 from app.credits import idempotency
 from app.credits.outcomes import Replay
-from app.http.errors import CLIENT_CLOSED_REQUEST, ClientDisconnected, as_api_error
+from app.http.errors import CLIENT_CLOSED_REQUEST, as_api_error
 from app.http.headers import SECURITY_HEADERS
 from app.responses.request import parse_responses_request
 from app.responses.stream import ResponsesStream

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from app.core.errors import StoreConflict, StoreError
 from app.store.records import (
     AccountRecord,
     ActivityQuery,
@@ -57,14 +58,6 @@ END_OF_TIME = "9999-12-31"
 """A day after every real one: ``usage_totals`` sums all time up to it."""
 ANY_CURSOR = "*"
 """``apply_usage(after=…)`` default: apply whatever the cursor is (never a stream id)."""
-
-
-class StoreError(Exception):
-    """The durable store failed or cannot be reached (locked, I/O error, gone)."""
-
-
-class StoreConflict(StoreError):
-    """A write broke a constraint: the id exists already, or the account does not."""
 
 
 def stream_id_key(stream_id: str) -> tuple[int, int]:

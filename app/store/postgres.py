@@ -19,7 +19,7 @@ from psycopg import AsyncConnection, IsolationLevel
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from app.store import StoreConflict, StoreError
+from app.core.errors import StoreConflict, StoreError
 from app.store import postgres_sql as pgsql
 from app.store.base import SQLStore
 from app.store.program import Fetch, Program, Statement, Steps, Transaction

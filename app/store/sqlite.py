@@ -18,8 +18,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from app.core.errors import StoreConflict, StoreError
 from app.core.private_files import PRIVATE_FOLDER_MODE, create_private_file, make_private
-from app.store import StoreConflict, StoreError
 from app.store.base import SQLStore
 from app.store.program import Fetch, Program, Statement, Steps, Transaction
 

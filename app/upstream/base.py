@@ -7,6 +7,7 @@ from typing import Protocol
 
 import msgspec
 
+from app.core.errors import UpstreamError
 from app.upstream.wire import ChatRequest, Delta, NativeResponses
 
 
@@ -30,16 +31,6 @@ class UpstreamCall(msgspec.Struct, frozen=True, kw_only=True):
     responses: NativeResponses | None = None
     """A Responses API request as the client sent it: what a provider that serves that API
     itself (``responses_api``) is sent instead of ``request``, its translation."""
-
-
-class UpstreamError(Exception):
-    """An upstream failed. Before the first byte the alias's next upstream is tried, unless
-    the failure is a ``client_error`` (HTTP 400/413/422: the request's fault)."""
-
-    def __init__(self, reason: str, *, client_error: bool = False) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.client_error = client_error
 
 
 class ChoiceEnd:

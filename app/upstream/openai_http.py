@@ -10,7 +10,8 @@ import re
 import msgspec
 from msgspec import UNSET
 
-from app.upstream.base import UpstreamCall, UpstreamError
+from app.core.errors import UpstreamError
+from app.upstream.base import UpstreamCall
 from app.upstream.config import ProviderConfig
 from app.upstream.responses_sse import ResponsesEvents
 from app.upstream.sse import LineParser, parse_data_line

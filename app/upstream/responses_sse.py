@@ -12,7 +12,8 @@ from __future__ import annotations
 import msgspec
 from msgspec import UNSET
 
-from app.upstream.base import CHOICE_END, Piece, UpstreamError, Usage
+from app.core.errors import UpstreamError
+from app.upstream.base import CHOICE_END, Piece, Usage
 from app.upstream.sse import FinalPieces, token_counts
 from app.upstream.wire import Delta, ToolCallDelta, ToolCallFunctionDelta
 

@@ -20,8 +20,9 @@ import zlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+from app.core.errors import UpstreamError
 from app.core.ids import base62
-from app.upstream.base import Piece, UpstreamCall, UpstreamError, Usage
+from app.upstream.base import Piece, UpstreamCall, Usage
 from app.upstream.json_sample import sample_json
 from app.upstream.wire import (
     ChatRequest,

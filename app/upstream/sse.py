@@ -7,7 +7,8 @@ from collections.abc import Callable
 import msgspec
 from msgspec import UNSET
 
-from app.upstream.base import CHOICE_END, Piece, UpstreamError, Usage
+from app.core.errors import UpstreamError
+from app.upstream.base import CHOICE_END, Piece, Usage
 from app.upstream.wire import Delta, ToolCallDelta
 
 

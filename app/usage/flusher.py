@@ -26,6 +26,7 @@ import msgspec
 from redis.exceptions import WatchError
 
 from app.core.clock import DAY_S
+from app.core.errors import StoreError
 from app.core.metrics import METRICS
 from app.kv.client import REDIS_ERRORS, RedisClient
 from app.kv.fields import (
@@ -41,7 +42,6 @@ from app.store import (
     ActivityRecord,
     CreditExpiry,
     Store,
-    StoreError,
     UsageRollup,
     WebhookEventRecord,
     stream_id_key,

@@ -21,12 +21,13 @@ import httpx
 import msgspec
 
 from app import __version__
+from app.core.errors import StoreError, TargetRefused
 from app.core.metrics import METRICS
 from app.core.proxies import Proxy, proxy_for
-from app.store import DeliveryRecord, DueDelivery, Store, StoreError
+from app.store import DeliveryRecord, DueDelivery, Store
 from app.webhooks.events import EventBody
 from app.webhooks.signing import SIGNATURE_HEADER, signature, webhook_secret
-from app.webhooks.targets import AllowList, Target, TargetRefused, check_url
+from app.webhooks.targets import AllowList, Target, check_url
 
 log = logging.getLogger("svc.webhooks")
 

@@ -10,13 +10,13 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from app.core.errors import ApiError, ErrorKind, invalid_value
+from app.core.errors import ApiError, ErrorKind, TargetRefused, invalid_value
 from app.core.ids import random_id
 from app.credits.money import Money
 from app.store import DeliveryRecord, Store, WebhookEventRecord, WebhookRecord
 from app.webhooks.events import EVENT_TYPES
 from app.webhooks.signing import new_salt, webhook_secret
-from app.webhooks.targets import AllowList, TargetRefused, check_url
+from app.webhooks.targets import AllowList, check_url
 
 MAX_WEBHOOKS = 10  # per account
 MAX_DESCRIPTION_CHARS = 256

@@ -24,13 +24,14 @@ import time
 from collections.abc import Callable
 
 from app.core.clock import DAY_S
+from app.core.errors import StoreError
 from app.core.metrics import METRICS
 from app.credits.money import Money
 from app.keys.format import public_id
 from app.kv.client import REDIS_ERRORS, RedisClient
 from app.kv.fields import earned_expired
 from app.kv.layout import KeySpace
-from app.store import KeyRecord, Store, StoreError, WebhookEventRecord
+from app.store import KeyRecord, Store, WebhookEventRecord
 from app.webhooks.events import (
     EARNED_EXPIRED,
     EARNED_EXPIRING,

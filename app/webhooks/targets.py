@@ -23,17 +23,11 @@ from urllib.parse import SplitResult, urlsplit
 
 import msgspec
 
+from app.core.errors import TargetRefused
+
 MAX_URL_CHARS = 2048
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-class TargetRefused(Exception):
-    """The URL may not be called; ``reason`` says why (it names no address)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 class AllowList:

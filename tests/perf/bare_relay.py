@@ -35,8 +35,8 @@ from collections.abc import AsyncIterator
 import msgspec
 
 from app.chat.chunks import DONE, ChunkEncoder, error_event
+from app.core.errors import ClientDisconnected, UpstreamError
 from app.core.ids import completion_ids
-from app.http.errors import ClientDisconnected
 from app.http.rsgi.protocol import (
     HTTPProtocol,
     ProtocolClosed,
@@ -46,7 +46,7 @@ from app.http.rsgi.protocol import (
 )
 from app.http.streams import CHAT, SSE_HEADERS, STREAM_ROUTES
 from app.kv.pipelined import PipelinedRedis
-from app.upstream.base import Piece, UpstreamCall, UpstreamError
+from app.upstream.base import Piece, UpstreamCall
 from app.upstream.config import ProviderConfig
 from app.upstream.http11 import StreamingProvider
 from app.upstream.wire import ChatRequest, Delta

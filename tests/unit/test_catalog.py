@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from app.chat.catalog import DEFAULT_ALIASES, ModelsFileError, Price, UpstreamRef, load_catalog
+from app.chat.catalog import DEFAULT_ALIASES, Price, UpstreamRef, load_catalog
+from app.core.errors import ModelsFileError
 
 MINIMAL = """\
 [providers.local]

@@ -7,8 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 from granian._granian import RSGIProtocolClosed
 
-from app.core.errors import ApiError
-from app.http.errors import ClientDisconnected
+from app.core.errors import ApiError, ClientDisconnected
 from app.http.rsgi.exchange import RSGIExchange
 from tests.rsgi_transport import FakeHeaders, FakeProtocol, FakeScope
 

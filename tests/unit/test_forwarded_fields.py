@@ -12,8 +12,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from app.chat.catalog import Alias, ModelsFileError, load_catalog
+from app.chat.catalog import Alias, load_catalog
 from app.chat.request import ChatParams, parse_chat_request
+from app.core.errors import ModelsFileError
 from app.responses.request import parse_responses_request
 from app.upstream.base import UpstreamCall
 from app.upstream.config import ProviderConfig

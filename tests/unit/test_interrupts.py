@@ -8,8 +8,9 @@ import time
 
 import pytest
 
+from app.core.errors import UpstreamError
 from app.core.interrupts import Interruptible
-from app.upstream.base import Piece, UpstreamError
+from app.upstream.base import Piece
 from app.upstream.config import ProviderConfig
 from app.upstream.http11 import StreamingProvider
 from bench.mock_upstream import MockUpstream

@@ -3,8 +3,9 @@ from pathlib import Path
 import pytest
 from redis.asyncio.cluster import RedisCluster
 
+from app.core.errors import ScriptLoadError
 from app.credits.outcomes import Hold, Identity, ScriptStatus
-from app.credits.scripts import ScriptLoadError, expand_includes, load_script_sources
+from app.credits.scripts import expand_includes, load_script_sources
 from app.kv.client import RedisClient
 from app.kv.layout import KeySpace
 from tests.conftest import Clock
@@ -66,7 +67,8 @@ async def _config_set(redis: RedisClient, name: str, value: str) -> None:
 
 
 async def test_an_evicting_redis_is_refused_unless_allowed(real_redis: RedisClient) -> None:
-    from app.runtime import StartupError, check_eviction_policy
+    from app.core.errors import StartupError
+    from app.runtime import check_eviction_policy
 
     await check_eviction_policy(real_redis, allow=False)  # noeviction: fine
     await _config_set(real_redis, "maxmemory-policy", "allkeys-lru")

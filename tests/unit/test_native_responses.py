@@ -7,9 +7,10 @@ import msgspec
 import pytest
 
 from app.chat.catalog import DEFAULT_ALIASES, load_catalog
+from app.core.errors import UpstreamError
 from app.responses.request import native_request, parse_responses_request
 from app.responses.wire import ResponsesRequest
-from app.upstream.base import CHOICE_END, UpstreamCall, UpstreamError, Usage
+from app.upstream.base import CHOICE_END, UpstreamCall, Usage
 from app.upstream.config import ProviderConfig
 from app.upstream.openai_http import CHAT_PATH, RESPONSES_PATH, exchange, request_body
 from app.upstream.responses_sse import ResponsesEvents

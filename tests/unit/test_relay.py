@@ -15,7 +15,8 @@ from app.chat.request import parse_chat_request
 from app.chat.router import UpstreamRouter
 from app.chat.service import CompletionService
 from app.chat.settlement import drain_background
-from app.upstream.base import CHOICE_END, Piece, UpstreamCall, UpstreamError, Usage
+from app.core.errors import UpstreamError
+from app.upstream.base import CHOICE_END, Piece, UpstreamCall, Usage
 from app.upstream.simulated import SimulatedProvider
 from app.upstream.wire import Delta, ToolCallDelta, ToolCallFunctionDelta
 from tests.conftest import Clock

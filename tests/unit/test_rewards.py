@@ -6,8 +6,8 @@ import pytest
 
 from app.accounts.accounts import Accounts
 from app.accounts.rewards import Spotlights
-from app.core.errors import ApiError, ErrorKind
-from app.store import GrantRecord, Store, StoreError
+from app.core.errors import ApiError, ErrorKind, StoreError
+from app.store import GrantRecord, Store
 from tests.conftest import Clock
 from tests.ledgers import Ledgers
 

@@ -10,7 +10,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from app.upstream.base import Piece, UpstreamCall, UpstreamError, Usage
+from app.core.errors import UpstreamError
+from app.upstream.base import Piece, UpstreamCall, Usage
 from app.upstream.json_sample import VALUE_BUDGET, sample_json
 from app.upstream.simulated import SimulatedProvider, message_text
 from app.upstream.wire import ChatRequest, Delta, ToolCallDelta

@@ -11,11 +11,11 @@ import socket
 import fakeredis
 import pytest
 
-from app.core.errors import ApiError
+from app.core.errors import ApiError, TargetRefused
 from app.kv.layout import KeySpace
 from app.store import AccountRecord, Store
 from app.webhooks.registry import WebhookCreateRequest, Webhooks, WebhookUpdateRequest
-from app.webhooks.targets import NOBODY, TargetRefused, check_url, public
+from app.webhooks.targets import NOBODY, check_url, public
 from tests.ledgers import Ledgers
 
 # The IPv4 addresses a webhook must never reach, and one it may.

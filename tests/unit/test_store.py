@@ -9,14 +9,13 @@ from collections.abc import AsyncIterator
 import msgspec
 import pytest
 
+from app.core.errors import StoreConflict, StoreError
 from app.store import (
     AccountRecord,
     GrantRecord,
     KeyRecord,
     KeyRotation,
     Store,
-    StoreConflict,
-    StoreError,
     UsageRollup,
     migrations,
     stream_id_key,

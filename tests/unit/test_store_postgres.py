@@ -12,7 +12,8 @@ from urllib.parse import quote
 import psycopg
 import pytest
 
-from app.store import AccountRecord, KeyRecord, StoreError, UsageRollup, open_store
+from app.core.errors import StoreError
+from app.store import AccountRecord, KeyRecord, UsageRollup, open_store
 from app.store.migrations import MIGRATIONS
 from app.store.postgres import PostgresStore
 from app.store.postgres_sql import USAGE_LOCK_CLASS, pg

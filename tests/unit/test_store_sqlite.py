@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from app.store import AccountRecord, StoreError, UsageRollup, open_store
+from app.core.errors import StoreError
+from app.store import AccountRecord, UsageRollup, open_store
 from app.store.migrations import MIGRATIONS
 from app.store.sqlite import SQLiteStore
 

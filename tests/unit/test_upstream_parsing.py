@@ -5,7 +5,8 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from app.upstream.base import CHOICE_END, UpstreamCall, UpstreamError, Usage
+from app.core.errors import UpstreamError
+from app.upstream.base import CHOICE_END, UpstreamCall, Usage
 from app.upstream.openai_http import request_body, sanitize
 from app.upstream.sse import DONE, parse_data_line
 from app.upstream.wire import ChatRequest, Delta, ToolCallDelta, ToolCallFunctionDelta

@@ -12,11 +12,12 @@ from collections.abc import AsyncIterator
 import msgspec
 import pytest
 
+from app.core.errors import TargetRefused
 from app.store import DeliveryRecord, Store, WebhookEventRecord, WebhookRecord
 from app.webhooks.delivery import RETRY_WINDOW_S, body_of, next_attempt
 from app.webhooks.events import event_id
 from app.webhooks.signing import signature, webhook_secret
-from app.webhooks.targets import NOBODY, AllowList, TargetRefused, check_url, parse_url, public
+from app.webhooks.targets import NOBODY, AllowList, check_url, parse_url, public
 from tests.unit.databases import Database
 
 T0 = 1_790_000_000

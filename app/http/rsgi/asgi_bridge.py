@@ -14,14 +14,8 @@ import urllib.parse
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
-from app.http.rsgi.protocol import (
-    ClientDisconnected,
-    HTTPProtocol,
-    Scope,
-    StreamTransport,
-    body_chunks,
-    parse_address,
-)
+from app.core.errors import ClientDisconnected
+from app.http.rsgi.protocol import HTTPProtocol, Scope, StreamTransport, body_chunks, parse_address
 
 Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]

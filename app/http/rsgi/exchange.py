@@ -6,7 +6,8 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING
 
-from app.http.errors import ClientDisconnected, request_too_large
+from app.core.errors import ClientDisconnected
+from app.http.errors import request_too_large
 from app.http.rsgi.protocol import (
     HTTPProtocol,
     ProtocolClosed,

@@ -14,10 +14,9 @@ from typing import Protocol
 # granian's public RSGI module names it; its re-export is not marked as one for type checkers
 from granian.rsgi import ProtocolClosed  # type: ignore[attr-defined]
 
-from app.http.errors import ClientDisconnected
+from app.core.errors import ClientDisconnected
 
 __all__ = [
-    "ClientDisconnected",
     "HTTPProtocol",
     "Headers",
     "ProtocolClosed",

@@ -10,7 +10,8 @@ from typing import Protocol
 
 import httptools
 
-from app.upstream.base import Piece, UpstreamError
+from app.core.errors import UpstreamError
+from app.upstream.base import Piece
 from app.upstream.sse import LineParser, LineSplitter, parse_data_line
 
 # Pieces buffered for a reader that does not keep up (a slow client) past which the socket is

@@ -9,9 +9,10 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from app.core.errors import UpstreamError
 from app.core.interrupts import IdleTimeout
 from app.core.proxies import proxy_for
-from app.upstream.base import Piece, UpstreamCall, UpstreamError, idle_timeout_error
+from app.upstream.base import Piece, UpstreamCall, idle_timeout_error
 from app.upstream.config import ProviderConfig
 from app.upstream.http11.connection import Connection
 from app.upstream.http11.pool import Pool

@@ -6,7 +6,8 @@ import base64
 
 import pytest
 
-from app.core.proxies import Proxy, ProxyConfigError, parse_proxy, proxy_for
+from app.core.errors import ProxyConfigError
+from app.core.proxies import Proxy, parse_proxy, proxy_for
 
 VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY")
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from app.upstream.base import Piece, UpstreamError, Usage
+from app.core.errors import UpstreamError
+from app.upstream.base import Piece, Usage
 from app.upstream.config import ProviderConfig
 from app.upstream.http11 import StreamingProvider
 from app.upstream.http11 import pool as http11_pool

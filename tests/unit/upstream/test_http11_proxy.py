@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app.upstream.base import Piece, UpstreamError
+from app.core.errors import UpstreamError
+from app.upstream.base import Piece
 from app.upstream.config import ProviderConfig
 from app.upstream.http11 import StreamingProvider
 from bench.mock_upstream import MockUpstream, server_tls
