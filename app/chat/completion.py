@@ -37,7 +37,7 @@ from app.core.errors import ApiError, ErrorKind, LedgerUnreachable, StreamCut, U
 from app.core.ids import completion_ids
 from app.core.interrupts import Interruptible
 from app.core.metrics import METRICS
-from app.credits.idempotency import RecordedResponse
+from app.credits.idempotency import AnswerSeal, RecordedResponse
 from app.credits.outcomes import Hold, Identity
 from app.kv.client import REDIS_ERRORS
 from app.upstream.base import Piece, UpstreamCall
@@ -65,8 +65,11 @@ class Completion(Relay, Settling):
         hold: Hold,
         *,
         started: float,
+        seal: AnswerSeal | None = None,
     ) -> None:
-        """``started``: the request's start (``time.monotonic()``), for its activity row."""
+        """``started``: the request's start (``time.monotonic()``), for its activity row;
+        ``seal``: its Idempotency-Key's (with ``hold.idempotency``), which its record is
+        sealed with."""
         self.service = service
         self.started = started
         self.first_output_at = started  # when the upstream's first piece came (connect)
@@ -97,7 +100,8 @@ class Completion(Relay, Settling):
         # whether or not the client stays
         self.record = None
         if hold.idempotency is not None:
-            self.record = StreamRecord(service.recorded_bytes)
+            assert seal is not None, "an Idempotency-Key's hold comes with its seal"
+            self.record = StreamRecord(service.recorded_bytes, seal)
         self._response: RecordedResponse | None = None  # what settle keeps of it
 
     def _call(self, model: str) -> UpstreamCall:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from app.chat.output import ending_parts
 from app.chat.relay import SendBytes
-from app.credits.idempotency import RecordedResponse
+from app.credits.idempotency import SEALED_STREAM_OVERHEAD, AnswerSeal, RecordedResponse
 
 NUMBERS_ROOM = 32
 """Bytes kept free under the bound for the credits and the balance settle writes in."""
@@ -20,10 +20,11 @@ class StreamRecord:
     while it is there; a client that left stops nothing: the completion runs to its end,
     so a retry gets all of it, charged once."""
 
-    __slots__ = ("_parts", "_size", "client_gone", "kept", "limit")
+    __slots__ = ("_parts", "_seal", "_size", "client_gone", "kept", "limit")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, seal: AnswerSeal) -> None:
         self.limit = limit
+        self._seal = seal
         self._parts: list[bytes] = []
         self._size = 0
         self.kept = True  # False once the stream outgrew the bound (or the record stopped)
@@ -50,7 +51,7 @@ class StreamRecord:
     def response(self, rest: bytes, ending: bytes) -> RecordedResponse:
         """Stop recording, and what the record keeps of the stream: all of it (what was
         written, ``rest`` not yet written, the marked ``ending``) when that is under the
-        bound; otherwise nothing of it."""
+        bound; otherwise nothing of it. Sealed: Redis keeps no byte of the stream readable."""
         written = b"".join(self._parts) if self.kept else None  # None: more than the bound
         self.kept, self._parts = False, []
         parts = ending_parts(ending)
@@ -58,6 +59,7 @@ class StreamRecord:
             return RecordedResponse(None)
         head, middle, tail = parts
         whole = written + rest + head
-        if len(whole) + len(middle) + len(tail) + NUMBERS_ROOM > self.limit:
+        size = len(whole) + len(middle) + len(tail) + NUMBERS_ROOM + SEALED_STREAM_OVERHEAD
+        if size > self.limit:
             return RecordedResponse(None)
-        return RecordedResponse((whole, middle, tail))
+        return RecordedResponse(self._seal.seal_stream((whole, middle, tail)))

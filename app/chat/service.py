@@ -90,7 +90,8 @@ class CompletionService:
             return reserved
         hold = reserved
         METRICS.reserved(ident.environment, hold.amount)
-        completion = Completion(self, ident, params, hold, started=started)
+        seal = None if claim is None else claim.seal
+        completion = Completion(self, ident, params, hold, started=started, seal=seal)
         try:
             await completion.connect()
         except BaseException:

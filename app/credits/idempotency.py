@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import os
 from typing import Any, NamedTuple
 
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from app.core.clock import DAY_S
@@ -27,6 +29,8 @@ from app.core.errors import invalid_value
 from app.credits.outcomes import Refusal, ScriptStatus
 from app.credits.scripts import Scripts
 from app.kv.layout import KeySpace
+
+log = logging.getLogger("svc.idempotency")
 
 HEADER = "idempotency-key"
 TTL_S = DAY_S
@@ -41,11 +45,88 @@ ANSWER_MARGIN_BYTES = 65_536
 """What a JSON route's answer may hold beyond what its request sent (ids, secrets, times)."""
 
 
+class AnswerSeal:
+    """The cipher of one Idempotency-Key's recorded answers (AES-256-GCM, the nonce in front
+    of each sealed piece): derived from the client's key, which svc does not keep, so Redis
+    alone never reads an answer. A JSON route's answer (a new key's secret is one) is
+    sealed whole; a stream's in the three parts settle writes the credits charged and the
+    balance between (``seal_stream``), so a replay is still byte for byte what the client
+    got, and its model output is not in Redis either."""
+
+    __slots__ = ("_cipher",)
+
+    def __init__(self, pepper: bytes, pid: str, key: str) -> None:
+        material = hmac.new(pepper, f"idempotency\0{pid}\0{key}".encode(), hashlib.sha256)
+        self._cipher = AESGCM(material.digest())
+
+    def seal(self, answer: bytes) -> bytes:
+        nonce = os.urandom(12)
+        return nonce + self._cipher.encrypt(nonce, answer, None)
+
+    def unseal(self, sealed: bytes) -> bytes:
+        """What ``seal`` sealed; ``cryptography``'s ``InvalidTag`` if it was changed."""
+        return self._cipher.decrypt(sealed[:12], sealed[12:], None)
+
+    def seal_stream(self, parts: tuple[bytes, bytes, bytes]) -> tuple[bytes, bytes, bytes]:
+        """A stream's three parts as settle writes them, a number between each two: each
+        sealed and framed by its length, so ``open_stream`` can tell them from the numbers."""
+        head, middle, tail = (_framed(self.seal(part)) for part in parts)
+        return SEALED_STREAM + head, _NUMBER_END + middle, _NUMBER_END + tail
+
+    def open_stream_or_none(self, recorded: bytes) -> bytes | None:
+        """``open_stream``, or None for a record that does not open (changed, or sealed
+        under another pepper): a replay is then answered as if none had been kept."""
+        try:
+            return self.open_stream(recorded)
+        except (InvalidTag, ValueError):
+            log.warning("an Idempotency-Key's stream record does not open; it counts as none")
+            return None
+
+    def open_stream(self, recorded: bytes) -> bytes:
+        """The stream a record keeps, as its client got it. A record written before streams
+        were sealed (within its day of life after an upgrade) is the stream itself."""
+        if not recorded.startswith(SEALED_STREAM):
+            return recorded
+        head, at = _unframed(recorded, len(SEALED_STREAM))
+        end = recorded.index(_NUMBER_END, at)
+        credits = recorded[at:end]
+        middle, at = _unframed(recorded, end + 1)
+        end = recorded.index(_NUMBER_END, at)
+        balance = recorded[at:end]
+        tail, at = _unframed(recorded, end + 1)
+        if at != len(recorded) or not (credits.isdigit() and balance.isdigit()):
+            raise ValueError("not a sealed stream record")
+        return self.unseal(head) + credits + self.unseal(middle) + balance + self.unseal(tail)
+
+
+SEALED_STREAM = b"svc-sealed-stream/1\n"
+"""How a sealed stream record starts (a stream itself starts with ``data:``)."""
+_NUMBER_END = b"|"
+_LENGTH_DIGITS = 10
+SEALED_STREAM_OVERHEAD = len(SEALED_STREAM) + 3 * (_LENGTH_DIGITS + 28) + 2
+"""What sealing adds to a stream's record: the mark, and each part's length, nonce and tag."""
+
+
+def _framed(sealed: bytes) -> bytes:
+    return b"%0*d" % (_LENGTH_DIGITS, len(sealed)) + sealed
+
+
+def _unframed(recorded: bytes, at: int) -> tuple[bytes, int]:
+    """The framed piece at ``at``, and where what follows it starts."""
+    length = recorded[at : at + _LENGTH_DIGITS]
+    if not length.isdigit():
+        raise ValueError("not a sealed stream record")
+    start = at + _LENGTH_DIGITS
+    end = start + int(length)
+    return recorded[start:end], end
+
+
 class IdempotencyClaim(NamedTuple):
-    """A request's claim on its Idempotency-Key."""
+    """A request's claim on its Idempotency-Key, and the seal of what its record keeps."""
 
     record: str  # the Redis key of the key's record
     fingerprint: str  # what the request is: its route and body, hashed
+    seal: AnswerSeal
 
 
 class RecordedAnswer(NamedTuple):
@@ -84,14 +165,23 @@ def fingerprint(environment: str, route: str, body: bytes) -> str:
 
 
 def claim(
-    layout: KeySpace, pid: str, key: str, route: str, body: bytes, *, environment: str
+    layout: KeySpace,
+    pid: str,
+    key: str,
+    route: str,
+    body: bytes,
+    *,
+    environment: str,
+    pepper: bytes,
 ) -> IdempotencyClaim:
     """The claim of a request (to ``route``, with ``body``, by a key of ``environment`` or
     by an ``OPERATOR``) on the Idempotency-Key ``key`` of the account ``pid``, or the 400
     when ``key`` is not one."""
     digest = key_digest(check_key(key))
     record = layout.idempotency(layout.shard(pid), pid, environment, digest)
-    return IdempotencyClaim(record, fingerprint(environment, route, body))
+    return IdempotencyClaim(
+        record, fingerprint(environment, route, body), AnswerSeal(pepper, pid, key)
+    )
 
 
 def grant_id(pid: str, key: str | None) -> str | None:
@@ -112,24 +202,6 @@ def answer_limit(max_body_bytes: int) -> int:
     times), so twice the limit and ``ANSWER_MARGIN_BYTES`` bound every answer a route
     produces, sealed (28 bytes more) included."""
     return 2 * max_body_bytes + ANSWER_MARGIN_BYTES
-
-
-def _sealing_key(pepper: bytes, pid: str, key: str) -> AESGCM:
-    """The cipher of one key's recorded answer: derived from the client's key, which svc does
-    not keep, so Redis alone never reads an answer (a new key's secret is one)."""
-    material = hmac.new(pepper, f"idempotency\0{pid}\0{key}".encode(), hashlib.sha256)
-    return AESGCM(material.digest())
-
-
-def seal(pepper: bytes, pid: str, key: str, answer: bytes) -> bytes:
-    """``answer`` as the record keeps it: AES-256-GCM, the nonce in front."""
-    nonce = os.urandom(12)
-    return nonce + _sealing_key(pepper, pid, key).encrypt(nonce, answer, None)
-
-
-def unseal(pepper: bytes, pid: str, key: str, sealed: bytes) -> bytes:
-    """The answer ``seal`` kept."""
-    return _sealing_key(pepper, pid, key).decrypt(sealed[:12], sealed[12:], None)
 
 
 class IdempotencyRecords:

@@ -270,8 +270,11 @@ class Money:
                 *extra,
             ],
         )
-        if status == ScriptStatus.REPLAY:
-            return Replay(bytes(replayed[0]))
+        if status == ScriptStatus.REPLAY and claim is not None:
+            opened = claim.seal.open_stream_or_none(bytes(replayed[0]))
+            if opened is not None:
+                return Replay(opened)
+            status = ScriptStatus.UNRECORDED  # a record that does not open is none
         if status not in _HELD or not amount:
             return Refusal(ScriptStatus(status), int(balance), now, requested, alias)
         return Hold(

@@ -60,15 +60,21 @@ async def once(
         return Response(await run(), status_code=status)
     body = await request.body()
     claim = idempotency.claim(
-        services.layout, pid, key, request.url.path, body, environment=environment
+        services.layout,
+        pid,
+        key,
+        request.url.path,
+        body,
+        environment=environment,
+        pepper=services.pepper,
     )
-    records, pepper = services.idempotency_records, services.pepper
+    records = services.idempotency_records
     token = random_id("run_", 16)
     recorded = await records.claim(claim, token)
     if isinstance(recorded, Refusal):
         raise refusal_error(recorded)
     if recorded is not None:
-        kept = idempotency.unseal(pepper, pid, key, recorded.body)
+        kept = claim.seal.unseal(recorded.body)
         replay = msgspec.json.decode(kept, type=kind)
         return Response(replay, status_code=recorded.status, headers=REPLAYED)
     try:
@@ -77,7 +83,7 @@ async def once(
         # a request that failed did nothing: its key is free for the request sent again
         await _free(records, claim, token)
         raise
-    sealed = idempotency.seal(pepper, pid, key, msgspec.json.encode(result))
+    sealed = claim.seal.seal(msgspec.json.encode(result))
     if len(sealed) > idempotency.answer_limit(services.settings.max_body_bytes):
         log.warning("idempotent answer of %d bytes not kept; its key is freed", len(sealed))
         await _free(records, claim, token)

@@ -168,7 +168,13 @@ async def _open(
         claim = None
         if key is not None:
             claim = idempotency.claim(
-                services.layout, ident.pid, key, api.path, body, environment=ident.environment
+                services.layout,
+                ident.pid,
+                key,
+                api.path,
+                body,
+                environment=ident.environment,
+                pepper=services.pepper,
             )
         completion = await services.completions.open(ident, parsed.params, claim)
         if isinstance(completion, Replay):

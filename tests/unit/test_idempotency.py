@@ -9,13 +9,20 @@ from cryptography.exceptions import InvalidTag
 
 from app.core.errors import ApiError, ErrorKind
 from app.credits import idempotency
-from app.credits.idempotency import IdempotencyClaim, RecordedAnswer, RecordedResponse
+from app.credits.idempotency import (
+    AnswerSeal,
+    IdempotencyClaim,
+    RecordedAnswer,
+    RecordedResponse,
+)
 from app.credits.outcomes import Hold, Identity, Refusal, Replay
 from app.credits.sweeper import Sweeper
 from app.keys.refusals import refusal_error
 from tests.conftest import Clock
 from tests.ledgers import Ledgers
 from tests.unit.scripts_helpers import account, key, pools, reserve, reserved, snapshot
+
+PEPPER = b"pepper"
 
 ROUTE = "/v1/chat/completions"
 BODY = b'{"model":"svc-fast","messages":[{"role":"user","content":"hi"}]}'
@@ -25,7 +32,9 @@ PARTS = (b'data: {"x":1}\n\ndata: {"svc":{"credits_used":', b',"balance_remainin
 def _claim(
     ledger: Ledgers, ident: Identity, key_: str = "k-1", body: bytes = BODY
 ) -> IdempotencyClaim:
-    return idempotency.claim(ledger.layout, ident.pid, key_, ROUTE, body, environment="live")
+    return idempotency.claim(
+        ledger.layout, ident.pid, key_, ROUTE, body, environment="live", pepper=PEPPER
+    )
 
 
 async def _settle(
@@ -77,13 +86,76 @@ async def test_a_finished_request_is_replayed_byte_for_byte_and_charged_once(
     assert await pools(ledger, "acct_A") == (0, 993)
 
 
+async def test_a_streams_record_is_sealed_and_replayed_byte_for_byte(
+    ledger: Ledgers, clock: Clock
+) -> None:
+    """Redis keeps no byte of the stream readable, only the two numbers settle writes in;
+    the replay is still exactly what the client got."""
+    await account(ledger, "acct_A", purchased=1_000)
+    ident = await key(ledger, "acct_A", "k1")
+    claim = _claim(ledger, ident)
+    hold = await reserve(ledger, ident, "r1", clock(), max_out=10, claim=claim)
+    sealed = RecordedResponse(claim.seal.seal_stream(PARTS))
+    assert await _settle(ledger, hold, clock(), used=7, response=sealed) == 993
+    kept = await ledger.redis.hget(claim.record, "body")
+    assert kept is not None
+    for part in PARTS:
+        assert part.strip(b"\n") not in kept
+    assert b"data:" not in kept
+    assert b"svc" in kept  # the mark of a sealed record, nothing of the stream
+    replay = await reserved(ledger, ident, "r-replay", clock(), claim=claim)
+    assert replay == Replay(PARTS[0] + b"7" + PARTS[1] + b"993" + PARTS[2])
+
+
+async def test_a_stream_record_that_does_not_open_is_a_final_409(
+    ledger: Ledgers, clock: Clock
+) -> None:
+    await account(ledger, "acct_A", purchased=1_000)
+    ident = await key(ledger, "acct_A", "k1")
+    claim = _claim(ledger, ident)
+    hold = await reserve(ledger, ident, "r1", clock(), max_out=10, claim=claim)
+    sealed = RecordedResponse(claim.seal.seal_stream(PARTS))
+    await _settle(ledger, hold, clock(), used=7, response=sealed)
+    # another pepper (a rotated SVC_KEY_PEPPER) cannot open it: no replay of garbage
+    other = claim._replace(seal=AnswerSeal(b"another pepper", ident.pid, "k-1"))
+    refused = await _refused(ledger, ident, other, clock())
+    assert (refused.kind, refused.status) == (ErrorKind.IDEMPOTENCY_UNAVAILABLE, 409)
+    # nor can a record changed in Redis
+    kept = await ledger.redis.hget(claim.record, "body")
+    await ledger.redis.hset(claim.record, "body", kept[:-1] + bytes([kept[-1] ^ 1]))
+    refused = await _refused(ledger, ident, claim, clock())
+    assert refused.kind is ErrorKind.IDEMPOTENCY_UNAVAILABLE
+    assert await pools(ledger, "acct_A") == (0, 993)  # charged once, never again
+
+
+def test_a_sealed_stream_opens_around_the_numbers_settle_wrote() -> None:
+    seal = AnswerSeal(b"pepper", "acct_A", "k-1")
+    head, middle, tail = seal.seal_stream(PARTS)
+    assert len(head) + len(middle) + len(tail) == (
+        sum(map(len, PARTS)) + idempotency.SEALED_STREAM_OVERHEAD
+    )
+    # a part may hold any byte, the separator and digits included
+    odd = (b"|123|" * 50, b"\x00|9", b"")
+    a, b, c = seal.seal_stream(odd)
+    assert seal.open_stream(a + b"4" + b + b"56" + c) == odd[0] + b"4" + odd[1] + b"56" + odd[2]
+    assert seal.open_stream_or_none(a + b"x" + b + b"56" + c) is None  # not a number
+    assert seal.open_stream_or_none(a + b"4" + b + b"56" + c + b"!") is None  # trailing
+    assert seal.open_stream(b"data: [DONE]\n\n") == b"data: [DONE]\n\n"  # before sealing
+
+
 async def test_another_body_or_route_with_the_key_is_a_422(ledger: Ledgers, clock: Clock) -> None:
     await account(ledger, "acct_A", purchased=1_000)
     ident = await key(ledger, "acct_A", "k1")
     hold = await reserve(ledger, ident, "r1", clock(), claim=_claim(ledger, ident))
     other_body = _claim(ledger, ident, body=BODY.replace(b"hi", b"ho"))
     other_route = idempotency.claim(
-        ledger.layout, ident.pid, "k-1", "/v1/responses", BODY, environment="live"
+        ledger.layout,
+        ident.pid,
+        "k-1",
+        "/v1/responses",
+        BODY,
+        environment="live",
+        pepper=PEPPER,
     )
     for claim in (other_body, other_route):
         refused = await _refused(ledger, ident, claim, clock())
@@ -176,7 +248,13 @@ def test_a_bad_key_is_a_400_naming_the_header(value: str) -> None:
 
 async def test_a_claimed_key_answers_until_closed_then_replays(ledger: Ledgers) -> None:
     claim = idempotency.claim(
-        ledger.layout, "acct_A", "k", "/v1/api-keys", b"{}", environment="live"
+        ledger.layout,
+        "acct_A",
+        "k",
+        "/v1/api-keys",
+        b"{}",
+        environment="live",
+        pepper=PEPPER,
     )
     assert await ledger.idempotency.claim(claim, "run-1") is None
     running = await ledger.idempotency.claim(claim, "run-2")
@@ -186,7 +264,13 @@ async def test_a_claimed_key_answers_until_closed_then_replays(ledger: Ledgers) 
     await ledger.idempotency.close(claim, "run-1", RecordedAnswer(201, b"\x00sealed\xff"))
     assert await ledger.idempotency.claim(claim, "run-3") == RecordedAnswer(201, b"\x00sealed\xff")
     other = idempotency.claim(
-        ledger.layout, "acct_A", "k", "/v1/api-keys", b"{ }", environment="live"
+        ledger.layout,
+        "acct_A",
+        "k",
+        "/v1/api-keys",
+        b"{ }",
+        environment="live",
+        pepper=PEPPER,
     )
     reused = await ledger.idempotency.claim(other, "run-4")
     assert isinstance(reused, Refusal)
@@ -196,7 +280,13 @@ async def test_a_claimed_key_answers_until_closed_then_replays(ledger: Ledgers) 
 
 async def test_a_failed_run_frees_its_key(ledger: Ledgers) -> None:
     claim = idempotency.claim(
-        ledger.layout, "acct_A", "k", "/v1/api-keys", b"{}", environment="live"
+        ledger.layout,
+        "acct_A",
+        "k",
+        "/v1/api-keys",
+        b"{}",
+        environment="live",
+        pepper=PEPPER,
     )
     assert await ledger.idempotency.claim(claim, "run-1") is None
     await ledger.idempotency.close(claim, "run-1", None)
@@ -204,9 +294,9 @@ async def test_a_failed_run_frees_its_key(ledger: Ledgers) -> None:
 
 
 def test_sealed_answers_open_only_with_their_key() -> None:
-    sealed = idempotency.seal(b"pepper", "acct_A", "k-1", b'{"key":"svc_live_secret"}')
+    sealed = AnswerSeal(b"pepper", "acct_A", "k-1").seal(b'{"key":"svc_live_secret"}')
     assert b"secret" not in sealed
-    assert idempotency.unseal(b"pepper", "acct_A", "k-1", sealed) == b'{"key":"svc_live_secret"}'
+    assert AnswerSeal(b"pepper", "acct_A", "k-1").unseal(sealed) == b'{"key":"svc_live_secret"}'
     others = [
         (b"other", "acct_A", "k-1"),
         (b"pepper", "acct_B", "k-1"),
@@ -214,4 +304,4 @@ def test_sealed_answers_open_only_with_their_key() -> None:
     ]
     for pepper, pid, idem_key in others:
         with pytest.raises(InvalidTag):
-            idempotency.unseal(pepper, pid, idem_key, sealed)
+            AnswerSeal(pepper, pid, idem_key).unseal(sealed)

@@ -24,6 +24,8 @@ from tests.ledgers import Ledgers
 from tests.unit.scripts_helpers import account, key, pools, reserve, reserved
 from tests.unit.test_http_routes import Svc, models_file, svc  # noqa: F401 (fixtures)
 
+PEPPER = b"pepper"
+
 pytestmark = pytest.mark.filterwarnings(
     "ignore::litestar.exceptions.base_exceptions.LitestarDeprecationWarning"
 )
@@ -35,7 +37,7 @@ PARTS = (b'data: {"x":1}\n\ndata: {"svc":{"credits_used":', b',"balance_remainin
 
 def _claim(ledger: Ledgers, ident: Identity, key_: str = "k-1") -> IdempotencyClaim:
     return idempotency.claim(
-        ledger.layout, ident.pid, key_, ROUTE, BODY, environment=ident.environment
+        ledger.layout, ident.pid, key_, ROUTE, BODY, environment=ident.environment, pepper=PEPPER
     )
 
 
@@ -59,7 +61,7 @@ def test_the_environment_names_the_record_and_is_in_the_fingerprint() -> None:
 
     layout = KeySpace("svc", 64)
     claims = {
-        env: idempotency.claim(layout, "acct_A", "k", ROUTE, BODY, environment=env)
+        env: idempotency.claim(layout, "acct_A", "k", ROUTE, BODY, environment=env, pepper=PEPPER)
         for env in ("live", "test", idempotency.OPERATOR)
     }
     assert len({c.record for c in claims.values()}) == 3
@@ -96,7 +98,9 @@ async def test_a_live_keys_stream_is_not_replayed_to_a_test_key(
 
 async def test_a_json_routes_record_is_its_environments(ledger: Ledgers) -> None:
     def claim(env: str) -> IdempotencyClaim:
-        return idempotency.claim(ledger.layout, "acct_A", "k", "/v1/x", b"{}", environment=env)
+        return idempotency.claim(
+            ledger.layout, "acct_A", "k", "/v1/x", b"{}", environment=env, pepper=PEPPER
+        )
 
     assert await ledger.idempotency.claim(claim("live"), "run-1") is None
     await ledger.idempotency.close(claim("live"), "run-1", RecordedAnswer(201, b"live's"))
@@ -106,7 +110,9 @@ async def test_a_json_routes_record_is_its_environments(ledger: Ledgers) -> None
 
 
 async def test_an_answer_of_any_size_is_kept(ledger: Ledgers) -> None:
-    claim = idempotency.claim(ledger.layout, "acct_A", "k", "/v1/x", b"{}", environment="live")
+    claim = idempotency.claim(
+        ledger.layout, "acct_A", "k", "/v1/x", b"{}", environment="live", pepper=PEPPER
+    )
     big = bytes(range(256)) * 4_096  # 1 MiB, every byte value
     assert await ledger.idempotency.claim(claim, "run-1") is None
     await ledger.idempotency.close(claim, "run-1", RecordedAnswer(201, big))
@@ -114,7 +120,9 @@ async def test_an_answer_of_any_size_is_kept(ledger: Ledgers) -> None:
 
 
 async def test_a_claim_lapses_soon_and_a_recorded_answer_lives_a_day(ledger: Ledgers) -> None:
-    claim = idempotency.claim(ledger.layout, "acct_A", "k", "/v1/x", b"{}", environment="live")
+    claim = idempotency.claim(
+        ledger.layout, "acct_A", "k", "/v1/x", b"{}", environment="live", pepper=PEPPER
+    )
     assert await ledger.idempotency.claim(claim, "run-1") is None
     assert 0 < await ledger.redis.ttl(claim.record) <= idempotency.RUNNING_TTL_S
     await ledger.idempotency.close(claim, "run-1", RecordedAnswer(201, b"{}"))
@@ -187,6 +195,7 @@ async def test_an_answer_not_recorded_is_sent_and_its_key_freed(svc: Svc) -> Non
             "/v1/api-keys",
             first.request.content,
             environment="live",
+            pepper=PEPPER,
         )
         assert await services.redis.exists(claim.record) == 0  # the key is free
         # so the request sent again runs (as one without a key would), not a 409 for a day
@@ -206,6 +215,7 @@ async def test_when_redis_cannot_free_the_key_either_its_claim_lapses(svc: Svc) 
     claim = idempotency.claim(
         services.layout, svc.account.pid, "mk", "/v1/api-keys", first.request.content,
         environment="live",
+        pepper=PEPPER,
     )  # fmt: skip
     assert 0 < await services.redis.ttl(claim.record) <= idempotency.RUNNING_TTL_S
 
