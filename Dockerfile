@@ -13,10 +13,10 @@ WORKDIR /src
 COPY requirements/runtime.lock ./requirements/
 RUN python -m venv /opt/svc \
  && /opt/svc/bin/pip install --require-hashes -r requirements/runtime.lock
-# Then svc itself, without dependencies: pip check fails the build if the lock lacks one.
+# Then svc itself (the package app only: bench and the tests run from the repository),
+# without dependencies: pip check fails the build if the lock lacks one.
 COPY pyproject.toml README.md ./
 COPY app ./app
-COPY bench ./bench
 RUN /opt/svc/bin/pip install --no-deps . && /opt/svc/bin/pip check \
  && /opt/svc/bin/python -c "import json; from app.core.logs import granian_log_config; \
 print(json.dumps(granian_log_config()))" > /opt/svc/granian-log.json

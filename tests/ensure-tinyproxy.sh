@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure Debian's tinyproxy is installed: the egress-proxy tests (the upstream client's
 # CONNECT tunnels, webhook deliveries, a real server behind HTTPS_PROXY) start one of their
-# own on a free port of 127.0.0.1 (see tests/forward_proxy.py). Only the binary package
+# own on a free port of 127.0.0.1 (see tests/support/forward_proxy.py). Only the binary package
 # (`tinyproxy-bin`): no system service is set up. Does nothing when it is there already.
 set -euo pipefail
 

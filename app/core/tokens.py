@@ -16,7 +16,7 @@ Two numbers with two jobs:
 - ``estimate_tokens`` (and ``estimate_prompt_tokens``): the fair guess billed when an
   upstream reports no usage, for the prompt and for the output relayed. It counts text by
   its kind, as BPE tokenizers split it, and is calibrated against real tokenizers
-  (o200k_base, cl100k_base) on a mixed corpus (tests/unit/test_tokens_estimate.py, whose
+  (o200k_base, cl100k_base) on a mixed corpus (tests/unit/core/test_tokens_estimate.py, whose
   measured errors docs/api.md states): never more than 10 % under either on any kind of
   text people send, and over by up to about 1.5x on Latin-script text and 3x on scripts
   o200k_base packs well but cl100k_base does not (Cyrillic, Greek, Indic, Thai).

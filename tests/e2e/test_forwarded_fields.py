@@ -15,7 +15,7 @@ import pytest
 
 from bench.mock_upstream import MockProcess, start_in_subprocess
 from tests.e2e.conftest import Server, start_server
-from tests.processes import stop_process
+from tests.support.processes import stop_process
 
 pytestmark = pytest.mark.e2e
 

@@ -1,6 +1,6 @@
 """granian's RSGI objects behave as svc's RSGI code and the tests' fakes assume
-(``app/http/rsgi/protocol.py``, ``tests/rsgi_transport.py``): checked against the granian
-the lock pins, serving ``tests/granian_probe.py`` with svc's own server settings. A granian
+(``app/http/rsgi/protocol.py``, ``tests/support/rsgi_transport.py``): checked against the granian
+the lock pins, serving ``tests/support/granian_probe.py`` with svc's own server settings. A granian
 upgrade that changes any of this fails here, not in production."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.processes import free_port, stop_process
-from tests.rsgi_transport import FakeHeaders
+from tests.support.processes import free_port, stop_process
+from tests.support.rsgi_transport import FakeHeaders
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +56,7 @@ def probe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Probe]:
         [
             sys.executable, "-m", "granian", "--interface", "rsgi", "--loop", "uvloop",
             "--host", "127.0.0.1", "--port", str(port), "--workers", "1", "--no-ws",
-            "tests.granian_probe:app",
+            "tests.support.granian_probe:app",
         ],
         cwd=ROOT,
         env={"PROBE_RECORD": str(record), "PATH": "/usr/bin:/bin"},

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import Server, start_server
-from tests.processes import stop_process as stop_server
+from tests.support.processes import stop_process as stop_server
 
 pytestmark = pytest.mark.e2e
 MSG = [{"role": "user", "content": "tell me a story"}]

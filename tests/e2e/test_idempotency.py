@@ -21,7 +21,7 @@ import redis as redis_sync
 
 from app.ops.embedded import redis_url, socket_path
 from tests.e2e.conftest import ROOT, Server, start_server, stop_server
-from tests.processes import free_port
+from tests.support.processes import free_port
 
 NODE_DIR = ROOT / "tests" / "clients" / "node"
 

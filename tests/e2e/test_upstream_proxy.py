@@ -12,10 +12,10 @@ import httpx
 import pytest
 
 from bench.mock_upstream import MockProcess, start_in_subprocess
-from tests.certificates import self_signed
 from tests.e2e.conftest import Server, start_server, stop_server
 from tests.e2e.test_upstreams import models_file
-from tests.forward_proxy import ForwardProxy
+from tests.support.certificates import self_signed
+from tests.support.forward_proxy import ForwardProxy
 
 pytestmark = pytest.mark.e2e
 FUNDS = 1_000_000

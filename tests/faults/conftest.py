@@ -20,7 +20,7 @@ from bench.mock_upstream import MockProcess, start_in_subprocess
 from tests.e2e.conftest import Server, start_server, stop_server
 from tests.e2e.test_admin_cli import svc_admin
 from tests.e2e.test_upstreams import models_file
-from tests.processes import free_port
+from tests.support.processes import free_port
 
 
 class Valkey:

@@ -20,8 +20,8 @@ from tests.e2e.test_admin_cli import svc_admin
 from tests.e2e.test_upstreams import models_file
 from tests.faults.conftest import Valkey
 from tests.faults.invariants import Account, check_money, wait_settled
-from tests.postgres import session_database
-from tests.valkey_cluster import ValkeyCluster
+from tests.support.postgres import session_database
+from tests.support.valkey_cluster import ValkeyCluster
 
 
 @dataclass

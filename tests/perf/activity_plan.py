@@ -9,7 +9,7 @@ print its query plan.
 The rows are made inside each database (a recursive CTE, ``generate_series``): 20 % belong
 to one large account (the worst case for its pages), the rest to 9,973 others; 7 keys and
 3 models; ten rows a second. Without ``--postgres-url`` a throwaway PostgreSQL server is
-started as the test suite starts one (``tests/postgres.py``).
+started as the test suite starts one (``tests/support/postgres.py``).
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def _postgres(url: str | None) -> Iterator[str]:
     if url is not None:
         yield url
         return
-    from tests.postgres import server_url
+    from tests.support.postgres import server_url
 
     with server_url() as server:
         yield server

@@ -52,7 +52,7 @@ from bench.loadgen import LoadConfig, LoadResult, run_in_process
 from bench.measures import ProcessTree, cpu_us_per_chunk, rss_kb_per_stream
 from bench.mock_upstream import MockProcess, start_in_subprocess
 from tests.perf.bare_relay import REDIS_ENV, UPSTREAM_ENV
-from tests.processes import free_port, stop_process
+from tests.support.processes import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 RELAY_APP = "tests.perf.bare_relay:app"

@@ -1,7 +1,7 @@
 """Fixtures of the unit suites: a SQLite store, a real PostgreSQL database emptied for
 each test, and the mock upstream in process.
 
-The server starts only when a test asks for it (see ``tests/postgres.py``).
+The server starts only when a test asks for it (see ``tests/support/postgres.py``).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 
 from app.store import Store, open_store
 from bench.mock_upstream import MockUpstream
-from tests.postgres import reset_database, session_database
-from tests.unit.databases import Database
+from tests.support.databases import Database
+from tests.support.postgres import reset_database, session_database
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 the request body, and its address strings.
 
 The shapes are Protocols, not granian's classes, so the in-process transport of the tests
-(``tests/rsgi_transport.py``) can stand in for the server; granian's objects match them,
+(``tests/support/rsgi_transport.py``) can stand in for the server; granian's objects match them,
 and tests/e2e/test_granian_contract.py holds granian to what the fakes assume.
 """
 

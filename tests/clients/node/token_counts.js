@@ -1,4 +1,4 @@
-// Real tokenizers' counts for svc's token estimate (tests/unit/test_tokens_estimate.py).
+// Real tokenizers' counts for svc's token estimate (tests/unit/core/test_tokens_estimate.py).
 //
 //   node token_counts.js < texts.json     (a JSON array of strings)
 //

@@ -22,8 +22,8 @@ from app.upstream.http11 import pool as http11_pool
 from app.upstream.http11 import provider as http11_provider
 from app.upstream.http11.connection import PAUSE_AT
 from bench.mock_upstream import MockUpstream
-from tests.certificates import self_signed
-from tests.unit.upstream_helpers import upstream_call
+from tests.support.certificates import self_signed
+from tests.support.upstream_helpers import upstream_call
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 Serve = Callable[..., Awaitable[tuple["_Server", int]]]

@@ -14,9 +14,9 @@ from app.upstream.base import Piece
 from app.upstream.config import ProviderConfig
 from app.upstream.http11 import StreamingProvider
 from bench.mock_upstream import MockUpstream, server_tls
-from tests.certificates import self_signed
-from tests.forward_proxy import ForwardProxy
-from tests.unit.upstream_helpers import upstream_call
+from tests.support.certificates import self_signed
+from tests.support.forward_proxy import ForwardProxy
+from tests.support.upstream_helpers import upstream_call
 
 PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY")
 

@@ -16,8 +16,8 @@ from app.store import DeliveryRecord, DueDelivery, Store
 from app.webhooks.delivery import Deliverer
 from app.webhooks.signing import SIGNATURE_HEADER
 from app.webhooks.targets import NOBODY, AllowList
-from tests.certificates import self_signed
-from tests.forward_proxy import ForwardProxy
+from tests.support.certificates import self_signed
+from tests.support.forward_proxy import ForwardProxy
 
 HOOK_NAME = "hooks.example.test"
 

@@ -1,0 +1,22 @@
+"""What the test suites share, apart from the tests themselves (the conftest.py files, which
+pytest needs beside the tests, import their helpers from here):
+
+- ``ledgers``: the owners of svc's Redis data over one set of scripts (``Ledgers``), as the
+  tests build them;
+- ``scripts_helpers``: accounts, keys and a full Redis snapshot for the Lua script tests;
+- ``databases``: one empty database of each store driver (the ``database`` fixture);
+- ``postgres``: a throwaway PostgreSQL server, one database per session;
+- ``valkey_cluster``: a real 3-primary Valkey Cluster on 127.0.0.1;
+- ``processes``: free ports, and stopping the servers the tests start;
+- ``upstream_helpers``: a call to the mock upstream, and services enough for
+  ``serve_stream``;
+- ``rsgi_transport``: an httpx transport that drives an RSGI app in process, faking
+  granian's objects as granian behaves;
+- ``granian_probe``: an RSGI app that granian serves for real in
+  ``tests/e2e/test_granian_contract.py``, reporting what it saw of granian's objects;
+- ``forward_proxy``: a real forward proxy (Debian's tinyproxy) for the egress-proxy tests;
+- ``certificates``: a self-signed certificate for 127.0.0.1.
+
+The test doubles of svc's upstreams (``bench.mock_upstream``) live in ``bench``, which the
+benchmark shares with the tests.
+"""

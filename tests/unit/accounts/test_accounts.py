@@ -1,0 +1,95 @@
+"""Account and key operations over fakeredis/Valkey and a real SQLite file."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from app.accounts.accounts import Accounts
+from app.accounts.bodies import KeyCreateRequest, KeyUpdateRequest
+from app.core.errors import ApiError, ErrorKind
+from app.credits.outcomes import ScriptStatus
+from app.keys.format import digest
+from app.store import Store
+from tests.support.ledgers import Ledgers
+
+
+async def test_active_key_limit(store: Store, ledger: Ledgers) -> None:
+    accounts = Accounts(store, ledger.money, ledger.keys, b"p", max_active_keys=2)
+    pid = await accounts.create_account()
+    first = await accounts.create_key(
+        pid, KeyCreateRequest(name="a", environment="live", daily_cap_credits=None)
+    )
+    await accounts.create_key(
+        pid, KeyCreateRequest(name="b", environment="test", daily_cap_credits=5)
+    )
+    with pytest.raises(ApiError) as info:
+        await accounts.create_key(
+            pid, KeyCreateRequest(name="c", environment="live", daily_cap_credits=None)
+        )
+    assert info.value.kind is ErrorKind.KEY_LIMIT
+    await accounts.revoke_key(pid, first.id)
+    await accounts.create_key(
+        pid, KeyCreateRequest(name="c", environment="live", daily_cap_credits=None)
+    )
+    listed = await accounts.list_keys(pid)
+    assert [k.name for k in listed.data] == ["c", "b", "a"]
+    assert [k.status for k in listed.data] == ["active", "active", "revoked"]
+
+
+async def test_revoke_is_scoped_and_immediate(store: Store, ledger: Ledgers) -> None:
+    accounts = Accounts(store, ledger.money, ledger.keys, b"p")
+    a, b = await accounts.create_account(), await accounts.create_account()
+    key = await accounts.create_key(
+        a, KeyCreateRequest(name="a", environment="live", daily_cap_credits=None)
+    )
+    for pid, key_id in [(b, key.id), (a, "key_unknownunkn"), (a, "bad")]:
+        with pytest.raises(ApiError) as info:
+            await accounts.revoke_key(pid, key_id)
+        assert info.value.kind is ErrorKind.API_KEY_NOT_FOUND
+    deleted = await accounts.revoke_key(a, key.id)
+    assert (deleted.id, deleted.deleted) == (key.id, True)
+    ident = await ledger.keys.lookup_digest(digest(b"p", key.key))
+    assert ident is not None
+    assert await ledger.keys.key_status(ident, time.time()) is ScriptStatus.KEY_REVOKED
+    record = await store.get_key(key.id.removeprefix("key_"))
+    assert record is not None
+    assert record.status == "revoked"
+
+
+async def test_grants_need_an_account(store: Store, ledger: Ledgers) -> None:
+    accounts = Accounts(store, ledger.money, ledger.keys, b"p")
+    with pytest.raises(ApiError) as info:
+        await accounts.grant_purchased("acct_missing", 5)
+    assert info.value.kind is ErrorKind.ACCOUNT_NOT_FOUND
+    pid = await accounts.create_account()
+    balance = await accounts.grant_purchased(pid, 5, grant_id="g1")
+    again = await accounts.grant_purchased(pid, 5, grant_id="g1")
+    assert (balance.total_available, again.total_available) == (5, 5)
+    assert [g.credits for g in await store.list_grants(pid)] == [5]
+
+
+async def test_concurrent_updates_lose_no_field_and_leave_redis_as_the_store(
+    store: Store, ledger: Ledgers
+) -> None:
+    accounts = Accounts(store, ledger.money, ledger.keys, b"p")
+    pid = await accounts.create_account()
+    key = await accounts.create_key(
+        pid, KeyCreateRequest(name="a", environment="live", daily_cap_credits=None)
+    )
+    names = [KeyUpdateRequest(name=f"n{i}") for i in range(10)]
+    caps = [KeyUpdateRequest(daily_cap_credits=i) for i in range(10)]
+    await asyncio.gather(*(accounts.update_key(pid, key.id, u) for u in names + caps))
+    record = await store.get_key(key.id.removeprefix("key_"))
+    assert record is not None
+    assert record.name.startswith("n")  # a name and a cap were both kept
+    assert record.daily_cap_credits is not None
+    ident = await ledger.keys.lookup_digest(digest(b"p", key.key))
+    assert ident is not None
+    hot = await ledger.redis.hgetall(ledger.layout.api_key(ident.shard, ident.kid))
+    assert (hot[b"name"].decode(), int(hot[b"cap"])) == (record.name, record.daily_cap_credits)
+    with pytest.raises(ApiError) as other:
+        await accounts.update_key(await accounts.create_account(), key.id, names[0])
+    assert other.value.kind is ErrorKind.API_KEY_NOT_FOUND
