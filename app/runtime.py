@@ -37,6 +37,10 @@ from app.kv.client import REDIS_ERRORS, RedisClient, open_redis, primaries_info
 from app.kv.layout import KeySpace
 from app.kv.pipelined import PipelinedRedis
 from app.ops.embedded import EmbeddedValkey, ensure_embedded
+from app.spotlights.admob import VerifierKeys
+from app.spotlights.intents import Intents
+from app.spotlights.rewards import VerifiedRewards
+from app.spotlights.signed import parse_secrets
 from app.store import Store, open_store
 from app.upstream.base import Provider
 from app.upstream.http11 import StreamingProvider
@@ -203,6 +207,10 @@ class Services:
             expiry_days=settings.earned_expiry_days,
             clock=clock,
         )
+        self.intents = Intents(pepper)
+        self.admob_keys = VerifierKeys(settings.admob_keys_url, redis, self.layout)
+        self.spotlight_secrets = parse_secrets(settings.spotlight_secrets)
+        self.verified_rewards = VerifiedRewards(self.spotlights, self.intents, store, clock=clock)
         simulated = SimulatedProvider(settings.sim_reply_tokens, settings.sim_delay_ms)
         self.router = UpstreamRouter(build_providers(catalog), simulated)
         # Background tasks talk to Redis on connections of their own, named so operators
@@ -248,6 +256,7 @@ class Services:
 
     async def close(self) -> None:
         await self.router.close()
+        await self.admob_keys.close()
         await self.deliverer.close()
         await self.store.close()
         if self.background_redis is not self.redis:

@@ -85,9 +85,40 @@ class Spotlights:
         validate_view_id(view_id)
         if await self.store.get_account(pid) is None:
             raise account_not_found(pid)
-        await self.money.open_account(pid)  # an account Redis lost comes back empty
         now = self.clock()
-        grant_id = f"spotlight:{pid}:{view_id}"
+        status, record = await self.grant_view(pid, f"spotlight:{pid}:{view_id}", view_id, now)
+        if status is ScriptStatus.DAILY_LIMIT:
+            raise ApiError(
+                ErrorKind.SPOTLIGHT_LIMIT,
+                f"This account has received {self.daily_limit} spotlight rewards today, "
+                "the most allowed per UTC day.",
+                headers={"retry-after": str(seconds_to_utc_midnight(now))},
+            )
+        if record is None:
+            raise service_unavailable()
+        return SpotlightReward(
+            object="spotlight_reward",
+            account_pid=pid,
+            view_id=view_id,
+            credits=record.credits,
+            granted_at=iso_utc(record.created_at),
+            earned_expires_at=iso_utc(self.expires_at(record)),
+        )
+
+    async def grant_view(
+        self,
+        pid: str,
+        grant_id: str,
+        reference: str,
+        now: float,
+        *,
+        intent: tuple[str, int] | None = None,
+    ) -> tuple[ScriptStatus, GrantRecord | None]:
+        """Grant one view's reward once per ``grant_id`` (consuming ``intent``, a spotlight
+        intent's id and the seconds it has left, in the same script call), then its durable
+        ledger row: the script's status, and the grant's row when it was applied (now, or
+        before: ``DUPLICATE``), None otherwise."""
+        await self.money.open_account(pid)  # an account Redis lost comes back empty
         status, _balance, granted_at = await self.money.grant(
             pid,
             pool="earned",
@@ -96,34 +127,24 @@ class Spotlights:
             now=now,
             earned_ttl_s=self.ttl_s,
             daily_limit=self.daily_limit,
+            intent=intent,
         )
-        if status is ScriptStatus.DAILY_LIMIT:
-            raise ApiError(
-                ErrorKind.SPOTLIGHT_LIMIT,
-                f"This account has received {self.daily_limit} spotlight rewards today, "
-                "the most allowed per UTC day.",
-                headers={"retry-after": str(seconds_to_utc_midnight(now))},
-            )
         if status not in (ScriptStatus.OK, ScriptStatus.DUPLICATE):
-            raise service_unavailable()
+            return status, None
         record = GrantRecord(
             grant_id=grant_id,
             account_pid=pid,
             pool="earned",
             credits=self.credits,
             source="spotlight",
-            reference=view_id,
+            reference=reference,
             created_at=granted_at,
             expires_at=granted_at + self.ttl_s,
         )
         if not await self.store.insert_grant(record):
-            stored = await self.store.get_grant(grant_id)
-            record = stored or record
-        return SpotlightReward(
-            object="spotlight_reward",
-            account_pid=pid,
-            view_id=view_id,
-            credits=record.credits,
-            granted_at=iso_utc(record.created_at),
-            earned_expires_at=iso_utc(record.expires_at or record.created_at + self.ttl_s),
-        )
+            record = await self.store.get_grant(grant_id) or record
+        return status, record
+
+    def expires_at(self, record: GrantRecord) -> int:
+        """The expiry a reward gave the earned pool."""
+        return record.expires_at or record.created_at + self.ttl_s

@@ -20,6 +20,8 @@ The tree::
         ├── ClientDisconnected  the client left before its request body arrived (499)
         ├── TargetRefused       a webhook URL may not be called (``reason`` names no
         │                       address)
+        ├── AdMobRejected       an AdMob verification callback is malformed (``reason``)
+        ├── KeysUnavailable     AdMob's verifier keys could not be had (503)
         └── ConfigError         the configuration cannot be run on (start-up, ``svc
             │                   admin``); the message says what and where
             ├── StartupError    the configured servers are unfit (Redis evicting, …)
@@ -73,6 +75,9 @@ class ErrorKind(Enum):
     AUTH_RATE_LIMITED = (429, "rate_limit_error", "auth_rate_limited")
     KEY_RATE_LIMITED = (429, "rate_limit_error", "rate_limit_exceeded")
     SPOTLIGHT_LIMIT = (429, "rate_limit_error", "spotlight_limit_reached")
+    INVALID_SIGNATURE = (401, "authentication_error", "invalid_signature")
+    INVALID_INTENT = (400, "invalid_request_error", "invalid_intent")
+    INTENT_USED = (400, "invalid_request_error", "intent_used")
     UPSTREAM_UNAVAILABLE = (502, "upstream_error", "upstream_unavailable")
     SERVICE_UNAVAILABLE = (503, "server_error", "service_unavailable")
     INTERNAL = (500, "server_error", "internal_error")
@@ -183,6 +188,20 @@ class TargetRefused(SvcError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class AdMobRejected(SvcError):
+    """An AdMob server-side verification callback cannot be read (no signature at its end,
+    a parameter missing or twice, a number that is not one, …); ``reason`` says which."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class KeysUnavailable(SvcError):
+    """AdMob's verifier keys could not be fetched or read, and none are held: a callback
+    cannot be checked now (503, so the ad network tries again later)."""
 
 
 class ConfigError(SvcError):

@@ -142,6 +142,14 @@ class Metrics:
             ["state"],
             registry=reg,
         )
+        self.spotlight_callbacks = Counter(
+            "svc_spotlight_callbacks",
+            "Verified spotlight callbacks, by network (admob, signed) and result (rewarded, "
+            "duplicate, daily_limit, intent_used, invalid_intent, invalid_signature, "
+            "unavailable).",
+            ["network", "result"],
+            registry=reg,
+        )
         self.background_errors = Counter(
             "svc_background_errors",
             "Failed sweeper, flusher or webhook rounds (retried next round), by task.",

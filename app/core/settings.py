@@ -72,6 +72,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """Earned credits granted per verified spotlight view."""
     spotlight_daily_limit: int = 5
     """Spotlight rewards per account per UTC day."""
+    spotlight_secrets: str = ""
+    """Comma-separated secrets that sign ``POST /v1/spotlights/verified`` (two while one is
+    rotated); empty = signed spotlight callbacks are off. Never logged."""
+    admob_keys_url: str = "https://www.gstatic.com/admob/reward/verifier-keys.json"
+    """Where AdMob's verifier keys are fetched (``https://``, or ``file://`` for air-gapped
+    installs); every worker shares them through Redis for at most 24 hours."""
+    admob_ad_units: str = ""
+    """Comma-separated AdMob ad unit ids whose verification callbacks are accepted; empty =
+    any ad unit."""
     earned_expiry_days: int = 30
     """The earned pool expires this long after its latest grant (rolling)."""
     sweep_interval_s: float = 10.0

@@ -167,30 +167,35 @@ class Money:
         earned_ttl_s: int = 0,
         daily_limit: int = 0,
         marker_ttl_s: int = GRANT_MARKER_TTL_S,
+        intent: tuple[str, int] | None = None,
     ) -> Granted:
         """Add ``credits`` to ``pool`` once per ``grant_id``; also returns when the grant
-        was applied (now, or the first time for a ``DUPLICATE``)."""
+        was applied (now, or the first time for a ``DUPLICATE``). ``intent``: a spotlight
+        intent's id and the seconds it has left, consumed by the grant in the same call
+        (``INTENT_USED`` when an earlier grant consumed it)."""
         shard = self.layout.shard(pid)
         day = day_tag(utc_day(now))
-        status, earned, earned_exp, purchased, granted_at = await self._run(
-            "grant",
-            [
-                self.layout.account(shard, pid),
-                self.layout.grant_marker(shard, grant_id),
-                self.layout.spotlight(shard, pid, day),
-                self.layout.events(shard),
-            ],
-            [
-                int(now),
-                pool,
-                credits,
-                earned_ttl_s,
-                daily_limit,
-                marker_ttl_s,
-                SPOTLIGHT_COUNTER_TTL_S,
-                pid,
-            ],
-        )
+        keys = [
+            self.layout.account(shard, pid),
+            self.layout.grant_marker(shard, grant_id),
+            self.layout.spotlight(shard, pid, day),
+            self.layout.events(shard),
+        ]
+        args: list[Any] = [
+            int(now),
+            pool,
+            credits,
+            earned_ttl_s,
+            daily_limit,
+            marker_ttl_s,
+            SPOTLIGHT_COUNTER_TTL_S,
+            pid,
+        ]
+        if intent is not None:
+            intent_id, life_s = intent
+            keys.append(self.layout.spotlight_intent(shard, intent_id))
+            args.append(max(1, life_s))
+        status, earned, earned_exp, purchased, granted_at = await self._run("grant", keys, args)
         balance = Balance(int(earned), int(earned_exp), int(purchased))
         return Granted(ScriptStatus(status), balance, int(granted_at))
 

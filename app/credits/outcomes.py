@@ -32,6 +32,7 @@ class ScriptStatus(IntEnum):
     IDEMPOTENCY_RUNNING = 15
     REPLAY = 16
     UNRECORDED = 17
+    INTENT_USED = 18
 
 
 class Identity(msgspec.Struct, frozen=True):

@@ -22,6 +22,7 @@ from app.http.headers import SECURITY_HEADERS
 from app.http.health import HealthController
 from app.http.metrics import MetricsController
 from app.http.openapi_document import openapi_config
+from app.http.spotlights import SpotlightController
 from app.kv.client import REDIS_ERRORS
 from app.runtime import open_services
 
@@ -60,6 +61,7 @@ def create_app(settings: Settings) -> Litestar:
     return Litestar(
         route_handlers=[
             V1Controller,
+            SpotlightController,
             AdminController,
             HealthController,
             MetricsController,

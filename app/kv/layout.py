@@ -88,6 +88,10 @@ class KeySpace:
         """string: a client address's cold-path key verifications in the current second."""
         return f"{self.prefix}:coldauth:{address[:_ADDRESS_CHARS]}"
 
+    def spotlight_intent(self, shard: int, intent_id: str) -> str:
+        """string: a spotlight intent its reward consumed (lives as long as the intent)."""
+        return self._tagged(shard, f"intent:{intent_id}")
+
     def grant_marker(self, shard: int, grant_id: str) -> str:
         """string: a grant id already applied (idempotency)."""
         return self._tagged(shard, f"grant:{grant_id}")
@@ -115,6 +119,16 @@ class KeySpace:
     def activity_prune_lease(self) -> str:
         """string: the token of the worker pruning old activity rows (SET NX PX)."""
         return f"{self.prefix}:activity-prune-lease"
+
+    def admob_keys(self) -> str:
+        """string: AdMob's verifier keys as last fetched (their JSON, EX at most 24 h), shared
+        by every worker."""
+        return f"{self.prefix}:admob-keys"
+
+    def admob_keys_lease(self) -> str:
+        """string: the token of the worker refetching AdMob's verifier keys for an unknown
+        key id (SET NX PX: one refetch per interval across the workers)."""
+        return f"{self.prefix}:admob-keys-lease"
 
     def usage_epoch(self) -> str:
         """string: the first day (unix seconds at 00:00 UTC) whose usage counters this

@@ -6,6 +6,8 @@ KEYS[1]  account hash        <p>:{sN}:acct:<pid>
 KEYS[2]  grant marker        <p>:{sN}:grant:<grant_id>   (idempotency)
 KEYS[3]  daily counter       <p>:{sN}:spot:<pid>:<day>   (only read when daily_limit > 0)
 KEYS[4]  events stream       <p>:{sN}:events             (an expiry event when earned lapses)
+KEYS[5]  intent marker       <p>:{sN}:intent:<intent_id> (optional: a spotlight intent the
+                             grant consumes; a grant that finds it taken grants nothing)
 
 ARGV[1]  now                 unix seconds
 ARGV[2]  pool                earned | purchased
@@ -15,12 +17,16 @@ ARGV[5]  daily_limit         grants allowed per day on KEYS[3]; 0 = no limit
 ARGV[6]  marker_ttl          seconds the grant marker lives
 ARGV[7]  counter_ttl         seconds a new daily counter lives
 ARGV[8]  pid                 the account (named in an expiry event)
+ARGV[9]  intent_ttl          (with KEYS[5]) seconds the marker lives: the intent's life left
 
 Returns {status, earned, earned_exp, purchased, granted_at}   (the pools after the call)
   0 OK                granted_at = now
   3 ACCOUNT_MISSING   (zeros)
   6 DUPLICATE         grant id seen before: nothing granted; granted_at = when it was
   9 DAILY_LIMIT       the day's limit is reached: nothing granted; granted_at = 0
+ 18 INTENT_USED       KEYS[5] was consumed by an earlier grant: nothing granted; granted_at = 0
+The checks run in that order: a grant id seen before answers DUPLICATE even when its intent
+is consumed (a network's retry of a rewarded view); only a grant applied consumes the intent.
 A grant that finds the earned pool expired zeroes it (before adding), bumps the pool's
 generation (egen: reservations still holding credits of the old pool let them lapse) and
 appends, in the same call, {kind expire, acct, credits (what lapsed), ts} to KEYS[4]
@@ -40,6 +46,12 @@ local marker_ttl = count(6, 'marker_ttl')
 local counter_ttl = count(7, 'counter_ttl')
 local pid = label(8, 'pid')
 if credits == 0 or marker_ttl == 0 or counter_ttl == 0 then refuse('credits/ttl') end
+local intent = KEYS[5]
+local intent_ttl = 0
+if intent then
+  intent_ttl = count(9, 'intent_ttl')
+  if intent_ttl == 0 then refuse('intent_ttl') end
+end
 
 local acct = redis.call('HMGET', KEYS[1], 'earned', 'earned_exp', 'purchased', 'egen')
 if not acct[3] then return {3, 0, 0, 0, 0} end
@@ -49,6 +61,9 @@ local expired = earned_expired(earned_exp, now)
 if expired then earned, earned_exp = 0, 0 end
 local granted_at = redis.call('GET', KEYS[2])
 if granted_at then return {6, earned, earned_exp, purchased, tonumber(granted_at)} end
+if intent and redis.call('EXISTS', intent) == 1 then
+  return {18, earned, earned_exp, purchased, 0}
+end
 if limit > 0 and tonumber(redis.call('GET', KEYS[3]) or '0') >= limit then
   return {9, earned, earned_exp, purchased, 0}
 end
@@ -69,6 +84,7 @@ if limit > 0 and redis.call('INCR', KEYS[3]) == 1 then
   redis.call('EXPIRE', KEYS[3], counter_ttl)
 end
 redis.call('SET', KEYS[2], now, 'EX', marker_ttl)
+if intent then redis.call('SET', intent, now, 'EX', intent_ttl) end
 local mark = redis.call('HMGET', KEYS[1], 'low', 'lowf')
 if mark[2] and earned + purchased >= tonumber(mark[1] or '0') then
   redis.call('HDEL', KEYS[1], 'lowf')  -- back above the threshold: the next drop is told

@@ -65,6 +65,8 @@ def test_internal_failures_share_one_base() -> None:
         errors.StreamCut,
         errors.ClientDisconnected,
         errors.TargetRefused,
+        errors.AdMobRejected,
+        errors.KeysUnavailable,
         errors.StartupError,
         errors.ModelsFileError,
         errors.ProxyConfigError,
