@@ -26,6 +26,8 @@ from app.core.validation import convert_fields
 from app.credits.money import Money
 from app.credits.outcomes import ScriptStatus
 from app.store import GrantRecord, Store
+from app.webhooks.events import credits_earned
+from app.webhooks.registry import Webhooks
 
 MAX_VIEW_ID = 200
 
@@ -70,10 +72,12 @@ class Spotlights:
         credits: int = 5_000,
         daily_limit: int = 5,
         expiry_days: int = 30,
+        webhooks: Webhooks | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.money = money
+        self.webhooks = webhooks
         self.credits = credits
         self.daily_limit = daily_limit
         self.ttl_s = expiry_days * DAY_S
@@ -143,6 +147,12 @@ class Spotlights:
         )
         if not await self.store.insert_grant(record):
             record = await self.store.get_grant(grant_id) or record
+        if self.webhooks is not None:
+            # after the ledger row, keyed by the grant: a duplicate (a retry after a crash
+            # between the two) queues the event it missed, and never a second one
+            expires = self.expires_at(record)
+            event = credits_earned(pid, grant_id, record.credits, expires, record.created_at)
+            await self.webhooks.emit([event])
         return status, record
 
     def expires_at(self, record: GrantRecord) -> int:

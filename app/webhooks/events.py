@@ -13,6 +13,7 @@ from app.store import WebhookEventRecord
 KEY_REVOKED: Final = "key.revoked"
 KEY_ROTATED: Final = "key.rotated"
 KEY_EXPIRING: Final = "key.expiring"
+EARNED: Final = "credits.earned"
 EARNED_EXPIRING: Final = "credits.earned_expiring"
 EARNED_EXPIRED: Final = "credits.earned_expired"
 CREDITS_LOW: Final = "credits.low"
@@ -23,6 +24,7 @@ EVENT_TYPES: Final = (
     KEY_REVOKED,
     KEY_ROTATED,
     KEY_EXPIRING,
+    EARNED,
     EARNED_EXPIRING,
     EARNED_EXPIRED,
 )
@@ -83,6 +85,20 @@ def cap_threshold(
                 "spent_credits": spent,
             }
         ),
+    )
+
+
+def credits_earned(
+    account_pid: str, grant_id: str, credits: int, earned_expires_at: int, at: int
+) -> WebhookEventRecord:
+    """``credits.earned`` for a reward granted (once per grant id: a retried reward, or one
+    recorded again after a crash, queues it once)."""
+    return WebhookEventRecord(
+        event_id=event_id(EARNED, grant_id),
+        account_pid=account_pid,
+        type=EARNED,
+        created=at,
+        data=encode_data({"credits": credits, "earned_expires_at": earned_expires_at}),
     )
 
 

@@ -175,3 +175,21 @@ async def test_a_hundred_deliveries_of_one_view_reward_it_once(svc: Svc) -> None
         grants = await svc.services.store.get_grant("signed:view-1")
         assert grants is not None
         assert grants.credits == 5_000
+
+
+async def test_a_reward_is_told_once_to_the_accounts_webhooks(svc: Svc) -> None:  # noqa: F811
+    svc.services.spotlight_secrets = (SECRET,)
+    auth = {"authorization": f"Bearer {svc.account.live_key}"}
+    async with svc.client() as client:
+        hook = await client.post(
+            "/v1/webhooks",
+            json={"url": "https://8.8.8.8/hook", "events": ["credits.earned"]},
+            headers=auth,
+        )
+        assert hook.status_code == 201, hook.text
+        token = await _intent(client, svc.account.live_key)
+        for _ in range(3):  # the verifier's retries add no event
+            await _verified(client, token, "view-1")
+        listed = await client.get(f"/v1/webhooks/{hook.json()['id']}/deliveries", headers=auth)
+    [delivery] = listed.json()["data"]
+    assert delivery["type"] == "credits.earned"

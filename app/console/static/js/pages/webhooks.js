@@ -11,6 +11,7 @@ const EVENTS = [
   ["key.revoked", "A key was revoked"],
   ["key.rotated", "A key was rotated"],
   ["key.expiring", "A key expires within 7 days"],
+  ["credits.earned", "A verified spotlight earned credits"],
   ["credits.earned_expiring", "Earned credits expire within 3 days"],
   ["credits.earned_expired", "Earned credits expired"],
 ];
