@@ -23,7 +23,6 @@ import ipaddress
 import logging
 import re
 import secrets
-import ssl
 import time
 import urllib.request
 from collections.abc import Callable, Iterable
@@ -44,9 +43,10 @@ from cryptography.hazmat.primitives.serialization import load_der_public_key, lo
 
 from app import __version__
 from app.core.errors import AdMobRejected, ConfigError, KeysUnavailable
-from app.core.proxies import Proxy, proxy_for
+from app.core.proxies import proxy_for
 from app.kv.client import RedisClient
 from app.kv.layout import KeySpace
+from app.upstream.outbound import OutboundClients
 
 log = logging.getLogger("svc.spotlights")
 
@@ -296,7 +296,7 @@ class VerifierKeys:
         self._keys_until = 0.0  # clock time the memory copy stops being trusted
         self._last_fetch: float | None = None  # clock time of this worker's latest fetch
         self._loading: asyncio.Task[KeySet | None] | None = None
-        self._clients: dict[Proxy | None, httpx.AsyncClient] = {}
+        self._clients = OutboundClients(timeout_s=timeout_s)
 
     async def key(self, key_id: int) -> EllipticCurvePublicKey | None:
         """The key named ``key_id``, or None when the keys (refetched if allowed) have no
@@ -393,7 +393,7 @@ class VerifierKeys:
         return raw
 
     async def _get(self, url: httpx.URL) -> bytes:
-        client = self._client(proxy_for(url.scheme, url.host))
+        client = self._clients.client(proxy_for(url.scheme, url.host))
         async with client.stream("GET", url, headers={"user-agent": USER_AGENT}) as response:
             if response.status_code != 200:
                 raise KeysUnavailable(
@@ -406,24 +406,8 @@ class VerifierKeys:
                     break  # refused by the caller; no need to read the rest
             return bytes(body)
 
-    def _client(self, proxy: Proxy | None) -> httpx.AsyncClient:
-        """One client per way out, as the webhook deliverer's: the proxy is chosen by
-        ``app.core.proxies`` (httpx's own reading of the environment is off)."""
-        client = self._clients.get(proxy)
-        if client is None:
-            client = self._clients[proxy] = httpx.AsyncClient(
-                trust_env=False,
-                proxy=None if proxy is None else httpx.Proxy(proxy.url, headers=proxy.headers),
-                verify=ssl.create_default_context(),
-                timeout=self.timeout_s,
-                follow_redirects=False,
-            )
-        return client
-
     async def close(self) -> None:
         """Close the HTTP clients (the worker's shutdown); a fetch under way is cancelled."""
         if self._loading is not None:
             self._loading.cancel()
-        clients, self._clients = list(self._clients.values()), {}
-        for client in clients:
-            await client.aclose()
+        await self._clients.close()

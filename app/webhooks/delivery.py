@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import ssl
 import time
 from collections.abc import Callable
 
@@ -23,8 +22,9 @@ import msgspec
 from app import __version__
 from app.core.errors import StoreError, TargetRefused
 from app.core.metrics import METRICS
-from app.core.proxies import Proxy, proxy_for
+from app.core.proxies import proxy_for
 from app.store import DeliveryRecord, DueDelivery, Store
+from app.upstream.outbound import OutboundClients
 from app.webhooks.events import EventBody
 from app.webhooks.signing import SIGNATURE_HEADER, signature, webhook_secret
 from app.webhooks.targets import AllowList, Target, check_url
@@ -80,25 +80,8 @@ class Deliverer:
         self.first_retry_s = first_retry_s
         self.timeout_s = timeout_s
         self.clock = clock
-        self._clients: dict[Proxy | None, httpx.AsyncClient] = {}
+        self._clients = OutboundClients(timeout_s=timeout_s, max_connections=64)
         self._sending = asyncio.Semaphore(SENDS_AT_ONCE)
-
-    def _client(self, proxy: Proxy | None) -> httpx.AsyncClient:
-        """One client per way out (direct, or each proxy the environment names). httpx's
-        own reading of the environment is off: the proxy is chosen by the URL's host name
-        (``NO_PROXY`` matches names), while a direct send goes to a checked address."""
-        client = self._clients.get(proxy)
-        if client is None:
-            client = self._clients[proxy] = httpx.AsyncClient(
-                trust_env=False,
-                proxy=None if proxy is None else httpx.Proxy(proxy.url, headers=proxy.headers),
-                # the system's trust store, as the upstream client's (SSL_CERT_FILE included)
-                verify=ssl.create_default_context(),
-                timeout=self.timeout_s,
-                limits=httpx.Limits(max_connections=64),
-                follow_redirects=False,
-            )
-        return client
 
     async def deliver_due(self) -> int:
         """Take the deliveries due now and send them; how many were attempted."""
@@ -160,13 +143,13 @@ class Deliverer:
         url = httpx.URL(target.parts.geturl())
         proxy = proxy_for(url.scheme, url.host)
         if proxy is not None or not target.addresses:
-            return await self._exchange(self._client(proxy), url, body, headers, {})
+            return await self._exchange(self._clients.client(proxy), url, body, headers, {})
         pinned_headers = {**headers, "host": url.netloc.decode("ascii")}
         extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
         for address in target.addresses[:-1]:
             try:
                 return await self._exchange(
-                    self._client(None),
+                    self._clients.client(None),
                     url.copy_with(host=address),
                     body,
                     pinned_headers,
@@ -175,7 +158,7 @@ class Deliverer:
             except httpx.ConnectError:
                 continue  # the next address, as a resolver's caller tries them in turn
         return await self._exchange(
-            self._client(None),
+            self._clients.client(None),
             url.copy_with(host=target.addresses[-1]),
             body,
             pinned_headers,
@@ -219,6 +202,4 @@ class Deliverer:
             await self.close()
 
     async def close(self) -> None:
-        clients, self._clients = list(self._clients.values()), {}
-        for client in clients:
-            await client.aclose()
+        await self._clients.close()

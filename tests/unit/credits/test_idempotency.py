@@ -247,16 +247,15 @@ def test_a_bad_key_is_a_400_naming_the_header(value: str) -> None:
 # -- the JSON routes' claim and close scripts ---------------------------------------------------
 
 
-async def test_a_claimed_key_answers_until_closed_then_replays(ledger: Ledgers) -> None:
-    claim = idempotency.claim(
-        ledger.layout,
-        "acct_A",
-        "k",
-        "/v1/api-keys",
-        b"{}",
-        environment="live",
-        pepper=PEPPER,
+def _json_claim(ledger: Ledgers, body: bytes) -> IdempotencyClaim:
+    """A JSON route's claim on the key ``k`` of ``acct_A``."""
+    return idempotency.claim(
+        ledger.layout, "acct_A", "k", "/v1/api-keys", body, environment="live", pepper=PEPPER
     )
+
+
+async def test_a_claimed_key_answers_until_closed_then_replays(ledger: Ledgers) -> None:
+    claim = _json_claim(ledger, b"{}")
     assert await ledger.idempotency.claim(claim, "run-1") is None
     running = await ledger.idempotency.claim(claim, "run-2")
     assert isinstance(running, Refusal)
@@ -264,15 +263,7 @@ async def test_a_claimed_key_answers_until_closed_then_replays(ledger: Ledgers) 
     await ledger.idempotency.close(claim, "run-2", RecordedAnswer(201, b"not mine"))  # ignored
     await ledger.idempotency.close(claim, "run-1", RecordedAnswer(201, b"\x00sealed\xff"))
     assert await ledger.idempotency.claim(claim, "run-3") == RecordedAnswer(201, b"\x00sealed\xff")
-    other = idempotency.claim(
-        ledger.layout,
-        "acct_A",
-        "k",
-        "/v1/api-keys",
-        b"{ }",
-        environment="live",
-        pepper=PEPPER,
-    )
+    other = _json_claim(ledger, b"{ }")
     reused = await ledger.idempotency.claim(other, "run-4")
     assert isinstance(reused, Refusal)
     assert refusal_error(reused).kind is ErrorKind.IDEMPOTENCY_KEY_REUSED
@@ -280,15 +271,7 @@ async def test_a_claimed_key_answers_until_closed_then_replays(ledger: Ledgers) 
 
 
 async def test_a_failed_run_frees_its_key(ledger: Ledgers) -> None:
-    claim = idempotency.claim(
-        ledger.layout,
-        "acct_A",
-        "k",
-        "/v1/api-keys",
-        b"{}",
-        environment="live",
-        pepper=PEPPER,
-    )
+    claim = _json_claim(ledger, b"{}")
     assert await ledger.idempotency.claim(claim, "run-1") is None
     await ledger.idempotency.close(claim, "run-1", None)
     assert await ledger.idempotency.claim(claim, "run-2") is None
