@@ -49,6 +49,32 @@ class SpotlightReward(msgspec.Struct):
     earned_expires_at: str  # the expiry this reward gave the earned pool
 
 
+class RewardItem(msgspec.Struct):
+    """One spotlight reward as the account's list shows it."""
+
+    id: str  # the grant's id: <network>:<the network's transaction id>, or an operator's
+    object: str
+    network: str  # admob | signed (a verifier's signed callback) | operator (the admin API)
+    view_id: str  # the view as its network named it
+    credits: int
+    granted_at: str
+    earned_expires_at: str  # the expiry this reward gave the earned pool
+
+
+class RewardList(msgspec.Struct):
+    """``GET /v1/spotlights/rewards``: the latest rewards, newest first, and the day's
+    count against its limit."""
+
+    object: str
+    data: list[RewardItem]
+    rewards_today: int  # rewards granted since 00:00 UTC
+    daily_limit: int
+    credits_per_reward: int
+
+
+OPERATOR_GRANT = "spotlight"  # the grant id prefix of a reward the admin API granted
+
+
 def validate_view_id(view_id: str) -> str:
     """A view id as ``SpotlightRequest`` limits it (from the CLI too), and printable text
     (what decoding cannot check)."""
@@ -90,7 +116,8 @@ class Spotlights:
         if await self.store.get_account(pid) is None:
             raise account_not_found(pid)
         now = self.clock()
-        status, record = await self.grant_view(pid, f"spotlight:{pid}:{view_id}", view_id, now)
+        grant_id = f"{OPERATOR_GRANT}:{pid}:{view_id}"
+        status, record = await self.grant_view(pid, grant_id, view_id, now)
         if status is ScriptStatus.DAILY_LIMIT:
             raise ApiError(
                 ErrorKind.SPOTLIGHT_LIMIT,
@@ -145,15 +172,38 @@ class Spotlights:
             created_at=granted_at,
             expires_at=granted_at + self.ttl_s,
         )
-        if not await self.store.insert_grant(record):
+        # the ledger row and its webhook event in one transaction: a retry after a crash
+        # between the script and this write (a DUPLICATE then) writes both, else neither
+        events = [credits_earned(pid, grant_id, self.credits, self.expires_at(record), granted_at)]
+        if not await self.store.insert_grant(record, events if self.webhooks else ()):
             record = await self.store.get_grant(grant_id) or record
-        if self.webhooks is not None:
-            # after the ledger row, keyed by the grant: a duplicate (a retry after a crash
-            # between the two) queues the event it missed, and never a second one
-            expires = self.expires_at(record)
-            event = credits_earned(pid, grant_id, record.credits, expires, record.created_at)
-            await self.webhooks.emit([event])
         return status, record
+
+    async def history(self, pid: str, limit: int, now: float) -> RewardList:
+        """The account's ``limit`` latest rewards, newest first, with the UTC day's count."""
+        today = int(now) - int(now) % DAY_S
+        records, today_count = await self.store.list_rewards(pid, limit, today)
+        return RewardList(
+            object="list",
+            data=[self._item(record) for record in records],
+            rewards_today=today_count,
+            daily_limit=self.daily_limit,
+            credits_per_reward=self.credits,
+        )
+
+    def _item(self, record: GrantRecord) -> RewardItem:
+        network, _, view_id = record.grant_id.partition(":")
+        if network == OPERATOR_GRANT:
+            network, view_id = "operator", record.reference or view_id
+        return RewardItem(
+            id=record.grant_id,
+            object="spotlight.reward",
+            network=network,
+            view_id=view_id,
+            credits=record.credits,
+            granted_at=iso_utc(record.created_at),
+            earned_expires_at=iso_utc(self.expires_at(record)),
+        )
 
     def expires_at(self, record: GrantRecord) -> int:
         """The expiry a reward gave the earned pool."""

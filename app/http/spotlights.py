@@ -8,8 +8,10 @@ from typing import Any
 from litestar import Controller, Request, get, post
 from litestar.datastructures import ResponseHeader
 from litestar.di import Provide
+from litestar.enums import ParamType
+from litestar.openapi.spec import OpenAPIType, Parameter, Schema
 
-from app.accounts.rewards import validate_view_id
+from app.accounts.rewards import RewardList, validate_view_id
 from app.core.errors import (
     AdMobRejected,
     ApiError,
@@ -19,12 +21,12 @@ from app.core.errors import (
     service_unavailable,
 )
 from app.core.metrics import METRICS
-from app.core.validation import decode_json
+from app.core.validation import decode_json, query_int
 from app.credits.outcomes import Identity
 from app.http.body_routes import body_route
 from app.http.deps import provide_identity, provide_services
 from app.http.headers import NO_STORE
-from app.http.openapi import API_KEY, KEY_ERRORS, errors
+from app.http.openapi import API_KEY, KEY_ERRORS, documented, errors
 from app.runtime import Services
 from app.spotlights.admob import ad_unit_allowed, parse_callback, verify
 from app.spotlights.intents import IntentIssued
@@ -41,7 +43,21 @@ async def provide_live(ident: Identity) -> Identity:
     return ident
 
 
-_LIVE = {"ident": Provide(provide_identity), "live": Provide(provide_live)}
+_IDENT = {"ident": Provide(provide_identity)}
+_LIVE = {**_IDENT, "live": Provide(provide_live)}
+REWARDS_LIMIT = 20  # rewards listed unless told: four days' worth at the default limit
+MAX_REWARDS_LIMIT = 100
+REWARDS_PARAMS = [
+    Parameter(
+        name="limit",
+        param_in=ParamType.QUERY,
+        required=False,
+        description=f"Rewards in the list, newest first (default {REWARDS_LIMIT}).",
+        schema=Schema(
+            type=OpenAPIType.INTEGER, minimum=1, maximum=MAX_REWARDS_LIMIT, default=REWARDS_LIMIT
+        ),
+    )
+]
 
 
 class SpotlightController(Controller):
@@ -61,6 +77,23 @@ class SpotlightController(Controller):
         network as the verification's custom data, or to your own verifier. It lives an
         hour and rewards one view."""
         return services.intents.issue(live.pid, services.clock())
+
+    @get(
+        "/rewards",
+        dependencies=_IDENT,
+        security=API_KEY,
+        responses=errors(*KEY_ERRORS, ErrorKind.INVALID_VALUE),
+        operation_class=documented(parameters=REWARDS_PARAMS),
+    )
+    async def rewards(
+        self, services: Services, ident: Identity, request: Request[Any, Any, Any]
+    ) -> RewardList:
+        """The account's latest spotlight rewards, newest first (any key of the account):
+        each one's network, view, credits and the expiry it gave the earned pool, and
+        today's count against the daily limit."""
+        raw = request.query_params.get("limit")
+        limit = query_int(raw, "limit", low=1, high=MAX_REWARDS_LIMIT, default=REWARDS_LIMIT)
+        return await services.spotlights.history(ident.pid, limit, services.clock())
 
     @body_route(
         post,

@@ -131,8 +131,11 @@ class Store(Protocol):
         account would have more active keys than that; one without a grace never is (the
         old key ends as the new one starts)."""
 
-    async def insert_grant(self, rec: GrantRecord) -> bool:
-        """True when written; False (and nothing written) when the grant id exists."""
+    async def insert_grant(
+        self, rec: GrantRecord, events: Sequence[WebhookEventRecord] = ()
+    ) -> bool:
+        """True when written, with ``events`` queued for the account's webhooks in the same
+        transaction; False (and nothing written) when the grant id exists."""
 
     async def get_grant(self, grant_id: str) -> GrantRecord | None:
         """The grant, or None."""
@@ -227,6 +230,12 @@ class Store(Protocol):
 
     async def list_all_keys(self) -> list[KeyRecord]:
         """Every key of every account, revoked ones included."""
+
+    async def list_rewards(
+        self, account_pid: str, limit: int, since: int
+    ) -> tuple[list[GrantRecord], int]:
+        """The account's ``limit`` latest spotlight rewards, newest first, and how many it
+        received at or after ``since`` (unix seconds)."""
 
     async def list_grants_since(self, since: int) -> list[GrantRecord]:
         """Every grant created at or after ``since`` (unix seconds), oldest first."""

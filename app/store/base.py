@@ -199,14 +199,32 @@ class SQLStore(ABC):
 
     # -- grants -----------------------------------------------------------------------
 
-    async def insert_grant(self, rec: GrantRecord) -> bool:
-        return await self._write(execute(sql.INSERT_GRANT, to_row(rec))) == 1
+    async def insert_grant(
+        self, rec: GrantRecord, events: Sequence[WebhookEventRecord] = ()
+    ) -> bool:
+        def write() -> Program[bool]:
+            if (yield from execute(sql.INSERT_GRANT, to_row(rec))) != 1:
+                return False
+            yield from _add_webhook_events(events, rec.created_at)
+            return True
+
+        return await self._write(write())
 
     async def get_grant(self, grant_id: str) -> GrantRecord | None:
         return await self._record(GrantRecord, sql.GET_GRANT, (grant_id,))
 
     async def list_grants(self, account_pid: str) -> list[GrantRecord]:
         return await self._records(GrantRecord, sql.LIST_GRANTS, (account_pid,))
+
+    async def list_rewards(
+        self, account_pid: str, limit: int, since: int
+    ) -> tuple[list[GrantRecord], int]:
+        def read() -> Program[tuple[list[GrantRecord], int]]:
+            found = yield from rows(sql.LIST_REWARDS, (account_pid, limit))
+            counted = yield from row(sql.COUNT_REWARDS_SINCE, (account_pid, since))
+            return [to_record(GrantRecord, r) for r in found], int(counted[0]) if counted else 0
+
+        return await self._run(read())
 
     async def list_grants_since(self, since: int) -> list[GrantRecord]:
         return await self._records(GrantRecord, sql.LIST_GRANTS_SINCE, (since,))

@@ -106,6 +106,17 @@ GET_GRANT = _select("credit_grants", GrantRecord) + " WHERE grant_id = ?"
 LIST_GRANTS = (
     _select("credit_grants", GrantRecord) + " WHERE account_pid = ? ORDER BY created_at, grant_id"
 )
+# the account's spotlight rewards, newest first (the console's list of them), and how many
+# fall on or after a time (the UTC day's count)
+LIST_REWARDS = (
+    _select("credit_grants", GrantRecord)
+    + " WHERE account_pid = ? AND source = 'spotlight'"
+    + " ORDER BY created_at DESC, grant_id DESC LIMIT ?"
+)
+COUNT_REWARDS_SINCE = (
+    "SELECT COUNT(*) FROM credit_grants "
+    "WHERE account_pid = ? AND source = 'spotlight' AND created_at >= ?"
+)
 LIST_GRANTS_SINCE = (
     _select("credit_grants", GrantRecord) + " WHERE created_at >= ? ORDER BY created_at, grant_id"
 )

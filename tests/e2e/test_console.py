@@ -130,8 +130,10 @@ def _key_row(page: Page, name: str) -> Locator:
 def test_an_owner_signs_in_creates_a_key_uses_it_and_manages_it(
     site: Server, console: Console, receiver: Receiver, tmp_path: Path
 ) -> None:
-    _, manager = _owner(site)
+    owner, manager = _owner(site)
     page = console.page
+    granted = site.admin("POST", f"/accounts/{owner}/spotlights", json={"view_id": "desk-view-7"})
+    assert granted.status_code == 200, granted.text
 
     # sign in: the balance is the API's, with the viewer's thousands separators
     console.sign_in(manager)
@@ -142,6 +144,9 @@ def test_an_owner_signs_in_creates_a_key_uses_it_and_manages_it(
     expect(page.get_by_role("img", name=re.compile("Credits by model"))).to_be_visible()
     for model in SEEDED:
         expect(page.get_by_role("list", name=re.compile("series")).first).to_contain_text(model)
+    rewards = page.get_by_role("region", name="Latest spotlight rewards")
+    expect(rewards.get_by_role("row").filter(has_text="desk-view-7")).to_contain_text("Operator")
+    expect(page.get_by_text("1 of 5 rewards today")).to_be_visible()
     console.check("overview")
 
     # webhooks: add one (its secret shown once), for the key events below

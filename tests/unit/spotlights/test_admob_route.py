@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from app.spotlights.admob import VerifierKeys
+from tests.support.scripts_helpers import snapshot
 from tests.unit.http.test_http_routes import Svc, models_file, svc  # noqa: F401 (fixtures)
 from tests.unit.spotlights.test_admob import KEY_ID, PARAMS, keys_json, new_key, signed_query
 from tests.unit.spotlights.test_rewards import _earned, _intent
@@ -100,3 +102,86 @@ async def test_ad_units_outside_the_allowlist_do_not_reward(
         inside = _query(admob, await _intent(client, key), ad_unit="888", transaction_id="tx-3")
         assert (await _callback(client, inside)).json()["rewarded"] is True
         assert await _earned(client, key) == 5_000
+
+
+class _Clock:
+    """The verifier keys' monotonic clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_key_server_down_is_503_and_a_later_retry_rewards_once(
+    svc: Svc,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    signing = new_key()
+    keys_file = tmp_path / "served-later.json"  # the key server: nothing there yet
+    services = svc.services
+    clock = _Clock()
+    await services.admob_keys.close()
+    services.admob_keys = VerifierKeys(
+        f"file://{keys_file}", services.redis, services.layout, clock=clock
+    )
+    key = svc.account.live_key
+    async with svc.client() as client:
+        query = _query(signing, await _intent(client, key), transaction_id="tx-down")
+        down = await _callback(client, query)
+        assert (down.status_code, down.json()["error"]["code"]) == (503, "service_unavailable")
+        keys_file.write_bytes(keys_json((KEY_ID, signing)))
+        # AdMob retries the callback later: past the refetch interval, the keys are fetched
+        clock.now += services.admob_keys.refetch_interval_s + 1
+        retried = await _callback(client, query)
+        assert retried.json()["rewarded"] is True, retried.text
+        assert (await _callback(client, query)).json()["reason"] == "duplicate"
+        assert await _earned(client, key) == 5_000
+    await services.admob_keys.close()
+
+
+def _mutations(query: bytes, rng: random.Random, count: int) -> list[bytes]:
+    """``count`` different queries, each ``query`` with its signed part or its signature
+    changed at random: a byte flipped, inserted or deleted, or two parameters swapped."""
+    signed, _, rest = query.partition(b"&signature=")
+    signature, _, key_id = rest.partition(b"&key_id=")
+    found: set[bytes] = set()
+    while len(found) < count:
+        parts = [bytearray(signed), bytearray(signature)]
+        part = parts[rng.randrange(2)]
+        move = rng.randrange(4)
+        at = rng.randrange(len(part))
+        if move == 0:
+            part[at] = rng.randrange(32, 127)
+        elif move == 1:
+            part.insert(at, rng.randrange(32, 127))
+        elif move == 2:
+            del part[at]
+        else:
+            params = bytes(parts[0]).split(b"&")
+            i, j = rng.sample(range(len(params)), 2)
+            params[i], params[j] = params[j], params[i]
+            parts[0] = bytearray(b"&".join(params))
+        mutated = bytes(parts[0]) + b"&signature=" + bytes(parts[1]) + b"&key_id=" + key_id
+        if mutated != query:
+            found.add(mutated)
+    return sorted(found)
+
+
+async def test_random_changes_to_a_signed_callback_never_reward(
+    svc: Svc,  # noqa: F811
+    admob: ec.EllipticCurvePrivateKey,
+) -> None:
+    """The property at the route: of 150 random changes to a true callback's signed bytes
+    or signature, none rewards, none writes anything; the true one still rewards."""
+    key = svc.account.live_key
+    async with svc.client() as client:
+        good = _query(admob, await _intent(client, key), transaction_id="tx-fuzz")
+        await svc.services.admob_keys.key(KEY_ID)  # the keys cached before the snapshot
+        before = await snapshot(svc.services)  # type: ignore[arg-type]
+        for mutated in _mutations(good, random.Random(32), 150):
+            answer = await client.get("/v1/spotlights/admob?" + mutated.decode("latin-1"))
+            assert answer.status_code in (400, 401), (mutated, answer.text)
+        assert await snapshot(svc.services) == before  # type: ignore[arg-type]
+        assert (await _callback(client, good)).json()["rewarded"] is True

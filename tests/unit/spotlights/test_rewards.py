@@ -193,3 +193,40 @@ async def test_a_reward_is_told_once_to_the_accounts_webhooks(svc: Svc) -> None:
         listed = await client.get(f"/v1/webhooks/{hook.json()['id']}/deliveries", headers=auth)
     [delivery] = listed.json()["data"]
     assert delivery["type"] == "credits.earned"
+
+
+async def test_the_account_lists_its_rewards_newest_first(svc: Svc) -> None:  # noqa: F811
+    svc.services.spotlight_secrets = (SECRET,)
+    key = svc.account.live_key
+    auth = {"authorization": f"Bearer {key}"}
+    pid = svc.account.pid
+    async with svc.client() as client:
+        empty = (await client.get("/v1/spotlights/rewards", headers=auth)).json()
+        assert (empty["data"], empty["rewards_today"], empty["daily_limit"]) == ([], 0, 5)
+        for n in range(2):
+            await _verified(client, await _intent(client, key), f"view-{n}")
+        granted = await client.post(
+            f"/admin/v1/accounts/{pid}/spotlights",
+            json={"view_id": "desk-1"},
+            headers={"authorization": "Bearer test-admin-token"},
+        )
+        assert granted.status_code == 200, granted.text
+        # a test key of the account sees the same list; 3 views rewarded today
+        test_auth = {"authorization": f"Bearer {svc.account.test_key}"}
+        listed = await client.get("/v1/spotlights/rewards", headers=test_auth)
+        assert listed.status_code == 200, listed.text
+        body = listed.json()
+        assert body["rewards_today"] == 3
+        assert body["credits_per_reward"] == 5_000
+        networks = {(r["network"], r["view_id"]) for r in body["data"]}
+        assert networks == {("signed", "view-0"), ("signed", "view-1"), ("operator", "desk-1")}
+        times = [r["granted_at"] for r in body["data"]]
+        assert times == sorted(times, reverse=True)
+        assert all(r["credits"] == 5_000 and r["earned_expires_at"] for r in body["data"])
+        one = await client.get("/v1/spotlights/rewards?limit=1", headers=auth)
+        assert len(one.json()["data"]) == 1
+        assert one.json()["rewards_today"] == 3
+        for bad in ("0", "101", "x"):
+            refused = await client.get(f"/v1/spotlights/rewards?limit={bad}", headers=auth)
+            assert (refused.status_code, refused.json()["error"]["param"]) == (400, "limit")
+        assert (await client.get("/v1/spotlights/rewards")).status_code == 401

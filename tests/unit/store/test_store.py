@@ -282,6 +282,17 @@ async def test_grants_round_trip_and_idempotency(store: Store) -> None:
         await store.insert_grant(msgspec.structs.replace(_grant("g-x", 1), account_pid="acct_none"))
 
 
+async def test_rewards_list_newest_first_with_the_days_count(store: Store) -> None:
+    for grant_id, at in (("g-1", 100), ("g-3", 300), ("g-2", 200), ("g-2b", 200)):
+        assert await store.insert_grant(_grant(grant_id, at))
+    purchase = msgspec.structs.replace(_grant("g-buy", 400), pool="purchased", source="admin")
+    assert await store.insert_grant(purchase)  # not a reward
+    rewards, today = await store.list_rewards("acct_A", 3, 200)
+    assert [g.grant_id for g in rewards] == ["g-3", "g-2b", "g-2"]
+    assert today == 3  # at or after 200
+    assert await store.list_rewards("acct_B", 10, 0) == ([], 0)
+
+
 # -- usage ----------------------------------------------------------------------------
 
 

@@ -1,7 +1,7 @@
 // Overview: the balance and where it went, and what needs a look.
 import { api } from "../api.js";
 import { stackedBars } from "../chart.js";
-import { dateOf, h, number, time, todayUtc } from "../dom.js";
+import { dateOf, h, number, table, time, todayUtc } from "../dom.js";
 
 export const TITLE = "Overview";
 const CHART_DAYS = 30;
@@ -32,6 +32,31 @@ function balanceCards(credits, today) {
       number(today?.credits_spent ?? 0),
       h("p", { class: "hint" }, `${number(today?.requests_count ?? 0)} requests · ${number(today?.total_tokens ?? 0)} tokens`),
     ),
+  );
+}
+
+const NETWORKS = { admob: "AdMob", signed: "Verifier", operator: "Operator" };
+
+/** Earned credits, view by view: what each reward gave and the expiry it set. */
+function rewardsSection(rewards) {
+  const summary = `${number(rewards.rewards_today)} of ${number(rewards.daily_limit)} rewards today (UTC), ${number(rewards.credits_per_reward)} credits each.`;
+  return h(
+    "section",
+    { "aria-label": "Spotlight rewards" },
+    h("h2", null, "Spotlight rewards"),
+    h("p", { class: "hint" }, summary),
+    table({
+      caption: "Latest spotlight rewards",
+      columns: [
+        { label: "Time", cell: (r) => time(r.granted_at) },
+        { label: "Network", cell: (r) => NETWORKS[r.network] ?? r.network },
+        { label: "View", cell: (r) => h("code", null, r.view_id) },
+        { label: "Credits", number: true, cell: (r) => number(r.credits) },
+        { label: "Earned credits expire", cell: (r) => time(r.earned_expires_at) },
+      ],
+      rows: rewards.data,
+      empty: h("div", { class: "empty" }, "No spotlight rewards yet: each verified view in the companion app earns credits here."),
+    }),
   );
 }
 
@@ -71,10 +96,11 @@ function attentionItems(credits, keys) {
 }
 
 export async function render(root) {
-  const [credits, usage, keys] = await Promise.all([
+  const [credits, usage, keys, rewards] = await Promise.all([
     api("credits"),
     api("usage", { query: { days: CHART_DAYS, group_by: "model" } }),
     api("api-keys"),
+    api("spotlights/rewards", { query: { limit: 10 } }),
   ]);
   const today = usage.daily.find((d) => d.day_bucket === todayUtc());
   const { days, series, requests } = chartData(usage);
@@ -94,5 +120,6 @@ export async function render(root) {
           stackedBars({ title: "Credits by model", unit: "credits", days, series }),
           stackedBars({ title: "Requests", unit: "requests", days, series: requests }),
         ),
+    rewardsSection(rewards),
   );
 }
