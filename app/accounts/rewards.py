@@ -52,7 +52,7 @@ class SpotlightReward(msgspec.Struct):
 class RewardItem(msgspec.Struct):
     """One spotlight reward as the account's list shows it."""
 
-    id: str  # the grant's id: <network>:<the network's transaction id>, or an operator's
+    id: str  # the grant's id: <network>:<pid>:<the network's transaction id>
     object: str
     network: str  # admob | signed (a verifier's signed callback) | operator (the admin API)
     view_id: str  # the view as its network named it
@@ -192,14 +192,12 @@ class Spotlights:
         )
 
     def _item(self, record: GrantRecord) -> RewardItem:
-        network, _, view_id = record.grant_id.partition(":")
-        if network == OPERATOR_GRANT:
-            network, view_id = "operator", record.reference or view_id
+        network = record.grant_id.partition(":")[0]
         return RewardItem(
             id=record.grant_id,
             object="spotlight.reward",
-            network=network,
-            view_id=view_id,
+            network="operator" if network == OPERATOR_GRANT else network,
+            view_id=record.reference or "",
             credits=record.credits,
             granted_at=iso_utc(record.created_at),
             earned_expires_at=iso_utc(self.expires_at(record)),

@@ -67,7 +67,7 @@ class VerifiedRewards:
         self, network: str, transaction_id: str, token: str, *, shown_at_ms: int | None = None
     ) -> CallbackAnswer:
         """Reward the view ``transaction_id`` of ``network`` (its grant id:
-        ``<network>:<transaction_id>``) for the intent ``token``, once. ``shown_at_ms``: when
+        ``<network>:<pid>:<transaction_id>``) for the intent ``token``, once. ``shown_at_ms``: when
         the network says the view was (unix ms): within the intent's life, and at most 5
         minutes past svc's clock."""
         try:
@@ -91,9 +91,15 @@ class VerifiedRewards:
             raise invalid_intent("was not live when the view was shown")
         if await self.store.get_account(intent.pid) is None:
             raise invalid_intent("names no account")
-        grant_id = f"{network}:{transaction_id}"
+        # the account in the id too: Redis dedupes in the account's slot, and a verifier's
+        # view ids need not be unique across accounts (each view is bound to its intent)
+        grant_id = f"{network}:{intent.pid}:{transaction_id}"
         status, record = await self.spotlights.grant_view(
-            intent.pid, grant_id, grant_id, now, intent=(intent.intent_id, intent.life_left(now))
+            intent.pid,
+            grant_id,
+            transaction_id,
+            now,
+            intent=(intent.intent_id, intent.life_left(now)),
         )
         if status is ScriptStatus.OK and record is not None:
             return CallbackAnswer(

@@ -4,6 +4,7 @@ flusher and ``svc admin`` work there unchanged, with one account on each primary
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from redis.cluster import RedisCluster
 
 from app.credits.scripts import load_script_sources
 from app.kv.layout import KeySpace
+from app.spotlights.signed import SIGNATURE_HEADER, sign
 from tests.e2e.conftest import Server, start_server, stop_server
 from tests.e2e.test_admin_cli import svc_admin
 from tests.support.valkey_cluster import ValkeyCluster
@@ -22,6 +24,7 @@ from tests.support.valkey_cluster import ValkeyCluster
 pytestmark = pytest.mark.e2e
 KEYS = KeySpace("svc", 64)
 MSG = [{"role": "user", "content": "Say hello in five words."}]
+SPOTLIGHT_SECRET = b"cluster-verifier-secret"
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +36,7 @@ def cluster_server(
         "SVC_REDIS_CLUSTER": "true",
         "SVC_DEV_BOOTSTRAP": "true",
         "SVC_FLUSH_INTERVAL_S": "0.2",
+        "SVC_SPOTLIGHT_SECRETS": SPOTLIGHT_SECRET.decode(),
     }
     srv = start_server(tmp_path_factory.mktemp("svc-cluster"), workers=2, extra_env=env)
     try:
@@ -211,3 +215,29 @@ def test_key_settings_rotation_and_idempotency_on_every_primary(
         assert shown[rotated["id"]]["cap_used_today"] == shown[created["id"]]["cap_used_today"]
         # one cap counter for the two keys: all they spent today
         assert shown[rotated["id"]]["cap_used_today"] == before - server.balance(pid)
+
+
+def test_verified_spotlights_on_every_primary(
+    cluster_server: Server, cluster: RedisCluster
+) -> None:
+    """The grant script's keys (the grant marker, the intent marker, the day's count) live in
+    each account's slot: a signed view delivered three times rewards once on every primary,
+    and a second view with the used intent is refused."""
+    server = cluster_server
+    for pid in _one_account_per_primary(server, cluster):
+        auth = {"authorization": f"Bearer {server.new_key(pid)}"}
+        earned_before = httpx.get(f"{server.base_url}/credits", headers=auth).json()
+        intent = httpx.post(f"{server.base_url}/spotlights/intents", headers=auth).json()["token"]
+        answers = []
+        for view_id in ("view-1", "view-1", "view-1", "view-2"):
+            body = json.dumps({"intent": intent, "view_id": view_id}).encode()
+            headers = {SIGNATURE_HEADER: sign(SPOTLIGHT_SECRET, int(time.time()), body)}
+            answers.append(
+                httpx.post(f"{server.base_url}/spotlights/verified", content=body, headers=headers)
+            )
+        assert [a.status_code for a in answers] == [200, 200, 200, 400]
+        assert [a.json().get("rewarded") for a in answers[:3]] == [True, False, False]
+        earned = httpx.get(f"{server.base_url}/credits", headers=auth).json()
+        assert earned["earned_available"] == earned_before["earned_available"] + 5_000
+        listed = httpx.get(f"{server.base_url}/spotlights/rewards", headers=auth).json()
+        assert [r["id"] for r in listed["data"]] == [f"signed:{pid}:view-1"]

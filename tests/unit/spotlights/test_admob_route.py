@@ -60,7 +60,7 @@ async def test_a_signed_callback_rewards_its_intent_once(
         again = await _callback(client, query)  # AdMob's retry
         assert again.json()["reason"] == "duplicate"
         assert await _earned(client, key) == 5_000
-    grant = await svc.services.store.get_grant("admob:tx-1")
+    grant = await svc.services.store.get_grant(f"admob:{svc.account.pid}:tx-1")
     assert grant is not None
 
 

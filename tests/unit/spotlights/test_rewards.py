@@ -172,7 +172,7 @@ async def test_a_hundred_deliveries_of_one_view_reward_it_once(svc: Svc) -> None
         assert {a.status_code for a in answers} == {200}
         assert sum(a.json()["rewarded"] for a in answers) == 1
         assert await _earned(client, key) == 5_000
-        grants = await svc.services.store.get_grant("signed:view-1")
+        grants = await svc.services.store.get_grant(f"signed:{svc.account.pid}:view-1")
         assert grants is not None
         assert grants.credits == 5_000
 
@@ -230,3 +230,28 @@ async def test_the_account_lists_its_rewards_newest_first(svc: Svc) -> None:  # 
             refused = await client.get(f"/v1/spotlights/rewards?limit={bad}", headers=auth)
             assert (refused.status_code, refused.json()["error"]["param"]) == (400, "limit")
         assert (await client.get("/v1/spotlights/rewards")).status_code == 401
+
+
+async def test_one_view_id_in_two_accounts_is_two_rewards(svc: Svc) -> None:  # noqa: F811
+    """A verifier's view ids need be unique only per account: the ledger keeps both, so
+    Redis and the durable store agree."""
+    svc.services.spotlight_secrets = (SECRET,)
+    admin = {"authorization": "Bearer test-admin-token"}
+    async with svc.client() as client:
+        created = await client.post("/admin/v1/accounts", headers=admin)
+        other = created.json()["account_pid"]
+        made = await client.post(
+            f"/admin/v1/accounts/{other}/api-keys",
+            json={"name": "app", "environment": "live", "daily_cap_credits": None},
+            headers=admin,
+        )
+        assert made.status_code == 201, made.text
+        keys = {svc.account.pid: svc.account.live_key, other: made.json()["key"]}
+        for key in keys.values():
+            answer = await _verified(client, await _intent(client, key), "view-1")
+            assert answer.json()["rewarded"] is True, answer.text
+            assert await _earned(client, key) == 5_000
+    for pid in keys:
+        grant = await svc.services.store.get_grant(f"signed:{pid}:view-1")
+        assert grant is not None
+        assert (grant.account_pid, grant.reference) == (pid, "view-1")
