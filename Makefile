@@ -3,20 +3,38 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: run test test-cluster faults soak check format lint bench install lock screenshots
+.PHONY: run test test-cluster faults soak check format lint bench install install-runtime lock screenshots
 
-# .venv holds exactly requirements/test.lock (every package pinned with its hashes: svc's
-# dependencies plus the test and bench extras), then svc itself, editable and without
-# dependencies of its own; it is brought up to date whenever the lock or pyproject.toml
-# changes. check.py fails when pyproject.toml asks for something the lock lacks.
-$(BIN)/svc: pyproject.toml requirements/test.lock
+# .venv is installed in two layers, each recorded by a stamp file inside .venv (removing .venv
+# removes them too). Every package is pinned with its hashes, so pip resolves nothing itself.
+#   runtime.stamp: requirements/runtime.lock (svc's runtime dependencies only), then svc
+#     itself, editable and without dependencies of its own. All that `make run` needs: no test
+#     tool, no Node, no root.
+#   test.stamp: requirements/test.lock on top (the same versions plus the test and bench
+#     extras), for `make test` and the targets that lint, measure or test.
+# A layer is brought up to date when its lock or pyproject.toml changes, and a new runtime layer
+# makes the test layer out of date too: `make run` after `make test` installs nothing, `make
+# test` after `make run` adds only the test layer. check.py fails when pyproject.toml asks for
+# something the lock lacks; the runtime layer skips `pip check`, which would trip over test
+# packages an older test layer left behind (check.py covers svc's whole dependency tree).
+RUNTIME_STAMP = $(VENV)/runtime.stamp
+TEST_STAMP    = $(VENV)/test.stamp
+
+$(RUNTIME_STAMP): pyproject.toml requirements/runtime.lock
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+	  || { echo "svc needs Python >= 3.11: name one, e.g. make run PYTHON=python3.12" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet --require-hashes -r requirements/test.lock
+	$(BIN)/pip install --quiet --require-hashes -r requirements/runtime.lock
 	$(BIN)/pip install --quiet --no-deps -e .
+	$(BIN)/python requirements/check.py svc
+	touch $@
+
+$(TEST_STAMP): $(RUNTIME_STAMP) requirements/test.lock
+	$(BIN)/pip install --quiet --require-hashes -r requirements/test.lock
 	$(BIN)/pip check
 	$(BIN)/python requirements/check.py 'svc[test]'
-	touch $(BIN)/svc
+	touch $@
 
 # The Node clients the client tests drive (tests/clients/node: the openai SDK and the Vercel AI
 # SDK), installed exactly as package-lock.json says; again only when the lock or package.json
@@ -27,7 +45,9 @@ $(NODE_CLIENTS)/node_modules/.installed: $(NODE_CLIENTS)/package.json $(NODE_CLI
 	cd $(NODE_CLIENTS) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
 	touch $@
 
-install: $(BIN)/svc $(NODE_CLIENTS)/node_modules/.installed
+install-runtime: $(RUNTIME_STAMP)
+
+install: $(TEST_STAMP) $(NODE_CLIENTS)/node_modules/.installed
 
 # Refreshes requirements/test.lock and requirements/runtime.lock from pyproject.toml (needs
 # the package index): after changing a dependency, `make lock` keeps every other pin;
@@ -36,7 +56,8 @@ install: $(BIN)/svc $(NODE_CLIENTS)/node_modules/.installed
 lock:
 	PYTHON=$(PYTHON) UPGRADE=$(UPGRADE) bash requirements/lock.sh
 
-run: install
+# Serves on SVC_HOST:SVC_PORT (127.0.0.1:8000 unless set): `SVC_PORT=8080 make run`.
+run: install-runtime
 	$(BIN)/svc serve
 
 lint: install

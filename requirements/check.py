@@ -1,11 +1,15 @@
 """Fails when the virtualenv does not meet pyproject.toml: a lock older than a dependency change.
 
-`make install` runs it after installing requirements/test.lock and svc itself (`--no-deps`,
-so pip itself never compares the lock with pyproject.toml). `pip check` covers what installed
+`make run` runs it as `check.py svc` after installing requirements/runtime.lock and svc itself
+(`--no-deps`, so pip itself never compares the lock with pyproject.toml), `make test` as
+`check.py 'svc[test]'` after adding requirements/test.lock. `pip check` covers what installed
 packages require of each other, but not the extras that were asked for (svc[test], svc[bench],
 redis[hiredis], …); this does. The fix for what it reports: `make lock`.
 
 Usage: python requirements/check.py svc[test]
+
+Only the standard library and `packaging` are used; the runtime environment holds no
+`packaging` of its own, so then pip's vendored copy (pip is in every virtualenv) stands in.
 """
 
 from __future__ import annotations
@@ -13,8 +17,12 @@ from __future__ import annotations
 import sys
 from importlib.metadata import PackageNotFoundError, requires, version
 
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
+try:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+except ImportError:  # `make run`'s environment: requirements/runtime.lock has no packaging
+    from pip._vendor.packaging.requirements import Requirement  # type: ignore[assignment]
+    from pip._vendor.packaging.utils import canonicalize_name  # type: ignore[assignment]
 
 
 def unmet(top: Requirement) -> list[str]:

@@ -21,8 +21,8 @@ if [[ "$("$UV" --version 2>/dev/null)" != "uv $UV_VERSION"* ]]; then
 fi
 
 # uv does not read pip's configuration: when pip is set to an index of its own (a mirror) and
-# uv is not, hand pip's to uv, so that `make lock` reads the index `make install` reads. The
-# locks never name an index.
+# uv is not, hand pip's to uv, so that `make lock` reads the index `make run` and `make install`
+# read. The locks never name an index.
 if [[ -z "${UV_DEFAULT_INDEX:-}${UV_INDEX_URL:-}" ]]; then
   index=${PIP_INDEX_URL:-$("$LOCK_TOOLS/bin/pip" config get global.index-url 2>/dev/null || true)}
   if [[ -n "$index" ]]; then export UV_DEFAULT_INDEX=$index; fi
@@ -58,10 +58,10 @@ compile() {
 }
 
 # The test lock first: it is the superset, and the runtime lock takes its versions from it,
-# so the image runs exactly the versions the tests ran with.
+# so `make run` and the image run exactly the versions the tests ran with.
 compile requirements/test.lock \
   "What \`make install\` puts in .venv: svc's dependencies and its test and bench extras." \
   --extra test
 compile requirements/runtime.lock \
-  "What the Dockerfile installs: svc's runtime dependencies only (versions as in test.lock)." \
+  "What \`make run\` and the Dockerfile install: svc's runtime dependencies only (versions as in test.lock)." \
   --constraint requirements/test.lock
