@@ -9,9 +9,11 @@ import contextlib
 import logging
 import os
 import secrets
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -21,7 +23,15 @@ from app.accounts.rewards import Spotlights
 from app.chat.catalog import Alias, Catalog, default_catalog, key_model_ids, load_catalog
 from app.chat.router import UpstreamRouter
 from app.chat.service import CompletionService
-from app.core.errors import ApiError, ErrorKind, StartupError, StoreError, service_unavailable
+from app.core.errors import (
+    ApiError,
+    ErrorKind,
+    ModelsFileError,
+    SettingsError,
+    StartupError,
+    StoreError,
+    service_unavailable,
+)
 from app.core.private_files import PRIVATE_FILE_MODE, make_private, private_folder
 from app.core.settings import Settings
 from app.credits.idempotency import IdempotencyRecords
@@ -84,29 +94,82 @@ def resolve(
     """Fill in what the zero-configuration mode provides: the embedded Valkey (started here
     when none answers; returned so the caller stops it), SQLite and generated secrets."""
     data_dir = Path(settings.data_dir).resolve()
-    private_folder(data_dir)
+    if not settings.redis_url:
+        if settings.redis_cluster:
+            raise SettingsError("SVC_REDIS_CLUSTER needs SVC_REDIS_URL (a node of the cluster)")
+        if not start_embedded:
+            raise SettingsError(
+                "SVC_REDIS_URL is not set (only `svc serve` starts an embedded Valkey)"
+            )
+    with data_dir_errors(data_dir):
+        private_folder(data_dir)
+        if writes_data_dir(settings):
+            with tempfile.TemporaryFile(dir=data_dir):
+                pass  # svc can write there: fail now, before Valkey or SQLite would
+        admin_token = settings.admin_token or read_or_create_secret(data_dir / "admin-token.txt")
+        key_pepper = settings.key_pepper or read_or_create_secret(data_dir / "key-pepper.txt")
     owner = None
     redis_url = settings.redis_url
     if not redis_url:
-        if settings.redis_cluster:
-            raise ValueError("SVC_REDIS_CLUSTER needs SVC_REDIS_URL (a node of the cluster)")
-        if not start_embedded:
-            raise ValueError(
-                "SVC_REDIS_URL is not set (only `svc serve` starts an embedded Valkey)"
-            )
-        redis_url, owner = ensure_embedded(data_dir)
+        redis_url, owner = ensure_embedded(data_dir)  # last: nothing after it may fail
     resolved = msgspec.structs.replace(
         settings,
         data_dir=str(data_dir),
         redis_url=redis_url,
         database_url=settings.database_url or f"sqlite:///{data_dir / 'svc.db'}",
-        admin_token=settings.admin_token or read_or_create_secret(data_dir / "admin-token.txt"),
-        key_pepper=settings.key_pepper or read_or_create_secret(data_dir / "key-pepper.txt"),
+        admin_token=admin_token,
+        key_pepper=key_pepper,
         dev_bootstrap=(
             settings.redis_url is None if settings.dev_bootstrap is None else settings.dev_bootstrap
         ),
     )
     return resolved, owner
+
+
+def writes_data_dir(settings: Settings) -> bool:
+    """Whether svc writes into the data folder: the embedded Valkey, SQLite, a generated
+    secret or the dev key live there. A deployment that sets them all elsewhere may give
+    svc a read-only one."""
+    configured = (
+        settings.redis_url,
+        settings.database_url,
+        settings.admin_token,
+        settings.key_pepper,
+    )
+    return not all(configured) or bool(settings.dev_bootstrap)
+
+
+@contextlib.contextmanager
+def data_dir_errors(data_dir: Path) -> Iterator[None]:
+    """An ``OSError`` met in the data folder as a ``StartupError`` that names the folder,
+    the file and the way out."""
+    try:
+        yield
+    except OSError as exc:
+        raise StartupError(data_dir_message(data_dir, exc)) from exc
+
+
+def data_dir_message(data_dir: Path, exc: OSError) -> str:
+    """What went wrong in the data folder, where, and what to do about it."""
+    reason = exc.strerror or str(exc)
+    if exc.filename and Path(exc.filename) != data_dir:
+        reason = f"{exc.filename}: {reason}"
+    return (
+        f"the data directory {data_dir} cannot be used ({reason}). Make it a directory this "
+        f"user (uid {os.geteuid()}) can write, or set SVC_DATA_DIR to one"
+    )
+
+
+def load_models(settings: Settings) -> Catalog:
+    """The models file's catalog (the built-in one when ``SVC_MODELS_FILE`` is unset); a
+    file that cannot be read or is broken raises ``ModelsFileError`` naming it."""
+    if not settings.models_file:
+        return default_catalog()
+    path = Path(settings.models_file)
+    try:
+        return load_catalog(path, reservation_deadline_s=settings.reservation_deadline_s)
+    except OSError as exc:
+        raise ModelsFileError(f"{path}: cannot read it ({exc.strerror or exc})") from exc
 
 
 def build_providers(catalog: Catalog) -> dict[str, Provider]:
@@ -133,13 +196,7 @@ class Services:
         self.redis = redis
         self.store = store
         self.clock = clock
-        catalog = (
-            load_catalog(
-                Path(settings.models_file), reservation_deadline_s=settings.reservation_deadline_s
-            )
-            if settings.models_file
-            else default_catalog()
-        )
+        catalog = load_models(settings)
         self.aliases: dict[str, Alias] = catalog.aliases
         self.layout = KeySpace(settings.redis_prefix, settings.shards)
         redis_clock = RedisClock()
@@ -176,7 +233,10 @@ class Services:
             cold_per_address_s=settings.cold_auth_per_address_s,
             throttle=self.auth_throttle,  # shared with the admin and metrics tokens
         )
-        self.trusted_proxies = parse_networks(settings.trusted_proxies)
+        try:
+            self.trusted_proxies = parse_networks(settings.trusted_proxies)
+        except ValueError as exc:
+            raise SettingsError(f"SVC_TRUSTED_PROXIES: {exc}") from exc
         allow = AllowList.parse(settings.webhook_allow_hosts)
         self.webhooks = Webhooks(store, self.money, pepper, allow, clock)
         self.deliverer = Deliverer(
@@ -267,8 +327,15 @@ class Services:
         await self.redis.aclose()
 
 
-async def open_services(settings: Settings, *, clock: Callable[[], float] = time.time) -> Services:
-    """Connect to Redis and the durable store (migrating it) and build the services."""
+async def open_services(
+    settings: Settings,
+    *,
+    clock: Callable[[], float] = time.time,
+    require_redis: bool = False,
+) -> Services:
+    """Connect to Redis and the durable store (migrating it) and build the services.
+    ``require_redis`` (``svc serve``): a Redis that does not answer is a ``StartupError``;
+    otherwise (a worker, an admin command) what needs it fails closed until it answers."""
     assert settings.redis_url, "settings must be resolved first"
     assert settings.database_url, "settings must be resolved first"
     redis = open_redis(settings, settings.redis_max_connections)
@@ -280,7 +347,10 @@ async def open_services(settings: Settings, *, clock: Callable[[], float] = time
         if settings.redis_cluster
         else PipelinedRedis(settings.redis_url, timeout_s=settings.redis_timeout_s)
     )
-    store = open_store(settings.database_url)
+    try:
+        store = open_store(settings.database_url)
+    except ValueError as exc:
+        raise SettingsError(f"SVC_DATABASE_URL: {exc}") from exc
     await store.migrate()
     services = Services(
         settings,
@@ -291,6 +361,8 @@ async def open_services(settings: Settings, *, clock: Callable[[], float] = time
         clock=clock,
     )
     try:
+        if require_redis:
+            await check_redis_answers(redis, settings.redis_url)
         await check_eviction_policy(redis, allow=settings.allow_evicting_redis)
     except StartupError:
         await services.close()
@@ -299,6 +371,33 @@ async def open_services(settings: Settings, *, clock: Callable[[], float] = time
         await services.scripts.load()  # EVALSHA reloads them later anyway
         await services.money.sync_clock()  # the sweeper measures it again every round
     return services
+
+
+async def check_redis_answers(redis: RedisClient, url: str) -> None:
+    """Raise ``StartupError`` unless Redis answers PING (within ``SVC_REDIS_TIMEOUT_S``,
+    and with the URL's credentials)."""
+    try:
+        await redis.ping()
+    except REDIS_ERRORS as exc:
+        reason = " ".join(str(exc).split()).rstrip(".") or type(exc).__name__
+        raise StartupError(
+            f"Redis at {where(url)} did not answer or refused svc ({reason}). Check that it "
+            "runs, and SVC_REDIS_URL: its address, user and password"
+        ) from exc
+
+
+def where(url: str) -> str:
+    """A server's URL for a message: scheme, host, port and path, never a user, password
+    or query (``?password=`` is a redis-py option)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
 async def check_eviction_policy(redis: RedisClient, *, allow: bool) -> None:

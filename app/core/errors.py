@@ -24,7 +24,11 @@ The tree::
         ├── KeysUnavailable     AdMob's verifier keys could not be had (503)
         └── ConfigError         the configuration cannot be run on (start-up, ``svc
             │                   admin``); the message says what and where
-            ├── StartupError    the configured servers are unfit (Redis evicting, …)
+            ├── StartupError    the configured servers or places are unfit (Redis
+            │                   evicting or not answering, the port taken, the data
+            │                   folder unwritable, …)
+            ├── SettingsError   an ``SVC_*`` value cannot be used (also a
+            │                   ``ValueError``); the message names the variable
             ├── ModelsFileError the models file is broken (also a ``ValueError``)
             ├── ProxyConfigError a proxy variable names a URL svc cannot use (also a
             │                   ``ValueError``; the message names no credential)
@@ -218,6 +222,11 @@ class ModelsFileError(ConfigError, ValueError):
 
 class ProxyConfigError(ConfigError, ValueError):
     """A proxy variable names a URL svc cannot use; the message names no credential."""
+
+
+class SettingsError(ConfigError, ValueError):
+    """An ``SVC_*`` variable (or the ``svc serve`` option standing for it) holds a value svc
+    cannot use; the message names the variable and what it takes."""
 
 
 class ScriptLoadError(ConfigError):

@@ -9,15 +9,19 @@ switches (tests, admin commands) keeps its metrics in memory.
 
 Recording costs a dictionary lookup and an mmap write (a few microseconds), so the hot path
 records every request. Numbers that live in Redis — open reservations, unflushed usage
-events — are read when scraped instead of counted.
+events — are read when scraped instead of counted, and so is ``svc_build_info`` (what runs:
+the same in every worker, so no worker writes it to the shared files).
 """
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
+import platform
 import re
 from collections.abc import Awaitable, Callable, Iterable
+from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -209,6 +213,40 @@ class RedisGauges(Collector):
         )
 
 
+def installed_version(distribution: str = "svc") -> str:
+    """The version of an installed distribution (``svc --version``, ``svc_build_info``);
+    ``unknown`` when it is not installed (the source tree run as it is)."""
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@functools.cache
+def build_labels() -> tuple[tuple[str, str], ...]:
+    """``svc_build_info``'s labels: svc's, Python's and granian's versions (read from the
+    installed packages' metadata: granian is not imported)."""
+    return (
+        ("version", installed_version()),
+        ("python", platform.python_version()),
+        ("granian", installed_version("granian")),
+    )
+
+
+class BuildInfo(Collector):
+    """``svc_build_info``: always 1, its labels say what runs (one series per build)."""
+
+    def collect(self) -> Iterable[Metric]:
+        labels = build_labels()
+        family = GaugeMetricFamily(
+            "svc_build_info",
+            "What runs: svc's, Python's and granian's versions (always 1).",
+            labels=[name for name, _ in labels],
+        )
+        family.add_metric([value for _, value in labels], 1)
+        yield family
+
+
 _PID_FILE = re.compile(r"gauge_live\w+?_(\d+)\.db$")
 
 
@@ -230,7 +268,7 @@ def _forget_dead_workers(path: str) -> None:
 async def exposition(
     metrics: Metrics, read_redis: Callable[[], Awaitable[tuple[int, int, float] | None]]
 ) -> bytes:
-    """The text every worker's metrics add up to, plus the Redis gauges."""
+    """The text every worker's metrics add up to, plus the build and the Redis gauges."""
     registry = CollectorRegistry()
     if metrics.registry is None:
         path = os.environ[MULTIPROC_ENV]
@@ -240,6 +278,7 @@ async def exposition(
     else:
         body = generate_latest(metrics.registry)
     gauges = CollectorRegistry()
+    gauges.register(BuildInfo())
     gauges.register(RedisGauges(await read_redis()))
     return body + generate_latest(gauges)
 

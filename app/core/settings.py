@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import tempfile
 from collections.abc import Mapping
 from typing import Annotated
@@ -46,9 +48,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """Number of account shards (hash tags); fixed once data exists."""
     host: str = "127.0.0.1"
     """Address ``svc serve`` listens on."""
-    port: int = 8000
+    port: Annotated[int, msgspec.Meta(ge=1, le=65_535)] = 8000
     """Port ``svc serve`` listens on."""
-    workers: int = 0
+    workers: Annotated[int, msgspec.Meta(ge=0)] = 0
     """granian worker processes; 0 = one per CPU."""
     worker_streams: Annotated[int, msgspec.Meta(ge=1)] = 2048
     """Requests one worker of ``svc serve`` serves at once, open streams included (granian's
@@ -149,7 +151,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     sim_delay_ms: float = 0.0
     """Delay between simulated tokens."""
     log_level: str = "INFO"
-    """Lowest level logged (JSON lines on stderr): DEBUG, INFO, WARNING, ERROR."""
+    """Lowest level logged (JSON lines on stderr): DEBUG, INFO, WARNING, ERROR. DEBUG also
+    prints the traceback of a start-up failure."""
     metrics_dir: str | None = None
     """Directory where the workers of one server share their metrics (multiprocess mode);
     unset = ``svc-metrics-<server pid>`` in the temp directory."""
@@ -167,7 +170,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Build settings from ``SVC_*`` variables; unknown or empty variables are ignored."""
+        """Build settings from ``SVC_*`` variables; unknown or empty variables are ignored.
+        A value that cannot be used raises ``ValueError`` naming the variable, the value and
+        the default."""
         env = os.environ if environ is None else environ
         raw: dict[str, str] = {}
         for field in cls.__struct_fields__:
@@ -175,9 +180,19 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             if value not in (None, ""):
                 raw[field] = value
         try:
-            return msgspec.convert(raw, cls, strict=False)
+            settings = msgspec.convert(raw, cls, strict=False)
         except msgspec.ValidationError as exc:
-            raise ValueError(f"invalid SVC_* setting: {exc}") from exc
+            raise _invalid(raw, str(exc)) from exc
+        if not isinstance(logging.getLevelNamesMapping().get(settings.log_level.upper()), int):
+            raise _invalid(
+                raw, "not a log level (DEBUG, INFO, WARNING or ERROR) - at `$.log_level`"
+            )
+        return settings
+
+    @classmethod
+    def default(cls, field: str) -> object:
+        """The value ``field`` has when its variable is unset."""
+        return next(f.default for f in msgspec.structs.fields(cls) if f.name == field)
 
     def shared_metrics_dir(self) -> str:
         """The metrics directory of this server: ``metrics_dir``, else one named after the
@@ -197,3 +212,30 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                     str(value).lower() if isinstance(value, bool) else str(value)
                 )
         return out
+
+
+_WHERE = re.compile(r"(?P<why>.*) - at `\$\.(?P<field>\w+)`$", re.DOTALL)
+_UNSHOWN = ("token", "pepper", "secret", "url")
+"""Fields whose values an error does not repeat: only fields that are not plain text can be
+refused, but a future constraint on one of these must not echo a secret."""
+
+
+def _invalid(raw: Mapping[str, str], reason: str) -> ValueError:
+    """msgspec's ``Expected `int`, got `str` - at `$.port``` as the variable, its value, the
+    reason and the way out."""
+    match = _WHERE.fullmatch(reason)
+    if match is None:
+        return ValueError(f"invalid SVC_* setting: {reason}")
+    field = match["field"]
+    variable = ENV_PREFIX + field.upper()
+    value = "" if any(part in field for part in _UNSHOWN) else f"={raw.get(field, '')[:40]!r}"
+    # every value read from the environment is a string: "got `str`" says nothing
+    why = match["why"].removesuffix(", got `str`").replace("Expected", "expected", 1)
+    default = Settings.default(field)
+    if isinstance(default, bool):
+        default = str(default).lower()  # as the variable spells it
+    shown = "" if default is None else f" ({default})"
+    return ValueError(
+        f"invalid SVC_* setting: {variable}{value}: {why}. Correct it, or unset it to use the "
+        f"default{shown}"
+    )
