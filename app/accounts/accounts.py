@@ -1,8 +1,9 @@
-"""Accounts: their creation, their purchased credits and their balance; with their keys'
-operations (``ApiKeys``), the one object the admin API, the CLI and ``/v1`` call.
+"""Accounts: their creation, their purchased credits and their balance, finding them and
+disabling them; with their keys' operations (``ApiKeys``), the one object the admin API,
+the CLI and ``/v1`` call.
 
-Creating an account or a grant writes the durable store first (the record of truth), then
-Redis. Redis's writes are idempotent, so a retried call converges.
+Creating an account or a grant, or changing its status, writes the durable store first (the
+record of truth), then Redis. Redis's writes are idempotent, so a retried call converges.
 """
 
 from __future__ import annotations
@@ -10,15 +11,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from app.accounts.answers import CreditBalance, credit_balance
+from app.accounts.answers import AccountList, CreditBalance, account_list, credit_balance
 from app.accounts.api_keys import ApiKeys
-from app.core.errors import account_not_found, service_unavailable
+from app.accounts.lookup import AccountFilter
+from app.core.errors import account_not_found, invalid_value, service_unavailable
 from app.core.ids import random_id
 from app.credits.key_records import KeyRecords
 from app.credits.money import Money
 from app.credits.outcomes import Balance, ScriptStatus
-from app.store import AccountRecord, GrantRecord, Store
+from app.store import AccountQuery, AccountRecord, GrantRecord, Store
 from app.webhooks.registry import Webhooks
+
+_STATUS_SYNC_ROUNDS = 5  # writes of a status to Redis, racing other changes, before a 503
 
 
 class Accounts(ApiKeys):
@@ -67,7 +71,7 @@ class Accounts(ApiKeys):
         self, pid: str, credits: int, *, grant_id: str | None = None, source: str = "admin"
     ) -> CreditBalance:
         """Add purchased credits (they never expire); written to the ledger table first."""
-        await self.require_account(pid)
+        record = await self.require_account(pid)
         now = self.clock()
         grant = GrantRecord(
             grant_id=grant_id or random_id("grant_", 20),
@@ -79,7 +83,7 @@ class Accounts(ApiKeys):
             created_at=int(now),
         )
         await self.store.insert_grant(grant)
-        await self.money.open_account(pid)
+        await self.money.open_account(pid, status=record.status)
         status, balance, _granted_at = await self.money.grant(
             pid, pool="purchased", credits=credits, grant_id=grant.grant_id, now=now
         )
@@ -92,3 +96,42 @@ class Accounts(ApiKeys):
         await self.require_account(pid)
         balance = await self.money.account_balance(pid, self.clock())
         return credit_balance(balance or Balance(0, 0, 0))
+
+    async def find_accounts(self, wanted: AccountFilter) -> AccountList:
+        """A page of the accounts ``wanted`` names (all when it names none), newest first;
+        ``has_more`` when more follow. 400 naming ``after`` when it names no account."""
+        after = None
+        if wanted.after is not None:
+            record = await self.store.get_account(wanted.after)
+            if record is None:
+                raise invalid_value("after", "'after' must be the id of an account of this list.")
+            after = (record.created_at, record.pid)
+        query = AccountQuery(
+            limit=wanted.limit + 1,
+            pid=wanted.pid,
+            kid=wanted.kid,
+            last4=wanted.last4,
+            after=after,
+        )
+        return account_list(await self.store.list_accounts_page(query), wanted.limit)
+
+    async def set_status(self, pid: str, status: str) -> AccountRecord:
+        """Disable an account (every key of it refused, 403 ``account_disabled``, from the
+        next request on, on every worker: the scripts read the status in the account hash
+        they read anyway) or enable it again. The durable record is written first, then
+        Redis, until Redis holds what the store says (two operators racing may write Redis
+        in the other order than the store). A Redis that lost the account's hash is left
+        so (nothing is served without it); ``rebuild-redis`` restores the status with the
+        pools."""
+        updated = await self.store.set_account_status(pid, status)
+        if updated is None:
+            raise account_not_found(pid)
+        for _ in range(_STATUS_SYNC_ROUNDS):
+            await self.money.set_account_status(pid, updated.status)
+            now = await self.store.get_account(pid)
+            if now is None:
+                raise service_unavailable()  # accounts are never deleted
+            if now.status == updated.status:
+                return now
+            updated = now
+        raise service_unavailable()

@@ -1,6 +1,6 @@
 """What the account and key operations answer: a balance, a key as created (its secret
-shown this once), a key in a list (never the secret, never a hash), a revocation; and the
-one mapping of each from the records they show.
+shown this once), a key in a list (never the secret, never a hash), a revocation, an
+account in a list; and the one mapping of each from the records they show.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from app.core.clock import iso_utc
 from app.credits.key_records import KeyUse
 from app.credits.outcomes import Balance
 from app.keys.format import public_id
-from app.store import KeyRecord
+from app.store import AccountRecord, KeyRecord
 
 
 class CreditBalance(msgspec.Struct):
@@ -129,3 +129,38 @@ def key_created(rec: KeyRecord, secret: str) -> ApiKeyCreated:
 def key_deleted(rec: KeyRecord) -> ApiKeyDeleted:
     """The answer to a revocation of ``rec``."""
     return ApiKeyDeleted(id=public_id(rec.kid), object="api_key", deleted=True)
+
+
+class AccountItem(msgspec.Struct):
+    """An account as a list of them shows it."""
+
+    id: str  # acct_…
+    object: str
+    created_at: int  # unix seconds
+    status: str  # active | disabled (its keys are refused)
+
+
+class AccountList(msgspec.Struct):
+    """A page of accounts, newest first (``after``: the previous page's ``last_id``)."""
+
+    object: str
+    data: list[AccountItem]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+def account_item(rec: AccountRecord) -> AccountItem:
+    return AccountItem(id=rec.pid, object="account", created_at=rec.created_at, status=rec.status)
+
+
+def account_list(records: list[AccountRecord], limit: int) -> AccountList:
+    """The page of ``records`` (read one more than ``limit``: ``has_more`` when it came)."""
+    data = [account_item(r) for r in records[:limit]]
+    return AccountList(
+        object="list",
+        data=data,
+        first_id=data[0].id if data else None,
+        last_id=data[-1].id if data else None,
+        has_more=len(records) > limit,
+    )

@@ -94,6 +94,21 @@ class GrantRequest(msgspec.Struct):
     credits: Credits
 
 
+AccountStatus = Annotated[
+    Literal["active", "disabled"],
+    msgspec.Meta(
+        description="disabled: every key of the account is refused (403 account_disabled) "
+        "from the next request on; active: they are served again."
+    ),
+]
+
+
+class AccountUpdateRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """Body of ``PATCH /admin/v1/accounts/{pid}``: the account's status."""
+
+    status: AccountStatus
+
+
 def rotate_request(body: bytes) -> KeyRotateRequest:
     """A rotation's body, which may be left out (or empty) for the defaults."""
     return decode_json(body, KeyRotateRequest) if body.strip() else KeyRotateRequest()

@@ -25,7 +25,7 @@ from app.core.errors import (
 from app.core.validation import convert_fields
 from app.credits.money import Money
 from app.credits.outcomes import ScriptStatus
-from app.store import GrantRecord, Store
+from app.store import AccountRecord, GrantRecord, Store
 from app.webhooks.events import credits_earned
 from app.webhooks.registry import Webhooks
 
@@ -113,11 +113,12 @@ class Spotlights:
         """Grant the reward for ``view_id`` once; 404 for an unknown account, 429 past the
         day's limit."""
         validate_view_id(view_id)
-        if await self.store.get_account(pid) is None:
+        account = await self.store.get_account(pid)
+        if account is None:
             raise account_not_found(pid)
         now = self.clock()
         grant_id = f"{OPERATOR_GRANT}:{pid}:{view_id}"
-        status, record = await self.grant_view(pid, grant_id, view_id, now)
+        status, record = await self.grant_view(account, grant_id, view_id, now)
         if status is ScriptStatus.DAILY_LIMIT:
             raise ApiError(
                 ErrorKind.SPOTLIGHT_LIMIT,
@@ -138,7 +139,7 @@ class Spotlights:
 
     async def grant_view(
         self,
-        pid: str,
+        account: AccountRecord,
         grant_id: str,
         reference: str,
         now: float,
@@ -149,7 +150,9 @@ class Spotlights:
         intent's id and the seconds it has left, in the same script call), then its durable
         ledger row: the script's status, and the grant's row when it was applied (now, or
         before: ``DUPLICATE``), None otherwise."""
-        await self.money.open_account(pid)  # an account Redis lost comes back empty
+        pid = account.pid
+        # an account Redis lost comes back empty, with its durable status
+        await self.money.open_account(pid, status=account.status)
         status, _balance, granted_at = await self.money.grant(
             pid,
             pool="earned",

@@ -1,6 +1,6 @@
 """What each ``svc admin`` subcommand runs, and how its result is printed: one JSON object
-(or CSV lines), exit 0; an API error's body, exit 1; svc cannot start, exit 2; reconcile's
-drift, ``DRIFT_EXIT``."""
+(or CSV lines; ``redis``: the reply, as JSON), exit 0; an API error's body (``redis``: Redis's
+error reply), exit 1; svc cannot start, exit 2; reconcile's drift, ``DRIFT_EXIT``."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ from typing import Any
 
 import msgspec
 
-from app.admin.commands import DRIFT_EXIT, activity_params, key_fields
+from app.admin.commands import DRIFT_EXIT, accounts_params, activity_params, key_fields
 from app.core.clock import DAY_S
-from app.core.errors import ApiError, StartupError
+from app.core.errors import ApiError, ErrorBody, ErrorDetail, RedisReplyError, StartupError
 from app.core.settings import Settings
+from app.kv.client import REDIS_ERRORS, open_redis, readable, run_command
+from app.kv.fields import ACCOUNT_ACTIVE, ACCOUNT_DISABLED
 from app.runtime import Services, open_services, public_error, resolve
 
 AdminOp = Callable[[Services], Awaitable[Any]]
@@ -71,6 +73,37 @@ def _key_ops(args: argparse.Namespace) -> dict[str, AdminOp]:
         )
 
     return {"create-key": create_key, "update-key": update_key, "rotate-key": rotate_key}
+
+
+def _lookup_ops(args: argparse.Namespace) -> dict[str, AdminOp]:
+    """Finding accounts and acting on one (the admin API's account routes)."""
+    from app.accounts.lookup import parse_account_filter
+    from app.ops.lookup import account_detail
+
+    async def accounts(s: Services) -> Any:
+        return await s.accounts.find_accounts(parse_account_filter(accounts_params(args)))
+
+    async def account(s: Services) -> Any:
+        return await account_detail(s.accounts, s.usage, args.account_pid, s.clock())
+
+    def set_status(status: str) -> AdminOp:
+        async def change(s: Services) -> Any:
+            await s.accounts.set_status(args.account_pid, status)
+            return await account_detail(s.accounts, s.usage, args.account_pid, s.clock())
+
+        return change
+
+    async def revoke_key(s: Services) -> Any:
+        await s.accounts.require_account(args.account_pid)
+        return await s.accounts.revoke_key(args.account_pid, args.key_id)
+
+    return {
+        "accounts": accounts,
+        "account": account,
+        "disable": set_status(ACCOUNT_DISABLED),
+        "enable": set_status(ACCOUNT_ACTIVE),
+        "revoke-key": revoke_key,
+    }
 
 
 def _ledger_ops(args: argparse.Namespace) -> dict[str, AdminOp]:
@@ -151,8 +184,31 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
         "activity": _activity_op(args),
         "webhooks": webhooks,
         **_key_ops(args),
+        **_lookup_ops(args),
     }
     return ops[args.op]
+
+
+def _print(result: Any, code: int) -> int:
+    sys.stdout.buffer.write(msgspec.json.encode(result) + b"\n")
+    return code
+
+
+async def _run_redis(settings: Settings, command: str, args: list[str]) -> int:
+    """``svc admin redis``: one command on a client of its own (no store, no scripts, no
+    start-up checks: it also serves to repair what those would refuse), its reply as JSON;
+    an error reply as an error body with Redis's message, exit 1."""
+    redis = open_redis(settings, 1, name="svc-admin")
+    try:
+        return _print(readable(await run_command(redis, command, args)), 0)
+    except RedisReplyError as exc:
+        detail = ErrorDetail(message=str(exc), type="redis_error", param=None, code="redis_error")
+        return _print(ErrorBody(error=detail), 1)
+    except REDIS_ERRORS as exc:
+        sys.stdout.buffer.write(public_error(exc).body() + b"\n")
+        return 1
+    finally:
+        await redis.aclose()
 
 
 async def _run_admin(settings: Settings, op: AdminOp) -> int:
@@ -173,17 +229,17 @@ async def _run_admin(settings: Settings, op: AdminOp) -> int:
         return 1
     finally:
         await services.close()
-    code = 0
     if isinstance(result, ExitWith):
-        result, code = result.body, result.code
-    sys.stdout.buffer.write(msgspec.json.encode(result) + b"\n")
-    return code
+        return _print(result.body, result.code)
+    return _print(result, 0)
 
 
 def admin(args: argparse.Namespace) -> int:
     """Run one admin operation against Redis and the store directly (server up or not)."""
     settings, owner = resolve(Settings.from_env())
     try:
+        if args.op == "redis":
+            return asyncio.run(_run_redis(settings, args.command, args.args))
         return asyncio.run(_run_admin(settings, _admin_op(args)))
     finally:
         if owner is not None:

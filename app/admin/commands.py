@@ -86,10 +86,25 @@ def activity_params(args: argparse.Namespace) -> dict[str, str]:
     return {option: given[option] for option, _ in _ACTIVITY_OPTIONS if given[option] is not None}
 
 
+# the query parameters of GET /admin/v1/accounts, as options of `svc admin accounts`
+_ACCOUNTS_OPTIONS = (
+    ("query", "an account id (acct_...), a key's id (key_... or bare) or its last 4 characters"),
+    ("limit", "accounts in the page (1-500; default 100)"),
+    ("after", "the id of the last account of the previous page"),
+)
+
+
+def accounts_params(args: argparse.Namespace) -> dict[str, str]:
+    """The options of `svc admin accounts` given on the command line, as query parameters."""
+    given = vars(args)
+    return {option: given[option] for option, _ in _ACCOUNTS_OPTIONS if given[option] is not None}
+
+
 def add_admin_commands(admin: argparse.ArgumentParser) -> None:
     """The subcommands of ``svc admin``, in the order its help lists them."""
     ops = admin.add_subparsers(dest="op", required=True)
     _add_account_commands(ops)
+    _add_lookup_commands(ops)
     _add_operator_commands(ops)
     _add_key_commands(ops)
 
@@ -119,8 +134,31 @@ def _add_account_commands(ops: argparse._SubParsersAction[argparse.ArgumentParse
     hooks.add_argument("--deliveries", metavar="WEBHOOK_ID", help="wh_...: its deliveries")
 
 
+def _add_lookup_commands(ops: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Finding accounts and acting on one: its status, its keys."""
+    accounts = ops.add_parser(
+        "accounts", help="accounts, newest first (a page), or those --query finds"
+    )
+    for option, help_text in _ACCOUNTS_OPTIONS:
+        accounts.add_argument(f"--{option}", help=help_text)
+    account = ops.add_parser(
+        "account", help="an account: status, balance, keys (no secrets), usage today"
+    )
+    account.add_argument("account_pid")
+    disable = ops.add_parser(
+        "disable", help="refuse every key of an account (403 account_disabled), at once"
+    )
+    disable.add_argument("account_pid")
+    enable = ops.add_parser("enable", help="serve a disabled account's keys again, at once")
+    enable.add_argument("account_pid")
+    revoke = ops.add_parser("revoke-key", help="revoke an account's API key, at once")
+    revoke.add_argument("account_pid")
+    revoke.add_argument("key_id", help="key_...")
+
+
 def _add_operator_commands(ops: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """The usage flusher's and the ledger's: lag, flush, reconcile, rebuild-redis."""
+    """The usage flusher's and the ledger's: lag, flush, reconcile, rebuild-redis; and a
+    Redis command of the operator's own."""
     ops.add_parser("usage-lag", help="usage events not yet flushed to the durable store")
     ops.add_parser("flush", help="flush pending usage events to the durable store now")
     rec = ops.add_parser(
@@ -136,6 +174,15 @@ def _add_operator_commands(ops: argparse._SubParsersAction[argparse.ArgumentPars
         "--force",
         action="store_true",
         help="run against a Redis that holds accounts: write only what is missing",
+    )
+    redis = ops.add_parser(
+        "redis",
+        help="run one command against svc's Redis (the embedded Valkey too) and print its "
+        "reply; an operator's tool: nothing is refused, writes included",
+    )
+    redis.add_argument("command", help="a Redis command (GET, HGETALL, SCAN, INFO, ...)")
+    redis.add_argument(
+        "args", nargs=argparse.REMAINDER, help="its arguments, as redis-cli takes them"
     )
 
 

@@ -22,6 +22,8 @@ The tree::
         │                       address)
         ├── AdMobRejected       an AdMob verification callback is malformed (``reason``)
         ├── KeysUnavailable     AdMob's verifier keys could not be had (503)
+        ├── RedisReplyError     Redis answered an operator's own command (``svc admin
+        │                       redis``) with an error reply (the message is Redis's)
         └── ConfigError         the configuration cannot be run on (start-up, ``svc
             │                   admin``); the message says what and where
             ├── StartupError    the configured servers or places are unfit (Redis
@@ -59,6 +61,7 @@ class ErrorKind(Enum):
     TEST_KEY_FORBIDDEN = (403, "permission_error", "test_key_forbidden")
     MODEL_NOT_ALLOWED = (403, "permission_error", "model_not_allowed")
     PERMISSION_DENIED = (403, "permission_error", "permission_denied")
+    ACCOUNT_DISABLED = (403, "permission_error", "account_disabled")
     INVALID_VALUE = (400, "invalid_request_error", "invalid_value")
     KEY_LIMIT = (400, "invalid_request_error", "api_key_limit_reached")
     WEBHOOK_LIMIT = (400, "invalid_request_error", "webhook_limit_reached")
@@ -208,6 +211,11 @@ class KeysUnavailable(SvcError):
     cannot be checked now (503, so the ad network tries again later)."""
 
 
+class RedisReplyError(SvcError):
+    """Redis answered a command an operator typed (``svc admin redis``) with an error reply;
+    the message is Redis's own (the operator sees it as it is)."""
+
+
 class ConfigError(SvcError):
     """The configuration cannot be run on; the message says what and where."""
 
@@ -216,17 +224,17 @@ class StartupError(ConfigError):
     """The configuration or its servers are unfit to run on; the message says why."""
 
 
+class SettingsError(ConfigError, ValueError):
+    """An ``SVC_*`` variable (or the ``svc serve`` option standing for it) holds a value svc
+    cannot use; the message names the variable and what it takes."""
+
+
 class ModelsFileError(ConfigError, ValueError):
     """The models file is broken; the message names the file, line and field."""
 
 
 class ProxyConfigError(ConfigError, ValueError):
     """A proxy variable names a URL svc cannot use; the message names no credential."""
-
-
-class SettingsError(ConfigError, ValueError):
-    """An ``SVC_*`` variable (or the ``svc serve`` option standing for it) holds a value svc
-    cannot use; the message names the variable and what it takes."""
 
 
 class ScriptLoadError(ConfigError):

@@ -1,7 +1,8 @@
 """API keys' hot-path records in Redis: the digest → identity mapping, each key's record
 (status, cap, name, expiry, models, rate limit), and what Redis knows of a key's use. The
 key scripts write the records; the reads made outside the scripts keep the scripts' rules
-(``lua/lib/keys.lua``) through ``key_expired`` and ``app.kv.fields`` (the models field)."""
+(``lua/lib/keys.lua``) through ``key_expired`` and ``app.kv.fields`` (the models field, the
+account's status)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,16 @@ from typing import Any, NamedTuple
 from app.core.clock import day_tag, utc_day
 from app.credits.outcomes import Identity, KeyAccess, ScriptStatus, Written
 from app.credits.scripts import Scripts
-from app.kv.fields import KEY_ACTIVE, NO_CAP, KeyField, allowed_models, models_field
+from app.kv.fields import (
+    ACCOUNT_DISABLED,
+    KEY_ACTIVE,
+    NO_CAP,
+    AccountField,
+    KeyField,
+    account_status,
+    allowed_models,
+    models_field,
+)
 from app.kv.layout import KeySpace, as_text
 from app.store import KeyRecord
 
@@ -68,11 +78,16 @@ class KeyRecords:
         return (await self.key_access(ident, now)).status
 
     async def key_access(self, ident: Identity, now: float) -> KeyAccess:
-        """Whether the key may be used at ``now``, and the models it may use."""
-        acct, status, expires, models = await self.redis.hmget(
+        """Whether the key may be used at ``now`` (its account's status included), and the
+        models it may use: the key's record and its account's status in one round trip
+        (both in the account's slot)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hmget(
             self.layout.api_key(ident.shard, ident.kid),
             [KeyField.ACCOUNT, KeyField.STATUS, KeyField.EXPIRES, KeyField.MODELS],
         )
+        pipe.hget(self.layout.account(ident.shard, ident.pid), AccountField.STATUS)
+        (acct, status, expires, models), account = await pipe.execute()
         listed = allowed_models(models)
         allowed = None if listed is None else frozenset(listed)
         if acct is None or as_text(acct) != ident.pid:
@@ -81,6 +96,8 @@ class KeyRecords:
             return KeyAccess(ScriptStatus.KEY_REVOKED, allowed)
         if key_expired(int(expires or 0), now):
             return KeyAccess(ScriptStatus.KEY_EXPIRED, allowed)
+        if account_status(account) == ACCOUNT_DISABLED:
+            return KeyAccess(ScriptStatus.ACCOUNT_DISABLED, allowed)
         return KeyAccess(ScriptStatus.OK, allowed)
 
     async def keys_use(self, pid: str, records: Sequence[KeyRecord], now: float) -> list[KeyUse]:

@@ -26,6 +26,7 @@ from app.credits.outcomes import (
 from app.credits.scripts import RedisClock, Scripts
 from app.kv.client import REDIS_TIMEOUT
 from app.kv.fields import (
+    ACCOUNT_ACTIVE,
     ACCOUNT_POOLS,
     API_CHAT,
     NO_CAP,
@@ -91,17 +92,35 @@ class Money:
     # -- accounts' pools ----------------------------------------------------------------
 
     async def open_account(
-        self, pid: str, *, earned: int = 0, earned_exp: int = 0, purchased: int = 0
+        self,
+        pid: str,
+        *,
+        earned: int = 0,
+        earned_exp: int = 0,
+        purchased: int = 0,
+        status: str = ACCOUNT_ACTIVE,
     ) -> Written:
-        """Create an account's balance hash unless it exists (DUPLICATE: left unchanged)."""
+        """Create an account's balance hash, with ``status`` (the durable record's), unless
+        it exists (DUPLICATE: left unchanged)."""
         shard = self.layout.shard(pid)
         created = await self._run(
-            "open_account", [self.layout.account(shard, pid)], [earned, earned_exp, purchased]
+            "open_account",
+            [self.layout.account(shard, pid)],
+            [earned, earned_exp, purchased, status],
         )
         return Written(ScriptStatus.OK if created else ScriptStatus.DUPLICATE)
 
+    async def set_account_status(self, pid: str, status: str) -> Written:
+        """Set the account's status (``ACCOUNT_STATUSES``): every key of a disabled account
+        is refused from the next request on, by every worker; ``ACCOUNT_MISSING`` (nothing
+        written) when Redis has no balance hash of it."""
+        shard = self.layout.shard(pid)
+        written = await self._run("account_status", [self.layout.account(shard, pid)], [status])
+        return Written(ScriptStatus(int(written)))
+
     async def balance(self, ident: Identity, now: float) -> BalanceRead:
-        """An account's pools, read through one of its keys (the key's status checked too)."""
+        """An account's pools, read through one of its keys (the key's status and the
+        account's checked too)."""
         status, earned, earned_exp, purchased = await self._run(
             "balance",
             [

@@ -33,6 +33,7 @@ class ScriptStatus(IntEnum):
     REPLAY = 16
     UNRECORDED = 17
     INTENT_USED = 18
+    ACCOUNT_DISABLED = 19  # the key's account is disabled by an operator
 
 
 class Identity(msgspec.Struct, frozen=True):
@@ -96,7 +97,8 @@ class Written(NamedTuple):
     """A write that happens once: OK when this call made it, DUPLICATE when it was there
     already (``open_account``, ``put_key``, ``revoke_key``: revoked before), KEY_UNKNOWN when
     the key's record names another account (``revoke_key``, ``update_key``), NOT_FOUND when
-    the reservation is gone (``extend``)."""
+    the reservation is gone (``extend``), ACCOUNT_MISSING when Redis has no balance hash of
+    the account (``set_low_balance``, ``set_account_status``)."""
 
     status: ScriptStatus
 
@@ -104,12 +106,13 @@ class Written(NamedTuple):
 class KeyAccess(NamedTuple):
     """What a key may do now, as Redis says (read outside the scripts)."""
 
-    status: ScriptStatus  # OK, KEY_UNKNOWN, KEY_REVOKED or KEY_EXPIRED
+    status: ScriptStatus  # OK, KEY_UNKNOWN, KEY_REVOKED, KEY_EXPIRED or ACCOUNT_DISABLED
     models: frozenset[str] | None  # the aliases it may use; None: all
 
 
 class BalanceRead(NamedTuple):
-    status: ScriptStatus  # OK, KEY_UNKNOWN, KEY_REVOKED or ACCOUNT_MISSING
+    status: ScriptStatus  # OK, KEY_UNKNOWN, KEY_REVOKED, KEY_EXPIRED, ACCOUNT_MISSING or
+    # ACCOUNT_DISABLED
     balance: Balance
 
 

@@ -5,12 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from litestar import Controller, Request, Response, get, post
+from litestar import Controller, Request, Response, delete, get, patch, post
 from litestar.datastructures import ResponseHeader
 from litestar.di import Provide
 
-from app.accounts.answers import ApiKeyCreated, ApiKeyItem, CreditBalance
-from app.accounts.bodies import GrantRequest
+from app.accounts.answers import (
+    AccountList,
+    ApiKeyCreated,
+    ApiKeyDeleted,
+    ApiKeyItem,
+    CreditBalance,
+)
+from app.accounts.bodies import AccountUpdateRequest, GrantRequest
+from app.accounts.lookup import parse_account_filter
 from app.accounts.rewards import SpotlightRequest, SpotlightReward
 from app.core.errors import ErrorKind
 from app.core.validation import decode_json
@@ -21,6 +28,7 @@ from app.http.deps import admin_guard, provide_services
 from app.http.headers import NO_STORE
 from app.http.idempotent import once
 from app.http.openapi import (
+    ACCOUNTS_PARAMS,
     ACTIVITY_PARAMS,
     ADMIN_ERRORS,
     ADMIN_TOKEN,
@@ -29,6 +37,7 @@ from app.http.openapi import (
     errors,
 )
 from app.http.reports import activity_answer
+from app.ops.lookup import AccountDetail, account_detail
 from app.runtime import Services
 from app.usage.activity import parse_environment
 from app.usage.flusher import Lag
@@ -54,6 +63,43 @@ class AdminController(Controller):
     @post("/accounts", status_code=201, responses=errors(*ADMIN_ERRORS))
     async def create_account(self, services: Services) -> AccountCreated:
         return AccountCreated(account_pid=await services.accounts.create_account())
+
+    @get(
+        "/accounts",
+        responses=errors(*ADMIN_ERRORS, ErrorKind.INVALID_VALUE),
+        operation_class=documented(parameters=ACCOUNTS_PARAMS),
+    )
+    async def accounts(self, services: Services, request: Request[Any, Any, Any]) -> AccountList:
+        """Accounts, newest first, a page at a time (``limit``, ``after``); ``query`` finds
+        them by account id, key id (either form) or a key's last four characters."""
+        return await services.accounts.find_accounts(parse_account_filter(request.query_params))
+
+    @get("/accounts/{pid:str}", responses=errors(*_ACCOUNT))
+    async def account(self, services: Services, pid: str) -> AccountDetail:
+        """The account: status, balance (as ``/v1/credits``), keys (as ``/v1/api-keys``,
+        never a secret), usage today."""
+        return await account_detail(services.accounts, services.usage, pid, services.clock())
+
+    @body_route(patch, "/accounts/{pid:str}", AccountUpdateRequest, *_ACCOUNT, status_code=200)
+    async def update_account(
+        self, services: Services, pid: str, request: Request[Any, Any, Any]
+    ) -> AccountDetail:
+        """Disable the account (every key refused at once, on every instance: 403
+        ``account_disabled``) or enable it again; answers the account."""
+        req = decode_json(await request.body(), AccountUpdateRequest)
+        await services.accounts.set_status(pid, req.status)
+        return await account_detail(services.accounts, services.usage, pid, services.clock())
+
+    @delete(
+        "/accounts/{pid:str}/api-keys/{key_id:str}",
+        status_code=200,
+        responses=errors(*_ACCOUNT, ErrorKind.API_KEY_NOT_FOUND),
+    )
+    async def revoke_key(self, services: Services, pid: str, key_id: str) -> ApiKeyDeleted:
+        """Revoke any key of the account, at once on every worker (as ``DELETE
+        /v1/api-keys/{id}``)."""
+        await services.accounts.require_account(pid)
+        return await services.accounts.revoke_key(pid, key_id)
 
     @body_route(
         post,

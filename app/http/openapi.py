@@ -29,6 +29,9 @@ from litestar.openapi.spec import (
     SecurityRequirement,
 )
 
+from app.accounts.lookup import DEFAULT_LIMIT as ACCOUNTS_DEFAULT_LIMIT
+from app.accounts.lookup import MAX_LIMIT as ACCOUNTS_MAX_LIMIT
+from app.accounts.lookup import MAX_QUERY_CHARS as ACCOUNTS_MAX_QUERY
 from app.core.errors import ErrorBody, ErrorKind
 from app.keys.format import ENVIRONMENTS
 from app.usage.activity import DEFAULT_LIMIT as ACTIVITY_DEFAULT_LIMIT
@@ -44,6 +47,7 @@ KEY_ERRORS = (
     ErrorKind.INVALID_API_KEY,
     ErrorKind.API_KEY_REVOKED,
     ErrorKind.API_KEY_EXPIRED,
+    ErrorKind.ACCOUNT_DISABLED,
     ErrorKind.AUTH_RATE_LIMITED,
     ErrorKind.SERVICE_UNAVAILABLE,
     ErrorKind.INTERNAL,
@@ -243,6 +247,33 @@ ACTIVITY_PARAMS = [
             "first, `created` as an ISO 8601 UTC time)."
         ),
         schema=Schema(type=OpenAPIType.STRING, enum=list(FORMATS), default="json"),
+    ),
+]
+
+ACCOUNTS_PARAMS = [
+    Parameter(
+        name="query",
+        param_in=ParamType.QUERY,
+        required=False,
+        description=(
+            "Only the accounts it names: an account id (`acct_…`), the id of one of its keys "
+            "(`key_…`, or the bare id), or a key's last four characters (`last4`)."
+        ),
+        schema=Schema(type=OpenAPIType.STRING, max_length=ACCOUNTS_MAX_QUERY),
+    ),
+    Parameter(
+        name="limit",
+        param_in=ParamType.QUERY,
+        required=False,
+        description=f"Accounts in the page (default {ACCOUNTS_DEFAULT_LIMIT}).",
+        schema=Schema(type=OpenAPIType.INTEGER, minimum=1, maximum=ACCOUNTS_MAX_LIMIT),
+    ),
+    Parameter(
+        name="after",
+        param_in=ParamType.QUERY,
+        required=False,
+        description="The `id` of the last account of the previous page (its `last_id`).",
+        schema=Schema(type=OpenAPIType.STRING),
     ),
 ]
 

@@ -86,6 +86,19 @@ def kid_from_public_id(key_id: str) -> str | None:
     return kid
 
 
+def kid_named(text: str) -> str | None:
+    """The key id ``text`` names in either form an operator meets: the API ``id``
+    (``key_…``) or the bare id (Redis key names, the durable ``kid``); None for neither."""
+    if len(text) == KID_LEN and _BASE62_SET.issuperset(text):
+        return text
+    return kid_from_public_id(text)
+
+
+def is_last4(text: str) -> bool:
+    """Whether ``text`` can be a key's last four characters (a list's ``last4``)."""
+    return len(text) == 4 and _BASE62_SET.issuperset(text)
+
+
 def digest(pepper: bytes, secret: str) -> str:
     """HMAC-SHA256 of the secret: the hot-path lookup handle. Useless without the pepper."""
     return hmac.new(pepper, secret.encode(), hashlib.sha256).hexdigest()

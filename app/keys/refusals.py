@@ -78,6 +78,11 @@ def _key_error(status: ScriptStatus) -> ApiError | None:
         return invalid_api_key()
     return None
 
+    if status is ScriptStatus.ACCOUNT_DISABLED:
+        return ApiError(
+            ErrorKind.ACCOUNT_DISABLED,
+            "This API key's account is disabled. Contact the service's operator.",
+        )
 
 def _idempotency_error(status: ScriptStatus) -> ApiError | None:
     if status is ScriptStatus.IDEMPOTENCY_RUNNING:

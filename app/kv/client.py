@@ -11,6 +11,8 @@ which a cluster client would ask one node only: ``primaries_info`` asks each pri
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from typing import Any, TypeAlias
 
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -21,6 +23,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from app.core.errors import RedisReplyError
 from app.core.settings import Settings
 
 RedisClient: TypeAlias = Redis | RedisCluster
@@ -69,6 +72,49 @@ def open_redis(settings: Settings, max_connections: int, name: str | None = None
         **timeouts,
     )
     return Redis(connection_pool=pool)
+
+
+async def run_command(redis: RedisClient, command: str, args: Sequence[str]) -> Any:
+    """One command as an operator typed it (``svc admin redis``): its reply, or
+    ``RedisReplyError`` with Redis's message for an error reply. The arguments
+    go as the shell gave them (``os.fsencode``: bytes that are not UTF-8 too), and the reply
+    comes back as Redis sent it (``redis-cli``'s view: ``PONG``, ``OK``, a map for a hash
+    over RESP3), not as redis-py would make it over (``True``). Nothing is refused: the
+    operator's tool is as strong as ``redis-cli``. ``redis`` is the command's own client:
+    its parser of ``command`` is set aside for good.
+
+    On a Cluster a command that names a key runs on the primary that owns it, its reply as
+    sent; one without a key goes where redis-py's cluster client sends it, and the replies
+    of a command sent to every node come back combined as that client combines them
+    (``PING``: true when all answered, ``DBSIZE``: the sum, ``KEYS``: one list)."""
+    if isinstance(redis, RedisCluster):
+        await redis.initialize()  # with the parsers of its own commands (the slot map)
+    for name in {command, command.upper()}:
+        redis.set_response_callback(name, _as_sent)
+    try:
+        return await redis.execute_command(command, *(os.fsencode(arg) for arg in args))
+    except (RedisConnectionError, RedisTimeoutError):
+        raise  # Redis cannot be reached: the 503 of every admin command
+    except REDIS_ERRORS as exc:  # an error reply, or a command the cluster client refuses
+        raise RedisReplyError(str(exc)) from exc
+
+
+def _as_sent(response: Any, **_options: Any) -> Any:
+    return response
+
+
+def readable(reply: Any) -> Any:
+    """A reply as JSON can hold it: bytes as UTF-8 text (bytes that are not UTF-8 with
+    ``\\xNN`` escapes), sequences as lists, sets as sorted lists, maps with text keys."""
+    if isinstance(reply, bytes):
+        return reply.decode("utf-8", "backslashreplace")
+    if isinstance(reply, dict):
+        return {str(readable(k)): readable(v) for k, v in reply.items()}
+    if isinstance(reply, (set, frozenset)):
+        return sorted((readable(item) for item in reply), key=str)
+    if isinstance(reply, (list, tuple)):
+        return [readable(item) for item in reply]
+    return reply
 
 
 async def primaries_info(redis: RedisClient, section: str) -> list[dict[str, Any]]:

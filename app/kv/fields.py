@@ -17,10 +17,23 @@ class AccountField:
     EARNED: Final = "earned"
     EARNED_EXP: Final = "earned_exp"  # unix seconds; 0 while the pool is empty
     PURCHASED: Final = "purchased"
-    STATUS: Final = "status"
+    STATUS: Final = "status"  # ACCOUNT_ACTIVE | ACCOUNT_DISABLED; absent: active
     EGEN: Final = "egen"  # times the earned pool expired
     LOW: Final = "low"  # the low-balance threshold (credits.low); absent: none
     LOW_MARK: Final = "lowf"  # set while the balance is below it and that was told
+
+
+ACCOUNT_ACTIVE: Final = "active"
+ACCOUNT_DISABLED: Final = "disabled"
+"""``AccountField.STATUS`` of an account whose keys are refused (``lib/keys.lua``
+``account_refusal``); the durable record's ``status`` takes the same two values."""
+ACCOUNT_STATUSES: Final = (ACCOUNT_ACTIVE, ACCOUNT_DISABLED)
+
+
+def account_status(raw: Any) -> str:
+    """An ``AccountField.STATUS`` value as text: absent (a hash from before it existed) is
+    active."""
+    return ACCOUNT_ACTIVE if raw is None else as_text(raw)
 
 
 class KeyField:

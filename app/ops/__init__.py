@@ -1,3 +1,4 @@
-"""Operations: ``svc admin inspect``, ``reconcile`` and ``rebuild-redis``, and the embedded
-Valkey of the zero-configuration mode.
+"""Operations: ``svc admin inspect``, ``reconcile`` and ``rebuild-redis``, an account as an
+operator looks it up (``lookup``: the admin API's and ``svc admin account``), and the
+embedded Valkey of the zero-configuration mode.
 """

@@ -1,7 +1,9 @@
 """``svc admin inspect``: one account as Redis holds it, for operators.
 
 Read-only and straight from Redis (the durable store only names the account's keys):
-pools, each key's status and cap use today, open reservations, usage counters.
+the account's status and pools, each key's status and cap use today (keys and reservations
+name keys by their API id, ``key_…``, as every answer does), open reservations, usage
+counters.
 """
 
 from __future__ import annotations
@@ -16,7 +18,15 @@ from app.core.clock import day_tag, utc_day
 from app.core.errors import account_not_found
 from app.keys.format import public_id
 from app.kv.client import RedisClient
-from app.kv.fields import ACCOUNT_POOLS, KeyField, ReservationField, allowed_models, pools
+from app.kv.fields import (
+    ACCOUNT_POOLS,
+    AccountField,
+    KeyField,
+    ReservationField,
+    account_status,
+    allowed_models,
+    pools,
+)
 from app.kv.layout import KeySpace, as_text
 from app.store import Store
 
@@ -47,6 +57,7 @@ class Reservation(msgspec.Struct):
 class AccountReport(msgspec.Struct):
     account_pid: str
     shard: int
+    status: str  # in Redis: active | disabled (its keys refused) | missing (no hash)
     earned: int
     earned_expires_at: int  # unix seconds; 0 while the pool is empty
     purchased: int
@@ -87,7 +98,7 @@ async def inspect_account(
     shard, today = layout.shard(pid), day_tag(utc_day(clock()))
     records = await store.list_keys(pid)
     pipe = redis.pipeline(transaction=False)
-    pipe.hmget(layout.account(shard, pid), ACCOUNT_POOLS)
+    pipe.hmget(layout.account(shard, pid), [*ACCOUNT_POOLS, AccountField.STATUS])
     for rec in records:
         pipe.hmget(layout.api_key(shard, rec.kid), _KEY_FIELDS)
         pipe.get(layout.cap(shard, rec.cap_kid, today))
@@ -96,7 +107,9 @@ async def inspect_account(
     pipe.hgetall(layout.usage_day(shard, pid, today))
     pipe.hgetall(layout.usage_total(shard, pid))
     results = await pipe.execute()
-    earned, earned_exp, purchased = pools(results[0]) or (0, 0, 0)
+    *pool_fields, account = results[0]
+    found = pools(pool_fields)
+    earned, earned_exp, purchased = found or (0, 0, 0)
     states = []
     for i, rec in enumerate(records):
         fields, used = results[1 + 2 * i], results[2 + 2 * i]
@@ -119,6 +132,7 @@ async def inspect_account(
     return AccountReport(
         account_pid=pid,
         shard=shard,
+        status="missing" if found is None else account_status(account),
         earned=earned,
         earned_expires_at=earned_exp,
         purchased=purchased,

@@ -16,7 +16,7 @@ from app.credits.money import GRANT_MARKER_TTL_S, SPOTLIGHT_COUNTER_TTL_S, Money
 from app.credits.outcomes import ScriptStatus
 from app.credits.usage_counts import UsageCounts
 from app.kv.client import RedisClient
-from app.kv.fields import KIND_MARK, EventField
+from app.kv.fields import ACCOUNT_ACTIVE, ACCOUNT_DISABLED, KIND_MARK, EventField
 from app.kv.layout import KeySpace
 from app.ops.shard_state import ShardRead, Sums, consistent_shards, redis_accounts
 from app.store import KeyRecord, LedgerSnapshot, Store
@@ -33,7 +33,8 @@ class RebuildReport(msgspec.Struct):
     object: str
     rebuilt_at: int
     accounts_restored: int
-    accounts_kept: int  # present already (only with --force): left unchanged
+    accounts_kept: int  # present already (only with --force): left unchanged, but for
+    # a status the durable record says otherwise (statuses_corrected)
     keys_restored: int
     revoked_keys_restored: int
     earned_credits: int
@@ -46,6 +47,8 @@ class RebuildReport(msgspec.Struct):
     usage_epoch_day: str | None  # first day /v1/usage reads from Redis; older from the store
     negative_balances: list[str]  # accounts whose ledger is below zero (restored as 0)
     lost: str
+    disabled_accounts: int = 0  # restored disabled, as the durable record says
+    statuses_corrected: int = 0  # kept accounts (--force) whose status Redis had wrong
 
 
 def restored_pools(sums: Sums, held: tuple[int, int]) -> tuple[int, int, int]:
@@ -69,9 +72,10 @@ async def rebuild_redis(
     earned_ttl_s: int,
     force: bool = False,
 ) -> RebuildReport:
-    """Restore accounts, balances, keys, grant markers, today's spotlight and cap counters
-    and usage totals from the durable store; refuses a Redis that holds accounts already
-    unless ``force`` (then only what is missing is written, existing records are kept)."""
+    """Restore accounts (their status too), balances, keys, grant markers, today's
+    spotlight and cap counters and usage totals from the durable store; refuses a Redis
+    that holds accounts already unless ``force`` (then only what is missing is written,
+    existing records are kept, but for an account's status: the durable record's)."""
     redis, layout = money.redis, money.layout
     in_redis = await redis_accounts(redis, layout)
     if in_redis and not force:
@@ -149,13 +153,20 @@ async def _restore_account(
         report.negative_balances.append(pid)
     if pid in state.pools:
         report.accounts_kept += 1
+        # the status is the durable record's: a kept hash that says otherwise is corrected
+        if state.statuses.get(pid, ACCOUNT_ACTIVE) != sums.status:
+            written = await money.set_account_status(pid, sums.status)
+            report.statuses_corrected += int(written.status is ScriptStatus.OK)
     else:
         earned, exp, purchased = restored_pools(sums, state.held.get(pid, (0, 0)))
-        opened = await money.open_account(pid, earned=earned, earned_exp=exp, purchased=purchased)
+        opened = await money.open_account(
+            pid, earned=earned, earned_exp=exp, purchased=purchased, status=sums.status
+        )
         if opened.status is ScriptStatus.OK:
             report.accounts_restored += 1
             report.earned_credits += earned
             report.purchased_credits += purchased
+            report.disabled_accounts += int(sums.status == ACCOUNT_DISABLED)
             if exp and exp <= now:
                 report.earned_already_expired += earned
     usage_key = money.layout.usage_total(shard, pid)

@@ -15,7 +15,9 @@ are still on both sides. Second check, per account and environment: the all-time
 counters (``use:<pid>``) = durable rollups + unflushed usage events. Third, the same per
 day (``use:<pid>:<YYYYMMDD>`` = that day's rollups + unflushed events of that day) for the
 days Redis holds completely: a script that fails half-way can leave a day counter apart
-from the all-time one.
+from the all-time one. Fourth, the account's status: Redis's (what the scripts refuse keys
+by) must be the durable record's (``PATCH /admin/v1/accounts/{pid}`` writes the store first,
+then Redis).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import msgspec
 
 from app.core.clock import utc_day
 from app.kv.client import RedisClient
-from app.kv.fields import is_group_field
+from app.kv.fields import ACCOUNT_ACTIVE, is_group_field
 from app.kv.layout import KeySpace
 from app.ops.shard_state import ShardRead, Sums, consistent_shards, redis_accounts
 from app.store import Store
@@ -36,6 +38,7 @@ class RedisSide(msgspec.Struct):
     purchased: int
     held: int  # by the account's open live reservations
     total: int
+    status: str = ACCOUNT_ACTIVE  # its hash's (absent: active)
 
 
 class LedgerSide(msgspec.Struct):
@@ -45,6 +48,7 @@ class LedgerSide(msgspec.Struct):
     unflushed_used: int
     unflushed_expired: int
     total: int
+    status: str = ACCOUNT_ACTIVE  # the durable record's
 
 
 class AccountCheck(msgspec.Struct):
@@ -93,6 +97,7 @@ def check_account(
             purchased=purchased,
             held=held_e + held_p,
             total=earned + purchased + held_e + held_p,
+            status=state.statuses.get(pid, ACCOUNT_ACTIVE),
         )
     ledger_side = None
     if known:
@@ -103,6 +108,7 @@ def check_account(
             unflushed_used=sums.unflushed_used,
             unflushed_expired=sums.unflushed_expired,
             total=sums.total,
+            status=sums.status,
         )
     usage_drift = _drift(state.usage.get(pid, {}), sums.usage)
     # Only the days read from Redis: the ledger's other days (older unflushed events) are
@@ -118,7 +124,8 @@ def check_account(
     elif ledger_side is None:
         status = "missing_in_store"
     else:
-        status = "drift" if drift or usage_drift or day_drift else "ok"
+        status_drift = redis_side.status != ledger_side.status
+        status = "drift" if drift or usage_drift or day_drift or status_drift else "ok"
     return AccountCheck(
         account_pid=pid,
         shard=shard,

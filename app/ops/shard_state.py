@@ -1,9 +1,10 @@
 """Each shard's Redis state next to its accounts' durable ledger, read at one instant.
 
 What ``svc admin reconcile`` compares and ``svc admin rebuild-redis`` restores from: the
-balance pools, the open reservations' holds, the usage counters (all-time and per day) and
-the events after the flush cursor of every shard, with the durable sums of the same
-accounts, race-free with a running flusher (see ``consistent_shards``).
+balance pools and the accounts' statuses, the open reservations' holds, the usage counters
+(all-time and per day) and the events after the flush cursor of every shard, with the
+durable sums (and statuses) of the same accounts, race-free with a running flusher (see
+``consistent_shards``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from app.core.clock import day_tag
 from app.core.errors import service_unavailable
 from app.kv.client import RedisClient
 from app.kv.fields import (
+    ACCOUNT_ACTIVE,
     COUNTERS,
     GROUP_COUNTERS,
     GROUP_KEY,
@@ -28,6 +30,7 @@ from app.kv.fields import (
     StreamEvent,
     UsageCounters,
     UsageEvent,
+    account_status,
     group_field,
     group_values,
     parse_event,
@@ -48,6 +51,8 @@ class ShardRead(msgspec.Struct):
     usage: dict[str, dict[str, int]]  # pid -> usage_field -> all-time value
     days: dict[str, dict[str, dict[str, int]]]  # pid -> day read -> usage_field -> value
     events: list[StreamEvent]  # after the durable cursor
+    statuses: dict[str, str] = msgspec.field(default_factory=dict)  # pid -> its status, where
+    # it has a hash (AccountField.STATUS; absent: active)
 
 
 class Sums(msgspec.Struct):
@@ -62,6 +67,7 @@ class Sums(msgspec.Struct):
     used_earned: int = 0
     unflushed_used: int = 0
     unflushed_expired: int = 0
+    status: str = ACCOUNT_ACTIVE  # the durable record's (active | disabled)
     usage: dict[str, int] = msgspec.field(default_factory=dict)  # usage_field -> value
     # "YYYY-MM-DD" -> usage_field -> value, the days asked for (unflushed events: any day)
     days: dict[str, dict[str, int]] = msgspec.field(default_factory=dict)
@@ -89,6 +95,7 @@ def _by_shard(layout: KeySpace, pids: Iterable[str]) -> dict[int, list[str]]:
     return shards
 
 
+ACCOUNT_READ = [AccountField.EARNED, AccountField.PURCHASED, AccountField.STATUS]
 HELD_FIELDS = [
     ReservationField.ACCOUNT,
     ReservationField.ENVIRONMENT,
@@ -118,7 +125,7 @@ async def read_shard(
         pipe = redis.pipeline(transaction=True)
         pipe.zrange(rsv_key, 0, -1)
         for pid in pids:
-            pipe.hmget(layout.account(shard, pid), [AccountField.EARNED, AccountField.PURCHASED])
+            pipe.hmget(layout.account(shard, pid), ACCOUNT_READ)
             pipe.hgetall(layout.usage_total(shard, pid))
             for day in days:
                 pipe.hgetall(layout.usage_day(shard, pid, day_tag(day)))
@@ -138,12 +145,14 @@ def _counters(reply: dict[Any, Any]) -> dict[str, int]:
 def _shard_read(pids: list[str], days: Sequence[str], results: list[Any]) -> ShardRead:
     replies = iter(results[:-1])  # in the order read_shard queued them; the stream is last
     pools: dict[str, tuple[int, int]] = {}
+    statuses: dict[str, str] = {}
     usage: dict[str, dict[str, int]] = {}
     by_day: dict[str, dict[str, dict[str, int]]] = {}
     for pid in pids:
-        earned, purchased = next(replies)
+        earned, purchased, status = next(replies)
         if purchased is not None:
             pools[pid] = (int(earned or 0), int(purchased))
+            statuses[pid] = account_status(status)
         usage[pid] = _counters(next(replies))
         by_day[pid] = {day: _counters(next(replies)) for day in days}
     held: dict[str, tuple[int, int]] = {}
@@ -154,14 +163,16 @@ def _shard_read(pids: list[str], days: Sequence[str], results: list[Any]) -> Sha
         e, p = held.get(as_text(acct), (0, 0))
         held[as_text(acct)] = (e + int(fe), p + int(fp))
     events = [parse_event(entry_id, fields) for entry_id, fields in results[-1] or []]
-    return ShardRead(pools=pools, held=held, usage=usage, days=by_day, events=events)
+    return ShardRead(
+        pools=pools, held=held, usage=usage, days=by_day, events=events, statuses=statuses
+    )
 
 
 def ledger_sums(snapshot: LedgerSnapshot, earned_ttl_s: int) -> dict[str, Sums]:
     """Durable sums per account."""
     sums: dict[str, Sums] = defaultdict(Sums)
     for account in snapshot.accounts:
-        sums[account.pid]  # every account, even one without any grant
+        sums[account.pid].status = account.status  # every account, even one without a grant
     for g in snapshot.grants:
         s = sums[g.account_pid]
         if g.pool == "earned":

@@ -89,13 +89,14 @@ class VerifiedRewards:
         intent = self.intents.open(token, now)
         if shown_at_ms is not None and not shown_within(intent, shown_at_ms, now):
             raise invalid_intent("was not live when the view was shown")
-        if await self.store.get_account(intent.pid) is None:
+        account = await self.store.get_account(intent.pid)
+        if account is None:
             raise invalid_intent("names no account")
         # the account in the id too: Redis dedupes in the account's slot, and a verifier's
         # view ids need not be unique across accounts (each view is bound to its intent)
         grant_id = f"{network}:{intent.pid}:{transaction_id}"
         status, record = await self.spotlights.grant_view(
-            intent.pid,
+            account,
             grant_id,
             transaction_id,
             now,

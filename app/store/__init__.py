@@ -13,6 +13,7 @@ from typing import Protocol
 
 from app.core.errors import StoreConflict, StoreError
 from app.store.records import (
+    AccountQuery,
     AccountRecord,
     ActivityQuery,
     ActivityRecord,
@@ -32,6 +33,7 @@ from app.store.records import (
 __all__ = [
     "ANY_CURSOR",
     "END_OF_TIME",
+    "AccountQuery",
     "AccountRecord",
     "ActivityQuery",
     "ActivityRecord",
@@ -89,6 +91,14 @@ class Store(Protocol):
 
     async def list_accounts(self) -> list[AccountRecord]:
         """Every account, oldest first."""
+
+    async def list_accounts_page(self, query: AccountQuery) -> list[AccountRecord]:
+        """One page of accounts, newest first (``account_page``): those ``query`` matches
+        (all when it names nothing), after its position, at most ``query.limit``."""
+
+    async def set_account_status(self, pid: str, status: str) -> AccountRecord | None:
+        """The account with its status set (``active`` or ``disabled``); None when there is
+        no such account."""
 
     async def insert_key(self, rec: KeyRecord, *, max_active: int | None = None) -> bool:
         """Add a key; ``StoreConflict`` when the kid exists or the account does not. With

@@ -19,6 +19,7 @@ from app.store import migrations as schema
 from app.store import statements as sql
 from app.store.program import Program, Transaction, each, execute, row, rows, take
 from app.store.records import (
+    AccountQuery,
     AccountRecord,
     ActivityQuery,
     ActivityRecord,
@@ -118,6 +119,17 @@ class SQLStore(ABC):
 
     async def set_low_balance(self, pid: str, low: int | None) -> None:
         await self._write(execute(sql.SET_LOW_BALANCE, (low, pid)))
+
+    async def list_accounts_page(self, query: AccountQuery) -> list[AccountRecord]:
+        return await self._records(AccountRecord, *sql.account_page(query))
+
+    async def set_account_status(self, pid: str, status: str) -> AccountRecord | None:
+        def update() -> Program[AccountRecord | None]:
+            yield from execute(sql.SET_ACCOUNT_STATUS, (status, pid))
+            found = yield from row(sql.GET_ACCOUNT, (pid,))
+            return None if found is None else to_record(AccountRecord, found)
+
+        return await self._write(update())
 
     # -- keys -------------------------------------------------------------------------
 

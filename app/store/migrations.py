@@ -219,6 +219,16 @@ MIGRATIONS: tuple[Migration, ...] = (
         # roles existed could do everything: they stay admin.
         ("ALTER TABLE api_keys ADD COLUMN role TEXT NOT NULL DEFAULT 'admin'",),
     ),
+    (
+        12,
+        # The operators' lookups: accounts newest first (a page is one range scan), and the
+        # accounts of a key found by its last four characters. An account's status (active,
+        # disabled) has had its column since v1.
+        (
+            "CREATE INDEX accounts_created ON accounts (created_at, pid)",
+            "CREATE INDEX api_keys_last4 ON api_keys (last4)",
+        ),
+    ),
 )
 
 CREATE_SCHEMA_MIGRATIONS = (

@@ -19,8 +19,20 @@ class AccountRecord(msgspec.Struct, frozen=True, kw_only=True):
 
     pid: str  # public id "acct_…"
     created_at: int  # unix seconds
-    status: str = "active"
+    status: str = "active"  # "active" | "disabled" (its keys are refused)
     low_balance_credits: int | None = None  # webhooks' credits.low threshold; None: none
+
+
+class AccountQuery(msgspec.Struct, frozen=True, kw_only=True):
+    """Which accounts to list: newest first, after a position; with any of ``pid``, ``kid``
+    and ``last4``, only the accounts that have that id, or a key of that id or whose last
+    four characters those are."""
+
+    limit: int
+    pid: str | None = None
+    kid: str | None = None
+    last4: str | None = None
+    after: tuple[int, str] | None = None  # (created_at, pid) of the account the page follows
 
 
 class KeyRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -13,6 +13,7 @@ import msgspec
 
 from app.core.clock import DAY_S
 from app.store.records import (
+    AccountQuery,
     AccountRecord,
     ActivityQuery,
     ActivityRecord,
@@ -45,7 +46,36 @@ PING = "SELECT 1"
 INSERT_ACCOUNT = _insert("accounts", AccountRecord)
 GET_ACCOUNT = _select("accounts", AccountRecord) + " WHERE pid = ?"
 SET_LOW_BALANCE = "UPDATE accounts SET low_balance_credits = ? WHERE pid = ?"
+SET_ACCOUNT_STATUS = "UPDATE accounts SET status = ? WHERE pid = ?"
 LIST_ACCOUNTS = _select("accounts", AccountRecord) + " ORDER BY created_at, pid"
+
+
+def account_page(query: AccountQuery) -> tuple[str, Row]:
+    """The statement (and its arguments) of one page of accounts, newest first: a range
+    scan of the accounts' creation index, filtered by what ``query`` matches (its id, or
+    the accounts of the key with that id or those last four characters: the keys' primary
+    key and their last4 index)."""
+    args: list[Any] = []
+    matches: list[str] = []
+    if query.pid is not None:
+        matches.append("pid = ?")
+        args.append(query.pid)
+    keyed = [(c, v) for c, v in (("kid = ?", query.kid), ("last4 = ?", query.last4)) if v]
+    if keyed:
+        found = " OR ".join(condition for condition, _ in keyed)
+        matches.append(f"pid IN (SELECT account_pid FROM api_keys WHERE {found})")
+        args += [value for _, value in keyed]
+    where = ["(" + " OR ".join(matches) + ")"] if matches else []
+    if query.after is not None:
+        where.append("(created_at, pid) < (?, ?)")
+        args += list(query.after)
+    statement = (
+        _select("accounts", AccountRecord)
+        + (" WHERE " + " AND ".join(where) if where else "")
+        + " ORDER BY created_at DESC, pid DESC LIMIT ?"
+    )
+    return statement, (*args, query.limit)
+
 
 # The extra argument is the account_pid again, for the seq subquery; the write lock
 # (SQLite) or the key limit check's row lock (PostgreSQL) keeps seq ordered.

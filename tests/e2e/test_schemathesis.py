@@ -80,6 +80,7 @@ class Known:
     key: str
     pid: str
     spare_key_id: str  # another key of that account, for the DELETE cases to revoke
+    idle_pid: str  # an account the status cases may disable (``pid``'s key must serve)
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +97,12 @@ def known(server: Server) -> Known:
         f"/accounts/{pid}/api-keys",
         {"name": "spare", "environment": "live", "daily_cap_credits": None},
     )
-    return Known(key=server.new_key(pid), pid=pid, spare_key_id=spare.json()["id"])
+    return Known(
+        key=server.new_key(pid),
+        pid=pid,
+        spare_key_id=spare.json()["id"],
+        idle_pid=server.new_account(0),
+    )
 
 
 # Every operation of the document; a new route fails the first test until it is listed here.
@@ -123,11 +129,15 @@ OPERATIONS = [
     "GET /v1/spotlights/admob",
     "GET /v1/spotlights/rewards",
     "POST /admin/v1/accounts",
+    "GET /admin/v1/accounts",
+    "GET /admin/v1/accounts/{pid}",
+    "PATCH /admin/v1/accounts/{pid}",
     "POST /admin/v1/accounts/{pid}/grants",
     "GET /admin/v1/accounts/{pid}/credits",
     "POST /admin/v1/accounts/{pid}/api-keys",
     "PATCH /admin/v1/accounts/{pid}/api-keys/{key_id}",
     "POST /admin/v1/accounts/{pid}/api-keys/{key_id}/rotate",
+    "DELETE /admin/v1/accounts/{pid}/api-keys/{key_id}",
     "POST /admin/v1/accounts/{pid}/spotlights",
     "GET /admin/v1/accounts/{pid}/activity",
     "GET /admin/v1/accounts/{pid}/webhooks",
@@ -150,6 +160,8 @@ NEGATABLE = {
     "POST /v1/api-keys/{key_id}/rotate",
     "POST /v1/webhooks",
     "PATCH /v1/webhooks/{webhook_id}",
+    "GET /admin/v1/accounts",
+    "PATCH /admin/v1/accounts/{pid}",
     "POST /admin/v1/accounts/{pid}/grants",
     "POST /admin/v1/accounts/{pid}/api-keys",
     "PATCH /admin/v1/accounts/{pid}/api-keys/{key_id}",
@@ -186,7 +198,8 @@ def test_operation_honours_the_document(
     operation = api_schema.find_operation_by_label(label)
     assert operation is not None
     token = server.admin_token if " /admin/" in label else known.key
-    ids = {"pid": known.pid, "key_id": known.spare_key_id, "model": "svc-fast"} if existing else {}
+    pid = known.idle_pid if label == "PATCH /admin/v1/accounts/{pid}" else known.pid
+    ids = {"pid": pid, "key_id": known.spare_key_id, "model": "svc-fast"} if existing else {}
     strategy = operation.as_strategy(
         mode,
         headers={"Authorization": f"Bearer {token}"},

@@ -2,7 +2,8 @@
 reserve: check a key and its account, then hold credits for one request. Atomic.
 All checks come before the first write; nothing after the first write can fail.
 
-KEYS[1]  account hash        <p>:{sN}:acct:<pid>       earned, earned_exp, purchased
+KEYS[1]  account hash        <p>:{sN}:acct:<pid>       earned, earned_exp, purchased,
+                                                       egen, status
 KEYS[2]  api key hash        <p>:{sN}:key:<kid>        acct, status, env, cap, exp, models,
                                                        rpm; used (set)
 KEYS[3]  cap counter         <p>:{sN}:cap:<lineage>:<day>  credits held + settled today by the
@@ -62,6 +63,7 @@ Returns {status, amount, out_tokens, balance}
  16 REPLAY                KEYS[8] records this request's response: the reply's 5th item is
                           its bytes; nothing is held or counted
  17 UNRECORDED            KEYS[8] records this request, finished without a response kept
+ 19 ACCOUNT_DISABLED      the account's status is disabled (lib/keys.lua account_refusal)
 A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
 Rate limit: a key with rpm > 0 starts at most rpm requests in any 60 s (a sliding window:
 no burst at a window's edge). KEYS[7] is a list of the unix ms times of the lineage's
@@ -135,6 +137,11 @@ end
 if gave_up(give_up_ms) then return {11, 0, 0, 0} end
 local refused = key_refusal(key[2], key[5], now)
 if refused then return {refused, 0, 0, 0} end
+-- the account's pools and status, in the read every reserve makes anyway
+local acct = redis.call('HMGET', KEYS[1], 'earned', 'earned_exp', 'purchased', 'egen', 'status')
+if not acct[3] then return {3, 0, 0, 0} end
+refused = account_refusal(acct[5])
+if refused then return {refused, 0, 0, 0} end
 if not models_allow(key[6], models) then return {13, 0, 0, 0} end
 
 if idem then
@@ -153,9 +160,6 @@ if rpm > 0 then
     full = true
   end
 end
-local acct = redis.call('HMGET', KEYS[1], 'earned', 'earned_exp', 'purchased', 'egen')
-if not acct[3] then return {3, 0, 0, 0} end
-
 local earned = tonumber(acct[1])
 local earned_exp = tonumber(acct[2])
 local purchased = tonumber(acct[3])

@@ -7,6 +7,7 @@ import pytest
 from app.accounts.accounts import Accounts
 from app.accounts.rewards import Spotlights
 from app.core.errors import ApiError, ErrorKind, StoreError
+from app.kv.fields import ACCOUNT_DISABLED, AccountField, account_status
 from app.store import GrantRecord, Store
 from tests.conftest import Clock
 from tests.support.ledgers import Ledgers
@@ -136,3 +137,14 @@ async def test_a_store_failure_after_redis_is_mended_by_the_retry(
     balance = await ledger.money.account_balance(pid, clock())
     assert balance is not None
     assert balance.earned == 5000  # granted once
+
+
+async def test_an_account_redis_lost_comes_back_with_its_durable_status(
+    store: Store, ledger: Ledgers, clock: Clock, pid: str
+) -> None:
+    await store.set_account_status(pid, ACCOUNT_DISABLED)
+    account_hash = ledger.layout.account(ledger.layout.shard(pid), pid)
+    await ledger.redis.delete(account_hash)  # Redis lost the account
+    await _spotlights(store, ledger, clock).reward(pid, "view-1")
+    status = await ledger.redis.hget(account_hash, AccountField.STATUS)
+    assert account_status(status) == ACCOUNT_DISABLED

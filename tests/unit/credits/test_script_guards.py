@@ -104,7 +104,8 @@ def _calls(ledger: Ledgers, ident: Identity, now: int) -> dict[str, tuple[list[s
             ],
             [now, "earned", 100, 30 * DAY, 5, 100, 100, pid],
         ),
-        "open_account": ([ks.account(shard, "acct_new")], [0, 0, 100]),
+        "open_account": ([ks.account(shard, "acct_new")], [0, 0, 100, "active"]),
+        "account_status": ([ks.account(shard, pid)], ["disabled"]),
         "expire_earned": ([ks.account(shard, pid), ks.events(shard)], [now, pid]),
         "low_balance": ([ks.account(shard, pid)], [now, 500]),
         "put_key": (
@@ -137,6 +138,8 @@ WORDS = {  # arguments from a fixed set, and a wrong value for each
     "reserve": [(16, "completions"), (17, "")],
     "settle": [(5, "paid"), (6, "2"), (8, "x" * 4097), (10, "maybe")],
     "grant": [(1, "gold")],
+    "open_account": [(3, "frozen")],
+    "account_status": [(0, "paused"), (0, "")],
     "put_key": [(1, "deleted"), (2, "prod"), (6, "svc-fast")],
     "revoke_key": [(1, "prod"), (5, "all")],
     "update_key": [(1, "deleted"), (2, "prod"), (6, " svc-fast\n")],

@@ -1,6 +1,7 @@
 --[[
-keys: an API key's record, one rule for every script that writes or checks it
-(app.credits.key_records keeps the same rules for the reads made outside the scripts).
+keys: an API key's record and whether its account lets it be used, one rule for every
+script that writes or checks them (app.credits.key_records keeps the same rules for the
+reads made outside the scripts).
 
   key_record(i)                  ARGV[i .. i+4], an API key's settings, checked, as HSET
                                  field-value pairs: cap (a cap), name (text), exp (a count:
@@ -12,6 +13,10 @@ keys: an API key's record, one rule for every script that writes or checks it
                                  exp, absent or 0 = never, is not after now)
   models_allow(allowed, wanted)  whether the key's models field allowed lets a request use
                                  every alias of wanted (space-separated)
+  account_refusal(status)        what the status field of the key's account hash (as HMGET
+                                 gives it) says: nil when its keys may be used (active, or
+                                 absent: accounts made before it existed), 19
+                                 ACCOUNT_DISABLED (disabled by an operator)
 The models field: '*' (or absent) = every alias; else the aliases the key may use, each
 between spaces (' a b '), so one plain find of ' alias ' tells.
 ]]
@@ -41,4 +46,9 @@ local function models_allow(allowed, wanted)
     if not string.find(allowed, ' ' .. alias .. ' ', 1, true) then return false end
   end
   return true
+end
+
+local function account_refusal(status)
+  if status == 'disabled' then return 19 end
+  return nil
 end
