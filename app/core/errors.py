@@ -267,7 +267,8 @@ def model_not_allowed(model: str, *, routed: bool = False) -> ApiError:
     reason = " It routes to models this key does not allow." if routed else ""
     return ApiError(
         ErrorKind.MODEL_NOT_ALLOWED,
-        f"This API key may not use the model '{model[:100]}'.{reason}",
+        f"This API key may not use the model '{model[:100]}'.{reason} Use a model GET "
+        "/v1/models lists for this key, or add it to the key's allowed_models.",
         param="model",
     )
 

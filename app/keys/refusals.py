@@ -36,7 +36,9 @@ def refusal_error(refusal: Refusal) -> ApiError:
     if status is ScriptStatus.DAILY_CAP_EXCEEDED:
         return ApiError(
             ErrorKind.DAILY_CAP_EXCEEDED,
-            f"This API key's daily credit cap is reached ({value} credits left today).",
+            f"This API key's daily credit cap is reached ({value} credits left today). It "
+            "resets at 00:00 UTC (see retry-after); raise the key's daily_cap_credits to "
+            "allow more today.",
             headers={"retry-after": str(seconds_to_utc_midnight(refusal.now))},
         )
     if status is ScriptStatus.GAVE_UP:
@@ -76,13 +78,13 @@ def _key_error(status: ScriptStatus) -> ApiError | None:
         return KeyRecordMissing(missing.kind, missing.message)
     if status is ScriptStatus.ACCOUNT_MISSING:
         return invalid_api_key()
-    return None
-
     if status is ScriptStatus.ACCOUNT_DISABLED:
         return ApiError(
             ErrorKind.ACCOUNT_DISABLED,
             "This API key's account is disabled. Contact the service's operator.",
         )
+    return None
+
 
 def _idempotency_error(status: ScriptStatus) -> ApiError | None:
     if status is ScriptStatus.IDEMPOTENCY_RUNNING:

@@ -24,6 +24,9 @@ from urllib.parse import SplitResult, urlsplit
 import msgspec
 
 from app.core.errors import TargetRefused
+from app.core.settings import ENV_PREFIX
+
+ALLOW_HOSTS_SETTING = ENV_PREFIX + "WEBHOOK_ALLOW_HOSTS"  # named in refusals: the way out
 
 MAX_URL_CHARS = 2048
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -118,7 +121,10 @@ def parse_url(url: str, allow: AllowList) -> SplitResult:
         raise TargetRefused("'url' must not carry credentials.")
     if parts.scheme == "https" or (parts.scheme == "http" and allow.names(host)):
         return parts
-    raise TargetRefused("'url' must be https.")
+    raise TargetRefused(
+        "'url' must be https. A receiver on your own network (http, or a private address) "
+        f"needs its host in the operator's {ALLOW_HOSTS_SETTING}."
+    )
 
 
 def _checked(addresses: tuple[str, ...], allow: AllowList) -> None:
@@ -127,7 +133,8 @@ def _checked(addresses: tuple[str, ...], allow: AllowList) -> None:
         if address is None or not (public(address) or allow.covers(address)):
             raise TargetRefused(
                 "'url' resolves to a private, loopback or link-local address; webhooks "
-                "must reach the public internet."
+                "must reach the public internet unless the operator lists the host in "
+                f"{ALLOW_HOSTS_SETTING}."
             )
 
 

@@ -77,7 +77,7 @@ async def test_every_resolved_address_must_be_public() -> None:
     public_target = await check_url("https://8.8.8.8/hook", NOBODY)
     assert public_target.parts.hostname == "8.8.8.8"
     assert public_target.addresses == ("8.8.8.8",)
-    with pytest.raises(TargetRefused):
+    with pytest.raises(TargetRefused, match="SVC_WEBHOOK_ALLOW_HOSTS"):
         await check_url("https://localhost/hook", NOBODY)  # resolves to loopback
     allowed = await check_url("http://localhost:8080/hook", AllowList.parse("localhost"))
     assert allowed.parts.port == 8080
@@ -246,3 +246,8 @@ async def test_old_deliveries_are_pruned_in_batches(store: Store) -> None:
         "evt_5",
         "evt_6",
     ]
+
+
+def test_a_plain_http_url_is_told_the_setting_that_allows_it() -> None:
+    with pytest.raises(TargetRefused, match=r"must be https.*SVC_WEBHOOK_ALLOW_HOSTS"):
+        parse_url("http://127.0.0.1:9000/hook", NOBODY)
