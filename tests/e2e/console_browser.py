@@ -3,7 +3,8 @@
 Chromium is Debian's package (tests/ensure-chromium.sh installs it; SVC_TEST_CHROMIUM names
 another). Every page a test looks at is checked the same way: no accessibility violation
 (axe-core), nothing in the browser's console, and a screenshot (into docs/console/ when
-SVC_CONSOLE_SCREENSHOTS says so: ``make screenshots``).
+SVC_CONSOLE_SCREENSHOTS says so: ``make screenshots``). ``check_themes`` does it in the light
+and the dark theme (the console follows ``prefers-color-scheme``).
 """
 
 from __future__ import annotations
@@ -14,14 +15,16 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from axe_playwright_python.sync_playwright import Axe
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from axe_playwright_python.sync_playwright import Axe  # type: ignore[import-untyped]
+from playwright.sync_api import Browser, Locator, Page, ViewportSize, expect, sync_playwright
 
 ROOT = Path(__file__).resolve().parents[2]
-DESKTOP = {"width": 1280, "height": 860}
-PHONE = {"width": 390, "height": 844}
+DESKTOP: ViewportSize = {"width": 1280, "height": 860}
+PHONE: ViewportSize = {"width": 375, "height": 812}
+Scheme = Literal["light", "dark"]
+SCHEMES: tuple[Scheme, ...] = ("light", "dark")  # prefers-color-scheme, as Playwright emulates
 VIEWER_ZONE = "America/New_York"  # not UTC: dates must show in the viewer's zone
 _AXE = Axe()
 
@@ -78,6 +81,7 @@ class Console:
 
     def sign_in(self, key: str) -> None:
         self.page.goto(self.url)
+        self.expect_signed_out()
         self.page.get_by_label("API key").fill(key)
         self.page.get_by_role("button", name="Sign in").click()
         expect(self.page.get_by_role("button", name="Sign out")).to_be_visible()
@@ -85,7 +89,14 @@ class Console:
 
     def sign_out(self) -> None:
         self.page.get_by_role("button", name="Sign out").click()
+        self.expect_signed_out()
+
+    def expect_signed_out(self) -> None:
+        """The sign-in form, and nothing of a session: no navigation, no Sign out."""
         expect(self.page.get_by_role("heading", name="Sign in to the console")).to_be_visible()
+        expect(self.page.locator("#sign-out")).to_be_hidden()
+        expect(self.page.get_by_role("button", name="Sign out")).to_have_count(0)
+        expect(self.page.get_by_role("navigation")).to_have_count(0)
 
     def stored_key(self) -> Any:
         return self.page.evaluate("() => window.sessionStorage.getItem('svc-console-key')")
@@ -102,6 +113,90 @@ class Console:
         assert unexpected == [], unexpected
         if shot:
             self.page.screenshot(path=self.shots / f"{shot}.png", full_page=True)
+
+    def check_themes(self, shot: str) -> None:
+        """``check`` in each color scheme, with a screenshot of each (``{shot}-{scheme}``)."""
+        try:
+            for scheme in SCHEMES:
+                self.page.emulate_media(color_scheme=scheme)
+                self.check(f"{shot}-{scheme}")
+        finally:
+            self.page.emulate_media(color_scheme="light")
+
+    def expect_fully_in_view(self, target: Locator) -> None:
+        """All of ``target`` is on screen: not past the viewport's edge, nor scrolled out of
+        sight inside a scrolling region (the browser's IntersectionObserver says so)."""
+        expect(target).to_be_in_viewport(ratio=1)
+
+    def shows_content_of(self, cell: Locator) -> bool:
+        """Whether what ``cell`` holds (its text, not its padding) is all on screen: inside the
+        viewport and inside the scrolling region around it."""
+        return bool(
+            cell.evaluate(
+                """(cell) => {
+                    const range = document.createRange();
+                    range.selectNodeContents(cell);
+                    const box = range.getBoundingClientRect();
+                    const region = cell.closest('.table-wrap').getBoundingClientRect();
+                    const left = Math.max(0, region.left);
+                    const right = Math.min(window.innerWidth, region.right);
+                    return box.width > 0 && box.left >= left && box.right <= right;
+                }"""
+            )
+        )
+
+    def chart_contrast(self) -> float:
+        """The lowest contrast ratio (WCAG's formula) of the charts' bars, gridline labels and
+        axes against the page's background, in the theme shown now."""
+        return float(
+            self.page.evaluate(
+                """() => {
+                    const rgb = (css) => css.match(/[\\d.]+/g).slice(0, 3).map(Number);
+                    const luminance = (css) => {
+                        const [r, g, b] = rgb(css).map((c) => {
+                            const v = c / 255;
+                            return v <= 0.04045 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4;
+                        });
+                        return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+                    };
+                    const ratio = (a, b) => {
+                        const [hi, lo] = [luminance(a), luminance(b)].sort((x, y) => y - x);
+                        return (hi + 0.05) / (lo + 0.05);
+                    };
+                    const page = getComputedStyle(document.documentElement).backgroundColor;
+                    const marks = document.querySelectorAll(
+                        '.chart rect, .chart text, .legend rect, .chart .axis');
+                    if (marks.length === 0) return 0;
+                    return Math.min(...[...marks].map((mark) => {
+                        const style = getComputedStyle(mark);
+                        const paint = mark.tagName === 'line' ? style.stroke : style.fill;
+                        return ratio(paint, page);
+                    }));
+                }"""
+            )
+        )
+
+    def overflows(self) -> list[str]:
+        """What spills sideways: the page wider than the viewport, or text running out of a
+        card, a notice or a dialog (tables and code scroll inside their own regions)."""
+        return list(
+            self.page.evaluate(
+                """() => {
+                    const found = [];
+                    const page = document.documentElement;
+                    if (page.scrollWidth > innerWidth) found.push(`page: ${page.scrollWidth}px`);
+                    const boxes = '.card, .key-card, .notice, .empty, dialog, .top-bar, .hint';
+                    for (const box of document.querySelectorAll(boxes)) {
+                        if (box.offsetParent === null && box.tagName !== 'DIALOG') continue;
+                        if (box.scrollWidth > box.clientWidth + 1) {
+                            const what = box.className || box.tagName;
+                            found.push(`${what}: ${box.textContent.slice(0, 40)}`);
+                        }
+                    }
+                    return found;
+                }"""
+            )
+        )
 
     def page_text(self) -> str:
         """Everything the page holds as text, form fields' values included."""

@@ -8,28 +8,33 @@ from __future__ import annotations
 import csv
 import io
 import re
+import shutil
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect
+from playwright.sync_api import Browser, BrowserContext, Locator, Page, ViewportSize, expect
 
-from tests.e2e.conftest import Server, start_server, stop_server
+from tests.e2e.conftest import Server, start_server
 from tests.e2e.console_browser import (
     DESKTOP,
     PHONE,
+    SCHEMES,
     VIEWER_ZONE,
     Console,
     launch,
     screenshot_dir,
 )
 from tests.e2e.webhook_receiver import Receiver
+from tests.support.processes import stop_process
 
 pytestmark = pytest.mark.e2e
 
 GRANT = 1_250_000
+DAY = 86_400  # the rotate dialog's default grace period, in seconds
 SEEDED = {"svc-fast": 3, "svc-code": 2, "svc-smart": 1}  # requests per model before the tour
 
 
@@ -40,7 +45,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     try:
         yield srv
     finally:
-        stop_server(srv.process)
+        stop_process(srv.process)
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +60,7 @@ def receiver() -> Iterator[Receiver]:
     r.http.shutdown()
 
 
-def _context(browser: Browser, viewport: dict[str, int]) -> BrowserContext:
+def _context(browser: Browser, viewport: ViewportSize) -> BrowserContext:
     return browser.new_context(
         viewport=viewport, locale="en-US", timezone_id=VIEWER_ZONE, accept_downloads=True
     )
@@ -124,7 +129,7 @@ def _created_secret(console: Console) -> str:
 
 
 def _key_row(page: Page, name: str) -> Locator:
-    return page.get_by_role("row").filter(has=page.get_by_role("cell", name=name, exact=True))
+    return page.get_by_role("row").filter(has=page.get_by_text(name, exact=True))
 
 
 def test_an_owner_signs_in_creates_a_key_uses_it_and_manages_it(
@@ -214,9 +219,11 @@ def test_an_owner_signs_in_creates_a_key_uses_it_and_manages_it(
         page.wait_for_timeout(500)
     expect(rows.nth(1)).to_contain_text(key_option)
     expect(rows.nth(1)).to_contain_text("svc-fast")
-    cells = rows.nth(1).get_by_role("cell")
-    assert int(cells.nth(6).inner_text().replace(",", "")) == credits_used
-    assert page.locator("time").first.get_attribute("title").endswith(" UTC")
+    cells = rows.nth(1).get_by_role("cell")  # time, model, credits, outcome first
+    assert int(cells.nth(2).inner_text().replace(",", "")) == credits_used
+    utc = page.locator("time").first.get_attribute("title")
+    assert utc is not None
+    assert utc.endswith(" UTC")
     console.check("activity")
     with page.expect_download() as download:
         page.get_by_role("button", name="Activity (these filters)").click()
@@ -243,13 +250,32 @@ def test_an_owner_signs_in_creates_a_key_uses_it_and_manages_it(
     assert edited["daily_cap_credits"] == 7000
     assert edited["used_today_credits"] == credits_used
 
+    # rotate with the dialog's default: a grace period (never none), the old key's end said
     _key_row(page, "Playground").first.get_by_role("button", name="Rotate Playground").click()
-    page.get_by_label("The old key keeps working for").select_option(label="1 hour")
-    page.get_by_role("dialog").get_by_role("button", name="Rotate key").click()
+    dialog = page.get_by_role("dialog")
+    grace = dialog.get_by_role("group", name="The old key keeps working for")
+    expect(grace.get_by_role("radio", name="24 hours")).to_be_checked()
+    assert grace.locator("input:checked").input_value() == str(DAY)
+    expect(grace).to_contain_text("The old key keeps working until")
+    grace.get_by_role("radio", name=re.compile("^None")).check()
+    expect(grace).to_contain_text("stops working the moment the new one exists")
+    grace.get_by_role("radio", name="24 hours").check()
+    console.check("rotate")
+    dialog.get_by_role("button", name="Rotate key").click()
+    rotated_at = time.time()
     successor = _created_secret(console)
     assert successor != secret
     assert httpx.get(f"{site.base_url}/credits", headers=_h(secret)).status_code == 200  # grace
     assert httpx.get(f"{site.base_url}/credits", headers=_h(successor)).status_code == 200
+    listed = httpx.get(f"{site.base_url}/api-keys", headers=_h(manager)).json()["data"]
+    old = next(k for k in listed if k["last4"] == secret[-4:])
+    ends = datetime.fromisoformat(old["expires_at"]).timestamp()
+    assert rotated_at + DAY - 60 < ends < rotated_at + DAY + 60
+    # the old key is listed as rotated, with Revoke and no second Rotate
+    old_row = page.get_by_role("row").filter(has_text=f"svc_live_…{secret[-4:]}")
+    expect(old_row.get_by_role("cell", name="rotated", exact=True)).to_be_visible()
+    expect(old_row.get_by_role("button", name="Rotate Playground")).to_have_count(0)
+    expect(old_row.get_by_role("button", name="Revoke Playground")).to_be_visible()
 
     new_row = page.get_by_role("row").filter(has_text=f"svc_live_…{successor[-4:]}")
     new_row.get_by_role("button", name="Revoke Playground").click()
@@ -258,6 +284,8 @@ def test_an_owner_signs_in_creates_a_key_uses_it_and_manages_it(
     confirm.get_by_role("button", name="Revoke key").click()
     expect(new_row.get_by_text("revoked")).to_be_visible()
     assert httpx.get(f"{site.base_url}/credits", headers=_h(successor)).status_code == 401
+    # with no active successor the old key may be rotated again (as the API allows)
+    expect(old_row.get_by_role("button", name="Rotate Playground")).to_be_visible()
 
     # the webhook heard both; its deliveries say so
     console.open("webhooks")
@@ -434,26 +462,110 @@ def test_a_refused_key_shows_the_apis_message_and_is_not_kept(
     assert console.stored_key() is None
 
 
-def test_the_console_reads_on_a_phone(
-    site: Server, browser: Browser, tmp_path_factory: pytest.TempPathFactory
-) -> None:
-    _, key = _owner(site)
-    context = _context(browser, PHONE)
+def _charts_stand_out(console: Console, width: str) -> None:
+    """Bars, labels and axes keep a 3:1 contrast (WCAG 1.4.11) in either theme."""
     try:
-        console = Console(
-            context.new_page(),
-            f"{site.root_url}/console/",
-            screenshot_dir(tmp_path_factory.mktemp("phone")),
-        )
+        for scheme in SCHEMES:
+            console.page.emulate_media(color_scheme=scheme)
+            assert console.chart_contrast() >= 3, (width, scheme)
+    finally:
+        console.page.emulate_media(color_scheme="light")
+
+
+def _key_actions_on_screen(console: Console, width: str) -> None:
+    """Each key's Revoke is on screen once scrolled to, up or down only (a button cut off
+    sideways, scrolled out of its table, stays cut off); the rotate dialog fits."""
+    page = console.page
+    buttons = page.get_by_role("button", name=re.compile("^Revoke ")).all()
+    assert len(buttons) == 2, width
+    for revoke in buttons:
+        revoke.evaluate("(button) => scrollBy(0, button.getBoundingClientRect().top - 300)")
+        console.expect_fully_in_view(revoke)
+    page.evaluate("() => scrollTo(0, 0)")
+    # the rotate dialog, in either theme, starting on its default; Escape closes it
+    page.get_by_role("button", name=re.compile("^Rotate ")).first.click()
+    expect(page.get_by_role("radio", name="24 hours")).to_be_focused()
+    assert console.overflows() == []
+    console.check_themes(f"{width}-rotate")
+    page.keyboard.press("Escape")
+    expect(page.locator("dialog")).to_have_count(0)
+
+
+def _activity_essentials_first(console: Console, width: str) -> None:
+    """A request's time, model, credits and outcome are on screen; on a phone the other
+    columns are a sideways scroll away in the table's region."""
+    table = console.page.get_by_role("region", name=re.compile("Requests, newest first"))
+    cells = table.get_by_role("row").nth(1).get_by_role("cell")
+    assert [console.shows_content_of(cells.nth(i)) for i in range(4)] == [True] * 4
+    assert console.shows_content_of(cells.last) == (width == "desktop")
+    cells.last.scroll_into_view_if_needed()  # a swipe, or the arrow keys in the region
+    assert console.shows_content_of(cells.last)
+    table.evaluate("(region) => { region.scrollLeft = 0; }")
+
+
+PAGES = ("overview", "keys", "activity", "webhooks", "playground")
+CHECKS = {  # what each page is checked for besides axe, at each width
+    "overview": _charts_stand_out,
+    "keys": _key_actions_on_screen,
+    "activity": _activity_essentials_first,
+}
+# From the matrix below into docs/console/: a dark page, and the phone layouts
+PUBLISHED = {
+    "desktop-overview-dark": "overview-dark",
+    "phone-overview-light": "phone-overview",
+    "phone-keys-light": "phone-keys",
+    "phone-activity-dark": "phone-activity-dark",
+}
+
+
+@pytest.mark.parametrize(("width", "viewport"), [("desktop", DESKTOP), ("phone", PHONE)])
+def test_every_page_at_both_widths_in_both_themes(
+    site: Server,
+    browser: Browser,
+    receiver: Receiver,
+    tmp_path_factory: pytest.TempPathFactory,
+    width: str,
+    viewport: ViewportSize,
+) -> None:
+    """Each page at 1280 and 375 px, light and dark: axe-clean, nothing spilling sideways,
+    a key's actions on screen; a screenshot of each (the curated ones go to the docs)."""
+    _, key = _owner(site)
+    body = {  # a key with every column filled, as wide as a key list gets
+        "name": "Nightly batch reconciliation worker",
+        "environment": "live",
+        "daily_cap_credits": 250_000,
+        "rate_limit_rpm": 1_200,
+        "allowed_models": list(SEEDED),
+        "expires_at": "2031-12-31T23:59:00Z",
+    }
+    assert httpx.post(f"{site.base_url}/api-keys", json=body, headers=_h(key)).status_code == 201
+    hook = {"url": receiver.url, "events": ["key.revoked"], "description": "Ops channel"}
+    assert httpx.post(f"{site.base_url}/webhooks", json=hook, headers=_h(key)).status_code == 201
+    _settled(site, key, sum(SEEDED.values()))
+    matrix = tmp_path_factory.mktemp(f"matrix-{width}")
+    context = _context(browser, viewport)
+    try:
+        console = Console(context.new_page(), f"{site.root_url}/console/", matrix)
+        page = console.page
+        page.goto(console.url)
+        console.expect_signed_out()
+        assert console.overflows() == []
+        console.check_themes(f"{width}-sign-in")
         console.sign_in(key)
-        for name in ("overview", "keys", "activity", "playground"):
+        for name in PAGES:
             console.open(name)
-            # the page never scrolls sideways; wide tables scroll inside their own region
-            width = console.page.evaluate("() => document.documentElement.scrollWidth")
-            assert width <= PHONE["width"], (name, width)
-            console.check(f"phone-{name}" if name == "overview" else None)
+            assert console.overflows() == [], name
+            CHECKS.get(name, lambda _console, _width: None)(console, width)
+            console.check_themes(f"{width}-{name}")
     finally:
         context.close()
+    published = screenshot_dir(tmp_path_factory.mktemp("shots"))
+    for shot, name in PUBLISHED.items():
+        if shot.startswith(width):
+            shutil.copyfile(matrix / f"{shot}.png", published / f"{name}.png")
+    assert {p.stem for p in matrix.iterdir()} == {
+        f"{width}-{name}-{scheme}" for name in ("sign-in", *PAGES, "rotate") for scheme in SCHEMES
+    }
 
 
 def test_the_console_works_from_the_keyboard(site: Server, console: Console) -> None:

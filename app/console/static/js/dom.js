@@ -42,6 +42,7 @@ export const number = (value) => NUMBER.format(value);
 
 const LOCAL = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "short" });
 const LOCAL_DAY = new Intl.DateTimeFormat(undefined, { dateStyle: "medium" });
+const LOCAL_THIS_YEAR = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric", hour: "numeric", minute: "2-digit" });
 
 /** A Date from unix seconds or an ISO 8601 string; null stays null. */
 export function dateOf(value) {
@@ -49,13 +50,25 @@ export function dateOf(value) {
   return typeof value === "number" ? new Date(value * 1000) : new Date(value);
 }
 
-/** When, in the viewer's zone; UTC on hover. */
-export function time(value, { dayOnly = false, never = "Never" } = {}) {
+/** When, in the viewer's zone; UTC on hover. `compact`: no year when it is this year's. */
+export function time(value, { dayOnly = false, never = "Never", compact = false } = {}) {
   const date = dateOf(value);
   if (date === null) return h("span", { class: "hint" }, never);
   const utc = `${date.toISOString().slice(0, 19).replace("T", " ")} UTC`;
+  if (compact && !dayOnly && date.getFullYear() === new Date().getFullYear()) {
+    return h("time", { datetime: date.toISOString(), title: utc }, dayAndHour(date));
+  }
   const shown = (dayOnly ? LOCAL_DAY : LOCAL).format(date);
   return h("time", { datetime: date.toISOString(), title: utc }, shown);
+}
+
+/** "Nov 25, 6:24 PM" as two unbreakable pieces: a narrow column wraps it between them only. */
+function dayAndHour(date) {
+  const parts = LOCAL_THIS_YEAR.formatToParts(date);
+  const split = parts.findIndex((part) => part.type === "hour");
+  const text = (list) => list.map((part) => part.value).join("");
+  if (split <= 0) return text(parts);
+  return [h("span", { class: "nowrap" }, text(parts.slice(0, split)).trim()), " ", h("span", { class: "nowrap" }, text(parts.slice(split)))];
 }
 
 /** A UTC day (YYYY-MM-DD) as the viewer reads dates; the day itself on hover. */
@@ -84,16 +97,17 @@ export const errorBox = (error) => h("p", { class: "error", role: "alert" }, err
 export const emptyState = (...children) => h("div", { class: "empty" }, ...children);
 
 /**
- * A table in a scrollable region: columns are {label, cell(row), number?}.
- * Rows with no entries show the empty state instead.
+ * A table in a scrollable region: columns are {label, cell(row), number?}; `layout` adds
+ * classes to the region ("sticky-actions": the last column stays in view while the others
+ * scroll sideways). Rows with no entries show the empty state instead.
  */
-export function table({ caption, columns, rows, empty }) {
+export function table({ caption, columns, rows, empty, layout = "" }) {
   if (rows.length === 0) return empty;
   const head = h("tr", null, columns.map((c) => h("th", { scope: "col", class: c.number ? "number" : null }, c.label)));
   const body = rows.map((row) => h("tr", null, columns.map((c) => h("td", { class: c.number ? "number" : null }, c.cell(row)))));
   return h(
     "div",
-    { class: "table-wrap", tabindex: "0", role: "region", "aria-label": caption },
+    { class: `table-wrap ${layout}`.trim(), tabindex: "0", role: "region", "aria-label": caption },
     h("table", null, h("caption", null, caption), h("thead", null, head), h("tbody", null, body)),
   );
 }

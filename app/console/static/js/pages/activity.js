@@ -15,16 +15,25 @@ const OUTCOMES = {
   swept: "swept",
 };
 
+/** The model that answered, after the alias asked for when it differs (svc-auto → svc-fast);
+ * a narrow column wraps after the arrow, never inside an alias. */
+function modelOf(row) {
+  const alias = (name) => h("span", { class: "nowrap" }, name);
+  if (row.requested_model === row.model) return alias(row.model);
+  return [alias(row.requested_model), "\u00a0→ ", alias(row.model)];
+}
+
+/** The essential columns first (what a narrow screen shows without scrolling), then the rest. */
 function columns(keyNames) {
   return [
-    { label: "Time", cell: (row) => time(row.created) },
+    { label: "Time", cell: (row) => time(row.created, { compact: true }) },
+    { label: "Model", cell: modelOf },
+    { label: "Credits", number: true, cell: (row) => number(row.credits_used) },
+    { label: "Outcome", cell: (row) => h("span", { class: `badge ${row.outcome}` }, OUTCOMES[row.outcome] ?? row.outcome) },
     { label: "Key", cell: (row) => keyNames.get(row.key_id) ?? row.key_id },
-    { label: "Model", cell: (row) => (row.requested_model === row.model ? row.model : `${row.requested_model} → ${row.model}`) },
     { label: "API", cell: (row) => row.api },
     { label: "Input tokens", number: true, cell: (row) => number(row.prompt_tokens) },
     { label: "Output tokens", number: true, cell: (row) => number(row.completion_tokens) },
-    { label: "Credits", number: true, cell: (row) => number(row.credits_used) },
-    { label: "Outcome", cell: (row) => h("span", { class: `badge ${row.outcome}` }, OUTCOMES[row.outcome] ?? row.outcome) },
     { label: "First token", number: true, cell: (row) => `${number(row.ttfb_ms)} ms` },
     { label: "Duration", number: true, cell: (row) => `${number(row.duration_ms)} ms` },
   ];
@@ -77,6 +86,7 @@ export async function render(root) {
         caption: `Requests, newest first (page ${cursors.length})`,
         columns: columns(keyNames),
         rows: page.data,
+        layout: "essentials-first",
         empty: emptyState(
           filtered
             ? "No request matches these filters. Clear them to see every request."
@@ -111,6 +121,7 @@ export async function render(root) {
     filters,
     h("h2", null, "Requests"),
     h("p", { class: "hint" }, "Each request as it was settled: what it used, how it ended. Times are yours; days are UTC, as svc counts them."),
+    h("p", { class: "hint narrow-only" }, "Scroll the table sideways for each request's key, tokens and timings."),
     results,
     h("h2", null, "Export CSV"),
     h(

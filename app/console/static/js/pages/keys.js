@@ -10,19 +10,24 @@ const READ_ONLY = {
   test: "Signed in with a test key: read-only. Sign in with a live key to create, edit, rotate or revoke keys.",
   inference: "Signed in with an inference key: read-only. Sign in with an admin key to create, edit, rotate or revoke keys.",
 };
+// How long a rotated key keeps working (the API allows 0 to 604,800 seconds). A day by
+// default: long enough for every app to switch to the new secret; none for a leaked key.
 const GRACE_CHOICES = [
-  [0, "None: the old key stops at once"],
-  [300, "5 minutes"],
-  [3600, "1 hour"],
-  [86_400, "1 day"],
-  [604_800, "7 days"],
+  [0, "None: it stops at once"],
+  [3_600, "1 hour"],
+  [86_400, "24 hours"],
+  [604_800, "7 days (the longest)"],
 ];
+const DEFAULT_GRACE = 86_400;
 
 const keyText = (key) => `${key.environment === "live" ? "svc_live_" : "svc_test_"}…${key.last4}`;
 
-function statusOf(key) {
+/** The key's status as the console shows it: an active key past its expiry is "expired";
+ * one with an active successor, in its grace period, is "rotated". */
+function statusOf(key, rotated) {
   const expires = dateOf(key.expires_at);
   if (key.status === "active" && expires && expires <= Date.now()) return "expired";
+  if (key.status === "active" && rotated.has(key.id)) return "rotated";
   return key.status;
 }
 
@@ -188,16 +193,31 @@ function editKey(key, aliases, refresh) {
   });
 }
 
+/** What the chosen grace period does to the old key, in words (and its end, as a time). */
+function graceEffect(key, seconds) {
+  if (seconds === 0) {
+    return "The old key stops working the moment the new one exists: every app still using it fails until it has the new secret. Choose this when the old key has leaked.";
+  }
+  const end = new Date(Date.now() + seconds * 1000);
+  const own = dateOf(key.expires_at);
+  if (own && own < end) {
+    return ["The old key keeps working until its own expiry, ", time(key.expires_at), ", which comes first; then svc refuses it."];
+  }
+  return ["The old key keeps working until ", time(end.toISOString()), ", so your apps can switch to the new secret; then svc refuses it. Revoke it sooner once nothing uses it."];
+}
+
 function rotateKey(key, refresh) {
   const errorText = h("p", { class: "error", role: "alert" });
-  const grace = h("select", { id: "rotate-grace", name: "grace_seconds" }, GRACE_CHOICES.map(([seconds, text]) => h("option", { value: seconds }, text)));
+  const effect = h("p", { class: "hint", id: "rotate-grace-effect", "aria-live": "polite" });
+  const choices = GRACE_CHOICES.map(([seconds, text]) =>
+    h("label", { class: "inline" }, h("input", { type: "radio", name: "grace_seconds", value: seconds, checked: seconds === DEFAULT_GRACE }), text),
+  );
   const form = h(
     "form",
     { novalidate: true },
-    h("p", null, "The new key gets the same settings and role, and a new secret. The day's spend and the rate limit carry over."),
-    session.isOwn(key) ? h("p", { class: "notice" }, "You are signed in with this key: once it stops working, sign in with the new one.") : null,
-    h("label", { for: "rotate-grace" }, "The old key keeps working for"),
-    grace,
+    h("p", null, "The new key gets a new secret and the same settings and role. The two keys share today's spend against the daily cap, and the rate limit."),
+    session.isOwn(key) ? h("p", { class: "notice" }, "You are signed in with this key: sign in with the new one before the old one stops working.") : null,
+    h("fieldset", { class: "choices", "aria-describedby": "rotate-grace-effect" }, h("legend", null, "The old key keeps working for"), choices, effect),
     errorText,
     h(
       "div",
@@ -206,21 +226,29 @@ function rotateKey(key, refresh) {
       h("button", { type: "submit" }, "Rotate key"),
     ),
   );
+  const chosen = () => Number(form.elements.grace_seconds.value);
+  const explain = () => fill(effect, graceEffect(key, chosen()));
+  form.addEventListener("change", explain);
+  explain();
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
+    errorText.textContent = "";
     try {
-      const body = { grace_seconds: Number(grace.value) };
+      const body = { grace_seconds: chosen() };
       const created = await api(`api-keys/${key.id}/rotate`, { method: "POST", body });
       dialog.close();
       await showSecret({ title: `Key “${key.name}” rotated`, label: "New secret key", secret: created.key });
       announce(`Key ${key.name} rotated.`);
       await refresh();
     } catch (error) {
-      errorText.textContent = error.message;
+      errorText.textContent =
+        error.code === "api_key_limit_reached"
+          ? "This account is at its limit of active keys, and a key in its grace period still counts. Choose None (the old key stops at once), or revoke a key nothing uses first."
+          : error.message;
     }
   });
   const dialog = modal(`Rotate “${key.name}”`, form);
-  grace.focus();
+  form.querySelector("input:checked").focus();
 }
 
 async function revokeKey(key, refresh) {
@@ -240,35 +268,78 @@ async function revokeKey(key, refresh) {
   }
 }
 
-function columns(readOnly, aliases, refresh) {
-  const list = [
-    { label: "Name", cell: (k) => k.name },
-    { label: "Environment", cell: (k) => badge(k.environment) },
-    { label: "Key", cell: (k) => h("code", null, keyText(k)) },
-    { label: "Role", cell: (k) => badge(k.role) },
-    { label: "Status", cell: (k) => badge(statusOf(k)) },
-    { label: "Daily cap", cell: capMeter },
+/** What the list says of a key besides its name: the essential first (a card shows the
+ * rest in a disclosure). */
+function fields(rotated) {
+  return [
+    { label: "Key", essential: true, cell: (k) => h("code", null, keyText(k)) },
+    { label: "Role", essential: true, cell: (k) => badge(k.role) },
+    { label: "Status", essential: true, cell: (k) => badge(statusOf(k, rotated)) },
+    { label: "Daily cap", essential: true, cell: capMeter },
     { label: "Rate limit", cell: (k) => (k.rate_limit_rpm === null ? "None" : `${number(k.rate_limit_rpm)}/min`) },
-    { label: "Models", cell: (k) => (k.allowed_models === null ? "All" : k.allowed_models.join(", ")) },
-    { label: "Expires", cell: (k) => time(k.expires_at) },
-    { label: "Last used", cell: (k) => time(k.last_used_at) },
+    { label: "Models", cell: (k) => (k.allowed_models === null ? "All" : modelList(k.allowed_models)) },
+    { label: "Expires", cell: (k) => time(k.expires_at, { compact: true }) },
+    { label: "Last used", cell: (k) => time(k.last_used_at, { compact: true }) },
   ];
-  if (!readOnly) {
-    list.push({
-      label: "Actions",
-      cell: (k) =>
-        k.status !== "active"
-          ? h("span", { class: "hint" }, "None")
-          : h(
-              "div",
-              { class: "row-actions" },
-              h("button", { type: "button", class: "secondary", "aria-label": `Edit ${k.name}`, onclick: () => editKey(k, aliases, refresh) }, "Edit"),
-              h("button", { type: "button", class: "secondary", "aria-label": `Rotate ${k.name}`, onclick: () => rotateKey(k, refresh) }, "Rotate"),
-              h("button", { type: "button", class: "danger", "aria-label": `Revoke ${k.name}`, onclick: () => revokeKey(k, refresh) }, "Revoke"),
-            ),
-    });
-  }
-  return list;
+}
+
+/** Aliases, comma-separated, a line breaking only between two (never inside svc-fast). */
+const modelList = (aliases) => aliases.map((alias, i) => [i ? ", " : "", h("span", { class: "nowrap" }, alias)]);
+
+/** A key's buttons, each named with the key: Rotate only while it has no successor. */
+function keyActions(key, rotated, aliases, refresh) {
+  const status = statusOf(key, rotated);
+  if (status !== "active" && status !== "rotated") return h("span", { class: "hint" }, "None");
+  const button = (label, style, onclick) => h("button", { type: "button", class: style, "aria-label": `${label} ${key.name}`, onclick }, label);
+  return h(
+    "div",
+    { class: "row-actions" },
+    button("Edit", "secondary", () => editKey(key, aliases, refresh)),
+    status === "active" ? button("Rotate", "secondary", () => rotateKey(key, refresh)) : null,
+    button("Revoke", "danger", () => revokeKey(key, refresh)),
+  );
+}
+
+const facts = (list, key) => h("dl", { class: "facts" }, list.map((f) => h("div", null, h("dt", null, f.label), h("dd", null, f.cell(key)))));
+
+/** One card per key, for narrow screens: its name as a heading, the essentials, then the rest. */
+function keyCards(caption, keys, described, actions) {
+  const essential = described.filter((f) => f.essential);
+  const more = described.filter((f) => !f.essential);
+  return h(
+    "ul",
+    { class: "key-cards", "aria-label": caption },
+    keys.map((key) =>
+      h(
+        "li",
+        { class: "key-card" },
+        h("h2", null, key.name),
+        facts(essential, key),
+        h("details", null, h("summary", null, "Rate limit, models, expiry, last use"), facts(more, key)),
+        actions ? actions(key) : null,
+      ),
+    ),
+  );
+}
+
+/** The keys twice, one shown at a time: a table from 48rem up, cards below (console.css). */
+function keyList(keys, { readOnly, aliases, refresh }) {
+  if (keys.length === 0) return emptyState("No keys yet. Create one to call the API from your app.");
+  // keys with an active successor: in their grace period, not rotatable again (as the API)
+  const rotated = new Set(keys.filter((k) => k.status === "active" && k.replaces).map((k) => k.replaces));
+  const caption = `${number(keys.length)} ${keys.length === 1 ? "key" : "keys"}, newest first`;
+  const described = fields(rotated);
+  const actions = readOnly ? null : (k) => keyActions(k, rotated, aliases, refresh);
+  // the table names a key and shows its last four in one column (so it fits 1280 px)
+  const named = { label: "Name", cell: (k) => [h("span", { class: "key-name" }, k.name), h("code", { class: "key-text" }, keyText(k))] };
+  const columns = [named, ...described.filter((f) => f.label !== "Key")];
+  if (actions) columns.push({ label: "Actions", cell: actions });
+  return h(
+    "div",
+    null,
+    h("div", { class: "wide-only" }, table({ caption, columns, rows: keys, layout: actions ? "wraps sticky-actions" : "wraps" })),
+    h("div", { class: "narrow-only" }, keyCards(caption, keys, described, actions)),
+  );
 }
 
 export async function render(root, { readOnly, limit, refresh: rerender }) {
@@ -278,16 +349,9 @@ export async function render(root, { readOnly, limit, refresh: rerender }) {
   const refresh = async () => {
     const fresh = await api("api-keys");
     if (session.learnRole(fresh.data)) return rerender(); // the key changed its own role: the page follows
-    fill(list, keyTable(fresh.data));
+    fill(list, keyList(fresh.data, { readOnly, aliases, refresh }));
   };
-  const keyTable = (data) =>
-    table({
-      caption: `${number(data.length)} ${data.length === 1 ? "key" : "keys"}, newest first`,
-      columns: columns(readOnly, aliases, refresh),
-      rows: data,
-      empty: emptyState("No keys yet. Create one to call the API from your app."),
-    });
-  fill(list, keyTable(keys.data));
+  fill(list, keyList(keys.data, { readOnly, aliases, refresh }));
   root.append(
     readOnly
       ? h("p", { class: "notice" }, READ_ONLY[limit])

@@ -81,6 +81,7 @@ function attentionItems(credits, keys) {
     items.push(h("li", null, `${number(credits.earned_available)} earned credits expire `, time(credits.earned_expires_at), "."));
   }
   if (credits.total_available === 0) items.push(h("li", null, "The balance is 0: every request is refused until credits are added."));
+  const rotated = new Set(keys.filter((k) => k.status === "active" && k.replaces).map((k) => k.replaces)); // in a grace period
   for (const key of keys.filter((k) => k.status === "active")) {
     const cap = key.daily_cap_credits;
     if (cap !== null && key.used_today_credits >= cap * CAP_NOTICE) {
@@ -89,7 +90,11 @@ function attentionItems(credits, keys) {
     }
     const keyExpires = dateOf(key.expires_at);
     if (keyExpires && keyExpires > now && keyExpires - now < KEY_EXPIRY_NOTICE_MS) {
-      items.push(h("li", null, `Key “${key.name}” expires `, time(key.expires_at), ": rotate it or set a new expiry."));
+      items.push(
+        rotated.has(key.id)
+          ? h("li", null, `The old “${key.name}” key (rotated) stops working `, time(key.expires_at), ": switch its apps to the new one.")
+          : h("li", null, `Key “${key.name}” expires `, time(key.expires_at), ": rotate it or set a new expiry."),
+      );
     }
   }
   return items;

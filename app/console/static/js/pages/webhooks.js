@@ -130,7 +130,7 @@ export async function render(root, { readOnly, limit }) {
     fill(
       list,
       hooks.data.length
-        ? h("div", { class: "cards" }, hooks.data.map((hook) => webhookCard(hook, refresh, readOnly)))
+        ? h("div", { class: "cards wide" }, hooks.data.map((hook) => webhookCard(hook, refresh, readOnly)))
         : emptyState(
             readOnly
               ? "No webhooks yet. An admin key can add one, to hear about low balances, caps and key changes as they happen."
