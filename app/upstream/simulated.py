@@ -6,8 +6,11 @@ so the same conversation always streams the same pieces:
 - a user's turn with ``tools`` offered (and ``tool_choice`` not ``"none"``) gets one tool
   call, its arguments made to fit the function's ``parameters`` schema, so a client can run
   its agent loop against test keys;
-- any other turn (a plain one, or the one after a tool's result) gets text: words, or with
-  a ``json_object``/``json_schema`` response format a JSON value that fits it.
+- any other turn (a plain one, or the one after a tool's result) gets text: a JSON value
+  that fits a ``json_schema`` response format; a JSON object when the response format is
+  ``json_object`` or the instructions ask for JSON (following the JSON Schema they show, as
+  instructor's JSON modes, pydantic-ai's prompted output and LangChain's format instructions
+  write one, or DSPy's JSON adapter's field list); else words.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import re
 import zlib
 from collections.abc import AsyncIterator
@@ -30,6 +34,7 @@ from app.upstream.wire import (
     FunctionDefinition,
     JsonObjectFormat,
     JsonSchemaResponseFormat,
+    Message,
     NamedToolChoice,
     ToolCallDelta,
     ToolCallFunctionDelta,
@@ -83,6 +88,31 @@ it (the pieces join back to the whole text)."""
 
 CALL_ID_LENGTH = 24
 
+_ANY_OBJECT: dict[str, Any] = {"type": "object"}
+"""What ``_reply_schema`` gives for a JSON reply of no shape in particular (then it is one
+``answer``: the words)."""
+
+_ASKS_FOR_JSON = re.compile(
+    r"\bjson(?:[ _-]?(?:object|schema|format|instance|response|output|only|mode)\b)"
+    r"|```json"
+    r"|\b(?:in|as|with|return|respond|reply|output|valid|only|using)\s+"
+    r"(?:(?:a|an|the|valid|only)\s+)?json\b",
+    re.IGNORECASE,
+)
+"""Instructions that ask for JSON: "respond in JSON", "a JSON object", "json_schema", ..."""
+
+_SCANNED_CHARS = 128 * 1024
+"""How much of a message is searched for a JSON Schema (from its start)."""
+_SCAN_TRIES = 128
+"""How many '{' of a message are tried as the start of a JSON object."""
+_DECODER = json.JSONDecoder()
+_DSPY_NOTE = re.compile(r"\s*# note: the value you produce (.*)", re.DOTALL)
+_DSPY_TYPES: dict[str, dict[str, Any]] = {
+    "must be True or False": {"type": "boolean"},
+    "must be a single int value": {"type": "integer"},
+    "must be a single float value": {"type": "number"},
+}
+
 
 def _prompt_tokens(texts: list[str]) -> int:
     """The simulated tokenizer's prompt count: characters / 4 + 4 per message (what it has
@@ -135,18 +165,14 @@ class SimulatedProvider:
     def _text(self, call: UpstreamCall, prompt_crc: int) -> tuple[list[Piece], bool]:
         """The text pieces of a reply that calls no tool, cut at ``max_tokens``, and whether
         that left it whole."""
-        response_format = call.request.response_format
-        if isinstance(response_format, JsonSchemaResponseFormat) and isinstance(
-            response_format.json_schema.schema, dict
-        ):
-            value = sample_json(response_format.json_schema.schema, prompt_crc)
-            pieces = _json_pieces(value)
-        elif isinstance(response_format, JsonObjectFormat | JsonSchemaResponseFormat):
-            # json_object, or a json_schema format that gives no schema: any object will do
+        schema = _reply_schema(call.request)
+        if schema is None:
+            pieces = _words(prompt_crc, self.reply_tokens)
+        elif schema is _ANY_OBJECT:
             words = _words(prompt_crc, self.reply_tokens)
             pieces = _json_pieces({"answer": "".join(words)})
         else:
-            pieces = _words(prompt_crc, self.reply_tokens)
+            pieces = _json_pieces(sample_json(schema, prompt_crc))
         cap = _cap(call)
         return list(pieces[:cap]), len(pieces) <= cap
 
@@ -169,6 +195,123 @@ def _words(prompt_crc: int, count: int) -> list[str]:
 def _json_pieces(value: Any) -> list[str]:
     """``value`` as JSON text, cut into token-sized pieces."""
     return _TOKEN.findall(json.dumps(value))
+
+
+def _reply_schema(request: ChatRequest) -> dict[str, Any] | None:
+    """The schema a text reply's JSON must fit: the ``json_schema`` response format's; for
+    ``json_object`` or instructions that ask for JSON, the last JSON Schema of an object
+    they show (or ``_ANY_OBJECT``). None for a reply in words."""
+    response_format = request.response_format
+    if isinstance(response_format, JsonSchemaResponseFormat) and isinstance(
+        response_format.json_schema.schema, dict
+    ):
+        return response_format.json_schema.schema
+    texts = _instructions(request.messages)
+    asked = isinstance(response_format, JsonObjectFormat | JsonSchemaResponseFormat)
+    if not asked and not any(_asks_for_json(text) for text in texts):
+        return None
+    schemas = [schema for text in texts for schema in _object_schemas(text)]
+    return schemas[-1] if schemas else _ANY_OBJECT
+
+
+def _asks_for_json(text: str) -> bool:
+    """Whether ``text`` asks for JSON: the pattern tried around each "json" in it (a
+    search of the whole text would cost as much per character as a long prompt has)."""
+    lowered = text.lower()
+    start = lowered.find("json")
+    for _ in range(_SCAN_TRIES):
+        if start < 0:
+            break
+        if _ASKS_FOR_JSON.search(lowered, max(start - 40, 0), start + 20):
+            return True
+        start = lowered.find("json", start + 4)
+    return False
+
+
+def _instructions(messages: list[Message]) -> list[str]:
+    """The texts that say what the reply should be: the system and developer messages and
+    the last user message, in order."""
+    last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
+    return [
+        message_text(message)
+        for i, message in enumerate(messages)
+        if message.role in ("system", "developer") or i == last_user
+    ]
+
+
+def _object_schemas(text: str) -> list[dict[str, Any]]:
+    """The JSON Schemas of an object written in ``text`` (as JSON), in order, and the
+    schemas DSPy's JSON adapter's field lists stand for."""
+    schemas = []
+    for value in _json_objects(text[:_SCANNED_CHARS]):
+        properties = value.get("properties")
+        if isinstance(properties, dict) and properties:
+            if all(isinstance(schema, dict) for schema in properties.values()):
+                schemas.append(value)
+        elif value.get("type") == "object" or isinstance(value.get("$ref"), str):
+            schemas.append(value)
+        elif value and all(
+            isinstance(v, str) and v.startswith(f"{{{k}}}") for k, v in value.items()
+        ):
+            schemas.append(_dspy_fields_schema(value))
+    return schemas
+
+
+def _json_objects(text: str) -> list[dict[str, Any]]:
+    """The JSON objects written in ``text``, outermost only, in order."""
+    found = []
+    start = text.find("{")
+    for _ in range(_SCAN_TRIES):
+        if start < 0:
+            break
+        try:
+            value, end = _DECODER.raw_decode(text, start)
+        except (ValueError, RecursionError):
+            start = text.find("{", start + 1)
+            continue
+        if isinstance(value, dict):
+            found.append(value)
+        start = text.find("{", end)
+    return found
+
+
+def _dspy_fields_schema(fields: dict[str, str]) -> dict[str, Any]:
+    """The schema of the object DSPy's JSON adapter asks for, from the fields it lists:
+    ``{"name": "{name}"}``, with a note after the placeholder for a field that is not a
+    string (a Python type, a set of values, or a JSON Schema whose ``$defs`` are moved to
+    the top)."""
+    properties: dict[str, Any] = {}
+    defs: dict[str, Any] = {}
+    for name, text in fields.items():
+        note = _DSPY_NOTE.match(text, len(name) + 2)
+        properties[name] = _dspy_field_schema(note.group(1).strip() if note else "")
+        defs.update(properties[name].pop("$defs", None) or {})
+    schema = {"type": "object", "properties": properties, "required": list(properties)}
+    return {**schema, "$defs": defs} if defs else schema
+
+
+def _dspy_field_schema(note: str) -> dict[str, Any]:
+    if note in _DSPY_TYPES:
+        return dict(_DSPY_TYPES[note])
+    if note.startswith("must adhere to the JSON schema:"):
+        try:
+            schema = json.loads(note.partition(":")[2])
+        except (ValueError, RecursionError):
+            schema = None
+        return dict(schema) if isinstance(schema, dict) else {}
+    if " one of: " in note:
+        return {"enum": [_literal(member) for member in note.partition(" one of: ")[2].split("; ")]}
+    return {"type": "string"}
+
+
+def _literal(text: str) -> Any:
+    """A member of a DSPy list of values: a number where it reads as one, else the text."""
+    try:
+        number = json.loads(text)
+    except ValueError:
+        return text
+    is_number = isinstance(number, int | float) and not isinstance(number, bool)
+    return number if is_number and math.isfinite(number) else text
 
 
 def _function_to_call(request: ChatRequest, prompt_crc: int) -> FunctionDefinition | None:
