@@ -265,7 +265,6 @@ class Services:
             credits=settings.spotlight_credits,
             daily_limit=settings.spotlight_daily_limit,
             expiry_days=settings.earned_expiry_days,
-            webhooks=self.webhooks,
             clock=clock,
         )
         self.intents = Intents(pepper)

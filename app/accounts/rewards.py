@@ -27,7 +27,6 @@ from app.credits.money import Money
 from app.credits.outcomes import ScriptStatus
 from app.store import AccountRecord, GrantRecord, Store
 from app.webhooks.events import credits_earned
-from app.webhooks.registry import Webhooks
 
 MAX_VIEW_ID = 200
 
@@ -98,12 +97,10 @@ class Spotlights:
         credits: int = 5_000,
         daily_limit: int = 5,
         expiry_days: int = 30,
-        webhooks: Webhooks | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.money = money
-        self.webhooks = webhooks
         self.credits = credits
         self.daily_limit = daily_limit
         self.ttl_s = expiry_days * DAY_S
@@ -178,7 +175,7 @@ class Spotlights:
         # the ledger row and its webhook event in one transaction: a retry after a crash
         # between the script and this write (a DUPLICATE then) writes both, else neither
         events = [credits_earned(pid, grant_id, self.credits, self.expires_at(record), granted_at)]
-        if not await self.store.insert_grant(record, events if self.webhooks else ()):
+        if not await self.store.insert_grant(record, events):
             record = await self.store.get_grant(grant_id) or record
         return status, record
 

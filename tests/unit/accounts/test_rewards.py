@@ -8,7 +8,7 @@ from app.accounts.accounts import Accounts
 from app.accounts.rewards import Spotlights
 from app.core.errors import ApiError, ErrorKind, StoreError
 from app.kv.fields import ACCOUNT_DISABLED, AccountField, account_status
-from app.store import GrantRecord, Store
+from app.store import GrantRecord, Store, WebhookRecord
 from tests.conftest import Clock
 from tests.support.ledgers import Ledgers
 
@@ -118,6 +118,16 @@ async def test_a_store_failure_after_redis_is_mended_by_the_retry(
     store: Store, ledger: Ledgers, clock: Clock, pid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spotlights = _spotlights(store, ledger, clock)
+    hook = WebhookRecord(
+        id="wh_rewards",
+        account_pid=pid,
+        url="https://8.8.8.8/hook",
+        events="credits.earned",
+        description="",
+        secret_salt="salt",
+        created_at=int(clock()),
+    )
+    assert await store.create_webhook(hook, max_per_account=10)
     granted_at = int(clock())
     original = store.insert_grant
 
@@ -137,6 +147,9 @@ async def test_a_store_failure_after_redis_is_mended_by_the_retry(
     balance = await ledger.money.account_balance(pid, clock())
     assert balance is not None
     assert balance.earned == 5000  # granted once
+    # the webhook event went with the ledger row: once, although the script ran twice
+    (delivery,) = await store.list_deliveries("wh_rewards", 10)
+    assert delivery.type == "credits.earned"
 
 
 async def test_an_account_redis_lost_comes_back_with_its_durable_status(
