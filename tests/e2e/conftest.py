@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,14 +149,39 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         stop_server(srv.process)
 
 
-@pytest.fixture
-def aof_valkey() -> Iterator[ValkeyServer]:
-    """A Valkey as production runs it (AOF on, no eviction), for one test."""
+def production_valkey() -> ValkeyServer:
+    """A Valkey as production runs it (AOF on, no eviction), started."""
     server = ValkeyServer(
         port=free_port(), appendonly="yes", save="", **{"maxmemory-policy": "noeviction"}
     )
     server.start()
+    return server
+
+
+@pytest.fixture
+def aof_valkey() -> Iterator[ValkeyServer]:
+    """``production_valkey`` for one test."""
+    server = production_valkey()
     try:
         yield server
     finally:
         server.stop()
+
+
+@contextmanager
+def instances(
+    tmp: Path, shared: dict[str, str], *, count: int = 2, workers: int = 2
+) -> Iterator[list[Server]]:
+    """``count`` servers on the same settings (one Redis, one database, one pepper), each in
+    a folder of its own under ``tmp``; started one after the other (the first migrates the
+    database), all stopped after."""
+    started: list[Server] = []
+    try:
+        for n in range(count):
+            folder = tmp / f"instance-{n}"
+            folder.mkdir()
+            started.append(start_server(folder, workers=workers, extra_env=shared))
+        yield started
+    finally:
+        for srv in started:
+            stop_server(srv.process)

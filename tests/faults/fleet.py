@@ -15,7 +15,7 @@ import redis as redis_sync
 from redis.cluster import RedisCluster
 
 from bench.mock_upstream import MockProcess
-from tests.e2e.conftest import Server, start_server, stop_server
+from tests.e2e.conftest import Server, instances
 from tests.e2e.test_admin_cli import svc_admin
 from tests.e2e.test_upstreams import models_file
 from tests.faults.conftest import Valkey
@@ -116,15 +116,9 @@ def running_fleet(
             "SVC_REDIS_TIMEOUT_S": "1",
             **(env or {}),
         }
-        instances: list[Server] = []
         try:
-            for n in range(2):  # one after the other: the first migrates the database
-                folder = tmp / f"instance-{n}"
-                folder.mkdir()
-                instances.append(start_server(folder, workers=2, extra_env=shared))
-            yield Fleet(instances, redis_url, cluster is not None, database_url, valkey)
+            with instances(tmp, shared) as servers:
+                yield Fleet(servers, redis_url, cluster is not None, database_url, valkey)
         finally:
-            for srv in instances:
-                stop_server(srv.process)
             if valkey is not None:
                 valkey.stop()
