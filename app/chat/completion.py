@@ -36,7 +36,7 @@ from app.chat.settlement import SettlementTerms, Settling, report_abandoned_sett
 from app.core.errors import ApiError, ErrorKind, LedgerUnreachable, StreamCut, UpstreamError
 from app.core.ids import completion_ids
 from app.core.interrupts import Interruptible
-from app.core.metrics import METRICS
+from app.core.metrics import FIRST_TOKEN, METRICS, MID_STREAM
 from app.credits.idempotency import AnswerSeal, RecordedResponse
 from app.credits.outcomes import Hold, Identity
 from app.kv.client import REDIS_ERRORS
@@ -117,13 +117,13 @@ class Completion(Relay, Settling):
         candidates = self.service.router.candidates(self.params.alias, self.ident.environment)
         for n, (provider_name, provider, model) in enumerate(candidates):
             if n:
-                METRICS.failovers.labels(self.params.alias.id).inc()
+                METRICS.failover(self.params.alias.id)
             pieces = provider.stream(self._call(model))
             try:
                 first: list[Piece] = await anext(pieces, [])
             except UpstreamError as exc:
                 await _close(pieces)
-                METRICS.upstream_errors.labels(provider_name, "connect").inc()
+                METRICS.upstream_failed(provider_name, FIRST_TOKEN, exc.outcome)
                 log.warning(
                     "upstream failed before its first token",
                     extra={
@@ -135,6 +135,7 @@ class Completion(Relay, Settling):
                 if exc.client_error:
                     raise ApiError(ErrorKind.INVALID_VALUE, exc.reason) from exc
                 continue
+            METRICS.attempt_served(provider_name)
             self._provider_name = provider_name
             self._pieces = pieces
             self._first = first
@@ -178,7 +179,7 @@ class Completion(Relay, Settling):
             lost = exc
         except UpstreamError as exc:
             outcome = "upstream_error"
-            METRICS.upstream_errors.labels(self._provider_name, "stream").inc()
+            METRICS.upstream_failed(self._provider_name, MID_STREAM, exc.outcome)
             log.warning(
                 "upstream failed mid-stream",
                 extra={

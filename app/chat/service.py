@@ -89,7 +89,7 @@ class CompletionService:
         if isinstance(reserved, Replay):
             return reserved
         hold = reserved
-        METRICS.reserved(ident.environment, hold.amount)
+        METRICS.reserved(ident.environment, alias.id, hold.amount)
         seal = None if claim is None else claim.seal
         completion = Completion(self, ident, params, hold, started=started, seal=seal)
         try:

@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 from app.chat.request import ChatParams
 from app.core.errors import LedgerUnreachable
-from app.core.metrics import METRICS
+from app.core.metrics import METRICS, BilledTokens
 from app.core.settings import HEARTBEATS_PER_DEADLINE
 from app.core.tokens import estimate_tokens
 from app.credits.idempotency import RecordedResponse
@@ -29,6 +29,7 @@ from app.upstream.base import Usage
 T = TypeVar("T")
 log = logging.getLogger("svc.completions")
 _background: set[asyncio.Task[Any]] = set()
+_NONE: dict[str, int] = {}  # the details of a usage report that gave none
 
 
 class SettlementTerms(Protocol):
@@ -166,9 +167,29 @@ class Settling:
         )
         if settled.status is ScriptStatus.OK:
             METRICS.settled(
-                outcome, self.ident.environment, used=settled.credits_used, held=self.hold.amount
+                outcome,
+                self.ident.environment,
+                self.params.alias.id,
+                used=settled.credits_used,
+                held=self.hold.amount,
+                tokens=None if outcome == "released" else self._tokens(prompt, completion),
             )
         return settled
+
+    def _tokens(self, prompt: int, completion: int) -> BilledTokens:
+        """The tokens billed, with the parts the upstream's report names cached and
+        reasoning (each at most what was billed)."""
+        usage = self.usage
+        if usage is None:
+            return BilledTokens(prompt, completion)
+        cached = (usage.prompt_tokens_details or _NONE).get("cached_tokens", 0)
+        reasoning = (usage.completion_tokens_details or _NONE).get("reasoning_tokens", 0)
+        return BilledTokens(
+            prompt,
+            completion,
+            min(max(cached, 0), prompt),
+            min(max(reasoning, 0), completion),
+        )
 
     def _served(self) -> Served:
         """What the request's activity row tells: its response's id, times, usage source."""

@@ -11,7 +11,8 @@ The tree::
         │                       ``app.runtime.public_error`` makes it (503 or 500, naming
         │                       nothing inside)
         ├── UpstreamError       an upstream failed (``reason``; ``client_error``: the
-        │                       request's fault, a 400 with no failover)
+        │                       request's fault, a 400 with no failover; ``outcome``:
+        │                       how, as the metrics count it)
         ├── StoreError          the durable store failed or cannot be reached (503)
         │   └── StoreConflict   a write broke a constraint (the id exists, or its owner
         │                       does not)
@@ -47,6 +48,7 @@ these at their one client (``app.kv``, ``app.store``).
 from __future__ import annotations
 
 from enum import Enum
+from typing import Literal
 
 import msgspec
 
@@ -159,14 +161,28 @@ class SvcError(Exception):
     """Something inside svc went wrong (see the module's tree)."""
 
 
+UpstreamOutcome = Literal["2xx", "3xx", "4xx", "5xx", "timeout", "connect_error", "stream_error"]
+"""How an upstream attempt ended, as ``svc_upstream_attempts_total`` and
+``svc_upstream_errors_total`` count it: ``2xx`` answered and streamed; ``3xx``/``4xx``/``5xx``
+answered with such a status; ``timeout`` a connect, first-token or idle timeout ran out;
+``connect_error`` no connection, or one closed before the response began; ``stream_error``
+a response that cannot be relayed (closed early, malformed, an error event in it)."""
+
+
 class UpstreamError(SvcError):
     """An upstream failed. Before the first byte the alias's next upstream is tried, unless
-    the failure is a ``client_error`` (HTTP 400/413/422: the request's fault)."""
+    the failure is a ``client_error`` (HTTP 400/413/422: the request's fault).
 
-    def __init__(self, reason: str, *, client_error: bool = False) -> None:
+    ``outcome`` is named where the failure is seen (the HTTP client knows a status from a
+    timeout); unnamed, it is ``4xx`` for a client error and ``stream_error`` otherwise."""
+
+    def __init__(
+        self, reason: str, *, client_error: bool = False, outcome: UpstreamOutcome | None = None
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.client_error = client_error
+        self.outcome: UpstreamOutcome = outcome or ("4xx" if client_error else "stream_error")
 
 
 class StoreError(SvcError):

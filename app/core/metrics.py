@@ -7,10 +7,15 @@ them. The RSGI entry point (``app.rsgi``) switches its worker over with
 imported this module, so the switch rebuilds the metrics in place. A process that never
 switches (tests, admin commands) keeps its metrics in memory.
 
-Recording costs a dictionary lookup and an mmap write (a few microseconds), so the hot path
-records every request. Numbers that live in Redis — open reservations, unflushed usage
-events — are read when scraped instead of counted, and so is ``svc_build_info`` (what runs:
-the same in every worker, so no worker writes it to the shared files).
+Recording costs an mmap write (a microsecond or two), so the hot path records every request,
+never a chunk: the series a stream writes are bound once per alias (``Metrics.stream``,
+``Metrics.model``: a request finds a group of them with one dictionary lookup, and builds
+no label tuple), and a stream's tokens are counted when it settles. Numbers that live in
+Redis — open reservations, unflushed usage events — are read when scraped instead of
+counted, and so is ``svc_build_info`` (what runs: the same in every worker, so no worker
+writes it to the shared files). Gauges across workers: ``svc_open_streams`` is summed over
+the live workers (``livesum``: a dead worker's streams are dropped at the next scrape); the
+others are made at scrape time by whichever worker answers.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import re
 from collections.abc import Awaitable, Callable, Iterable
 from importlib import metadata
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from prometheus_client import (
     CollectorRegistry,
@@ -46,10 +51,114 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TTFB_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
+# The label values known in advance. Their series are made when the metrics are (at 0), so
+# a scrape shows every one before it first happens: ``rate()`` and alerts see a 0, not a
+# missing series.
+ENVIRONMENTS = ("live", "test")
+SETTLEMENT_OUTCOMES = (
+    "completed",
+    "client_disconnect",
+    "upstream_error",
+    "released",
+    "shutdown",
+    "swept",
+)
+BACKGROUND_TASKS = ("sweeper", "flusher", "webhooks")
+WEBHOOK_STATES = ("delivered", "pending", "failed")
+SPOTLIGHT_NETWORKS = ("admob", "signed")
+SPOTLIGHT_RESULTS = (
+    "rewarded",
+    "duplicate",
+    "daily_limit",
+    "intent_used",
+    "invalid_intent",
+    "invalid_signature",
+    "unavailable",
+)
+# svc_upstream_errors_total's phases: before the attempt's first token, or after it
+FIRST_TOKEN = "first_token"
+MID_STREAM = "stream"
+
 
 def multiprocess_enabled() -> bool:
     """Whether this process writes its metrics to the shared directory."""
     return bool(getattr(values.ValueClass, "_multiprocess", False))
+
+
+class StreamMetrics:
+    """The series one streamed answer of one alias on one route records, bound once per
+    (route, alias) by ``Metrics.stream``: a request looks them up once, not per series."""
+
+    __slots__ = ("answered", "duration", "ttfb")
+
+    def __init__(self, metrics: Metrics, route: str, model: str) -> None:
+        self.answered = metrics.requests.labels(route, "200", model)
+        self.duration = metrics.duration.labels(route, model)
+        self.ttfb = metrics.ttfb.labels(route, model)
+
+    def done(self, duration_s: float) -> None:
+        """The stream ended (its 200 is counted with its duration)."""
+        self.answered.inc()
+        self.duration.observe(duration_s)
+
+
+class CreditSeries(NamedTuple):
+    """``svc_credits_total``'s three movements for one alias and environment."""
+
+    reserved: Counter
+    settled: Counter
+    refunded: Counter
+
+
+class ModelMetrics:
+    """An alias's credits (per environment) and tokens, bound once per alias by
+    ``Metrics.model``; its series exist, at 0, from the alias's first request on."""
+
+    __slots__ = ("_counter", "_credits", "_model", "cached", "input", "output", "reasoning")
+
+    def __init__(self, metrics: Metrics, model: str) -> None:
+        self.input = metrics.tokens.labels(model, "input")
+        self.output = metrics.tokens.labels(model, "output")
+        self.cached = metrics.token_details.labels(model, "cached_tokens")
+        self.reasoning = metrics.token_details.labels(model, "reasoning_tokens")
+        self._counter = metrics.credits
+        self._model = model
+        self._credits = {environment: self._series(environment) for environment in ENVIRONMENTS}
+
+    def credits(self, environment: str) -> CreditSeries:
+        series = self._credits.get(environment)
+        if series is None:
+            series = self._credits[environment] = self._series(environment)
+        return series
+
+    def _series(self, environment: str) -> CreditSeries:
+        credits, model = self._counter, self._model
+        return CreditSeries(
+            reserved=credits.labels("reserved", environment, model),
+            settled=credits.labels("settled", environment, model),
+            refunded=credits.labels("refunded", environment, model),
+        )
+
+    def billed(self, tokens: BilledTokens) -> None:
+        """One completion's tokens (a 0 writes nothing)."""
+        if tokens.input:
+            self.input.inc(tokens.input)
+        if tokens.output:
+            self.output.inc(tokens.output)
+        if tokens.cached:
+            self.cached.inc(tokens.cached)
+        if tokens.reasoning:
+            self.reasoning.inc(tokens.reasoning)
+
+
+class BilledTokens(NamedTuple):
+    """The tokens a settled completion was billed for, and the parts of them its upstream
+    reported as cached (of the input) and as reasoning (of the output)."""
+
+    input: int
+    output: int
+    cached: int = 0
+    reasoning: int = 0
 
 
 class Metrics:
@@ -72,35 +181,56 @@ class Metrics:
         )
         self.ttfb = Histogram(
             "svc_time_to_first_byte_seconds",
-            "Chat completions: request start to the first content chunk sent.",
-            ["model"],
+            "Streams: request start to the first content chunk sent, by route and alias.",
+            ["route", "model"],
             buckets=TTFB_BUCKETS,
             registry=reg,
         )
         self.duration = Histogram(
             "svc_request_duration_seconds",
-            "Request start to the last byte sent (whole stream for chat).",
+            "Request start to the last byte sent (a whole stream for the streaming routes).",
             ["route", "model"],
             buckets=DURATION_BUCKETS,
+            registry=reg,
+        )
+        self.tokens = Counter(
+            "svc_tokens",
+            "Tokens billed, by alias and direction (input: the prompt, output: generated).",
+            ["model", "direction"],
+            registry=reg,
+        )
+        self.token_details = Counter(
+            "svc_token_details",
+            "Parts of the tokens billed the upstream reported: cached_tokens of the input, "
+            "reasoning_tokens of the output.",
+            ["model", "detail"],
             registry=reg,
         )
         self.credits = Counter(
             "svc_credits",
             "Credits by movement: reserved, settled (charged) and refunded (returned unused).",
-            ["movement", "environment"],
+            ["movement", "environment", "model"],
             registry=reg,
         )
         self.settlements = Counter(
             "svc_settlements",
             "Reservations closed, by outcome (completed, client_disconnect, upstream_error, "
-            "released, swept).",
+            "released, shutdown, swept).",
             ["outcome"],
+            registry=reg,
+        )
+        self.upstream_attempts = Counter(
+            "svc_upstream_attempts",
+            "Upstream attempts to start a stream, by provider and outcome (2xx, 3xx, 4xx, "
+            "5xx, timeout, connect_error, stream_error).",
+            ["provider", "outcome"],
             registry=reg,
         )
         self.upstream_errors = Counter(
             "svc_upstream_errors",
-            "Upstream failures, by provider and phase (connect = before the first token).",
-            ["provider", "phase"],
+            "Upstream failures, by provider, phase (first_token: before it, stream: after "
+            "it) and outcome.",
+            ["provider", "phase", "outcome"],
             registry=reg,
         )
         self.failovers = Counter(
@@ -111,7 +241,7 @@ class Metrics:
         )
         self.open_streams = Gauge(
             "svc_open_streams",
-            "Chat completion streams being relayed now.",
+            "Streams being relayed now.",
             registry=reg,
             multiprocess_mode="livesum",
         )
@@ -127,6 +257,13 @@ class Metrics:
         self.swept = Counter(
             "svc_sweeper_refunded_reservations",
             "Reservations past their deadline refunded by the sweeper.",
+            registry=reg,
+        )
+        self.swept_credits = Counter(
+            "svc_sweeper_refunded_credits",
+            "Credits the sweeper returned, by environment (the holds of reservations past "
+            "their deadline).",
+            ["environment"],
             registry=reg,
         )
         self.flushes = Counter(
@@ -161,28 +298,93 @@ class Metrics:
             registry=reg,
         )
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._streams: dict[tuple[str, str], StreamMetrics] = {}
+        self._models: dict[str, ModelMetrics] = {}
+        self._served: dict[str, Counter] = {}
+        self._settlements = {o: self.settlements.labels(o) for o in SETTLEMENT_OUTCOMES}
+        for known, label_sets in (
+            (self.swept_credits, [(e,) for e in ENVIRONMENTS]),
+            (self.background_errors, [(t,) for t in BACKGROUND_TASKS]),
+            (self.webhook_attempts, [(s,) for s in WEBHOOK_STATES]),
+            (
+                self.spotlight_callbacks,
+                [(n, r) for n in SPOTLIGHT_NETWORKS for r in SPOTLIGHT_RESULTS],
+            ),
+        ):
+            for label_set in label_sets:
+                self.labelled(known, *label_set)
 
     def labelled(self, metric: M, *values: str) -> M:
-        """``metric.labels(*values)``, looked up once per label set (it runs per request)."""
+        """``metric.labels(*values)``, looked up once per label set."""
         key = (id(metric), values)
         child = self._children.get(key)
         if child is None:
             child = self._children[key] = metric.labels(*values)
         return child  # type: ignore[no-any-return]
 
+    def stream(self, route: str, model: str) -> StreamMetrics:
+        """The series of a stream of ``model`` on ``route``, bound on first use."""
+        bound = self._streams.get((route, model))
+        if bound is None:
+            bound = self._streams[route, model] = StreamMetrics(self, route, model)
+        return bound
+
+    def model(self, model: str) -> ModelMetrics:
+        """The credit and token series of an alias, bound on first use."""
+        bound = self._models.get(model)
+        if bound is None:
+            bound = self._models[model] = ModelMetrics(self, model)
+        return bound
+
     def request_done(self, route: str, status: int, model: str, duration_s: float) -> None:
-        """Count one answered request and its duration."""
+        """Count one answered request and its duration (a stream's: ``StreamMetrics.done``)."""
         self.labelled(self.requests, route, str(status), model).inc()
         self.labelled(self.duration, route, model).observe(duration_s)
 
-    def reserved(self, environment: str, credits: int) -> None:
-        self.labelled(self.credits, "reserved", environment).inc(credits)
+    def reserved(self, environment: str, model: str, credits: int) -> None:
+        self.model(model).credits(environment).reserved.inc(credits)
 
-    def settled(self, outcome: str, environment: str, *, used: int, held: int) -> None:
-        """One reservation closed: ``used`` of the ``held`` credits charged, the rest back."""
-        self.labelled(self.settlements, outcome).inc()
-        self.labelled(self.credits, "settled", environment).inc(used)
-        self.labelled(self.credits, "refunded", environment).inc(held - used)
+    def settled(
+        self,
+        outcome: str,
+        environment: str,
+        model: str,
+        *,
+        used: int,
+        held: int,
+        tokens: BilledTokens | None = None,
+    ) -> None:
+        """One reservation closed: ``used`` of the ``held`` credits charged, the rest back;
+        ``tokens``: what its completion was billed for (None: nothing was generated)."""
+        child = self._settlements.get(outcome)
+        if child is None:
+            child = self.labelled(self.settlements, outcome)
+        child.inc()
+        bound = self.model(model)
+        credits = bound.credits(environment)
+        if used:
+            credits.settled.inc(used)
+        if held > used:
+            credits.refunded.inc(held - used)
+        if tokens is not None:
+            bound.billed(tokens)
+
+    def attempt_served(self, provider: str) -> None:
+        """An upstream attempt that answered and streamed its first piece."""
+        child = self._served.get(provider)
+        if child is None:
+            child = self._served[provider] = self.upstream_attempts.labels(provider, "2xx")
+        child.inc()
+
+    def upstream_failed(self, provider: str, phase: str, outcome: str) -> None:
+        """An upstream failure: before the first token (``FIRST_TOKEN``, also an attempt's
+        outcome) or mid-stream (``MID_STREAM``)."""
+        if phase == FIRST_TOKEN:
+            self.labelled(self.upstream_attempts, provider, outcome).inc()
+        self.labelled(self.upstream_errors, provider, phase, outcome).inc()
+
+    def failover(self, model: str) -> None:
+        self.labelled(self.failovers, model).inc()
 
 
 class RedisGauges(Collector):

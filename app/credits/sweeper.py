@@ -13,6 +13,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 from app.core.clock import day_tag
 from app.core.metrics import METRICS
@@ -31,7 +32,15 @@ SWEPT_FIELDS = [  # what the sweeper needs of a reservation
     ReservationField.ENVIRONMENT,
     ReservationField.CAP_KEY,
     ReservationField.IDEMPOTENCY,
+    ReservationField.ALIAS,  # for the metrics
 ]
+
+
+class Expired(NamedTuple):
+    """A reservation past its deadline, and the alias it was made for."""
+
+    hold: Hold
+    alias: str
 
 
 class Sweeper:
@@ -52,7 +61,7 @@ class Sweeper:
         """Refund every reservation past its deadline now; returns how many this call did."""
         now = self.clock()
         done = 0
-        for hold in await self.expired_holds(now):
+        for hold, alias in await self._expired(now):
             settled = await self.money.settle(
                 hold,
                 now=now,
@@ -67,14 +76,21 @@ class Sweeper:
                 # The hold goes back as refunded credits, so the audit identity
                 # reserved = settled + refunded holds in the metrics after a worker died.
                 METRICS.settled(
-                    "swept", hold.environment, used=settled.credits_used, held=hold.amount
+                    "swept", hold.environment, alias, used=settled.credits_used, held=hold.amount
+                )
+                METRICS.labelled(METRICS.swept_credits, hold.environment).inc(
+                    hold.amount - settled.credits_used
                 )
         METRICS.sweeps.inc()
         METRICS.swept.inc(done)
         return done
 
     async def expired_holds(self, now: float, limit: int = 100) -> list[Hold]:
-        """Open reservations past their deadline, at most ``limit`` per shard (sweeper).
+        """Open reservations past their deadline, at most ``limit`` per shard (sweeper)."""
+        return [expired.hold for expired in await self._expired(now, limit)]
+
+    async def _expired(self, now: float, limit: int = 100) -> list[Expired]:
+        """``expired_holds``, each with its alias (the metrics count the refund under it).
 
         Two round trips whatever the number of shards: the ids of every shard, then the
         reservations they name."""
@@ -93,29 +109,28 @@ class Sweeper:
         pipe = redis.pipeline(transaction=False)
         for shard, rid in found:
             pipe.hmget(layout.reservation(shard, rid), SWEPT_FIELDS)
-        holds: list[Hold] = []
+        holds: list[Expired] = []
         for (shard, rid), fields in zip(found, await pipe.execute(), strict=True):
             if fields[0] is None:
                 continue  # settled meanwhile
             pid, kid, day, amount, environment = (as_text(f) for f in fields[:5])
             # a reservation names its cap counter (one without: its key's, that day)
-            cap, idem = fields[5:]
+            cap, idem, alias = fields[5:]
             cap_key = as_text(cap) if cap else layout.cap(shard, kid, day_tag(day))
-            holds.append(
-                Hold(
-                    rid=rid,
-                    shard=shard,
-                    pid=pid,
-                    kid=kid,
-                    day=day,
-                    amount=int(amount),
-                    out_tokens=0,
-                    balance=0,
-                    environment=environment,
-                    cap_key=cap_key,
-                    idempotency=None if idem is None else as_text(idem),
-                )
+            hold = Hold(
+                rid=rid,
+                shard=shard,
+                pid=pid,
+                kid=kid,
+                day=day,
+                amount=int(amount),
+                out_tokens=0,
+                balance=0,
+                environment=environment,
+                cap_key=cap_key,
+                idempotency=None if idem is None else as_text(idem),
             )
+            holds.append(Expired(hold, "" if alias is None else as_text(alias)))
         return holds
 
     async def run(self) -> None:
@@ -127,7 +142,7 @@ class Sweeper:
                 await self.money.sync_clock()
                 swept = await self.sweep_once()
             except (*REDIS_ERRORS, OSError) as exc:
-                METRICS.background_errors.labels("sweeper").inc()
+                METRICS.labelled(METRICS.background_errors, "sweeper").inc()
                 log.warning("sweep failed, retrying next round: %s", type(exc).__name__)
                 continue
             if swept:

@@ -29,6 +29,8 @@ from app.responses.request import parse_responses_request
 from app.responses.stream import ResponsesStream
 
 if TYPE_CHECKING:
+    from prometheus_client import Histogram
+
     from app.chat.completion import Completion
     from app.chat.output import StreamOutput
     from app.chat.request import ChatParams
@@ -148,8 +150,18 @@ RESPONSES = Api("/v1/responses", _parse_responses)
 STREAM_ROUTES = {path: api for api in (CHAT, RESPONSES) for path in (api.path, api.path + "/")}
 
 
+class _Opening:
+    """What is known of a request while it opens: its alias, once its body is read (the
+    label its refusal is counted under; "" before)."""
+
+    __slots__ = ("model",)
+
+    def __init__(self) -> None:
+        self.model = ""
+
+
 async def _open(
-    api: Api, services: Services, exchange: StreamExchange
+    api: Api, services: Services, exchange: StreamExchange, opening: _Opening
 ) -> tuple[Completion, StreamOutput | None] | Replay:
     if exchange.method != "POST":
         raise ApiError(ErrorKind.METHOD_NOT_ALLOWED, f"Use POST for {api.path}.")
@@ -165,6 +177,7 @@ async def _open(
         if parsed is None:
             body = await exchange.body(services.settings.max_body_bytes)
             parsed = api.parse(services, body)
+            opening.model = parsed.params.alias.id
         claim = None
         if key is not None:
             claim = idempotency.claim(
@@ -187,20 +200,21 @@ async def _open(
 
 
 class _Body:
-    """The response body the relay writes, and its time to first byte.
+    """The response body the relay writes, and its time to first byte (observed once, on
+    the first write: the rest of the writes test one flag).
 
     A streamed body has no end marker: it ends when its writer is let go of. This is the
     writer's one owner, and drops it after the last write, or in ``end`` when the relay
     stopped early, so no reference left in a traceback keeps the client waiting for more."""
 
-    __slots__ = ("_closed", "_model", "_started", "_write", "_written")
+    __slots__ = ("_closed", "_started", "_ttfb", "_write", "_written")
 
     def __init__(
-        self, write: WriteBody, closed: type[BaseException], model: str, started: float
+        self, write: WriteBody, closed: type[BaseException], ttfb: Histogram, started: float
     ) -> None:
         self._write: WriteBody | None = write
         self._closed = closed
-        self._model = model
+        self._ttfb = ttfb
         self._started = started
         self._written = False
 
@@ -212,7 +226,7 @@ class _Body:
             raise self._closed("the response body has ended")
         if not self._written:
             self._written = True
-            METRICS.labelled(METRICS.ttfb, self._model).observe(time.perf_counter() - self._started)
+            self._ttfb.observe(time.perf_counter() - self._started)
         if not more:
             self._write = None
         return write(data)
@@ -240,8 +254,9 @@ async def _watch_disconnect(exchange: StreamExchange, completion: Completion) ->
 async def serve_stream(api: Api, services: Services, exchange: StreamExchange, rid: str) -> None:
     """Reserve, stream, settle. Errors before the first byte are plain JSON responses."""
     started = time.perf_counter()
+    opening = _Opening()
     try:
-        opened = await _open(api, services, exchange)
+        opened = await _open(api, services, exchange, opening)
     except ClientDisconnected:
         # Clients do this (a timeout, a cancelled upload): nothing was reserved, nobody
         # is left to answer, and it is no server error.
@@ -252,17 +267,20 @@ async def serve_stream(api: Api, services: Services, exchange: StreamExchange, r
         error = as_api_error(exc)
         send_error(exchange, error, rid)
         METRICS.labelled(METRICS.rejections, error.kind.code).inc()
-        METRICS.request_done(api.path, error.status, "", time.perf_counter() - started)
+        METRICS.request_done(api.path, error.status, opening.model, time.perf_counter() - started)
         return
     if isinstance(opened, Replay):
         _send_replay(exchange, opened.body, rid)
-        METRICS.request_done(api.path, 200, "", time.perf_counter() - started)
+        METRICS.request_done(api.path, 200, opening.model, time.perf_counter() - started)
         return
 
     completion, output = opened
-    model = completion.params.alias.id
+    metrics = METRICS.stream(api.path, completion.params.alias.id)
     closed = exchange.closed
-    body = _Body(exchange.stream([*SSE_HEADERS, ("x-request-id", rid)]), closed[0], model, started)
+    # the writer goes straight to its one owner: a reference kept here would hold the body open
+    body = _Body(
+        exchange.stream([*SSE_HEADERS, ("x-request-id", rid)]), closed[0], metrics.ttfb, started
+    )
     METRICS.open_streams.inc()
     relay = asyncio.ensure_future(completion.relay(body.send, output))
     # A completion with an Idempotency-Key runs to its end even when its client leaves
@@ -286,4 +304,4 @@ async def serve_stream(api: Api, services: Services, exchange: StreamExchange, r
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
         METRICS.open_streams.dec()
-        METRICS.request_done(api.path, 200, model, time.perf_counter() - started)
+        metrics.done(time.perf_counter() - started)

@@ -66,4 +66,4 @@ class Provider(Protocol):
 
 def idle_timeout_error() -> UpstreamError:
     """What a stream the upstream fell silent in fails with (``IdleTimeout``'s error)."""
-    return UpstreamError("stream failed: idle timeout")
+    return UpstreamError("stream failed: idle timeout", outcome="timeout")

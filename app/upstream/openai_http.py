@@ -10,7 +10,7 @@ import re
 import msgspec
 from msgspec import UNSET
 
-from app.core.errors import UpstreamError
+from app.core.errors import UpstreamError, UpstreamOutcome
 from app.upstream.base import UpstreamCall
 from app.upstream.config import ProviderConfig
 from app.upstream.responses_sse import ResponsesEvents
@@ -81,6 +81,15 @@ def provider_headers(config: ProviderConfig) -> dict[str, str]:
     return headers
 
 
+_STATUS_CLASSES: dict[int, UpstreamOutcome] = {3: "3xx", 4: "4xx", 5: "5xx"}
+
+
+def status_outcome(status: int) -> UpstreamOutcome:
+    """The outcome of an attempt answered with ``status`` (not 200): its class; a status
+    that is neither a redirect nor an error (another 2xx, a 1xx) is no stream svc can read."""
+    return _STATUS_CLASSES.get(status // 100, "stream_error")
+
+
 def status_error(status: int, body: bytes, model: str) -> UpstreamError:
     if status in CLIENT_ERROR_STATUSES:
         message = ""
@@ -89,4 +98,4 @@ def status_error(status: int, body: bytes, model: str) -> UpstreamError:
         except Exception:
             message = ""
         return UpstreamError(sanitize(message, model), client_error=True)
-    return UpstreamError(f"upstream status {status}")
+    return UpstreamError(f"upstream status {status}", outcome=status_outcome(status))

@@ -354,5 +354,5 @@ class Flusher:
                 await self.flush_all()
                 await self._maybe_prune()
             except (*REDIS_ERRORS, StoreError, OSError) as exc:
-                METRICS.background_errors.labels("flusher").inc()
+                METRICS.labelled(METRICS.background_errors, "flusher").inc()
                 log.warning("flush failed, retrying next round: %s", type(exc).__name__)

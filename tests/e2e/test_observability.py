@@ -48,11 +48,12 @@ def test_metrics_add_up_every_worker_and_match_what_clients_were_charged(server:
     denied = {"route": CHAT, "status": "401", "model": ""}
     assert _delta(after, before, "svc_requests_total", **denied) == 1
     assert _delta(after, before, "svc_rejections_total", code="invalid_api_key") == 1
-    assert _delta(after, before, "svc_time_to_first_byte_seconds_count", model="svc-fast") == 12
+    first_byte = {"route": CHAT, "model": "svc-fast"}
+    assert _delta(after, before, "svc_time_to_first_byte_seconds_count", **first_byte) == 12
     duration = {"route": CHAT, "model": "svc-fast"}
     assert _delta(after, before, "svc_request_duration_seconds_count", **duration) == 12
     assert _delta(after, before, "svc_settlements_total", outcome="completed") == 12
-    live = {"environment": "live"}
+    live = {"environment": "live", "model": "svc-fast"}
     settled = _delta(after, before, "svc_credits_total", movement="settled", **live)
     reserved = _delta(after, before, "svc_credits_total", movement="reserved", **live)
     refunded = _delta(after, before, "svc_credits_total", movement="refunded", **live)

@@ -195,7 +195,14 @@ def test_failovers_are_counted_and_logged_under_the_request_id(proxy: Server) ->
         return after.get(sample, 0.0) - before.get(sample, 0.0)
 
     assert delta("svc_upstream_failovers_total", model="svc-code") == 3
-    assert delta("svc_upstream_errors_total", provider="mock", phase="connect") == 3
+    # each failure counted as what it was: a 500, a stall past first_byte_timeout_s, a
+    # connection closed unanswered; then the upstream that served
+    outcomes = {"5xx": 1, "timeout": 1, "connect_error": 1, "2xx": 1}
+    for outcome, count in outcomes.items():
+        assert delta("svc_upstream_attempts_total", provider="mock", outcome=outcome) == count
+        if outcome != "2xx":
+            first = {"provider": "mock", "phase": "first_token", "outcome": outcome}
+            assert delta("svc_upstream_errors_total", **first) == count
     rid = r.headers["x-request-id"]
     mine = [e for e in proxy.log_entries() if e.get("request_id") == rid]
     assert len(mine) == 3

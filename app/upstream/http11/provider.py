@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from app.core.errors import UpstreamError
+from app.core.errors import UpstreamError, UpstreamOutcome
 from app.core.interrupts import IdleTimeout
 from app.core.proxies import proxy_for
 from app.upstream.base import Piece, UpstreamCall, idle_timeout_error
@@ -23,6 +23,7 @@ from app.upstream.openai_http import (
     exchange,
     provider_headers,
     status_error,
+    status_outcome,
 )
 from app.upstream.sse import LineParser
 
@@ -72,7 +73,8 @@ class StreamingProvider:
             async with asyncio.timeout_at(deadline):
                 conn = await self._exchange(request, ex.parse)
         except _Failure as exc:
-            raise UpstreamError(f"connect failed: {type(exc).__name__}") from exc
+            outcome = _failure_outcome(exc, 0)
+            raise UpstreamError(f"connect failed: {type(exc).__name__}", outcome=outcome) from exc
         idle: IdleTimeout | None = None
         clean = False
         try:
@@ -99,7 +101,8 @@ class StreamingProvider:
                 yield pieces
             clean = True
         except _Failure as exc:
-            raise UpstreamError(f"stream failed: {type(exc).__name__}") from exc
+            outcome = _failure_outcome(exc, conn.status)
+            raise UpstreamError(f"stream failed: {type(exc).__name__}", outcome=outcome) from exc
         finally:
             if idle is not None:
                 idle.close()
@@ -130,3 +133,16 @@ class StreamingProvider:
 
     async def close(self) -> None:
         self._pool.close()
+
+
+def _failure_outcome(exc: BaseException, status: int) -> UpstreamOutcome:
+    """The outcome of an attempt the connection failed in (``status``: its response's, 0
+    before the response began). An error status stays the outcome when reading its body
+    failed; a timeout is one wherever it ran out (TimeoutError is an OSError: first)."""
+    if status not in (0, 200):
+        return status_outcome(status)
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    if status == 0 and isinstance(exc, OSError):
+        return "connect_error"
+    return "stream_error"  # a response that is not HTTP, or a stream broken after its head

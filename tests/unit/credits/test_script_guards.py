@@ -337,8 +337,8 @@ async def test_a_settle_redis_runs_after_its_caller_gave_up_changes_nothing(
             outcome="completed",
         )
     assert await snapshot(stalled) == before  # nothing charged, nothing counted
-    refunded = METRICS.credits.labels("refunded", "live")._value.get()
+    refunded = METRICS.credits.labels("refunded", "live", "svc-fast")._value.get()
     clock.advance(3_600)  # past the reservation's deadline
     assert await Sweeper(on_time.money, interval_s=1, clock=clock).sweep_once() == 1
     assert await pools(on_time, "acct_G") == (0, 1_000)
-    assert METRICS.credits.labels("refunded", "live")._value.get() - refunded == 10
+    assert METRICS.credits.labels("refunded", "live", "svc-fast")._value.get() - refunded == 10

@@ -13,6 +13,7 @@ from tests.support.ledgers import Ledgers
 from tests.support.scripts_helpers import account, key, pools, reserve
 
 MOVEMENTS = ("reserved", "settled", "refunded")
+ALIAS = "svc-fast"  # the alias tests.support.scripts_helpers.reserve holds credits for
 
 
 async def test_expired_reservations_are_refunded_exactly_once_by_racing_sweepers(
@@ -60,18 +61,24 @@ async def test_a_settled_reservation_is_never_swept(ledger: Ledgers, clock: Cloc
 
 
 async def _credit_totals() -> dict[tuple[str, str], float]:
-    """``svc_credits_total`` of this process by (movement, environment)."""
+    """``svc_credits_total`` of this process by (movement, environment), for the alias the
+    reservations are made for (the swept ones' read back from Redis); and the sweeper's own
+    ``svc_sweeper_refunded_credits_total`` by environment, as ("swept", environment)."""
 
     async def no_redis() -> None:
         return None
 
     samples = metric_samples((await exposition(METRICS, no_redis)).decode())
-    return {
+    totals = {
         (labels["movement"], labels["environment"]): value
         for (name, pairs), value in samples.items()
-        if name == "svc_credits_total"
+        if name == "svc_credits_total" and ("model", ALIAS) in pairs
         for labels in [dict(pairs)]
     }
+    for (name, pairs), value in samples.items():
+        if name == "svc_sweeper_refunded_credits_total":
+            totals["swept", dict(pairs)["environment"]] = value
+    return totals
 
 
 async def test_swept_holds_are_counted_as_refunded_credits(ledger: Ledgers, clock: Clock) -> None:
@@ -83,7 +90,7 @@ async def test_swept_holds_are_counted_as_refunded_credits(ledger: Ledgers, cloc
         completed = await reserve(ledger, ident, f"done-{environment}", clock())
         abandoned = await reserve(ledger, ident, f"dead-{environment}", clock(), max_out=7)
         for hold in (completed, abandoned):
-            METRICS.reserved(environment, hold.amount)  # as the chat route records it
+            METRICS.reserved(environment, ALIAS, hold.amount)  # as the chat route records it
         settled = await ledger.money.settle(
             completed,
             now=clock(),
@@ -92,7 +99,9 @@ async def test_swept_holds_are_counted_as_refunded_credits(ledger: Ledgers, cloc
             completion_tokens=4,
             outcome="completed",
         )
-        METRICS.settled("completed", environment, used=settled.credits_used, held=completed.amount)
+        METRICS.settled(
+            "completed", environment, ALIAS, used=settled.credits_used, held=completed.amount
+        )
         swept.append(abandoned.amount)
     clock.advance(61)  # past the deadlines: the abandoned holds' workers are gone
 
@@ -102,13 +111,14 @@ async def test_swept_holds_are_counted_as_refunded_credits(ledger: Ledgers, cloc
     moved = {
         (movement, environment): after.get((movement, environment), 0)
         - before.get((movement, environment), 0)
-        for movement in MOVEMENTS
+        for movement in (*MOVEMENTS, "swept")
         for environment in ("live", "test")
     }
     for environment, abandoned_amount in zip(("live", "test"), swept, strict=True):
         assert moved["reserved", environment] == 10 + abandoned_amount
         assert moved["settled", environment] == 4
         assert moved["refunded", environment] == 6 + abandoned_amount  # the swept hold too
+        assert moved["swept", environment] == abandoned_amount
         assert (
             moved["reserved", environment]
             == moved["settled", environment] + moved["refunded", environment]
