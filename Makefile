@@ -5,8 +5,8 @@ BIN     = $(VENV)/bin
 
 .PHONY: run test test-cluster faults soak check format lint bench install install-runtime lock screenshots
 
-# .venv is installed in two layers, each recorded by a stamp file inside .venv (removing .venv
-# removes them too). Every package is pinned with its hashes, so pip resolves nothing itself.
+# .venv is installed in two layers (and the isolated clients' environment below), each
+# recorded by a stamp file inside .venv (removing .venv removes them too). Every package is pinned with its hashes, so pip resolves nothing itself.
 #   runtime.stamp: requirements/runtime.lock (svc's runtime dependencies only), then svc
 #     itself, editable and without dependencies of its own. All that `make run` needs: no test
 #     tool, no Node, no root.
@@ -45,13 +45,30 @@ $(NODE_CLIENTS)/node_modules/.installed: $(NODE_CLIENTS)/package.json $(NODE_CLI
 	cd $(NODE_CLIENTS) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
 	touch $@
 
+# The Python clients that cannot be installed beside test.lock (instructor and LlamaIndex's
+# OpenAILike, whose openai and jiter conflict with it: requirements/clients.in), in a
+# virtualenv of their own inside .venv that tests/e2e/test_client_recipes_isolated.py runs
+# tests/clients/python with. It is made anew whenever requirements/clients.lock changes (so
+# it holds exactly the lock; `make lock` writes it with the others) and installed by .venv's
+# pip, so it has no pip of its own: it needs the runtime layer, but a newer runtime layer
+# does not make it out of date (an order-only prerequisite).
+CLIENTS_VENV  = $(VENV)/clients
+CLIENTS_STAMP = $(CLIENTS_VENV)/clients.stamp
+
+$(CLIENTS_STAMP): requirements/clients.lock | $(RUNTIME_STAMP)
+	$(PYTHON) -m venv --clear --without-pip $(CLIENTS_VENV)
+	$(BIN)/pip --python $(CLIENTS_VENV)/bin/python install --quiet --require-hashes -r requirements/clients.lock
+	$(BIN)/pip --python $(CLIENTS_VENV)/bin/python check
+	touch $@
+
 install-runtime: $(RUNTIME_STAMP)
 
-install: $(TEST_STAMP) $(NODE_CLIENTS)/node_modules/.installed
+install: $(TEST_STAMP) $(NODE_CLIENTS)/node_modules/.installed $(CLIENTS_STAMP)
 
-# Refreshes requirements/test.lock and requirements/runtime.lock from pyproject.toml (needs
-# the package index): after changing a dependency, `make lock` keeps every other pin;
-# `make lock UPGRADE=1` moves all of them to the newest allowed versions. Commit both locks.
+# Refreshes requirements/test.lock, runtime.lock and clients.lock from pyproject.toml and
+# requirements/clients.in (needs the package index): after changing a dependency, `make lock`
+# keeps every other pin; `make lock UPGRADE=1` moves all of them to the newest allowed
+# versions. Commit the three locks.
 # See docs/development.md.
 lock:
 	PYTHON=$(PYTHON) UPGRADE=$(UPGRADE) bash requirements/lock.sh

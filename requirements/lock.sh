@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Writes requirements/test.lock and requirements/runtime.lock from pyproject.toml: every
-# package, transitive ones included, pinned with its hashes, for CPython 3.11 on Linux x86_64
-# (what the Dockerfile's python:3.11-slim and the developers' and CI's machines run).
+# Writes requirements/test.lock and requirements/runtime.lock from pyproject.toml, and
+# requirements/clients.lock from requirements/clients.in: every package, transitive ones
+# included, pinned with its hashes, for CPython 3.11 on Linux x86_64 (what the Dockerfile's
+# python:3.11-slim and the developers' and CI's machines run).
 # Run it through `make lock` (UPGRADE=1 to move every pin to the newest allowed version;
 # without it, pins that pyproject.toml still allows are kept). Needs the package index.
 #
@@ -34,22 +35,40 @@ upgrade=()
 tmp=
 trap 'rm -f "$tmp"' EXIT
 
-# $1: the lock to write, $2: what it holds; the rest: uv's arguments for it.
+# Each package's pin in the locks named (those that exist), one `name==version` a line; a
+# later lock's pin wins.
+pins() {
+  local found=() lock
+  for lock in "$@"; do
+    if [[ -f "$lock" ]]; then found+=("$lock"); fi
+  done
+  awk '/^[a-z0-9][a-z0-9._-]*==/ { split($1, p, "=="); pin[p[1]] = p[2] }
+       END { for (name in pin) print name "==" pin[name] }' "${found[@]}"
+}
+
+# $1: the lock to write, $2: the file it is written from, $3: what it holds, $4: what to commit
+# with it; the rest: uv's arguments for it. PREFER (optional): another lock, whose pins uv is to
+# keep where they differ from the lock's own.
 compile() {
-  local lock=$1 holds=$2
-  shift 2
+  local lock=$1 from=$2 holds=$3 commit=$4
+  shift 4
   tmp=$(mktemp "$lock.XXXXXX")
-  # An existing lock is uv's starting point (its pins are kept unless --upgrade).
-  [[ -f "$lock" ]] && cp "$lock" "$tmp"
-  "$UV" pip compile pyproject.toml "$@" "${upgrade[@]}" \
+  # uv's starting point is the file it writes, whose pins it keeps unless --upgrade: the
+  # existing lock, with PREFER's pins in place of its own where they differ.
+  if [[ -n "${PREFER:-}" ]]; then
+    pins "$lock" "$PREFER" >"$tmp"
+  elif [[ -f "$lock" ]]; then
+    cp "$lock" "$tmp"
+  fi
+  "$UV" pip compile "$from" "$@" "${upgrade[@]}" \
     --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
     --generate-hashes --no-header --quiet --output-file "$tmp"
   {
     echo "# $holds"
     echo "# Every package pinned with its hashes, for CPython 3.11 on Linux x86_64."
-    echo "# Do not edit: written by \`make lock\` (requirements/lock.sh, uv $UV_VERSION) from pyproject.toml."
-    echo "# Refresh: \`make lock\` after changing dependencies in pyproject.toml (keeps the other pins);"
-    echo "# \`make lock UPGRADE=1\` moves every pin to the newest allowed version. Commit both locks."
+    echo "# Do not edit: written by \`make lock\` (requirements/lock.sh, uv $UV_VERSION) from $from."
+    echo "# Refresh: \`make lock\` after changing dependencies in $from (keeps the other pins);"
+    echo "# \`make lock UPGRADE=1\` moves every pin to the newest allowed version. $commit"
     echo "# See docs/development.md, \"Dependencies and the lock file\"."
     echo
     cat "$tmp"
@@ -59,9 +78,18 @@ compile() {
 
 # The test lock first: it is the superset, and the runtime lock takes its versions from it,
 # so `make run` and the image run exactly the versions the tests ran with.
-compile requirements/test.lock \
+compile requirements/test.lock pyproject.toml \
   "What \`make install\` puts in .venv: svc's dependencies and its test and bench extras." \
+  "Commit both locks." \
   --extra test
-compile requirements/runtime.lock \
+compile requirements/runtime.lock pyproject.toml \
   "What \`make run\` and the Dockerfile install: svc's runtime dependencies only (versions as in test.lock)." \
+  "Commit both locks." \
   --constraint requirements/test.lock
+# The clients that conflict with test.lock, in a virtualenv of their own (.venv/clients). It
+# cannot be constrained by test.lock (openai, jiter), but keeps test.lock's version of every
+# package the two share wherever it can (PREFER): pip then finds most of its wheels in its
+# cache, downloaded for test.lock.
+PREFER=requirements/test.lock compile requirements/clients.lock requirements/clients.in \
+  "What \`make install\` puts in .venv/clients: the clients that conflict with test.lock (requirements/clients.in)." \
+  "Commit it with clients.in."
