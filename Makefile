@@ -106,6 +106,7 @@ test: install lint
 	bash tests/ensure-chromium.sh
 	bash tests/ensure-tinyproxy.sh
 	bash tests/ensure-nginx.sh
+	bash tests/ensure-prometheus.sh
 	$(BIN)/pytest -m "not faults" --cov --cov-report= --cov-fail-under=0
 	$(BIN)/pytest -m faults tests/faults --cov --cov-append --cov-report=term-missing:skip-covered
 
