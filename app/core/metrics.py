@@ -387,31 +387,47 @@ class Metrics:
         self.labelled(self.failovers, model).inc()
 
 
+class RedisReadings(NamedTuple):
+    """What a scrape reads from Redis (``app.http.metrics.redis_gauges``)."""
+
+    open_reservations: int  # not yet settled, over every shard
+    reservations_past_deadline: int  # of those, the ones the sweeper should have refunded
+    pending_events: int  # usage events in the streams, not yet flushed to the store
+    oldest_event_age_s: float  # the oldest of them (0 when none)
+
+
 class RedisGauges(Collector):
-    """Gauges read from Redis at scrape time: open reservations and unflushed usage events.
+    """Gauges read from Redis at scrape time: open reservations, those past their deadline,
+    and unflushed usage events. ``None`` when Redis does not answer: the gauges are then
+    left out of that scrape."""
 
-    ``read`` returns ``(open_reservations, pending_events, oldest_event_age_s)``, or ``None``
-    when Redis does not answer (the gauges are then left out of that scrape)."""
-
-    def __init__(self, values_now: tuple[int, int, float] | None) -> None:
-        self.values_now = values_now
+    def __init__(self, readings: RedisReadings | None) -> None:
+        self.readings = readings
 
     def collect(self) -> Iterable[Metric]:
-        if self.values_now is None:
+        read = self.readings
+        if read is None:
             return
-        open_rsv, pending, age = self.values_now
         yield GaugeMetricFamily(
-            "svc_open_reservations", "Reservations not yet settled, over every shard.", open_rsv
+            "svc_open_reservations",
+            "Reservations not yet settled, over every shard.",
+            read.open_reservations,
+        )
+        yield GaugeMetricFamily(
+            "svc_reservations_past_deadline",
+            "Open reservations whose deadline has passed (the sweeper's to refund), over every "
+            "shard.",
+            read.reservations_past_deadline,
         )
         yield GaugeMetricFamily(
             "svc_usage_stream_pending_events",
             "Usage events in the Redis streams not yet flushed to the durable store.",
-            pending,
+            read.pending_events,
         )
         yield GaugeMetricFamily(
             "svc_usage_stream_lag_seconds",
             "Age of the oldest unflushed usage event (0 when none).",
-            age,
+            read.oldest_event_age_s,
         )
 
 
@@ -468,7 +484,7 @@ def _forget_dead_workers(path: str) -> None:
 
 
 async def exposition(
-    metrics: Metrics, read_redis: Callable[[], Awaitable[tuple[int, int, float] | None]]
+    metrics: Metrics, read_redis: Callable[[], Awaitable[RedisReadings | None]]
 ) -> bytes:
     """The text every worker's metrics add up to, plus the build and the Redis gauges."""
     registry = CollectorRegistry()

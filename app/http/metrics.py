@@ -10,7 +10,7 @@ from litestar import Controller, Request, Response, get
 from litestar.di import Provide
 
 from app.core.errors import ErrorKind
-from app.core.metrics import CONTENT_TYPE, METRICS, exposition
+from app.core.metrics import CONTENT_TYPE, METRICS, RedisReadings, exposition
 from app.http.deps import provide_services, require_bearer
 from app.http.openapi import errors
 from app.kv.client import REDIS_ERRORS
@@ -19,17 +19,26 @@ from app.runtime import Services
 REDIS_READ_TIMEOUT_S = 1.0
 
 
-async def redis_gauges(services: Services) -> tuple[int, int, float] | None:
-    """Open reservations over every shard and the usage streams' backlog (three pipelined
-    round trips), or ``None`` when Redis does not answer in time."""
+async def redis_gauges(services: Services) -> RedisReadings | None:
+    """Open reservations over every shard and those past their deadline (one pipelined round
+    trip), then the usage streams' backlog (two more), or ``None`` when Redis does not
+    answer in time."""
     with contextlib.suppress(*REDIS_ERRORS, OSError, TimeoutError):
         async with asyncio.timeout(REDIS_READ_TIMEOUT_S):
+            now = int(services.clock())
             pipe = services.redis.pipeline(transaction=False)
             for shard in services.layout.all_shards():
-                pipe.zcard(services.layout.reservations(shard))
-            open_rsv = sum(int(n) for n in await pipe.execute())
+                reservations = services.layout.reservations(shard)
+                pipe.zcard(reservations)
+                pipe.zcount(reservations, "-inf", f"({now}")  # deadline before now
+            replies = [int(n) for n in await pipe.execute()]
             lag = await services.flusher.lag()
-            return open_rsv, lag.pending_events, lag.oldest_event_age_s
+            return RedisReadings(
+                open_reservations=sum(replies[0::2]),
+                reservations_past_deadline=sum(replies[1::2]),
+                pending_events=lag.pending_events,
+                oldest_event_age_s=lag.oldest_event_age_s,
+            )
     return None
 
 

@@ -16,6 +16,7 @@ from app.core.metrics import (
     WEBHOOK_STATES,
     BilledTokens,
     Metrics,
+    RedisReadings,
     exposition,
 )
 from tests.e2e.conftest import Samples, metric_samples
@@ -47,11 +48,17 @@ async def test_requests_are_counted_by_route_status_and_model() -> None:
 
 
 async def test_redis_gauges_are_reported_when_redis_answers() -> None:
-    async def read() -> tuple[int, int, float]:
-        return 4, 120, 1.5
+    async def read() -> RedisReadings:
+        return RedisReadings(
+            open_reservations=4,
+            reservations_past_deadline=1,
+            pending_events=120,
+            oldest_event_age_s=1.5,
+        )
 
     samples = _samples(await exposition(Metrics(), read))
     assert samples[("svc_open_reservations", ())] == 4
+    assert samples[("svc_reservations_past_deadline", ())] == 1
     assert samples[("svc_usage_stream_pending_events", ())] == 120
     assert samples[("svc_usage_stream_lag_seconds", ())] == 1.5
 
