@@ -110,9 +110,14 @@ class Sweeper:
         for shard, rid in found:
             pipe.hmget(layout.reservation(shard, rid), SWEPT_FIELDS)
         holds: list[Expired] = []
+        orphans: list[tuple[int, str]] = []
         for (shard, rid), fields in zip(found, await pipe.execute(), strict=True):
             if fields[0] is None:
-                continue  # settled meanwhile
+                # settled meanwhile (settle removed the id too), or its hash was lost (an
+                # evicting Redis, a hand-deleted key): an id left behind would fill this
+                # shard's page of expired ids forever and hide the ones behind it
+                orphans.append((shard, rid))
+                continue
             pid, kid, day, amount, environment = (as_text(f) for f in fields[:5])
             # a reservation names its cap counter (one without: its key's, that day)
             cap, idem, alias = fields[5:]
@@ -131,7 +136,18 @@ class Sweeper:
                 idempotency=None if idem is None else as_text(idem),
             )
             holds.append(Expired(hold, "" if alias is None else as_text(alias)))
+        if orphans:
+            await self._forget(orphans)
         return holds
+
+    async def _forget(self, orphans: list[tuple[int, str]]) -> None:
+        """Drop reservation ids whose hash is gone from their shard's deadline index (a
+        no-op for one settle removed meanwhile)."""
+        layout = self.money.layout
+        pipe = self.money.redis.pipeline(transaction=False)
+        for shard, rid in orphans:
+            pipe.zrem(layout.reservations(shard), rid)
+        await pipe.execute()
 
     async def run(self) -> None:
         """Sweep every ``interval_s`` (with jitter, so workers spread out) until cancelled."""

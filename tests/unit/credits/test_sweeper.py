@@ -60,6 +60,24 @@ async def test_a_settled_reservation_is_never_swept(ledger: Ledgers, clock: Cloc
     assert await pools(ledger, "acct_A") == (0, 96)
 
 
+async def test_ids_whose_hash_was_lost_do_not_hide_the_expired_behind_them(
+    ledger: Ledgers, clock: Clock
+) -> None:
+    """A page of lost ids (an evicting Redis, a hand-deleted hash) is dropped from the
+    deadline index, so the reservation after them is refunded by the next pass."""
+    await account(ledger, "acct_A", purchased=100)
+    ident = await key(ledger, "acct_A", "kidA00000000")
+    hold = await reserve(ledger, ident, "r-real", clock(), deadline=clock() + 20)
+    index = ledger.layout.reservations(hold.shard)
+    await ledger.redis.zadd(index, {f"r-lost-{n}": clock() + 10 for n in range(3)})
+    clock.advance(30)
+    sweeper = Sweeper(ledger.money, interval_s=1, clock=clock)
+    assert await sweeper._expired(clock(), limit=3) == []  # a page of lost ids only
+    assert await ledger.redis.zrange(index, 0, -1) == [b"r-real"]
+    assert await sweeper.sweep_once() == 1
+    assert await pools(ledger, "acct_A") == (0, 100)
+
+
 async def _credit_totals() -> dict[tuple[str, str], float]:
     """``svc_credits_total`` of this process by (movement, environment), for the alias the
     reservations are made for (the swept ones' read back from Redis); and the sweeper's own
