@@ -187,7 +187,8 @@ def granian_failure(exc: Exception, host: str, port: int) -> StartupError:
 
 
 async def _prepare(settings: Settings) -> str | None:
-    services = await open_services(settings, require_redis=True)
+    # the workers set their own tracing up once forked: this process exports nothing
+    services = await open_services(settings, require_redis=True, traces=False)
     try:
         return await bootstrap_dev(services) if settings.dev_bootstrap else None
     finally:

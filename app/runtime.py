@@ -23,6 +23,7 @@ from app.accounts.rewards import Spotlights
 from app.chat.catalog import Alias, Catalog, default_catalog, key_model_ids, load_catalog
 from app.chat.router import UpstreamRouter
 from app.chat.service import CompletionService
+from app.core import tracing
 from app.core.errors import (
     ApiError,
     ErrorKind,
@@ -313,6 +314,13 @@ class Services:
             recorded_bytes=settings.idempotent_response_bytes,
             clock=clock,
         )
+        traces = tracing.ACTIVE
+        if traces is not None:
+            # chosen once: a completion of this worker then records spans without asking
+            from app.chat.traced import TracedCompletionService
+
+            base_urls = {name: config.base_url for name, config in catalog.providers.items()}
+            self.completions = TracedCompletionService(self.completions, traces, base_urls)
 
     async def close(self) -> None:
         await self.router.close()
@@ -324,6 +332,7 @@ class Services:
         if self.script_calls is not None:
             await self.script_calls.aclose()
         await self.redis.aclose()
+        tracing.stop()  # last: the spans of everything above go out now
 
 
 async def open_services(
@@ -331,12 +340,18 @@ async def open_services(
     *,
     clock: Callable[[], float] = time.time,
     require_redis: bool = False,
+    traces: bool = True,
 ) -> Services:
     """Connect to Redis and the durable store (migrating it) and build the services.
     ``require_redis`` (``svc serve``): a Redis that does not answer is a ``StartupError``;
-    otherwise (a worker, an admin command) what needs it fails closed until it answers."""
+    otherwise (a worker, an admin command) what needs it fails closed until it answers.
+    ``traces``: set this process's tracing up when the ``OTEL_*`` variables ask for it
+    (``app.core.tracing``; ``Services.close`` stops it): a worker's, once it has forked.
+    ``svc serve`` itself, which forks the workers, does not."""
     assert settings.redis_url, "settings must be resolved first"
     assert settings.database_url, "settings must be resolved first"
+    if traces:
+        tracing.start()
     redis = open_redis(settings, settings.redis_max_connections)
     background = open_redis(settings, 4, name="svc-background")
     # The requests' script calls share one pipelined connection (a Cluster's go by slot

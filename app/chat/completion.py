@@ -43,6 +43,10 @@ from app.kv.client import REDIS_ERRORS
 from app.upstream.base import Piece, UpstreamCall
 
 log = logging.getLogger("svc.completions")
+_FAILED = {
+    FIRST_TOKEN: "upstream failed before its first token",
+    MID_STREAM: "upstream failed mid-stream",
+}
 
 
 class CompletionTerms(SettlementTerms, Protocol):
@@ -104,7 +108,8 @@ class Completion(Relay, Settling):
             self.record = StreamRecord(service.recorded_bytes, seal)
         self._response: RecordedResponse | None = None  # what settle keeps of it
 
-    def _call(self, model: str) -> UpstreamCall:
+    def _call(self, provider_name: str, model: str) -> UpstreamCall:
+        """What an attempt sends to ``provider_name`` (its ``model``)."""
         return UpstreamCall(
             model=model,
             request=self.params.request,
@@ -118,20 +123,12 @@ class Completion(Relay, Settling):
         for n, (provider_name, provider, model) in enumerate(candidates):
             if n:
                 METRICS.failover(self.params.alias.id)
-            pieces = provider.stream(self._call(model))
+            pieces = provider.stream(self._call(provider_name, model))
             try:
                 first: list[Piece] = await anext(pieces, [])
             except UpstreamError as exc:
                 await _close(pieces)
-                METRICS.upstream_failed(provider_name, FIRST_TOKEN, exc.outcome)
-                log.warning(
-                    "upstream failed before its first token",
-                    extra={
-                        "provider": provider_name,
-                        "model": self.params.alias.id,
-                        "reason": exc.reason[:200],
-                    },
-                )
+                self._upstream_failed(provider_name, FIRST_TOKEN, exc)
                 if exc.client_error:
                     raise ApiError(ErrorKind.INVALID_VALUE, exc.reason) from exc
                 continue
@@ -144,6 +141,19 @@ class Completion(Relay, Settling):
         raise ApiError(
             ErrorKind.UPSTREAM_UNAVAILABLE,
             "The model is temporarily unavailable. Please retry the request.",
+        )
+
+    def _upstream_failed(self, provider_name: str, phase: str, exc: UpstreamError) -> None:
+        """An upstream's failure before its first token (``FIRST_TOKEN``: the next one is
+        tried) or mid-stream (``MID_STREAM``), counted and logged."""
+        METRICS.upstream_failed(provider_name, phase, exc.outcome)
+        log.warning(
+            _FAILED[phase],
+            extra={
+                "provider": provider_name,
+                "model": self.params.alias.id,
+                "reason": exc.reason[:200],
+            },
         )
 
     def chat_stream(self) -> ChatStream:
@@ -179,15 +189,7 @@ class Completion(Relay, Settling):
             lost = exc
         except UpstreamError as exc:
             outcome = "upstream_error"
-            METRICS.upstream_failed(self._provider_name, MID_STREAM, exc.outcome)
-            log.warning(
-                "upstream failed mid-stream",
-                extra={
-                    "provider": self._provider_name,
-                    "model": self.params.alias.id,
-                    "reason": exc.reason[:200],
-                },
-            )
+            self._upstream_failed(self._provider_name, MID_STREAM, exc)
         except StreamCut:
             outcome = "shutdown"
         except ClientLeft:

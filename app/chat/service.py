@@ -34,6 +34,9 @@ log = logging.getLogger("svc.completions")
 class CompletionService:
     """Opens completions: validates affordability, reserves, connects upstream."""
 
+    completion_type: type[Completion] = Completion
+    """What a completion is made as (with traces on: ``app.chat.traced``'s)."""
+
     def __init__(
         self,
         money: Money,
@@ -91,7 +94,7 @@ class CompletionService:
         hold = reserved
         METRICS.reserved(ident.environment, alias.id, hold.amount)
         seal = None if claim is None else claim.seal
-        completion = Completion(self, ident, params, hold, started=started, seal=seal)
+        completion = self.completion_type(self, ident, params, hold, started=started, seal=seal)
         try:
             await completion.connect()
         except BaseException:

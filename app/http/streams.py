@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from app.chat.request import parse_chat_request
+from app.core import tracing
 from app.core.errors import ApiError, ClientDisconnected, ErrorKind
 from app.core.metrics import METRICS
 from app.credits import idempotency
@@ -252,7 +253,25 @@ async def _watch_disconnect(exchange: StreamExchange, completion: Completion) ->
 
 
 async def serve_stream(api: Api, services: Services, exchange: StreamExchange, rid: str) -> None:
-    """Reserve, stream, settle. Errors before the first byte are plain JSON responses."""
+    """Reserve, stream, settle. Errors before the first byte are plain JSON responses.
+
+    With traces on (``app.core.tracing``) the request is a span, which continues the
+    client's trace (``traceparent``); traces off, all it costs is the one check here."""
+    traces = tracing.ACTIVE
+    if traces is None:
+        await _serve(api, services, exchange, rid)
+        return
+    with traces.request(
+        exchange.header, method=exchange.method, route=api.path, request_id=rid
+    ) as span:
+        span.answered(*await _serve(api, services, exchange, rid))
+
+
+async def _serve(
+    api: Api, services: Services, exchange: StreamExchange, rid: str
+) -> tuple[int, str]:
+    """Serve the request; the status answered, and the error code answered with ("": a
+    stream, or a replay)."""
     started = time.perf_counter()
     opening = _Opening()
     try:
@@ -262,17 +281,17 @@ async def serve_stream(api: Api, services: Services, exchange: StreamExchange, r
         # is left to answer, and it is no server error.
         log.info("client disconnected before sending the whole request body")
         METRICS.request_done(api.path, CLIENT_CLOSED_REQUEST, "", time.perf_counter() - started)
-        return
+        return CLIENT_CLOSED_REQUEST, "client_disconnect"
     except Exception as exc:
         error = as_api_error(exc)
         send_error(exchange, error, rid)
         METRICS.labelled(METRICS.rejections, error.kind.code).inc()
         METRICS.request_done(api.path, error.status, opening.model, time.perf_counter() - started)
-        return
+        return error.status, error.kind.code
     if isinstance(opened, Replay):
         _send_replay(exchange, opened.body, rid)
         METRICS.request_done(api.path, 200, opening.model, time.perf_counter() - started)
-        return
+        return 200, ""
 
     completion, output = opened
     metrics = METRICS.stream(api.path, completion.params.alias.id)
@@ -305,3 +324,4 @@ async def serve_stream(api: Api, services: Services, exchange: StreamExchange, r
                 await watcher
         METRICS.open_streams.dec()
         metrics.done(time.perf_counter() - started)
+    return 200, ""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 import msgspec
@@ -31,6 +31,12 @@ class UpstreamCall(msgspec.Struct, frozen=True, kw_only=True):
     responses: NativeResponses | None = None
     """A Responses API request as the client sent it: what a provider that serves that API
     itself (``responses_api``) is sent instead of ``request``, its translation."""
+    headers: bytes = b""
+    """Header lines sent besides the provider's own, each ending in CRLF: the W3C trace
+    context of the attempt (``traceparent``, ``tracestate``) when traces are on, else none."""
+    answered: Callable[[int], None] | None = None
+    """Told the status of a response that is not 200, before its error is raised (the
+    attempt's span records it when traces are on)."""
 
 
 class ChoiceEnd:

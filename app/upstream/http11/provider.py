@@ -54,7 +54,8 @@ class StreamingProvider:
             headers.update(self.proxy.headers)
         lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
         query = f"?{url.query}" if url.query else ""
-        # everything before the length, written once per path: a request appends its body
+        # everything before the length, written once per path: a request appends the length,
+        # its call's own header lines (the trace context, when traces are on) and its body
         start = f"POST {prefix}{url.path}"
         self._request_heads = {
             path: f"{start}{path}{query} HTTP/1.1\r\n{lines}content-length: ".encode("latin-1")
@@ -68,7 +69,8 @@ class StreamingProvider:
         # all count against first_byte_timeout_s together.
         deadline = self._pool.loop.time() + self.config.first_byte_timeout_s
         ex = exchange(call, self.config)
-        request = self._request_heads[ex.path] + b"%d\r\n\r\n" % len(ex.body) + ex.body
+        head = self._request_heads[ex.path]  # ends in "content-length: "; the call's lines follow
+        request = head + b"%d\r\n%s\r\n" % (len(ex.body), call.headers) + ex.body
         try:
             async with asyncio.timeout_at(deadline):
                 conn = await self._exchange(request, ex.parse)
@@ -79,6 +81,8 @@ class StreamingProvider:
         clean = False
         try:
             if conn.status != 200:
+                if call.answered is not None:
+                    call.answered(conn.status)
                 async with asyncio.timeout_at(deadline):
                     error_body = await conn.error_body()
                 clean = True
