@@ -72,6 +72,7 @@ class ErrorKind(Enum):
     ACCOUNT_NOT_FOUND = (404, "not_found_error", "account_not_found")
     API_KEY_NOT_FOUND = (404, "not_found_error", "api_key_not_found")
     WEBHOOK_NOT_FOUND = (404, "not_found_error", "webhook_not_found")
+    ACTIVITY_NOT_FOUND = (404, "not_found_error", "activity_not_found")
     REDIS_NOT_EMPTY = (409, "invalid_request_error", "redis_not_empty")
     KEY_NOT_ROTATABLE = (409, "invalid_request_error", "api_key_not_rotatable")
     IDEMPOTENCY_IN_PROGRESS = (409, "invalid_request_error", "idempotency_in_progress")

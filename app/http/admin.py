@@ -36,11 +36,12 @@ from app.http.openapi import (
     documented,
     errors,
 )
-from app.http.reports import activity_answer
+from app.http.reports import activity_answer, receipt_answer
 from app.ops.lookup import AccountDetail, account_detail
 from app.runtime import Services
 from app.usage.activity import parse_environment
 from app.usage.flusher import Lag
+from app.usage.receipts import Receipt
 from app.webhooks.registry import DeliveryList, WebhookList
 
 
@@ -190,6 +191,15 @@ class AdminController(Controller):
         await services.accounts.require_account(pid)
         environment = parse_environment(request.query_params.get("environment"))
         return await activity_answer(services, pid, environment, request)
+
+    @get(
+        "/accounts/{pid:str}/activity/{activity_id:str}",
+        responses=errors(*_ACCOUNT, ErrorKind.ACTIVITY_NOT_FOUND),
+    )
+    async def receipt(self, services: Services, pid: str, activity_id: str) -> Receipt:
+        """One settled request of the account, live or test (``GET /v1/activity/{id}``)."""
+        await services.accounts.require_account(pid)
+        return await receipt_answer(services, pid, activity_id, None)
 
     @get("/accounts/{pid:str}/webhooks", responses=errors(*_ACCOUNT))
     async def webhooks(self, services: Services, pid: str) -> WebhookList:

@@ -36,13 +36,14 @@ from app.http.openapi import (
     documented,
     errors,
 )
-from app.http.reports import activity_answer, csv_download
+from app.http.reports import activity_answer, csv_download, receipt_answer
 from app.keys.refusals import key_refusal
 from app.keys.roles import require_manager
 from app.runtime import Services
 from app.store import KeyRecord
 from app.usage.export import parse_format, usage_rows
 from app.usage.reader import parse_days, parse_group_by
+from app.usage.receipts import Receipt
 from app.webhooks.registry import (
     DeliveryList,
     WebhookCreated,
@@ -194,6 +195,19 @@ class V1Controller(Controller):
         at a time (``limit``, ``after``), by ``key_id``, ``model`` or ``day``;
         ``format=csv``: every row the filters name, as CSV."""
         return await activity_answer(services, ident.pid, ident.environment, request)
+
+    @get(
+        "/activity/{activity_id:str}",
+        dependencies=_IDENT,
+        responses=errors(*KEY_ERRORS, ErrorKind.ACTIVITY_NOT_FOUND),
+    )
+    async def receipt(self, services: Services, ident: Identity, activity_id: str) -> Receipt:
+        """One settled request of the account in the key's environment, by its id (a
+        chunk's ``chatcmpl-svc-…``, a response's ``resp_svc_…``, a swept request's
+        ``rsv_…``): the models, tokens, credits and the pools they came from, the outcome
+        and the timings. There from the moment the stream ends, before the list shows it;
+        another account's request, or another environment's, is 404."""
+        return await receipt_answer(services, ident.pid, activity_id, ident.environment)
 
     @get("/api-keys", dependencies=_IDENT, responses=errors(*KEY_ERRORS))
     async def list_keys(self, services: Services, ident: Identity) -> ApiKeyList:

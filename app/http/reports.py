@@ -12,6 +12,7 @@ from litestar.response import Stream
 from app.runtime import Services
 from app.usage.activity import parse_filter
 from app.usage.export import CSV_MEDIA_TYPE, activity_csv, parse_format
+from app.usage.receipts import Receipt, Receipts
 
 
 def csv_download(lines: Iterable[str] | AsyncIterable[str], filename: str) -> Stream:
@@ -37,3 +38,12 @@ async def activity_answer(
         return Response(await services.activity.page(pid, environment, wanted))
     query = await services.activity.query(pid, environment, wanted)
     return csv_download(activity_csv(services.activity.rows(query, wanted.limit)), "activity.csv")
+
+
+async def receipt_answer(
+    services: Services, pid: str, activity_id: str, environment: str | None
+) -> Receipt:
+    """``GET …/activity/{activity_id}``: the receipt of one of ``pid``'s requests (in
+    ``environment``; None: in either), durable or still on its way to the store."""
+    receipts = Receipts(services.store, services.redis, services.layout)
+    return await receipts.find(pid, activity_id, environment)

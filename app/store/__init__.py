@@ -228,6 +228,9 @@ class Store(Protocol):
         """Where the account's row with response id ``id`` is in the page order
         (``(created, event_key)``; the newest such row), or None when there is none."""
 
+    async def get_activity(self, account_pid: str, id: str) -> ActivityRecord | None:
+        """The account's row with response id ``id`` (the newest such row), or None."""
+
     async def prune_activity(self, before: int, limit: int) -> int:
         """Delete up to ``limit`` activity rows of the UTC days before the day of
         ``before`` (unix seconds); returns how many it deleted."""

@@ -333,6 +333,9 @@ class SQLStore(ABC):
         found = await self._rows(sql.ACTIVITY_POSITION, (account_pid, id))
         return (int(found[0][0]), str(found[0][1])) if found else None
 
+    async def get_activity(self, account_pid: str, id: str) -> ActivityRecord | None:
+        return await self._record(ActivityRecord, sql.GET_ACTIVITY, (account_pid, id))
+
     async def prune_activity(self, before: int, limit: int) -> int:
         return await self._write(execute(sql.PRUNE_ACTIVITY, (before, limit)))
 

@@ -229,6 +229,12 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX api_keys_last4 ON api_keys (last4)",
         ),
     ),
+    (
+        13,
+        # A request's receipt tells which pool paid: the part of its credits taken from the
+        # earned pool, as its usage event says (NULL: a row written before: not known).
+        ("ALTER TABLE activity ADD COLUMN earned_credits BIGINT",),
+    ),
 )
 
 CREATE_SCHEMA_MIGRATIONS = (

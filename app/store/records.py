@@ -131,6 +131,9 @@ class ActivityRecord(msgspec.Struct, frozen=True, kw_only=True):
     ttfb_ms: int
     duration_ms: int
     usage_source: str  # "upstream" | "estimated"
+    # the part of credits_used taken from the earned pool (the usage event's); None: not
+    # known (a row written before svc kept it)
+    earned_credits: int | None = None
 
 
 class ActivityQuery(msgspec.Struct, frozen=True, kw_only=True):

@@ -215,6 +215,11 @@ ACTIVITY_POSITION = (
     "SELECT created, event_key FROM activity WHERE account_pid = ? AND id = ? "
     "ORDER BY created DESC, event_key DESC LIMIT 1"
 )
+# One request's row (a receipt), found by the account and the id (the activity_ids index).
+GET_ACTIVITY = (
+    _select("activity", ActivityRecord)
+    + " WHERE account_pid = ? AND id = ? ORDER BY created DESC, event_key DESC LIMIT 1"
+)
 # A batch of rows of the UTC days before a time's, by the day index (the caller repeats it).
 PRUNE_ACTIVITY = (
     "DELETE FROM activity WHERE event_key IN "

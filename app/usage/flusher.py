@@ -2,7 +2,8 @@
 
 Every settle appends one event to its shard's stream; a script that finds an account's
 earned pool expired appends an expiry event there too (written to ``credit_expiries``).
-Each usage event is also one request's row of activity (``activity``).
+Each usage event is also one request's row of activity (``activity``); until it is
+written, the request's receipt is read from the stream (``app.usage.receipts``).
 Each worker runs a flusher; a lease per shard (``SET NX PX``, taken over once it lapses)
 lets one of them drain a shard at a time. A batch is the events after the shard's durable
 cursor; it is aggregated into rollups per (account, key, day, alias, environment, API) and
@@ -109,33 +110,35 @@ def expiries(shard: int, events: Sequence[StreamEvent]) -> list[CreditExpiry]:
     ]
 
 
+def activity_row(shard: int, e: UsageEvent) -> ActivityRecord:
+    """A usage event as its activity row, keyed by its shard and stream id. A request whose
+    response id is unknown (swept: its worker stopped before settling) is named by its
+    reservation; one whose start is unknown (an event from before the field) by its settle
+    time."""
+    return ActivityRecord(
+        event_key=f"{shard}:{e.id}",
+        account_pid=e.account_pid,
+        environment=e.environment,
+        created=e.served.created or e.ts,
+        id=e.served.response_id or e.reservation_id,
+        kid=e.kid,
+        requested_model=e.requested or e.alias,
+        model=e.alias,
+        api=e.api,
+        prompt_tokens=e.prompt_tokens,
+        completion_tokens=e.completion_tokens,
+        credits_used=e.credits,
+        outcome=e.outcome,
+        ttfb_ms=e.served.ttfb_ms,
+        duration_ms=e.served.duration_ms,
+        usage_source=e.served.usage_source,
+        earned_credits=e.earned_credits,
+    )
+
+
 def activity(shard: int, events: Sequence[StreamEvent]) -> list[ActivityRecord]:
-    """The usage events as activity rows, each keyed by its shard and stream id. A request
-    whose response id is unknown (swept: its worker stopped before settling) is named by
-    its reservation; one whose start is unknown (an event from before the field) by its
-    settle time."""
-    return [
-        ActivityRecord(
-            event_key=f"{shard}:{e.id}",
-            account_pid=e.account_pid,
-            environment=e.environment,
-            created=e.served.created or e.ts,
-            id=e.served.response_id or e.reservation_id,
-            kid=e.kid,
-            requested_model=e.requested or e.alias,
-            model=e.alias,
-            api=e.api,
-            prompt_tokens=e.prompt_tokens,
-            completion_tokens=e.completion_tokens,
-            credits_used=e.credits,
-            outcome=e.outcome,
-            ttfb_ms=e.served.ttfb_ms,
-            duration_ms=e.served.duration_ms,
-            usage_source=e.served.usage_source,
-        )
-        for e in events
-        if isinstance(e, UsageEvent)
-    ]
+    """The usage events as activity rows (``activity_row``)."""
+    return [activity_row(shard, e) for e in events if isinstance(e, UsageEvent)]
 
 
 def notices(shard: int, events: Sequence[StreamEvent]) -> list[WebhookEventRecord]:

@@ -671,3 +671,41 @@ def test_the_playground_shows_the_request_as_code_and_a_webhook_is_removed(
     expect(page.get_by_text("No webhooks yet")).to_be_visible()
     assert httpx.get(f"{site.base_url}/webhooks", headers=_h(key)).json()["data"] == []
     console.check()
+
+
+def test_every_activity_row_opens_its_receipt(
+    site: Server, browser: Browser, tmp_path: Path
+) -> None:
+    """Each row's time is a button that opens the request's receipt in a dialog: what the API
+    answers for its id, axe-clean and nothing spilling sideways at 1280 and at 375 px."""
+    _, key = _owner(site)
+    total = sum(SEEDED.values())
+    _settled(site, key, total)
+    rows = httpx.get(f"{site.base_url}/activity", headers=_h(key)).json()["data"]
+    newest = httpx.get(f"{site.base_url}/activity/{rows[0]['id']}", headers=_h(key)).json()
+    for viewport in (DESKTOP, PHONE):
+        context = _context(browser, viewport)
+        try:
+            console = Console(context.new_page(), f"{site.root_url}/console/", tmp_path)
+            page = console.page
+            console.sign_in(key)
+            console.open("activity")
+            table = page.get_by_role("region", name=re.compile("Requests, newest first"))
+            opens = table.get_by_role("button", name=re.compile(", receipt$"))
+            expect(opens).to_have_count(total)  # one per row
+            opens.first.click()
+            dialog = page.get_by_role("dialog", name="Receipt")
+            expect(dialog).to_be_visible()
+            expect(dialog.get_by_text(newest["id"], exact=True)).to_be_visible()
+            facts = dialog.locator("dd")
+            expect(facts.nth(9)).to_have_text(_grouping(newest["credits_used"]))
+            expect(facts.nth(10)).to_have_text(
+                f"0 earned, {_grouping(newest['credits_used'])} purchased"
+            )
+            expect(dialog.get_by_role("button", name="Close")).to_be_focused()
+            assert console.overflows() == []
+            console.check_themes(f"receipt-{viewport['width']}")
+            page.keyboard.press("Escape")
+            expect(page.locator("dialog")).to_have_count(0)
+        finally:
+            context.close()

@@ -81,6 +81,7 @@ class Known:
     pid: str
     spare_key_id: str  # another key of that account, for the DELETE cases to revoke
     idle_pid: str  # an account the status cases may disable (``pid``'s key must serve)
+    activity_id: str  # a request of ``pid`` (its key's), for the receipts
 
 
 @pytest.fixture(scope="module")
@@ -97,11 +98,20 @@ def known(server: Server) -> Known:
         f"/accounts/{pid}/api-keys",
         {"name": "spare", "environment": "live", "daily_cap_credits": None},
     )
+    key = server.new_key(pid)
+    served = httpx.post(
+        f"{server.base_url}/chat/completions",
+        json={"model": "svc-fast", "messages": [{"role": "user", "content": "hi"}]},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
+    )
+    assert served.status_code == 200, served.text
     return Known(
-        key=server.new_key(pid),
+        key=key,
         pid=pid,
         spare_key_id=spare.json()["id"],
         idle_pid=server.new_account(0),
+        activity_id=served.text.split('"id":"', 1)[1].split('"', 1)[0],
     )
 
 
@@ -114,6 +124,7 @@ OPERATIONS = [
     "GET /v1/credits",
     "GET /v1/usage",
     "GET /v1/activity",
+    "GET /v1/activity/{activity_id}",
     "GET /v1/api-keys",
     "POST /v1/api-keys",
     "PATCH /v1/api-keys/{key_id}",
@@ -140,6 +151,7 @@ OPERATIONS = [
     "DELETE /admin/v1/accounts/{pid}/api-keys/{key_id}",
     "POST /admin/v1/accounts/{pid}/spotlights",
     "GET /admin/v1/accounts/{pid}/activity",
+    "GET /admin/v1/accounts/{pid}/activity/{activity_id}",
     "GET /admin/v1/accounts/{pid}/webhooks",
     "GET /admin/v1/accounts/{pid}/webhooks/{webhook_id}/deliveries",
     "GET /admin/v1/usage-lag",
@@ -199,7 +211,13 @@ def test_operation_honours_the_document(
     assert operation is not None
     token = server.admin_token if " /admin/" in label else known.key
     pid = known.idle_pid if label == "PATCH /admin/v1/accounts/{pid}" else known.pid
-    ids = {"pid": pid, "key_id": known.spare_key_id, "model": "svc-fast"} if existing else {}
+    ids = {
+        "pid": pid,
+        "key_id": known.spare_key_id,
+        "model": "svc-fast",
+        "activity_id": known.activity_id,
+    }
+    ids = ids if existing else {}
     strategy = operation.as_strategy(
         mode,
         headers={"Authorization": f"Bearer {token}"},

@@ -1,6 +1,6 @@
-// Activity: the request log, filtered and paged, and the CSV exports.
+// Activity: the request log, filtered and paged, each request's receipt, and the CSV exports.
 import { api, download, models } from "../api.js";
-import { emptyState, errorBox, fill, h, number, table, time, todayUtc } from "../dom.js";
+import { emptyState, errorBox, fill, h, modal, number, table, time, todayUtc } from "../dom.js";
 
 export const TITLE = "Activity";
 const PAGE_SIZE = 25;
@@ -23,10 +23,62 @@ function modelOf(row) {
   return [alias(row.requested_model), "\u00a0→ ", alias(row.model)];
 }
 
+const SOURCES = { upstream: "reported by the upstream", estimated: "estimated by svc" };
+
+/** Which pools the credits came from, as a receipt says (null: none, or not recorded). */
+function paidFrom(receipt) {
+  if (receipt.environment === "test") return "nothing: a test key is never charged";
+  if (receipt.earned_credits === null) return "not recorded for this request";
+  return `${number(receipt.earned_credits)} earned, ${number(receipt.purchased_credits)} purchased`;
+}
+
+/** A receipt as a list of facts, in the order a reader checks them. */
+function receiptFacts(receipt, keyNames) {
+  const facts = [
+    ["Request", h("code", null, receipt.id)],
+    ["Started", time(receipt.created)],
+    ["Key", keyNames.get(receipt.key_id) ?? receipt.key_id],
+    ["Model", modelOf(receipt)],
+    ["API", receipt.api],
+    ["Outcome", h("span", { class: `badge ${receipt.outcome}` }, OUTCOMES[receipt.outcome] ?? receipt.outcome)],
+    ["Input tokens", number(receipt.prompt_tokens)],
+    ["Output tokens", number(receipt.completion_tokens)],
+    ["Total tokens", `${number(receipt.total_tokens)} (${SOURCES[receipt.usage_source] ?? receipt.usage_source})`],
+    ["Credits used", number(receipt.credits_used)],
+    ["Paid from", paidFrom(receipt)],
+    ["First token", `${number(receipt.ttfb_ms)} ms`],
+    ["Duration", `${number(receipt.duration_ms)} ms`],
+  ];
+  return h("dl", { class: "facts" }, facts.map(([label, value]) => h("div", null, h("dt", null, label), h("dd", null, value))));
+}
+
+/** A request's receipt in a dialog, asked of the API as it opens. */
+async function showReceipt(row, keyNames) {
+  const body = h("div", { "aria-live": "polite" }, h("p", { class: "hint" }, "Fetching the receipt…"));
+  const close = h("button", { type: "button", class: "secondary", onclick: () => dialog.close() }, "Close");
+  const dialog = modal("Receipt", body, h("div", { class: "actions" }, close));
+  close.focus();
+  try {
+    fill(body, receiptFacts(await api(`activity/${encodeURIComponent(row.id)}`), keyNames));
+  } catch (error) {
+    fill(body, errorBox(error));
+  }
+}
+
+/** A row's time, as the button that opens its receipt. */
+function receiptButton(row, keyNames) {
+  return h(
+    "button",
+    { type: "button", class: "link receipt", "aria-haspopup": "dialog", onclick: () => showReceipt(row, keyNames) },
+    time(row.created, { compact: true }),
+    h("span", { class: "visually-hidden" }, ", receipt"),
+  );
+}
+
 /** The essential columns first (what a narrow screen shows without scrolling), then the rest. */
 function columns(keyNames) {
   return [
-    { label: "Time", cell: (row) => time(row.created, { compact: true }) },
+    { label: "Time", cell: (row) => receiptButton(row, keyNames) },
     { label: "Model", cell: modelOf },
     { label: "Credits", number: true, cell: (row) => number(row.credits_used) },
     { label: "Outcome", cell: (row) => h("span", { class: `badge ${row.outcome}` }, OUTCOMES[row.outcome] ?? row.outcome) },
@@ -120,7 +172,7 @@ export async function render(root) {
   root.append(
     filters,
     h("h2", null, "Requests"),
-    h("p", { class: "hint" }, "Each request as it was settled: what it used, how it ended. Times are yours; days are UTC, as svc counts them."),
+    h("p", { class: "hint" }, "Each request as it was settled: what it used, how it ended. A request's time opens its receipt. Times are yours; days are UTC, as svc counts them."),
     h("p", { class: "hint narrow-only" }, "Scroll the table sideways for each request's key, tokens and timings."),
     results,
     h("h2", null, "Export CSV"),

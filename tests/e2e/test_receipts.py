@@ -1,0 +1,177 @@
+"""``GET /v1/activity/{id}`` against a real server whose flushers wait an hour: a request's
+receipt is there as its stream ends (read from the usage stream: the activity list is
+still empty), equals what its metadata chunk said, and is the same once ``svc admin
+flush`` has written its row, which it equals too. Only the owning account, in the key's
+environment, sees it; the operator sees it too."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import ROOT, Server, start_server
+from tests.support.processes import stop_process
+
+pytestmark = pytest.mark.e2e
+MSG = [{"role": "user", "content": "Say something short."}]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server whose flushers never run while the tests do (``flush`` writes the rows)."""
+    env = {"SVC_FLUSH_INTERVAL_S": "3600"}
+    srv = start_server(tmp_path_factory.mktemp("receipts"), workers=2, extra_env=env)
+    try:
+        yield srv
+    finally:
+        stop_process(srv.process)
+
+
+def _h(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+def _chat(site: Server, key: str, model: str = "svc-auto") -> tuple[str, dict[str, Any]]:
+    """A streamed completion with usage; (its id, its metadata chunk's svc and usage)."""
+    body = {
+        "model": model,
+        "messages": MSG,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    r = httpx.post(f"{site.base_url}/chat/completions", json=body, headers=_h(key), timeout=30)
+    assert r.status_code == 200, r.text
+    chunks = [json.loads(e[6:]) for e in r.text.split("\n\n") if e.startswith("data: {")]
+    last = chunks[-1]
+    return last["id"], {**last["svc"], "model": last["model"], "usage": last["usage"]}
+
+
+def _receipt(site: Server, key: str, activity_id: str) -> httpx.Response:
+    return httpx.get(f"{site.base_url}/activity/{activity_id}", headers=_h(key), timeout=30)
+
+
+def _flush(site: Server) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "app", "admin", "flush"],
+        cwd=ROOT,
+        env=site.env,
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+
+
+def _key(site: Server, pid: str, environment: str = "live") -> tuple[str, str]:
+    body = {"name": environment, "environment": environment, "daily_cap_credits": None}
+    created = site.admin("POST", f"/accounts/{pid}/api-keys", body)
+    assert created.status_code == 201, created.text
+    return created.json()["id"], created.json()["key"]
+
+
+def test_a_receipt_is_there_as_the_stream_ends_and_is_the_activity_row(site: Server) -> None:
+    pid = site.new_account(0)
+    rewarded = site.admin("POST", f"/accounts/{pid}/spotlights", {"view_id": "receipt-view-1"})
+    assert rewarded.is_success, rewarded.text  # 5,000 earned credits
+    site.admin("POST", f"/accounts/{pid}/grants", {"credits": 100_000})
+    key_id, key = _key(site, pid)
+    activity_id, saw = _chat(site, key)
+    ended = time.monotonic()
+    early = _receipt(site, key, activity_id)
+    assert early.status_code == 200, early.text
+    assert time.monotonic() - ended < 1.0
+    # not flushed yet: the list does not have it, the receipt came from the usage stream
+    listed = httpx.get(f"{site.base_url}/activity", headers=_h(key)).json()
+    assert listed["data"] == []
+    receipt = early.json()
+    usage = saw["usage"]
+    assert receipt == {
+        "id": activity_id,
+        "object": "request.receipt",
+        "created": receipt["created"],
+        "key_id": key_id,
+        "environment": "live",
+        "api": "chat",
+        "requested_model": saw["requested_model"],
+        "model": saw["model"],
+        "outcome": "completed",
+        "prompt_tokens": usage["prompt_tokens"],
+        "completion_tokens": usage["completion_tokens"],
+        "total_tokens": usage["total_tokens"],
+        "usage_source": "upstream",
+        "credits_used": saw["credits_used"],
+        "earned_credits": saw["credits_used"],  # earned first: it expires
+        "purchased_credits": 0,
+        "ttfb_ms": receipt["ttfb_ms"],
+        "duration_ms": receipt["duration_ms"],
+    }
+    assert (saw["requested_model"], saw["model"]) == ("svc-auto", receipt["model"])
+    assert 0 <= receipt["ttfb_ms"] <= receipt["duration_ms"]
+    assert abs(receipt["created"] - time.time()) < 60
+
+    _flush(site)
+    (row,) = httpx.get(f"{site.base_url}/activity", headers=_h(key)).json()["data"]
+    assert _receipt(site, key, activity_id).json() == receipt  # now from the store: the same
+    assert {k: v for k, v in receipt.items() if k in row and k != "object"} == {
+        k: v for k, v in row.items() if k != "object"
+    }
+    operator = site.admin("GET", f"/accounts/{pid}/activity/{activity_id}")
+    assert operator.json() == receipt
+
+
+def test_only_the_owner_sees_a_receipt_in_its_own_environment(site: Server) -> None:
+    pid = site.new_account(100_000)
+    _, live = _key(site, pid)
+    _, test = _key(site, pid, "test")
+    other = site.new_key(site.new_account(100_000))
+    live_id, _ = _chat(site, live, "svc-fast")
+    test_id, test_saw = _chat(site, test, "svc-fast")
+    for flushed in (False, True):
+        for key, activity_id in ((other, live_id), (test, live_id), (live, test_id)):
+            r = _receipt(site, key, activity_id)
+            assert r.status_code == 404, r.text
+            assert (r.json()["error"]["type"], r.json()["error"]["code"]) == (
+                "not_found_error",
+                "activity_not_found",
+            )
+        for unknown in ("chatcmpl-svc-1", "resp_svc_00", "rsv_nothing", "nonsense"):
+            assert _receipt(site, live, unknown).status_code == 404
+        shown = _receipt(site, test, test_id).json()
+        assert (shown["environment"], shown["credits_used"]) == ("test", test_saw["credits_used"])
+        assert (shown["earned_credits"], shown["purchased_credits"]) == (None, None)
+        admin = site.admin("GET", f"/accounts/{pid}/activity/{test_id}")
+        assert admin.json() == shown
+        elsewhere = site.admin("GET", f"/accounts/{site.new_account(0)}/activity/{test_id}")
+        assert elsewhere.json()["error"]["code"] == "activity_not_found"
+        if not flushed:
+            _flush(site)
+    missing = site.admin("GET", "/accounts/acct_missing/activity/chatcmpl-svc-1")
+    assert (missing.status_code, missing.json()["error"]["code"]) == (404, "account_not_found")
+
+
+def test_a_response_has_its_receipt(site: Server) -> None:
+    pid = site.new_account(100_000)
+    _, key = _key(site, pid)
+    body = {"model": "svc-code", "input": "hi", "stream": True}
+    r = httpx.post(f"{site.base_url}/responses", json=body, headers=_h(key), timeout=30)
+    assert r.status_code == 200, r.text
+    completed = next(
+        json.loads(line[6:])
+        for line in r.text.splitlines()
+        if line.startswith("data: {") and '"response.completed"' in line
+    )
+    response = completed["response"]
+    receipt = _receipt(site, key, response["id"]).json()
+    assert (receipt["id"], receipt["api"], receipt["model"]) == (
+        response["id"],
+        "responses",
+        "svc-code",
+    )
+    assert receipt["credits_used"] == response["svc"]["credits_used"]
+    assert receipt["purchased_credits"] == receipt["credits_used"]
