@@ -188,7 +188,7 @@ def granian_failure(exc: Exception, host: str, port: int) -> StartupError:
 
 async def _prepare(settings: Settings) -> str | None:
     # the workers set their own tracing up once forked: this process exports nothing
-    services = await open_services(settings, require_redis=True, traces=False)
+    services = await open_services(settings, require_redis=True)
     try:
         return await bootstrap_dev(services) if settings.dev_bootstrap else None
     finally:

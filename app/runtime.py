@@ -340,14 +340,14 @@ async def open_services(
     *,
     clock: Callable[[], float] = time.time,
     require_redis: bool = False,
-    traces: bool = True,
+    traces: bool = False,
 ) -> Services:
     """Connect to Redis and the durable store (migrating it) and build the services.
     ``require_redis`` (``svc serve``): a Redis that does not answer is a ``StartupError``;
     otherwise (a worker, an admin command) what needs it fails closed until it answers.
     ``traces``: set this process's tracing up when the ``OTEL_*`` variables ask for it
-    (``app.core.tracing``; ``Services.close`` stops it): a worker's, once it has forked.
-    ``svc serve`` itself, which forks the workers, does not."""
+    (``app.core.tracing``; ``Services.close`` stops it): only a worker's, once it has forked
+    (not ``svc serve`` itself, which forks them, nor an admin command, which serves nothing)."""
     assert settings.redis_url, "settings must be resolved first"
     assert settings.database_url, "settings must be resolved first"
     if traces:

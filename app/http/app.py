@@ -33,7 +33,7 @@ def create_app(settings: Settings) -> Litestar:
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        services = await open_services(settings)
+        services = await open_services(settings, traces=True)
         app.state.services = services
         with contextlib.suppress(*REDIS_ERRORS, StoreError, OSError):
             await services.usage.start_epochs()  # a new or emptied Redis starts them
