@@ -3,11 +3,12 @@ after traffic through ``svc serve`` (2 workers) against the mock upstream — a 
 Responses call that fails over past an upstream 500 to a provider serving the Responses API,
 a stream the upstream drops, a refused key, a plain route — every metric of the table is in
 ``/metrics`` with the table's type and exactly its label names (and, where the table lists a
-label's values, no other value), and every ``svc_`` metric of ``/metrics`` is in the table."""
+label's values, no other value), and every ``svc_`` metric of ``/metrics`` is in the table.
+
+The table is read by ``tests.support.metrics_table``, which the PromQL checks share."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -17,45 +18,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.mock_upstream import MockProcess, start_in_subprocess
-from tests.e2e.conftest import ROOT, Server, start_server, stop_server
+from tests.e2e.conftest import Server, start_server, stop_server
+from tests.support.metrics_table import OPERATIONS, Documented, documented
 
 pytestmark = pytest.mark.e2e
-OPERATIONS = ROOT / "docs" / "operations.md"
-SECTION = "## Metrics"
-_NAME = re.compile(r"`([a-z_]+)`")
-_VALUE = re.compile(r"`([^`]+)`")
-# a label and, when its parenthesis lists nothing but backticked values, those values
-_LABEL = re.compile(r"`([a-z_]+)`(?:\s*\(((?:`[^`]+`(?:,\s*)?)+)\))?")
-_PARENTHESIS = re.compile(r"\([^()]*\)")
-
-
-class Documented(NamedTuple):
-    type: str
-    labels: frozenset[str]
-    values: dict[str, frozenset[str]]  # the labels whose values the table lists, those
-
-
-def documented(text: str) -> dict[str, Documented]:
-    """The table's rows: metric name → its type, label names and listed label values."""
-    section = text.split(f"\n{SECTION}\n", 1)[1].split("\n## ", 1)[0]
-    rows: dict[str, Documented] = {}
-    for line in section.splitlines():
-        if not line.startswith("| `svc_"):
-            continue
-        name_cell, type_cell, labels_cell = (cell.strip() for cell in line.split("|")[1:4])
-        (name,) = _NAME.findall(name_cell)
-        values = {
-            label: frozenset(_VALUE.findall(listed))
-            for label, listed in _LABEL.findall(labels_cell)
-            if listed
-        }
-        names_only = labels_cell
-        while _PARENTHESIS.search(names_only):  # innermost first: a link in a parenthesis
-            names_only = _PARENTHESIS.sub("", names_only)
-        labels = frozenset(_NAME.findall(names_only))
-        assert name not in rows, f"{name} is in the table twice"
-        rows[name] = Documented(type_cell, labels, values)
-    return rows
 
 
 class Exposed(NamedTuple):

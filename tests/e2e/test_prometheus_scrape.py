@@ -31,16 +31,10 @@ import yaml  # type: ignore[import-untyped]  # PyYAML, pinned in requirements/te
 
 from bench.mock_upstream import MockProcess, start_in_subprocess
 from tests.e2e.conftest import ROOT, Server, start_server
+from tests.support.grafana import dashboard_expressions, variable_queries
 from tests.support.processes import free_port, stop_process
-from tests.unit.test_grafana_dashboard import (
-    TARGET_LABELS,
-    Catalogue,
-    Series,
-    dashboard_expressions,
-    problems,
-    variable_queries,
-)
-from tests.unit.test_prometheus_rules import RULES, prometheus_binary, rule_catalogue, rules
+from tests.support.prometheus_rules import RULES, prometheus_binary, rule_catalogue, rules
+from tests.support.promql import TARGET_LABELS, Catalogue, Series, problems
 
 pytestmark = pytest.mark.e2e
 

@@ -15,7 +15,11 @@ pytest needs beside the tests, import their helpers from here):
 - ``granian_probe``: an RSGI app that granian serves for real in
   ``tests/e2e/test_granian_contract.py``, reporting what it saw of granian's objects;
 - ``forward_proxy``: a real forward proxy (Debian's tinyproxy) for the egress-proxy tests;
-- ``certificates``: a self-signed certificate for 127.0.0.1.
+- ``certificates``: a self-signed certificate for 127.0.0.1;
+- ``metrics_table``: the metrics table of docs/operations.md, read as names, types, labels;
+- ``promql``: a small PromQL reader, and the check of a query against the metrics svc has;
+- ``grafana``: the kit's dashboard and the queries of its panels and variables;
+- ``prometheus_rules``: the kit's recording and alert rules, and the promtool binary.
 
 The test doubles of svc's upstreams (``bench.mock_upstream``) live in ``bench``, which the
 benchmark shares with the tests.

@@ -4,16 +4,15 @@ rules`` accepts them and ``promtool test rules`` passes their unit tests
 runbook, and a unit test in which it fires and one in which it stays quiet; every recording
 rule is read by an alert or tested; every expression queries only metrics svc exposes, with
 their labels and label values (docs/operations.md's table, as in
-tests/unit/test_grafana_dashboard.py).
+tests/unit/test_grafana_dashboard.py). The rules are read by ``tests.support.prometheus_rules``,
+the expressions checked by ``tests.support.promql``.
 
 promtool comes with Debian's prometheus package (tests/ensure-prometheus.sh installs it for
 ``make test``). Missing, these tests are skipped when run by hand and fail on CI."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -21,64 +20,26 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]  # PyYAML, pinned in requirements/test.lock
 
-from tests.unit.test_grafana_dashboard import (
-    Catalogue,
-    Series,
-    documented_catalogue,
-    parse,
-    problems,
+from tests.support.prometheus_rules import (
+    PROMETHEUS_DIR,
+    RULES,
+    prometheus_binary,
+    records,
+    rule_catalogue,
+    rule_groups,
+    rules,
 )
+from tests.support.promql import documented_catalogue, parse, problems
 
 ROOT = Path(__file__).resolve().parents[2]
-PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
-RULES = sorted((PROMETHEUS_DIR / "rules").glob("*.yml"))
 RULE_TESTS = sorted((PROMETHEUS_DIR / "tests").glob("*.yml"))
 SEVERITIES = {"critical", "warning"}
 # level:metric:operations (https://prometheus.io/docs/practices/rules/), job kept at each level
 RECORD_NAME = r"job(_[a-z]+)*:svc_[a-z0-9_]+:[a-z0-9_]+"
 
 
-def prometheus_binary(name: str) -> str:
-    """``promtool`` or ``prometheus``: in ``SVC_TEST_PROMETHEUS`` (a folder) when set, else on
-    PATH or in /usr/bin. Missing, the test is skipped when run by hand, and fails on CI
-    (``make test`` installs them there: tests/ensure-prometheus.sh)."""
-    folder = os.environ.get("SVC_TEST_PROMETHEUS")
-    path = folder if folder else f"{os.environ.get('PATH', '')}:/usr/bin"
-    found = shutil.which(name, path=path)
-    if found is None:
-        missing = f"no {name} (make test installs it: tests/ensure-prometheus.sh)"
-        if os.environ.get("CI"):
-            pytest.fail(missing)
-        pytest.skip(missing)
-    return found
-
-
-def rule_groups() -> list[tuple[Path, dict[str, Any]]]:
-    return [(path, group) for path in RULES for group in yaml.safe_load(path.read_text())["groups"]]
-
-
-def rules() -> list[dict[str, Any]]:
-    return [rule for _, group in rule_groups() for rule in group["rules"]]
-
-
 def alerts() -> list[dict[str, Any]]:
     return [rule for rule in rules() if "alert" in rule]
-
-
-def records() -> list[dict[str, Any]]:
-    return [rule for rule in rules() if "record" in rule]
-
-
-def rule_catalogue(base: Catalogue) -> Catalogue:
-    """``base`` plus the recorded series: each with the labels of its expression's
-    ``by (...)`` clauses, or else those of the series it reads."""
-    catalogue = dict(base)
-    for rule in records():
-        query = parse(rule["expr"])
-        read = [catalogue[m].labels for m in query.metrics if m in catalogue]
-        labels = query.by or set().union(*read)
-        catalogue[rule["record"]] = Series(frozenset(labels))
-    return catalogue
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
