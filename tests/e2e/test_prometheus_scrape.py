@@ -242,8 +242,10 @@ def test_the_recorded_failure_ratio_is_1_for_the_dead_provider_0_for_the_live(
         'job_provider:svc_upstream_attempts_failed:ratio_rate5m{provider="down"} == 1'
     )
     assert list(ratio.values()) == [1.0]
-    live = scraped.prometheus.query(
-        'job_provider:svc_upstream_attempts_failed:ratio_rate5m{provider="mock"}'
+    # the recorded ratio is the latest evaluation's: wait for one that saw the live
+    # provider's last attempts scraped (before it, its rate may still read 0/0)
+    live = scraped.prometheus.wait_for(
+        'job_provider:svc_upstream_attempts_failed:ratio_rate5m{provider="mock"} == 0'
     )
     assert list(live.values()) == [0.0]
 
