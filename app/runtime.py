@@ -55,6 +55,7 @@ from app.spotlights.signed import parse_secrets
 from app.store import Store, open_store
 from app.upstream.base import Provider
 from app.upstream.http11 import StreamingProvider
+from app.upstream.safety import SafetyIdentifiers
 from app.upstream.simulated import SimulatedProvider
 from app.usage.activity import ActivityReader
 from app.usage.flusher import Flusher
@@ -269,6 +270,8 @@ class Services:
             clock=clock,
         )
         self.intents = Intents(pepper)
+        # what providers are sent to tell the accounts (and their end users) apart
+        self.safety_identifiers = SafetyIdentifiers(pepper)
         self.admob_keys = VerifierKeys(settings.admob_keys_url, redis, self.layout)
         self.spotlight_secrets = parse_secrets(settings.spotlight_secrets)
         self.verified_rewards = VerifiedRewards(self.spotlights, self.intents, store, clock=clock)

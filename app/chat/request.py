@@ -6,6 +6,8 @@ tool that exists) and works out the prompt's estimate and bound for the reservat
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 from msgspec import UNSET
 
@@ -36,6 +38,11 @@ DEFAULT_TEMPERATURE = 0.7
 DEFAULT_TOP_P = 1.0
 DEFAULT_IMAGE_TOKEN_BOUND = 4_096
 
+Identify = Callable[[str | None], str]
+"""The ``safety_identifier`` sent upstream for the requesting account, given the client's
+own identifier of its end user, or None (``app.upstream.safety.SafetyIdentifiers.of``
+bound to the account)."""
+
 
 class ChatParams(msgspec.Struct, frozen=True, kw_only=True):
     """A validated request, resolved against the alias catalog."""
@@ -44,7 +51,8 @@ class ChatParams(msgspec.Struct, frozen=True, kw_only=True):
     alias: Alias
     request: ChatRequest
     """What is forwarded upstream (the contract's sampling defaults filled in, the fields
-    the alias does not allow left out: ``app.chat.catalog.GATED_FIELDS``)."""
+    the alias does not allow left out: ``app.chat.catalog.GATED_FIELDS``, svc's
+    ``safety_identifier`` in place of the client's)."""
     max_tokens: int | None
     prompt_texts: list[str]
     """The prompt's text, kept for ``prompt_tokens``."""
@@ -131,6 +139,15 @@ def check_tool_choice(req: ChatRequest) -> None:
         raise invalid_value("tool_choice", "'tool_choice' needs 'tools'.")
 
 
+def client_identifier(user: object, safety_identifier: object) -> str | None:
+    """The client's own identifier of its end user: its ``safety_identifier``, else its
+    ``user`` (deprecated by OpenAI for it), else None."""
+    for value in (safety_identifier, user):
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
 def enabled_alias(aliases: dict[str, Alias], model: str) -> Alias:
     """The enabled alias named ``model``, or the 404 ``model_not_found`` naming the enabled
     ones (chat completions and ``GET /v1/models/{model}``)."""
@@ -176,8 +193,11 @@ def parse_chat_request(
     max_messages: int = 2048,
     max_message_chars: int = 1_000_000,
     image_token_bound: int = DEFAULT_IMAGE_TOKEN_BOUND,
+    identify: Identify | None = None,
 ) -> ChatParams:
-    """Decode and validate a request body, or raise the ``ApiError`` that explains why not."""
+    """Decode and validate a request body, or raise the ``ApiError`` that explains why not.
+    ``identify``: the requesting account's (the gateway's requests always have one; without,
+    the client's ``safety_identifier`` is forwarded as it came)."""
     req = decode_json(body, ChatRequest)
     alias = enabled_alias(aliases, req.model)
     if not req.messages:
@@ -203,6 +223,7 @@ def parse_chat_request(
         limit_param=param,
         image_token_bound=image_token_bound,
         include_usage=isinstance(options, StreamOptions) and options.include_usage is True,
+        identify=identify,
     )
 
 
@@ -217,11 +238,13 @@ def resolve_params(
     image_token_bound: int,
     include_usage: bool,
     api: str = API_CHAT,
+    identify: Identify | None = None,
 ) -> ChatParams:
     """A well-formed chat request (``alias`` its enabled model; a Responses request after
     translation) checked against its alias's output limit, its prompt estimated and bounded
     (``body_size``: the bytes of the body it came in), svc-auto resolved, the sampling
-    defaults filled in and the fields the alias does not allow left out."""
+    defaults filled in, the fields the alias does not allow left out, and the account's
+    ``safety_identifier`` (``identify``'s, of the client's own) in place of the client's."""
     if output_limit is not None and output_limit > alias.max_output_tokens:
         raise invalid_value(
             limit_param,
@@ -237,10 +260,20 @@ def resolve_params(
     # what costs the operator more or has the provider keep data, unless the alias that
     # serves the request (svc-auto's choice) allows it
     withheld = alias.withheld_fields()
+    safety_identifier = req.safety_identifier
+    if identify is not None:
+        # ``user`` is forwarded as it came; the client's safety_identifier never is
+        safety_identifier = identify(client_identifier(req.user, req.safety_identifier))
     return ChatParams(
         requested=req.model,
         alias=alias,
-        request=msgspec.structs.replace(req, temperature=temperature, top_p=top_p, **withheld),
+        request=msgspec.structs.replace(
+            req,
+            temperature=temperature,
+            top_p=top_p,
+            safety_identifier=safety_identifier,
+            **withheld,
+        ),
         max_tokens=output_limit,
         prompt_texts=prompt.texts,
         media_estimate=prompt.media_estimate,

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from app.chat.request import parse_chat_request
+from app.chat.request import Identify, parse_chat_request
 from app.core import tracing
 from app.core.errors import ApiError, ClientDisconnected, ErrorKind
 from app.core.metrics import METRICS
@@ -108,11 +109,11 @@ class Parsed(NamedTuple):
 
 
 class Api(NamedTuple):
-    """A streaming endpoint: its path, and how it reads a request body (or raises the
-    ``ApiError`` saying why not)."""
+    """A streaming endpoint: its path, and how it reads a request body of an account (or
+    raises the ``ApiError`` saying why not)."""
 
     path: str
-    parse: Callable[[Services, bytes], Parsed]
+    parse: Callable[[Services, bytes, str], Parsed]
 
 
 def _limits(services: Services) -> dict[str, int]:
@@ -125,12 +126,22 @@ def _limits(services: Services) -> dict[str, int]:
     }
 
 
-def _parse_chat(services: Services, body: bytes) -> Parsed:
-    return Parsed(parse_chat_request(body, services.aliases, **_limits(services)), None)
+def _identify(services: Services, pid: str) -> Identify:
+    """The ``safety_identifier`` of account ``pid``'s request, given the client's own."""
+    return functools.partial(services.safety_identifiers.of, pid)
 
 
-def _parse_responses(services: Services, body: bytes) -> Parsed:
-    request = parse_responses_request(body, services.aliases, **_limits(services))
+def _parse_chat(services: Services, body: bytes, pid: str) -> Parsed:
+    params = parse_chat_request(
+        body, services.aliases, identify=_identify(services, pid), **_limits(services)
+    )
+    return Parsed(params, None)
+
+
+def _parse_responses(services: Services, body: bytes, pid: str) -> Parsed:
+    request = parse_responses_request(
+        body, services.aliases, identify=_identify(services, pid), **_limits(services)
+    )
 
     def output(completion: Completion) -> StreamOutput:
         return ResponsesStream(
@@ -177,7 +188,7 @@ async def _open(
         nonlocal parsed, body
         if parsed is None:
             body = await exchange.body(services.settings.max_body_bytes)
-            parsed = api.parse(services, body)
+            parsed = api.parse(services, body, ident.pid)
             opening.model = parsed.params.alias.id
         claim = None
         if key is not None:

@@ -13,10 +13,16 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
 from app.chat.catalog import Alias
-from app.chat.request import ChatParams, check_tool_choice, enabled_alias, resolve_params
+from app.chat.request import (
+    ChatParams,
+    Identify,
+    check_tool_choice,
+    enabled_alias,
+    resolve_params,
+)
 from app.core.errors import invalid_value
 from app.core.validation import decode_json
 from app.kv.fields import API_RESPONSES
@@ -80,8 +86,11 @@ def parse_responses_request(
     max_messages: int,
     max_message_chars: int,
     image_token_bound: int,
+    identify: Identify | None = None,
 ) -> ResponsesParams:
-    """Decode, check and translate a request body, or raise the ``ApiError`` saying why not."""
+    """Decode, check and translate a request body, or raise the ``ApiError`` saying why not.
+    ``identify``: the requesting account's ``safety_identifier`` (as on chat,
+    ``parse_chat_request``), sent whichever API the provider speaks."""
     req = decode_json(body, ResponsesRequest)
     _refuse_stateful(req)
     alias = enabled_alias(aliases, req.model)
@@ -129,9 +138,11 @@ def parse_responses_request(
         image_token_bound=image_token_bound,
         include_usage=True,
         api=API_RESPONSES,
+        identify=identify,
     )
     if params.alias.native_responses:
-        params = msgspec.structs.replace(params, native=native_request(req, params.alias))
+        native = native_request(req, params.alias, params.request.safety_identifier)
+        params = msgspec.structs.replace(params, native=native)
     return ResponsesParams(chat=params, settings=ResponseSettings.of(req, params))
 
 
@@ -139,15 +150,21 @@ def parse_responses_request(
 _SET_PER_UPSTREAM = ("model", "max_output_tokens", "stream", "store")
 
 
-def native_request(req: ResponsesRequest, alias: Alias) -> NativeResponses:
+def native_request(
+    req: ResponsesRequest, alias: Alias, safety_identifier: str | UnsetType = UNSET
+) -> NativeResponses:
     """The checked request, for a provider that serves the Responses API itself: every field
     as the client sent it (fields svc does not know are left out, as in Chat Completions)
-    but those svc sets per upstream and those ``alias`` does not allow; stored only when
-    the client asked and the alias allows it (the chat path's rule)."""
+    but those svc sets per upstream and those ``alias`` does not allow, with
+    ``safety_identifier`` (the account's, as its chat translation has it) in place of the
+    client's when given; stored only when the client asked and the alias allows it (the
+    chat path's rule)."""
     fields = msgspec.to_builtins(req)
     withheld = alias.withheld_fields()
     for name in (*_SET_PER_UPSTREAM, *withheld):
         fields.pop(name, None)
+    if isinstance(safety_identifier, str):
+        fields["safety_identifier"] = safety_identifier
     store = req.store is True and "store" not in withheld
     return NativeResponses(msgspec.json.encode(fields), store=store)
 

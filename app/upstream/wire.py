@@ -156,8 +156,8 @@ Stop = str | Annotated[list[str], msgspec.Meta(max_length=4)] | None
 
 class ChatRequest(msgspec.Struct, omit_defaults=True):
     """The request as a client sends it. svc reads ``model``, ``messages``, the output limit
-    and ``stream_options``; every other field is forwarded as it came. Unknown fields are
-    ignored."""
+    and ``stream_options``, and sends its own ``safety_identifier`` (``app.upstream.safety``);
+    every other field is forwarded as it came. Unknown fields are ignored."""
 
     model: str
     messages: list[Message]

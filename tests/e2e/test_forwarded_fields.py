@@ -127,3 +127,62 @@ def test_a_provider_that_serves_responses_is_told_not_to_store(
     sent = _received(mock)
     assert (sent["model"], sent["input"], sent["store"]) == ("native", "hi", False)
     assert not {"service_tier", "metadata"} & set(sent), sent
+
+
+# -- the safety identifier (issue 35, item 5) -----------------------------------------------
+
+END_USER = "end-user-4711"
+
+
+def _identifier_sent(
+    mock: MockProcess, client: openai.OpenAI, api: str, model: str, **fields: Any
+) -> str:
+    """The ``safety_identifier`` the provider received for one streamed request of
+    ``client``'s account (``api``: "chat" or "responses")."""
+    if api == "chat":
+        messages: Any = [{"role": "user", "content": "hi"}]
+        list(client.chat.completions.create(model=model, messages=messages, stream=True, **fields))
+    else:
+        list(client.responses.create(model=model, input="hi", stream=True, **fields))
+    sent = _received(mock)
+    assert ("messages" in sent) == (api == "chat" or model != "svc-smart"), sent
+    identifier = sent["safety_identifier"]
+    assert isinstance(identifier, str)
+    return identifier
+
+
+@pytest.mark.parametrize(
+    ("api", "model"),
+    [("chat", "svc-fast"), ("responses", "svc-fast"), ("responses", "svc-smart")],
+    ids=["chat", "responses-translated", "responses-native"],
+)
+def test_the_provider_is_sent_the_accounts_safety_identifier(
+    server: Server, mock: MockProcess, api: str, model: str
+) -> None:
+    alice, alice_pid = _client(server)
+    bob, bob_pid = _client(server)
+    first = _identifier_sent(mock, alice, api, model)
+    assert _identifier_sent(mock, alice, api, model) == first  # stable per account
+    assert first.startswith("svc_")
+    assert len(first) <= 64
+    assert alice_pid not in first
+    other = _identifier_sent(mock, bob, api, model)
+    assert other != first
+    assert bob_pid not in other
+    # the client's own identifier of its end user: combined with the account, never sent
+    for field in ("safety_identifier", "user"):
+        combined = _identifier_sent(mock, alice, api, model, **{field: END_USER})
+        assert combined not in (first, END_USER)
+        assert END_USER not in combined
+        assert _identifier_sent(mock, bob, api, model, **{field: END_USER}) != combined
+        sent = _received(mock)
+        assert sent.get("user") == (END_USER if field == "user" else None)  # as it came
+
+
+def test_chat_and_responses_send_one_account_the_same_identifier(
+    server: Server, mock: MockProcess
+) -> None:
+    client, _pid = _client(server)
+    chat = _identifier_sent(mock, client, "chat", "svc-fast")
+    assert _identifier_sent(mock, client, "responses", "svc-fast") == chat
+    assert _identifier_sent(mock, client, "responses", "svc-smart") == chat

@@ -12,6 +12,7 @@ from app.chat.service import CompletionService
 from app.credits.outcomes import Identity
 from app.runtime import Services
 from app.upstream.base import UpstreamCall
+from app.upstream.safety import SafetyIdentifiers
 from app.upstream.wire import ChatRequest, Message
 
 
@@ -25,7 +26,8 @@ def stream_services(
     completions: CompletionService, ident: Identity, aliases: Mapping[str, Alias]
 ) -> Services:
     """What ``app.http.streams.serve_stream`` reads of the services: the request limits,
-    the aliases, an authentication that always answers ``ident``, and ``completions``."""
+    the aliases, an authentication that always answers ``ident``, the safety identifiers
+    and ``completions``."""
 
     async def authenticated(_authorization: str | None, _address: str, use: Any) -> Any:
         return await use(ident)
@@ -39,6 +41,7 @@ def stream_services(
         ),
         aliases=aliases,
         auth=SimpleNamespace(authenticated=authenticated),
+        safety_identifiers=SafetyIdentifiers(b"the stream tests' pepper"),
         completions=completions,
         trusted_proxies=[],
     )
