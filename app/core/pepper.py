@@ -13,6 +13,6 @@ import hmac
 
 
 def derive_key(pepper: bytes, purpose: str) -> bytes:
-    """The 32-byte key of ``purpose`` (a fixed name, one per use). The spotlight intents'
-    cipher key is this derivation of "spotlight-intent"."""
+    """The 32-byte key of ``purpose`` (a fixed name, one per use: "spotlight-intent" seals
+    the spotlight intents, "svc safety identifier" keys the safety identifiers)."""
     return hmac.digest(pepper, purpose.encode(), hashlib.sha256)

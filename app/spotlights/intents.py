@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import hmac
 import os
 import secrets
 from typing import NamedTuple
@@ -24,6 +22,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from app.core.errors import ApiError, ErrorKind
+from app.core.pepper import derive_key
 
 INTENT_TTL_S = 3600
 TOKEN_PREFIX = "spi_"
@@ -60,8 +59,7 @@ class Intents:
     __slots__ = ("_cipher",)
 
     def __init__(self, pepper: bytes) -> None:
-        material = hmac.new(pepper, b"spotlight-intent", hashlib.sha256).digest()
-        self._cipher = AESGCM(material)
+        self._cipher = AESGCM(derive_key(pepper, "spotlight-intent"))
 
     def issue(self, pid: str, now: float) -> IntentIssued:
         intent = Intent(pid, secrets.token_hex(16), int(now) + INTENT_TTL_S)
