@@ -7,7 +7,11 @@ proxy's failover can be tested without headers: ``fail500``, ``fail429``, ``fail
 chunks), ``slowMS`` (MS between chunks), ``tokensNxMS`` (N content chunks, MS apart: a
 model writing token by token), ``failonce`` (500 on the first request for that
 model name, then normal), ``nousage`` (no usage chunk), ``ignoremax`` (ignore max_tokens),
-``dense`` (usage counts one prompt token per character, as CJK text does).
+``dense`` (usage counts one prompt token per character, as CJK text does), ``cachedP``
+(usage reports P % of the prompt tokens as ``prompt_tokens_details.cached_tokens``, as
+OpenAI does), ``writesP`` (P % as ``cache_write_tokens``, a provider that reports cache
+writes apart), ``reasonN`` (N of the completion tokens as
+``completion_tokens_details.reasoning_tokens``).
 
 Faults: ``refuse`` (close without answering), ``500``, ``429``, ``400`` (an OpenAI error that
 names the model), ``drop-after:K``, ``stall``, ``stall-after:K``, ``slow-first-byte:MS``.
@@ -129,7 +133,12 @@ def _word_choice(i: int) -> bytes:
     return b'[{"index":0,"delta":{"content":%s},"finish_reason":null}]' % word
 
 
-def _usage(plan: _Plan, request: dict[str, Any]) -> dict[str, int] | None:
+_CACHED = re.compile(r"cached(\d+)")
+_WRITES = re.compile(r"writes(\d+)")
+_REASON = re.compile(r"reason(\d+)")
+
+
+def _usage(plan: _Plan, request: dict[str, Any]) -> dict[str, Any] | None:
     include = (request.get("stream_options") or {}).get("include_usage")
     if not (include and plan.usage):
         return None
@@ -139,11 +148,26 @@ def _usage(plan: _Plan, request: dict[str, Any]) -> dict[str, int] | None:
         prompt_tokens = prompt + 3 * len(messages) + 3
     else:
         prompt_tokens = prompt // 4 + 4 * len(messages)
-    return {
+    usage: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": plan.chunks,
         "total_tokens": prompt_tokens + plan.chunks,
     }
+    if "cached" not in plan.model and "writes" not in plan.model and "reason" not in plan.model:
+        return usage  # the benchmark's models: no regex per request
+    details = {}
+    for pattern, name in ((_CACHED, "cached_tokens"), (_WRITES, "cache_write_tokens")):
+        share = pattern.search(plan.model)
+        if share:
+            details[name] = prompt_tokens * int(share.group(1)) // 100
+    if details:
+        usage["prompt_tokens_details"] = details
+    reasoning = _REASON.search(plan.model)
+    if reasoning:
+        usage["completion_tokens_details"] = {
+            "reasoning_tokens": min(int(reasoning.group(1)), plan.chunks)
+        }
+    return usage
 
 
 class _Conn(asyncio.Protocol):

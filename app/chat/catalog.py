@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import math
 import re
 import tomllib
 from pathlib import Path
@@ -14,6 +13,7 @@ from msgspec import UNSET
 
 from app.core.errors import ModelsFileError
 from app.core.settings import HEARTBEATS_PER_DEADLINE
+from app.credits.outcomes import Rates
 from app.upstream.config import ProviderConfig
 
 ALIAS_IDS = ("svc-auto", "svc-fast", "svc-code", "svc-smart")
@@ -47,16 +47,45 @@ class UpstreamRef(msgspec.Struct, frozen=True, kw_only=True):
     model: str
 
 
+def quarter_up(price: int) -> int:
+    """The default cached-input price: a quarter of the input price, rounded up to a whole
+    credit (5 -> 2, 20 -> 5, 50 -> 13): never more than the input price."""
+    return -(-price // 4)
+
+
 class Price(msgspec.Struct, frozen=True, kw_only=True):
-    """Credits per 1,000 tokens."""
+    """Credits per 1,000 tokens: uncached prompt tokens (``input``), prompt tokens the
+    upstream read from its cache (``cached_input``, at most ``input``), prompt tokens it
+    wrote to its cache, when it reports those apart (``cache_write``), and completion tokens
+    (``output``). What a request costs is worked out by settle.lua alone, from ``rates``."""
 
     input: int
     output: int
+    cached_input: int
+    cache_write: int
 
-    def credits(self, prompt_tokens: int, completion_tokens: int) -> int:
-        """Credits a request costs: at least 1, rounded up."""
-        units = prompt_tokens * self.input + completion_tokens * self.output
-        return max(1, math.ceil(units / 1000))
+    @property
+    def rates(self) -> Rates:
+        return Rates(self.input, self.cached_input, self.cache_write, self.output)
+
+    @property
+    def prompt_worst(self) -> int:
+        """The most one prompt token can cost, what a reservation holds per prompt token: a
+        cache write may be dearer than the input price; a cached token never is."""
+        return max(self.input, self.cache_write)
+
+
+def price(
+    input: int, output: int, cached_input: int | None = None, cache_write: int | None = None
+) -> Price:
+    """A ``Price``; the cached-input price left out is ``quarter_up(input)``, the cache-write
+    price the input price."""
+    return Price(
+        input=input,
+        output=output,
+        cached_input=quarter_up(input) if cached_input is None else cached_input,
+        cache_write=input if cache_write is None else cache_write,
+    )
 
 
 class Alias(msgspec.Struct, frozen=True, kw_only=True):
@@ -92,18 +121,10 @@ def _withheld(allow_service_tier: bool, allow_store: bool) -> dict[str, Any]:
 _CREATED = 1_767_225_600  # 2026-01-01T00:00:00Z
 
 DEFAULT_ALIASES: dict[str, Alias] = {
-    "svc-auto": Alias(
-        id="svc-auto", name="Auto", created=_CREATED, price=Price(input=5, output=15)
-    ),
-    "svc-fast": Alias(
-        id="svc-fast", name="Fast", created=_CREATED, price=Price(input=5, output=15)
-    ),
-    "svc-code": Alias(
-        id="svc-code", name="Code", created=_CREATED, price=Price(input=20, output=60)
-    ),
-    "svc-smart": Alias(
-        id="svc-smart", name="Smart", created=_CREATED, price=Price(input=50, output=150)
-    ),
+    "svc-auto": Alias(id="svc-auto", name="Auto", created=_CREATED, price=price(5, 15)),
+    "svc-fast": Alias(id="svc-fast", name="Fast", created=_CREATED, price=price(5, 15)),
+    "svc-code": Alias(id="svc-code", name="Code", created=_CREATED, price=price(20, 60)),
+    "svc-smart": Alias(id="svc-smart", name="Smart", created=_CREATED, price=price(50, 150)),
 }
 
 _CODE_HINTS = ("```", "def ", "class ", "function ", "import ", "#include", "SELECT ", "=>")
@@ -143,6 +164,8 @@ class AliasOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     enabled: bool | None = None
     created: int | None = None
     input_price: int | None = None
+    cached_input_price: int | None = None
+    cache_write_price: int | None = None
     output_price: int | None = None
     default_output_tokens: int | None = None
     max_output_tokens: int | None = None
@@ -251,7 +274,14 @@ def _check(path: Path, text: str, spec: ModelsFile) -> None:
                 )
         if override.upstreams is not None and not override.upstreams:
             raise _fail(path, text, [*field, "upstreams"], "needs at least one upstream")
-        for key in ("input_price", "output_price", "default_output_tokens", "max_output_tokens"):
+        for key in (
+            "input_price",
+            "cached_input_price",
+            "cache_write_price",
+            "output_price",
+            "default_output_tokens",
+            "max_output_tokens",
+        ):
             value = getattr(override, key)
             if value is not None and value < (0 if key.endswith("price") else 1):
                 raise _fail(path, text, [*field, key], "out of range")
@@ -261,15 +291,25 @@ def _check(path: Path, text: str, spec: ModelsFile) -> None:
 
 
 def _merge(base: Alias, o: AliasOverride) -> Alias:
-    price = Price(
-        input=base.price.input if o.input_price is None else o.input_price,
-        output=base.price.output if o.output_price is None else o.output_price,
+    # a new input price moves the cached-input and cache-write defaults with it
+    new_input = o.input_price is not None
+    cached_input = o.cached_input_price
+    if cached_input is None and not new_input:
+        cached_input = base.price.cached_input
+    cache_write = o.cache_write_price
+    if cache_write is None and not new_input:
+        cache_write = base.price.cache_write
+    priced = price(
+        base.price.input if o.input_price is None else o.input_price,
+        base.price.output if o.output_price is None else o.output_price,
+        cached_input,
+        cache_write,
     )
     merged = msgspec.structs.replace(
         base,
         enabled=base.enabled if o.enabled is None else o.enabled,
         created=base.created if o.created is None else o.created,
-        price=price,
+        price=priced,
         default_output_tokens=o.default_output_tokens or base.default_output_tokens,
         max_output_tokens=o.max_output_tokens or base.max_output_tokens,
         allow_service_tier=(
@@ -318,6 +358,15 @@ def load_catalog(path: Path, *, reservation_deadline_s: float | None = None) -> 
     aliases = dict(DEFAULT_ALIASES)
     for name, override in spec.aliases.items():
         merged = _merge(aliases[name], override)
+        if merged.price.cached_input > merged.price.input:
+            raise _fail(
+                path,
+                text,
+                ["aliases", name, "cached_input_price"],
+                f"{merged.price.cached_input} is more than the input price "
+                f"({merged.price.input}): a reservation holds every prompt token at the "
+                "input price (or the cache-write price, when that is higher)",
+            )
         native = any(
             ref.provider in spec.providers and spec.providers[ref.provider].responses_api
             for ref in merged.upstreams

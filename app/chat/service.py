@@ -70,7 +70,7 @@ class CompletionService:
                 ident,
                 rid=rid,
                 now=now,
-                prompt_units=params.prompt_token_bound * alias.price.input,
+                prompt_units=params.prompt_token_bound * alias.price.prompt_worst,
                 output_price=alias.price.output,
                 max_out=max_out,
                 min_out=min_out,

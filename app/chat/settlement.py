@@ -21,7 +21,7 @@ from app.core.settings import HEARTBEATS_PER_DEADLINE
 from app.core.tokens import estimate_tokens
 from app.credits.idempotency import RecordedResponse
 from app.credits.money import Money
-from app.credits.outcomes import Hold, Identity, ScriptStatus, Settlement
+from app.credits.outcomes import Hold, Identity, ScriptStatus, Settlement, Tokens
 from app.kv.client import REDIS_ERRORS
 from app.kv.fields import USAGE_ESTIMATED, USAGE_UPSTREAM, Served
 from app.upstream.base import Usage
@@ -30,6 +30,11 @@ T = TypeVar("T")
 log = logging.getLogger("svc.completions")
 _background: set[asyncio.Task[Any]] = set()
 _NONE: dict[str, int] = {}  # the details of a usage report that gave none
+CACHE_WRITE_DETAILS = ("cache_write_tokens", "cache_creation_input_tokens")
+"""The names under ``usage.prompt_tokens_details`` of the prompt tokens an upstream wrote to
+its cache, for providers that report (and price) those apart: Anthropic-style
+``cache_creation_input_tokens``, or ``cache_write_tokens``. OpenAI reports none (its
+``cached_tokens`` are the reads)."""
 
 
 class SettlementTerms(Protocol):
@@ -152,15 +157,30 @@ class Settling:
         """Close the reservation and wait for it (idempotent per completion)."""
         return await asyncio.shield(self.begin_settle(outcome))
 
+    def billed_parts(self, prompt: int, completion: int) -> Tokens:
+        """The tokens billed with the parts the upstream's report names, each clamped to
+        what it is a part of: cached prompt tokens, prompt tokens written to the provider's
+        cache (at most the prompt's uncached rest), reasoning tokens of the completion.
+        (settle.lua clamps them the same way again.)"""
+        usage = self.usage
+        if usage is None:
+            return Tokens(prompt, completion)
+        prompt_details = usage.prompt_tokens_details or _NONE
+        cached = min(max(prompt_details.get("cached_tokens", 0), 0), prompt)
+        writes = 0
+        for name in CACHE_WRITE_DETAILS:
+            writes = max(writes, prompt_details.get(name, 0))
+        writes = min(writes, prompt - cached)
+        reasoning = (usage.completion_tokens_details or _NONE).get("reasoning_tokens", 0)
+        return Tokens(prompt, completion, cached, writes, min(max(reasoning, 0), completion))
+
     async def _settle(self, outcome: str) -> Settlement:
-        prompt, completion = self.billed_tokens()
-        used = 0 if outcome == "released" else self.params.alias.price.credits(prompt, completion)
+        tokens = self.billed_parts(*self.billed_tokens())
         settled = await self.service.money.settle(
             self.hold,
             now=self.service.clock(),
-            credits_used=used,
-            prompt_tokens=prompt,
-            completion_tokens=completion,
+            rates=self.params.alias.price.rates,
+            tokens=tokens,
             outcome=outcome,
             served=self._served(),
             response=self._response,
@@ -172,24 +192,13 @@ class Settling:
                 self.params.alias.id,
                 used=settled.credits_used,
                 held=self.hold.amount,
-                tokens=None if outcome == "released" else self._tokens(prompt, completion),
+                tokens=None
+                if outcome == "released"
+                else BilledTokens(
+                    tokens.prompt, tokens.completion, tokens.cached, tokens.reasoning
+                ),
             )
         return settled
-
-    def _tokens(self, prompt: int, completion: int) -> BilledTokens:
-        """The tokens billed, with the parts the upstream's report names cached and
-        reasoning (each at most what was billed)."""
-        usage = self.usage
-        if usage is None:
-            return BilledTokens(prompt, completion)
-        cached = (usage.prompt_tokens_details or _NONE).get("cached_tokens", 0)
-        reasoning = (usage.completion_tokens_details or _NONE).get("reasoning_tokens", 0)
-        return BilledTokens(
-            prompt,
-            completion,
-            min(max(cached, 0), prompt),
-            min(max(reasoning, 0), completion),
-        )
 
     def _served(self) -> Served:
         """What the request's activity row tells: its response's id, times, usage source."""

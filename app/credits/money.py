@@ -12,15 +12,19 @@ from app.core.clock import DAY_S, day_tag, utc_day
 from app.credits import idempotency
 from app.credits.idempotency import IdempotencyClaim, RecordedResponse
 from app.credits.outcomes import (
+    NO_RATES,
+    NO_TOKENS,
     Balance,
     BalanceRead,
     Granted,
     Hold,
     Identity,
+    Rates,
     Refusal,
     Replay,
     ScriptStatus,
     Settlement,
+    Tokens,
     Written,
 )
 from app.credits.scripts import RedisClock, Scripts
@@ -320,16 +324,17 @@ class Money:
         hold: Hold,
         *,
         now: float,
-        credits_used: int,
-        prompt_tokens: int,
-        completion_tokens: int,
+        rates: Rates,
+        tokens: Tokens,
         outcome: str,
         only_if_expired: bool = False,
         served: Served = NOTHING_SERVED,
         response: RecordedResponse | None = None,
     ) -> Settlement:
-        """Close a reservation at its actual cost; a second call changes nothing.
-        ``served``: what its activity row tells. For a request with an Idempotency-Key,
+        """Close a reservation at its actual cost; a second call changes nothing. settle.lua
+        works the cost out from ``tokens`` at ``rates`` (nothing for released and swept),
+        never more than the hold: the reply's ``credits_used``. ``served``: what its
+        activity row tells. For a request with an Idempotency-Key,
         ``response`` is what its record keeps (None: not kept).
 
         Like ``reserve``, a settle that Redis runs after this worker stopped waiting for it
@@ -349,14 +354,20 @@ class Money:
         args: list[Any] = [
             int(now),
             hold.rid,
-            credits_used,
-            prompt_tokens,
-            completion_tokens,
+            rates.input,
+            tokens.prompt,
+            tokens.completion,
             outcome,
             1 if only_if_expired else 0,
             self._usage_ttl,
             served.text(),
             0 if only_if_expired else self._give_up_ms(),
+            rates.cached_input,
+            rates.cache_write,
+            rates.output,
+            tokens.cached,
+            tokens.cache_writes,
+            tokens.reasoning,
         ]
         if hold.idempotency is not None:
             keys.append(hold.idempotency)
@@ -388,7 +399,7 @@ class Money:
             cap_key=self.layout.cap(ident.shard, ident.cap_kid, day_tag(utc_day(reserved_at))),
         )
         return await self.settle(
-            hold, now=now, credits_used=0, prompt_tokens=0, completion_tokens=0, outcome="released"
+            hold, now=now, rates=NO_RATES, tokens=NO_TOKENS, outcome="released"
         )
 
     async def extend(self, hold: Hold, deadline: float) -> Written:

@@ -77,6 +77,35 @@ class Hold(msgspec.Struct, kw_only=True):
     idempotency: str | None = None  # the record of its Idempotency-Key (a Redis key), if any
 
 
+class Rates(NamedTuple):
+    """An alias's prices, credits per 1,000 tokens, as settle charges them (settle.lua holds
+    the formula: docs/api.md, "Pricing")."""
+
+    input: int  # uncached prompt tokens
+    cached_input: int  # prompt tokens the upstream read from its cache
+    cache_write: int  # prompt tokens the upstream wrote to its cache (reported apart)
+    output: int  # completion tokens, reasoning included
+
+
+NO_RATES = Rates(0, 0, 0, 0)
+"""What a settle that charges nothing (released, swept) is sent."""
+
+
+class Tokens(NamedTuple):
+    """The tokens a request is billed for: the counts settle is sent (each already clamped
+    to what the hold covers: ``app.chat.settlement``) and the parts of them the upstream
+    named (cached and cache writes of the prompt, reasoning of the completion)."""
+
+    prompt: int
+    completion: int
+    cached: int = 0
+    cache_writes: int = 0
+    reasoning: int = 0
+
+
+NO_TOKENS = Tokens(0, 0)
+
+
 class Settlement(msgspec.Struct, frozen=True):
     status: ScriptStatus
     credits_used: int

@@ -18,7 +18,7 @@ from typing import NamedTuple
 from app.core.clock import day_tag
 from app.core.metrics import METRICS
 from app.credits.money import Money
-from app.credits.outcomes import Hold, ScriptStatus
+from app.credits.outcomes import NO_RATES, NO_TOKENS, Hold, ScriptStatus
 from app.kv.client import REDIS_ERRORS
 from app.kv.fields import ReservationField
 from app.kv.layout import as_text
@@ -65,9 +65,8 @@ class Sweeper:
             settled = await self.money.settle(
                 hold,
                 now=now,
-                credits_used=0,
-                prompt_tokens=0,
-                completion_tokens=0,
+                rates=NO_RATES,
+                tokens=NO_TOKENS,
                 outcome="swept",
                 only_if_expired=True,
             )

@@ -18,6 +18,7 @@ from app.accounts.answers import (
     credit_balance,
 )
 from app.chat.catalog import AUTO, Alias
+from app.chat.pricing import PriceList, price_list
 from app.chat.request import enabled_alias, key_may_use
 from app.core.errors import ApiError, ErrorKind, model_not_allowed
 from app.core.validation import decode_json
@@ -141,6 +142,16 @@ class V1Controller(Controller):
         if not key_may_use(alias.id, allowed, services.aliases):
             raise model_not_allowed(alias.id, routed=alias.id == AUTO)
         return model_item(alias)
+
+    @get("/pricing", responses=errors(*KEY_ERRORS))
+    async def pricing(self, services: Services, request: Request[Any, Any, Any]) -> PriceList:
+        """What each enabled model alias the key may use costs (the aliases ``GET
+        /v1/models`` lists): input, cached input, cache write and output prices in credits
+        per 1,000 tokens, the formula and its rounding, and the output cap."""
+        allowed = await _allowed_models(services, request)
+        aliases = services.aliases
+        usable = {a for a in aliases if key_may_use(a, allowed, aliases)}
+        return price_list(aliases, usable)
 
     @get("/credits", responses=errors(*KEY_ERRORS))
     async def credits(self, services: Services, request: Request[Any, Any, Any]) -> CreditBalance:

@@ -273,6 +273,11 @@ class EventField:
     TS: Final = "ts"  # unix seconds it happened
     API: Final = "api"  # absent on events from before it existed: API_CHAT
     SERVED: Final = "served"  # Served.text()
+    # usage, each only when not 0: the parts of PROMPT_TOKENS the upstream read from its
+    # cache and wrote to it, and of COMPLETION_TOKENS spent reasoning
+    CACHED_TOKENS: Final = "cached_tokens"
+    CACHE_WRITE_TOKENS: Final = "cache_write_tokens"
+    REASONING_TOKENS: Final = "reasoning_tokens"
     BALANCE: Final = "balance"  # low: the balance left
     LOW: Final = "low"  # low: the account's threshold
     LEVEL: Final = "level"  # cap: 50, 80 or 100 (%)
@@ -309,6 +314,9 @@ class UsageEvent(msgspec.Struct, frozen=True):
     outcome: str = ""
     ts: int = 0  # unix seconds it settled
     served: Served = NOTHING_SERVED
+    cached_tokens: int = 0  # of prompt_tokens, read from the upstream's cache
+    cache_write_tokens: int = 0  # of prompt_tokens, written to it (reported apart)
+    reasoning_tokens: int = 0  # of completion_tokens
 
 
 class ExpiryEvent(msgspec.Struct, frozen=True):
@@ -395,4 +403,7 @@ def parse_event(entry_id: Any, fields: Any) -> StreamEvent:
         outcome=f.get(EventField.OUTCOME, ""),
         ts=int(f.get(EventField.TS, 0)),
         served=Served.parse(f.get(EventField.SERVED, "")),
+        cached_tokens=int(f.get(EventField.CACHED_TOKENS, 0)),
+        cache_write_tokens=int(f.get(EventField.CACHE_WRITE_TOKENS, 0)),
+        reasoning_tokens=int(f.get(EventField.REASONING_TOKENS, 0)),
     )

@@ -235,6 +235,17 @@ MIGRATIONS: tuple[Migration, ...] = (
         # earned pool, as its usage event says (NULL: a row written before: not known).
         ("ALTER TABLE activity ADD COLUMN earned_credits BIGINT",),
     ),
+    (
+        14,
+        # A request's receipt tells the parts of its tokens priced apart (docs/api.md,
+        # "Pricing"): cached prompt tokens, cache writes, and reasoning tokens, as its usage
+        # event says (NULL: a row written before: not known).
+        (
+            "ALTER TABLE activity ADD COLUMN cached_tokens BIGINT",
+            "ALTER TABLE activity ADD COLUMN cache_write_tokens BIGINT",
+            "ALTER TABLE activity ADD COLUMN reasoning_tokens BIGINT",
+        ),
+    ),
 )
 
 CREATE_SCHEMA_MIGRATIONS = (

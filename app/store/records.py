@@ -134,6 +134,12 @@ class ActivityRecord(msgspec.Struct, frozen=True, kw_only=True):
     # the part of credits_used taken from the earned pool (the usage event's); None: not
     # known (a row written before svc kept it)
     earned_credits: int | None = None
+    # the parts of prompt_tokens the upstream read from its cache and wrote to it, and of
+    # completion_tokens spent reasoning (0: none reported); None: a row written before
+    # svc kept them
+    cached_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
 
 
 class ActivityQuery(msgspec.Struct, frozen=True, kw_only=True):

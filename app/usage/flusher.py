@@ -133,6 +133,9 @@ def activity_row(shard: int, e: UsageEvent) -> ActivityRecord:
         duration_ms=e.served.duration_ms,
         usage_source=e.served.usage_source,
         earned_credits=e.earned_credits,
+        cached_tokens=e.cached_tokens,
+        cache_write_tokens=e.cache_write_tokens,
+        reasoning_tokens=e.reasoning_tokens,
     )
 
 

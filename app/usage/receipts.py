@@ -57,6 +57,12 @@ class Receipt(msgspec.Struct, kw_only=True):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    # the parts of prompt_tokens read from the upstream's cache and written to it, and of
+    # completion_tokens spent reasoning, as the upstream reported them (0: none); None:
+    # not known (a row written before svc kept them)
+    cached_tokens: int | None
+    cache_write_tokens: int | None
+    reasoning_tokens: int | None
     usage_source: str  # upstream (the provider's count) | estimated (svc's own)
     credits_used: int
     # the parts of credits_used taken from each pool (they sum to it); None: nothing was
@@ -82,6 +88,9 @@ def receipt(row: ActivityRecord) -> Receipt:
         prompt_tokens=row.prompt_tokens,
         completion_tokens=row.completion_tokens,
         total_tokens=row.prompt_tokens + row.completion_tokens,
+        cached_tokens=row.cached_tokens,
+        cache_write_tokens=row.cache_write_tokens,
+        reasoning_tokens=row.reasoning_tokens,
         usage_source=row.usage_source,
         credits_used=row.credits_used,
         earned_credits=earned,

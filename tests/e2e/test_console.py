@@ -673,6 +673,41 @@ def test_the_playground_shows_the_request_as_code_and_a_webhook_is_removed(
     console.check()
 
 
+def test_the_overview_shows_every_price_the_api_lists(
+    site: Server, browser: Browser, tmp_path: Path
+) -> None:
+    """The Pricing section renders GET /v1/pricing: a row per alias, its four prices and its
+    output cap; axe-clean and nothing spilling sideways at 1280 and at 375 px."""
+    _, key = _owner(site)
+    prices = httpx.get(f"{site.base_url}/pricing", headers=_h(key)).json()
+    for viewport in (DESKTOP, PHONE):
+        context = _context(browser, viewport)
+        try:
+            console = Console(context.new_page(), f"{site.root_url}/console/", tmp_path)
+            page = console.page
+            console.sign_in(key)
+            console.open("overview")
+            table = page.get_by_role("region", name=f"Prices, {prices['unit']}")
+            rows = table.locator("tbody tr")
+            expect(rows).to_have_count(len(prices["data"]))
+            for i, item in enumerate(prices["data"]):
+                cells = [
+                    item["model"],
+                    *(
+                        "—" if item[k] is None else _grouping(item[k])
+                        for k in ("input", "cached_input", "cache_write", "output")
+                    ),
+                    _grouping(item["max_output_tokens"]),
+                    ", ".join(item["routes_to"]) if item["routes_to"] else "itself",
+                ]
+                expect(rows.nth(i).locator("td")).to_have_text(cells)
+            expect(page.get_by_text(prices["formula"], exact=True)).to_be_visible()
+            assert console.overflows() == []
+            console.check()
+        finally:
+            context.close()
+
+
 def test_every_activity_row_opens_its_receipt(
     site: Server, browser: Browser, tmp_path: Path
 ) -> None:

@@ -104,6 +104,9 @@ def test_a_receipt_is_there_as_the_stream_ends_and_is_the_activity_row(site: Ser
         "prompt_tokens": usage["prompt_tokens"],
         "completion_tokens": usage["completion_tokens"],
         "total_tokens": usage["total_tokens"],
+        "cached_tokens": 0,  # the simulated upstream reports none
+        "cache_write_tokens": 0,
+        "reasoning_tokens": 0,
         "usage_source": "upstream",
         "credits_used": saw["credits_used"],
         "earned_credits": saw["credits_used"],  # earned first: it expires

@@ -121,6 +121,7 @@ OPERATIONS = [
     "POST /v1/responses",
     "GET /v1/models",
     "GET /v1/models/{model}",
+    "GET /v1/pricing",
     "GET /v1/credits",
     "GET /v1/usage",
     "GET /v1/activity",

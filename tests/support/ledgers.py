@@ -3,15 +3,39 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.credits.idempotency import IdempotencyRecords
 from app.credits.key_records import KeyRecords
 from app.credits.money import Money
+from app.credits.outcomes import Hold, Settlement, Tokens
 from app.credits.scripts import RedisClock, Scripts
 from app.credits.throttle_counts import ThrottleCounts
 from app.credits.usage_counts import UsageCounts
 from app.kv.client import RedisClient
 from app.kv.layout import KeySpace
 from app.kv.pipelined import PipelinedRedis
+from tests.support.pricing import rates_for
+
+
+class ChargingMoney(Money):
+    """``Money`` whose ``settle`` also takes what a test wants charged (``credits_used``,
+    with ``prompt_tokens`` and ``completion_tokens``) and sends settle.lua rates that charge
+    exactly that (``tests.support.pricing.rates_for``); without it, ``Money.settle``."""
+
+    async def settle(  # type: ignore[override]
+        self,
+        hold: Hold,
+        *,
+        credits_used: int | None = None,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+        **kwargs: Any,
+    ) -> Settlement:
+        if credits_used is not None:
+            kwargs["rates"] = rates_for(credits_used, prompt_tokens, completion_tokens)
+            kwargs["tokens"] = Tokens(prompt_tokens, completion_tokens)
+        return await super().settle(hold, **kwargs)
 
 
 class Ledgers:
@@ -31,7 +55,7 @@ class Ledgers:
         self.redis = redis
         self.layout = layout
         self.scripts = Scripts(redis, script_calls)
-        self.money = Money(
+        self.money = ChargingMoney(
             self.scripts,
             layout,
             cap_ttl_s=cap_ttl_s,

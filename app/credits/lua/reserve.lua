@@ -21,7 +21,9 @@ ARGV[1]  now            unix seconds
 ARGV[2]  rid            reservation id
 ARGV[3]  pid            account the key must belong to
 ARGV[4]  kid            key id
-ARGV[5]  prompt_units   estimated prompt tokens x input price (credits per 1,000 tokens)
+ARGV[5]  prompt_units   the prompt's token bound x the most a prompt token may cost (the
+                        input price, or the cache-write price when higher: every prompt
+                        token uncached, the worst case settle.lua may charge)
 ARGV[6]  output_price   credits per 1,000 output tokens
 ARGV[7]  max_out        output tokens wanted
 ARGV[8]  min_out        fewest output tokens acceptable (= max_out when the client set max_tokens)

@@ -14,10 +14,11 @@ KEYS[8]  idempotency record  the reservation's idem (only for a request with an
 
 ARGV[1]  now                unix seconds
 ARGV[2]  rid                reservation id
-ARGV[3]  credits_used       what the request cost; never more than the amount held is charged
-                            (the caller clamps token counts first: app.completions)
-ARGV[4]  prompt_tokens
-ARGV[5]  completion_tokens
+ARGV[3]  input_price        credits per 1,000 uncached prompt tokens (the alias's price)
+ARGV[4]  prompt_tokens      all of them: uncached, cached (ARGV[14]) and cache writes (ARGV[15])
+ARGV[5]  completion_tokens  all of them, reasoning (ARGV[16]) included
+                            (the caller clamps each count to what the hold covers first:
+                            app.chat.settlement; this script clamps the parts to the whole)
 ARGV[6]  outcome            completed | client_disconnect | upstream_error | shutdown | swept |
                             released
                             (released: nothing was served; no usage is recorded)
@@ -32,11 +33,24 @@ ARGV[10] give_up_ms         Redis TIME in milliseconds after which the caller no
                             settle that reaches Redis later changes nothing: its stream has
                             already told the client that nothing was charged, and the sweeper
                             refunds the reservation whole at its deadline.
-ARGV[11] record             (with KEYS[8]) body: ARGV[12..14] are the response, with the
-                            credits charged between 12 and 13 and the balance after between
-                            13 and 14; unrecorded: the response was not kept (too large, cut)
-ARGV[12..14]                (with record = body) the response's parts
+ARGV[11] cached_price       credits per 1,000 cached prompt tokens
+ARGV[12] cache_write_price  credits per 1,000 prompt tokens written to the provider's cache
+ARGV[13] output_price       credits per 1,000 completion tokens
+ARGV[14] cached_tokens      the prompt tokens the upstream read from its cache
+ARGV[15] cache_write_tokens the prompt tokens the upstream wrote to its cache (reported apart)
+ARGV[16] reasoning_tokens   the completion tokens spent reasoning (recorded, priced as output)
+ARGV[17] record             (with KEYS[8]) body: ARGV[18..20] are the response, with the
+                            credits charged between 18 and 19 and the balance after between
+                            19 and 20; unrecorded: the response was not kept (too large, cut)
+ARGV[18..20]                (with record = body) the response's parts
 
+The charge, here and nowhere else (docs/api.md, "Pricing"): nothing for released and swept;
+otherwise, with cached = min(cached_tokens, prompt_tokens), writes = min(cache_write_tokens,
+prompt_tokens - cached) and uncached = prompt_tokens - cached - writes,
+  max(1, ceil((uncached x input + cached x cached_price + writes x cache_write_price
+               + completion_tokens x output_price) / 1000))
+and never more than the reservation holds (exact while the sum is below 2^53 in a Lua
+double; a larger one is far beyond any hold, which caps the charge).
 Returns {status, credits_used, balance}
   0 OK           credits_used charged, balance = account balance after
   7 NOT_FOUND    no such reservation (already settled or swept); nothing changed
@@ -70,19 +84,20 @@ flight, which may lift the balance above it for a moment while it is spent down,
 Events appended to KEYS[7] (the flusher makes them durable):
   usage   {rid, acct, kid, env, alias, requested, day, prompt_tokens, completion_tokens,
            credits, earned (the part of credits paid from the earned pool), outcome, ts, api,
-           served}
+           served; cached_tokens, cache_write_tokens, reasoning_tokens only when not 0}
            unless outcome is released; api is chat for a reservation that recorded none
   expire  {kind expire, acct, credits, ts} when a live settle finds the earned pool expired:
            credits = the pool it zeroes plus the earned part of the hold it does not return
   (app.kv.fields.EventField: RESERVATION, ACCOUNT, KEY, ENVIRONMENT, ALIAS, REQUESTED, DAY,
-  PROMPT_TOKENS, COMPLETION_TOKENS, CREDITS, EARNED, OUTCOME, TS, API, SERVED; KIND, BALANCE,
+  PROMPT_TOKENS, COMPLETION_TOKENS, CREDITS, EARNED, OUTCOME, TS, API, SERVED, CACHED_TOKENS,
+  CACHE_WRITE_TOKENS, REASONING_TOKENS; KIND, BALANCE,
   LOW for low; KIND, ACCOUNT, CREDITS, TS for expire)
 ]]
 --- @include "lib/checks.lua"
 --- @include "lib/earned.lua"
 local now = count(1, 'now')
 local rid = label(2, 'rid')
-local used = count(3, 'credits_used')
+local input_price = count(3, 'input_price')
 local pt = count(4, 'prompt_tokens')
 local ct = count(5, 'completion_tokens')
 local outcome = one_of(6, 'outcome', {completed = true, client_disconnect = true,
@@ -93,7 +108,13 @@ local served = text(9, 'served')
 local give_up_ms = count(10, 'give_up_ms')
 local idem = KEYS[8]
 local record = ''
-if idem then record = one_of(11, 'record', {body = true, unrecorded = true}) end
+local cached_price = count(11, 'cached_price')
+local write_price = count(12, 'cache_write_price')
+local output_price = count(13, 'output_price')
+local cached = math.min(count(14, 'cached_tokens'), pt)
+local writes = math.min(count(15, 'cache_write_tokens'), pt - cached)
+local reasoning = math.min(count(16, 'reasoning_tokens'), ct)
+if idem then record = one_of(17, 'record', {body = true, unrecorded = true}) end
 
 local r = redis.call('HMGET', KEYS[1], 'amount', 'fe', 'fp', 'env', 'deadline',
   'acct', 'kid', 'alias', 'requested', 'day', 'egen', 'api')
@@ -102,6 +123,12 @@ if only_if_expired and tonumber(r[5]) > now then return {8, 0, 0} end
 if gave_up(give_up_ms) then return {11, 0, 0} end
 
 local amount, held_earned, held_purchased = tonumber(r[1]), tonumber(r[2]), tonumber(r[3])
+local used = 0
+if outcome ~= 'released' and outcome ~= 'swept' then
+  local units = (pt - cached - writes) * input_price + cached * cached_price
+    + writes * write_price + ct * output_price
+  used = math.max(1, math.ceil(units / 1000))
+end
 if used > amount then used = amount end
 local env = r[4]
 
@@ -161,11 +188,18 @@ if outcome ~= 'released' then
     redis.call('HINCRBY', KEYS[5], f .. 'credits', used)
   end
   redis.call('EXPIRE', KEYS[5], usage_ttl)
-  redis.call('XADD', KEYS[7], '*',
-    'rid', rid, 'acct', r[6], 'kid', r[7], 'env', env, 'alias', r[8],
+  local event = {'rid', rid, 'acct', r[6], 'kid', r[7], 'env', env, 'alias', r[8],
     'requested', r[9], 'day', r[10], 'prompt_tokens', pt, 'completion_tokens', ct,
     'credits', used, 'earned', used_earned, 'outcome', outcome, 'ts', now, 'api', api,
-    'served', served)
+    'served', served}
+  for _, part in ipairs({{'cached_tokens', cached}, {'cache_write_tokens', writes},
+      {'reasoning_tokens', reasoning}}) do
+    if part[2] > 0 then
+      event[#event + 1] = part[1]
+      event[#event + 1] = part[2]
+    end
+  end
+  redis.call('XADD', KEYS[7], '*', unpack(event))
 end
 
 redis.call('DEL', KEYS[1])
@@ -187,8 +221,8 @@ if idem and redis.call('HGET', idem, 'rid') == rid then
     redis.call('DEL', idem)
   elseif record == 'body' then
     redis.call('HSET', idem, 'state', 'done',
-      'body', ARGV[12] .. string.format('%d', used) .. ARGV[13] ..
-        string.format('%d', balance) .. ARGV[14])
+      'body', ARGV[18] .. string.format('%d', used) .. ARGV[19] ..
+        string.format('%d', balance) .. ARGV[20])
   else
     redis.call('HSET', idem, 'state', 'unrecorded')
   end

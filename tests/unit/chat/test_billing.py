@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 
 import pytest
 
@@ -17,10 +18,10 @@ from app.chat.completion import Completion
 from app.chat.request import ChatParams, parse_chat_request
 from app.chat.router import UpstreamRouter
 from app.chat.service import CompletionService
-from app.chat.settlement import drain_background
+from app.chat.settlement import Settling, drain_background
 from app.core.clock import day_tag, utc_day
 from app.core.tokens import utf8_length
-from app.credits.outcomes import Identity
+from app.credits.outcomes import Identity, Tokens
 from app.kv.fields import (
     COUNTERS,
     GROUP_KEY,
@@ -33,6 +34,7 @@ from app.upstream.base import Piece, UpstreamCall, Usage
 from app.upstream.simulated import SimulatedProvider
 from tests.conftest import Clock
 from tests.support.ledgers import Ledgers
+from tests.support.pricing import charge
 from tests.support.scripts_helpers import account, key
 
 FUNDS = 10_000_000
@@ -149,9 +151,11 @@ async def test_a_token_dense_prompt_is_charged_what_the_upstream_reports(
     # the worst honest tokenizer: one token per byte, plus a template's tokens
     reported = Usage(prompt_tokens=utf8_length(text) + 7, completion_tokens=5)
     ident, completion = await _open(ledger, clock, ReportingProvider(reported), _messages(text))
-    assert completion.hold.amount >= ALIASES["svc-code"].price.credits(reported.prompt_tokens, 32)
+    assert completion.hold.amount >= charge(
+        ALIASES["svc-code"].price, Tokens(reported.prompt_tokens, 32)
+    )
     meta = await _relay(completion)
-    expected = ALIASES["svc-code"].price.credits(reported.prompt_tokens, 5)
+    expected = charge(ALIASES["svc-code"].price, Tokens(reported.prompt_tokens, 5))
     assert meta["credits_used"] == expected
     await _check_money(ledger, clock, ident, expected)
     total = await ledger.redis.hgetall(ledger.layout.usage_total(ident.shard, ident.pid))
@@ -179,7 +183,9 @@ async def test_usage_after_the_output_cap_is_still_read(ledger: Ledgers, clock: 
     provider = ReportingProvider(reported, tokens=50, ignore_max_tokens=True)
     ident, completion = await _open(ledger, clock, provider, _messages(text))
     meta = await _relay(completion)
-    expected = ALIASES["svc-code"].price.credits(20_034, 32)  # completion capped at the hold
+    expected = charge(
+        ALIASES["svc-code"].price, Tokens(20_034, 32)
+    )  # completion capped at the hold
     assert meta["credits_used"] == expected
     await _check_money(ledger, clock, ident, expected)
     total = await ledger.redis.hgetall(ledger.layout.usage_total(ident.shard, ident.pid))
@@ -205,7 +211,7 @@ async def test_hostile_usage_is_clamped_to_the_hold(
     meta = await _relay(completion_)
     billed_prompt = min(max(prompt, 0), params.prompt_token_bound)
     billed_completion = min(max(completion, 5), completion_.hold.out_tokens)
-    expected = params.alias.price.credits(billed_prompt, billed_completion)
+    expected = charge(params.alias.price, Tokens(billed_prompt, billed_completion))
     assert meta["credits_used"] == expected <= completion_.hold.amount
     await _check_money(ledger, clock, ident, expected)
     total = await ledger.redis.hgetall(ledger.layout.usage_total(ident.shard, ident.pid))
@@ -231,7 +237,7 @@ async def test_a_cancellation_while_the_upstream_closes_cannot_skip_settlement(
     relay.cancel()  # the disconnect arrives while the upstream is being closed
     with pytest.raises(asyncio.CancelledError):
         await relay
-    expected = ALIASES["svc-code"].price.credits(11, 32)
+    expected = charge(ALIASES["svc-code"].price, Tokens(11, 32))
     await _check_money(ledger, clock, ident, expected)
 
 
@@ -256,3 +262,25 @@ async def test_a_reserve_answered_too_late_is_released_in_the_background(
         await _open(ledger, clock, ReportingProvider(None), _messages("hi"))
     ident = Identity("acct_B", "kidB00000000", "live", ledger.layout.shard("acct_B"))
     await _check_money(ledger, clock, ident, charged=0)
+
+
+@pytest.mark.parametrize(
+    ("usage", "parts"),
+    [
+        (Usage(100, 10), (0, 0, 0)),
+        (Usage(100, 10, {"cached_tokens": 80}, {"reasoning_tokens": 4}), (80, 0, 4)),
+        (Usage(100, 10, {"cached_tokens": 50, "cache_write_tokens": 30}), (50, 30, 0)),
+        (Usage(100, 10, {"cache_creation_input_tokens": 70}), (0, 70, 0)),
+        # hostile: more than the whole, negative
+        (Usage(100, 10, {"cached_tokens": 10**9}, {"reasoning_tokens": 10**9}), (100, 0, 10)),
+        (Usage(100, 10, {"cached_tokens": 60, "cache_write_tokens": 10**6}), (60, 40, 0)),
+        (Usage(100, 10, {"cached_tokens": -5, "cache_write_tokens": -5}, {"x": -1}), (0, 0, 0)),
+        (Usage(100, 10, None, {"reasoning_tokens": -1}), (0, 0, 0)),
+    ],
+)
+def test_the_parts_billed_are_clamped_to_their_whole(
+    usage: Usage, parts: tuple[int, int, int]
+) -> None:
+    completion = SimpleNamespace(usage=usage)
+    billed = Settling.billed_parts(completion, 100, 10)  # type: ignore[arg-type]
+    assert billed == Tokens(100, 10, *parts)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.chat.catalog import DEFAULT_ALIASES, Price, UpstreamRef, load_catalog
+from app.chat.catalog import DEFAULT_ALIASES, UpstreamRef, load_catalog, price
 from app.core.errors import ModelsFileError
 
 MINIMAL = """\
@@ -47,8 +47,33 @@ def test_every_alias_setting(tmp_path: Path) -> None:
         "output_price = 9\ndefault_output_tokens = 100\nmax_output_tokens = 200\n"
     )
     smart = load_catalog(_write(tmp_path, text)).aliases["svc-smart"]
-    assert (smart.enabled, smart.created, smart.price) == (False, 123, Price(input=7, output=9))
+    assert (smart.enabled, smart.created, smart.price) == (False, 123, price(7, 9))
+    assert (smart.price.cached_input, smart.price.cache_write) == (2, 7)  # follow the input
     assert (smart.default_output_tokens, smart.max_output_tokens) == (100, 200)
+
+
+def test_cached_and_cache_write_prices(tmp_path: Path) -> None:
+    text = MINIMAL + (
+        "\n[aliases.svc-code]\ncached_input_price = 0\ncache_write_price = 30\n"
+        "\n[aliases.svc-smart]\ninput_price = 8\n"
+    )
+    aliases = load_catalog(_write(tmp_path, text)).aliases
+    assert aliases["svc-code"].price.rates == (20, 0, 30, 60)
+    assert aliases["svc-code"].price.prompt_worst == 30
+    assert aliases["svc-smart"].price.rates == (8, 2, 8, 150)
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("cached_input_price = 21", "field 'aliases.svc-code.cached_input_price': 21 is more"),
+        ("cached_input_price = -1", "field 'aliases.svc-code.cached_input_price': out of range"),
+        ("cache_write_price = -1", "field 'aliases.svc-code.cache_write_price': out of range"),
+    ],
+)
+def test_cached_price_above_input_refused(tmp_path: Path, setting: str, message: str) -> None:
+    with pytest.raises(ModelsFileError, match=message):
+        load_catalog(_write(tmp_path, MINIMAL + f"\n[aliases.svc-code]\n{setting}\n"))
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from app.chat.catalog import DEFAULT_ALIASES, Price, route_auto
+from app.chat.catalog import DEFAULT_ALIASES, price, route_auto
 from app.chat.request import parse_chat_request
 from app.core.errors import ApiError, ErrorKind
 from app.core.tokens import estimate_prompt_tokens
@@ -88,13 +88,20 @@ def test_auto_routing() -> None:
     assert p.requested == "svc-auto"
 
 
-def test_price_rounds_up_with_minimum_one() -> None:
-    price = Price(input=5, output=15)
-    assert price.credits(0, 0) == 1
-    assert price.credits(100, 0) == 1
-    assert price.credits(1000, 1000) == 20
-    assert price.credits(1, 66) == 1  # 5 + 990 = 995 -> 1
-    assert price.credits(1, 67) == 2  # 5 + 1005 -> 2
+def test_price_defaults_cached_to_a_quarter_rounded_up_and_writes_to_input() -> None:
+    assert [
+        (p.cached_input, p.cache_write) for p in (price(i, 0) for i in (0, 1, 4, 5, 20, 50))
+    ] == [
+        (0, 0),
+        (1, 1),
+        (1, 4),
+        (2, 5),
+        (5, 20),
+        (13, 50),
+    ]
+    assert price(20, 60, cached_input=0, cache_write=30).prompt_worst == 30
+    assert price(20, 60).rates == (20, 5, 20, 60)
+    assert {a.price.cached_input for a in DEFAULT_ALIASES.values()} == {2, 5, 13}
 
 
 def test_message_count_and_length_limits() -> None:

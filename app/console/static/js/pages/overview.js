@@ -2,6 +2,7 @@
 import { api } from "../api.js";
 import { stackedBars } from "../chart.js";
 import { dateOf, h, number, table, time, todayUtc } from "../dom.js";
+import { pricingSection } from "../pricing.js";
 
 export const TITLE = "Overview";
 const CHART_DAYS = 30;
@@ -101,11 +102,12 @@ function attentionItems(credits, keys) {
 }
 
 export async function render(root) {
-  const [credits, usage, keys, rewards] = await Promise.all([
+  const [credits, usage, keys, rewards, prices] = await Promise.all([
     api("credits"),
     api("usage", { query: { days: CHART_DAYS, group_by: "model" } }),
     api("api-keys"),
     api("spotlights/rewards", { query: { limit: 10 } }),
+    api("pricing"),
   ]);
   const today = usage.daily.find((d) => d.day_bucket === todayUtc());
   const { days, series, requests } = chartData(usage);
@@ -126,5 +128,6 @@ export async function render(root) {
           stackedBars({ title: "Requests", unit: "requests", days, series: requests }),
         ),
     rewardsSection(rewards),
+    pricingSection(prices),
   );
 }
