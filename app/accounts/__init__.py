@@ -12,6 +12,4 @@ the CLI and ``/v1`` share. The money moves through ``app.credits``.
   one mapping of each from its record.
 - ``rewards``: spotlight rewards (earned credits for verified views).
 - ``lookup``: finding accounts (what an operator's ``query`` may name, a page of them).
-- ``manage``: the request bodies under their former module name, for the CLI until it
-  imports them from ``bodies``.
 """
