@@ -43,6 +43,7 @@ class ApiKeyCreated(_KeyAnswer):
     expires_at: str | None = None  # ISO 8601 UTC; None: never
     allowed_models: list[str] | None = None  # None: every model
     rate_limit_rpm: int | None = None  # None: no limit
+    max_credits_per_request: int | None = None  # None: no ceiling
     replaces: str | None = None  # the id of the key it was rotated from
     role: str = "admin"  # admin | inference (app.keys.roles)
 
@@ -56,6 +57,7 @@ class ApiKeyItem(_KeyAnswer):
     last_used_at: str | None = None  # ISO 8601 UTC of its last request; None: never
     allowed_models: list[str] | None = None  # None: every model
     rate_limit_rpm: int | None = None  # None: no limit
+    max_credits_per_request: int | None = None  # None: no ceiling
     replaces: str | None = None  # the id of the key it was rotated from
     used_today_credits: int = 0  # held and spent today (UTC), as its daily cap counts them
     role: str = "admin"  # admin | inference (app.keys.roles)
@@ -106,6 +108,7 @@ def _shown(rec: KeyRecord) -> dict[str, Any]:
         "expires_at": _iso_or_none(rec.expires_at),
         "allowed_models": _model_list(rec.allowed_models),
         "rate_limit_rpm": rec.rate_limit_rpm,
+        "max_credits_per_request": rec.max_credits_per_request,
         "replaces": _public_or_none(rec.replaces),
         "role": rec.role,
     }

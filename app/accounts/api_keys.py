@@ -62,6 +62,7 @@ def _hot_fields(rec: KeyRecord) -> tuple[str | int | None, ...]:
         rec.expires_at,
         rec.allowed_models,
         rec.rate_limit_rpm,
+        rec.max_credits_per_request,
     )
 
 
@@ -116,6 +117,7 @@ class ApiKeys:
             expires_at=expires,
             allowed_models=models,
             rate_limit_rpm=self.default_rate_limit_rpm if rpm is UNSET else rpm,
+            max_credits_per_request=req.max_credits_per_request,
             role=default_role if req.role is UNSET else req.role,
         )
         check_within(settings, granter)
@@ -190,9 +192,9 @@ class ApiKeys:
         granter: KeyRecord | None = None,
     ) -> ApiKeyItem:
         """Change a key's name, daily cap, expiry (a time already past expires it at once),
-        allowed models or rate limit; each holds from the very next request on every worker
-        (every request reads them in Redis). The durable record is written first, then
-        Redis (the update is idempotent: a retry converges); the status is never changed
+        allowed models, rate limit or credit ceiling; each holds from the very next request
+        on every worker (every request reads them in Redis). The durable record is written
+        first, then Redis (the update is idempotent: a retry converges); the status is never changed
         here, so an update racing a revocation cannot undo it. ``granter``: the key making
         the change through ``/v1``: the key changed, before and after, stays within its
         limits (a key cannot lift its own); None: an operator."""
@@ -241,9 +243,9 @@ class ApiKeys:
         granter: KeyRecord | None = None,
     ) -> ApiKeyCreated:
         """A successor of key ``key_id``: a new secret with the same name, environment, cap,
-        allowed models and rate limit, sharing the old key's daily cap and rate limit (its
-        lineage's), so a rotation neither resets nor doubles them. The old key works for
-        ``grace_seconds`` more (unless it expires sooner), then answers 401
+        allowed models, rate limit and credit ceiling, sharing the old key's daily cap and
+        rate limit (its lineage's), so a rotation neither resets nor doubles them. The old
+        key works for ``grace_seconds`` more (unless it expires sooner), then answers 401
         ``api_key_expired``. The new key is usable before the old one's end reaches
         Redis, so a client switching keys never meets a gap. 409 for a revoked or expired
         key, or one rotated before; 400 ``api_key_limit_reached`` when the old key's grace

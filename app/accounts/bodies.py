@@ -14,6 +14,7 @@ from app.core.clock import DAY_S, parse_iso_utc
 from app.core.errors import invalid_value
 from app.core.settings import MAX_RATE_LIMIT_RPM
 from app.core.validation import decode_json
+from app.credits.ceilings import MAX_CEILING
 from app.keys.roles import Role
 
 MAX_KEY_NAME = 100
@@ -22,6 +23,16 @@ MAX_GRANT = 10**12
 KeyName = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_KEY_NAME)]
 Credits = Annotated[int, msgspec.Meta(ge=1, le=MAX_GRANT)]
 DailyCap = Annotated[int, msgspec.Meta(ge=0, le=MAX_GRANT)]
+CreditCeiling = Annotated[
+    int,
+    msgspec.Meta(
+        ge=1,
+        le=MAX_CEILING,
+        description="The most credits one request of the key may hold and be charged: a "
+        "request's output cap is lowered to fit, and one whose prompt alone may cost more is "
+        "refused (402 credit_ceiling_too_low). null: no ceiling.",
+    ),
+]
 RateLimit = Annotated[
     int,
     msgspec.Meta(
@@ -65,6 +76,7 @@ class KeyCreateRequest(msgspec.Struct, forbid_unknown_fields=True):
     expires_at: Timestamp | None = None
     allowed_models: ModelIds | None = None
     rate_limit_rpm: RateLimit | UnsetType | None = UNSET
+    max_credits_per_request: CreditCeiling | None = None
     role: KeyRole | UnsetType = UNSET
 
 
@@ -78,6 +90,7 @@ class KeyUpdateRequest(msgspec.Struct, forbid_unknown_fields=True):
     expires_at: Timestamp | UnsetType | None = UNSET
     allowed_models: ModelIds | UnsetType | None = UNSET
     rate_limit_rpm: RateLimit | UnsetType | None = UNSET
+    max_credits_per_request: CreditCeiling | UnsetType | None = UNSET
     role: KeyRole | UnsetType = UNSET
 
 

@@ -33,8 +33,9 @@ def _models(value: str) -> list[str] | None:
     return [alias.strip() for alias in value.split(",") if alias.strip()]
 
 
-def _rpm(value: str) -> int | None:
-    """``--rate-limit-rpm``: requests a minute (checked as the API checks it), or none."""
+def _count_or_none(value: str) -> int | None:
+    """``--rate-limit-rpm``, ``--max-credits-per-request``: a whole number (checked as the
+    API checks it), or none."""
     return None if value.lower() in ("none", "null") else int(value)
 
 
@@ -45,6 +46,7 @@ _KEY_OPTIONS = (
     ("expires_at", "expires_at"),
     ("allowed_models", "allowed_models"),
     ("rate_limit_rpm", "rate_limit_rpm"),
+    ("max_credits_per_request", "max_credits_per_request"),
     ("role", "role"),
 )
 
@@ -53,7 +55,12 @@ _KEY_SETTINGS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
     ("--daily-cap", _cap, "credits per UTC day, or none (no cap)"),
     ("--expires-at", _expiry, "ISO 8601 time (2027-01-31T00:00:00Z), or none (never)"),
     ("--allowed-models", _models, "aliases separated by commas (svc-fast,svc-code), or all"),
-    ("--rate-limit-rpm", _rpm, "requests the key may start in any minute, or none (no limit)"),
+    ("--rate-limit-rpm", _count_or_none, "requests the key may start in any minute, or none"),
+    (
+        "--max-credits-per-request",
+        _count_or_none,
+        "the most credits one request may cost, or none (no ceiling)",
+    ),
     ("--role", str, "admin (manages keys and webhooks; the default here) or inference"),
 )
 

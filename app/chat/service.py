@@ -17,6 +17,7 @@ from app.chat.router import UpstreamRouter
 from app.chat.settlement import in_background
 from app.core.ids import random_id
 from app.core.metrics import METRICS
+from app.credits.ceilings import NO_CEILING
 from app.credits.idempotency import IdempotencyClaim
 from app.credits.money import Money
 from app.credits.outcomes import Identity, Refusal, Replay, ScriptStatus
@@ -54,11 +55,16 @@ class CompletionService:
         self.clock = clock
 
     async def open(
-        self, ident: Identity, params: ChatParams, claim: IdempotencyClaim | None = None
+        self,
+        ident: Identity,
+        params: ChatParams,
+        claim: IdempotencyClaim | None = None,
+        *,
+        ceiling: int = NO_CEILING,
     ) -> Completion | Replay:
         """Reserve credits and start the upstream stream, or raise the ``ApiError`` of the
         reserve's refusal (with ``claim``, an Idempotency-Key: the ``Replay`` of its
-        request when that has finished)."""
+        request when that has finished; ``ceiling``: the request's ``svc-max-credits``)."""
         alias = params.alias
         max_out = params.max_tokens or alias.default_output_tokens
         min_out = max_out if params.max_tokens else min(MIN_OUTPUT_TOKENS, max_out)
@@ -79,6 +85,7 @@ class CompletionService:
                 requested=params.requested,
                 models=params.models,
                 api=params.api,
+                ceiling=ceiling,
                 claim=claim,
             )
         except REDIS_TIMEOUT:

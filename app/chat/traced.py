@@ -68,6 +68,7 @@ from app.core.tracing.otel import (
     context_headers,
     failed,
 )
+from app.credits.ceilings import NO_CEILING
 from app.credits.idempotency import AnswerSeal, IdempotencyClaim
 from app.credits.money import Money
 from app.credits.outcomes import Hold, Identity, Refusal, Replay, ScriptStatus, Settlement
@@ -249,13 +250,18 @@ class TracedCompletionService(CompletionService):
         }
 
     async def open(
-        self, ident: Identity, params: ChatParams, claim: IdempotencyClaim | None = None
+        self,
+        ident: Identity,
+        params: ChatParams,
+        claim: IdempotencyClaim | None = None,
+        *,
+        ceiling: int = NO_CEILING,
     ) -> Completion | Replay:
         span = trace.get_current_span()
         if span.is_recording():
             span.update_name(f"{CHAT} {params.requested}")
             span.set_attributes(request_attributes(ident, params))
-        return await super().open(ident, params, claim)
+        return await super().open(ident, params, claim, ceiling=ceiling)
 
 
 def request_attributes(ident: Identity, params: ChatParams) -> Attributes:

@@ -81,6 +81,7 @@ class ErrorKind(Enum):
     METHOD_NOT_ALLOWED = (405, "invalid_request_error", "method_not_allowed")
     REQUEST_TOO_LARGE = (413, "invalid_request_error", "request_too_large")
     INSUFFICIENT_CREDITS = (402, "insufficient_credits", "insufficient_credits")
+    CREDIT_CEILING_TOO_LOW = (402, "invalid_request_error", "credit_ceiling_too_low")
     DAILY_CAP_EXCEEDED = (429, "rate_limit_error", "daily_cap_exceeded")
     AUTH_RATE_LIMITED = (429, "rate_limit_error", "auth_rate_limited")
     KEY_RATE_LIMITED = (429, "rate_limit_error", "rate_limit_exceeded")
@@ -114,6 +115,7 @@ class ErrorBody(msgspec.Struct):
 
 _DEFAULT_HEADERS: dict[ErrorKind, dict[str, str]] = {
     ErrorKind.INSUFFICIENT_CREDITS: {"x-should-retry": "false"},
+    ErrorKind.CREDIT_CEILING_TOO_LOW: {"x-should-retry": "false"},
     ErrorKind.DAILY_CAP_EXCEEDED: {"x-should-retry": "false"},
     ErrorKind.SPOTLIGHT_LIMIT: {"x-should-retry": "false"},
     # the SDKs retry a 409: the running request is worth waiting for, the other is final

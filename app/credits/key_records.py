@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from app.core.clock import day_tag, utc_day
+from app.credits.ceilings import NO_CEILING
 from app.credits.outcomes import Identity, KeyAccess, ScriptStatus, Written
 from app.credits.scripts import Scripts
 from app.kv.fields import (
@@ -40,7 +41,8 @@ def _key_fields(record: KeyRecord) -> list[Any]:
     cap = NO_CAP if record.daily_cap_credits is None else record.daily_cap_credits
     expires = NEVER if record.expires_at is None else record.expires_at
     models = models_field(record.allowed_models)
-    return [cap, record.name, expires, models, record.rate_limit_rpm or NO_RATE_LIMIT]
+    rpm = record.rate_limit_rpm or NO_RATE_LIMIT
+    return [cap, record.name, expires, models, rpm, record.max_credits_per_request or NO_CEILING]
 
 
 class KeyUse(NamedTuple):

@@ -10,6 +10,7 @@ from typing import Any
 
 from app.core.clock import DAY_S, day_tag, utc_day
 from app.credits import idempotency
+from app.credits.ceilings import NO_CEILING
 from app.credits.idempotency import IdempotencyClaim, RecordedResponse
 from app.credits.outcomes import (
     NO_RATES,
@@ -250,10 +251,12 @@ class Money:
         requested: str,
         models: str,
         api: str = API_CHAT,
+        ceiling: int = NO_CEILING,
         claim: IdempotencyClaim | None = None,
     ) -> Hold | Refusal | Replay:
         """Hold credits for one request, or the script's ``Refusal`` (``models``: the
-        aliases the key must allow, space-separated). With ``claim`` (an Idempotency-Key),
+        aliases the key must allow, space-separated; ``ceiling``: the most the request may
+        hold, its ``svc-max-credits``, beside its key's own). With ``claim`` (an Idempotency-Key),
         a ``Replay`` when the key's request has finished already.
 
         Safe to send again (redis-py retries a command whose reply timed out): a reserve of
@@ -295,6 +298,7 @@ class Money:
                 models,
                 self._give_up_ms(),
                 api,
+                ceiling,
                 *extra,
             ],
         )
@@ -304,7 +308,9 @@ class Money:
                 return Replay(opened)
             status = ScriptStatus.UNRECORDED  # a record that does not open is none
         if status not in _HELD or not amount:
-            return Refusal(ScriptStatus(status), int(balance), now, requested, alias)
+            # a ceiling's refusal names the ceiling where a hold has its output cap
+            ceiling = int(out_tokens) if status == ScriptStatus.CEILING_TOO_LOW else 0
+            return Refusal(ScriptStatus(status), int(balance), now, requested, alias, ceiling)
         return Hold(
             rid=rid,
             shard=shard,

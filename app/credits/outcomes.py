@@ -34,6 +34,7 @@ class ScriptStatus(IntEnum):
     UNRECORDED = 17
     INTENT_USED = 18
     ACCOUNT_DISABLED = 19  # the key's account is disabled by an operator
+    CEILING_TOO_LOW = 20  # the request's credit ceiling cannot hold its prompt
 
 
 class Identity(msgspec.Struct, frozen=True):
@@ -156,10 +157,12 @@ class Refusal(NamedTuple):
 
     status: ScriptStatus
     value: int  # INSUFFICIENT_CREDITS: credits available; DAILY_CAP_EXCEEDED: credits left
-    # under the key's cap today; RATE_LIMITED: ms until a start is allowed; else 0
+    # under the key's cap today; RATE_LIMITED: ms until a start is allowed; CEILING_TOO_LOW:
+    # what the prompt alone may cost; else 0
     now: float  # when it was refused (unix seconds): a cap's retry-after counts from it
     requested: str = ""  # the model the request asked for
     alias: str = ""  # the alias that would have served it
+    ceiling: int = 0  # CEILING_TOO_LOW: the ceiling that held (the request's or its key's)
 
 
 class Replay(NamedTuple):

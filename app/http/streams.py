@@ -23,7 +23,8 @@ from app.chat.request import Identify, parse_chat_request
 from app.core import tracing
 from app.core.errors import ApiError, ClientDisconnected, ErrorKind
 from app.core.metrics import METRICS
-from app.credits import idempotency
+from app.credits import ceilings, idempotency
+from app.credits.ceilings import requested_ceiling
 from app.credits.outcomes import Replay
 from app.http.errors import CLIENT_CLOSED_REQUEST, as_api_error
 from app.http.headers import SECURITY_HEADERS
@@ -47,6 +48,7 @@ SSE_HEADERS = [
     *SECURITY_HEADERS,
 ]
 Headers = list[tuple[str, str]]
+UNREADABLE_HEADER = "\ufffd"
 WriteBody = Callable[[bytes], Awaitable[None]]
 
 
@@ -61,7 +63,9 @@ class StreamExchange(Protocol):
     """What a write to a client that has gone raises."""
 
     def header(self, name: str) -> str | None:
-        """A request header's value (``name`` in lower case), or None."""
+        """A request header's value (``name`` in lower case), or None; a value sent in
+        bytes other than visible ASCII is ``UNREADABLE_HEADER``, which no header's check
+        accepts (a malformed ceiling or Idempotency-Key is refused, not ignored)."""
         ...
 
     def address(self, services: Services) -> str:
@@ -180,6 +184,7 @@ async def _open(
     parsed: Parsed | None = None
 
     key = exchange.header(idempotency.HEADER)
+    ceiling = requested_ceiling(exchange.header(ceilings.HEADER))
     body = b""
 
     async def reserve(ident: Identity) -> tuple[Completion, StreamOutput | None] | Replay:
@@ -201,7 +206,7 @@ async def _open(
                 environment=ident.environment,
                 pepper=services.pepper,
             )
-        completion = await services.completions.open(ident, parsed.params, claim)
+        completion = await services.completions.open(ident, parsed.params, claim, ceiling=ceiling)
         if isinstance(completion, Replay):
             return completion
         return completion, parsed.output(completion) if parsed.output else None

@@ -17,6 +17,7 @@ from app.core.errors import (
     model_not_allowed,
     service_unavailable,
 )
+from app.credits.ceilings import HEADER
 from app.credits.outcomes import Refusal, ScriptStatus
 
 
@@ -33,6 +34,8 @@ def refusal_error(refusal: Refusal) -> ApiError:
             f"Not enough credits for this request ({value} available). "
             "Lower max_tokens or add credits.",
         )
+    if status is ScriptStatus.CEILING_TOO_LOW:
+        return ceiling_error(refusal.ceiling, value)
     if status is ScriptStatus.DAILY_CAP_EXCEEDED:
         return ApiError(
             ErrorKind.DAILY_CAP_EXCEEDED,
@@ -58,6 +61,20 @@ def refusal_error(refusal: Refusal) -> ApiError:
             },
         )
     return ApiError(ErrorKind.INTERNAL, "The request could not be processed.")
+
+
+def ceiling_error(ceiling: int, prompt_credits: int) -> ApiError:
+    """A request whose credit ceiling cannot hold its prompt and one output token."""
+    if prompt_credits > ceiling:
+        need = f"its prompt alone may cost up to {prompt_credits}"
+    else:
+        need = f"its prompt may cost up to {prompt_credits}, leaving no room for output"
+    return ApiError(
+        ErrorKind.CREDIT_CEILING_TOO_LOW,
+        f"This request's credit ceiling is {ceiling} credits ({HEADER} or the API key's "
+        f"max_credits_per_request, the lower), and {need}. Raise the ceiling or shorten "
+        "the prompt.",
+    )
 
 
 def key_refusal(status: ScriptStatus) -> ApiError | None:

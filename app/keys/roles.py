@@ -62,6 +62,8 @@ def beyond(key: KeyRecord, granter: KeyRecord) -> str | None:
         return "allowed_models"
     if _over(key.rate_limit_rpm, granter.rate_limit_rpm):
         return "rate_limit_rpm"
+    if _over(key.max_credits_per_request, granter.max_credits_per_request):
+        return "max_credits_per_request"
     if _over(key.expires_at, granter.expires_at):
         return "expires_at"
     if key.role == ADMIN and granter.role != ADMIN:

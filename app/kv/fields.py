@@ -48,6 +48,7 @@ class KeyField:
     LAST_USED: Final = "used"  # unix seconds of the key's last reserve; absent: never used
     MODELS: Final = "models"  # ALL_MODELS, or the aliases it may use, each between spaces
     RATE_LIMIT: Final = "rpm"  # requests it may start in any 60 s; 0 or absent = no limit
+    CEILING: Final = "mcr"  # the most credits one request may hold; 0 or absent = no ceiling
 
 
 ALL_MODELS: Final = "*"

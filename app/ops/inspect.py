@@ -40,6 +40,7 @@ class KeyState(msgspec.Struct):
     expires_at: int | None = None  # unix seconds, as Redis holds it; None: never
     allowed_models: list[str] | None = None  # as Redis holds them; None: all
     rate_limit_rpm: int | None = None  # as Redis holds it; None: no limit
+    max_credits_per_request: int | None = None  # as Redis holds it; None: no ceiling
     last_used_at: int | None = None  # unix seconds of its last reserve
     replaces: str | None = None  # the id of the key it was rotated from
 
@@ -73,6 +74,7 @@ _KEY_FIELDS = [
     KeyField.EXPIRES,
     KeyField.MODELS,
     KeyField.RATE_LIMIT,
+    KeyField.CEILING,
     KeyField.LAST_USED,
 ]
 
@@ -113,7 +115,7 @@ async def inspect_account(
     states = []
     for i, rec in enumerate(records):
         fields, used = results[1 + 2 * i], results[2 + 2 * i]
-        status, cap, expires, models, rpm, last_used = fields
+        status, cap, expires, models, rpm, ceiling, last_used = fields
         states.append(
             KeyState(
                 id=public_id(rec.kid),
@@ -124,6 +126,7 @@ async def inspect_account(
                 expires_at=_positive(expires),
                 allowed_models=allowed_models(models),
                 rate_limit_rpm=_positive(rpm),
+                max_credits_per_request=_positive(ceiling),
                 last_used_at=_positive(last_used),
                 replaces=None if rec.replaces is None else public_id(rec.replaces),
             )

@@ -246,6 +246,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE activity ADD COLUMN reasoning_tokens BIGINT",
         ),
     ),
+    (
+        15,
+        # The most credits one request of a key may hold and be charged (NULL: no ceiling).
+        ("ALTER TABLE api_keys ADD COLUMN max_credits_per_request BIGINT",),
+    ),
 )
 
 CREATE_SCHEMA_MIGRATIONS = (

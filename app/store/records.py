@@ -51,6 +51,7 @@ class KeyRecord(msgspec.Struct, frozen=True, kw_only=True):
     expires_at: int | None = None  # unix seconds from which the key is expired; None: never
     allowed_models: str | None = None  # aliases it may use, space-separated; None: all
     rate_limit_rpm: int | None = None  # requests it may start in any 60 seconds; None: no limit
+    max_credits_per_request: int | None = None  # the most one request may cost; None: no ceiling
     lineage: str | None = None  # kid of the first key of its rotations; None: its own
     replaces: str | None = None  # kid of the key it was rotated from
     role: str = "admin"  # "admin" (manages keys and webhooks) | "inference" (app.keys.roles)

@@ -104,6 +104,7 @@ KEY_UPDATABLE = (
     "expires_at",
     "allowed_models",
     "rate_limit_rpm",
+    "max_credits_per_request",
     "role",
 )
 UPDATE_KEY = {

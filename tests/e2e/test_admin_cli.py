@@ -71,6 +71,7 @@ def test_admin_commands_without_a_server(tmp_path: Path) -> None:
             "expires_at": None,
             "allowed_models": None,
             "rate_limit_rpm": None,
+            "max_credits_per_request": None,
             "last_used_at": None,
             "replaces": None,
         }
@@ -98,12 +99,15 @@ def test_admin_commands_without_a_server(tmp_path: Path) -> None:
         "svc-fast,svc-code",
         "--rate-limit-rpm",
         "120",
+        "--max-credits-per-request",
+        "75",
     )
     assert (code, out["allowed_models"], out["rate_limit_rpm"]) == (
         0,
         ["svc-fast", "svc-code"],
         120,
     )
+    assert out["max_credits_per_request"] == 75
     code, out = svc_admin(env, "update-key", pid, str(key_id), "--allowed-models", "gpt-4")
     assert (code, out["error"]["param"]) == (1, "allowed_models")  # type: ignore[index]
     code, out = svc_admin(env, "update-key", pid, str(key_id), "--rate-limit-rpm", "0")
@@ -112,6 +116,7 @@ def test_admin_commands_without_a_server(tmp_path: Path) -> None:
     assert code == 0
     assert (out["replaces"], out["name"], out["rate_limit_rpm"]) == (key_id, "nightly", 120)
     assert out["allowed_models"] == ["svc-fast", "svc-code"]
+    assert out["max_credits_per_request"] == 75  # a successor keeps the ceiling
     assert str(out["key"]).startswith("svc_test_")
     code, out = svc_admin(env, "rotate-key", pid, str(key_id))
     assert (code, out["error"]["code"]) == (1, "api_key_not_rotatable")  # type: ignore[index]

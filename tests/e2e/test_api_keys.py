@@ -34,6 +34,7 @@ KEY_ITEM_FIELDS = {
     "last_used_at",
     "allowed_models",
     "rate_limit_rpm",
+    "max_credits_per_request",
     "replaces",
     "role",
     "used_today_credits",

@@ -242,12 +242,15 @@ def test_an_owner_signs_in_creates_a_key_uses_it_and_manages_it(
     row = _key_row(page, "Playground")
     row.get_by_role("button", name="Edit Playground").click()
     page.get_by_label("Daily cap (credits)").fill("7000")
+    page.get_by_label("Most credits per request").fill("1500")
     page.get_by_role("button", name="Save changes").click()
     expect(page.get_by_role("dialog")).to_have_count(0)
     expect(_key_row(page, "Playground")).to_contain_text("/ 7,000")
+    expect(_key_row(page, "Playground")).to_contain_text("≤ 1,500 credits")
     listed = httpx.get(f"{site.base_url}/api-keys", headers=_h(manager)).json()["data"]
     edited = next(k for k in listed if k["last4"] == secret[-4:])
     assert edited["daily_cap_credits"] == 7000
+    assert edited["max_credits_per_request"] == 1500
     assert edited["used_today_credits"] == credits_used
 
     # rotate with the dialog's default: a grace period (never none), the old key's end said
@@ -535,6 +538,7 @@ def test_every_page_at_both_widths_in_both_themes(
         "environment": "live",
         "daily_cap_credits": 250_000,
         "rate_limit_rpm": 1_200,
+        "max_credits_per_request": 25_000,
         "allowed_models": list(SEEDED),
         "expires_at": "2031-12-31T23:59:00Z",
     }

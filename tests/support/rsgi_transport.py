@@ -36,8 +36,14 @@ _VISIBLE_ASCII = frozenset(range(0x20, 0x7F)) | {0x09}
 class FakeHeaders:
     """granian's request headers: lower-case names, several values per name kept."""
 
-    def __init__(self, pairs: list[tuple[str, str]]) -> None:
+    def __init__(
+        self, pairs: list[tuple[str, str]], unreadable: frozenset[str] = frozenset()
+    ) -> None:
         self._pairs = [(name.lower(), value) for name, value in pairs]
+        self._unreadable = unreadable  # names sent with a value granian leaves out
+
+    def __contains__(self, key: str) -> bool:
+        return any(k == key for k, _ in self._pairs) or key in self._unreadable
 
     def get(self, key: str, default: None = None) -> str | None:
         return next((v for k, v in self._pairs if k == key), default)
@@ -56,7 +62,12 @@ class FakeHeaders:
                 (name.decode("latin-1"), value.decode("ascii"))
                 for name, value in raw
                 if set(value) <= _VISIBLE_ASCII
-            ]
+            ],
+            frozenset(
+                name.decode("latin-1").lower()
+                for name, value in raw
+                if not set(value) <= _VISIBLE_ASCII
+            ),
         )
 
 

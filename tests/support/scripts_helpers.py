@@ -6,6 +6,7 @@ from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
 
+from app.credits.ceilings import NO_CEILING
 from app.credits.idempotency import IdempotencyClaim
 from app.credits.money import Money
 from app.credits.outcomes import Hold, Identity, Refusal, Replay
@@ -29,9 +30,10 @@ async def key(
     rpm: int | None = None,
     models: str | None = None,
     lineage: str = "",
+    ceiling: int | None = None,
 ) -> Identity:
     ident = Identity(pid, kid, environment, ledger.layout.shard(pid), lineage)
-    await ledger.keys.put_key(ident, rec(ident, cap=cap, rpm=rpm, models=models))
+    await ledger.keys.put_key(ident, rec(ident, cap=cap, rpm=rpm, models=models, ceiling=ceiling))
     return ident
 
 
@@ -58,6 +60,7 @@ async def reserved(
     api: str = API_CHAT,
     models: str = "svc-fast",
     claim: IdempotencyClaim | None = None,
+    ceiling: int = NO_CEILING,
 ) -> Hold | Refusal | Replay:
     """Defaults make the arithmetic plain: one credit per output token."""
     return await ledger.money.reserve(
@@ -74,6 +77,7 @@ async def reserved(
         models=models,
         claim=claim,
         api=api,
+        ceiling=ceiling,
     )
 
 
@@ -118,6 +122,7 @@ def rec(
     expires_at: int | None = None,
     rpm: int | None = None,
     models: str | None = None,
+    ceiling: int | None = None,
 ) -> KeyRecord:
     """A key's durable record as the key scripts take it (the secret's hash is not theirs)."""
     return KeyRecord(
@@ -133,5 +138,6 @@ def rec(
         expires_at=expires_at,
         allowed_models=models,
         rate_limit_rpm=rpm,
+        max_credits_per_request=ceiling,
         lineage=ident.lineage or None,
     )

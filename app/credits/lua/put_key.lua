@@ -7,8 +7,8 @@ KEYS[1]  api key hash        <p>:{sN}:key:<kid>
 ARGV[1]  acct                account pid
 ARGV[2]  status              active | revoked
 ARGV[3]  env                 live | test
-ARGV[4..8]                   the key's settings (lib/keys.lua key_record): cap, name,
-                             exp, models, rpm
+ARGV[4..9]                   the key's settings (lib/keys.lua key_record): cap, name,
+                             exp, models, rpm, mcr
 
 Returns 1 when written, 0 when a record existed (left unchanged).
 A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).

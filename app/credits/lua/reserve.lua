@@ -5,7 +5,7 @@ All checks come before the first write; nothing after the first write can fail.
 KEYS[1]  account hash        <p>:{sN}:acct:<pid>       earned, earned_exp, purchased,
                                                        egen, status
 KEYS[2]  api key hash        <p>:{sN}:key:<kid>        acct, status, env, cap, exp, models,
-                                                       rpm; used (set)
+                                                       rpm, mcr; used (set)
 KEYS[3]  cap counter         <p>:{sN}:cap:<lineage>:<day>  credits held + settled today by the
                                                        key and the keys it was rotated from
 KEYS[4]  reservation hash    <p>:{sN}:rsv:<rid>        (created here)
@@ -41,8 +41,10 @@ ARGV[16] give_up_ms     Redis TIME in milliseconds after which the caller no lon
                         nothing: the caller answered 503 and will not settle.
 ARGV[17] api            the API the request came through (chat | responses): recorded on the
                         reservation, for settle's usage counters and event
-ARGV[18] fingerprint    (with KEYS[8]) what identifies the request: its route and body, hashed
-ARGV[19] idem_ttl       (with KEYS[8]) seconds the record lives
+ARGV[18] ceiling        the most credits the request may hold (its svc-max-credits header);
+                        0 = none. The key's mcr is a ceiling too: the lower one holds.
+ARGV[19] fingerprint    (with KEYS[8]) what identifies the request: its route and body, hashed
+ARGV[20] idem_ttl       (with KEYS[8]) seconds the record lives
 
 Returns {status, amount, out_tokens, balance}
   0 OK                    amount credits held, out_tokens the output cap, balance left after;
@@ -66,6 +68,9 @@ Returns {status, amount, out_tokens, balance}
                           its bytes; nothing is held or counted
  17 UNRECORDED            KEYS[8] records this request, finished without a response kept
  19 ACCOUNT_DISABLED      the account's status is disabled (lib/keys.lua account_refusal)
+ 20 CEILING_TOO_LOW       the request's ceiling (ARGV[18] or the key's mcr, the lower) cannot
+                          hold its prompt and one output token: out_tokens = the ceiling,
+                          balance = what the prompt alone may cost
 A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
 Rate limit: a key with rpm > 0 starts at most rpm requests in any 60 s (a sliding window:
 no burst at a window's edge). KEYS[7] is a list of the unix ms times of the lineage's
@@ -79,6 +84,9 @@ answers for the request (14-17 above). Without one, a reserve that holds credits
 {fp, state running, rid} for idem_ttl seconds, and names it on the reservation (idem) for
 settle, which records the response or, when nothing was charged, deletes it.
 Test keys ("env" = test) hold against the daily cap only; balances are not touched.
+Ceiling: a request with a ceiling holds at most that; its output cap (the client's
+max_tokens too) is lowered to what the ceiling affords beside the prompt's worst case.
+Settle never charges more than the hold, so never more than the ceiling.
 Output cap: a request that did not choose it (min_out < max_out) gets max_out lowered to
 what the balance affords and to what a quarter of the key's cap left today affords (never
 below min_out while the cap has room for it): one request cannot hold a small cap whole.
@@ -112,15 +120,17 @@ local now_ms = count(14, 'now_ms')
 local models = text(15, 'models')
 local give_up_ms = count(16, 'give_up_ms')
 one_of(17, 'api', {chat = true, responses = true})
+local ceiling = count(18, 'ceiling')
 local idem = KEYS[8]
 local fingerprint, idem_ttl = '', 0
 if idem then
-  fingerprint = label(18, 'fingerprint')
-  idem_ttl = count(19, 'idem_ttl')
+  fingerprint = label(19, 'fingerprint')
+  idem_ttl = count(20, 'idem_ttl')
 end
 if min_out > max_out or cap_ttl == 0 then refuse('min_out/cap_ttl') end
 
-local key = redis.call('HMGET', KEYS[2], 'acct', 'status', 'env', 'cap', 'exp', 'models', 'rpm')
+local key = redis.call('HMGET', KEYS[2], 'acct', 'status', 'env', 'cap', 'exp', 'models', 'rpm',
+  'mcr')
 if not key[1] or key[1] ~= pid then return {1, 0, 0, 0} end
 
 local function available_now()
@@ -151,6 +161,23 @@ if idem then
   if state then return {state, 0, 0, 0, body} end
 end
 
+local function cost(out)
+  local c = math.ceil((prompt_units + out * output_price) / 1000)
+  if c < 1 then c = 1 end
+  return c
+end
+
+local key_ceiling = tonumber(key[8] or '0')
+if key_ceiling > 0 and (ceiling == 0 or key_ceiling < ceiling) then ceiling = key_ceiling end
+if ceiling > 0 then
+  if cost(1) > ceiling then return {20, 0, ceiling, cost(0)} end
+  if cost(max_out) > ceiling then
+    -- cost(1) fits, so at least one output token does
+    max_out = math.floor((ceiling * 1000 - prompt_units) / output_price)
+    if min_out > max_out then min_out = max_out end
+  end
+end
+
 local WINDOW_MS = 60000
 local rpm = tonumber(key[7] or '0')
 local full = false  -- the log holds rpm starts: the oldest goes when this one is logged
@@ -170,12 +197,6 @@ local expired = earned_expired(earned_exp, now)
 if expired then earned = 0 end
 local available = earned + purchased
 local live = key[3] == 'live'
-
-local function cost(out)
-  local c = math.ceil((prompt_units + out * output_price) / 1000)
-  if c < 1 then c = 1 end
-  return c
-end
 
 local cap = tonumber(key[4])
 local cap_left = -1

@@ -6,8 +6,8 @@ revoked key can never be re-warmed as active.
 KEYS[1]  api key hash        <p>:{sN}:key:<kid>
 ARGV[1]  acct                account pid the key belongs to
 ARGV[2]  env                 live | test
-ARGV[3..7]                   the key's settings (lib/keys.lua key_record): cap, name,
-                             exp, models, rpm
+ARGV[3..8]                   the key's settings (lib/keys.lua key_record): cap, name,
+                             exp, models, rpm, mcr
 
 Returns 1 when revoked now, 0 when it was revoked already, -1 when the record names
 another account (nothing changed).

@@ -8,8 +8,8 @@ KEYS[1]  api key hash        <p>:{sN}:key:<kid>
 ARGV[1]  acct                account pid the key belongs to
 ARGV[2]  status              active | revoked (used only when the record is missing)
 ARGV[3]  env                 live | test (used only when the record is missing)
-ARGV[4..8]                   the key's settings (lib/keys.lua key_record): cap, name,
-                             exp, models, rpm
+ARGV[4..9]                   the key's settings (lib/keys.lua key_record): cap, name,
+                             exp, models, rpm, mcr
 
 Returns 1 when written, -1 when the record names another account (nothing changed).
 A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).

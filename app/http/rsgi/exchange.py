@@ -16,7 +16,7 @@ from app.http.rsgi.protocol import (
     content_length,
     parse_address,
 )
-from app.http.streams import Headers, WriteBody
+from app.http.streams import UNREADABLE_HEADER, Headers, WriteBody
 from app.keys.throttle import client_address
 
 if TYPE_CHECKING:
@@ -39,7 +39,11 @@ class RSGIExchange:
         return self._scope.method
 
     def header(self, name: str) -> str | None:
-        return self._scope.headers.get(name)
+        headers = self._scope.headers
+        value = headers.get(name)
+        if value is None and name in headers:
+            return UNREADABLE_HEADER  # sent, but not as visible ASCII
+        return value
 
     def address(self, services: Services) -> str:
         peer = parse_address(self._scope.client)

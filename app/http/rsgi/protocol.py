@@ -30,7 +30,9 @@ __all__ = [
 
 class Headers(Protocol):
     """The request headers. Names are lower-case; granian leaves out a value that is not
-    visible ASCII (``get`` answers as if it were absent)."""
+    visible ASCII (``get`` answers as if it were absent; the name is still ``in`` them)."""
+
+    def __contains__(self, key: str) -> bool: ...
 
     def get(self, key: str, default: None = None) -> str | None: ...
 

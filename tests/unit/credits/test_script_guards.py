@@ -62,6 +62,7 @@ def _calls(ledger: Ledgers, ident: Identity, now: int) -> dict[str, tuple[list[s
                 "svc-fast",
                 0,
                 "responses",
+                25,
                 "f" * 64,
                 86_400,
             ],
@@ -116,28 +117,28 @@ def _calls(ledger: Ledgers, ident: Identity, now: int) -> dict[str, tuple[list[s
         "low_balance": ([ks.account(shard, pid)], [now, 500]),
         "put_key": (
             [ks.api_key(shard, "knew")],
-            [pid, "active", "live", -1, "name", now + 60, " svc-fast ", 600],
+            [pid, "active", "live", -1, "name", now + 60, " svc-fast ", 600, 0],
         ),
-        "revoke_key": ([ks.api_key(shard, kid)], [pid, "live", -1, "name", 0, "*", 0]),
+        "revoke_key": ([ks.api_key(shard, kid)], [pid, "live", -1, "name", 0, "*", 0, 40]),
         "update_key": (
             [ks.api_key(shard, kid)],
-            [pid, "active", "live", 50, "renamed", 0, " svc-code svc-fast ", 5],
+            [pid, "active", "live", 50, "renamed", 0, " svc-code svc-fast ", 5, 12],
         ),
         "balance": ([ks.api_key(shard, kid), ks.account(shard, pid)], [now, pid]),
     }
 
 
 NUMERIC = {
-    "reserve": [0, 4, 5, 6, 7, 8, 9, 13, 15, 18],
+    "reserve": [0, 4, 5, 6, 7, 8, 9, 13, 15, 17, 19],
     "settle": [0, 2, 3, 4, 7, 9, 10, 11, 12, 13, 14, 15],
     "extend": [1],
     "grant": [0, 2, 3, 4, 5, 6],
     "open_account": [0, 1, 2],
     "expire_earned": [0],
     "low_balance": [0, 1],
-    "put_key": [3, 5, 7],
-    "revoke_key": [2, 4, 6],
-    "update_key": [3, 5, 7],
+    "put_key": [3, 5, 7, 8],
+    "revoke_key": [2, 4, 6, 7],
+    "update_key": [3, 5, 7, 8],
     "balance": [0],
 }
 WORDS = {  # arguments from a fixed set, and a wrong value for each

@@ -680,6 +680,7 @@ async def test_updating_a_lost_key_record_writes_it_whole(ledger: Ledgers) -> No
         b"exp": b"0",
         b"models": b"*",
         b"rpm": b"0",
+        b"mcr": b"0",
     }
 
 

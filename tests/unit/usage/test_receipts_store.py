@@ -78,8 +78,9 @@ async def test_a_row_written_before_the_split_was_kept_has_none(database: Databa
         assert found == msgspec.structs.replace(ROW, **dict.fromkeys(LATER))
     finally:
         await s.close()
-    assert MIGRATIONS[-2] == (13, ("ALTER TABLE activity ADD COLUMN earned_credits BIGINT",))
-    assert MIGRATIONS[-1][0] == 14
+    versions = dict(MIGRATIONS)
+    assert versions[13] == ("ALTER TABLE activity ADD COLUMN earned_credits BIGINT",)
+    assert all("activity" in statement for statement in versions[14])
 
 
 async def test_the_lookup_is_one_search_of_the_ids_index(tmp_path: Path) -> None:

@@ -3,10 +3,11 @@ keys: an API key's record and whether its account lets it be used, one rule for 
 script that writes or checks them (app.credits.key_records keeps the same rules for the
 reads made outside the scripts).
 
-  key_record(i)                  ARGV[i .. i+4], an API key's settings, checked, as HSET
+  key_record(i)                  ARGV[i .. i+5], an API key's settings, checked, as HSET
                                  field-value pairs: cap (a cap), name (text), exp (a count:
                                  unix seconds, 0 = never), models (see below), rpm (a count:
-                                 requests in any 60 s, 0 = no limit)
+                                 requests in any 60 s, 0 = no limit), mcr (a count: the most
+                                 credits one request may hold, 0 = no ceiling)
   key_refusal(status, exp, now)  what a key whose status and exp fields (as HMGET gives them)
                                  are says at now (unix seconds): nil when it may be used, 2
                                  KEY_REVOKED (its status is not active), 12 KEY_EXPIRED (its
@@ -30,7 +31,7 @@ local function key_record(i)
     refuse('models')
   end
   return {'cap', cap(i, 'cap'), 'name', text(i + 1, 'name'), 'exp', count(i + 2, 'exp'),
-    'models', models, 'rpm', count(i + 4, 'rpm')}
+    'models', models, 'rpm', count(i + 4, 'rpm'), 'mcr', count(i + 5, 'mcr')}
 end
 
 local function key_refusal(status, exp, now)

@@ -92,6 +92,7 @@ function formValues(form) {
     environment: data.get("environment"),
     daily_cap_credits: wholeOrNull(String(data.get("daily_cap_credits") ?? "")),
     rate_limit_rpm: wholeOrNull(String(data.get("rate_limit_rpm") ?? "")),
+    max_credits_per_request: wholeOrNull(String(data.get("max_credits_per_request") ?? "")),
     expires_at: expires ? new Date(expires).toISOString() : null,
     allowed_models: form.elements.all_models.checked ? null : data.getAll("allowed_models"),
     role: data.get("role"),
@@ -121,6 +122,9 @@ function keyDialog({ title, key = null, aliases, submitLabel, onSubmit }) {
     h("label", { for: "key-rpm" }, "Rate limit (requests per minute)"),
     h("input", { id: "key-rpm", name: "rate_limit_rpm", type: "number", min: 1, step: 1, inputmode: "numeric", value: key?.rate_limit_rpm ?? "", "aria-describedby": "key-rpm-hint" }),
     h("p", { class: "hint", id: "key-rpm-hint" }, "Empty: no limit."),
+    h("label", { for: "key-ceiling" }, "Most credits per request"),
+    h("input", { id: "key-ceiling", name: "max_credits_per_request", type: "number", min: 1, step: 1, inputmode: "numeric", value: key?.max_credits_per_request ?? "", "aria-describedby": "key-ceiling-hint" }),
+    h("p", { class: "hint", id: "key-ceiling-hint" }, "Empty: no ceiling. A request's output is cut to fit; one whose prompt alone costs more is refused."),
     h("label", { for: "key-expires" }, "Expires"),
     h("input", { id: "key-expires", name: "expires_at", type: "datetime-local", value: localInput(key?.expires_at), "aria-describedby": "key-expires-hint" }),
     h("p", { class: "hint", id: "key-expires-hint" }, "In your time zone. Empty: never."),
@@ -155,6 +159,7 @@ function changes(key, values) {
   if (values.name !== key.name) changed.name = values.name;
   if (values.daily_cap_credits !== key.daily_cap_credits) changed.daily_cap_credits = values.daily_cap_credits;
   if (values.rate_limit_rpm !== key.rate_limit_rpm) changed.rate_limit_rpm = values.rate_limit_rpm;
+  if (values.max_credits_per_request !== key.max_credits_per_request) changed.max_credits_per_request = values.max_credits_per_request;
   if (localInput(values.expires_at) !== localInput(key.expires_at)) changed.expires_at = values.expires_at;
   if (JSON.stringify(values.allowed_models) !== JSON.stringify(key.allowed_models)) changed.allowed_models = values.allowed_models;
   if (values.role !== key.role) changed.role = values.role;
@@ -277,6 +282,7 @@ function fields(rotated) {
     { label: "Status", essential: true, cell: (k) => badge(statusOf(k, rotated)) },
     { label: "Daily cap", essential: true, cell: capMeter },
     { label: "Rate limit", cell: (k) => (k.rate_limit_rpm === null ? "None" : `${number(k.rate_limit_rpm)}/min`) },
+    { label: "Per request", cell: (k) => (k.max_credits_per_request === null ? "No ceiling" : `≤ ${number(k.max_credits_per_request)} credits`) },
     { label: "Models", cell: (k) => (k.allowed_models === null ? "All" : modelList(k.allowed_models)) },
     { label: "Expires", cell: (k) => time(k.expires_at, { compact: true }) },
     { label: "Last used", cell: (k) => time(k.last_used_at, { compact: true }) },
