@@ -1,12 +1,12 @@
-"""The streaming endpoints, ``POST /v1/chat/completions`` and ``POST /v1/responses``, which
-write their own SSE bytes.
+"""The streaming endpoints, ``POST /v1/chat/completions``, ``POST /v1/responses`` and
+``POST /v1/messages`` (Anthropic's Messages API), which write their own SSE bytes.
 
 Litestar routes everything else; these skip the framework's response machinery per chunk
 (measured: docs/architecture.md, "Why the chat route writes its own bytes"). What they do
 is here, free of any server: a request comes as a ``StreamExchange``, which
 ``app.http.rsgi`` implements over granian's RSGI, the one place that knows the server.
-Both endpoints run the same completion (reserve, stream, settle); an ``Api`` says how its
-request is read and its stream written.
+Every endpoint runs the same completion (reserve, stream, settle); an ``Api`` says how its
+request is read, its key found, its errors answered and its stream written.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ from app.credits.ceilings import requested_ceiling
 from app.credits.outcomes import Replay
 from app.http.errors import CLIENT_CLOSED_REQUEST, as_api_error
 from app.http.headers import SECURITY_HEADERS
+from app.messages import errors as messages_errors
+from app.messages.request import parse_messages_request
+from app.messages.stream import MessagesStream
 from app.responses.request import parse_responses_request
 from app.responses.stream import ResponsesStream
 
@@ -92,16 +95,55 @@ class StreamExchange(Protocol):
         ...
 
 
-def send_error(exchange: StreamExchange, error: ApiError, rid: str) -> None:
+class ErrorAnswer(NamedTuple):
+    """An error as a route answers it: its body and the headers that go with that body."""
+
+    body: bytes
+    headers: Headers
+
+
+def openai_error(error: ApiError, _rid: str) -> ErrorAnswer:
+    """OpenAI's error shape (every route but the Messages API's)."""
     body = error.body()
+    return ErrorAnswer(body, [("content-type", "application/json"), *error.headers.items()])
+
+
+def anthropic_error(error: ApiError, rid: str) -> ErrorAnswer:
+    """Anthropic's error shape, with its ``request-id`` header (the Messages API's routes)."""
+    answer = messages_errors.error_response(error, rid)
+    return ErrorAnswer(answer.body, answer.headers)
+
+
+ErrorShape = Callable[[ApiError, str], ErrorAnswer]
+
+
+def send_error(
+    exchange: StreamExchange, error: ApiError, rid: str, shape: ErrorShape = openai_error
+) -> None:
+    answer = shape(error, rid)
     headers = [
-        ("content-type", "application/json"),
-        ("content-length", str(len(body))),
+        *answer.headers,
+        ("content-length", str(len(answer.body))),
         ("x-request-id", rid),
         *SECURITY_HEADERS,
-        *error.headers.items(),
     ]
-    exchange.answer(error.status, headers, body)
+    exchange.answer(error.status, headers, answer.body)
+
+
+def bearer(exchange: StreamExchange) -> str | None:
+    """The request's ``Authorization`` header (``Bearer <key>``), as OpenAI's clients send it."""
+    return exchange.header("authorization")
+
+
+def bearer_or_api_key(exchange: StreamExchange) -> str | None:
+    """``Authorization``, or else ``x-api-key`` (what Anthropic's SDKs, the Vercel AI SDK's
+    provider and Claude Code send) read as the bearer of the same key."""
+    authorization = exchange.header("authorization")
+    if authorization is None:
+        api_key = exchange.header("x-api-key")
+        if api_key is not None:
+            return "Bearer " + api_key
+    return authorization
 
 
 class Parsed(NamedTuple):
@@ -113,14 +155,16 @@ class Parsed(NamedTuple):
 
 
 class Api(NamedTuple):
-    """A streaming endpoint: its path, and how it reads a request body of an account (or
-    raises the ``ApiError`` saying why not)."""
+    """A streaming endpoint: its path, how it reads a request body of an account (or
+    raises the ``ApiError`` saying why not), where its key is, and its errors' shape."""
 
     path: str
     parse: Callable[[Services, bytes, str], Parsed]
+    credentials: Callable[[StreamExchange], str | None] = bearer
+    error_shape: ErrorShape = openai_error
 
 
-def _limits(services: Services) -> dict[str, int]:
+def request_limits(services: Services) -> dict[str, int]:
     """The configured limits every request is read with."""
     settings = services.settings
     return {
@@ -137,14 +181,14 @@ def _identify(services: Services, pid: str) -> Identify:
 
 def _parse_chat(services: Services, body: bytes, pid: str) -> Parsed:
     params = parse_chat_request(
-        body, services.aliases, identify=_identify(services, pid), **_limits(services)
+        body, services.aliases, identify=_identify(services, pid), **request_limits(services)
     )
     return Parsed(params, None)
 
 
 def _parse_responses(services: Services, body: bytes, pid: str) -> Parsed:
     request = parse_responses_request(
-        body, services.aliases, identify=_identify(services, pid), **_limits(services)
+        body, services.aliases, identify=_identify(services, pid), **request_limits(services)
     )
 
     def output(completion: Completion) -> StreamOutput:
@@ -158,12 +202,28 @@ def _parse_responses(services: Services, body: bytes, pid: str) -> Parsed:
     return Parsed(request.chat, output)
 
 
+def _parse_messages(services: Services, body: bytes, pid: str) -> Parsed:
+    params = parse_messages_request(
+        body, services.aliases, identify=_identify(services, pid), **request_limits(services)
+    )
+
+    def output(completion: Completion) -> StreamOutput:
+        return MessagesStream(
+            model=completion.params.alias.id, requested=completion.params.requested
+        )
+
+    return Parsed(params, output)
+
+
 CHAT = Api("/v1/chat/completions", _parse_chat)
 RESPONSES = Api("/v1/responses", _parse_responses)
+MESSAGES = Api("/v1/messages", _parse_messages, bearer_or_api_key, anthropic_error)
 # The paths the RSGI gateway serves the streams on. Litestar answers every other route with or
 # without a trailing slash, so these do too (the SDKs never send one): same handler, same
 # request id, same metric series.
-STREAM_ROUTES = {path: api for api in (CHAT, RESPONSES) for path in (api.path, api.path + "/")}
+STREAM_ROUTES = {
+    path: api for api in (CHAT, RESPONSES, MESSAGES) for path in (api.path, api.path + "/")
+}
 
 
 class _Opening:
@@ -212,7 +272,7 @@ async def _open(
         return completion, parsed.output(completion) if parsed.output else None
 
     return await services.auth.authenticated(
-        exchange.header("authorization"), exchange.address(services), reserve
+        api.credentials(exchange), exchange.address(services), reserve
     )
 
 
@@ -300,7 +360,7 @@ async def _serve(
         return CLIENT_CLOSED_REQUEST, "client_disconnect"
     except Exception as exc:
         error = as_api_error(exc)
-        send_error(exchange, error, rid)
+        send_error(exchange, error, rid, api.error_shape)
         METRICS.labelled(METRICS.rejections, error.kind.code).inc()
         METRICS.request_done(api.path, error.status, opening.model, time.perf_counter() - started)
         return error.status, error.kind.code

@@ -95,7 +95,10 @@ API_CHAT: Final = "chat"
 """``POST /v1/chat/completions``; the API of usage recorded before svc told APIs apart."""
 API_RESPONSES: Final = "responses"
 """``POST /v1/responses``."""
-APIS: Final = (API_CHAT, API_RESPONSES)  # chat first: its usage fields count every API
+API_MESSAGES: Final = "messages"
+"""``POST /v1/messages`` (Anthropic's Messages API)."""
+# chat first: its usage fields count every API
+APIS: Final = (API_CHAT, API_RESPONSES, API_MESSAGES)
 
 
 def earned_expired(earned_exp: int, now: float) -> bool:

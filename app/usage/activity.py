@@ -35,7 +35,7 @@ class ActivityItem(msgspec.Struct, kw_only=True):
     key_id: str
     requested_model: str
     model: str  # the model that served it
-    api: str  # chat | responses
+    api: str  # chat | responses | messages
     prompt_tokens: int
     completion_tokens: int
     credits_used: int

@@ -50,7 +50,7 @@ class Receipt(msgspec.Struct, kw_only=True):
     created: int  # unix seconds the request started
     key_id: str
     environment: str  # live | test
-    api: str  # chat | responses
+    api: str  # chat | responses | messages
     requested_model: str
     model: str  # the model that served it
     outcome: str  # completed | client_disconnect | upstream_error | shutdown | swept

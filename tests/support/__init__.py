@@ -14,6 +14,8 @@ pytest needs beside the tests, import their helpers from here):
   granian's objects as granian behaves;
 - ``granian_probe``: an RSGI app that granian serves for real in
   ``tests/e2e/test_granian_contract.py``, reporting what it saw of granian's objects;
+- ``recording_proxy``: a reverse proxy that records what a client sent svc and what svc
+  answered (for a client that shows nothing of the wire, Claude Code);
 - ``forward_proxy``: a real forward proxy (Debian's tinyproxy) for the egress-proxy tests;
 - ``certificates``: a self-signed certificate for 127.0.0.1;
 - ``metrics_table``: the metrics table of docs/operations.md, read as names, types, labels;

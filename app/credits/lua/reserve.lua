@@ -39,7 +39,7 @@ ARGV[16] give_up_ms     Redis TIME in milliseconds after which the caller no lon
                         this reply (its Redis timeout); 0 = no limit. A reserve that reaches
                         Redis later (Redis was paused, the command sat in a buffer) holds
                         nothing: the caller answered 503 and will not settle.
-ARGV[17] api            the API the request came through (chat | responses): recorded on the
+ARGV[17] api            the API the request came through (chat | responses | messages): on the
                         reservation, for settle's usage counters and event
 ARGV[18] ceiling        the most credits the request may hold (its svc-max-credits header);
                         0 = none. The key's mcr is a ceiling too: the lower one holds.
@@ -119,7 +119,7 @@ label(13, 'day')
 local now_ms = count(14, 'now_ms')
 local models = text(15, 'models')
 local give_up_ms = count(16, 'give_up_ms')
-one_of(17, 'api', {chat = true, responses = true})
+one_of(17, 'api', {chat = true, responses = true, messages = true})
 local ceiling = count(18, 'ceiling')
 local idem = KEYS[8]
 local fingerprint, idem_ttl = '', 0

@@ -17,6 +17,7 @@ from litestar import Litestar
 
 from app.core.logs import request_id
 from app.core.metrics import METRICS
+from app.http import count_tokens
 from app.http.rsgi.asgi_bridge import ASGIApp, ASGIRequest
 from app.http.rsgi.exchange import RSGIExchange
 from app.http.rsgi.lifespan import Lifespan, LifespanFailed
@@ -68,10 +69,15 @@ class Gateway:
         rid = incoming_request_id(scope.headers) or new_request_id()
         token = request_id.set(rid)
         try:
-            api = STREAM_ROUTES.get(scope.path)
+            path = scope.path
+            api = STREAM_ROUTES.get(path)
             if api is not None:
                 services = self.app.state.services
                 await serve_stream(api, services, RSGIExchange(scope, protocol), rid)
+            elif path == count_tokens.PATH:
+                services = self.app.state.services
+                exchange = RSGIExchange(scope, protocol)
+                await count_tokens.serve_count_tokens(services, exchange, rid)
             else:
                 await self._routed(scope, protocol, rid)
         finally:

@@ -352,6 +352,7 @@ async def test_settle_counts_an_api_other_than_chat_apart_as_well(
     assert by_api[hold.day] == {
         "chat": UsageCounters(1, 1, 5, 5),
         "responses": UsageCounters(1, 30, 40, 12),
+        "messages": UsageCounters(),  # none came through the Messages API
     }
     # per key and per model served, whatever the API: both requests, one key, one model
     # (a group counts prompt and completion tokens as one)

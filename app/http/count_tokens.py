@@ -1,0 +1,80 @@
+"""``POST /v1/messages/count_tokens``: Anthropic's token count, answered with the prompt
+tokens svc reserves for a Messages request (its prompt bound: what the request would be
+held for, and the most of an upstream's count svc would bill).
+
+Served beside the streams (``app.http.rsgi.gateway``) so that it takes the key where the
+Messages API does (``x-api-key`` or ``Authorization``) and answers errors in Anthropic's
+shape. It reserves nothing and charges nothing; the key must be usable and allowed the
+model, as for the request it counts.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from app.core.errors import ApiError, ClientDisconnected, ErrorKind, model_not_allowed
+from app.core.metrics import METRICS
+from app.http.errors import CLIENT_CLOSED_REQUEST, as_api_error
+from app.http.headers import SECURITY_HEADERS
+from app.http.streams import (
+    StreamExchange,
+    anthropic_error,
+    bearer_or_api_key,
+    request_limits,
+    send_error,
+)
+from app.messages.request import count_tokens, parse_count_tokens_request
+from app.messages.wire import CountTokensResponse
+
+if TYPE_CHECKING:
+    from app.credits.outcomes import Identity
+    from app.runtime import Services
+
+PATH = "/v1/messages/count_tokens"
+
+
+async def serve_count_tokens(services: Services, exchange: StreamExchange, rid: str) -> None:
+    """Answer one count (200 ``{"input_tokens": N}``), or its error in Anthropic's shape."""
+    started = time.perf_counter()
+    try:
+        answer = await _count(services, exchange)
+    except ClientDisconnected:
+        METRICS.request_done(PATH, CLIENT_CLOSED_REQUEST, "", time.perf_counter() - started)
+        return
+    except Exception as exc:
+        error = as_api_error(exc)
+        send_error(exchange, error, rid, anthropic_error)
+        METRICS.labelled(METRICS.rejections, error.kind.code).inc()
+        METRICS.request_done(PATH, error.status, "", time.perf_counter() - started)
+        return
+    body = msgspec.json.encode(answer)
+    headers = [
+        ("content-type", "application/json"),
+        ("content-length", str(len(body))),
+        ("cache-control", "no-store"),
+        ("request-id", rid),
+        ("x-request-id", rid),
+        *SECURITY_HEADERS,
+    ]
+    exchange.answer(200, headers, body)
+    METRICS.request_done(PATH, 200, "", time.perf_counter() - started)
+
+
+async def _count(services: Services, exchange: StreamExchange) -> CountTokensResponse:
+    if exchange.method != "POST":
+        raise ApiError(ErrorKind.METHOD_NOT_ALLOWED, f"Use POST for {PATH}.")
+
+    async def count(ident: Identity) -> CountTokensResponse:
+        allowed = await services.auth.allowed_models(ident)
+        body = await exchange.body(services.settings.max_body_bytes)
+        params = parse_count_tokens_request(body, services.aliases, **request_limits(services))
+        if allowed is not None and not allowed.issuperset(params.models.split()):
+            raise model_not_allowed(params.requested, routed=params.requested != params.alias.id)
+        return count_tokens(params)
+
+    return await services.auth.authenticated(
+        bearer_or_api_key(exchange), exchange.address(services), count
+    )

@@ -1,0 +1,455 @@
+"""A Messages API request checked and translated into the chat completion svc runs.
+
+Every provider svc knows speaks Chat Completions, so a Messages request becomes one, and
+takes the chat path from there (the same alias, output limit, prompt bound, reservation):
+
+- ``system`` (a string or text blocks) is a system message, first;
+- a user turn is a user message of parts (text, ``image_url`` for an image, a base64 image
+  as a data URL, ``file`` for a PDF, text for a plain-text document); its ``tool_result``
+  blocks are ``tool`` messages, written before the rest of the turn (they answer the
+  assistant turn before it), in their order, and the images and documents a result holds
+  follow in the user message (Chat Completions takes text only in a tool message);
+- an assistant turn is an assistant message: its text, its ``tool_use`` blocks as tool calls
+  (the arguments the input's JSON), its thinking left out;
+- consecutive turns of one role pass as they came (Chat Completions takes them);
+- ``tools`` are function tools (``input_schema`` their parameters); ``tool_choice`` auto,
+  any, tool and none are "auto", "required", the named function and "none";
+  ``disable_parallel_tool_use`` is ``parallel_tool_calls: false``;
+- ``max_tokens`` (required, as Anthropic's) is the client's output limit, checked against
+  the alias's; ``stop_sequences`` is ``stop`` (at most the chat path's four);
+  ``temperature`` (Anthropic's default, 1, when left out) and ``top_p`` pass;
+  ``metadata.user_id`` is the client's identifier of its end user, which the account's
+  ``safety_identifier`` is made from.
+
+Accepted and not forwarded: ``top_k`` (the chat request has no such field), ``thinking``
+(no thinking is shown: an upstream's reasoning is billed, as on the other APIs),
+``is_error`` of a tool result, ``cache_control`` and ``citations`` (unknown fields).
+Refused by name before anything is reserved: server tools, ``mcp_servers``,
+``container``, files by id, documents by URL, images over ``MAX_IMAGE_BYTES``, more stop
+sequences than the chat path takes, and blocks a turn of that role cannot hold.
+"""
+
+from __future__ import annotations
+
+import msgspec
+from msgspec import UNSET
+
+from app.chat.catalog import Alias
+from app.chat.request import (
+    ChatParams,
+    Identify,
+    check_tool_choice,
+    enabled_alias,
+    resolve_params,
+)
+from app.core.errors import invalid_value
+from app.core.validation import decode_json
+from app.kv.fields import API_MESSAGES
+from app.messages.wire import (
+    Base64Image,
+    Base64Pdf,
+    Block,
+    ContentSource,
+    CountTokensRequest,
+    CountTokensResponse,
+    DocumentBlock,
+    FileSource,
+    ImageBlock,
+    MessageParam,
+    MessagesRequest,
+    PlainTextSource,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolChoiceParam,
+    ToolParam,
+    ToolResultBlock,
+    ToolUseBlock,
+    UrlSource,
+)
+from app.upstream.wire import (
+    ChatRequest,
+    ContentPart,
+    FilePart,
+    FileRef,
+    FunctionCall,
+    FunctionDefinition,
+    ImagePart,
+    ImageUrl,
+    Message,
+    NamedFunction,
+    NamedToolChoice,
+    TextPart,
+    Tool,
+    ToolCall,
+    ToolChoice,
+    message_text,
+)
+
+DEFAULT_TEMPERATURE = 1.0
+"""Anthropic's default (the chat path's own is 0.7)."""
+MAX_STOP_SEQUENCES = 4
+"""What the chat request's ``stop`` holds (``app.upstream.wire.Stop``)."""
+MAX_IMAGE_BYTES = 5 * 1024 * 1024
+"""Anthropic's limit on one image of a request made through its API (decoded bytes)."""
+DEFAULT_PDF_NAME = "document.pdf"
+_NO_FILES = "svc does not keep files: send the content itself (a base64 source, or the text)."
+
+
+def parse_messages_request(
+    body: bytes,
+    aliases: dict[str, Alias],
+    *,
+    max_messages: int,
+    max_message_chars: int,
+    image_token_bound: int,
+    identify: Identify | None = None,
+) -> ChatParams:
+    """Decode, check and translate a ``POST /v1/messages`` body, or raise the ``ApiError``
+    saying why not (nothing is reserved before). ``identify``: the requesting account's
+    ``safety_identifier``, given the client's ``metadata.user_id`` (as on chat)."""
+    req = decode_json(body, MessagesRequest)
+    alias = enabled_alias(aliases, req.model)
+    stop = req.stop_sequences or []
+    if len(stop) > MAX_STOP_SEQUENCES:
+        raise invalid_value(
+            "stop_sequences",
+            f"svc takes at most {MAX_STOP_SEQUENCES} stop sequences; {len(stop)} were sent.",
+        )
+    metadata = req.metadata if req.metadata not in (UNSET, None) else None
+    user_id = metadata.user_id if metadata is not None else None
+    chat = _chat_request(req, max_messages=max_messages, max_message_chars=max_message_chars)
+    chat = msgspec.structs.replace(
+        chat,
+        temperature=DEFAULT_TEMPERATURE if req.temperature in (UNSET, None) else req.temperature,
+        top_p=req.top_p,
+        stop=stop or UNSET,
+        safety_identifier=user_id if isinstance(user_id, str) and user_id else UNSET,
+    )
+    return _resolve(
+        chat,
+        aliases,
+        alias,
+        body_size=len(body),
+        output_limit=req.max_tokens,
+        image_token_bound=image_token_bound,
+        identify=identify,
+    )
+
+
+def parse_count_tokens_request(
+    body: bytes,
+    aliases: dict[str, Alias],
+    *,
+    max_messages: int,
+    max_message_chars: int,
+    image_token_bound: int,
+) -> ChatParams:
+    """A ``POST /v1/messages/count_tokens`` body, checked and translated as a Messages
+    request is (the output settings aside: ``max_tokens`` is not needed)."""
+    req = decode_json(body, CountTokensRequest)
+    alias = enabled_alias(aliases, req.model)
+    chat = _chat_request(req, max_messages=max_messages, max_message_chars=max_message_chars)
+    return _resolve(
+        chat,
+        aliases,
+        alias,
+        body_size=len(body),
+        output_limit=None,
+        image_token_bound=image_token_bound,
+        identify=None,
+    )
+
+
+def count_tokens(params: ChatParams) -> CountTokensResponse:
+    """What ``count_tokens`` answers: the prompt tokens svc reserves for (and bills at the
+    most), the bound of the request's prompt."""
+    return CountTokensResponse(input_tokens=params.prompt_token_bound)
+
+
+def _resolve(
+    chat: ChatRequest,
+    aliases: dict[str, Alias],
+    alias: Alias,
+    *,
+    body_size: int,
+    output_limit: int | None,
+    image_token_bound: int,
+    identify: Identify | None,
+) -> ChatParams:
+    return resolve_params(
+        chat,
+        aliases,
+        alias,
+        body_size=body_size,
+        output_limit=output_limit,
+        limit_param="max_tokens",
+        image_token_bound=image_token_bound,
+        include_usage=True,  # message_delta always reports the usage
+        api=API_MESSAGES,
+        identify=identify,
+    )
+
+
+def _chat_request(
+    req: CountTokensRequest, *, max_messages: int, max_message_chars: int
+) -> ChatRequest:
+    """The chat request of ``req``'s conversation and tools (no sampling settings yet)."""
+    _refuse_server_state(req)
+    if not req.messages:
+        raise invalid_value("messages", "'messages' must contain at least one message.")
+    if len(req.messages) > max_messages:
+        raise invalid_value("messages", f"'messages' may hold at most {max_messages} messages.")
+    messages = _system(req.system)
+    if messages and len(message_text(messages[0])) > max_message_chars:
+        raise invalid_value(
+            "system", f"The system prompt may hold at most {max_message_chars} characters."
+        )
+    for i, turn in enumerate(req.messages):
+        start = len(messages)
+        _add_turn(messages, turn, f"messages[{i}]")
+        for message in messages[start:]:
+            if len(message_text(message)) > max_message_chars:
+                raise invalid_value(
+                    f"messages[{i}].content",
+                    f"A message may hold at most {max_message_chars} characters.",
+                )
+    if len(messages) > max_messages:
+        raise invalid_value(
+            "messages", f"'messages' may hold at most {max_messages} messages (as translated)."
+        )
+    tools = _tools(req.tools or [])
+    choice, parallel = _tool_choice(req.tool_choice, bool(tools))
+    chat = ChatRequest(
+        model=req.model,
+        messages=messages,
+        tools=tools or UNSET,
+        tool_choice=choice,
+        parallel_tool_calls=parallel,
+    )
+    check_tool_choice(chat)
+    return chat
+
+
+def _refuse_server_state(req: CountTokensRequest) -> None:
+    if req.mcp_servers:
+        raise invalid_value(
+            "mcp_servers",
+            "svc does not connect to MCP servers: give their tools as client tools in 'tools'.",
+        )
+    if req.container not in (UNSET, None):
+        raise invalid_value(
+            "container", "svc runs no containers (code execution is a server tool)."
+        )
+
+
+# -- the conversation -----------------------------------------------------------------------
+
+
+def _system(system: str | list[TextBlock] | object) -> list[Message]:
+    if isinstance(system, str):
+        return [Message(role="system", content=system)] if system else []
+    if isinstance(system, list) and system:
+        return [Message(role="system", content=[TextPart(text=b.text) for b in system])]
+    return []
+
+
+def _add_turn(messages: list[Message], turn: MessageParam, where: str) -> None:
+    content = turn.content
+    if isinstance(content, str):
+        if not content and turn.role == "user":
+            raise invalid_value(f"{where}.content", "A user turn's content must not be empty.")
+        messages.append(Message(role=turn.role, content=content))
+        return
+    if not content:
+        raise invalid_value(f"{where}.content", "A turn's content must not be empty.")
+    if turn.role == "system":
+        messages.append(_system_turn(content, where))
+    elif turn.role == "assistant":
+        messages.append(_assistant(content, where))
+    else:
+        _add_user_turn(messages, content, where)
+
+
+def _system_turn(blocks: list[Block], where: str) -> Message:
+    """A system turn among the others: its text blocks, as a system message in its place."""
+    parts: list[ContentPart] = []
+    for j, block in enumerate(blocks):
+        if not isinstance(block, TextBlock):
+            raise invalid_value(
+                f"{where}.content[{j}].type",
+                f"A system turn holds text blocks only, not '{_block_type(block)}'.",
+            )
+        parts.append(TextPart(text=block.text))
+    return Message(role="system", content=parts)
+
+
+def _assistant(blocks: list[Block], where: str) -> Message:
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    for j, block in enumerate(blocks):
+        if isinstance(block, TextBlock):
+            texts.append(block.text)
+        elif isinstance(block, ToolUseBlock):
+            arguments = msgspec.json.encode(block.input).decode()
+            calls.append(ToolCall(id=block.id, function=FunctionCall(block.name, arguments)))
+        elif not isinstance(block, ThinkingBlock | RedactedThinkingBlock):
+            raise invalid_value(
+                f"{where}.content[{j}].type",
+                "An assistant turn holds text, tool_use and thinking blocks; "
+                f"'{_block_type(block)}' blocks belong in a user turn.",
+            )
+    text = "".join(texts)
+    if calls:
+        return Message(role="assistant", content=text or None, tool_calls=calls)
+    return Message(role="assistant", content=text)
+
+
+def _add_user_turn(messages: list[Message], blocks: list[Block], where: str) -> None:
+    """The turn's tool results as tool messages, then the rest as one user message."""
+    parts: list[ContentPart] = []
+    carried: list[ContentPart] = []  # what tool results hold besides text
+    results: list[Message] = []
+    for j, block in enumerate(blocks):
+        at = f"{where}.content[{j}]"
+        if isinstance(block, ToolResultBlock):
+            results.append(_tool_result(block, at, carried))
+        elif isinstance(block, TextBlock):
+            parts.append(TextPart(text=block.text))
+        elif isinstance(block, ImageBlock):
+            parts.append(_image(block, at))
+        elif isinstance(block, DocumentBlock):
+            parts.extend(_document(block, at))
+        else:
+            raise invalid_value(
+                f"{at}.type",
+                f"'{_block_type(block)}' blocks belong in an assistant turn; a user turn holds "
+                "text, image, document and tool_result blocks.",
+            )
+    messages.extend(results)
+    if carried or parts:
+        messages.append(Message(role="user", content=carried + parts))
+
+
+def _tool_result(block: ToolResultBlock, where: str, carried: list[ContentPart]) -> Message:
+    """A tool message of the result's text; its images and documents go to ``carried``."""
+    content = block.content
+    if isinstance(content, str):
+        return Message(role="tool", tool_call_id=block.tool_use_id, content=content)
+    texts = []
+    for k, item in enumerate(content):
+        at = f"{where}.content[{k}]"
+        if isinstance(item, TextBlock):
+            texts.append(item.text)
+        elif isinstance(item, ImageBlock):
+            carried.append(_image(item, at))
+        else:
+            carried.extend(_document(item, at))
+    return Message(role="tool", tool_call_id=block.tool_use_id, content="\n".join(texts))
+
+
+def _image(block: ImageBlock, where: str) -> ImagePart:
+    source = block.source
+    if isinstance(source, Base64Image):
+        if _decoded_size(source.data) > MAX_IMAGE_BYTES:
+            raise invalid_value(
+                f"{where}.source.data",
+                f"An image may hold at most {MAX_IMAGE_BYTES // (1024 * 1024)} MB.",
+            )
+        url = f"data:{source.media_type};base64,{source.data}"
+        return ImagePart(image_url=ImageUrl(url=url))
+    if isinstance(source, UrlSource):
+        if not source.url.startswith(("https://", "http://")):
+            raise invalid_value(f"{where}.source.url", "An image URL must be an http(s) URL.")
+        return ImagePart(image_url=ImageUrl(url=source.url))
+    raise invalid_value(f"{where}.source", _NO_FILES)
+
+
+def _document(block: DocumentBlock, where: str) -> list[ContentPart]:
+    source = block.source
+    parts: list[ContentPart]
+    if isinstance(source, Base64Pdf):
+        name = block.title if isinstance(block.title, str) and block.title else DEFAULT_PDF_NAME
+        data = f"data:application/pdf;base64,{source.data}"
+        parts = [FilePart(file=FileRef(file_data=data, filename=name))]
+    elif isinstance(source, PlainTextSource):
+        parts = [TextPart(text=source.data)]
+    elif isinstance(source, ContentSource):
+        content = source.content
+        if isinstance(content, str):
+            parts = [TextPart(text=content)]
+        else:
+            parts = [
+                TextPart(text=item.text)
+                if isinstance(item, TextBlock)
+                else _image(item, f"{where}.source.content[{k}]")
+                for k, item in enumerate(content)
+            ]
+    elif isinstance(source, UrlSource):
+        raise invalid_value(
+            f"{where}.source",
+            "svc does not fetch documents: send the PDF as a base64 source, or the text.",
+        )
+    else:
+        assert isinstance(source, FileSource)
+        raise invalid_value(f"{where}.source", _NO_FILES)
+    if isinstance(block.context, str) and block.context:
+        parts.append(TextPart(text=block.context))
+    return parts
+
+
+def _decoded_size(data: str) -> int:
+    """The bytes base64 ``data`` decodes to (its padding aside)."""
+    return len(data) * 3 // 4 - data[-2:].count("=")
+
+
+def _block_type(block: Block) -> str:
+    return str(block.__struct_config__.tag)
+
+
+# -- tools ----------------------------------------------------------------------------------
+
+
+def _tools(tools: list[ToolParam]) -> list[Tool]:
+    out = []
+    for i, tool in enumerate(tools):
+        if tool.type not in (UNSET, None, "custom"):
+            raise invalid_value(
+                f"tools[{i}].type",
+                f"svc serves client tools only; '{str(tool.type)[:64]}' is a server tool, "
+                "which svc does not run.",
+            )
+        if not isinstance(tool.input_schema, dict):
+            raise invalid_value(f"tools[{i}].input_schema", "A tool needs 'input_schema'.")
+        fields: dict[str, object] = {"name": tool.name, "parameters": tool.input_schema}
+        if isinstance(tool.description, str):
+            fields["description"] = tool.description
+        try:
+            definition = msgspec.convert(fields, FunctionDefinition)
+        except msgspec.ValidationError:
+            raise invalid_value(
+                f"tools[{i}].name",
+                "A tool's name is 1 to 64 letters, digits, underscores or hyphens.",
+            ) from None
+        out.append(Tool(function=definition))
+    return out
+
+
+def _tool_choice(
+    choice: ToolChoiceParam | object, has_tools: bool
+) -> tuple[ToolChoice | msgspec.UnsetType, bool | msgspec.UnsetType]:
+    """The chat request's ``tool_choice`` and ``parallel_tool_calls``."""
+    if not isinstance(choice, ToolChoiceParam):
+        return UNSET, UNSET
+    parallel: bool | msgspec.UnsetType = UNSET
+    if choice.disable_parallel_tool_use is True and has_tools:
+        parallel = False
+    if choice.type == "any":
+        return "required", parallel
+    if choice.type == "tool":
+        if not isinstance(choice.name, str):
+            raise invalid_value("tool_choice.name", "A tool_choice of type 'tool' needs 'name'.")
+        return NamedToolChoice(function=NamedFunction(name=choice.name)), parallel
+    if not has_tools:
+        return UNSET, UNSET  # auto and none say nothing without tools
+    return choice.type, parallel
