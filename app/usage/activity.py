@@ -29,7 +29,7 @@ CSV_PAGE = MAX_LIMIT  # rows read per statement while a CSV export streams
 class ActivityItem(msgspec.Struct, kw_only=True):
     """One settled request, as the client saw it in its metadata chunk and more."""
 
-    id: str  # chatcmpl-svc-… / resp_svc_…; rsv_… for a request swept after its worker died
+    id: str  # chatcmpl-svc-… / resp_svc_… / msg_svc_…; rsv_… when swept after its worker died
     object: Literal["request.activity"] = "request.activity"
     created: int  # unix seconds the request started
     key_id: str

@@ -28,9 +28,9 @@ from app.kv.layout import KeySpace, as_text
 from app.store import ActivityRecord, Store
 from app.usage.flusher import activity_row
 
-ID_PREFIXES = ("chatcmpl-svc-", "resp_svc_", "rsv_")
-"""What an activity id starts with: a chat completion's, a response's, or (swept) a
-reservation's."""
+ID_PREFIXES = ("chatcmpl-svc-", "resp_svc_", "msg_svc_", "rsv_")
+"""What an activity id starts with: a chat completion's, a response's, a message's (the
+Messages API's), or (swept) a reservation's."""
 MAX_ID_CHARS = 128  # longer than any of them
 _ID_CHARS = frozenset(string.ascii_letters + string.digits + "_-")
 SCAN_PAGE = 100
@@ -45,7 +45,7 @@ class Receipt(msgspec.Struct, kw_only=True):
     """One settled request: its activity row (``ActivityItem``), with its environment, its
     total tokens, and which pool its credits came from."""
 
-    id: str  # chatcmpl-svc-… / resp_svc_…; rsv_… for a request swept after its worker died
+    id: str  # chatcmpl-svc-… / resp_svc_… / msg_svc_…; rsv_… when swept after its worker died
     object: Literal["request.receipt"] = "request.receipt"
     created: int  # unix seconds the request started
     key_id: str

@@ -262,6 +262,7 @@ def test_usage_as_csv_parses_and_equals_the_json(server: Server, group_by: str |
         ("/chat/completions", {"model": "svc-fast", "messages": MSG}),
         ("/chat/completions", {"model": "svc-code", "messages": MSG}),
         ("/responses", {"model": "svc-fast", "input": "hi"}),
+        ("/messages", {"model": "svc-fast", "max_tokens": 64, "messages": MSG}),
     ]:
         assert httpx.post(f"{server.base_url}{path}", json=body, headers=headers).is_success
     query = "days=3" + (f"&group_by={group_by}" if group_by else "")
@@ -282,9 +283,32 @@ def test_usage_as_csv_parses_and_equals_the_json(server: Server, group_by: str |
             for d in as_json["daily"]
             for g in d["groups"]
         ]
-        assert {r["api"] for r in rows} == {"chat", "responses"}
+        assert {r["api"] for r in rows} == {"chat", "responses", "messages"}
     assert rows == expected
     assert len(as_json["daily"]) == 3
+
+
+def test_a_messages_request_is_told_apart_in_activity_and_its_receipt(server: Server) -> None:
+    """A request through the Messages API is `messages` in the activity list and in its
+    receipt (by the message's own id), charged what its message_stop said."""
+    pid = server.new_account(100_000)
+    key = server.new_key(pid)
+    headers = {"x-api-key": key}
+    body = {"model": "svc-fast", "max_tokens": 64, "messages": MSG}
+    r = httpx.post(f"{server.base_url}/messages", json=body, headers=headers)
+    events = [json.loads(line[6:]) for line in r.text.split("\n") if line.startswith("data: ")]
+    message_id = events[0]["message"]["id"]
+    credits = events[-1]["svc"]["credits_used"]
+    auth = {"authorization": f"Bearer {key}"}
+    receipt = httpx.get(f"{server.base_url}/activity/{message_id}", headers=auth).json()
+    assert (receipt["api"], receipt["credits_used"]) == ("messages", credits)
+    deadline = time.monotonic() + 30
+    while True:  # the flusher writes the row within a second or two
+        rows = httpx.get(f"{server.base_url}/activity", headers=auth).json()["data"]
+        if rows or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert [(row["id"], row["api"]) for row in rows] == [(message_id, "messages")]
 
 
 def test_an_unknown_format_is_a_400_naming_it(server: Server) -> None:

@@ -257,7 +257,7 @@ async def test_an_id_svc_never_makes_is_not_looked_up(
     for bad in ("", "chatcmpl-1", "key_abc", "chatcmpl-svc-1 2", "rsv_" + "a" * 200, "rsv_ä"):
         assert not is_activity_id(bad)
         await _not_found(receipts, PID, bad, None)
-    for good in ("chatcmpl-svc-7012", "resp_svc_9c1e0f", "rsv_4fJ2kQ9zLm0aBcDe"):
+    for good in ("chatcmpl-svc-7012", "resp_svc_9c1e0f", "msg_svc_02ab", "rsv_4fJ2kQ9zLm0aBcDe"):
         assert is_activity_id(good)
 
 
