@@ -95,6 +95,7 @@ class Completion(Relay, Settling):
         self._unsent = b""
         self._settling = None
         self._provider_name = ""  # the upstream's, once connected (for its metrics and logs)
+        self.failovers = 0  # the candidates that failed before the one that served (connect)
         self._stop = None
         self._left_at = 0.0
         self._left_timer = None
@@ -133,6 +134,7 @@ class Completion(Relay, Settling):
                     raise ApiError(ErrorKind.INVALID_VALUE, exc.reason) from exc
                 continue
             METRICS.attempt_served(provider_name)
+            self.failovers = n  # each candidate before this one failed and was passed over
             self._provider_name = provider_name
             self._pieces = pieces
             self._first = first

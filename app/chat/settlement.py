@@ -121,6 +121,7 @@ class Settling:
     created: int
     started: float
     first_output_at: float
+    failovers: int  # the upstreams failed over from before the one that served
     usage: Usage | None
     tokens_received: int
     _texts: list[str]
@@ -183,6 +184,7 @@ class Settling:
             tokens=tokens,
             outcome=outcome,
             served=self._served(),
+            failovers=self.failovers,
             response=self._response,
         )
         if settled.status is ScriptStatus.OK:

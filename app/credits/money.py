@@ -335,12 +335,14 @@ class Money:
         outcome: str,
         only_if_expired: bool = False,
         served: Served = NOTHING_SERVED,
+        failovers: int = 0,
         response: RecordedResponse | None = None,
     ) -> Settlement:
         """Close a reservation at its actual cost; a second call changes nothing. settle.lua
         works the cost out from ``tokens`` at ``rates`` (nothing for released and swept),
         never more than the hold: the reply's ``credits_used``. ``served``: what its
-        activity row tells. For a request with an Idempotency-Key,
+        activity row tells; ``failovers``: the upstreams the request failed over from
+        before one served (its row's too). For a request with an Idempotency-Key,
         ``response`` is what its record keeps (None: not kept).
 
         Like ``reserve``, a settle that Redis runs after this worker stopped waiting for it
@@ -374,6 +376,7 @@ class Money:
             tokens.cached,
             tokens.cache_writes,
             tokens.reasoning,
+            failovers,
         ]
         if hold.idempotency is not None:
             keys.append(hold.idempotency)

@@ -282,6 +282,7 @@ class EventField:
     CACHED_TOKENS: Final = "cached_tokens"
     CACHE_WRITE_TOKENS: Final = "cache_write_tokens"
     REASONING_TOKENS: Final = "reasoning_tokens"
+    FAILOVERS: Final = "failovers"  # usage, only when not 0: upstreams failed over from
     BALANCE: Final = "balance"  # low: the balance left
     LOW: Final = "low"  # low: the account's threshold
     LEVEL: Final = "level"  # cap: 50, 80 or 100 (%)
@@ -321,6 +322,7 @@ class UsageEvent(msgspec.Struct, frozen=True):
     cached_tokens: int = 0  # of prompt_tokens, read from the upstream's cache
     cache_write_tokens: int = 0  # of prompt_tokens, written to it (reported apart)
     reasoning_tokens: int = 0  # of completion_tokens
+    failovers: int = 0  # upstreams that failed before their first piece, then the next one
 
 
 class ExpiryEvent(msgspec.Struct, frozen=True):
@@ -410,4 +412,5 @@ def parse_event(entry_id: Any, fields: Any) -> StreamEvent:
         cached_tokens=int(f.get(EventField.CACHED_TOKENS, 0)),
         cache_write_tokens=int(f.get(EventField.CACHE_WRITE_TOKENS, 0)),
         reasoning_tokens=int(f.get(EventField.REASONING_TOKENS, 0)),
+        failovers=int(f.get(EventField.FAILOVERS, 0)),
     )

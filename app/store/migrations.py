@@ -251,6 +251,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         # The most credits one request of a key may hold and be charged (NULL: no ceiling).
         ("ALTER TABLE api_keys ADD COLUMN max_credits_per_request BIGINT",),
     ),
+    (
+        16,
+        # A request's receipt tells the upstreams it failed over from before one served, as
+        # its usage event says (NULL: a row written before, or a swept request: not known).
+        ("ALTER TABLE activity ADD COLUMN failovers BIGINT",),
+    ),
 )
 
 CREATE_SCHEMA_MIGRATIONS = (

@@ -141,6 +141,10 @@ class ActivityRecord(msgspec.Struct, frozen=True, kw_only=True):
     cached_tokens: int | None = None
     cache_write_tokens: int | None = None
     reasoning_tokens: int | None = None
+    # the upstreams that failed before their first piece, each followed by the next
+    # candidate, before the one that served (0: the first served); None: not known (a
+    # swept request, or a row written before svc kept it)
+    failovers: int | None = None
 
 
 class ActivityQuery(msgspec.Struct, frozen=True, kw_only=True):

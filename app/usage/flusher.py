@@ -114,7 +114,8 @@ def activity_row(shard: int, e: UsageEvent) -> ActivityRecord:
     """A usage event as its activity row, keyed by its shard and stream id. A request whose
     response id is unknown (swept: its worker stopped before settling) is named by its
     reservation; one whose start is unknown (an event from before the field) by its settle
-    time."""
+    time. Its failovers are not known when nothing served is (swept: its worker stopped
+    before it could tell)."""
     return ActivityRecord(
         event_key=f"{shard}:{e.id}",
         account_pid=e.account_pid,
@@ -136,6 +137,7 @@ def activity_row(shard: int, e: UsageEvent) -> ActivityRecord:
         cached_tokens=e.cached_tokens,
         cache_write_tokens=e.cache_write_tokens,
         reasoning_tokens=e.reasoning_tokens,
+        failovers=e.failovers if e.served.response_id else None,
     )
 
 

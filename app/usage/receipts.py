@@ -69,6 +69,10 @@ class Receipt(msgspec.Struct, kw_only=True):
     # taken (a test key), or not known (a row written before svc kept the split)
     earned_credits: int | None
     purchased_credits: int | None
+    # the upstreams that failed before their first output, each followed by the next
+    # candidate, before the one that served (0: the first served); None: not known (a
+    # swept request, or a row written before svc kept it)
+    failovers: int | None
     ttfb_ms: int  # from the request's arrival to its first output
     duration_ms: int  # from the request's arrival to its settlement
 
@@ -95,6 +99,7 @@ def receipt(row: ActivityRecord) -> Receipt:
         credits_used=row.credits_used,
         earned_credits=earned,
         purchased_credits=None if earned is None else row.credits_used - earned,
+        failovers=row.failovers,
         ttfb_ms=row.ttfb_ms,
         duration_ms=row.duration_ms,
     )

@@ -2,7 +2,10 @@
 receipt is there as its stream ends (read from the usage stream: the activity list is
 still empty), equals what its metadata chunk said, and is the same once ``svc admin
 flush`` has written its row, which it equals too. Only the owning account, in the key's
-environment, sees it; the operator sees it too."""
+environment, sees it; the operator sees it too. A request whose first upstream failed
+before its first token and whose second served it says so (``failovers``), before and
+after the flush, and a replay of it (its Idempotency-Key) settles nothing and leaves its
+receipt as it was."""
 
 from __future__ import annotations
 
@@ -16,7 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
+from bench.mock_upstream import MockProcess, start_in_subprocess
 from tests.e2e.conftest import ROOT, Server, start_server
+from tests.e2e.test_upstreams import models_file
 from tests.support.processes import stop_process
 
 pytestmark = pytest.mark.e2e
@@ -28,6 +33,33 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A server whose flushers never run while the tests do (``flush`` writes the rows)."""
     env = {"SVC_FLUSH_INTERVAL_S": "3600"}
     srv = start_server(tmp_path_factory.mktemp("receipts"), workers=2, extra_env=env)
+    try:
+        yield srv
+    finally:
+        stop_process(srv.process)
+
+
+@pytest.fixture(scope="module")
+def mock() -> Iterator[MockProcess]:
+    process = start_in_subprocess(chunks=5)
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def failing_over(tmp_path_factory: pytest.TempPathFactory, mock: MockProcess) -> Iterator[Server]:
+    """A server (flushers waiting an hour, as ``site``) whose svc-code is served by the mock
+    upstream: first a model that answers 500, then one that answers."""
+    tmp = tmp_path_factory.mktemp("failover-receipts")
+    path = models_file(
+        tmp / "models.toml", mock.base_url, {"svc-code": ["code-fail500", "code-good"]}
+    )
+    env = {
+        "SVC_FLUSH_INTERVAL_S": "3600",
+        "SVC_MODELS_FILE": str(path),
+        "MOCK_API_KEY": "mock-provider-key",
+    }
+    srv = start_server(tmp, extra_env=env)
     try:
         yield srv
     finally:
@@ -111,6 +143,7 @@ def test_a_receipt_is_there_as_the_stream_ends_and_is_the_activity_row(site: Ser
         "credits_used": saw["credits_used"],
         "earned_credits": saw["credits_used"],  # earned first: it expires
         "purchased_credits": 0,
+        "failovers": 0,  # the simulated upstream served it first
         "ttfb_ms": receipt["ttfb_ms"],
         "duration_ms": receipt["duration_ms"],
     }
@@ -178,3 +211,67 @@ def test_a_response_has_its_receipt(site: Server) -> None:
     )
     assert receipt["credits_used"] == response["svc"]["credits_used"]
     assert receipt["purchased_credits"] == receipt["credits_used"]
+
+
+def _seen(mock: MockProcess) -> dict[str, int]:
+    stats = httpx.get(mock.base_url.removesuffix("/v1") + "/_stats", timeout=10).json()
+    return dict(stats["seen_models"])
+
+
+def _failed_over_chat(srv: Server, key: str, idempotency_key: str) -> tuple[str, dict[str, Any]]:
+    """A streamed svc-code completion (the mock's 500, then its answer): its id and its
+    last chunk's ``svc`` object."""
+    body = {"model": "svc-code", "messages": MSG, "stream": True}
+    headers = {**_h(key), "idempotency-key": idempotency_key}
+    r = httpx.post(f"{srv.base_url}/chat/completions", json=body, headers=headers, timeout=30)
+    assert r.status_code == 200, r.text
+    chunks = [json.loads(e[6:]) for e in r.text.split("\n\n") if e.startswith("data: {")]
+    return chunks[-1]["id"], chunks[-1]["svc"]
+
+
+def test_a_request_that_failed_over_says_so_before_and_after_the_flush(
+    failing_over: Server, mock: MockProcess
+) -> None:
+    pid = failing_over.new_account(100_000)
+    _, key = _key(failing_over, pid)
+    before = _seen(mock)
+    chat_id, svc = _failed_over_chat(failing_over, key, "failover-receipt-1")
+    seen = _seen(mock)
+    for model in ("code-fail500", "code-good"):
+        assert seen[model] == before.get(model, 0) + 1, model  # tried in order, once each
+    # the metadata object's fields are the contract's: the count is not one of them
+    assert "failovers" not in svc
+    body = {"model": "svc-code", "input": "hi", "stream": True}
+    r = httpx.post(f"{failing_over.base_url}/responses", json=body, headers=_h(key), timeout=30)
+    assert r.status_code == 200, r.text
+    response_id = next(
+        json.loads(line[6:])["response"]["id"]
+        for line in r.text.splitlines()
+        if line.startswith("data: {") and '"response.completed"' in line
+    )
+
+    early = {i: _receipt(failing_over, key, i) for i in (chat_id, response_id)}
+    assert [e.status_code for e in early.values()] == [200, 200], [e.text for e in early.values()]
+    receipts = {i: e.json() for i, e in early.items()}
+    assert [(r["api"], r["failovers"]) for r in receipts.values()] == [
+        ("chat", 1),
+        ("responses", 1),
+    ]
+    assert receipts[chat_id]["credits_used"] == svc["credits_used"]
+    listed = httpx.get(f"{failing_over.base_url}/activity", headers=_h(key)).json()
+    assert listed["data"] == []  # from the usage stream: not flushed yet
+
+    # sent again with its Idempotency-Key: replayed, not served nor settled again
+    seen = _seen(mock)
+    again_id, again_svc = _failed_over_chat(failing_over, key, "failover-receipt-1")
+    assert (again_id, again_svc) == (chat_id, svc)
+    assert _seen(mock) == seen
+    assert _receipt(failing_over, key, chat_id).json() == receipts[chat_id]
+
+    _flush(failing_over)
+    rows = httpx.get(f"{failing_over.base_url}/activity", headers=_h(key)).json()["data"]
+    assert sorted(row["id"] for row in rows) == sorted(receipts)  # one row each: no replay's
+    for activity_id, receipt in receipts.items():
+        assert _receipt(failing_over, key, activity_id).json() == receipt  # from the store
+        operator = failing_over.admin("GET", f"/accounts/{pid}/activity/{activity_id}")
+        assert operator.json() == receipt

@@ -39,10 +39,13 @@ ARGV[13] output_price       credits per 1,000 completion tokens
 ARGV[14] cached_tokens      the prompt tokens the upstream read from its cache
 ARGV[15] cache_write_tokens the prompt tokens the upstream wrote to its cache (reported apart)
 ARGV[16] reasoning_tokens   the completion tokens spent reasoning (recorded, priced as output)
-ARGV[17] record             (with KEYS[8]) body: ARGV[18..20] are the response, with the
-                            credits charged between 18 and 19 and the balance after between
-                            19 and 20; unrecorded: the response was not kept (too large, cut)
-ARGV[18..20]                (with record = body) the response's parts
+ARGV[17] failovers          the upstreams that failed before their first piece, each followed
+                            by the next candidate, before the one that served (0: the first
+                            served; recorded, not priced)
+ARGV[18] record             (with KEYS[8]) body: ARGV[19..21] are the response, with the
+                            credits charged between 19 and 20 and the balance after between
+                            20 and 21; unrecorded: the response was not kept (too large, cut)
+ARGV[19..21]                (with record = body) the response's parts
 
 The charge, here and nowhere else (docs/api.md, "Pricing"): nothing for released and swept;
 otherwise, with cached = min(cached_tokens, prompt_tokens), writes = min(cache_write_tokens,
@@ -84,13 +87,14 @@ flight, which may lift the balance above it for a moment while it is spent down,
 Events appended to KEYS[7] (the flusher makes them durable):
   usage   {rid, acct, kid, env, alias, requested, day, prompt_tokens, completion_tokens,
            credits, earned (the part of credits paid from the earned pool), outcome, ts, api,
-           served; cached_tokens, cache_write_tokens, reasoning_tokens only when not 0}
+           served; cached_tokens, cache_write_tokens, reasoning_tokens, failovers only
+           when not 0}
            unless outcome is released; api is chat for a reservation that recorded none
   expire  {kind expire, acct, credits, ts} when a live settle finds the earned pool expired:
            credits = the pool it zeroes plus the earned part of the hold it does not return
   (app.kv.fields.EventField: RESERVATION, ACCOUNT, KEY, ENVIRONMENT, ALIAS, REQUESTED, DAY,
   PROMPT_TOKENS, COMPLETION_TOKENS, CREDITS, EARNED, OUTCOME, TS, API, SERVED, CACHED_TOKENS,
-  CACHE_WRITE_TOKENS, REASONING_TOKENS; KIND, BALANCE,
+  CACHE_WRITE_TOKENS, REASONING_TOKENS, FAILOVERS; KIND, BALANCE,
   LOW for low; KIND, ACCOUNT, CREDITS, TS for expire)
 ]]
 --- @include "lib/checks.lua"
@@ -114,7 +118,8 @@ local output_price = count(13, 'output_price')
 local cached = math.min(count(14, 'cached_tokens'), pt)
 local writes = math.min(count(15, 'cache_write_tokens'), pt - cached)
 local reasoning = math.min(count(16, 'reasoning_tokens'), ct)
-if idem then record = one_of(17, 'record', {body = true, unrecorded = true}) end
+local failovers = count(17, 'failovers')
+if idem then record = one_of(18, 'record', {body = true, unrecorded = true}) end
 
 local r = redis.call('HMGET', KEYS[1], 'amount', 'fe', 'fp', 'env', 'deadline',
   'acct', 'kid', 'alias', 'requested', 'day', 'egen', 'api')
@@ -193,7 +198,7 @@ if outcome ~= 'released' then
     'credits', used, 'earned', used_earned, 'outcome', outcome, 'ts', now, 'api', api,
     'served', served}
   for _, part in ipairs({{'cached_tokens', cached}, {'cache_write_tokens', writes},
-      {'reasoning_tokens', reasoning}}) do
+      {'reasoning_tokens', reasoning}, {'failovers', failovers}}) do
     if part[2] > 0 then
       event[#event + 1] = part[1]
       event[#event + 1] = part[2]
@@ -221,8 +226,8 @@ if idem and redis.call('HGET', idem, 'rid') == rid then
     redis.call('DEL', idem)
   elseif record == 'body' then
     redis.call('HSET', idem, 'state', 'done',
-      'body', ARGV[18] .. string.format('%d', used) .. ARGV[19] ..
-        string.format('%d', balance) .. ARGV[20])
+      'body', ARGV[19] .. string.format('%d', used) .. ARGV[20] ..
+        string.format('%d', balance) .. ARGV[21])
   else
     redis.call('HSET', idem, 'state', 'unrecorded')
   end

@@ -95,6 +95,7 @@ def _calls(ledger: Ledgers, ident: Identity, now: int) -> dict[str, tuple[list[s
                 2,
                 4,
                 1,
+                1,
                 "body",
                 "a",
                 "b",
@@ -130,7 +131,7 @@ def _calls(ledger: Ledgers, ident: Identity, now: int) -> dict[str, tuple[list[s
 
 NUMERIC = {
     "reserve": [0, 4, 5, 6, 7, 8, 9, 13, 15, 17, 19],
-    "settle": [0, 2, 3, 4, 7, 9, 10, 11, 12, 13, 14, 15],
+    "settle": [0, 2, 3, 4, 7, 9, 10, 11, 12, 13, 14, 15, 16],
     "extend": [1],
     "grant": [0, 2, 3, 4, 5, 6],
     "open_account": [0, 1, 2],
@@ -143,7 +144,7 @@ NUMERIC = {
 }
 WORDS = {  # arguments from a fixed set, and a wrong value for each
     "reserve": [(16, "completions"), (17, "")],
-    "settle": [(5, "paid"), (6, "2"), (8, "x" * 4097), (16, "maybe")],
+    "settle": [(5, "paid"), (6, "2"), (8, "x" * 4097), (17, "maybe")],
     "grant": [(1, "gold")],
     "open_account": [(3, "frozen")],
     "account_status": [(0, "paused"), (0, "")],

@@ -180,6 +180,7 @@ async def test_activity_rows_tell_what_settle_was_told_and_old_days_are_pruned(
             completion_tokens=3,
             outcome=("completed", "swept")[n],
             served=served,
+            failovers=1 - n,
         )
     flushers = [_flusher(redis, ledger, store, clock, activity_days=1) for _ in range(2)]
     await flushers[0].flush_all()
@@ -195,6 +196,7 @@ async def test_activity_rows_tell_what_settle_was_told_and_old_days_are_pruned(
         "completed",
         "kidF00000000",
     )
+    assert (served_row.failovers, swept.failovers) == (1, None)  # the sweeper knows none
     # the sweeper knows no response: the row is named by its reservation, timed by its settle
     assert (swept.id, swept.created, swept.usage_source, swept.outcome) == (
         "r1",

@@ -11,7 +11,8 @@ from app.chat.catalog import price
 from app.core.errors import ApiError, ErrorKind
 from app.credits.outcomes import Identity, Tokens
 from app.kv.client import RedisClient
-from app.kv.fields import Served
+from app.kv.fields import EventField, Served
+from app.kv.layout import as_text
 from app.store import ActivityRecord, Store
 from app.usage.flusher import Flusher
 from app.usage.receipts import Receipt, Receipts, is_activity_id, receipt
@@ -39,6 +40,7 @@ async def _settled(
     *,
     used: int = 5,
     served: Served | None = None,
+    failovers: int = 0,
 ) -> str:
     """One request of ``ident`` settled at ``used`` credits; its id (``chatcmpl-svc-<n>``)."""
     if served is None:
@@ -58,6 +60,7 @@ async def _settled(
         completion_tokens=used,
         outcome="completed",
         served=served,
+        failovers=failovers,
     )
     return served.response_id or hold.rid
 
@@ -98,6 +101,7 @@ async def test_a_receipt_is_read_from_the_stream_before_the_flusher_and_is_the_s
         credits_used=5,
         earned_credits=3,
         purchased_credits=2,
+        failovers=0,
         ttfb_ms=41,
         duration_ms=901,
     )
@@ -154,6 +158,28 @@ async def test_a_receipt_keeps_the_cached_cache_write_and_reasoning_tokens(
     assert (row.cached_tokens, row.cache_write_tokens, row.reasoning_tokens) == (600, 300, 40)
 
 
+async def test_a_receipt_tells_the_failovers_before_and_after_the_flush(
+    redis: RedisClient, ledger: Ledgers, store: Store, clock: Clock
+) -> None:
+    """The upstreams a request failed over from, as settle was told: from the usage stream
+    before the flusher has run, the same from the row after; 0 (the first upstream served)
+    is not written in the stream's entry, and reads as 0."""
+    await account(ledger, PID, purchased=1_000)
+    ident = await key(ledger, PID, KID)
+    twice = await _settled(ledger, ident, clock, 1, failovers=2)
+    first = await _settled(ledger, ident, clock, 2)
+    entries = await redis.xrange(ledger.layout.events(ident.shard))
+    written = [{as_text(k): as_text(v) for k, v in fields.items()} for _, fields in entries]
+    assert [e.get(EventField.FAILOVERS) for e in written] == ["2", None]
+    receipts = _receipts(ledger, store)
+    before = [await receipts.find(PID, i, "live") for i in (twice, first)]
+    assert [r.failovers for r in before] == [2, 0]
+    assert await _flusher(ledger, store, clock).flush_all() == 2
+    rows = [await store.get_activity(PID, i) for i in (twice, first)]
+    assert [r.failovers if r else "missing" for r in rows] == [2, 0]
+    assert [await receipts.find(PID, i, "live") for i in (twice, first)] == before
+
+
 async def test_only_the_owning_account_and_environment_see_a_receipt(
     ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
@@ -206,6 +232,7 @@ async def test_a_swept_request_is_found_by_its_reservation_and_a_served_one_is_n
         assert (swept.id, swept.outcome, swept.credits_used) == ("rsv_Swept0000001", "swept", 0)
         assert (swept.created, swept.ttfb_ms, swept.duration_ms) == (int(clock()), 0, 0)
         assert (swept.earned_credits, swept.purchased_credits) == (0, 0)
+        assert swept.failovers is None  # its worker stopped before it could tell
         # a request that was served is named by its response's id, never its reservation's
         await _not_found(receipts, PID, "rsv_R000001", "live")
         assert (await receipts.find(PID, served, "live")).outcome == "completed"
@@ -300,5 +327,6 @@ def test_a_row_from_before_the_split_was_kept_tells_no_split() -> None:
         usage_source="estimated",
     )
     assert (receipt(row).earned_credits, receipt(row).purchased_credits) == (None, None)
+    assert receipt(row).failovers is None  # not known either
     split = receipt(msgspec.structs.replace(row, earned_credits=1))
     assert (split.earned_credits, split.purchased_credits, split.total_tokens) == (1, 2, 3)

@@ -32,6 +32,12 @@ function paidFrom(receipt) {
   return `${number(receipt.earned_credits)} earned, ${number(receipt.purchased_credits)} purchased`;
 }
 
+/** A fact of a receipt that may be unknown (null: a request settled before svc kept it, or
+ * swept): none, else its number. */
+function known(label, value) {
+  return value === null || value === undefined ? [] : [[label, number(value)]];
+}
+
 /** A receipt as a list of facts, in the order a reader checks them. */
 function receiptFacts(receipt, keyNames) {
   const facts = [
@@ -41,8 +47,12 @@ function receiptFacts(receipt, keyNames) {
     ["Model", modelOf(receipt)],
     ["API", receipt.api],
     ["Outcome", h("span", { class: `badge ${receipt.outcome}` }, OUTCOMES[receipt.outcome] ?? receipt.outcome)],
+    ...known("Failovers", receipt.failovers),
     ["Input tokens", number(receipt.prompt_tokens)],
+    ...known("Cached input tokens", receipt.cached_tokens),
+    ...known("Cache-write tokens", receipt.cache_write_tokens),
     ["Output tokens", number(receipt.completion_tokens)],
+    ...known("Reasoning tokens", receipt.reasoning_tokens),
     ["Total tokens", `${number(receipt.total_tokens)} (${SOURCES[receipt.usage_source] ?? receipt.usage_source})`],
     ["Credits used", number(receipt.credits_used)],
     ["Paid from", paidFrom(receipt)],
