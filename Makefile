@@ -36,9 +36,14 @@ $(TEST_STAMP): $(RUNTIME_STAMP) requirements/test.lock
 	$(BIN)/python requirements/check.py 'svc[test]'
 	touch $@
 
-# The Node clients the client tests drive (tests/clients/node: the openai SDK and the Vercel AI
-# SDK), installed exactly as package-lock.json says; again only when the lock or package.json
-# changes (the stamp is inside node_modules, which npm ci deletes and writes anew).
+# The Node clients the client tests drive (tests/clients/node/package.json): the openai SDK, the
+# Anthropic SDK (@anthropic-ai/sdk), the Vercel AI SDK (ai) with its providers @ai-sdk/openai,
+# @ai-sdk/openai-compatible and @ai-sdk/anthropic, Claude Code (@anthropic-ai/claude-code), and
+# zod (the Vercel scripts' schemas) and gpt-tokenizer (token_counts.js). They are installed
+# exactly as package-lock.json says, again only when the lock or package.json changes (the
+# stamp is inside node_modules, which npm ci deletes and writes anew). Claude Code's install
+# downloads a native binary of about 400 MB (its optional package for this platform, such as
+# @anthropic-ai/claude-code-linux-x64): a fresh install takes that much time and disk.
 NODE_CLIENTS = tests/clients/node
 $(NODE_CLIENTS)/node_modules/.installed: $(NODE_CLIENTS)/package.json $(NODE_CLIENTS)/package-lock.json
 	bash tests/ensure-node.sh

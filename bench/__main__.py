@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", choices=sorted(PROFILES), default="default")
     run.add_argument("--workers", type=int, help="svc worker processes")
     run.add_argument("--concurrency", type=_ints, help="e.g. 1,10,50,200")
-    run.add_argument("--scenarios", type=_words, help="fast,responses,slow,tokens")
+    run.add_argument("--scenarios", type=_words, help="fast,responses,messages,slow,tokens")
     run.add_argument("--tokens-concurrency", type=_ints, help="tokens scenario, e.g. 200,1000")
     run.add_argument("--duration", type=float, help="measured seconds per point")
     run.add_argument("--warmup", type=float, help="warm-up seconds per point")

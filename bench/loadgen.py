@@ -4,10 +4,13 @@ C workers each send one streaming chat completion after another until the run's 
 up; requests that end during the warm-up are not measured. Every stream is parsed and its
 shape verified: through svc, svc's chunk rules (one id, role first, ``stop`` on the last
 content chunk, one metadata chunk with exactly the three ``svc`` fields, ``[DONE]``);
-direct to an upstream, OpenAI's (content chunks, ``[DONE]``).
+direct to an upstream, OpenAI's (content chunks, ``[DONE]``). svc's Responses API and
+Anthropic's Messages API (``api``) are checked by rules of their own (``ResponsesChecker``,
+``MessagesChecker``).
 
 Two clients: ``aiohttp`` (the fastest streaming client measured here) and ``openai``, the
-official SDK, for realism. Run it as ``python -m bench load …``; it prints one JSON object.
+official SDK, for realism (on the Messages API, Anthropic's SDK). Run it as ``python -m bench
+load …``; it prints one JSON object.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ class LoadConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_requests: int = 1_000_000  # a bound on the whole run, warm-up included
     timeout_s: float = 30.0  # per request
     client: str = "aiohttp"  # or "openai"
-    api: str = "chat"  # or "responses": POST /v1/responses (svc only)
+    api: str = "chat"  # or "responses" (POST /v1/responses), "messages" (POST /v1/messages)
     max_tokens: int | None = None
     extra_headers: dict[str, str] = {}
 
@@ -136,7 +139,8 @@ class StreamChecker:
         self.last_content_at = 0.0
         self.gaps: list[float] = []  # ms between consecutive chunks with content
 
-    def event(self, data: str) -> None:
+    def event(self, data: str, name: str | None = None) -> None:
+        """One event's data (and its ``event:`` name, which chat streams do not use)."""
         if self.done:
             raise StreamShapeError("data after [DONE]")
         if data == "[DONE]":
@@ -228,7 +232,7 @@ class ResponsesChecker(StreamChecker):
         super().__init__(svc=True)
         self.sequence = 0
 
-    def event(self, data: str) -> None:
+    def event(self, data: str, name: str | None = None) -> None:
         if self.done:
             raise StreamShapeError("event after the response ended")
         event = _decode_response_event(data)
@@ -262,8 +266,119 @@ class ResponsesChecker(StreamChecker):
         return int(self.meta["credits_used"])
 
 
+class _MessagesDelta(msgspec.Struct):
+    """A ``content_block_delta``'s delta or a ``message_delta``'s (the rest is skipped)."""
+
+    type: str = ""
+    text: str | None = None
+    stop_reason: str | None = None
+
+
+class _Message(msgspec.Struct):
+    id: str = ""
+
+
+class _MessagesEvent(msgspec.Struct):
+    """What the checker reads of one Messages API event (the rest is skipped)."""
+
+    type: str
+    index: int = -1
+    delta: _MessagesDelta | None = None
+    message: _Message | None = None
+    svc: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
+
+_decode_messages_event = msgspec.json.Decoder(_MessagesEvent).decode
+
+
+class MessagesChecker(StreamChecker):
+    """Checks one Messages API stream from svc (``POST /v1/messages``), as Anthropic's
+    clients read it: each event's ``event:`` name is its data's ``type``; ``message_start``
+    first, with a ``msg_svc_`` id; content blocks opened, filled and closed in order, each
+    non-empty ``text_delta`` a chunk with content; ``message_delta`` with ``stop_reason``
+    ``end_turn``; then ``message_stop`` with exactly the three svc fields, and nothing after
+    it. An ``error`` event fails the stream. (No ``[DONE]``: ``message_stop`` ends it.)"""
+
+    __slots__ = ("block", "blocks", "stop_reason")
+
+    def __init__(self) -> None:
+        super().__init__(svc=True)
+        self.blocks = 0  # content blocks opened so far
+        self.block = -1  # the open block's index (-1: none)
+        self.stop_reason: str | None = None
+
+    def event(self, data: str, name: str | None = None) -> None:
+        if self.done:
+            raise StreamShapeError("event after message_stop")
+        event = _decode_messages_event(data)
+        if name is not None and name != event.type:
+            raise StreamShapeError("event name is not its data's type")
+        if event.type == "content_block_delta":  # the common case: one more piece of a block
+            if event.index != self.block or self.block < 0:
+                raise StreamShapeError("delta outside its open block")
+            if event.delta is not None and event.delta.text:
+                self.text(time.perf_counter())
+            return
+        if event.type == "error":
+            raise StreamShapeError("error event: " + str((event.error or {}).get("type")))
+        if self.id is None:
+            self._start(event)
+        elif event.type in ("content_block_start", "content_block_stop"):
+            self._block(event)
+        elif event.type in ("message_delta", "message_stop"):
+            self._end(event)
+        elif event.type != "ping":
+            raise StreamShapeError(f"unexpected event {event.type}")
+
+    def _start(self, event: _MessagesEvent) -> None:
+        if event.type != "message_start" or event.message is None:
+            raise StreamShapeError("first event is not message_start")
+        if not event.message.id.startswith("msg_svc_"):
+            raise StreamShapeError("message id is not msg_svc_...")
+        self.id = event.message.id
+
+    def _block(self, event: _MessagesEvent) -> None:
+        """A content block opens (the next index, none open, before the message's end) or
+        closes (the open one)."""
+        if event.type == "content_block_start":
+            if self.block >= 0 or event.index != self.blocks or self.stop_reason is not None:
+                raise StreamShapeError("content block started out of order")
+            self.block = event.index
+            self.blocks += 1
+        else:
+            if event.index != self.block or self.block < 0:
+                raise StreamShapeError("content block stopped out of order")
+            self.block = -1
+
+    def _end(self, event: _MessagesEvent) -> None:
+        """``message_delta`` (every block closed, ``end_turn``), then ``message_stop``."""
+        if event.type == "message_delta":
+            if self.block >= 0 or self.stop_reason is not None:
+                raise StreamShapeError("message_delta with a block open, or twice")
+            self.stop_reason = event.delta.stop_reason if event.delta is not None else None
+            if self.stop_reason != "end_turn":
+                raise StreamShapeError("message_delta's stop_reason is not end_turn")
+            return
+        if self.stop_reason is None:
+            raise StreamShapeError("message_stop before message_delta")
+        if event.svc is None or set(event.svc) != SVC_FIELDS:
+            raise StreamShapeError("message_stop without exactly the three svc fields")
+        self.meta = event.svc
+        self.done = True
+
+    def finish(self) -> int:
+        if not self.done or self.meta is None:
+            raise StreamShapeError("stream ended before message_stop")
+        return int(self.meta["credits_used"])
+
+
 def _checker(cfg: LoadConfig) -> StreamChecker:
-    return ResponsesChecker() if cfg.api == "responses" else StreamChecker(cfg.svc)
+    if cfg.api == "responses":
+        return ResponsesChecker()
+    if cfg.api == "messages":
+        return MessagesChecker()
+    return StreamChecker(cfg.svc)
 
 
 class _Sample(msgspec.Struct, array_like=True):
@@ -279,11 +394,29 @@ class _Sample(msgspec.Struct, array_like=True):
 OneRequest = Callable[[], Awaitable[_Sample]]
 
 
+# The Messages API needs max_tokens: the alias's default output cap, which a chat request
+# without max_tokens is given, so both reserve the same.
+MESSAGES_MAX_TOKENS = 4096
+
+
 def _path(cfg: LoadConfig) -> str:
-    return "/responses" if cfg.api == "responses" else "/chat/completions"
+    return {"responses": "/responses", "messages": "/messages"}.get(cfg.api, "/chat/completions")
+
+
+def _headers(cfg: LoadConfig) -> dict[str, str]:
+    """The key where the API's clients put it: Anthropic's ``x-api-key`` on the Messages API,
+    ``Authorization: Bearer`` elsewhere."""
+    if cfg.api == "messages":
+        auth = {"x-api-key": cfg.api_key, "anthropic-version": "2023-06-01"}
+    else:
+        auth = {"authorization": f"Bearer {cfg.api_key}"}
+    return {**auth, "content-type": "application/json", **cfg.extra_headers}
 
 
 def _body(cfg: LoadConfig) -> dict[str, Any]:
+    if cfg.api == "messages":
+        max_tokens = MESSAGES_MAX_TOKENS if cfg.max_tokens is None else cfg.max_tokens
+        return {"model": cfg.model, "max_tokens": max_tokens, "messages": MESSAGES, "stream": True}
     if cfg.api == "responses":
         body: dict[str, Any] = {"model": cfg.model, "input": MESSAGES, "stream": True}
         if cfg.max_tokens is not None:
@@ -322,11 +455,7 @@ async def _aiohttp_requests(cfg: LoadConfig) -> tuple[OneRequest, Callable[[], A
     )
     url = cfg.base_url.rstrip("/") + _path(cfg)
     payload = msgspec.json.encode(_body(cfg))
-    headers = {
-        "authorization": f"Bearer {cfg.api_key}",
-        "content-type": "application/json",
-        **cfg.extra_headers,
-    }
+    headers = _headers(cfg)
 
     async def one() -> _Sample:
         started = time.perf_counter()
@@ -339,7 +468,7 @@ async def _aiohttp_requests(cfg: LoadConfig) -> tuple[OneRequest, Callable[[], A
                     return _failed(started, f"http_{resp.status}")
                 async for data in resp.content.iter_any():
                     for event in parser.feed(data):
-                        checker.event(event.data)
+                        checker.event(*event)  # its data and its event: name
             credits = checker.finish()
         except StreamShapeError as exc:
             return _failed(started, f"shape: {exc}")
@@ -355,12 +484,14 @@ async def _aiohttp_requests(cfg: LoadConfig) -> tuple[OneRequest, Callable[[], A
 async def _openai_requests(cfg: LoadConfig) -> tuple[OneRequest, Callable[[], Awaitable[None]]]:
     import openai
 
+    if cfg.api == "messages":
+        return await _anthropic_requests(cfg)
     client = openai.AsyncOpenAI(
         base_url=cfg.base_url,
         api_key=cfg.api_key,
         max_retries=0,
         timeout=cfg.timeout_s,
-        http_client=_sdk_http_client(cfg.concurrency, cfg.timeout_s),
+        http_client=_sdk_http_client(openai, cfg.concurrency, cfg.timeout_s),
     )
     body = _body(cfg)
 
@@ -390,15 +521,56 @@ async def _openai_requests(cfg: LoadConfig) -> tuple[OneRequest, Callable[[], Aw
     return one, client.close
 
 
-def _sdk_http_client(concurrency: int, timeout_s: float) -> Any:
-    """An HTTP client for the SDK with a pool as large as the load, built from the httpx
-    flavour the installed SDK is made on (httpx, or its fork httpx2)."""
-    import openai
+async def _anthropic_requests(
+    cfg: LoadConfig,
+) -> tuple[OneRequest, Callable[[], Awaitable[None]]]:
+    """The Messages API through Anthropic's SDK (``messages.create(stream=True)``, its raw
+    events). It takes svc's root URL, sends the key as ``x-api-key``, skips ``ping`` and
+    raises an ``error`` event as an ``APIStatusError`` of the stream's status (200)."""
+    import anthropic
 
-    base = openai.DefaultAsyncHttpxClient.__mro__[1]
+    client = anthropic.AsyncAnthropic(
+        base_url=cfg.base_url.rstrip("/").removesuffix("/v1"),
+        api_key=cfg.api_key,
+        max_retries=0,
+        timeout=cfg.timeout_s,
+        http_client=_sdk_http_client(anthropic, cfg.concurrency, cfg.timeout_s),
+    )
+    body = _body(cfg)
+
+    async def one() -> _Sample:
+        started = time.perf_counter()
+        checker = MessagesChecker()
+        try:
+            stream = await client.messages.create(**body, extra_headers=cfg.extra_headers or None)
+            async for event in stream:
+                # parsed by the SDK already (svc's field in model_extra); re-check the wire rules
+                data = msgspec.json.encode(event.model_dump(exclude_unset=True)).decode()
+                checker.event(data, event.type)
+            credits = checker.finish()
+        except StreamShapeError as exc:
+            return _failed(started, f"shape: {exc}")
+        except anthropic.APIStatusError as exc:
+            if exc.status_code == 200:
+                return _failed(started, "shape: error event")
+            return _failed(started, f"http_{exc.status_code}")
+        except anthropic.APITimeoutError:
+            return _failed(started, "timeout")
+        except anthropic.APIConnectionError:
+            return _failed(started, "connect")
+        return _done(started, checker, credits)
+
+    return one, client.close
+
+
+def _sdk_http_client(sdk: Any, concurrency: int, timeout_s: float) -> Any:
+    """An HTTP client for an SDK (``openai`` or ``anthropic``) with a pool as large as the
+    load, built from the httpx flavour the installed SDK is made on (httpx, or its fork
+    httpx2)."""
+    base = sdk.DefaultAsyncHttpxClient.__mro__[1]
     http = importlib.import_module(base.__module__.split(".")[0])
     limits = http.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    return openai.DefaultAsyncHttpxClient(limits=limits, timeout=timeout_s)
+    return sdk.DefaultAsyncHttpxClient(limits=limits, timeout=timeout_s)
 
 
 def _percentiles(values: list[float]) -> Percentiles:

@@ -4,6 +4,8 @@ arithmetic of the per-chunk and per-stream figures (kept apart so it can be test
 from __future__ import annotations
 
 import contextlib
+import statistics
+from collections.abc import Iterable
 
 import psutil
 
@@ -53,6 +55,17 @@ def rss_at_streams(idle_mb: float, peak_mb: float, held: int, wanted: int) -> fl
     """A worker's RSS with ``wanted`` streams open, from its RSS before any (``idle_mb``) and
     its peak while it held ``held``: what the streams added, per stream, times ``wanted``."""
     return idle_mb + (peak_mb - idle_mb) * wanted / held
+
+
+def paired_ratio(pairs: Iterable[tuple[float, float]]) -> tuple[float, int] | None:
+    """The same-run ratio of another API's throughput to chat's: ``pairs`` holds, for each
+    point of the other API, (the req/s of the chat point measured beside it, its own req/s).
+    The median of their ratios and how many pairs it was taken over (a chat point that
+    served nothing counts for none); None when no pair counts."""
+    ratios = [other / chat for chat, other in pairs if chat]
+    if not ratios:
+        return None
+    return statistics.median(ratios), len(ratios)
 
 
 def tally_monitor(lines: list[str], names: dict[str, str]) -> tuple[dict[str, int], dict[str, int]]:

@@ -47,6 +47,9 @@ SCENARIOS = {
     # the fast scenario's alias and model through POST /v1/responses (svc only: the mock
     # speaks Chat Completions), held against the fast svc point of the same concurrency
     "responses": ("svc-fast", "bench-model"),
+    # the same through POST /v1/messages (Anthropic's Messages API, svc only too), held
+    # against a fast svc point of its own in the same way
+    "messages": ("svc-fast", "bench-model"),
     "slow": ("svc-code", "bench-model-slow20"),
     "memory": ("svc-smart", "bench-model-slow100"),
 }
@@ -97,6 +100,9 @@ class Profile(msgspec.Struct, frozen=True, kw_only=True):
     # median of the pairs' ratios, so neither the machine's drift nor one noisy point
     # decides it
     responses_pairs: int = 3
+    # the Messages API point: measured as the Responses point is, in pairs of its own
+    messages_concurrency: tuple[int, ...] = (50,)
+    messages_pairs: int = 3
 
 
 def scenario_model(scenario: str, profile: Profile) -> tuple[str, str]:
@@ -114,17 +120,21 @@ def memory_concurrency(profile: Profile) -> int:
 def concurrencies(scenario: str, profile: Profile) -> tuple[int, ...]:
     if scenario == "responses":
         return profile.responses_concurrency
+    if scenario == "messages":
+        return profile.messages_concurrency
     return profile.tokens_concurrency if scenario == "tokens" else profile.concurrency
 
 
 PROFILES = {
-    "default": Profile(scenarios=("fast", "responses", "slow", "tokens")),
+    "default": Profile(scenarios=("fast", "responses", "messages", "slow", "tokens")),
     "smoke": Profile(
         workers=1,
         concurrency=(1, 4),
-        scenarios=("fast", "responses", "tokens"),
+        scenarios=("fast", "responses", "messages", "tokens"),
         responses_concurrency=(4,),
         responses_pairs=1,
+        messages_concurrency=(4,),
+        messages_pairs=1,
         tokens_concurrency=(4,),
         tokens_chunks=10,
         tokens_delay_ms=5,
@@ -403,7 +413,7 @@ def measure_svc_point(
         duration_s=profile.duration_s,
         warmup_s=profile.warmup_s,
         client=profile.client,
-        api="responses" if scenario == "responses" else "chat",
+        api=scenario if scenario in PAIRED else "chat",
     )
     redis_cpu0, calls0 = _redis_cpu(r), _script_calls(r)
     done = sampled_point(cfg, ProcessTree(svc.process.pid))
@@ -424,23 +434,32 @@ def measure_svc_point(
     return point, pid
 
 
-RESPONSES_BASELINE = "responses-chat"
-"""The scenario name of the chat points measured beside the Responses points."""
+PAIRED = ("responses", "messages")
+"""The scenarios of svc's other APIs (svc only: the mock speaks Chat Completions), each
+measured in pairs beside chat points of its own (``measure_pairs``)."""
+BASELINES = {"responses": "responses-chat", "messages": "messages-chat"}
+"""The scenario name of the chat points measured beside each paired scenario's points."""
 
 
-def measure_responses_pairs(
-    svc: Svc, r: redis.Redis, concurrency: int, profile: Profile
+def pairs(scenario: str, profile: Profile) -> int:
+    """How many pairs a paired scenario is measured in."""
+    return profile.messages_pairs if scenario == "messages" else profile.responses_pairs
+
+
+def measure_pairs(
+    svc: Svc, r: redis.Redis, scenario: str, concurrency: int, profile: Profile
 ) -> list[tuple[Point, str]]:
-    """The Responses point (svc only: the mock has no Responses API), ``responses_pairs``
-    times, each beside a chat point of the fast scenario (named ``RESPONSES_BASELINE``):
-    chat first in the first pair, Responses first in the next, and so on."""
+    """A paired scenario's point (``responses``, ``messages``) ``responses_pairs`` or
+    ``messages_pairs`` times, each beside a chat point of the fast scenario (named as
+    ``BASELINES`` says): chat first in the first pair, the other API first in the next, and
+    so on."""
     measured = []
-    for pair in range(profile.responses_pairs):
-        order = ("fast", "responses") if pair % 2 == 0 else ("responses", "fast")
-        for scenario in order:
-            point, pid = measure_svc_point(svc, r, scenario, concurrency, profile)
-            if scenario == "fast":
-                point = msgspec.structs.replace(point, scenario=RESPONSES_BASELINE)
+    for pair in range(pairs(scenario, profile)):
+        order = ("fast", scenario) if pair % 2 == 0 else (scenario, "fast")
+        for each in order:
+            point, pid = measure_svc_point(svc, r, each, concurrency, profile)
+            if each == "fast":
+                point = msgspec.structs.replace(point, scenario=BASELINES[scenario])
             measured.append((point, pid))
     return measured
 
@@ -702,8 +721,8 @@ def run(profile: Profile, peers: tuple[str, ...] = ()) -> RunReport:
                 if scenario == "tokens":
                     continue  # below, on svc restarted with the tokens model
                 for concurrency in concurrencies(scenario, profile):
-                    if scenario == "responses":
-                        for point, pid in measure_responses_pairs(svc, r, concurrency, profile):
+                    if scenario in PAIRED:
+                        for point, pid in measure_pairs(svc, r, scenario, concurrency, profile):
                             seen[pid] = point.load
                             points.append(point)
                         continue
@@ -764,8 +783,8 @@ def measure_peer(peer: str, work: Path, mock: MockProcess, profile: Profile) -> 
         idle = server.rss_bytes()
         # tokens first: its RSS per stream then counts from a fresh server, as svc's does
         for scenario in sorted(profile.scenarios, key=lambda s: s != "tokens"):
-            if scenario == "responses":
-                continue  # svc's own endpoint; a peer is measured on Chat Completions
+            if scenario in PAIRED:
+                continue  # svc's other APIs; a peer is measured on Chat Completions
             for concurrency in concurrencies(scenario, profile):
                 cfg = LoadConfig(
                     base_url=running.base_url,

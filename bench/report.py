@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 import msgspec
 
-from bench.measures import rss_at_streams
-from bench.orchestrate import RESPONSES_BASELINE, Point, RunReport, memory_concurrency
+from bench.measures import paired_ratio, rss_at_streams
+from bench.orchestrate import BASELINES, Point, RunReport, memory_concurrency
 
 # Targets of the bench issue; each is a ratio or a count measured within the same run.
 THROUGHPUT_RATIO = 0.30  # svc / direct req/s, fast upstream, C=50
@@ -24,6 +23,7 @@ TOKENS_ADDED_TTFB_P50_MS = 3.0
 TOKENS_CPU_US_PER_CHUNK = 40.0
 TOKENS_PEER_CPU_SHARE = 2 / 3  # svc's CPU per chunk / Portkey's
 RESPONSES_THROUGHPUT_RATIO = 0.9  # POST /v1/responses / chat completions req/s, fast, C=50
+MESSAGES_THROUGHPUT_RATIO = 0.9  # POST /v1/messages / chat completions req/s, fast, C=50
 
 
 def _find(report: RunReport, scenario: str, target: str, concurrency: int) -> Point | None:
@@ -109,9 +109,9 @@ def targets(report: RunReport) -> list[Target]:
     memory = _find(report, "memory", "svc", memory_concurrency(report.profile))
     if memory and memory.rss_mb_per_worker:
         out.append(memory_target(memory, report.profile.memory_streams))
-    responses = responses_target(report)
-    if responses is not None:
-        out.append(responses)
+    for paired in (responses_target(report), messages_target(report)):
+        if paired is not None:
+            out.append(paired)
     out += tokens_targets(report)
     c = report.conservation
     durable = "not flushed" if c.durable_rollups is None else f"{c.durable_rollups:,}"
@@ -129,26 +129,43 @@ def targets(report: RunReport) -> list[Target]:
 
 
 def responses_target(report: RunReport) -> Target | None:
-    """Responses throughput against chat completions: the median of the ratios of each
-    Responses point to the chat point measured beside it (``measure_responses_pairs``)."""
+    """Responses throughput against chat completions (``paired_target``)."""
     concurrency = max(report.profile.responses_concurrency)  # 50 by default
+    return paired_target(
+        report, "responses", concurrency, "Responses API", RESPONSES_THROUGHPUT_RATIO
+    )
+
+
+def messages_target(report: RunReport) -> Target | None:
+    """Messages API throughput (``POST /v1/messages``) against chat completions
+    (``paired_target``)."""
+    concurrency = max(report.profile.messages_concurrency)  # 50 by default
+    return paired_target(report, "messages", concurrency, "Messages API", MESSAGES_THROUGHPUT_RATIO)
+
+
+def paired_target(
+    report: RunReport, scenario: str, concurrency: int, name: str, goal: float
+) -> Target | None:
+    """A paired scenario's throughput against chat completions: the median of the ratios of
+    each of its points to the chat point measured beside it (``measure_pairs``); None when
+    the run has no such pair."""
     pairs = list(
         zip(
-            _all(report, RESPONSES_BASELINE, concurrency),
-            _all(report, "responses", concurrency),
+            _all(report, BASELINES[scenario], concurrency),
+            _all(report, scenario, concurrency),
             strict=False,
         )
     )
-    ratios = sorted(resp.load.rps / chat.load.rps for chat, resp in pairs if chat.load.rps)
-    if not ratios:
+    median = paired_ratio((chat.load.rps, other.load.rps) for chat, other in pairs)
+    if median is None:
         return None
-    ratio = statistics.median(ratios)
-    each = ", ".join(f"{resp.load.rps:,.0f} / {chat.load.rps:,.0f}" for chat, resp in pairs)
+    ratio, counted = median
+    each = ", ".join(f"{other.load.rps:,.0f} / {chat.load.rps:,.0f}" for chat, other in pairs)
     return Target(
-        f"Responses API throughput, fast, C={concurrency}",
-        f">= {RESPONSES_THROUGHPUT_RATIO:.1f} x chat completions",
-        f"{ratio:.3f} x (median of {len(ratios)} alternating pairs: {each} req/s)",
-        ratio >= RESPONSES_THROUGHPUT_RATIO,
+        f"{name} throughput, fast, C={concurrency}",
+        f">= {goal:.1f} x chat completions",
+        f"{ratio:.3f} x (median of {counted} alternating pairs: {each} req/s)",
+        ratio >= goal,
     )
 
 
