@@ -23,6 +23,15 @@ instead), ``response.incomplete`` past ``max_output_tokens``, and a function cal
 first tool instead of text when ``tool_choice`` is ``required`` or the model name says
 ``calltool``; usage in the last event.
 
+``POST /messages`` speaks Anthropic's Messages API (for providers that serve it natively):
+``message_start`` with the input usage (``cachedP`` and ``writesP`` as
+``cache_read_input_tokens`` and ``cache_creation_input_tokens``, the rest as
+``input_tokens``), ``ping``, a thinking block first when the request enables ``thinking``,
+the same words as ``text_delta`` events, a ``tool_use`` block to the first tool instead of
+text when ``tool_choice`` is ``any`` or ``tool`` or the model name says ``calltool``, then
+``message_delta`` (``end_turn``, ``max_tokens`` past ``max_tokens``, ``tool_use``; the output
+tokens) and ``message_stop``. The same faults; ``dropK`` ends in an ``error`` event.
+
 ``GET /_stats`` returns counters and the last request; ``POST /_reset`` zeroes them.
 """
 
@@ -216,7 +225,9 @@ class _Conn(asyncio.Protocol):
             if not self._serve_at_once(headers, body):
                 self.streaming = asyncio.ensure_future(self._complete(headers, body))
         elif path.endswith("/responses") and method == "POST":
-            self.streaming = asyncio.ensure_future(self._complete(headers, body, responses=True))
+            self.streaming = asyncio.ensure_future(self._complete(headers, body, "responses"))
+        elif path.endswith("/messages") and method == "POST":
+            self.streaming = asyncio.ensure_future(self._complete(headers, body, "messages"))
         elif path.endswith("/models"):
             data = {"object": "list", "data": [{"id": "mock-model", "object": "model"}]}
             self._write(_response(200, json.dumps(data).encode()))
@@ -267,15 +278,15 @@ class _Conn(asyncio.Protocol):
             events.append(b'[],"usage":' + _encode(usage))
         return [_chunk(b"data: " + envelope + e + b"}\n\n") for e in events]
 
-    async def _complete(
-        self, headers: dict[str, str], body: bytes, *, responses: bool = False
-    ) -> None:
+    async def _complete(self, headers: dict[str, str], body: bytes, api: str = "chat") -> None:
         stats = self.server.stats
         stats.requests += 1
         stats.in_flight += 1
         try:
-            if responses:
+            if api == "responses":
                 await self._respond(headers, body)
+            elif api == "messages":
+                await self._message(headers, body)
             else:
                 await self._stream(headers, body)
             stats.completed += 1
@@ -516,6 +527,109 @@ class _Conn(asyncio.Protocol):
             )
         else:
             send("response.completed", response={**final, "status": "completed"})
+        self._write(b"0\r\n\r\n")
+
+    async def _message(self, headers: dict[str, str], raw: bytes) -> None:
+        """A Messages API stream (``POST /messages``), as Anthropic writes one."""
+        request = json.loads(raw or b"{}")
+        stats = self.server.stats
+        stats.last_request, stats.last_headers = request, headers
+        plan = self._plan(headers, request)
+        if await self._early_fault(plan.fault, plan.model):
+            return
+        fault = plan.fault or ""
+        drop_after = int(fault.split(":")[1]) if fault.startswith("drop-after") else None
+
+        def send(kind: str, **fields: Any) -> None:
+            event = _encode({"type": kind, **fields})
+            self._write(_chunk(b"event: %s\ndata: %s\n\n" % (kind.encode(), event)))
+
+        self._write(_STREAM_HEAD)
+        prompt = json.dumps(request.get("messages", [])) + json.dumps(request.get("system", ""))
+        total = len(prompt) // 4 + 4
+        read = written = 0
+        for pattern, share in ((_CACHED, "read"), (_WRITES, "written")):
+            found = pattern.search(plan.model)
+            if found and share == "read":
+                read = total * int(found.group(1)) // 100
+            elif found:
+                written = total * int(found.group(1)) // 100
+        written = min(written, total - read)
+        start_usage = {
+            "input_tokens": total - read - written,
+            "cache_creation_input_tokens": written,
+            "cache_read_input_tokens": read,
+            "output_tokens": 1,
+        }
+        message: dict[str, Any] = {
+            "id": f"msg_mock{time.monotonic_ns()}",
+            "type": "message",
+            "role": "assistant",
+            "content": [],
+            "model": plan.model,
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": start_usage if plan.usage else None,
+        }
+        send("message_start", message=message)
+        send("ping")
+        index = output_tokens = 0
+        thinking = request.get("thinking") or {}
+        if thinking.get("type") == "enabled":
+            send(
+                "content_block_start",
+                index=0,
+                content_block={"type": "thinking", "thinking": "", "signature": ""},
+            )
+            send(
+                "content_block_delta", index=0, delta={"type": "thinking_delta", "thinking": "Hm."}
+            )
+            send(
+                "content_block_delta",
+                index=0,
+                delta={"type": "signature_delta", "signature": "c2ln"},
+            )
+            send("content_block_stop", index=0)
+            index, output_tokens = 1, 2
+        tools = request.get("tools") or []
+        choice = (request.get("tool_choice") or {}).get("type")
+        calls = tools and (choice in ("any", "tool") or "calltool" in plan.model)
+        if calls:
+            block = {
+                "type": "tool_use",
+                "id": "toolu_mock1",
+                "name": tools[0].get("name", ""),
+                "input": {},
+            }
+            send("content_block_start", index=index, content_block=block)
+            for piece in ('{"city": ', '"Paris"}'):
+                delta = {"type": "input_json_delta", "partial_json": piece}
+                send("content_block_delta", index=index, delta=delta)
+            send("content_block_stop", index=index)
+            output_tokens += 7
+            reason = "tool_use"
+        else:
+            send("content_block_start", index=index, content_block={"type": "text", "text": ""})
+            for i in range(plan.chunks):
+                if drop_after is not None and i == drop_after:
+                    error = {"type": "overloaded_error", "message": "mock failure"}
+                    send("error", error=error)
+                    self._write(b"0\r\n\r\n")
+                    return
+                if plan.delay_s:
+                    await asyncio.sleep(plan.delay_s)
+                delta = {"type": "text_delta", "text": WORDS[i % len(WORDS)] + " "}
+                send("content_block_delta", index=index, delta=delta)
+            send("content_block_stop", index=index)
+            output_tokens += plan.chunks
+            reason = "max_tokens" if plan.cut else "end_turn"
+        end = {"stop_reason": reason, "stop_sequence": None}
+        send(
+            "message_delta",
+            delta=end,
+            usage={"output_tokens": output_tokens} if plan.usage else None,
+        )
+        send("message_stop")
         self._write(b"0\r\n\r\n")
 
     async def _early_fault(self, fault: str | None, model: str) -> bool:

@@ -100,6 +100,9 @@ class Alias(msgspec.Struct, frozen=True, kw_only=True):
     native_responses: bool = False
     """Some upstream of it serves the Responses API itself (its provider's
     ``responses_api``): Responses requests keep their own form for it."""
+    native_messages: bool = False
+    """Some upstream of it serves Anthropic's Messages API itself (its provider's
+    ``messages_api``): Messages requests keep their own form for it."""
     # the models file lets clients' GATED_FIELDS of each flag through to the provider
     allow_service_tier: bool = False
     allow_store: bool = False
@@ -367,9 +370,14 @@ def load_catalog(path: Path, *, reservation_deadline_s: float | None = None) -> 
                 f"({merged.price.input}): a reservation holds every prompt token at the "
                 "input price (or the cache-write price, when that is higher)",
             )
-        native = any(
-            ref.provider in spec.providers and spec.providers[ref.provider].responses_api
+        served_by = [
+            spec.providers[ref.provider]
             for ref in merged.upstreams
+            if ref.provider in spec.providers
+        ]
+        aliases[name] = msgspec.structs.replace(
+            merged,
+            native_responses=any(provider.responses_api for provider in served_by),
+            native_messages=any(provider.messages_api for provider in served_by),
         )
-        aliases[name] = msgspec.structs.replace(merged, native_responses=native)
     return Catalog(aliases=aliases, providers=dict(spec.providers))

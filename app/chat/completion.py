@@ -116,6 +116,7 @@ class Completion(Relay, Settling):
             request=self.params.request,
             max_tokens=self.hold.out_tokens,
             responses=self.params.native,
+            messages=self.params.native_messages,
         )
 
     async def connect(self) -> None:

@@ -28,6 +28,7 @@ from app.upstream.wire import (
     ImagePart,
     Message,
     NamedToolChoice,
+    NativeMessages,
     NativeResponses,
     StreamOptions,
     TextPart,
@@ -69,6 +70,8 @@ class ChatParams(msgspec.Struct, frozen=True, kw_only=True):
     svc-auto may route to."""
     native: NativeResponses | None = None
     """A Responses request as the client sent it, for providers that serve that API."""
+    native_messages: NativeMessages | None = None
+    """A Messages request as the client sent it, for providers that serve that API."""
 
     @property
     def prompt_tokens(self) -> int:

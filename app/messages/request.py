@@ -27,6 +27,10 @@ Accepted and not forwarded: ``top_k`` (the chat request has no such field), ``th
 Refused by name before anything is reserved: server tools, ``mcp_servers``,
 ``container``, files by id, documents by URL, images over ``MAX_IMAGE_BYTES``, more stop
 sequences than the chat path takes, and blocks a turn of that role cannot hold.
+
+For an alias with a provider that serves the Messages API itself (``messages_api``), the
+checked request is also kept as the client wrote it (``native_request``), and that provider
+is sent it instead of the translation: everything above that is "not forwarded" reaches it.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ from app.messages.wire import (
     RedactedThinkingBlock,
     TextBlock,
     ThinkingBlock,
+    ThinkingParam,
     ToolChoiceParam,
     ToolParam,
     ToolResultBlock,
@@ -79,6 +84,7 @@ from app.upstream.wire import (
     Message,
     NamedFunction,
     NamedToolChoice,
+    NativeMessages,
     TextPart,
     Tool,
     ToolCall,
@@ -126,7 +132,7 @@ def parse_messages_request(
         stop=stop or UNSET,
         safety_identifier=user_id if isinstance(user_id, str) and user_id else UNSET,
     )
-    return _resolve(
+    params = _resolve(
         chat,
         aliases,
         alias,
@@ -134,6 +140,55 @@ def parse_messages_request(
         output_limit=req.max_tokens,
         image_token_bound=image_token_bound,
         identify=identify,
+    )
+    if params.alias.native_messages:
+        user_id = params.request.safety_identifier
+        native = native_request(
+            body, req, params.alias, user_id if isinstance(user_id, str) else None
+        )
+        params = msgspec.structs.replace(params, native_messages=native)
+    return params
+
+
+# The request's fields a provider that serves the Messages API is sent as the client wrote
+# them (every block inside them whole: cache_control, citations, thinking blocks, ...);
+# model, max_tokens, stream, metadata and thinking svc writes itself for each upstream.
+# Fields svc does not know stay out (as on the Responses API's native path): a field
+# Anthropic adds may change what the operator pays per token, which no alias price sees.
+_FORWARDED = (
+    "system",
+    "messages",
+    "tools",
+    "tool_choice",
+    "stop_sequences",
+    "temperature",
+    "top_p",
+    "top_k",
+    "cache_control",
+)
+_GATED = ("service_tier",)  # sent on where the alias allows it (``GATED_FIELDS``)
+
+
+def native_request(
+    body: bytes, req: MessagesRequest, alias: Alias, user_id: str | None = None
+) -> NativeMessages:
+    """The checked request (``body``, decoded and checked as ``req``), for a provider that
+    serves the Messages API itself: its fields in ``_FORWARDED`` as the client wrote them,
+    ``service_tier`` only where ``alias`` allows it, and ``user_id`` (svc's safety
+    identifier of the account, never the client's own) as ``metadata.user_id``."""
+    raw = msgspec.json.decode(body, type=dict[str, msgspec.Raw])
+    withheld = alias.withheld_fields()
+    names = (*_FORWARDED, *(name for name in _GATED if name not in withheld))
+    fields = {name: raw[name] for name in names if name in raw}
+    thinking = req.thinking if isinstance(req.thinking, ThinkingParam) else None
+    budget = None
+    if thinking is not None and isinstance(thinking.budget_tokens, int):
+        budget = thinking.budget_tokens
+    return NativeMessages(
+        fields=msgspec.json.encode(fields),
+        user_id=user_id,
+        thinking=bytes(raw["thinking"]) if thinking is not None else None,
+        thinking_budget=budget,
     )
 
 

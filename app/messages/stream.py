@@ -9,7 +9,8 @@ for a ``tool_use`` block's input) and closed with ``content_block_stop``; then
 carries svc's metadata as ``svc``. A stream that fails after it began ends with an
 ``error`` event instead (with ``svc`` when it was settled). Every event is
 ``event: <type>`` and ``data: <json>``, as Anthropic writes them; ids are svc's own
-(``msg_svc_…``, ``toolu_svc_…``) and no upstream model name appears.
+(``msg_svc_…``, ``toolu_svc_…``; a ``tool_use`` block from a provider that serves the
+Messages API keeps that provider's id) and no upstream model name appears.
 
 What the relay does not tell a ``StreamOutput`` (the upstream's own finish reason, and the
 stop sequence it matched) ``finish_reason`` and ``stop_sequence`` take, when set before the
@@ -17,6 +18,8 @@ ending; without them ``stop_reason`` is worked out from the cap and the tool cal
 """
 
 from __future__ import annotations
+
+import re
 
 import msgspec
 from msgspec import UNSET
@@ -36,12 +39,13 @@ from app.messages.wire import (
     StopDelta,
     StopReason,
 )
-from app.upstream.wire import Delta, ToolCallDelta
+from app.upstream.wire import Delta, ToolCallDelta, ToolUseDelta
 
 _encode = msgspec.json.encode
 ID_BYTES = 12  # random bytes of each id (24 hex digits)
 MESSAGE_PREFIX = "msg_svc_"
 TOOL_USE_PREFIX = "toolu_svc_"
+_TOOL_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 # The events written per block and per token, as msgspec encodes their structs (the unit
 # tests hold them equal): a delta is its block's head, the JSON text, and the tail.
@@ -52,7 +56,7 @@ _TEXT_START = (
 )
 _TOOL_START = (
     b'event: content_block_start\ndata: {"type":"content_block_start","index":%d,'
-    b'"content_block":{"type":"tool_use","id":"%s","name":%s,"input":{}}}\n\n'
+    b'"content_block":{"type":"tool_use","id":%s,"name":%s,"input":{}}}\n\n'
 )
 _TEXT_HEAD = (
     b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,'
@@ -85,6 +89,15 @@ def stop_reason(
     if stop_sequence:
         return "stop_sequence", stop_sequence
     return "end_turn", None
+
+
+def _tool_id(call: ToolCallDelta) -> str:
+    """A ``tool_use`` block's id: svc's own, or the id a provider that serves the Messages
+    API gave it (a ``ToolUseDelta``): the conversation sends that provider its own id back.
+    An id of another form than Anthropic's is replaced by svc's."""
+    if type(call) is ToolUseDelta and isinstance(call.id, str) and _TOOL_ID.fullmatch(call.id):
+        return call.id
+    return hex_id(TOOL_USE_PREFIX, ID_BYTES)
 
 
 def billed_usage(end: StreamEnd) -> DeltaUsage:
@@ -218,8 +231,7 @@ class MessagesStream:
             head = _JSON_HEAD % index
             known = self._calls[delta.index] = (index, head)
             name = function.name if function is not None and function.name else ""
-            tool_id = hex_id(TOOL_USE_PREFIX, ID_BYTES)
-            out += _TOOL_START % (index, tool_id.encode(), _encode(name))
+            out += _TOOL_START % (index, _encode(_tool_id(delta)), _encode(name))
         if function is not None and function.arguments:
             # a piece of a call whose block has closed (an upstream interleaving its calls)
             # still goes to that block: the SDKs add it to the input they accumulate

@@ -8,7 +8,7 @@ from typing import Protocol
 import msgspec
 
 from app.core.errors import UpstreamError
-from app.upstream.wire import ChatRequest, Delta, NativeResponses
+from app.upstream.wire import ChatRequest, Delta, NativeMessages, NativeResponses
 
 
 class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -31,6 +31,9 @@ class UpstreamCall(msgspec.Struct, frozen=True, kw_only=True):
     responses: NativeResponses | None = None
     """A Responses API request as the client sent it: what a provider that serves that API
     itself (``responses_api``) is sent instead of ``request``, its translation."""
+    messages: NativeMessages | None = None
+    """A Messages API request as the client sent it: what a provider that serves that API
+    itself (``messages_api``) is sent instead of ``request``, its translation."""
     headers: bytes = b""
     """Header lines sent besides the provider's own, each ending in CRLF: the W3C trace
     context of the attempt (``traceparent``, ``tracestate``) when traces are on, else none."""

@@ -13,6 +13,7 @@ from msgspec import UNSET
 from app.core.errors import UpstreamError, UpstreamOutcome
 from app.upstream.base import UpstreamCall
 from app.upstream.config import ProviderConfig
+from app.upstream.messages_sse import MessagesEvents
 from app.upstream.responses_sse import ResponsesEvents
 from app.upstream.sse import LineParser, parse_data_line
 from app.upstream.wire import StreamOptions
@@ -52,11 +53,20 @@ class Exchange(msgspec.Struct, frozen=True):
 
 CHAT_PATH = "/chat/completions"
 RESPONSES_PATH = "/responses"
+MESSAGES_PATH = "/messages"
+PATHS = (CHAT_PATH, RESPONSES_PATH, MESSAGES_PATH)
+ANTHROPIC_VERSION = "2023-06-01"
+"""The ``anthropic-version`` a Messages request is sent with: the API's version whose events
+``app.upstream.messages_sse`` reads."""
 
 
 def exchange(call: UpstreamCall, config: ProviderConfig) -> Exchange:
-    """A Responses request to a provider that serves the Responses API goes as one; anything
-    else as a chat completion (a Responses request in its translation)."""
+    """A Responses request to a provider that serves the Responses API goes as one, a
+    Messages request to a provider that serves the Messages API as one; anything else as a
+    chat completion (a Responses or Messages request in its translation)."""
+    if call.messages is not None and config.messages_api:
+        body = call.messages.body(call.model, call.max_tokens)
+        return Exchange(MESSAGES_PATH, body, MessagesEvents().parse)
     if call.responses is not None and config.responses_api:
         body = call.responses.body(call.model, call.max_tokens)
         return Exchange(RESPONSES_PATH, body, ResponsesEvents().parse)
@@ -70,14 +80,23 @@ def sanitize(message: str, model: str) -> str:
     return text[:300].strip() or "The request was rejected as invalid."
 
 
-def provider_headers(config: ProviderConfig) -> dict[str, str]:
+def provider_headers(config: ProviderConfig, path: str = CHAT_PATH) -> dict[str, str]:
+    """The headers of every request to ``path`` of the provider: its key as a bearer token,
+    or, on the Messages path of a ``messages_api`` provider, as Anthropic's ``x-api-key``
+    with ``anthropic-version``. Only the variable's name is ever logged."""
     headers = {"content-type": "application/json", "accept": "text/event-stream"}
+    anthropic = path == MESSAGES_PATH and config.messages_api
+    if anthropic:
+        headers["anthropic-version"] = ANTHROPIC_VERSION
     if config.api_key_env:
         key = os.environ.get(config.api_key_env)
-        if key:
-            headers["authorization"] = f"Bearer {key}"
+        if not key:
+            if path == CHAT_PATH:  # once per provider: every provider has this path's headers
+                log.warning("provider key variable %s is not set", config.api_key_env)
+        elif anthropic:
+            headers["x-api-key"] = key
         else:
-            log.warning("provider key variable %s is not set", config.api_key_env)
+            headers["authorization"] = f"Bearer {key}"
     return headers
 
 

@@ -56,6 +56,10 @@ def test_bench_smoke_run(tmp_path: Path) -> None:
     assert paired == ["responses-chat", "responses"]
     assert "| Responses API throughput, fast, C=4 | >= 0.9 x chat completions | " in markdown
     assert "median of 1 alternating pairs" in markdown
+    # and the Messages API's, the same way
+    paired = [p["scenario"] for p in points if p["scenario"].startswith("messages")]
+    assert paired == ["messages-chat", "messages"]
+    assert "| Messages API throughput, fast, C=4 | >= 0.9 x chat completions | " in markdown
     # on request connections: the two script calls and nothing else
     assert report["wire_commands_per_completion"] == {"evalsha": 2.0}
     conservation = report["conservation"]

@@ -18,8 +18,7 @@ from app.upstream.http11.connection import Connection
 from app.upstream.http11.pool import Pool
 from app.upstream.http11.tunnel import Origin
 from app.upstream.openai_http import (
-    CHAT_PATH,
-    RESPONSES_PATH,
+    PATHS,
     exchange,
     provider_headers,
     status_error,
@@ -46,21 +45,23 @@ class StreamingProvider:
         tls = url.scheme == "https"
         origin = Origin(url.hostname, url.port or (443 if tls else 80), tls)
         self.proxy = proxy_for(url.scheme, url.hostname)
-        headers = {"host": origin.host_header, **provider_headers(config)}
         # a plain http request through a proxy names the whole URL and carries its credentials
         prefix = ""
+        via_proxy: dict[str, str] = {}
         if self.proxy is not None and not tls:
             prefix = f"http://{origin.authority}"
-            headers.update(self.proxy.headers)
-        lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+            via_proxy = self.proxy.headers
         query = f"?{url.query}" if url.query else ""
-        # everything before the length, written once per path: a request appends the length,
+        # everything before the length, written once per path (each with its own headers: a
+        # Messages provider's key goes as x-api-key there): a request appends the length,
         # its call's own header lines (the trace context, when traces are on) and its body
         start = f"POST {prefix}{url.path}"
-        self._request_heads = {
-            path: f"{start}{path}{query} HTTP/1.1\r\n{lines}content-length: ".encode("latin-1")
-            for path in (CHAT_PATH, RESPONSES_PATH)
-        }
+        self._request_heads: dict[str, bytes] = {}
+        for path in PATHS:
+            headers = {"host": origin.host_header, **provider_headers(config, path), **via_proxy}
+            lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+            head = f"{start}{path}{query} HTTP/1.1\r\n{lines}content-length: "
+            self._request_heads[path] = head.encode("latin-1")
         self._pool = Pool(config, origin, self.proxy)
 
     async def stream(self, call: UpstreamCall) -> AsyncIterator[list[Piece]]:

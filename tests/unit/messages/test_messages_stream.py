@@ -413,7 +413,7 @@ def test_the_templates_write_what_the_event_structs_would() -> None:
     assert _event(ContentBlockStart(3, TextContent())) == stream_module._TEXT_START % 3
     assert _event(
         ContentBlockStart(4, ToolUseContent("toolu_svc_1", "f"))
-    ) == stream_module._TOOL_START % (4, b"toolu_svc_1", b'"f"')
+    ) == stream_module._TOOL_START % (4, b'"toolu_svc_1"', b'"f"')
     assert stream_module._TEXT_HEAD % 2 + encoded + stream_module._DELTA_TAIL == _event(
         ContentBlockDelta(2, TextDelta(text))
     )
