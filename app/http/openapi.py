@@ -3,7 +3,7 @@
 they decode themselves (so Litestar, which generates the document from the routes, cannot
 infer them).
 
-``app.http.openapi_document`` adds the rest once per worker (the two streaming routes,
+``app.http.openapi_document`` adds the rest once per worker (the routes served over RSGI,
 described in ``app.http.openapi_streams``; the msgspec schemas; the headers every response
 carries). The schemathesis suite (tests/e2e/test_schemathesis.py) holds the server to it.
 """
@@ -33,13 +33,17 @@ from app.accounts.lookup import DEFAULT_LIMIT as ACCOUNTS_DEFAULT_LIMIT
 from app.accounts.lookup import MAX_LIMIT as ACCOUNTS_MAX_LIMIT
 from app.accounts.lookup import MAX_QUERY_CHARS as ACCOUNTS_MAX_QUERY
 from app.core.errors import ErrorBody, ErrorKind
+from app.credits import ceilings
 from app.keys.format import ENVIRONMENTS
+from app.messages.errors import error_type
 from app.usage.activity import DEFAULT_LIMIT as ACTIVITY_DEFAULT_LIMIT
 from app.usage.activity import MAX_LIMIT as ACTIVITY_MAX_LIMIT
 from app.usage.export import FORMATS
 from app.usage.reader import DEFAULT_DAYS, GROUP_BY, MAX_DAYS
 
 API_KEY: list[SecurityRequirement] = [{"apiKey": []}]
+# The Messages API's routes take the key as Anthropic's clients send it, or as a bearer.
+API_KEY_OR_X_API_KEY: list[SecurityRequirement] = [{"apiKey": []}, {"xApiKey": []}]
 ADMIN_TOKEN: list[SecurityRequirement] = [{"adminToken": []}]
 
 # Errors any authenticated /v1 route can return before its own work.
@@ -67,11 +71,19 @@ CHAT_ERRORS = (
     ErrorKind.MODEL_NOT_FOUND,
     ErrorKind.MODEL_NOT_ALLOWED,
     ErrorKind.INSUFFICIENT_CREDITS,
+    ErrorKind.CREDIT_CEILING_TOO_LOW,
     ErrorKind.DAILY_CAP_EXCEEDED,
     ErrorKind.KEY_RATE_LIMITED,
     ErrorKind.UPSTREAM_UNAVAILABLE,
     *IDEMPOTENT_ERRORS,
     ErrorKind.IDEMPOTENCY_UNAVAILABLE,
+)
+# ``POST /v1/messages/count_tokens``: the key, the body and its model; nothing is reserved.
+COUNT_TOKENS_ERRORS = (
+    *KEY_ERRORS,
+    *BODY_ERRORS,
+    ErrorKind.MODEL_NOT_FOUND,
+    ErrorKind.MODEL_NOT_ALLOWED,
 )
 
 
@@ -87,6 +99,7 @@ BODY_TYPES: dict[str, type[msgspec.Struct]] = {}  # filled by ``documented``
 # Headers an error may carry besides the security headers (docs/api.md, Errors).
 ERROR_HEADERS: dict[ErrorKind, dict[str, str]] = {
     ErrorKind.INSUFFICIENT_CREDITS: {"x-should-retry": "Always `false`."},
+    ErrorKind.CREDIT_CEILING_TOO_LOW: {"x-should-retry": "Always `false`."},
     ErrorKind.DAILY_CAP_EXCEEDED: {
         "x-should-retry": "Always `false`.",
         "retry-after": "Seconds until the key's cap resets at UTC midnight.",
@@ -126,6 +139,31 @@ def error_response(kinds: Sequence[ErrorKind]) -> dict[str, Any]:
     schema = {"$ref": COMPONENT.format(name="ErrorBody")}
     content = {"application/json": {"schema": schema}}
     return {"description": describe_errors(kinds), "content": content}
+
+
+def request_id_header() -> dict[str, Any]:
+    """Anthropic's ``request-id`` header, which the Messages API's routes answer with."""
+    text = "The request's id (as `x-request-id`), where Anthropic's SDKs read it."
+    return {"request-id": {"required": True, "description": text, "schema": {"type": "string"}}}
+
+
+def anthropic_error_response(kinds: Sequence[ErrorKind], body: str) -> dict[str, Any]:
+    """A documented error response of the Messages API's routes (``kinds``: of one status):
+    Anthropic's error body (component ``body``), its ``error.type`` the one of that status,
+    and Anthropic's ``request-id`` header."""
+    kind_type = error_type(kinds[0].status)
+    schema = {
+        "allOf": [
+            {"$ref": COMPONENT.format(name=body)},
+            {"properties": {"error": {"properties": {"type": {"const": kind_type}}}}},
+        ]
+    }
+    codes = ", ".join(f"`{kind.code}`" for kind in kinds)
+    return {
+        "description": f"Anthropic-shaped error of type `{kind_type}`; svc's reasons: {codes}.",
+        "headers": request_id_header(),
+        "content": {"application/json": {"schema": schema}},
+    }
 
 
 def errors(*kinds: ErrorKind) -> dict[int, ResponseSpec]:
@@ -176,6 +214,42 @@ IDEMPOTENCY_KEY = Parameter(
     ),
     schema=Schema(type=OpenAPIType.STRING, min_length=1, max_length=255, pattern="^[ -~]+$"),
 )
+MAX_CREDITS = Parameter(
+    name=ceilings.HEADER,
+    param_in=ParamType.HEADER,
+    required=False,
+    description=(
+        "This request's credit ceiling: the most it may hold and be charged. The output cap "
+        "is lowered to fit; a request whose prompt alone may cost more is 402 "
+        "`credit_ceiling_too_low`. With the key's `max_credits_per_request`, the lower "
+        f"holds. Not a whole number from 1 to {ceilings.MAX_CEILING:,}: 400 `invalid_value` "
+        f"(`param` `{ceilings.HEADER}`)."
+    ),
+    schema=Schema(type=OpenAPIType.INTEGER, minimum=1, maximum=ceilings.MAX_CEILING),
+)
+ANTHROPIC_PARAMS = [
+    Parameter(
+        name="anthropic-version",
+        param_in=ParamType.HEADER,
+        required=False,
+        description="Anthropic's API version (the SDKs send `2023-06-01`): accepted, ignored.",
+        schema=Schema(type=OpenAPIType.STRING),
+    ),
+    Parameter(
+        name="anthropic-beta",
+        param_in=ParamType.HEADER,
+        required=False,
+        description="Anthropic's beta features, comma-separated: accepted, ignored.",
+        schema=Schema(type=OpenAPIType.STRING),
+    ),
+    Parameter(
+        name="beta",
+        param_in=ParamType.QUERY,
+        required=False,
+        description="What the SDKs' beta clients add (`beta=true`): accepted, ignored.",
+        schema=Schema(type=OpenAPIType.BOOLEAN),
+    ),
+]
 GROUP_BY_PARAM = Parameter(
     name="group_by",
     param_in=ParamType.QUERY,

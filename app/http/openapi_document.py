@@ -1,13 +1,14 @@
 """The OpenAPI document as served: Litestar's generated one, completed once per worker with
-what it cannot see (the streaming routes, served over RSGI: ``app.http.openapi_streams``;
-the msgspec schemas of the request bodies and stream chunks; the limits the handlers check
-after decoding; the headers every response carries)."""
+what it cannot see (the routes served over RSGI, the streams and the Messages API's token
+count: ``app.http.openapi_streams``; the msgspec schemas of the request bodies, stream
+chunks and events; the limits the handlers check after decoding; the headers every response
+carries)."""
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, get_args
 
 import msgspec
 from litestar import Request
@@ -20,7 +21,14 @@ from app.chat.chunks import ChatCompletionChunk
 from app.core.errors import ErrorBody, ErrorKind
 from app.http.headers import SECURITY_HEADERS
 from app.http.openapi import BODY_TYPES, COMPONENT, ERROR_HEADERS, PRINTABLE, error_response
-from app.http.openapi_streams import chat_operation, responses_operation
+from app.http.openapi_streams import (
+    chat_operation,
+    count_tokens_operation,
+    messages_operation,
+    responses_operation,
+)
+from app.messages import wire as messages
+from app.messages.request import MAX_STOP_SEQUENCES
 from app.responses.wire import ResponsesRequest
 from app.upstream.wire import ChatRequest
 from app.usage.activity import ActivityPage
@@ -34,7 +42,10 @@ def openapi_config() -> OpenAPIConfig:
     return OpenAPIConfig(
         title="svc",
         version=__version__,
-        description="Credit-metered, OpenAI-compatible chat completions (streaming only).",
+        description=(
+            "Credit-metered, OpenAI-compatible chat completions, the Responses API and "
+            "Anthropic's Messages API (streaming only)."
+        ),
         use_handler_docstrings=True,
         components=Components(
             security_schemes={
@@ -43,6 +54,13 @@ def openapi_config() -> OpenAPIConfig:
                     scheme="bearer",
                     bearer_format="svc_live_… or svc_test_… API key",
                     description="An svc API key: `Authorization: Bearer <key>`.",
+                ),
+                "xApiKey": SecurityScheme(
+                    type="apiKey",
+                    name="x-api-key",
+                    security_scheme_in="header",
+                    description="An svc API key as Anthropic's clients send theirs: "
+                    "`x-api-key: <key>` (the Messages API's routes only).",
                 ),
                 "adminToken": SecurityScheme(
                     type="http",
@@ -103,12 +121,18 @@ def complete_document(
     _, components = msgspec.json.schema_components(types, ref_template=COMPONENT)
     for name, schema in components.items():
         schemas.setdefault(name, schema)
+    names = _add_messages_components(schemas)
     _constrain(schemas, models, max_messages, max_message_chars)
+    _constrain_messages(schemas, names, models, max_messages, max_message_chars)
     for body in ("KeyCreateRequest", "KeyUpdateRequest"):
         allowed = schemas[body]["properties"]["allowed_models"]["anyOf"][0]
         allowed["items"]["enum"] = key_models
-    document["paths"]["/v1/chat/completions"] = {"post": chat_operation()}
-    document["paths"]["/v1/responses"] = {"post": responses_operation()}
+    for answer in ("ApiKeyCreated", "ApiKeyItem"):
+        ceiling = schemas[answer]["properties"]["max_credits_per_request"]
+        ceiling["description"] = (
+            "The most credits one request of the key may hold and be charged (a request's "
+            "`svc-max-credits` header may set less); null: no ceiling."
+        )
     # the handler answers JSON or, with format=csv, a CSV stream (its annotation says neither)
     for path, body in (
         ("/v1/usage", "UsageSummary"),
@@ -126,8 +150,128 @@ def complete_document(
                 # answers those in the OpenAI shape, so the document says that instead.
                 if int(status) == 400 and "$ref" not in _json_schema(response):
                     response.update(error_response([ErrorKind.INVALID_VALUE]))
+    document["paths"]["/v1/chat/completions"] = {"post": chat_operation()}
+    document["paths"]["/v1/responses"] = {"post": responses_operation()}
+    document["paths"]["/v1/messages"] = {"post": messages_operation(names)}
+    document["paths"]["/v1/messages/count_tokens"] = {"post": count_tokens_operation(names)}
+    for path_item in document["paths"].values():
+        for operation in path_item.values():
+            for status, response in operation.get("responses", {}).items():
                 response["headers"] = _headers(int(status), response.get("headers", {}))
     return document
+
+
+MESSAGES_PREFIX = "Anthropic"
+"""Before the name of a Messages API struct whose name a chat struct's component holds
+(``ErrorBody``, ``ErrorDetail``)."""
+
+
+def _add_messages_components(schemas: dict[str, Any]) -> dict[str, str]:
+    """The components of the Messages API's bodies, answers and events, added to
+    ``schemas``; the component name of each struct (its own, or prefixed where another
+    schema holds that name). The answers and events, which svc writes, are closed: a field
+    svc does not write (an upstream's) fails the document."""
+    written = [*get_args(messages.StreamEvent), messages.CountTokensResponse, messages.ErrorBody]
+    types = [messages.MessagesRequest, messages.CountTokensRequest, *written]
+    _, components = msgspec.json.schema_components(types, ref_template=COMPONENT)
+    names = {
+        name: name if schemas.get(name, schema) == schema else MESSAGES_PREFIX + name
+        for name, schema in components.items()
+    }
+    refs = {COMPONENT.format(name=old): COMPONENT.format(name=new) for old, new in names.items()}
+    for name, schema in components.items():
+        schemas.setdefault(names[name], _renamed(schema, refs))
+    closed: set[str] = set()
+    pending = [names[struct.__name__] for struct in written]
+    while pending:
+        name = pending.pop()
+        if name not in closed:
+            closed.add(name)
+            schemas[name].setdefault("additionalProperties", False)
+            pending.extend(_referenced(schemas[name]))
+    return names
+
+
+def _renamed(schema: Any, refs: Mapping[str, str]) -> Any:
+    """``schema`` with its references (``$ref``, a discriminator's mapping) renamed."""
+    if isinstance(schema, dict):
+        return {key: _renamed(value, refs) for key, value in schema.items()}
+    if isinstance(schema, list):
+        return [_renamed(item, refs) for item in schema]
+    if isinstance(schema, str):
+        return refs.get(schema, schema)
+    return schema
+
+
+def _referenced(schema: Any) -> Iterator[str]:
+    """The names of the components ``schema`` refers to."""
+    prefix = COMPONENT.format(name="")
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith(prefix):
+            yield ref.removeprefix(prefix)
+        for value in schema.values():
+            yield from _referenced(value)
+    elif isinstance(schema, list):
+        for item in schema:
+            yield from _referenced(item)
+
+
+def _constrain_messages(
+    schemas: dict[str, Any],
+    names: Mapping[str, str],
+    models: list[str],
+    max_messages: int,
+    max_message_chars: int,
+) -> None:
+    """The Messages API's limits checked after decoding, as ``_constrain`` states chat's;
+    a public description where a struct's docstring names svc's modules."""
+    for body in ("MessagesRequest", "CountTokensRequest"):
+        properties = schemas[names[body]]["properties"]
+        properties["model"] = {"type": "string", "enum": models, "description": "A model alias."}
+        properties["messages"].update(minItems=1, maxItems=max_messages)
+    schemas[names["ErrorBody"]]["description"] = (
+        "Anthropic's error body: a refused request on the Messages API's routes."
+    )
+    schemas[names["ThinkingParam"]]["description"] = (
+        "Extended thinking (docs/api.md, Anthropic Messages)."
+    )
+    request = schemas[names["MessagesRequest"]]["properties"]
+    request["max_tokens"]["description"] = "At most the alias's output limit (400 above it)."
+    request["stop_sequences"]["anyOf"][0]["maxItems"] = MAX_STOP_SEQUENCES
+    # read only to be refused: what the document allows of them is what svc serves
+    for body in ("MessagesRequest", "CountTokensRequest"):
+        properties = schemas[names[body]]["properties"]
+        properties["mcp_servers"] = {
+            "anyOf": [{"type": "array", "maxItems": 0}, {"type": "null"}],
+            "description": "svc connects to no MCP servers: any is a 400.",
+        }
+        properties["container"] = {
+            "type": "null",
+            "description": "svc runs no containers: any is a 400.",
+        }
+    # the blocks a turn of each role may hold; a user turn's text must not be empty
+    turn = schemas[names["MessageParam"]]
+    del turn["properties"]
+    turn["oneOf"] = [
+        _turn(role, [names[block] for block in blocks], max_message_chars)
+        for role, blocks in TURN_BLOCKS.items()
+    ]
+
+
+TURN_BLOCKS = {
+    "user": ("TextBlock", "ImageBlock", "DocumentBlock", "ToolResultBlock"),
+    "assistant": ("TextBlock", "ToolUseBlock", "ThinkingBlock", "RedactedThinkingBlock"),
+    "system": ("TextBlock",),
+}
+"""The blocks ``app.messages.request`` reads in a turn of each role (any other is a 400)."""
+
+
+def _turn(role: str, blocks: list[str], max_chars: int) -> dict[str, Any]:
+    text = {"type": "string", "minLength": int(role == "user"), "maxLength": max_chars}
+    items = {"anyOf": [{"$ref": COMPONENT.format(name=block)} for block in blocks]}
+    content = {"anyOf": [text, {"type": "array", "minItems": 1, "items": items}]}
+    return {"properties": {"role": {"const": role}, "content": content}}
 
 
 def _json_schema(response: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -1,19 +1,28 @@
-"""The two streaming routes in the OpenAPI document (Litestar cannot see them: they are
-served over RSGI, ``app.http.rsgi``): their request bodies, the events of their streams,
-and the errors they answer before the first byte."""
+"""The routes Litestar cannot see in the OpenAPI document (they are served over RSGI,
+``app.http.rsgi``): the three streaming routes (chat completions, the Responses API and
+Anthropic's Messages API) and the Messages API's token count; their request bodies, the
+events of their streams, and the errors they answer before the first byte."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, get_args
 
 from app.http.openapi import (
+    ANTHROPIC_PARAMS,
     API_KEY,
+    API_KEY_OR_X_API_KEY,
     CHAT_ERRORS,
     COMPONENT,
+    COUNT_TOKENS_ERRORS,
     IDEMPOTENCY_KEY,
+    MAX_CREDITS,
+    anthropic_error_response,
     by_status,
     error_response,
+    request_id_header,
 )
+from app.messages.wire import StreamEvent
 
 _DONE = {"const": "[DONE]", "description": "The last event."}
 _JSON_EVENT = {
@@ -46,7 +55,7 @@ def chat_operation() -> dict[str, Any]:
         operation_id="CreateChatCompletion",
         body="ChatRequest",
         stream=_STREAM_DOC,
-        data={"anyOf": [_DONE, _JSON_EVENT]},
+        event=_data_event({"anyOf": [_DONE, _JSON_EVENT]}),
     )
 
 
@@ -84,8 +93,105 @@ def responses_operation() -> dict[str, Any]:
         operation_id="CreateResponse",
         body="ResponsesRequest",
         stream=_RESPONSES_STREAM_DOC,
-        data=_RESPONSES_EVENT,
+        event=_data_event(_RESPONSES_EVENT),
     )
+
+
+Components = Mapping[str, str]
+"""The component name of each Messages API struct (``app.http.openapi_document`` renames the
+ones whose names chat's structs already hold)."""
+
+_MESSAGES_STREAM_DOC = (
+    "A Server-Sent Events stream of Anthropic's events (docs/api.md, Anthropic Messages), "
+    "each an `event:` line naming its type and a JSON `data` of that type: "
+    "`message_start`, `ping`, then each content block as `content_block_start`, "
+    "`content_block_delta` × N, `content_block_stop`; then `message_delta` (stop reason and "
+    "the usage billed) and `message_stop` (the `svc` object). A failure after the stream "
+    "began ends it with an `error` event instead (with `svc` when it was settled)."
+)
+
+
+def _messages_events(names: Components) -> dict[str, Any]:
+    """One event of the Messages stream: the ``event`` line names the type of its ``data``."""
+    events = []
+    for struct in get_args(StreamEvent):
+        tag = struct.__struct_config__.tag
+        data = {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "contentSchema": {"$ref": COMPONENT.format(name=names[struct.__name__])},
+        }
+        events.append(
+            {
+                "type": "object",
+                "required": ["event", "data"],
+                "properties": {"event": {"const": tag}, "data": data},
+            }
+        )
+    return {"oneOf": events}
+
+
+def messages_operation(names: Components) -> dict[str, Any]:
+    """``POST /v1/messages``, Anthropic's Messages API, served outside Litestar as chat
+    completions are."""
+    operation = _stream_operation(
+        summary="Create a message (Anthropic's Messages API, streamed)",
+        description=(
+            "Anthropic's Messages API on the chat completion path: the same keys, aliases, "
+            "prices, caps, ceilings, reservation and settlement. The key goes in `x-api-key` "
+            "or `Authorization: Bearer`. Always streams; `stream` is accepted and ignored. "
+            "Unknown fields are ignored; what svc cannot serve (server tools, "
+            "`mcp_servers`, `container`, files by id) is a 400 naming the field. Errors "
+            "before the first byte are JSON in Anthropic's shape."
+        ),
+        operation_id="CreateMessage",
+        body=names["MessagesRequest"],
+        stream=_MESSAGES_STREAM_DOC,
+        event=_messages_events(names),
+        error_body=names["ErrorBody"],
+    )
+    operation["security"] = API_KEY_OR_X_API_KEY
+    operation["parameters"].extend(param.to_schema() for param in ANTHROPIC_PARAMS)
+    return operation
+
+
+def count_tokens_operation(names: Components) -> dict[str, Any]:
+    """``POST /v1/messages/count_tokens``, served beside the streams (it takes the key and
+    answers errors as ``POST /v1/messages`` does)."""
+    answer = {"$ref": COMPONENT.format(name=names["CountTokensResponse"])}
+    responses: dict[str, Any] = {
+        "200": {
+            "description": (
+                "The prompt tokens svc reserves for this body as a Messages request (its "
+                "prompt bound): never fewer than a provider would count."
+            ),
+            "headers": request_id_header(),
+            "content": {"application/json": {"schema": answer}},
+        }
+    }
+    for status, group in by_status(COUNT_TOKENS_ERRORS).items():
+        responses[str(status)] = anthropic_error_response(group, names["ErrorBody"])
+    return {
+        "summary": "Count a Messages request's input tokens",
+        "description": (
+            "Anthropic's token count: a Messages request's body (`max_tokens` and the other "
+            "output settings may be left out, and are ignored) answered with "
+            "`input_tokens`. Reserves and charges nothing; the key must be usable and "
+            "allowed the model. Errors are JSON in Anthropic's shape."
+        ),
+        "operationId": "CountMessageTokens",
+        "security": API_KEY_OR_X_API_KEY,
+        "parameters": [param.to_schema() for param in ANTHROPIC_PARAMS],
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {"$ref": COMPONENT.format(name=names["CountTokensRequest"])}
+                }
+            },
+        },
+        "responses": responses,
+    }
 
 
 def _stream_operation(
@@ -95,35 +201,38 @@ def _stream_operation(
     operation_id: str,
     body: str,
     stream: str,
-    data: dict[str, Any],
+    event: dict[str, Any],
+    error_body: str | None = None,
 ) -> dict[str, Any]:
-    """A streamed operation: its request body, its event stream and the errors it may
-    answer before the first byte (``CHAT_ERRORS``)."""
+    """A streamed operation: its request body, its event stream (``event``: the schema of
+    one event) and the errors it may answer before the first byte (``CHAT_ERRORS``), in
+    OpenAI's shape, or in Anthropic's with ``error_body`` (its component)."""
     responses: dict[str, Any] = {
         "200": {
             "description": stream,
-            "content": {
-                "text/event-stream": {
-                    "schema": {
-                        "type": "object",
-                        "required": ["data"],
-                        "properties": {"data": data},
-                    }
-                }
-            },
+            "content": {"text/event-stream": {"schema": event}},
         }
     }
     for status, group in by_status(CHAT_ERRORS).items():
-        responses[str(status)] = error_response(group)
+        responses[str(status)] = (
+            error_response(group)
+            if error_body is None
+            else anthropic_error_response(group, error_body)
+        )
     return {
         "summary": summary,
         "description": description,
         "operationId": operation_id,
         "security": API_KEY,
-        "parameters": [IDEMPOTENCY_KEY.to_schema()],
+        "parameters": [IDEMPOTENCY_KEY.to_schema(), MAX_CREDITS.to_schema()],
         "requestBody": {
             "required": True,
             "content": {"application/json": {"schema": {"$ref": COMPONENT.format(name=body)}}},
         },
         "responses": responses,
     }
+
+
+def _data_event(data: dict[str, Any]) -> dict[str, Any]:
+    """One event whose ``data`` is described (and whose ``event`` line is not)."""
+    return {"type": "object", "required": ["data"], "properties": {"data": data}}

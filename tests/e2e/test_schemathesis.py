@@ -28,8 +28,9 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from app.chat.chunks import DONE, ChunkEncoder, error_event
+from app.chat.chunks import DONE, ChunkEncoder, SvcMetadata, error_event
 from app.http.headers import SECURITY_HEADERS
+from app.messages import stream as messages_stream
 from tests.e2e.conftest import Server
 from tests.e2e.leaks import INTERNALS
 
@@ -119,6 +120,8 @@ def known(server: Server) -> Known:
 OPERATIONS = [
     "POST /v1/chat/completions",
     "POST /v1/responses",
+    "POST /v1/messages",
+    "POST /v1/messages/count_tokens",
     "GET /v1/models",
     "GET /v1/models/{model}",
     "GET /v1/pricing",
@@ -165,6 +168,8 @@ OPERATIONS = [
 NEGATABLE = {
     "POST /v1/chat/completions",
     "POST /v1/responses",
+    "POST /v1/messages",
+    "POST /v1/messages/count_tokens",
     "GET /v1/usage",
     "GET /v1/activity",
     "GET /v1/spotlights/rewards",
@@ -301,6 +306,56 @@ def test_the_responses_stream_schema_is_enforced(api_schema: BaseSchema, server:
             case.validate_response(_stream(real.content, bad), checks=checks)
 
 
+MESSAGE = {"model": "svc-fast", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_the_messages_stream_schema_is_enforced(api_schema: BaseSchema, server: Server) -> None:
+    """A real Messages stream passes, and so does the ``error`` event that ends a failed
+    one; an event whose ``event`` line is not its type, one without an ``event`` line, one
+    with a field svc does not write, or a stray type, does not."""
+    operation = api_schema.find_operation_by_label("POST /v1/messages")
+    assert operation is not None
+    case = operation.Case(body=MESSAGE)
+    key = server.new_key(server.new_account(1_000))
+    real = httpx.post(
+        f"{server.base_url}/messages", json=MESSAGE, headers={"x-api-key": key}, timeout=30
+    )
+    assert real.status_code == 200, real.text
+    assert b"event: message_stop\n" in real.content
+    checks: list[Any] = [response_schema_conformance]
+    case.validate_response(_stream(real.content), checks=checks)
+    svc = SvcMetadata(requested_model="svc-fast", credits_used=1, balance_remaining=9)
+    failed = messages_stream.error_event("api_error", "Upstream failed.", svc)
+    case.validate_response(_stream(real.content, failed), checks=checks)
+    ping = messages_stream.PING
+    for bad in (
+        ping.replace(b"event: ping", b"event: message_stop"),
+        ping.replace(b"event: ping\n", b""),
+        ping.replace(b'{"type":"ping"}', b'{"type":"ping","model":"upstream-model-1"}'),
+        b'event: debug\ndata: {"type":"debug"}\n\n',
+    ):
+        with pytest.raises(FailureGroup):
+            case.validate_response(_stream(real.content, bad), checks=checks)
+
+
+@pytest.mark.parametrize("label", ["POST /v1/messages", "POST /v1/messages/count_tokens"])
+def test_the_messages_routes_take_the_key_in_x_api_key(
+    server: Server, api_schema: BaseSchema, known: Known, label: str
+) -> None:
+    """The document's other way to send the key, as Anthropic's clients do: answers to it
+    honour the document too, and a wrong key is an Anthropic-shaped 401."""
+    operation = api_schema.find_operation_by_label(label)
+    assert operation is not None
+    body = MESSAGE
+    if label.endswith("/count_tokens"):
+        body = {name: value for name, value in MESSAGE.items() if name != "max_tokens"}
+    for key, status in ((known.key, 200), ("svc_live_" + "x" * 40, 401)):
+        case = operation.Case(headers={"x-api-key": key}, body=body, media_type="application/json")
+        response = case.call_and_validate(checks=CHECKS)
+        assert response.status_code == status, response.text
+    assert response.json()["error"]["type"] == "authentication_error"
+
+
 DEEP = b"[" * 1000 + b"]" * 1000
 # Explicit hostile cases generation rarely reaches: invalid UTF-8 inside a string, nesting
 # past the decoder's depth limit inside an ignored field, a number written as a string.
@@ -314,6 +369,17 @@ HOSTILE_BODIES = {
         b'{"model":"svc-fast","input":"\xff\xfe"}',
         b'{"model":"svc-fast","input":"hi","x":%s}' % DEEP,
         b'{"model":"svc-fast","input":"hi","max_output_tokens":"50"}',
+    ],
+    "POST /v1/messages": [
+        b'{"model":"svc-fast","max_tokens":9,"messages":[{"role":"user","content":"\xff\xfe"}]}',
+        b'{"model":"svc-fast","max_tokens":9,"messages":[{"role":"user","content":"hi"}],'
+        b'"x":%s}' % DEEP,
+        b'{"model":"svc-fast","max_tokens":"9","messages":[{"role":"user","content":"hi"}]}',
+    ],
+    "POST /v1/messages/count_tokens": [
+        b'{"model":"svc-fast","messages":[{"role":"user","content":"\xff\xfe"}]}',
+        b'{"model":"svc-fast","messages":[{"role":"user","content":"hi"}],"x":%s}' % DEEP,
+        b'{"model":"svc-fast","messages":[{"role":"user","content":"hi"}],"system":5}',
     ],
     "PATCH /v1/api-keys/{key_id}": [b'{"name":"\xff\xfe"}', b'{"daily_cap_credits":"5"}'],
     "POST /v1/api-keys": [
@@ -362,4 +428,7 @@ def test_hostile_input_is_a_documented_400(
     )
     response = case.call_and_validate(checks=CHECKS)
     assert response.status_code == 400, response.text
-    assert response.json()["error"]["code"] == "invalid_value"
+    if "/v1/messages" in label:  # Anthropic's shape: no code
+        assert response.json()["error"]["type"] == "invalid_request_error"
+    else:
+        assert response.json()["error"]["code"] == "invalid_value"
