@@ -803,3 +803,35 @@ def test_every_activity_row_opens_its_receipt(
             console.check()
         finally:
             context.close()
+
+
+def test_the_activity_tells_the_three_apis_apart(site: Server, console: Console) -> None:
+    """A request through each API (chat completions, responses, Anthropic's messages) is
+    listed with its API, and the Messages API's receipt says so."""
+    _, key = _owner(site)
+    for path, body in (
+        ("/responses", {"model": "svc-fast", "input": "hi"}),
+        (
+            "/messages",
+            {
+                "model": "svc-fast",
+                "max_tokens": 32,
+                "messages": [{"role": "user", "content": "hi"}],
+            },
+        ),
+    ):
+        assert httpx.post(f"{site.base_url}{path}", json=body, headers=_h(key)).is_success
+    _settled(site, key, sum(SEEDED.values()) + 2)
+    rows = httpx.get(f"{site.base_url}/activity", headers=_h(key)).json()["data"]
+    message = next(row for row in rows if row["api"] == "messages")
+    page = console.page
+    console.sign_in(key)
+    console.open("activity")
+    table = page.get_by_role("region", name=re.compile("Requests, newest first"))
+    for api in ("chat", "responses", "messages"):
+        expect(table.get_by_role("cell", name=api, exact=True).first).to_be_visible()
+    table.get_by_role("button", name=re.compile(", receipt$")).first.click()
+    dialog = page.get_by_role("dialog", name="Receipt")
+    assert _receipt_facts(dialog, message)["API"] == "messages"
+    page.keyboard.press("Escape")
+    console.check()
