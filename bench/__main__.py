@@ -37,7 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--memory-streams", type=int, help="slow streams held open per worker for the RSS check"
     )
     run.add_argument("--client", choices=["aiohttp", "openai"], help="load generator client")
-    run.add_argument("--peer", action="append", default=[], help="also measure: litellm, portkey")
+    run.add_argument(
+        "--peer",
+        action="append",
+        default=[],
+        help="also measure: litellm, portkey, tensorzero, tensorzero-valkey, envoy",
+    )
     run.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder of the results")
     run.add_argument("--no-chart", action="store_true", help="skip the PNG")
 

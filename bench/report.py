@@ -6,6 +6,7 @@ from pathlib import Path
 
 import msgspec
 
+from bench import beside
 from bench.measures import paired_ratio, rss_at_streams
 from bench.orchestrate import BASELINES, Point, RunReport, memory_concurrency
 
@@ -283,6 +284,40 @@ def tokens_table(report: RunReport) -> list[str]:
     return lines
 
 
+def peers_table(report: RunReport) -> list[str]:
+    """svc beside every peer that ran (``bench.beside``), then, for a peer that keeps state in
+    the bench's Valkey, the Redis commands and CPU it cost per request."""
+    if not report.peers:
+        return []
+    figures = [
+        beside.Figures(
+            scenario=p.scenario,
+            target=p.target,
+            concurrency=p.load.concurrency,
+            rps=p.load.rps,
+            chunks_per_s=p.load.chunks_per_s,
+            ttfb_p50_ms=p.load.ttfb_ms.p50,
+            cpu_ms_per_request=p.server_cpu_ms_per_request,
+            cpu_us_per_chunk=p.server_cpu_us_per_chunk,
+            rss_kb_per_stream=p.rss_kb_per_stream,
+            errors=sum(p.load.errors.values()),
+        )
+        for p in report.points
+    ]
+    labels = {name: f"{name} {v}" for name, v in report.peer_versions.items()}
+    lines = beside.markdown(beside.rows(figures, report.peers), labels)
+    for p in report.points:
+        if p.target in report.peers and p.redis_commands_per_request is not None:
+            each = ", ".join(f"`{k}` {v:g}" for k, v in p.redis_commands_per_request.items())
+            lines.append(
+                f"\n{labels.get(p.target, p.target)}, {p.scenario} C={p.load.concurrency}: "
+                f"Redis commands per request {each or 'none'} (inside functions and scripts "
+                f"included), {p.script_calls_per_completion:g} function or script calls, "
+                f"Redis CPU {p.redis_cpu_ms_per_request or 0:.3f} ms per request."
+            )
+    return lines
+
+
 def markdown(report: RunReport) -> str:
     """The results table, the targets and the machine, as Markdown."""
     m = report.machine
@@ -308,6 +343,7 @@ def markdown(report: RunReport) -> str:
             f"| {load.latency_ms.p50:.2f} | {load.latency_ms.p99:.2f} | {errors} | {cpu} | {rss} |"
         )
     lines += tokens_table(report)
+    lines += peers_table(report)
     lines += ["", "| target | goal | measured | met |", "|---|---|---|---|"]
     for t in targets(report):
         lines.append(f"| {t.name} | {t.goal} | {t.measured} | {'yes' if t.met else '**no**'} |")

