@@ -70,10 +70,10 @@ install-runtime: $(RUNTIME_STAMP)
 
 install: $(TEST_STAMP) $(NODE_CLIENTS)/node_modules/.installed $(CLIENTS_STAMP)
 
-# Refreshes requirements/test.lock, runtime.lock and clients.lock from pyproject.toml and
-# requirements/clients.in (needs the package index): after changing a dependency, `make lock`
-# keeps every other pin; `make lock UPGRADE=1` moves all of them to the newest allowed
-# versions. Commit the three locks.
+# Refreshes requirements/test.lock, runtime.lock, clients.lock and peers.lock from
+# pyproject.toml, requirements/clients.in and requirements/peers.in (needs the package index):
+# after changing a dependency, `make lock` keeps every other pin; `make lock UPGRADE=1` moves
+# all of them to the newest allowed versions. Commit the four locks.
 # See docs/development.md.
 lock:
 	PYTHON=$(PYTHON) UPGRADE=$(UPGRADE) bash requirements/lock.sh
