@@ -11,7 +11,9 @@ model name, then normal), ``nousage`` (no usage chunk), ``ignoremax`` (ignore ma
 (usage reports P % of the prompt tokens as ``prompt_tokens_details.cached_tokens``, as
 OpenAI does), ``writesP`` (P % as ``cache_write_tokens``, a provider that reports cache
 writes apart), ``reasonN`` (N of the completion tokens as
-``completion_tokens_details.reasoning_tokens``).
+``completion_tokens_details.reasoning_tokens``). A reply stops before the first of the
+request's ``stop`` sequences its words hold (the word it begins in cut short), and its
+finish chunk names it as vLLM's does (``"stop_reason": "<the sequence>"``).
 
 Faults: ``refuse`` (close without answering), ``500``, ``429``, ``400`` (an OpenAI error that
 names the model), ``drop-after:K``, ``stall``, ``stall-after:K``, ``slow-first-byte:MS``.
@@ -29,7 +31,8 @@ first tool instead of text when ``tool_choice`` is ``required`` or the model nam
 ``input_tokens``), ``ping``, a thinking block first when the request enables ``thinking``,
 the same words as ``text_delta`` events, a ``tool_use`` block to the first tool instead of
 text when ``tool_choice`` is ``any`` or ``tool`` or the model name says ``calltool``, then
-``message_delta`` (``end_turn``, ``max_tokens`` past ``max_tokens``, ``tool_use``; the output
+``message_delta`` (``end_turn``, ``max_tokens`` past ``max_tokens``, ``tool_use``,
+``stop_sequence`` with the ``stop_sequence`` the words stopped before, as on chat; the output
 tokens) and ``message_stop``. The same faults; ``dropK`` ends in an ``error`` event.
 
 ``GET /_stats`` returns counters and the last request; ``POST /_reset`` zeroes them.
@@ -94,6 +97,18 @@ class _Plan:
     delay_s: float
     cut: bool
     usage: bool
+    matched: str | None = None  # the stop sequence the reply stopped before
+    tail: str = ""  # then: the last chunk's text, when the match begins inside its word
+
+    def text_stop_reason(self) -> str:
+        """The Messages API's ``stop_reason`` of a reply in words."""
+        if self.matched is not None:
+            return "stop_sequence"
+        return "max_tokens" if self.cut else "end_turn"
+
+    def stop_sequence(self, stop_reason: str) -> str | None:
+        """The ``stop_sequence`` of a message that ended for ``stop_reason``."""
+        return self.matched if stop_reason == "stop_sequence" else None
 
 
 @dataclass
@@ -142,6 +157,36 @@ def _word_choice(i: int) -> bytes:
     return b'[{"index":0,"delta":{"content":%s},"finish_reason":null}]' % word
 
 
+def _word(plan: _Plan, i: int) -> str:
+    """The text of content chunk ``i``: its word, or the word cut before a stop sequence."""
+    if plan.tail and i == plan.chunks - 1:
+        return plan.tail
+    return WORDS[i % len(WORDS)] + " "
+
+
+def _stop_at(words: int, stop: Any) -> tuple[int, str, str] | None:
+    """Where a reply of ``words`` words stops at the request's stop sequences (chat's
+    ``stop``, a string or a list; the Messages API's ``stop_sequences``): the chunks left
+    (the last cut short when the match begins inside its word), that last one's text when it
+    is cut ("" when not), and the sequence; None when the words hold none."""
+    stops = [stop] if isinstance(stop, str) else stop if isinstance(stop, list) else []
+    text = "".join(WORDS[i % len(WORDS)] + " " for i in range(words))
+    found = [
+        (text.find(s), n) for n, s in enumerate(stops) if isinstance(s, str) and s and s in text
+    ]
+    if not found:
+        return None
+    at, n = min(found)
+    length = 0
+    for i in range(words):
+        word = WORDS[i % len(WORDS)] + " "
+        if length + len(word) > at:
+            tail = word[: at - length]
+            return (i + 1, tail, stops[n]) if tail else (i, "", stops[n])
+        length += len(word)
+    return None
+
+
 _CACHED = re.compile(r"cached(\d+)")
 _WRITES = re.compile(r"writes(\d+)")
 _REASON = re.compile(r"reason(\d+)")
@@ -177,6 +222,19 @@ def _usage(plan: _Plan, request: dict[str, Any]) -> dict[str, Any] | None:
             "reasoning_tokens": min(int(reasoning.group(1)), plan.chunks)
         }
     return usage
+
+
+def _finish(plan: _Plan) -> dict[str, Any]:
+    """The choice of the finish chunk: "length" past max_tokens, else "stop", with the stop
+    sequence the reply stopped before as vLLM names it (``stop_reason``)."""
+    choice: dict[str, Any] = {
+        "index": 0,
+        "delta": {},
+        "finish_reason": "length" if plan.cut else "stop",
+    }
+    if plan.matched is not None:
+        choice["stop_reason"] = plan.matched
+    return choice
 
 
 class _Conn(asyncio.Protocol):
@@ -272,7 +330,14 @@ class _Conn(asyncio.Protocol):
             + b',"choices":'
         )
         events = [_ROLE_CHOICE] + [_word_choice(i) for i in range(plan.chunks)]
-        events.append(_LENGTH_CHOICE if plan.cut else _STOP_CHOICE)
+        if plan.tail:
+            events[-1] = b'[{"index":0,"delta":{"content":%s},"finish_reason":null}]' % _encode(
+                plan.tail
+            )
+        if plan.matched is not None:
+            events.append(_encode([_finish(plan)]))
+        else:
+            events.append(_LENGTH_CHOICE if plan.cut else _STOP_CHOICE)
         usage = _usage(plan, request)
         if usage is not None:
             events.append(b'[],"usage":' + _encode(usage))
@@ -321,7 +386,7 @@ class _Conn(asyncio.Protocol):
         )
         if "ignoremax" in model or max_tokens is None:
             max_tokens = wanted
-        return _Plan(
+        plan = _Plan(
             model=model,
             fault=fault,
             chunks=min(wanted, int(max_tokens)),
@@ -329,6 +394,12 @@ class _Conn(asyncio.Protocol):
             cut=int(max_tokens) < wanted,
             usage=opts.usage and "nousage" not in model,
         )
+        stop = request.get("stop") or request.get("stop_sequences")
+        found = _stop_at(plan.chunks, stop) if stop else None
+        if found is not None:  # the stop comes before the cap
+            plan.chunks, plan.tail, plan.matched = found
+            plan.cut = False
+        return plan
 
     async def _drop(self) -> None:
         """Break the connection after what was written so far has left: ``abort`` throws
@@ -347,13 +418,7 @@ class _Conn(asyncio.Protocol):
         stats = self.server.stats
         stats.last_request, stats.last_headers = request, headers
         plan = self._plan(headers, request)
-        fault, model, chunks, delay, cut = (
-            plan.fault,
-            plan.model,
-            plan.chunks,
-            plan.delay_s,
-            plan.cut,
-        )
+        fault, model, chunks, delay = plan.fault, plan.model, plan.chunks, plan.delay_s
         if await self._early_fault(fault, model):
             return
         drop_after = int(fault.split(":")[1]) if fault and fault.startswith("drop-after") else None
@@ -393,21 +458,14 @@ class _Conn(asyncio.Protocol):
                 await asyncio.sleep(3600)
             if delay:
                 await asyncio.sleep(delay)
-            word = WORDS[i % len(WORDS)] + " "
+            word = _word(plan, i)
             self._event(
                 {
                     **base,
                     "choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}],
                 }
             )
-        self._event(
-            {
-                **base,
-                "choices": [
-                    {"index": 0, "delta": {}, "finish_reason": "length" if cut else "stop"}
-                ],
-            }
-        )
+        self._event({**base, "choices": [_finish(plan)]})
         usage = _usage(plan, request)
         if usage is not None:
             self._event({**base, "choices": [], "usage": usage})
@@ -618,12 +676,12 @@ class _Conn(asyncio.Protocol):
                     return
                 if plan.delay_s:
                     await asyncio.sleep(plan.delay_s)
-                delta = {"type": "text_delta", "text": WORDS[i % len(WORDS)] + " "}
+                delta = {"type": "text_delta", "text": _word(plan, i)}
                 send("content_block_delta", index=index, delta=delta)
             send("content_block_stop", index=index)
             output_tokens += plan.chunks
-            reason = "max_tokens" if plan.cut else "end_turn"
-        end = {"stop_reason": reason, "stop_sequence": None}
+            reason = plan.text_stop_reason()
+        end = {"stop_reason": reason, "stop_sequence": plan.stop_sequence(reason)}
         send(
             "message_delta",
             delta=end,

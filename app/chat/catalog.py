@@ -27,13 +27,17 @@ T = TypeVar("T")
 GATED_FIELDS: dict[str, tuple[str, ...]] = {
     "allow_service_tier": ("service_tier",),
     "allow_store": ("store", "metadata"),
+    "allow_top_k": ("top_k",),
 }
 """The one list of the request fields that reach a provider only when the models file
 allows them for the alias serving the request (keyed by the ``Alias`` flag that does), on
 Chat Completions and Responses alike. ``service_tier`` changes what the operator pays per
 token ("priority" costs more), which the alias's price cannot see; ``store`` has the
 provider keep the request and its answer, and ``metadata`` tags what it keeps (OpenAI
-takes it with ``store`` only). Left out silently: OpenAI-compatible clients send them
+takes it with ``store`` only); ``top_k`` is no Chat Completions field (OpenAI refuses the
+request), only an extension of the servers that take it (vLLM, SGLang, …), which the
+operator knows the alias's providers to be (a Messages request to a provider that serves
+that API carries it always). Left out silently: OpenAI-compatible clients send them
 routinely, and a 400 would break them. Fields svc does not model (``web_search_options``,
 ``prompt_cache_retention``, …) never reach a provider; those the upstream's usage report
 meters (``reasoning_effort``, ``prediction``) and those the client sends to be identified
@@ -106,16 +110,21 @@ class Alias(msgspec.Struct, frozen=True, kw_only=True):
     # the models file lets clients' GATED_FIELDS of each flag through to the provider
     allow_service_tier: bool = False
     allow_store: bool = False
+    allow_top_k: bool = False
 
     def withheld_fields(self) -> dict[str, Any]:
         """The request fields left out of what this alias's upstreams are sent, each as
         ``UNSET`` (for ``msgspec.structs.replace``); worked out once per set of flags."""
-        return _withheld(self.allow_service_tier, self.allow_store)
+        return _withheld(self.allow_service_tier, self.allow_store, self.allow_top_k)
 
 
 @functools.cache
-def _withheld(allow_service_tier: bool, allow_store: bool) -> dict[str, Any]:
-    allowed = {"allow_service_tier": allow_service_tier, "allow_store": allow_store}
+def _withheld(allow_service_tier: bool, allow_store: bool, allow_top_k: bool) -> dict[str, Any]:
+    allowed = {
+        "allow_service_tier": allow_service_tier,
+        "allow_store": allow_store,
+        "allow_top_k": allow_top_k,
+    }
     return {
         name: UNSET for flag, names in GATED_FIELDS.items() if not allowed[flag] for name in names
     }
@@ -175,6 +184,7 @@ class AliasOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     upstreams: list[UpstreamEntry] | None = None
     allow_service_tier: bool | None = None
     allow_store: bool | None = None
+    allow_top_k: bool | None = None
 
 
 class ModelsFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -319,6 +329,7 @@ def _merge(base: Alias, o: AliasOverride) -> Alias:
             base.allow_service_tier if o.allow_service_tier is None else o.allow_service_tier
         ),
         allow_store=base.allow_store if o.allow_store is None else o.allow_store,
+        allow_top_k=base.allow_top_k if o.allow_top_k is None else o.allow_top_k,
         upstreams=tuple(UpstreamRef(provider=u.provider, model=u.model) for u in o.upstreams)
         if o.upstreams
         else base.upstreams,

@@ -92,6 +92,8 @@ class Completion(Relay, Settling):
         self._choice_ended = False
         self._tool_calls = False
         self._cut_short = False
+        self._finish_reason = None
+        self._stop_sequence = None
         self._unsent = b""
         self._settling = None
         self._provider_name = ""  # the upstream's, once connected (for its metrics and logs)
@@ -252,6 +254,8 @@ class Completion(Relay, Settling):
             reported=self.usage,
             capped=self._cut_short
             or (self.tokens_received >= self.hold.out_tokens and not self._choice_ended),
+            finish_reason=self._finish_reason,
+            stop_sequence=_sent_stop(self._stop_sequence, self.params.request.stop),
         )
         return self._output.ending(end)
 
@@ -263,6 +267,17 @@ class Completion(Relay, Settling):
         """Close the upstream's stream (a read it was cancelled in has already ended it)."""
         if self._pieces is not None:
             await _close(self._pieces)
+
+
+def _sent_stop(matched: str | None, stop: object) -> str | None:
+    """``matched`` when it is one of the stop sequences the request sent (``stop``, a string
+    or a list of them); None otherwise (an upstream may name a stop of its own, as vLLM does
+    a stop token's text)."""
+    if matched is None:
+        return None
+    if matched == stop or (isinstance(stop, list) and matched in stop):
+        return matched
+    return None
 
 
 async def _close(pieces: AsyncIterator[list[Piece]]) -> None:

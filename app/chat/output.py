@@ -46,6 +46,11 @@ class StreamEnd(msgspec.Struct, frozen=True, kw_only=True):
     """The upstream's usage report, for the details it gave."""
     capped: bool
     """Output stopped at the reserved cap (the client's limit, or what the balance affords)."""
+    finish_reason: str | None = None
+    """The upstream's finish_reason where a delta carried it (``length``, ``tool_calls``,
+    ``content_filter``, …); None for plain text's "stop", which comes as its end alone."""
+    stop_sequence: str | None = None
+    """The stop sequence the upstream said it stopped at, when that is one the request sent."""
 
 
 # The ending is written once, before settlement, with these in place of the credits charged

@@ -58,6 +58,10 @@ class Relay:
     _choice_ended: bool  # the upstream's finish or usage arrived
     _tool_calls: bool  # the upstream called tools: the stream ends "tool_calls"
     _cut_short: bool  # output was cut at the cap (by svc, or by the upstream)
+    # how the upstream said the choice ended, when it said more than "stop": its
+    # finish_reason (a Delta's), and the stop sequence it named (a ChoiceEnd's)
+    _finish_reason: str | None
+    _stop_sequence: str | None
     _unsent: bytes  # the output's opening, until it goes out with the first write
     # why the stream ends at the next chunk boundary: the shutdown's grace period ran out
     # (StreamCut), or the client left (ClientLeft); the first reason stays
@@ -202,15 +206,20 @@ class Relay:
                 self._choice_ended = True
                 if isinstance(piece, Usage):
                     self.usage = piece
+                elif piece.stop_sequence is not None:
+                    self._stop_sequence = piece.stop_sequence
         if self._pending is not None and not self._choice_ended:
             out.append(self._flush_pending())
         return b"".join(out)
 
     def _take_delta(self, delta: Delta, out: list[bytes]) -> None:
-        if delta.tool_calls is not UNSET or delta.finish_reason == "tool_calls":
+        finish = delta.finish_reason
+        if delta.tool_calls is not UNSET or finish == "tool_calls":
             self._tool_calls = True
-        if delta.finish_reason == "length":
-            self._cut_short = True  # the upstream stopped at the output cap it was sent
+        if finish is not UNSET:
+            self._finish_reason = finish
+            if finish == "length":
+                self._cut_short = True  # the upstream stopped at the output cap it was sent
         relayed = delta.carries_output() or delta.logprobs is not UNSET
         if relayed and self.tokens_received < self.hold.out_tokens:
             self._keep_pending(msgspec.structs.replace(delta, finish_reason=UNSET), out)

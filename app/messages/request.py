@@ -17,13 +17,14 @@ takes the chat path from there (the same alias, output limit, prompt bound, rese
   ``disable_parallel_tool_use`` is ``parallel_tool_calls: false``;
 - ``max_tokens`` (required, as Anthropic's) is the client's output limit, checked against
   the alias's; ``stop_sequences`` is ``stop`` (at most the chat path's four);
-  ``temperature`` (Anthropic's default, 1, when left out) and ``top_p`` pass;
-  ``metadata.user_id`` is the client's identifier of its end user, which the account's
-  ``safety_identifier`` is made from.
+  ``temperature`` (Anthropic's default, 1, when left out) and ``top_p`` pass, ``top_k``
+  too where the alias allows it (``allow_top_k``: Chat Completions has no such field; the
+  servers that take it have it as an extension); ``metadata.user_id`` is the client's
+  identifier of its end user, which the account's ``safety_identifier`` is made from.
 
-Accepted and not forwarded: ``top_k`` (the chat request has no such field), ``thinking``
-(no thinking is shown: an upstream's reasoning is billed, as on the other APIs),
-``is_error`` of a tool result, ``cache_control`` and ``citations`` (unknown fields).
+Accepted and not forwarded: ``thinking`` (no thinking is shown: an upstream's reasoning is
+billed, as on the other APIs), ``is_error`` of a tool result, ``cache_control`` and
+``citations`` (unknown fields).
 Refused by name before anything is reserved: server tools, ``mcp_servers``,
 ``container``, files by id, documents by URL, images over ``MAX_IMAGE_BYTES``, more stop
 sequences than the chat path takes, and blocks a turn of that role cannot hold.
@@ -129,6 +130,7 @@ def parse_messages_request(
         chat,
         temperature=DEFAULT_TEMPERATURE if req.temperature in (UNSET, None) else req.temperature,
         top_p=req.top_p,
+        top_k=req.top_k,  # left out by ``resolve_params`` unless the alias allows it
         stop=stop or UNSET,
         safety_identifier=user_id if isinstance(user_id, str) and user_id else UNSET,
     )

@@ -12,9 +12,9 @@ carries svc's metadata as ``svc``. A stream that fails after it began ends with 
 (``msg_svc_…``, ``toolu_svc_…``; a ``tool_use`` block from a provider that serves the
 Messages API keeps that provider's id) and no upstream model name appears.
 
-What the relay does not tell a ``StreamOutput`` (the upstream's own finish reason, and the
-stop sequence it matched) ``finish_reason`` and ``stop_sequence`` take, when set before the
-ending; without them ``stop_reason`` is worked out from the cap and the tool calls.
+``stop_reason`` is worked out at the ending from what the relay learned of the upstream's
+end (``StreamEnd``: the cap, its finish reason, the stop sequence it matched) and from the
+tool calls.
 """
 
 from __future__ import annotations
@@ -135,9 +135,7 @@ class MessagesStream:
         "_requested",
         "_text_open",
         "_tool_calls",
-        "finish_reason",
         "id",
-        "stop_sequence",
     )
 
     def __init__(self, *, model: str, requested: str) -> None:
@@ -152,10 +150,6 @@ class MessagesStream:
         self._head = b""  # the open block's delta head
         self._calls: dict[int, tuple[int, bytes]] = {}  # upstream call index: block, head
         self._tool_calls = False
-        self.finish_reason: str | None = None
-        """The upstream's finish_reason, when the relay tells it (``stop_reason``)."""
-        self.stop_sequence: str | None = None
-        """The stop sequence the upstream said it stopped at, when the relay tells it."""
 
     # -- StreamOutput
 
@@ -194,8 +188,8 @@ class MessagesStream:
         reason, sequence = stop_reason(
             capped=end.capped,
             tool_calls=self._tool_calls,
-            finish=self.finish_reason,
-            stop_sequence=self.stop_sequence,
+            finish=end.finish_reason,
+            stop_sequence=end.stop_sequence,
         )
         delta = MessageDelta(StopDelta(reason, sequence), billed_usage(end))
         return (

@@ -43,19 +43,34 @@ class UpstreamCall(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ChoiceEnd:
-    """The upstream's chunk with a finish_reason arrived: the choice has no more output."""
+    """The upstream's chunk with a finish_reason arrived: the choice has no more output.
 
-    __slots__ = ()
+    ``stop_sequence`` is the stop sequence the upstream said it stopped at, when it said one
+    (vLLM's ``stop_reason``, SGLang's ``matched_stop``, Anthropic's ``stop_sequence``): made
+    once per stream, at its end; ``CHOICE_END`` is the end that names none."""
+
+    __slots__ = ("stop_sequence",)
+
+    def __init__(self, stop_sequence: str | None = None) -> None:
+        self.stop_sequence = stop_sequence
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is ChoiceEnd and other.stop_sequence == self.stop_sequence
+
+    def __hash__(self) -> int:
+        return hash(self.stop_sequence)
 
     def __repr__(self) -> str:
-        return "CHOICE_END"
+        if self.stop_sequence is None:
+            return "CHOICE_END"
+        return f"ChoiceEnd({self.stop_sequence!r})"
 
 
 CHOICE_END = ChoiceEnd()
 
 Piece = str | Delta | Usage | ChoiceEnd
 """A content piece (one token's text), a delta that carries more than text (tool-call
-pieces, a refusal, reasoning, log probabilities, a finish reason), ``CHOICE_END`` after
+pieces, a refusal, reasoning, log probabilities, a finish reason), a ``ChoiceEnd`` after
 the upstream's finish_reason, or, last, the usage an upstream reported."""
 
 

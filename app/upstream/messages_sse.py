@@ -5,8 +5,9 @@ relay, the metering and svc's own Messages events are the same whichever API the
 spoke: a text block's deltas as text, each ``tool_use`` block as a tool call of its own
 index (numbered in the order the blocks began, its first piece carrying the provider's
 ``tool_use`` id and the tool's name, its ``input_json_delta`` pieces the arguments),
-thinking as reasoning (billed, not shown), ``message_delta`` as the finish reason with the
-usage, ``message_stop`` as the stream's end, an ``error`` event as the upstream's failure.
+thinking as reasoning (billed, not shown), ``message_delta`` as the finish reason (and the
+stop sequence matched, for ``stop_sequence``) with the usage, ``message_stop`` as the
+stream's end, an ``error`` event as the upstream's failure.
 
 The usage is the prompt as Chat Completions counts it: Anthropic's ``input_tokens`` are only
 the prompt's uncached part, so the prompt is those plus the tokens read from the cache
@@ -26,7 +27,7 @@ import msgspec
 from msgspec import UNSET
 
 from app.core.errors import UpstreamError
-from app.upstream.base import CHOICE_END, Piece, Usage
+from app.upstream.base import CHOICE_END, ChoiceEnd, Piece, Usage
 from app.upstream.sse import FinalPieces
 from app.upstream.wire import Delta, ToolCallDelta, ToolCallFunctionDelta, ToolUseDelta
 
@@ -61,6 +62,7 @@ class _Delta(msgspec.Struct):
     partial_json: str | None = None
     thinking: str | None = None
     stop_reason: str | None = None
+    stop_sequence: str | None = None
 
 
 class _Error(msgspec.Struct):
@@ -80,7 +82,7 @@ class _Event(msgspec.Struct):
 _decode_event = msgspec.json.Decoder(_Event).decode
 
 # How a message ended, as Chat Completions says it (a plain stop is none: end_turn,
-# stop_sequence, and what Anthropic may add)
+# stop_sequence, with the sequence on its ChoiceEnd, and what Anthropic may add)
 _FINISH = {
     "max_tokens": "length",
     "model_context_window_exceeded": "length",
@@ -195,12 +197,16 @@ class MessagesEvents:
         if self._ended:  # another report: the usage again
             return self._usage()
         self._ended = True
-        reason = event.delta.stop_reason if event.delta is not None else None
+        delta = event.delta
+        reason = delta.stop_reason if delta is not None else None
         finish = _FINISH.get(reason or "")
         if finish is None and self._calls:
             finish = "tool_calls"
+        choice_end = CHOICE_END
+        if reason == "stop_sequence" and delta is not None and delta.stop_sequence:
+            choice_end = ChoiceEnd(delta.stop_sequence)
         end: list[Piece] = (
-            [CHOICE_END] if finish is None else [Delta(finish_reason=finish), CHOICE_END]
+            [choice_end] if finish is None else [Delta(finish_reason=finish), choice_end]
         )
         return end + self._usage()
 

@@ -11,6 +11,10 @@ so the same conversation always streams the same pieces:
   ``json_object`` or the instructions ask for JSON (following the JSON Schema they show, as
   instructor's JSON modes, pydantic-ai's prompted output and LangChain's format instructions
   write one, or DSPy's JSON adapter's field list); else words.
+
+A text reply stops before the first of the request's ``stop`` sequences it holds (the one
+that begins first), and says which, as vLLM does; a reply that holds none is cut at
+``max_tokens`` only.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 
 from app.core.errors import UpstreamError
 from app.core.ids import base62
-from app.upstream.base import Piece, UpstreamCall, Usage
+from app.upstream.base import ChoiceEnd, Piece, UpstreamCall, Usage
 from app.upstream.json_sample import sample_json
 from app.upstream.wire import (
     ChatRequest,
@@ -151,20 +155,23 @@ class SimulatedProvider:
         prompt_tokens = _prompt_tokens(texts)
         function = _function_to_call(call.request, prompt_crc)
         if function is None:
-            output, whole = self._text(call, prompt_crc)
+            output, whole, matched = self._text(call, prompt_crc)
             usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=len(output))
-            # plain text that stopped says so only by its end; text cut at max_tokens says
-            # "length", as real upstreams do
-            return [*output, usage] if whole else [*output, Delta(finish_reason="length"), usage]
+            # plain text that stopped says so only by its end, or by the stop sequence it
+            # stopped at; text cut at max_tokens says "length", as real upstreams do
+            if not whole:
+                return [*output, Delta(finish_reason="length"), usage]
+            return [*output, usage] if matched is None else [*output, ChoiceEnd(matched), usage]
         deltas = _tool_call_deltas(function, prompt, prompt_crc)
         output = deltas[: _cap(call)]
         finish = "tool_calls" if len(output) == len(deltas) else "length"
         usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=len(output))
         return [*output, Delta(finish_reason=finish), usage]
 
-    def _text(self, call: UpstreamCall, prompt_crc: int) -> tuple[list[Piece], bool]:
-        """The text pieces of a reply that calls no tool, cut at ``max_tokens``, and whether
-        that left it whole."""
+    def _text(self, call: UpstreamCall, prompt_crc: int) -> tuple[list[Piece], bool, str | None]:
+        """The text pieces of a reply that calls no tool, stopped before a stop sequence and
+        cut at ``max_tokens``; whether the cap left it whole, and the stop sequence it
+        stopped at."""
         schema = _reply_schema(call.request)
         if schema is None:
             pieces = _words(prompt_crc, self.reply_tokens)
@@ -173,8 +180,11 @@ class SimulatedProvider:
             pieces = _json_pieces({"answer": "".join(words)})
         else:
             pieces = _json_pieces(sample_json(schema, prompt_crc))
+        pieces, matched = _stopped(pieces, call.request.stop)
         cap = _cap(call)
-        return list(pieces[:cap]), len(pieces) <= cap
+        if len(pieces) > cap:
+            return list(pieces[:cap]), False, None
+        return list(pieces), True, matched
 
     async def close(self) -> None:
         return None
@@ -183,6 +193,28 @@ class SimulatedProvider:
 def _cap(call: UpstreamCall) -> int:
     """The most output pieces (tokens) the reply may have."""
     return max(call.max_tokens, 0)
+
+
+def _stopped(pieces: list[str], stop: object) -> tuple[list[str], str | None]:
+    """``pieces`` up to the first of the ``stop`` sequences their text holds (the one that
+    begins first; of two beginning there, the one sent first), the piece it begins in cut
+    before it, and that sequence; as they are, and None, when the text holds none."""
+    stops = [stop] if isinstance(stop, str) else stop if isinstance(stop, list) else []
+    text = "".join(pieces)
+    found = [(text.find(s), n) for n, s in enumerate(stops) if s and s in text]
+    if not found:
+        return pieces, None
+    at, n = min(found)
+    kept: list[str] = []
+    length = 0
+    for piece in pieces:
+        if length + len(piece) >= at:
+            if at > length:
+                kept.append(piece[: at - length])
+            break
+        kept.append(piece)
+        length += len(piece)
+    return kept, stops[n]
 
 
 def _words(prompt_crc: int, count: int) -> list[str]:

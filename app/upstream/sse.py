@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import msgspec
 from msgspec import UNSET
 
 from app.core.errors import UpstreamError
-from app.upstream.base import CHOICE_END, Piece, Usage
+from app.upstream.base import CHOICE_END, ChoiceEnd, Piece, Usage
 from app.upstream.wire import Delta, ToolCallDelta
 
 
@@ -49,6 +50,24 @@ class _Chunk(msgspec.Struct):
 
 
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
+
+
+class _MatchedStop(msgspec.Struct):
+    """What a finish chunk's choice may say of the stop the upstream matched: vLLM's
+    ``stop_reason`` (the stop string, or a stop token's id), SGLang's ``matched_stop``. Any
+    type a server puts there decodes; only a string is read."""
+
+    stop_reason: Any = None
+    matched_stop: Any = None
+
+
+class _FinishChunk(msgspec.Struct):
+    choices: list[_MatchedStop] = []
+
+
+# read of the finish chunk alone, once per stream (``_choice_end``): the chunks before it
+# are decoded without these fields, which vLLM and SGLang send, null, on every one
+_decode_finish = msgspec.json.Decoder(_FinishChunk).decode
 DONE = object()
 
 
@@ -97,12 +116,28 @@ def _choice_piece(choice: _Choice) -> Piece | None:
     return piece if piece.carries_output() or piece.finish_reason is not UNSET else None
 
 
+def _choice_end(choice: _Choice, payload: bytes) -> ChoiceEnd:
+    """The end of the choice (once per stream; ``payload`` is its chunk): with the stop
+    sequence the upstream says it stopped at, when it names one as a string; ``CHOICE_END``
+    otherwise (OpenAI's own streams say "stop" only). Whether it is one the request sent is
+    the relay's to check."""
+    if choice.finish_reason != "stop":
+        return CHOICE_END
+    if b'"stop_reason"' not in payload and b'"matched_stop"' not in payload:
+        return CHOICE_END
+    for said in _decode_finish(payload).choices[:1]:
+        for matched in (said.stop_reason, said.matched_stop):
+            if isinstance(matched, str) and matched:
+                return ChoiceEnd(matched)
+    return CHOICE_END
+
+
 def _relayed(call: _ToolCallDelta) -> ToolCallDelta:
     return ToolCallDelta(index=call.index, id=call.id, type=call.type, function=call.function)
 
 
 def parse_data_line(line: bytes) -> list[Piece] | object | None:
-    """One line of an upstream SSE stream: its pieces (a text, a ``Delta``, ``CHOICE_END``
+    """One line of an upstream SSE stream: its pieces (a text, a ``Delta``, a ``ChoiceEnd``
     after a finish_reason, a ``Usage``), ``DONE``, or None for lines that carry nothing for
     svc (comments, blank lines, role-only deltas)."""
     if not line.startswith(b"data:"):
@@ -122,7 +157,7 @@ def parse_data_line(line: bytes) -> list[Piece] | object | None:
         if piece is not None:
             pieces.append(piece)
         if choice.finish_reason is not None:
-            pieces.append(CHOICE_END)
+            pieces.append(_choice_end(choice, payload))
     if chunk.usage is not None:
         pieces.append(_usage(chunk.usage))
     return pieces or None

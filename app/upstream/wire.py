@@ -148,6 +148,8 @@ class StreamOptions(msgspec.Struct, omit_defaults=True):
 # states them (both read these annotations). The alias's own output limit is checked after.
 Temperature = Annotated[float, msgspec.Meta(ge=0, le=2)]
 TopP = Annotated[float, msgspec.Meta(ge=0, le=1)]
+TopK = Annotated[int, msgspec.Meta(ge=-1)]
+"""An extension of the servers that take it (vLLM, SGLang, …): -1 (or 0) is no limit."""
 OutputTokens = Annotated[int, msgspec.Meta(ge=1)]
 Penalty = Annotated[float, msgspec.Meta(ge=-2, le=2)]
 TopLogprobs = Annotated[int, msgspec.Meta(ge=0, le=20)]
@@ -163,6 +165,8 @@ class ChatRequest(msgspec.Struct, omit_defaults=True):
     messages: list[Message]
     temperature: Temperature | UnsetType | None = UNSET
     top_p: TopP | UnsetType | None = UNSET
+    top_k: TopK | UnsetType | None = UNSET
+    """Not OpenAI's: sent only where the alias allows it (``allow_top_k``)."""
     max_tokens: OutputTokens | UnsetType | None = UNSET
     max_completion_tokens: OutputTokens | UnsetType | None = UNSET
     stream: bool | UnsetType | None = UNSET

@@ -13,7 +13,9 @@ usage and stop, and cost the account exactly the ``svc.credits_used`` of the ref
 ``message_stop`` event (and of its own, where the client shows it).
 
 Then, with the Python SDK: an image block, ``stop_sequences`` (they reach the upstream as the
-chat request's ``stop``: the mock upstream's record says so), a ``max_tokens`` cut, token
+chat request's ``stop``: the mock upstream's record says so; the stop sequence an upstream
+says it stopped at, vLLM's way or Anthropic's, or the simulated upstream's, is the
+``stop_reason`` ``stop_sequence``), a ``max_tokens`` cut, token
 counting, and 401, 402, 429 and 502 as the SDK's own exceptions; and Claude Code in print mode
 pointed at svc with ``ANTHROPIC_BASE_URL``, through a recording proxy that keeps svc's
 answers: it must answer the prompt and cost the account the sum of its requests'
@@ -67,6 +69,7 @@ from tests.support.recording_proxy import RecordingProxy
 pytestmark = pytest.mark.e2e
 
 MODEL = "svc-fast"
+NATIVE = "svc-smart"  # the mocked server's alias on a provider that serves the Messages API
 MAX_TOKENS = 1024
 FUNDS = 100_000
 
@@ -562,13 +565,16 @@ def test_count_tokens_counts_the_prompt_and_charges_nothing(server: Server) -> N
 @pytest.fixture(scope="module")
 def mocked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, MockProcess]]:
     """A server whose svc-fast is the mock upstream (a real HTTP server that keeps the last
-    request it was sent), and the mock."""
+    request it was sent) as a chat provider, and svc-smart the mock as a provider that
+    serves the Messages API; and the mock."""
     mock = start_in_subprocess(chunks=5)
     tmp = tmp_path_factory.mktemp("anthropic-mocked")
     models = tmp / "models.toml"
     models.write_text(
         f'[providers.mock]\nbase_url = "{mock.base_url}"\n'
+        f'[providers.claude]\nbase_url = "{mock.base_url}"\nmessages_api = true\n'
         '[aliases.svc-fast]\nupstreams = [{ provider = "mock", model = "plain" }]\n'
+        f'[aliases.{NATIVE}]\nupstreams = [{{ provider = "claude", model = "native" }}]\n'
     )
     srv = start_server(tmp, extra_env={"SVC_MODELS_FILE": str(models)})
     try:
@@ -586,8 +592,48 @@ def test_stop_sequences_reach_the_upstream_as_stop(
     assert seen["error"] is None, seen
     last = httpx.get(mock.base_url.removesuffix("/v1") + "/_stats").json()["last_request"]
     assert last["stop"] == ["fox", "\n\nHuman:"]
-    # the mock stops by itself: a stop svc cannot tell from the end of the text
+    # the mock's words hold neither: its reply is whole, and ends as end_turn
+    assert seen["text"] == "alpha bravo charlie delta echo "
     assert (seen["finish_reason"], seen["stop_sequence"]) == ("end_turn", None)
+    assert charged == seen["svc"]["credits_used"] >= 1
+
+
+@pytest.mark.parametrize("model", [MODEL, NATIVE], ids=["chat-vllm-style", "messages-native"])
+def test_the_stop_sequence_an_upstream_matched_is_the_stop_reason(
+    mocked: tuple[Server, MockProcess], model: str
+) -> None:
+    """The mock stops before "charlie" and says so: on chat as vLLM does (the finish
+    chunk's ``stop_reason``), on the Messages API as Anthropic does; the SDK sees
+    ``stop_sequence`` either way, in the raw events and in its stream helper's message."""
+    srv, mock = mocked
+    stops = ["\n\nHuman:", "charlie"]
+    seen, charged = _charged_run(srv, model=model, stop_sequences=stops)
+    assert seen["error"] is None, seen
+    last = httpx.get(mock.base_url.removesuffix("/v1") + "/_stats").json()["last_request"]
+    assert last["stop" if model == MODEL else "stop_sequences"] == stops
+    assert seen["text"] == "alpha bravo "
+    assert (seen["finish_reason"], seen["stop_sequence"]) == ("stop_sequence", "charlie")
+    assert seen["usage"]["completion"] == 2
+    assert charged == seen["svc"]["credits_used"] >= 1
+    with anthropic.Anthropic(
+        base_url=srv.root_url, api_key=srv.new_key(srv.new_account(FUNDS)), max_retries=0
+    ) as client:
+        params = _params(SCENARIOS["hello"], False, model=model, stop_sequences=stops)
+        with client.messages.stream(**params) as stream:
+            message = stream.get_final_message()
+    assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", "charlie")
+    assert [block.text for block in message.content if block.type == "text"] == ["alpha bravo "]
+
+
+def test_the_simulated_upstream_stops_before_a_stop_sequence(server: Server) -> None:
+    whole, _ = _charged_run(server)
+    stop = whole["text"].split(" ")[4]  # a word of the reply: it stops where that first is
+    kept = whole["text"][: whole["text"].find(stop)]
+    seen, charged = _charged_run(server, stop_sequences=["\n\nHuman:", stop])
+    assert seen["error"] is None, seen
+    assert seen["text"] == kept
+    assert (seen["finish_reason"], seen["stop_sequence"]) == ("stop_sequence", stop)
+    assert seen["usage"]["completion"] < whole["usage"]["completion"]
     assert charged == seen["svc"]["credits_used"] >= 1
 
 

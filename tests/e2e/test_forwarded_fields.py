@@ -2,13 +2,16 @@
 ``service_tier="priority"``, ``store=True`` and ``metadata`` reach the provider (the mock
 upstream as a real HTTP server) only through an alias whose models file entry allows them,
 on chat completions and on Responses (translated to chat, or sent to a provider that
-serves Responses), and the request is charged as any other."""
+serves Responses), and the request is charged as any other. ``top_k`` likewise
+(``allow_top_k``), from a chat client's ``extra_body`` and from a Messages request
+translated to chat."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -41,7 +44,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, mock: MockProcess) -> Itera
         '[aliases.svc-smart]\nupstreams = [{ provider = "native", model = "native" }]\n'
         # the operator lets clients choose
         '[aliases.svc-code]\nupstreams = [{ provider = "chat", model = "allowed" }]\n'
-        "allow_service_tier = true\nallow_store = true\n"
+        "allow_service_tier = true\nallow_store = true\nallow_top_k = true\n"
     )
     srv = start_server(tmp, extra_env={"SVC_MODELS_FILE": str(path)})
     yield srv
@@ -127,6 +130,41 @@ def test_a_provider_that_serves_responses_is_told_not_to_store(
     sent = _received(mock)
     assert (sent["model"], sent["input"], sent["store"]) == ("native", "hi", False)
     assert not {"service_tier", "metadata"} & set(sent), sent
+
+
+# -- top_k, where the upstream takes it -------------------------------------------------------
+
+
+@pytest.mark.parametrize(("model", "sent"), [("svc-fast", None), ("svc-code", 40)])
+def test_top_k_reaches_the_provider_only_where_the_alias_allows_it(
+    server: Server, mock: MockProcess, model: str, sent: int | None
+) -> None:
+    client, pid = _client(server)
+    messages: Any = [{"role": "user", "content": "hi"}]
+    chunks = list(
+        client.chat.completions.create(
+            model=model, messages=messages, stream=True, extra_body={"top_k": 40}
+        )
+    )
+    assert chunks[-1].model_extra["svc"]["credits_used"] >= 1  # type: ignore[index]
+    assert _received(mock).get("top_k") == sent
+    # a Messages request's top_k, translated to chat: the same rule
+    with (
+        anthropic.Anthropic(
+            base_url=server.root_url, api_key=server.new_key(pid), max_retries=0
+        ) as claude,
+        claude.messages.stream(
+            model=model,
+            max_tokens=64,
+            messages=messages,
+            extra_body={"top_k": 40},  # this SDK has no top_k of its own
+        ) as stream,
+    ):
+        message = stream.get_final_message()
+    assert message.stop_reason == "end_turn"
+    received = _received(mock)
+    assert "messages" in received
+    assert received.get("top_k") == sent
 
 
 # -- the safety identifier (issue 35, item 5) -----------------------------------------------

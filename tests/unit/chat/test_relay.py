@@ -16,7 +16,7 @@ from app.chat.router import UpstreamRouter
 from app.chat.service import CompletionService
 from app.chat.settlement import drain_background
 from app.core.errors import UpstreamError
-from app.upstream.base import CHOICE_END, Piece, UpstreamCall, Usage
+from app.upstream.base import CHOICE_END, ChoiceEnd, Piece, UpstreamCall, Usage
 from app.upstream.simulated import SimulatedProvider
 from app.upstream.wire import Delta, ToolCallDelta, ToolCallFunctionDelta
 from tests.conftest import Clock
@@ -295,3 +295,77 @@ async def test_a_failing_ending_still_settles(ledger: Ledgers, clock: Clock) -> 
     assert await ledger.redis.zcard(ledger.layout.reservations(ident.shard)) == 0
     _status, balance = await ledger.money.balance(ident, clock())
     assert balance.total < 100_000  # charged for what was served, not left to the sweeper
+
+
+# -- how the upstream ended, told to the ending ----------------------------------------------
+
+
+class _EndSeen(_BrokenEnding):
+    """A chat stream that keeps the ``StreamEnd`` it was given."""
+
+    end: StreamEnd
+
+    def ending(self, end: StreamEnd) -> bytes:
+        self.end = end
+        return self.inner.ending(end)
+
+
+async def _end_of(
+    ledger: Ledgers, clock: Clock, batch: list[Piece], stop: object, name: str
+) -> tuple[StreamEnd, list[dict[str, object]]]:
+    """The ``StreamEnd`` of a chat request sending ``stop`` whose upstream sends ``batch``,
+    and the chunks written (their ids and times left out)."""
+    await account(ledger, f"acct_{name}", purchased=100_000)
+    ident = await key(ledger, f"acct_{name}", f"kid{name}".ljust(12, "0"))
+    provider = ScriptedProvider([(0, batch)])
+    router = UpstreamRouter({"simulated": provider}, SimulatedProvider())  # type: ignore[dict-item]
+    service = CompletionService(ledger.money, router, deadline_s=900, clock=clock)
+    body: dict[str, object] = {"model": "svc-fast", "messages": [{"role": "user", "content": "hi"}]}
+    if stop is not None:
+        body["stop"] = stop
+    params = parse_chat_request(json.dumps(body).encode(), default_catalog().aliases)
+    completion = await service.open(ident, params)
+    output = _EndSeen(completion.chat_stream())
+    writes: list[bytes] = []
+
+    async def send(data: bytes, more: bool) -> None:
+        writes.append(data)
+
+    await completion.relay(send, output)
+    chunks = [{k: v for k, v in c.items() if k not in ("id", "created")} for c in _chunks(writes)]
+    return output.end, chunks
+
+
+@pytest.mark.parametrize(
+    ("batch", "stop", "finish", "sequence"),
+    [
+        (["a", CHOICE_END, Usage(4, 1)], ["END"], None, None),
+        # the stop the upstream said it matched: one the request sent
+        (["a", ChoiceEnd("END"), Usage(4, 1)], ["\n", "END"], None, "END"),
+        (["a", ChoiceEnd("END"), Usage(4, 1)], "END", None, "END"),
+        # a stop of the upstream's own (a stop token's text), or no stop sent: none
+        (["a", ChoiceEnd("</s>"), Usage(4, 1)], ["END"], None, None),
+        (["a", ChoiceEnd("END"), Usage(4, 1)], None, None, None),
+        (
+            ["a", Delta(finish_reason="content_filter"), CHOICE_END, Usage(4, 1)],
+            None,
+            "content_filter",
+            None,
+        ),
+        (["a", Delta(finish_reason="length"), CHOICE_END, Usage(4, 1)], None, "length", None),
+    ],
+)
+async def test_the_ending_is_told_the_upstreams_finish_and_the_stop_it_matched(
+    ledger: Ledgers,
+    clock: Clock,
+    batch: list[Piece],
+    stop: object,
+    finish: str | None,
+    sequence: str | None,
+) -> None:
+    end, chunks = await _end_of(ledger, clock, batch, stop, "S")
+    assert (end.finish_reason, end.stop_sequence) == (finish, sequence)
+    # the chat stream is written as it always was, whatever the upstream named
+    plain = [CHOICE_END if isinstance(piece, ChoiceEnd) else piece for piece in batch]
+    _end, same = await _end_of(ledger, clock, plain, stop, "P")
+    assert chunks == same

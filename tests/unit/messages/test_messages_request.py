@@ -410,6 +410,23 @@ def test_sampling_stop_sequences_and_the_fields_not_forwarded() -> None:
         assert name not in forwarded
 
 
+def test_top_k_reaches_the_chat_request_where_the_alias_allows_it() -> None:
+    body = {"model": "svc-fast", "max_tokens": 256, "messages": HI, "top_k": 40}
+    allowed = {
+        **ALIASES,
+        "svc-fast": msgspec.structs.replace(ALIASES["svc-fast"], allow_top_k=True),
+    }
+    for aliases, sent in ((ALIASES, None), (allowed, 40)):
+        params = parse_messages_request(
+            json.dumps(body).encode(),
+            aliases,
+            max_messages=2048,
+            max_message_chars=1_000_000,
+            image_token_bound=4_096,
+        )
+        assert msgspec.to_builtins(params.request).get("top_k") == sent
+
+
 def test_metadata_user_id_is_what_the_safety_identifier_is_made_from() -> None:
     seen: list[str | None] = []
 

@@ -47,6 +47,8 @@ def _end(
     capped: bool = False,
     reported: Usage | None = None,
     marked: bool = False,
+    finish_reason: str | None = None,
+    stop_sequence: str | None = None,
 ) -> StreamEnd:
     return StreamEnd(
         outcome=outcome,  # type: ignore[arg-type]
@@ -56,6 +58,8 @@ def _end(
         completion_tokens=3,
         reported=reported if reported is not None else Usage(12, 3, {"cached_tokens": 4}),
         capped=capped,
+        finish_reason=finish_reason,
+        stop_sequence=stop_sequence,
     )
 
 
@@ -286,16 +290,23 @@ def test_output_cut_at_its_cap_stops_for_max_tokens() -> None:
     assert _sdk_final(_text_stream(_end(capped=True))).stop_reason == "max_tokens"
 
 
-def test_what_the_relay_tells_of_the_upstreams_finish_decides_the_rest() -> None:
+def test_what_the_relay_learned_of_the_upstreams_finish_decides_the_rest() -> None:
     stream = _stream()
-    stream.finish_reason, stream.stop_sequence = "stop", "###"
     raw = stream.opening() + stream.piece("a") + stream.closing(None, tool_calls=False)
-    events = _events(raw + stream.ending(_end()))
+    events = _events(raw + stream.ending(_end(stop_sequence="###")))
     assert events[-2]["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "###"}
     stream = _stream()
-    stream.finish_reason = "content_filter"
-    raw = stream.opening() + stream.closing(None, tool_calls=False) + stream.ending(_end())
+    raw = stream.opening() + stream.piece("a") + stream.closing(None, tool_calls=False)
+    final = _sdk_final(raw + stream.ending(_end(stop_sequence="###")))
+    assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", "###")
+    stream = _stream()
+    raw = stream.opening() + stream.closing(None, tool_calls=False)
+    raw += stream.ending(_end(finish_reason="content_filter"))
     assert _events(raw)[-2]["delta"]["stop_reason"] == "refusal"
+    stream = _stream()  # a cut wins over a stop sequence the upstream named after it
+    raw = stream.opening() + stream.piece("a") + stream.closing(None, tool_calls=False)
+    raw += stream.ending(_end(capped=True, stop_sequence="###"))
+    assert _events(raw)[-2]["delta"] == {"stop_reason": "max_tokens", "stop_sequence": None}
 
 
 # -- usage ----------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 privacy (issue 30, item 8): ``service_tier``, ``store`` and ``metadata`` go upstream only
 when the models file allows them for the alias (``allow_service_tier``, ``allow_store``),
 on chat, on Responses translated to chat, and on Responses sent to a provider that serves
-them. What the in-process mock upstream received is what is checked."""
+them; ``top_k``, which only some servers take, likewise (``allow_top_k``). What the
+in-process mock upstream received is what is checked."""
 
 from __future__ import annotations
 
@@ -160,6 +161,17 @@ async def test_svc_auto_follows_the_alias_it_routes_to(mock: MockUpstream, tmp_p
     assert {name: sent.get(name) for name in GATED} == CLIENT_SENDS
 
 
+@pytest.mark.parametrize("allowed", [False, True])
+async def test_top_k_is_sent_only_where_the_alias_allows_it(
+    mock: MockUpstream, tmp_path: Path, allowed: bool
+) -> None:
+    aliases = _aliases(tmp_path, mock.base_url, "allow_top_k = true" if allowed else "")
+    params = parse_chat_request(_chat("svc-fast", top_k=40, **CLIENT_SENDS), aliases)
+    sent = await _sent(mock, params, responses_api=False)
+    assert sent.get("top_k") == (40 if allowed else None)
+    assert not set(GATED) & set(sent), sent  # the other flags stay as they were
+
+
 def test_the_flags_default_to_false_and_are_read_from_the_models_file(tmp_path: Path) -> None:
     aliases = _aliases(tmp_path, "http://x/v1", "allow_store = true")
     assert (aliases["svc-fast"].allow_store, aliases["svc-fast"].allow_service_tier) == (
@@ -167,9 +179,12 @@ def test_the_flags_default_to_false_and_are_read_from_the_models_file(tmp_path: 
         False,
     )
     assert not load_catalog(_write(tmp_path, "")).aliases["svc-smart"].allow_store
+    assert not aliases["svc-fast"].allow_top_k
+    top_k = _aliases(tmp_path, "http://x/v1", "allow_top_k = true")["svc-fast"]
+    assert (top_k.allow_top_k, top_k.allow_store) == (True, False)
 
 
-@pytest.mark.parametrize("flag", ["allow_service_tier", "allow_store"])
+@pytest.mark.parametrize("flag", ["allow_service_tier", "allow_store", "allow_top_k"])
 def test_a_flag_that_is_not_a_boolean_stops_start_up_naming_line_and_field(
     tmp_path: Path, flag: str
 ) -> None:

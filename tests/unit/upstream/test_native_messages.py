@@ -17,7 +17,7 @@ from app.core.errors import UpstreamError
 from app.messages.request import native_request, parse_messages_request
 from app.messages.stream import TOOL_USE_PREFIX, MessagesStream
 from app.messages.wire import MessagesRequest
-from app.upstream.base import CHOICE_END, UpstreamCall, Usage
+from app.upstream.base import CHOICE_END, ChoiceEnd, UpstreamCall, Usage
 from app.upstream.config import ProviderConfig
 from app.upstream.http11 import StreamingProvider
 from app.upstream.messages_sse import MessagesEvents
@@ -135,6 +135,15 @@ def test_the_forwarded_request_is_the_clients_with_what_svc_sets_replaced(
     assert params.request.safety_identifier == "svc_account_end-user-7"
     # the translation stays, for a failover to a chat provider
     assert params.request.messages[0].role == "system"
+
+
+def test_top_k_reaches_a_messages_provider_always_and_the_translation_where_allowed(
+    tmp_path: Path,
+) -> None:
+    for flags, translated in (("", None), ("allow_top_k = true", 40)):
+        params = _parse(_aliases(tmp_path, flags=flags))
+        assert msgspec.json.decode(params.native_messages.body("m", 100))["top_k"] == 40
+        assert msgspec.to_builtins(params.request).get("top_k") == translated
 
 
 def test_service_tier_goes_on_where_the_alias_allows_it(tmp_path: Path) -> None:
@@ -296,6 +305,27 @@ async def test_the_provider_gets_the_request_and_headers_and_svc_reads_its_event
     assert "messages" in mock.stats.last_request
     assert mock.stats.last_headers["authorization"] == "Bearer sk-ant-secret"
     assert "x-api-key" not in mock.stats.last_headers
+
+
+@pytest.mark.parametrize("model", ["claude-real", "claude-slow1"])
+async def test_the_mock_stops_before_a_stop_sequence_and_names_it_either_way(
+    mock: MockUpstream, tmp_path: Path, model: str
+) -> None:
+    """The mock's reply stops before the first stop sequence its words hold, named as
+    Anthropic does (``stop_sequence``) and as vLLM does (the finish chunk's ``stop_reason``);
+    read as a ``ChoiceEnd`` naming it either way."""
+    sent = {**SENT, "stop_sequences": ["zulu", "harlie"]}
+    params = _parse(_aliases(tmp_path, mock.base_url), sent)
+    native = UpstreamCall(
+        model=model, request=params.request, max_tokens=50, messages=params.native_messages
+    )
+    chat = UpstreamCall(model=model, request=params.request, max_tokens=50)
+    for call in (native, chat):
+        pieces = await _stream(mock, call)
+        assert pieces[:-1] == ["alpha ", "bravo ", "c", ChoiceEnd("harlie")]
+        assert isinstance(pieces[-1], Usage)
+        assert pieces[-1].completion_tokens == 3
+    assert mock.stats.last_request["stop"] == ["zulu", "harlie"]
 
 
 async def test_a_provider_error_event_fails_the_stream(mock: MockUpstream, tmp_path: Path) -> None:
@@ -474,6 +504,14 @@ def test_each_stop_reason_ends_as_chat_would_say_it(reason: str, finish: str | N
     pieces, _done = _pieces(_text_delta(0, "a"), _message_delta(reason, output_tokens=1))
     end = [CHOICE_END] if finish is None else [Delta(finish_reason=finish), CHOICE_END]
     assert pieces == ["a", *end, Usage(0, 1)]
+
+
+def test_a_stop_sequence_is_named_on_the_choices_end() -> None:
+    delta = {"stop_reason": "stop_sequence", "stop_sequence": "\n\nHuman:"}
+    pieces, _done = _pieces(
+        _text_delta(0, "a"), _sse("message_delta", delta=delta, usage={"output_tokens": 1})
+    )
+    assert pieces == ["a", ChoiceEnd("\n\nHuman:"), Usage(0, 1)]
 
 
 def test_a_stream_cut_before_message_stop_is_not_done() -> None:

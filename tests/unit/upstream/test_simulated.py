@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 from app.core.errors import UpstreamError
-from app.upstream.base import Piece, UpstreamCall, Usage
+from app.upstream.base import ChoiceEnd, Piece, UpstreamCall, Usage
 from app.upstream.simulated import SimulatedProvider, message_text
 from app.upstream.wire import ChatRequest, Delta, ToolCallDelta
 
@@ -129,6 +129,26 @@ async def test_a_whole_reply_within_max_tokens_ends_plainly() -> None:
     pieces = await _pieces(_call(max_tokens=100, messages=[{"role": "user", "content": "hi"}]))
     assert pieces[-1] == Usage(4, 24)
     assert not any(isinstance(piece, Delta) for piece in pieces)
+
+
+async def test_a_stop_sequence_ends_the_reply_before_it_and_is_named() -> None:
+    hi = [{"role": "user", "content": "hi"}]  # "quick brown fox jumps over the ..."
+    pieces = await _pieces(_call(messages=hi, stop=["fox"]))
+    assert pieces == ["quick", " brown", " ", ChoiceEnd("fox"), Usage(4, 3)]
+    # the one that begins first, whatever the order it was sent in; a piece it begins at
+    # the start of is left out
+    pieces = await _pieces(_call(messages=hi, stop=[" the", " jumps"]))
+    assert pieces == ["quick", " brown", " fox", ChoiceEnd(" jumps"), Usage(4, 3)]
+    pieces = await _pieces(_call(messages=hi, stop="quick"))
+    assert pieces == [ChoiceEnd("quick"), Usage(4, 0)]
+
+
+async def test_a_stop_sequence_past_max_tokens_or_not_in_the_reply_changes_nothing() -> None:
+    hi = [{"role": "user", "content": "hi"}]
+    pieces = await _pieces(_call(max_tokens=2, messages=hi, stop=["fox"]))
+    assert pieces == ["quick", " brown", Delta(finish_reason="length"), Usage(4, 2)]
+    plain = await _pieces(_call(messages=hi))
+    assert await _pieces(_call(messages=hi, stop=["zebra", ""])) == plain
 
 
 async def test_text_parts_read_as_the_text_they_join_to() -> None:

@@ -6,7 +6,7 @@ import msgspec
 import pytest
 
 from app.core.errors import UpstreamError
-from app.upstream.base import CHOICE_END, UpstreamCall, Usage
+from app.upstream.base import CHOICE_END, ChoiceEnd, UpstreamCall, Usage
 from app.upstream.openai_http import request_body, sanitize
 from app.upstream.sse import DONE, parse_data_line
 from app.upstream.wire import ChatRequest, Delta, ToolCallDelta, ToolCallFunctionDelta
@@ -32,6 +32,36 @@ def test_lines() -> None:
         parse_data_line(b'data: {"error":{"message":"boom"}}')
     with pytest.raises(UpstreamError):
         parse_data_line(b"data: {not json")
+
+
+@pytest.mark.parametrize(
+    ("choice", "end"),
+    [
+        # vLLM: stop_reason on every choice, null but on the finish chunk's
+        ('"delta":{"content":"!"},"finish_reason":null,"stop_reason":null', None),
+        ('"delta":{"content":"!"},"finish_reason":"stop","stop_reason":"END"', ChoiceEnd("END")),
+        ('"delta":{},"finish_reason":"stop","stop_reason":128009', CHOICE_END),  # a token id
+        ('"delta":{},"finish_reason":"stop","stop_reason":null', CHOICE_END),  # its EOS
+        # SGLang
+        ('"delta":{},"finish_reason":"stop","matched_stop":"\\n\\n"', ChoiceEnd("\n\n")),
+        ('"delta":{},"finish_reason":"stop","matched_stop":2', CHOICE_END),
+        # what another server might put there is no failure
+        ('"delta":{},"finish_reason":"stop","stop_reason":{"a":[1]}', CHOICE_END),
+        ('"delta":{},"finish_reason":"stop","stop_reason":""', CHOICE_END),
+    ],
+)
+def test_the_stop_an_upstream_says_it_matched_is_on_the_choices_end(
+    choice: str, end: ChoiceEnd | None
+) -> None:
+    pieces = parse_data_line(b'data: {"choices":[{"index":0,%s}]}' % choice.encode())
+    assert isinstance(pieces, list)
+    text = ["!"] if '"content":"!"' in choice else []
+    assert pieces == ([*text, end] if end is not None else text)
+
+
+def test_a_stop_named_on_another_finish_is_no_stop_sequence() -> None:
+    line = b'data: {"choices":[{"delta":{},"finish_reason":"length","stop_reason":"END"}]}'
+    assert parse_data_line(line) == [Delta(finish_reason="length"), CHOICE_END]
 
 
 def _call(body: dict[str, object], max_tokens: int = 7) -> UpstreamCall:
