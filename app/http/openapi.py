@@ -257,8 +257,8 @@ GROUP_BY_PARAM = Parameter(
     description=(
         "Break each day down: every `daily` item gains `groups`, its usage by that value "
         "(`key`: `key_id`, each API key that was used; `model`: `model`, each model "
-        "served; `api`: `chat` for chat completions, `responses` for the Responses API); "
-        "the groups sum to the day."
+        "served; `api`: `chat` for chat completions, `responses` for the Responses API, "
+        "`messages` for Anthropic's Messages API); the groups sum to the day."
     ),
     schema=Schema(type=OpenAPIType.STRING, enum=list(GROUP_BY)),
 )
