@@ -38,10 +38,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--client", choices=["aiohttp", "openai"], help="load generator client")
     run.add_argument(
+        "--no-floor", action="store_true", help="skip the floor (bare relay + 2 Redis round trips)"
+    )
+    run.add_argument(
+        "--cluster-concurrency",
+        type=_ints,
+        help="fast points of svc on a 3-primary Valkey Cluster, e.g. 50 (0: none)",
+    )
+    run.add_argument(
         "--peer",
         action="append",
         default=[],
-        help="also measure: litellm, portkey, tensorzero, tensorzero-valkey, envoy",
+        help="also measure: litellm, portkey, tensorzero, tensorzero-valkey, envoy, floor",
     )
     run.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder of the results")
     run.add_argument("--no-chart", action="store_true", help="skip the PNG")
@@ -70,6 +78,12 @@ def _run(args: argparse.Namespace) -> int:
         "warmup_s": args.warmup,
         "memory_streams": args.memory_streams,
         "client": args.client,
+        "floor": False if args.no_floor else None,
+        "cluster_concurrency": (
+            tuple(c for c in args.cluster_concurrency if c > 0)
+            if args.cluster_concurrency is not None
+            else None
+        ),
     }
     profile = msgspec.structs.replace(
         PROFILES[args.profile], **{k: v for k, v in overrides.items() if v is not None}
@@ -78,7 +92,8 @@ def _run(args: argparse.Namespace) -> int:
     paths = report.write(result, args.out, png=not args.no_chart)
     print(report.markdown(result))
     print("written: " + ", ".join(str(p) for p in paths))
-    return 0 if result.conservation.ok else 1
+    cluster = result.cluster_conservation
+    return 0 if result.conservation.ok and (cluster is None or cluster.ok) else 1
 
 
 def main(argv: list[str] | None = None) -> int:

