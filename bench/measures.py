@@ -156,6 +156,9 @@ class RedisCost(msgspec.Struct, frozen=True, kw_only=True):
     main_thread_cpu_us: float
     process_cpu_us: float
     script_calls: float
+    # of main_thread_cpu_us, what Redis spent at the rate it idled at just before the point
+    # (timers, cluster bus, svc's background polling): a cost per second, not per completion
+    idle_main_thread_cpu_us: float | None = None
 
 
 def redis_cost(before: RedisSnapshot, after: RedisSnapshot, completions: int) -> RedisCost | None:
@@ -170,3 +173,19 @@ def redis_cost(before: RedisSnapshot, after: RedisSnapshot, completions: int) ->
         process_cpu_us=round((after.process_cpu_s - before.process_cpu_s) * 1e6 / completions, 2),
         script_calls=round((after.script_calls - before.script_calls) / completions, 3),
     )
+
+
+def idle_per_completion(
+    idle_before: RedisSnapshot,
+    idle_after: RedisSnapshot,
+    idle_s: float,
+    point_s: float,
+    completions: int,
+) -> float | None:
+    """The main thread's CPU an idle Redis spends over a point of ``point_s`` seconds, per
+    completion, in µs: its rate over an idle window of ``idle_s`` seconds (two snapshots)
+    times the point's length; None without a window or a completion."""
+    if idle_s <= 0 or completions <= 0:
+        return None
+    rate = max(0.0, idle_after.main_thread_cpu_s - idle_before.main_thread_cpu_s) / idle_s
+    return round(rate * point_s * 1e6 / completions, 2)

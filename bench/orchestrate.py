@@ -42,6 +42,7 @@ from bench.measures import (
     RedisSnapshot,
     commands_per_request,
     cpu_us_per_chunk,
+    idle_per_completion,
     redis_cost,
     redis_snapshot,
     rss_kb_per_stream,
@@ -420,6 +421,10 @@ def running_stack(work: Path, workers: int) -> Iterator[Stack]:
         valkey.server.stop()
 
 
+REDIS_IDLE_S = 1.0
+"""Seconds Redis is watched idle before each fast svc point (svc up, no load)."""
+
+
 def _snapshot(nodes: list[redis.Redis]) -> RedisSnapshot:
     """What ``nodes`` (one server, or each primary of a cluster) have done so far, summed."""
     return summed(redis_snapshot(n.info("commandstats"), n.info("cpu")) for n in nodes)
@@ -467,12 +472,22 @@ def measure_svc_point(
         client=profile.client,
         api=scenario if scenario in PAIRED else "chat",
     )
+    idle_before = _snapshot(nodes)
+    idle_s = 0.0
+    if scenario == "fast":  # the capacity model's points: Redis's idle rate first
+        time.sleep(REDIS_IDLE_S)
+        idle_s = REDIS_IDLE_S
     before = _snapshot(nodes)
+    started = time.monotonic()
     done = sampled_point(cfg, ProcessTree(svc.process.pid))
+    point_s = time.monotonic() - started
     after = _snapshot(nodes)
     load = done.load
     total = max(1, load.total_requests)
     cost = redis_cost(before, after, total)
+    if cost is not None and idle_s:
+        idle = idle_per_completion(idle_before, before, idle_s, point_s, total)
+        cost = msgspec.structs.replace(cost, idle_main_thread_cpu_us=idle)
     point = Point(
         scenario=scenario,
         target=target,

@@ -371,8 +371,8 @@ def redis_table(report: RunReport) -> list[str]:
         "`INFO cpu`); svc-cluster: summed over the 3 primaries.",
         "",
         "| upstream | target | C | script calls | script µs | main thread CPU µs "
-        "| process CPU µs |",
-        "|---|---|--:|--:|--:|--:|--:|",
+        "| of which idle | process CPU µs |",
+        "|---|---|--:|--:|--:|--:|--:|--:|",
     ]
     for p in points:
         cost = p.redis
@@ -380,10 +380,14 @@ def redis_table(report: RunReport) -> list[str]:
         lines.append(
             f"| {p.scenario} | {labels.get(p.target, p.target)} | {p.load.concurrency} "
             f"| {cost.script_calls:g} | {cost.script_us:.1f} | {cost.main_thread_cpu_us:.1f} "
-            f"| {cost.process_cpu_us:.1f} |"
+            f"| {_idle(cost.idle_main_thread_cpu_us)} | {cost.process_cpu_us:.1f} |"
         )
     lines += capacity_lines(report)
     return lines
+
+
+def _idle(value: float | None) -> str:
+    return "" if value is None else f"{value:.1f}"
 
 
 def capacity_lines(report: RunReport) -> list[str]:
@@ -422,6 +426,14 @@ def capacity_lines(report: RunReport) -> list[str]:
             f"{other.script_us:.1f} µs of scripts ({other.script_us / cost.script_us:.2f} x): "
             f"K primaries sustain about K x {model.per_primary:,.0f} completions/s."
         )
+        one_idle, k_idle = cost.idle_main_thread_cpu_us, other.idle_main_thread_cpu_us
+        if one_idle is not None and k_idle is not None:
+            one, k = cost.main_thread_cpu_us - one_idle, other.main_thread_cpu_us - k_idle
+            if one > 0:
+                lines[-1] += (
+                    f" Above what Redis spends idle over the same time: {one:.1f} µs on one, "
+                    f"{k:.1f} µs on 3 ({k / one:.2f} x)."
+                )
     return lines
 
 

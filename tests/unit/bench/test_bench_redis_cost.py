@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 
 from bench.floor import REDIS_ENV, RELAY_APP, UPSTREAM_ENV, relay_command, relay_env
-from bench.measures import RedisSnapshot, redis_cost, redis_snapshot, summed
+from bench.measures import (
+    RedisSnapshot,
+    idle_per_completion,
+    redis_cost,
+    redis_snapshot,
+    summed,
+)
 
 STATS = {
     "cmdstat_evalsha": {"calls": 200, "usec": 9000, "usec_per_call": 45.0},
@@ -62,3 +68,12 @@ def test_the_floor_is_served_as_svc_is_with_its_upstream_and_redis() -> None:
     env = relay_env("http://127.0.0.1:9/v1", "redis://127.0.0.1:6/0")
     assert (env[UPSTREAM_ENV], env[REDIS_ENV]) == ("http://127.0.0.1:9/v1", "redis://127.0.0.1:6/0")
     assert REDIS_ENV not in relay_env("http://127.0.0.1:9/v1", None)
+
+
+def test_the_idle_rate_is_spread_over_the_point_per_completion() -> None:
+    before, after = RedisSnapshot(main_thread_cpu_s=1.0), RedisSnapshot(main_thread_cpu_s=1.002)
+    # 2 ms a second idle, over a 5 s point of 1,000 completions: 10 µs each
+    assert idle_per_completion(before, after, 1.0, 5.0, 1000) == pytest.approx(10.0)
+    assert idle_per_completion(after, before, 1.0, 5.0, 1000) == 0.0  # never below nothing
+    assert idle_per_completion(before, after, 0.0, 5.0, 1000) is None
+    assert idle_per_completion(before, after, 1.0, 5.0, 0) is None
