@@ -3,7 +3,7 @@
 Every completion makes two script calls. Through redis-py's pooled client each costs more in
 Python than its round trip: a connection taken from the pool and given back (a lock, a
 condition), a timeout context, the retry wrapper, each argument encoded on its own, a stream
-reader's future (measured in bench/README.md). Here a worker sends its script calls on one
+reader's future (measured in bench/CHANGELOG.md). Here a worker sends its script calls on one
 connection instead: commands issued in the same loop turn go out in one write, Redis answers
 a connection's commands in order, and each reply goes to the oldest caller still waiting.
 hiredis parses the replies and redis-py's parser names the errors, so a caller sees the same

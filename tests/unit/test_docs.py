@@ -19,7 +19,12 @@ README = ROOT / "README.md"
 OPERATIONS = ROOT / "docs" / "operations.md"
 SETTINGS_SOURCE = ROOT / "app" / "core" / "settings.py"
 README_MAX_BYTES = 15 * 1024
-DOCS = [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "README.md"]
+DOCS = [
+    README,
+    *sorted((ROOT / "docs").glob("*.md")),
+    ROOT / "bench" / "README.md",
+    ROOT / "bench" / "CHANGELOG.md",
+]
 
 _FENCE = re.compile(r"^ {0,3}(```|~~~)")
 _HEADING = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
