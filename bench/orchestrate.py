@@ -53,6 +53,7 @@ from bench.mock_upstream import MockProcess, start_in_subprocess
 from bench.peers import PEER_API_KEY, running_peer
 from bench.peers import available as peer_available
 from bench.peers import version as peer_version
+from bench.profiles import Profile, run_peers
 from bench.valkey_cluster import ValkeyCluster
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,39 +97,6 @@ def base_aliases() -> dict[str, str]:
     return dict(SCENARIOS.values())
 
 
-class Profile(msgspec.Struct, frozen=True, kw_only=True):
-    """How big a run is."""
-
-    workers: int = 2
-    concurrency: tuple[int, ...] = (1, 10, 50, 200)
-    scenarios: tuple[str, ...] = ("fast", "slow")
-    duration_s: float = 8.0
-    warmup_s: float = 2.0
-    memory_streams: int = 1000  # slow streams held open per worker for the RSS check; 0 = skip
-    memory_duration_s: float = 8.0
-    monitor_requests: int = 50  # requests sampled with MONITOR for the wire-command count
-    client: str = "aiohttp"
-    # tokens: an upstream writing each content chunk on its own, tokens_delay_ms apart
-    tokens_concurrency: tuple[int, ...] = (200, 1000)
-    tokens_chunks: int = 50
-    tokens_delay_ms: int = 10
-    responses_concurrency: tuple[int, ...] = (50,)
-    # the Responses point is measured this many times, each beside a chat point of its own
-    # (the fast scenario through chat completions), in alternating order: the target is the
-    # median of the pairs' ratios, so neither the machine's drift nor one noisy point
-    # decides it
-    responses_pairs: int = 3
-    # the Messages API point: measured as the Responses point is, in pairs of its own
-    messages_concurrency: tuple[int, ...] = (50,)
-    messages_pairs: int = 3
-    # the floor (bench.floor: the bare relay with two Redis round trips per request) measured
-    # in the same run, on the fast and tokens points, after svc
-    floor: bool = True
-    # svc on a 3-primary Valkey Cluster, fast scenario at these concurrencies: Redis's cost
-    # per completion there against the single Valkey's (empty: skipped)
-    cluster_concurrency: tuple[int, ...] = (50,)
-
-
 def scenario_model(scenario: str, profile: Profile) -> tuple[str, str]:
     """(svc's alias, the mock model) of a scenario."""
     if scenario == "tokens":
@@ -147,30 +115,6 @@ def concurrencies(scenario: str, profile: Profile) -> tuple[int, ...]:
     if scenario == "messages":
         return profile.messages_concurrency
     return profile.tokens_concurrency if scenario == "tokens" else profile.concurrency
-
-
-PROFILES = {
-    "default": Profile(scenarios=("fast", "responses", "messages", "slow", "tokens")),
-    "smoke": Profile(
-        workers=1,
-        concurrency=(1, 4),
-        scenarios=("fast", "responses", "messages", "tokens"),
-        responses_concurrency=(4,),
-        responses_pairs=1,
-        messages_concurrency=(4,),
-        messages_pairs=1,
-        tokens_concurrency=(4,),
-        tokens_chunks=10,
-        tokens_delay_ms=5,
-        duration_s=1.0,
-        warmup_s=0.3,
-        memory_streams=20,
-        memory_duration_s=1.0,
-        monitor_requests=5,
-        floor=False,
-        cluster_concurrency=(),
-    ),
-}
 
 
 class Point(msgspec.Struct, kw_only=True):
@@ -780,12 +724,12 @@ def _cpu_model() -> str:
 
 
 def run(profile: Profile, peers: tuple[str, ...] = ()) -> RunReport:
-    """Start the stack, measure every point, check conservation, stop the stack."""
+    """Start the stack, measure every point, check conservation, stop the stack; then the
+    profile's peers and ``peers`` (``run_peers``)."""
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     points: list[Point] = []
     seen: dict[str, LoadResult] = {}
-    if profile.floor and floor.FLOOR not in peers:
-        peers = (floor.FLOOR, *peers)  # first: the nearest to svc's points in time
+    peers = run_peers(profile, peers)
     ran_peers = [p for p in peers if peer_available(p)]
     cluster_conservation = None
     with tempfile.TemporaryDirectory(prefix="svc-bench-") as tmp:

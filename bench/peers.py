@@ -1,5 +1,5 @@
 """Other gateways measured in the same run, against the same mock: the default profile's
-(``Profile.peers`` in ``bench.orchestrate``), and any named with ``--peer NAME``. A peer that
+(``Profile.peers`` in ``bench.profiles``), and any named with ``--peer NAME``. A peer that
 cannot be installed or started here is skipped, with the reason on stderr.
 
 - ``litellm``: LiteLLM's proxy (its ``litellm`` command, no database), from the wheels of
