@@ -13,6 +13,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import msgspec
@@ -47,7 +48,6 @@ from app.keys.throttle import FailedAuthThrottle, parse_networks
 from app.kv.client import REDIS_ERRORS, RedisClient, open_redis, primaries_info
 from app.kv.layout import KeySpace
 from app.kv.pipelined import PipelinedRedis
-from app.ops.embedded import EmbeddedValkey, ensure_embedded
 from app.spotlights.admob import VerifierKeys
 from app.spotlights.intents import Intents
 from app.spotlights.rewards import VerifiedRewards
@@ -64,6 +64,9 @@ from app.webhooks.delivery import Deliverer
 from app.webhooks.registry import Webhooks
 from app.webhooks.scanner import Scanner
 from app.webhooks.targets import AllowList
+
+if TYPE_CHECKING:
+    from app.ops.embedded import EmbeddedValkey
 
 DEV_KEY_FILE = "dev-key.txt"
 log = logging.getLogger("svc.runtime")
@@ -113,6 +116,10 @@ def resolve(
     owner = None
     redis_url = settings.redis_url
     if not redis_url:
+        # imported here: the embedded Valkey's launcher and its client library (about
+        # 2.6 MB of RSS) are `svc serve`'s own, never a worker's
+        from app.ops.embedded import ensure_embedded
+
         redis_url, owner = ensure_embedded(data_dir)  # last: nothing after it may fail
     resolved = msgspec.structs.replace(
         settings,

@@ -27,9 +27,9 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote_to_bytes, urlsplit
 
-import httpx
 import msgspec
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes
@@ -47,6 +47,9 @@ from app.core.proxies import proxy_for
 from app.kv.client import RedisClient
 from app.kv.layout import KeySpace
 from app.upstream.outbound import OutboundClients
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("svc.spotlights")
 
@@ -375,6 +378,8 @@ class VerifierKeys:
 
     async def _fetch(self) -> bytes:
         """The key file's bytes; raises ``KeysUnavailable`` when it cannot be had."""
+        import httpx  # imported where a call is made (app.upstream.outbound says why)
+
         self.fetches += 1
         parts = urlsplit(self.url)
         try:

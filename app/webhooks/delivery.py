@@ -15,8 +15,8 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import httpx
 import msgspec
 
 from app import __version__
@@ -28,6 +28,9 @@ from app.upstream.outbound import OutboundClients
 from app.webhooks.events import EventBody
 from app.webhooks.signing import SIGNATURE_HEADER, signature, webhook_secret
 from app.webhooks.targets import AllowList, Target, check_url
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("svc.webhooks")
 
@@ -119,6 +122,8 @@ class Deliverer:
 
     async def _send(self, due: DueDelivery) -> tuple[int | None, str | None]:
         """(the receiver's status, None) or (None, why no answer came)."""
+        import httpx  # imported where a call is made (app.upstream.outbound says why)
+
         body = body_of(due.delivery)
         secret = webhook_secret(self.pepper, due.delivery.webhook_id, due.secret_salt)
         headers = {
@@ -140,6 +145,8 @@ class Deliverer:
     async def _post(self, target: Target, body: bytes, headers: dict[str, str]) -> int:
         """POST to the target, directly to one of the addresses its check passed (the name
         still in ``Host`` and, for https, in the TLS handshake), or through the proxy."""
+        import httpx  # imported where a call is made (app.upstream.outbound says why)
+
         url = httpx.URL(target.parts.geturl())
         proxy = proxy_for(url.scheme, url.host)
         if proxy is not None or not target.addresses:

