@@ -81,6 +81,9 @@ class LoadResult(msgspec.Struct, kw_only=True):
     content_chunks: int = 0  # chunks with content in those streams
     chunks_per_s: float = 0.0  # content_chunks / window
     total_content_chunks: int = 0  # chunks with content in every stream, warm-up included
+    # the measured window's start and end on the wall clock (time.time()), so that what the
+    # orchestrator samples meanwhile (a server's CPU) can be read over the window alone
+    window_wall: tuple[float, float] | None = None
 
 
 class StreamShapeError(Exception):
@@ -587,7 +590,7 @@ async def run_load(cfg: LoadConfig) -> LoadResult:
     factory = _openai_requests if cfg.client == "openai" else _aiohttp_requests
     one, close = await factory(cfg)
     samples: list[_Sample] = []
-    t0 = time.perf_counter()
+    t0, wall0 = time.perf_counter(), time.time()
     window_start = t0 + cfg.warmup_s
     end = window_start + cfg.duration_s
     cpu_marks: dict[str, float] = {}
@@ -634,6 +637,7 @@ async def run_load(cfg: LoadConfig) -> LoadResult:
         content_chunks=sum(s.chunks for s in ok),
         chunks_per_s=round(sum(s.chunks for s in ok) / window, 1),
         total_content_chunks=sum(s.chunks for s in samples),
+        window_wall=(wall0 + cfg.warmup_s, wall0 + (window_end - t0)),
     )
 
 

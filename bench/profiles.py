@@ -49,6 +49,13 @@ class Profile(msgspec.Struct, frozen=True, kw_only=True):
     # svc on a 3-primary Valkey Cluster, fast scenario at these concurrencies: Redis's cost
     # per completion there against the single Valkey's (empty: skipped)
     cluster_concurrency: tuple[int, ...] = (50,)
+    # scale (bench.scale): one instance holding this many slow streams at once, each level on
+    # svc started afresh; a stream is scale_chunks content chunks scale_delay_ms apart, and
+    # each level is measured for scale_duration_s once its streams are all open (empty: none)
+    scale_streams: tuple[int, ...] = (200, 2000, 10000)
+    scale_chunks: int = 20
+    scale_delay_ms: int = 1000
+    scale_duration_s: float = 20.0
     # other gateways measured on the same points after svc (bench.peers; ``--peer NAME`` adds
     # one, ``--no-peers`` empties this); one that cannot be installed here is skipped
     peers: tuple[str, ...] = ()
@@ -87,6 +94,10 @@ PROFILES = {
         monitor_requests=5,
         floor=False,
         cluster_concurrency=(),
+        scale_streams=(8,),
+        scale_chunks=3,
+        scale_delay_ms=100,
+        scale_duration_s=1.0,
         peers=(),
     ),
 }
@@ -123,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--warmup", type=float, help="warm-up seconds per point")
     run.add_argument(
         "--memory-streams", type=int, help="slow streams held open per worker for the RSS check"
+    )
+    run.add_argument(
+        "--scale-streams",
+        type=_ints,
+        help="open slow streams held at once on one instance, e.g. 200,2000,10000 (0: none)",
     )
     run.add_argument("--client", choices=["aiohttp", "openai"], help="load generator client")
     run.add_argument(
@@ -170,6 +186,11 @@ def run_plan(args: argparse.Namespace) -> tuple[Profile, tuple[str, ...]]:
         "duration_s": args.duration,
         "warmup_s": args.warmup,
         "memory_streams": args.memory_streams,
+        "scale_streams": (
+            tuple(n for n in args.scale_streams if n > 0)
+            if args.scale_streams is not None
+            else None
+        ),
         "client": args.client,
         "floor": False if args.no_floor else None,
         "peers": () if args.no_peers else None,

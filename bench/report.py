@@ -33,6 +33,9 @@ TOKENS_CPU_US_PER_CHUNK = 40.0
 TOKENS_PEER_CPU_SHARE = 2 / 3  # svc's CPU per chunk / Portkey's
 RESPONSES_THROUGHPUT_RATIO = 0.9  # POST /v1/responses / chat completions req/s, fast, C=50
 MESSAGES_THROUGHPUT_RATIO = 0.9  # POST /v1/messages / chat completions req/s, fast, C=50
+# the points that hold streams open rather than measure a rate (the RSS check, the scale
+# levels): out of the per-completion targets and the chart
+HELD = ("memory", "scale")
 
 
 def _find(report: RunReport, scenario: str, target: str, concurrency: int) -> Point | None:
@@ -98,7 +101,7 @@ def targets(report: RunReport) -> list[Target]:
                 p99 <= ADDED_TTFB_P99_MS,
             )
         )
-    svc_points = [p for p in report.points if p.target == "svc" and p.scenario != "memory"]
+    svc_points = [p for p in report.points if p.target == "svc" and p.scenario not in HELD]
     # At C=50 the server is busy; at low load a point's CPU per request is mostly the
     # workers' idle cost spread over few requests (the table shows every point).
     if svc50 and svc50.server_cpu_ms_per_request:
@@ -128,6 +131,7 @@ def targets(report: RunReport) -> list[Target]:
         if paired is not None:
             out.append(paired)
     out += tokens_targets(report)
+    out += scale_targets(report)
     out += same_run_targets(report)
     out.append(conservation_target("conservation", report.conservation))
     if report.cluster_conservation is not None:
@@ -318,6 +322,74 @@ def tokens_table(report: RunReport) -> list[str]:
     return lines
 
 
+def _scale_points(report: RunReport) -> list[Point]:
+    return [p for p in report.points if p.scenario == "scale"]
+
+
+def scale_table(report: RunReport) -> list[str]:
+    """The scale levels (``bench.scale``): one instance holding each level's streams."""
+    points = _scale_points(report)
+    if not points:
+        return []
+    prof = report.profile
+    lines = [
+        "",
+        f"Scale: one instance ({prof.workers} worker{'s' if prof.workers != 1 else ''}) "
+        "holding each level's streams at once, "
+        f"each {prof.scale_chunks} content chunks {prof.scale_delay_ms} ms apart, started over "
+        "one stream's length; every level on svc started afresh. Server CPU per chunk: the "
+        "process tree's CPU inside the measured window / the chunks relayed in it; RSS per "
+        "stream: (the workers' peak RSS - their RSS before the level) / streams.",
+        "",
+        "| streams | held per worker | req/s | chunks/s | TTFB p50 | p99 | inter-chunk p99 "
+        "| server CPU µs/chunk | RSS MB/worker before → peak | RSS KB/stream | errors "
+        "| reservations open after |",
+        "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for p in points:
+        load = p.load
+        held = "/".join(f"{n:,}" for n in p.streams_per_worker or [])
+        cpu = f"{p.server_cpu_us_per_chunk:.1f}" if p.server_cpu_us_per_chunk else ""
+        before = "/".join(f"{x:.0f}" for x in p.idle_rss_mb_per_worker or [])
+        peak = "/".join(f"{x:.0f}" for x in p.rss_mb_per_worker or [])
+        per_stream = f"{p.rss_kb_per_stream:.1f}" if p.rss_kb_per_stream is not None else ""
+        errors = sum(load.errors.values()) + sum(load.errors_outside_window.values())
+        lines.append(
+            f"| {load.concurrency:,} | {held} | {load.rps:,.0f} | {load.chunks_per_s:,.0f} "
+            f"| {load.ttfb_ms.p50:.1f} | {load.ttfb_ms.p99:.1f} | {load.inter_chunk_ms.p99:.1f} "
+            f"| {cpu} | {before} → {peak} | {per_stream} | {errors} "
+            f"| {p.reservations_open_after} |"
+        )
+    return lines
+
+
+def scale_targets(report: RunReport) -> list[Target]:
+    """At every scale level: no request failed (warm-up and drain included), and no
+    reservation was left open."""
+    points = _scale_points(report)
+    if not points:
+        return []
+    levels = "/".join(f"{p.load.concurrency:,}" for p in points)
+    errors = [
+        sum(p.load.errors.values()) + sum(p.load.errors_outside_window.values()) for p in points
+    ]
+    still = [p.reservations_open_after for p in points]
+    return [
+        Target(
+            f"scale: errors at {levels} open streams",
+            "0 at each",
+            "/".join(str(n) for n in errors),
+            not any(errors),
+        ),
+        Target(
+            f"scale: reservations open after {levels} streams",
+            "0 at each (every one settled)",
+            "/".join(str(n) for n in still),
+            all(n == 0 for n in still),
+        ),
+    ]
+
+
 def peers_table(report: RunReport) -> list[str]:
     """svc beside every peer that ran (``bench.beside``), then, for a peer that keeps state in
     the bench's Valkey, the Redis commands and CPU it cost per request."""
@@ -462,6 +534,7 @@ def markdown(report: RunReport) -> str:
             f"| {load.latency_ms.p50:.2f} | {load.latency_ms.p99:.2f} | {errors} | {cpu} | {rss} |"
         )
     lines += tokens_table(report)
+    lines += scale_table(report)
     lines += peers_table(report)
     lines += redis_table(report)
     lines += ["", "| target | goal | measured | met |", "|---|---|---|---|"]
@@ -498,7 +571,7 @@ def chart(report: RunReport, path: Path) -> None:
     fig, (ax_rps, ax_lat) = plt.subplots(1, 2, figsize=(12, 4.5))
     series: dict[tuple[str, str], list[Point]] = {}
     for p in report.points:
-        if p.scenario != "memory":
+        if p.scenario not in HELD:
             series.setdefault((p.scenario, p.target), []).append(p)
     for (scenario, target), points in sorted(series.items()):
         points.sort(key=lambda p: p.load.concurrency)
