@@ -111,7 +111,9 @@ class Pool:
         except BaseException:
             if waiter.done() and not waiter.cancelled():
                 self._pass_turn()  # woken, then cancelled: the turn goes to the next
-            else:
+            elif waiter in self._waiters:
+                # not there when a turn came by between its cancellation and now: the
+                # cancelled waiter was passed over and dropped from the line already
                 self._waiters.remove(waiter)
             raise
 

@@ -10,6 +10,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import msgspec
 import pytest
@@ -21,6 +22,7 @@ from app.upstream.http11 import StreamingProvider
 from app.upstream.http11 import pool as http11_pool
 from app.upstream.http11 import provider as http11_provider
 from app.upstream.http11.connection import PAUSE_AT
+from app.upstream.http11.tunnel import Origin
 from bench.mock_upstream import MockUpstream
 from tests.support.certificates import self_signed
 from tests.support.upstream_helpers import upstream_call
@@ -630,3 +632,26 @@ async def test_tls_with_a_verified_certificate(
         await provider.close()
     assert len(heads) == 2
     assert f"host: 127.0.0.1:{port}\r\n".encode() in heads[0]
+
+
+async def test_a_waiter_cancelled_as_a_turn_came_by_leaves_the_line_cleanly(
+    mock: MockUpstream,
+) -> None:
+    """Found holding 10,000 streams (bench/README.md, scale): a request waiting for a free
+    connection is cancelled (its connect timeout) and, before it runs again, a connection
+    frees and the turn passes over its cancelled waiter. It must fail with its own
+    cancellation (the timeout), not with the line's bookkeeping (it was a 500)."""
+    config = ProviderConfig(base_url=mock.base_url, max_connections=1)
+    url = urlsplit(mock.base_url)
+    origin = Origin(url.hostname or "127.0.0.1", url.port or 80, tls=False)
+    pool = http11_pool.Pool(config, origin, None)
+    held = await pool.acquire(fresh=False)
+    waiting = asyncio.ensure_future(pool.acquire(fresh=False))
+    await asyncio.sleep(0)  # in line
+    waiting.cancel()  # its waiter is cancelled now; the task runs its except clause later
+    pool._pass_turn()  # a place frees first: the cancelled waiter is passed over and dropped
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert not pool._waiters
+    held.close()
+    pool.close()
