@@ -86,11 +86,13 @@ upstreams = [{{ provider = "mock", model = "{model}" }}]
 """
 
 
-def models_file(base_url: str, aliases: dict[str, str]) -> str:
-    """svc's models file: each alias onto one mock model."""
-    return MODELS_FILE_HEAD.format(base_url=base_url) + "".join(
-        MODELS_FILE_ALIAS.format(alias=a, model=m) for a, m in aliases.items()
-    )
+def models_file(base_url: str, aliases: dict[str, str], max_connections: int | None = None) -> str:
+    """svc's models file: each alias onto one mock model (``max_connections``: each worker's
+    bound on its connections to the mock, when not the provider's default)."""
+    head = MODELS_FILE_HEAD.format(base_url=base_url)
+    if max_connections is not None:
+        head += f"max_connections = {max_connections}\n"
+    return head + "".join(MODELS_FILE_ALIAS.format(alias=a, model=m) for a, m in aliases.items())
 
 
 def base_aliases() -> dict[str, str]:
@@ -238,10 +240,16 @@ def start_svc(
     workers: int,
     aliases: dict[str, str],
     extra_env: dict[str, str] | None = None,
+    worker_streams: int | None = None,
 ) -> Svc:
+    """svc serve on the bench's Valkey and mock; ``worker_streams``: the streams each worker
+    may serve at once (granian's backpressure) and the connections to the mock it may open,
+    when not svc's defaults."""
     work.mkdir(parents=True, exist_ok=True)
     models = work / "models.toml"
-    models.write_text(models_file(mock_url, aliases))
+    models.write_text(models_file(mock_url, aliases, worker_streams))
+    if worker_streams is not None:
+        extra_env = {**(extra_env or {}), "SVC_WORKER_STREAMS": str(worker_streams)}
     port = free_port()
     token = secrets.token_urlsafe(24)
     env = {
@@ -345,10 +353,15 @@ class Stack:
             stop_process(self.svc.process)
             self.svc = None
 
-    def start_svc(self, aliases: dict[str, str], env: dict[str, str] | None = None) -> Svc:
+    def start_svc(self, aliases: dict[str, str], worker_streams: int | None = None) -> Svc:
         self.stop_svc()
         self.svc = start_svc(
-            self.work, self.valkey.tcp_url, self.mock.base_url, self.workers, aliases, env
+            self.work,
+            self.valkey.tcp_url,
+            self.mock.base_url,
+            self.workers,
+            aliases,
+            worker_streams=worker_streams,
         )
         return self.svc
 
@@ -865,9 +878,8 @@ def measure_scale(
         if problem := scale.fd_limit(streams):
             print(f"scale level {streams} skipped: {problem}", file=sys.stderr)
             continue
-        svc = stack.start_svc(
-            {**base_aliases(), TOKENS_ALIAS: model}, {"SVC_WORKER_STREAMS": str(streams)}
-        )
+        # every stream of the level may land on one worker: the kernel spreads them unevenly
+        svc = stack.start_svc({**base_aliases(), TOKENS_ALIAS: model}, worker_streams=streams)
         point, pid = measure_scale_level(svc, r, streams, profile)
         seen[pid] = point.load
         points.append(point)

@@ -6,8 +6,8 @@ Each level runs on svc started afresh (its RSS before the first stream is the le
 baseline), with each worker allowed every stream of the level at once (granian's
 backpressure, ``SVC_WORKER_STREAMS``: the kernel spreads connections unevenly). A stream is
 ``chunks`` content chunks ``delay_ms`` apart; the load generator's streams start spread over
-one stream's length, so that from then on they end, and start again, at an even rate (the
-streams' count divided by a stream's length) rather than in one burst. The CPU per chunk is
+one stream's length at most (``START_RATE`` a second), so that from then on they end, and
+start again, at that pace rather than in one burst. The CPU per chunk is
 the server's CPU inside the measured window (interpolated from samples taken every half
 second) over the chunks the window relayed, so neither the ramp nor the drain counts.
 
@@ -23,6 +23,9 @@ import resource
 import msgspec
 
 WINDOW_S = 20.0  # measured seconds at each level, once every stream is open
+# streams started a second while a level ramps up: far below what one instance opens (about
+# 2,500 fast streams a second on 2 cores), so the ramp measures holding, not opening
+START_RATE = 500.0
 SETTLE_S = 2.0  # after the ramp, before the window: the first streams' restarts under way
 # the most of a level's streams one worker is counted on to hold: the kernel spreads the
 # connections unevenly (up to 70 % on one of two workers seen), two sockets each
@@ -33,7 +36,7 @@ class LevelPlan(msgspec.Struct, frozen=True):
     """How one level's load is shaped, in seconds."""
 
     streams: int
-    ramp_s: float  # the streams start spread over this long: one stream's length
+    ramp_s: float  # the streams start spread over this long: one stream's length at most
     warmup_s: float  # before the window: the ramp and SETTLE_S
     duration_s: float
     timeout_s: float  # per request: a stream's length and room for a slow start
@@ -41,10 +44,11 @@ class LevelPlan(msgspec.Struct, frozen=True):
 
 def plan(streams: int, chunks: int, delay_ms: int, duration_s: float = WINDOW_S) -> LevelPlan:
     stream_s = chunks * delay_ms / 1000
+    ramp_s = min(stream_s, streams / START_RATE)
     return LevelPlan(
         streams=streams,
-        ramp_s=stream_s,
-        warmup_s=stream_s + SETTLE_S,
+        ramp_s=ramp_s,
+        warmup_s=ramp_s + SETTLE_S,
         duration_s=duration_s,
         timeout_s=stream_s + 60,
     )

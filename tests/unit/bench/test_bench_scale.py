@@ -17,6 +17,8 @@ def test_a_level_ramps_over_one_stream_and_measures_once_all_are_open() -> None:
     assert level.warmup_s > level.ramp_s  # the window opens after the last stream started
     assert level.timeout_s > 20.0  # a stream's length with room for a slow start
     assert level.duration_s == 20.0
+    assert plan(2000, chunks=20, delay_ms=1000).ramp_s == 4.0  # 500 started a second
+    assert plan(20_000, chunks=20, delay_ms=1000).ramp_s == 20.0  # never longer than a stream
 
 
 def test_the_default_profile_holds_ten_thousand_streams_and_the_smoke_one_a_few() -> None:
