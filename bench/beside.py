@@ -4,8 +4,9 @@ For every scenario and concurrency at which a peer was measured, svc's point and
 each held against the direct point of the same scenario and concurrency in the same run:
 throughput as a multiple of direct (content chunks per second on the tokens scenario, whose
 streams are long; requests per second elsewhere), the TTFB it adds, its server's CPU per
-request and per relayed chunk, and RSS per open stream (tokens only). Kept apart from the
-report so that tests can build the rows from plain figures.
+request and per relayed chunk, and RSS per open stream (tokens only). Under the table, the
+peers the run skipped, each with its reason. Kept apart from the report so that tests can
+build the rows from plain figures.
 """
 
 from __future__ import annotations
@@ -118,3 +119,40 @@ def markdown(found: list[Row], labels: dict[str, str]) -> list[str]:
             f"| {_num(r.rss_kb_per_stream, '.1f')} | {r.errors} |"
         )
     return lines
+
+
+# At most this many characters of a line of a failed peer's error or log go into its reason.
+LOG_LINE_CHARS = 200
+
+
+def _cut(line: str) -> str:
+    line = " ".join(line.split())
+    return line if len(line) <= LOG_LINE_CHARS else line[: LOG_LINE_CHARS - 1] + "…"
+
+
+def skip_reason(error: str, log: str | None = None, last_line: str = "") -> str:
+    """Why a peer that failed was skipped, in one line: its error's first line (and its last,
+    a traceback's exception say, when it has more), where its log is (unless the error names
+    it) and that log's last line; each line cut short."""
+    lines = [line for line in error.splitlines() if line.strip()]
+    said = _cut(lines[0]).rstrip(":") if lines else "failed"
+    if len(lines) > 1:
+        said += ": " + _cut(lines[-1])
+    parts = [said]
+    if log and log not in said:
+        parts.append(f"log {log}")
+    if last_line.strip():
+        parts.append(f"its last line: {_cut(last_line)}")
+    return "; ".join(parts)
+
+
+def skipped_lines(skipped: dict[str, str]) -> list[str]:
+    """The lines under the table naming each skipped peer and why (none when none was)."""
+    if not skipped:
+        return []
+    return [
+        "",
+        "Peers skipped in this run:",
+        "",
+        *(f"- {name}: {reason}" for name, reason in skipped.items()),
+    ]

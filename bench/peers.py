@@ -1,6 +1,7 @@
 """Other gateways measured in the same run, against the same mock: the default profile's
 (``Profile.peers`` in ``bench.profiles``), and any named with ``--peer NAME``. A peer that
-cannot be installed or started here is skipped, with the reason on stderr.
+cannot be installed or started here, or fails while it is measured, is skipped: the run goes
+on without it, with the reason on stderr and in the report (``bench.orchestrate``).
 
 - ``litellm``: LiteLLM's proxy (its ``litellm`` command, no database), from the wheels of
   ``requirements/peers.lock``, which the bench installs into ``bench/peers-venv`` itself
@@ -23,7 +24,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -39,6 +39,8 @@ from bench.mock_upstream import MockProcess
 KNOWN_PEERS = (compiled.LITELLM, "portkey", *compiled.COMPILED, floor.FLOOR)
 # The API key the bench sends every peer (LiteLLM's master key; the others ignore it).
 PEER_API_KEY = "sk-bench"
+# Seconds a started peer has to serve before the run skips it.
+READY_S = 180
 PORTKEY_DIR = Path(__file__).resolve().parent / "portkey"
 PORTKEY_SERVER = PORTKEY_DIR / "node_modules/@portkey-ai/gateway/build/start-server.js"
 # The gateway ships its own @hono/node-server (1.19.x), with which every streaming request
@@ -55,23 +57,18 @@ class RunningPeer:
     model_prefix: str = ""  # before the mock's model name in every request
 
 
-def available(name: str) -> bool:
-    """True when the peer can be started here (saying why not otherwise); for the peers of
-    ``bench/peers-venv``, once it holds the lock (installed the first time)."""
+def unavailable(name: str) -> str | None:
+    """Why the peer cannot be started here, in one line; None when it can (for the peers of
+    ``bench/peers-venv``, once it holds the lock: installed the first time)."""
     if name == "portkey":
         ok = shutil.which("node") is not None and (
             PORTKEY_SERVER.exists() or shutil.which("npm") is not None
         )
-        if not ok:
-            print("peer portkey skipped: needs node and npm", file=sys.stderr)
-        return ok
+        return None if ok else "needs node and npm"
     if name == floor.FLOOR:
-        return True  # granian and svc's own parts: what svc runs on
+        return None  # granian and svc's own parts: what svc runs on
     if name in compiled.VENV_PEERS:
-        problem = compiled.unavailable(name)
-        if problem:
-            print(f"peer {name} skipped: {problem}", file=sys.stderr)
-        return problem is None
+        return compiled.unavailable(name)
     raise ValueError(f"unknown peer {name!r}; known: {', '.join(KNOWN_PEERS)}")
 
 
@@ -235,7 +232,7 @@ def running_peer(
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + READY_S
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 raise RuntimeError(f"{name} exited; see {log_path}")
@@ -243,7 +240,7 @@ def running_peer(
                 break
             time.sleep(0.25)
         else:
-            raise RuntimeError(f"{name} did not become ready")
+            raise RuntimeError(f"{name} did not become ready in {READY_S} s; see {log_path}")
         yield RunningPeer(base_url, process.pid, how.headers, how.model_prefix)
     finally:
         if process.poll() is None:

@@ -392,9 +392,10 @@ def scale_targets(report: RunReport) -> list[Target]:
 
 def peers_table(report: RunReport) -> list[str]:
     """svc beside every peer that ran (``bench.beside``), then, for a peer that keeps state in
-    the bench's Valkey, the Redis commands and CPU it cost per request."""
+    the bench's Valkey, the Redis commands and CPU it cost per request; then the peers the run
+    skipped and why."""
     if not report.peers:
-        return []
+        return beside.skipped_lines(report.skipped_peers)
     labels = _labels(report)
     lines = beside.markdown(beside.rows(_figures(report), report.peers), labels)
     for p in report.points:
@@ -406,7 +407,7 @@ def peers_table(report: RunReport) -> list[str]:
                 f"included), {p.script_calls_per_completion:g} function or script calls, "
                 f"Redis CPU {p.redis_cpu_ms_per_request or 0:.3f} ms per request."
             )
-    return lines
+    return lines + beside.skipped_lines(report.skipped_peers)
 
 
 def _figures(report: RunReport) -> list[beside.Figures]:

@@ -1,10 +1,11 @@
-"""The report's table of svc beside every peer, each against direct at the same point."""
+"""The report's table of svc beside every peer, each against direct at the same point, and
+the peers the run skipped, each with its reason in one line."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.beside import Figures, markdown, rows
+from bench.beside import LOG_LINE_CHARS, Figures, markdown, rows, skip_reason, skipped_lines
 
 
 def _f(scenario: str, target: str, c: int, rps: float, ttfb: float, **more: float) -> Figures:
@@ -86,3 +87,31 @@ def test_the_markdown_rows_carry_each_figure_and_the_peers_labels() -> None:
         "| 27.0 | 9.0 | 0 |"
     )
     assert table[4].startswith("| fast | 50 | envoy 1.40.0 | 5,600 req/s | 0.800 | 7.00 ms |")
+
+
+def test_a_failed_peers_reason_is_one_line_with_its_log_and_the_logs_last_line() -> None:
+    # running_peer's error names the log: it is not named twice
+    assert skip_reason("litellm exited; see /tmp/a.log", "/tmp/a.log", "  Error: no port\n") == (
+        "litellm exited; see /tmp/a.log; its last line: Error: no port"
+    )
+    # a load point's error: its first and last lines, then the log it does not name
+    error = "the load generator failed:\nTraceback (most recent call last):\n  OSError: boom\n"
+    assert skip_reason(error, "/tmp/b.log") == (
+        "the load generator failed: OSError: boom; log /tmp/b.log"
+    )
+    long = skip_reason("envoy exited", None, "x" * 500)
+    assert "\n" not in long
+    assert long.endswith("x" * (LOG_LINE_CHARS - 1) + "…")
+    assert skip_reason("\n") == "failed"
+
+
+def test_skipped_peers_are_listed_under_the_table_with_their_reasons() -> None:
+    assert skipped_lines({}) == []
+    lines = skipped_lines({"portkey": "needs node and npm", "litellm": "litellm exited"})
+    assert lines == [
+        "",
+        "Peers skipped in this run:",
+        "",
+        "- portkey: needs node and npm",
+        "- litellm: litellm exited",
+    ]
