@@ -35,7 +35,7 @@ from app.kv.fields import usage_field
 from app.kv.layout import KeySpace
 from bench import beside, floor, scale
 from bench.compiled_peers import VALKEY_PEERS
-from bench.loadgen import LoadConfig, LoadResult, run_in_process
+from bench.loadgen import MESSAGES, LoadConfig, LoadResult, run_in_process
 from bench.measures import (
     SCRIPT_COMMANDS,
     ProcessTree,
@@ -51,7 +51,7 @@ from bench.measures import (
     tally_monitor,
 )
 from bench.mock_upstream import MockProcess, start_in_subprocess
-from bench.peers import PEER_API_KEY, running_peer
+from bench.peers import PEER_API_KEY, RunningPeer, running_peer
 from bench.peers import unavailable as peer_unavailable
 from bench.peers import version as peer_version
 from bench.profiles import Profile, run_peers
@@ -975,13 +975,58 @@ def _settled(r: redis.Redis) -> int:
     return still
 
 
+WARM_UP_S = 60.0
+"""The most a peer's warm-up may take (``warm_up``) before the peer is skipped."""
+
+
+def warm_up(running: RunningPeer, models: list[str]) -> None:
+    """One streamed completion through the peer for each of the mock's ``models`` it will
+    serve, each read to its end, so that no point measures a gateway's first requests
+    (LiteLLM's are slow); a failed one is tried again, until ``WARM_UP_S`` have passed."""
+    deadline = time.monotonic() + WARM_UP_S
+    headers = {"authorization": f"Bearer {PEER_API_KEY}", **running.headers}
+    url = f"{running.base_url}/chat/completions"
+    with httpx.Client() as client:
+        for model in dict.fromkeys(models):
+            body = {
+                "model": running.model_prefix + model,
+                "messages": MESSAGES,
+                "stream": True,
+                "stream_options": {"include_usage": True},  # as the load generator asks
+            }
+            while True:
+                left = deadline - time.monotonic()
+                try:
+                    with client.stream(
+                        "POST", url, json=body, headers=headers, timeout=max(1.0, left)
+                    ) as response:
+                        response.read()
+                    if response.status_code == 200:
+                        break
+                    said = " ".join(response.text[:200].split())
+                    problem = f"HTTP {response.status_code}: {said}"
+                except httpx.HTTPError as error:
+                    problem = f"{type(error).__name__}: {error}"
+                if time.monotonic() >= deadline:
+                    raise RuntimeError(f"warm-up request for {model} failed ({problem})")
+                time.sleep(0.5)
+
+
 def measure_peer(
     peer: str, work: Path, mock: MockProcess, profile: Profile, valkey: BenchRedis | None = None
 ) -> list[Point]:
     """The same points against a peer gateway pointed at the same mock, with its process
     tree's CPU per request and per chunk, and its RSS per open stream (tokens); for a peer
-    that keeps state in the bench's Valkey, Redis's commands and CPU per request too."""
-    scenarios = [s for s in profile.scenarios if peer != floor.FLOOR or s in floor.SCENARIOS]
+    that keeps state in the bench's Valkey, Redis's commands and CPU per request too. The
+    peer is warmed up first (``warm_up``)."""
+    scenarios = [
+        s
+        for s in profile.scenarios
+        # svc's other APIs are not measured: a peer is measured on Chat Completions
+        if s not in PAIRED and (peer != floor.FLOOR or s in floor.SCENARIOS)
+    ]
+    if not scenarios:
+        return []
     models = [scenario_model(s, profile)[1] for s in scenarios]
     r = None
     if (peer in VALKEY_PEERS or peer == floor.FLOOR) and valkey is not None:
@@ -994,11 +1039,10 @@ def measure_peer(
         contextlib.closing(r) if r is not None else contextlib.nullcontext(),
     ):
         server = ProcessTree(running.pid)
-        idle = server.rss_bytes()
+        idle = server.rss_bytes()  # before the warm-up: a fresh server, as svc's is
+        warm_up(running, models)
         # tokens first: its RSS per stream then counts from a fresh server, as svc's does
         for scenario in sorted(scenarios, key=lambda s: s != "tokens"):
-            if scenario in PAIRED:
-                continue  # svc's other APIs; a peer is measured on Chat Completions
             for concurrency in concurrencies(scenario, profile):
                 cfg = LoadConfig(
                     base_url=running.base_url,
