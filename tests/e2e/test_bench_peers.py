@@ -32,6 +32,8 @@ def test_litellm_tensorzero_and_envoy_beside_svc(tmp_path: Path) -> None:
     out = subprocess.run(command, cwd=ROOT, capture_output=True, timeout=180, check=False)
     assert out.returncode == 0, out.stderr.decode()[-3000:]
     report = json.loads((tmp_path / "bench-results.json").read_text())
+    # a peer that failed is skipped, the run going on without it: its reason says why
+    assert report["skipped_peers"] == {}
     assert report["peers"] == list(PEERS)
     pins = compiled_peers.lock_pins()
     assert report["peer_versions"] == {
