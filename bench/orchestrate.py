@@ -760,19 +760,7 @@ def run(profile: Profile, peers: tuple[str, ...] = ()) -> RunReport:
             valkey, mock, svc = stack.valkey, stack.mock, stack.svc
             assert svc is not None
             r = redis.Redis(unix_socket_path=str(valkey.socket))
-            for scenario in profile.scenarios:
-                if scenario == "tokens":
-                    continue  # below, on svc restarted with the tokens model
-                for concurrency in concurrencies(scenario, profile):
-                    if scenario in PAIRED:
-                        for point, pid in measure_pairs(svc, r, scenario, concurrency, profile):
-                            seen[pid] = point.load
-                            points.append(point)
-                        continue
-                    points.append(measure_direct_point(mock, scenario, concurrency, profile))
-                    point, pid = measure_svc_point(svc, r, scenario, concurrency, profile)
-                    seen[pid] = point.load
-                    points.append(point)
+            points += measure_scenarios(svc, r, mock, profile, seen)
             memory = measure_memory(svc, profile)
             if memory is not None:
                 points.append(memory[0])
@@ -813,6 +801,28 @@ def run(profile: Profile, peers: tuple[str, ...] = ()) -> RunReport:
         peer_versions={p: v for p in ran_peers if (v := peer_version(p)) is not None},
         skipped_peers={p: skipped[p] for p in peers if p in skipped},
     )
+
+
+def measure_scenarios(
+    svc: Svc, r: redis.Redis, mock: MockProcess, profile: Profile, seen: dict[str, LoadResult]
+) -> list[Point]:
+    """Every scenario but tokens at each of its concurrencies, direct then through svc (the
+    paired ones in their pairs); each svc point's key and load into ``seen``."""
+    points = []
+    for scenario in profile.scenarios:
+        if scenario == "tokens":
+            continue  # measure_tokens, on svc restarted with the tokens model
+        for concurrency in concurrencies(scenario, profile):
+            if scenario in PAIRED:
+                for point, pid in measure_pairs(svc, r, scenario, concurrency, profile):
+                    seen[pid] = point.load
+                    points.append(point)
+                continue
+            points.append(measure_direct_point(mock, scenario, concurrency, profile))
+            point, pid = measure_svc_point(svc, r, scenario, concurrency, profile)
+            seen[pid] = point.load
+            points.append(point)
+    return points
 
 
 def _peer_failed(peer: str, error: Exception, work: Path) -> str:

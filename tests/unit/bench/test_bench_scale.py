@@ -64,4 +64,6 @@ def test_the_open_files_limit_is_raised_or_the_level_refused(
     assert fd_limit(10_000) is None  # a worker's three quarters of them, two sockets each
     assert limits["now"] == (20_000, 20_000)  # raised to the hard limit, inherited by children
     problem = fd_limit(14_000)
-    assert problem is not None and "22024" in problem and "20000" in problem
+    assert problem is not None
+    assert "22024" in problem
+    assert "20000" in problem
