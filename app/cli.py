@@ -45,7 +45,7 @@ from app.core.errors import (
 from app.core.logs import granian_log_config
 from app.core.metrics import installed_version
 from app.core.settings import ENV_PREFIX, Settings
-from app.runtime import bootstrap_dev, load_models, open_services, resolve
+from app.runtime import bootstrap_dev, load_models, open_services, resolve, short_pools
 
 log = logging.getLogger("svc.serve")
 
@@ -260,7 +260,15 @@ def _get_ready(
     log_config = granian_log_config(settings.log_level)
     logging.config.dictConfig(log_config)
     check_port(settings.host, settings.port)
-    load_models(settings)  # a broken file stops svc before Valkey starts or Redis is asked
+    catalog = load_models(settings)  # a broken file stops svc before Valkey starts
+    for name, bound in short_pools(catalog, settings.worker_streams).items():
+        log.warning(
+            "provider %s: max_connections %d is below SVC_WORKER_STREAMS %d: streams past it "
+            "wait for a free connection and fail after its connect_timeout_s; raise it",
+            name,
+            bound,
+            settings.worker_streams,
+        )
     settings, owner = resolve(settings)
     if owner is not None:
         cleanup.callback(owner.stop)

@@ -181,6 +181,18 @@ def load_models(settings: Settings) -> Catalog:
         raise ModelsFileError(f"{path}: cannot read it ({exc.strerror or exc})") from exc
 
 
+def short_pools(catalog: Catalog, worker_streams: int) -> dict[str, int]:
+    """The providers whose pool (``max_connections``, per worker) is smaller than the
+    streams a worker serves at once (``SVC_WORKER_STREAMS``), with their bound: a stream holds
+    a connection for its whole length, so one past the bound waits for a free connection and
+    fails after the provider's ``connect_timeout_s`` (found holding 10,000 streams)."""
+    return {
+        name: config.max_connections
+        for name, config in catalog.providers.items()
+        if config.max_connections < worker_streams
+    }
+
+
 def build_providers(catalog: Catalog) -> dict[str, Provider]:
     """One pooled client per provider of the models file, each through the proxy the
     environment names for it (``app.core.proxies``)."""

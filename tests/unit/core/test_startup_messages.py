@@ -35,6 +35,7 @@ from app.runtime import (
     data_dir_message,
     load_models,
     resolve,
+    short_pools,
     where,
     writes_data_dir,
 )
@@ -254,6 +255,21 @@ def test_a_missing_models_file_is_a_models_file_error(tmp_path: Path) -> None:
     with pytest.raises(ModelsFileError, match=r"models\.toml: cannot read it"):
         load_models(Settings(models_file=str(missing)))
     assert "svc-fast" in load_models(Settings()).aliases
+
+
+def test_a_provider_pool_smaller_than_a_worker_s_streams_is_named(tmp_path: Path) -> None:
+    """`svc serve` warns about each: past its bound a stream waits for a connection."""
+    models = tmp_path / "models.toml"
+    models.write_text(
+        '[providers.small]\nbase_url = "http://127.0.0.1:9/v1"\nmax_connections = 1000\n'
+        '[providers.large]\nbase_url = "http://127.0.0.1:9/v1"\n'
+        '[aliases.svc-fast]\nupstreams = [{ provider = "small", model = "m" }]\n'
+        '[aliases.svc-code]\nupstreams = [{ provider = "large", model = "m" }]\n'
+    )
+    catalog = load_models(Settings(models_file=str(models)))
+    assert short_pools(catalog, 2048) == {"small": 1000}  # the default 4,096 holds 2,048
+    assert short_pools(catalog, 8192) == {"small": 1000, "large": 4096}
+    assert short_pools(catalog, 1000) == {}
 
 
 # --- Redis -----------------------------------------------------------------------------
