@@ -563,48 +563,38 @@ def markdown(report: RunReport) -> str:
 
 
 def chart(report: RunReport, path: Path) -> None:
-    """Throughput and TTFB p50/p99 against concurrency, one line per scenario and target."""
+    """Throughput and TTFB p50 of the fast scenario against concurrency, one line per
+    target (direct, svc, the floor, each peer); the other scenarios are in the tables."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (ax_rps, ax_lat) = plt.subplots(1, 2, figsize=(12, 4.5))
-    series: dict[tuple[str, str], list[Point]] = {}
+    series: dict[str, list[Point]] = {}
     for p in report.points:
-        if p.scenario not in HELD:
-            series.setdefault((p.scenario, p.target), []).append(p)
-    for (scenario, target), points in sorted(series.items()):
+        if p.scenario == "fast":
+            series.setdefault(p.target, []).append(p)
+    for target, points in series.items():
         points.sort(key=lambda p: p.load.concurrency)
         cs = [p.load.concurrency for p in points]
-        style = "-" if target == "svc" else "--" if target == "direct" else ":"
-        label = f"{target}, {scenario}"
-        ax_rps.plot(cs, [p.load.rps for p in points], style, marker="o", label=label)
-        line = ax_lat.plot(
-            cs, [p.load.ttfb_ms.p50 for p in points], style, marker="o", label=f"{label} p50"
-        )[0]
-        ax_lat.plot(
-            cs,
-            [p.load.ttfb_ms.p99 for p in points],
-            style,
-            marker="x",
-            color=line.get_color(),
-            alpha=0.5,
-            label=f"{label} p99",
-        )
+        style = "-" if target.startswith("svc") else "--" if target == "direct" else ":"
+        width = 2.5 if target == "svc" else 1.2
+        ax_rps.plot(cs, [p.load.rps for p in points], style, lw=width, marker="o", label=target)
+        ax_lat.plot(cs, [p.load.ttfb_ms.p50 for p in points], style, lw=width, marker="o")
     for ax, title, unit in (
-        (ax_rps, "Throughput", "requests / s"),
-        (ax_lat, "Time to first content byte", "ms (log)"),
+        (ax_rps, "Throughput, fast upstream", "requests / s"),
+        (ax_lat, "Time to first content byte p50, fast upstream", "ms (log)"),
     ):
         ax.set_xscale("log")
         ax.set_xlabel("concurrent streams")
         ax.set_ylabel(unit)
-        ax.set_title(title)
+        ax.set_title(title, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
     ax_lat.set_yscale("log")
+    fig.legend(loc="center right", fontsize=8)
     fig.suptitle(f"svc bench {report.started_at}, {report.profile.workers} workers")
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.06, right=0.84, wspace=0.25, top=0.86, bottom=0.12)
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
