@@ -38,7 +38,7 @@ def test_bench_smoke_run(tmp_path: Path) -> None:
         assert p["load"]["errors"] == {}, p
         assert p["load"]["total_ok"] == p["load"]["total_requests"] > 0
     for p in points:
-        if p["target"] == "svc" and p["scenario"] != "memory":
+        if p["target"] == "svc" and p["scenario"] not in ("memory", "scale"):
             assert p["load"]["requests"] > 0
             assert p["script_calls_per_completion"] == 2.0
             assert p["server_cpu_ms_per_request"] > 0
@@ -51,6 +51,16 @@ def test_bench_smoke_run(tmp_path: Path) -> None:
         assert p["server_cpu_us_per_chunk"] > 0
         assert p["rss_kb_per_stream"] is not None
     assert "| svc | 4 |" in markdown.split("Tokens:")[1]
+    # the scale level: its streams all held at once, each worker's RSS before and at its
+    # peak, no error, no reservation left open
+    (level,) = [p for p in points if p["scenario"] == "scale"]
+    assert level["load"]["concurrency"] == 8
+    assert level["load"]["content_chunks"] == 3 * level["load"]["requests"] > 0
+    assert level["reservations_open_after"] == 0
+    assert level["rss_kb_per_stream"] is not None
+    assert level["streams_per_worker"] is not None
+    assert len(level["idle_rss_mb_per_worker"]) == len(level["rss_mb_per_worker"]) == 1
+    assert "| scale: errors at 8 open streams | 0 at each | 0 | yes |" in markdown
     # the Responses point beside a chat point of its own, and their ratio as a target
     paired = [p["scenario"] for p in points if p["scenario"].startswith("responses")]
     assert paired == ["responses-chat", "responses"]
