@@ -25,7 +25,7 @@ import socket
 import sys
 import tempfile
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,7 @@ from app.core.logs import granian_log_config
 from app.core.metrics import installed_version
 from app.core.settings import ENV_PREFIX, Settings
 from app.runtime import bootstrap_dev, load_models, open_services, resolve, short_pools
+from app.spotlights.admob import ad_units
 
 log = logging.getLogger("svc.serve")
 
@@ -238,6 +239,15 @@ def serve_settings(args: argparse.Namespace, environ: dict[str, str]) -> Setting
         raise SettingsError(str(exc)) from exc
 
 
+ADMOB_KEYS_URL_SETTING = ENV_PREFIX + "ADMOB_KEYS_URL"
+
+
+def admob_left_off(settings: Settings, environ: Mapping[str, str]) -> bool:
+    """Whether the operator set ``SVC_ADMOB_KEYS_URL`` (AdMob is meant to reward) but listed
+    no ad unit in ``SVC_ADMOB_AD_UNITS``: the callback route answers 404 until it does."""
+    return bool(environ.get(ADMOB_KEYS_URL_SETTING)) and not ad_units(settings.admob_ad_units)
+
+
 @contextlib.contextmanager
 def _quiet(logger: str) -> Iterator[None]:
     """Only errors from ``logger`` for the time being."""
@@ -256,9 +266,17 @@ def _get_ready(
     """Everything ``svc serve`` checks and prepares before granian listens, cheapest
     first; raises what stops it. What it starts (the embedded Valkey, the metrics
     directory) ``cleanup`` undoes."""
-    settings = serve_settings(args, dict(os.environ))
+    environ = dict(os.environ)
+    settings = serve_settings(args, environ)
     log_config = granian_log_config(settings.log_level)
     logging.config.dictConfig(log_config)
+    if admob_left_off(settings, environ):
+        log.warning(
+            "%s is set but SVC_ADMOB_AD_UNITS is not: GET /v1/spotlights/admob answers 404 "
+            "until it lists your rewarded ad units (Google signs every publisher's callbacks "
+            "with the same keys, so no other ad unit may reward)",
+            ADMOB_KEYS_URL_SETTING,
+        )
     check_port(settings.host, settings.port)
     catalog = load_models(settings)  # a broken file stops svc before Valkey starts
     for name, bound in short_pools(catalog, settings.worker_streams).items():

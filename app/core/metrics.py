@@ -70,6 +70,7 @@ SPOTLIGHT_RESULTS = (
     "rewarded",
     "duplicate",
     "daily_limit",
+    "account_disabled",
     "intent_used",
     "invalid_intent",
     "invalid_signature",
@@ -286,8 +287,8 @@ class Metrics:
         self.spotlight_callbacks = Counter(
             "svc_spotlight_callbacks",
             "Verified spotlight callbacks, by network (admob, signed) and result (rewarded, "
-            "duplicate, daily_limit, intent_used, invalid_intent, invalid_signature, "
-            "unavailable).",
+            "duplicate, daily_limit, account_disabled, intent_used, invalid_intent, "
+            "invalid_signature, unavailable).",
             ["network", "result"],
             registry=reg,
         )

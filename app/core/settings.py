@@ -82,7 +82,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     installs); every worker shares them through Redis for at most 24 hours."""
     admob_ad_units: str = ""
     """Comma-separated AdMob ad unit ids whose verification callbacks are accepted; empty =
-    any ad unit."""
+    AdMob callbacks are off (404: Google signs every publisher's callbacks alike)."""
     earned_expiry_days: int = 30
     """The earned pool expires this long after its latest grant (rolling)."""
     sweep_interval_s: float = 10.0

@@ -196,7 +196,8 @@ class Money:
         """Add ``credits`` to ``pool`` once per ``grant_id``; also returns when the grant
         was applied (now, or the first time for a ``DUPLICATE``). ``intent``: a spotlight
         intent's id and the seconds it has left, consumed by the grant in the same call
-        (``INTENT_USED`` when an earlier grant consumed it)."""
+        (``INTENT_USED`` when an earlier grant consumed it; ``ACCOUNT_DISABLED``, nothing
+        granted, when the account is disabled)."""
         shard = self.layout.shard(pid)
         day = day_tag(utc_day(now))
         keys = [

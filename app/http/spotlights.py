@@ -28,7 +28,7 @@ from app.http.deps import provide_identity, provide_services
 from app.http.headers import NO_STORE
 from app.http.openapi import API_KEY, KEY_ERRORS, documented, errors
 from app.runtime import Services
-from app.spotlights.admob import ad_unit_allowed, parse_callback, verify
+from app.spotlights.admob import ad_units, parse_callback, verify
 from app.spotlights.intents import IntentIssued
 from app.spotlights.rewards import CallbackAnswer
 from app.spotlights.signed import SIGNATURE_HEADER, VerifiedView, check, invalid_signature
@@ -139,15 +139,23 @@ class SpotlightController(Controller):
             ErrorKind.INVALID_SIGNATURE,
             ErrorKind.INVALID_INTENT,
             ErrorKind.INTENT_USED,
+            ErrorKind.NOT_FOUND,
             ErrorKind.SERVICE_UNAVAILABLE,
         ),
     )
     async def admob(self, services: Services, request: Request[Any, Any, Any]) -> CallbackAnswer:
         """AdMob's server-side verification callback (register this URL in AdMob): the query
-        is verified as Google signs it, and its ``custom_data`` must be an intent of the
-        account. 200 ``rewarded: true``, or ``rewarded: false`` with the reason."""
+        is verified as Google signs it, its ad unit must be one of ``SVC_ADMOB_AD_UNITS`` (404
+        while none is listed) and its ``custom_data`` an intent of the account. 200
+        ``rewarded: true``, or ``rewarded: false`` with the reason."""
+        allowed = ad_units(services.settings.admob_ad_units)
+        if not allowed:
+            raise ApiError(
+                ErrorKind.NOT_FOUND,
+                "AdMob callbacks are off: the operator lists the ad units in SVC_ADMOB_AD_UNITS.",
+            )
         try:
-            return await self._admob(services, request.scope["query_string"])
+            return await self._admob(services, request.scope["query_string"], allowed)
         except ApiError as error:
             if error.kind in (ErrorKind.INVALID_VALUE, ErrorKind.INVALID_SIGNATURE):
                 result = "invalid_signature"
@@ -155,12 +163,12 @@ class SpotlightController(Controller):
             raise
 
     @staticmethod
-    async def _admob(services: Services, query: bytes) -> CallbackAnswer:
+    async def _admob(services: Services, query: bytes, allowed: frozenset[str]) -> CallbackAnswer:
         try:
             callback = parse_callback(query)
         except AdMobRejected as exc:
             raise invalid_value("signature", f"Not an AdMob callback: {exc.reason}.") from None
-        if not ad_unit_allowed(callback, services.settings.admob_ad_units):
+        if callback.ad_unit not in allowed:
             raise invalid_value("ad_unit", "This ad unit does not reward here.")
         try:
             key = await services.admob_keys.key(callback.key_id)

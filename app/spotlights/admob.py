@@ -25,7 +25,7 @@ import re
 import secrets
 import time
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote_to_bytes, urlsplit
@@ -184,12 +184,13 @@ def verify(callback: AdMobCallback, key: EllipticCurvePublicKey) -> bool:
     return True
 
 
-def ad_unit_allowed(callback: AdMobCallback, allowlist: str | Iterable[str]) -> bool:
-    """Whether the callback's ad unit may reward: ``allowlist`` is ``SVC_ADMOB_AD_UNITS``
-    (comma-separated) or its ids; empty allows every ad unit."""
-    items = allowlist.split(",") if isinstance(allowlist, str) else allowlist
-    allowed = {item.strip() for item in items if item.strip()}
-    return not allowed or callback.ad_unit in allowed
+def ad_units(setting: str) -> frozenset[str]:
+    """The ad unit ids ``SVC_ADMOB_AD_UNITS`` lists (comma-separated), as a callback's
+    ``ad_unit`` names them (the digits after the slash of ``ca-app-pub-…/2747237135``): the
+    only ones whose callbacks reward. None: AdMob callbacks are off, since Google signs every
+    publisher's callbacks with the same keys (anyone's ad unit could carry svc's intents)."""
+    ids = (item.strip().rpartition("/")[2] for item in setting.split(","))
+    return frozenset(unit for unit in ids if unit)
 
 
 def timestamp_acceptable(

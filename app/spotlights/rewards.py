@@ -2,8 +2,10 @@
 one script call grants the earned credits once per transaction, consumes the intent and
 counts the day's limit (``Spotlights.grant_view``).
 
-What a network retries matters: a view already rewarded, or one past the day's limit,
-answers 200 with ``rewarded: false`` and a reason (a network retries anything else); a bad
+What a network retries matters: a view already rewarded, one past the day's limit, or one
+of an account disabled since its intent was issued (the script reads the status, so a
+disable racing the callback counts too) answers 200 with ``rewarded: false`` and a reason
+(a network retries anything else); a bad
 signature or intent is a 400/401 and writes nothing; 503 only when the reward could not be
 attempted.
 """
@@ -23,7 +25,12 @@ from app.credits.outcomes import ScriptStatus
 from app.spotlights.intents import INTENT_TTL_S, Intent, Intents, invalid_intent
 from app.store import Store
 
-_NOT_REWARDED = {ScriptStatus.DUPLICATE: "duplicate", ScriptStatus.DAILY_LIMIT: "daily_limit"}
+_NOT_REWARDED = {
+    ScriptStatus.DUPLICATE: "duplicate",
+    ScriptStatus.DAILY_LIMIT: "daily_limit",
+    # disabled after the intent was issued: a 200, so the network stops retrying
+    ScriptStatus.ACCOUNT_DISABLED: "account_disabled",
+}
 
 
 MAX_AHEAD_MS = 300_000  # a network's clock may run this far ahead of svc's
@@ -42,7 +49,7 @@ class CallbackAnswer(msgspec.Struct, omit_defaults=True):
 
     object: str
     rewarded: bool
-    reason: str | None = None  # why not: duplicate | daily_limit
+    reason: str | None = None  # why not: duplicate | daily_limit | account_disabled
     credits: int | None = None
     earned_expires_at: str | None = None
 

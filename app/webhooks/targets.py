@@ -1,17 +1,18 @@
 """Where a webhook may point: no request of svc's may reach its own network (SSRF).
 
 A URL must be ``https`` and its host must resolve only to public addresses: not loopback,
-link-local, private, shared, reserved, multicast or unspecified. An IPv6 address that
-carries an IPv4 one is judged as that IPv4 address: IPv4-mapped (``::ffff:0:0/96``),
-IPv4-compatible (``::/96``), 6to4 (``2002::/16``) and NAT64 (``64:ff9b::/96``, and the
-local-use ``64:ff9b:1::/48`` in its ``/96`` form; its other forms are refused, since which
-IPv4 address they reach depends on the network's prefix length). It is checked when the
-webhook is created or changed and again at every delivery, where the connection goes to
-the addresses just checked (``Target.addresses``), so a name cannot be rebound to an inside
-address meanwhile. A delivery through a forward proxy (``app.core.proxies``) names the host
-to the proxy, which resolves it again: there the proxy's own rules have the last word.
-Hosts in ``SVC_WEBHOOK_ALLOW_HOSTS`` (names, addresses or CIDR networks, comma-separated)
-are let through, over ``http`` too.
+link-local, site-local (``fec0::/10``, deprecated but still routed inside some networks),
+private, shared, reserved, multicast or unspecified. An IPv6 address that carries an IPv4
+one is judged as that IPv4 address: IPv4-mapped (``::ffff:0:0/96``), IPv4-translated
+(``::ffff:0:0:0/96``), IPv4-compatible (``::/96``), 6to4 (``2002::/16``) and NAT64
+(``64:ff9b::/96``, and the local-use ``64:ff9b:1::/48`` in its ``/96`` form; its other
+forms are refused, since which IPv4 address they reach depends on the network's prefix
+length). It is checked when the webhook is created or changed and again at every
+delivery, where the connection goes to the addresses just checked (``Target.addresses``),
+so a name cannot be rebound to an inside address meanwhile. A delivery through a forward
+proxy (``app.core.proxies``) names the host to the proxy, which resolves it again: there
+the proxy's own rules have the last word. Hosts in ``SVC_WEBHOOK_ALLOW_HOSTS`` (names,
+addresses or CIDR networks, comma-separated) are let through, over ``http`` too.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ def _address(text: str) -> Address | None:
 
 
 _COMPATIBLE = ipaddress.IPv6Network("::/96")
+_TRANSLATED = ipaddress.IPv6Network("::ffff:0:0:0/96")  # SIIT (RFC 2765)
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 _NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
 _LAST_32_BITS = 0xFFFF_FFFF
@@ -89,7 +91,7 @@ def judged(address: Address) -> Address | None:
     inner = address.ipv4_mapped or address.sixtofour
     if inner is not None:
         return inner
-    if address in _COMPATIBLE or address in _NAT64:
+    if address in _COMPATIBLE or address in _TRANSLATED or address in _NAT64:
         return ipaddress.IPv4Address(int(address) & _LAST_32_BITS)
     if address in _NAT64_LOCAL:
         if int(address) >> 32 != int(_NAT64_LOCAL.network_address) >> 32:
@@ -101,7 +103,11 @@ def judged(address: Address) -> Address | None:
 def public(address: Address) -> bool:
     """Whether an address is on the public internet (not svc's own network)."""
     reached = judged(address)
-    return reached is not None and reached.is_global and not reached.is_multicast
+    if reached is None or reached.is_multicast:
+        return False
+    # Python counts site-local (fec0::/10) as global: deprecated, it is still inside
+    site_local = isinstance(reached, ipaddress.IPv6Address) and reached.is_site_local
+    return reached.is_global and not site_local
 
 
 def parse_url(url: str, allow: AllowList) -> SplitResult:

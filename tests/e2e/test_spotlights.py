@@ -1,6 +1,7 @@
 """Verified spotlights on a real server (2 workers, the embedded Valkey, SQLite): an intent,
 a verifier's signed callback, the reward once under concurrent deliveries, the ledger and
-`svc admin reconcile` clean after."""
+`svc admin reconcile` clean after; nothing for a disabled account, and AdMob's route off
+without its ad units."""
 
 from __future__ import annotations
 
@@ -70,3 +71,28 @@ def test_a_verified_view_is_rewarded_once(server: Server) -> None:
     assert metrics[("svc_spotlight_callbacks_total", labels)] == 1
     code, out = svc_admin(server.env, "reconcile")
     assert code == 0, out
+
+
+def test_a_disabled_account_earns_nothing_and_admob_is_off(server: Server) -> None:
+    """Issue 44 items 7 and 1: an intent issued before `svc admin disable` rewards nothing
+    (200, so the verifier stops retrying); AdMob's route is off without SVC_ADMOB_AD_UNITS."""
+    pid = server.new_account(0)
+    auth = {"authorization": f"Bearer {server.new_key(pid)}"}
+    issued = httpx.post(f"{server.base_url}/spotlights/intents", headers=auth)
+    assert issued.status_code == 201, issued.text
+    code, out = svc_admin(server.env, "disable", pid)
+    assert code == 0, out
+    body, headers = _signed(issued.json()["token"], "view-e2e-off")
+    answer = httpx.post(f"{server.base_url}/spotlights/verified", content=body, headers=headers)
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {
+        "object": "spotlight.callback",
+        "rewarded": False,
+        "reason": "account_disabled",
+    }
+    credits = server.admin("GET", f"/accounts/{pid}/credits").json()
+    assert credits["earned_available"] == 0
+    labels = (("network", "signed"), ("result", "account_disabled"))
+    assert server.metrics()[("svc_spotlight_callbacks_total", labels)] == 1
+    off = httpx.get(f"{server.base_url}/spotlights/admob?ad_unit=1&signature=x&key_id=1")
+    assert (off.status_code, off.json()["error"]["code"]) == (404, "not_found")

@@ -2,12 +2,13 @@
 grant: add credits to one pool of an account, once per grant id. Earned grants roll the
 whole earned pool's expiry to now + earned_ttl; an optional daily limit counts them.
 
-KEYS[1]  account hash        <p>:{sN}:acct:<pid>
+KEYS[1]  account hash        <p>:{sN}:acct:<pid>       (status read with KEYS[5])
 KEYS[2]  grant marker        <p>:{sN}:grant:<grant_id>   (idempotency)
 KEYS[3]  daily counter       <p>:{sN}:spot:<pid>:<day>   (only read when daily_limit > 0)
 KEYS[4]  events stream       <p>:{sN}:events             (an expiry event when earned lapses)
 KEYS[5]  intent marker       <p>:{sN}:intent:<intent_id> (optional: a spotlight intent the
-                             grant consumes; a grant that finds it taken grants nothing)
+                             grant consumes; a grant that finds it taken grants nothing,
+                             nor one whose account is disabled)
 
 ARGV[1]  now                 unix seconds
 ARGV[2]  pool                earned | purchased
@@ -23,10 +24,15 @@ Returns {status, earned, earned_exp, purchased, granted_at}   (the pools after t
   0 OK                granted_at = now
   3 ACCOUNT_MISSING   (zeros)
   6 DUPLICATE         grant id seen before: nothing granted; granted_at = when it was
-  9 DAILY_LIMIT       the day's limit is reached: nothing granted; granted_at = 0
+ 19 ACCOUNT_DISABLED  (with KEYS[5]) the account's status is disabled (lib/keys.lua
+                      account_refusal): nothing granted, the intent left; granted_at = 0
  18 INTENT_USED       KEYS[5] was consumed by an earlier grant: nothing granted; granted_at = 0
+  9 DAILY_LIMIT       the day's limit is reached: nothing granted; granted_at = 0
 The checks run in that order: a grant id seen before answers DUPLICATE even when its intent
 is consumed (a network's retry of a rewarded view); only a grant applied consumes the intent.
+The status is read here, in the same call that grants, so a disable that lands while a
+view's callback is on its way refuses it; grants without an intent (purchases, operators'
+grants) are the operator's own and apply to a disabled account too.
 A grant that finds the earned pool expired zeroes it (before adding), bumps the pool's
 generation (egen: reservations still holding credits of the old pool let them lapse) and
 appends, in the same call, {kind expire, acct, credits (what lapsed), ts} to KEYS[4]
@@ -36,6 +42,7 @@ clears the mark settle set when it fell below (see settle.lua), so the next fall
 A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
 ]]
 --- @include "lib/checks.lua"
+--- @include "lib/keys.lua"
 --- @include "lib/earned.lua"
 local now = count(1, 'now')
 local pool = one_of(2, 'pool', {earned = true, purchased = true})
@@ -53,7 +60,7 @@ if intent then
   if intent_ttl == 0 then refuse('intent_ttl') end
 end
 
-local acct = redis.call('HMGET', KEYS[1], 'earned', 'earned_exp', 'purchased', 'egen')
+local acct = redis.call('HMGET', KEYS[1], 'earned', 'earned_exp', 'purchased', 'egen', 'status')
 if not acct[3] then return {3, 0, 0, 0, 0} end
 local earned, earned_exp, purchased = tonumber(acct[1]), tonumber(acct[2]), tonumber(acct[3])
 local egen = tonumber(acct[4] or '0')
@@ -61,6 +68,8 @@ local expired = earned_expired(earned_exp, now)
 if expired then earned, earned_exp = 0, 0 end
 local granted_at = redis.call('GET', KEYS[2])
 if granted_at then return {6, earned, earned_exp, purchased, tonumber(granted_at)} end
+local refusal = intent and account_refusal(acct[5])
+if refusal then return {refusal, earned, earned_exp, purchased, 0} end
 if intent and redis.call('EXISTS', intent) == 1 then
   return {18, earned, earned_exp, purchased, 0}
 end

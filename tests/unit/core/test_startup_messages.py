@@ -13,6 +13,7 @@ import pytest
 
 from app.cli import (
     CANNOT_START,
+    admob_left_off,
     cannot_start,
     check_port,
     failure_lines,
@@ -270,6 +271,15 @@ def test_a_provider_pool_smaller_than_a_worker_s_streams_is_named(tmp_path: Path
     assert short_pools(catalog, 2048) == {"small": 1000}  # the default 4,096 holds 2,048
     assert short_pools(catalog, 8192) == {"small": 1000, "large": 4096}
     assert short_pools(catalog, 1000) == {}
+
+
+def test_a_keys_url_without_ad_units_is_named() -> None:
+    """`svc serve` warns: AdMob callbacks are off (404) until the ad units are listed."""
+    url = {"SVC_ADMOB_KEYS_URL": "file:///srv/admob-keys.json"}
+    assert admob_left_off(Settings(), url)
+    assert admob_left_off(Settings(admob_ad_units=" , "), url)
+    assert not admob_left_off(Settings(admob_ad_units="2747237135"), url)
+    assert not admob_left_off(Settings(), {})  # AdMob not meant: the route is quietly off
 
 
 # --- Redis -----------------------------------------------------------------------------

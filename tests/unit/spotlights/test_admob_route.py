@@ -23,14 +23,18 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore::litestar.exceptions.base_exceptions.LitestarDeprecationWarning"
 )
 
+AD_UNIT = dict(PARAMS)["ad_unit"]  # the ad unit of the callbacks the tests sign
+
 
 @pytest.fixture
 async def admob(svc: Svc, tmp_path: Path) -> AsyncIterator[ec.EllipticCurvePrivateKey]:  # noqa: F811
-    """AdMob's signing key, its public half in a keys file svc reads (``file://``)."""
+    """AdMob's signing key, its public half in a keys file svc reads (``file://``), and
+    the ad unit of ``PARAMS`` in ``SVC_ADMOB_AD_UNITS``."""
     key = new_key()
     keys = tmp_path / "verifier-keys.json"
     keys.write_bytes(keys_json((KEY_ID, key)))
     services = svc.services
+    services.settings = msgspec.structs.replace(services.settings, admob_ad_units=AD_UNIT)
     await services.admob_keys.close()
     services.admob_keys = VerifierKeys(f"file://{keys}", services.redis, services.layout)
     yield key
@@ -104,6 +108,25 @@ async def test_ad_units_outside_the_allowlist_do_not_reward(
         assert await _earned(client, key) == 5_000
 
 
+async def test_without_an_ad_unit_list_the_route_is_off(
+    svc: Svc,  # noqa: F811
+    admob: ec.EllipticCurvePrivateKey,
+) -> None:
+    # Google signs every publisher's callbacks with the same keys: a callback of anyone's
+    # ad unit carrying an intent of the account's is signed as well as the operator's own
+    services = svc.services
+    services.settings = msgspec.structs.replace(services.settings, admob_ad_units=" , ")
+    key = svc.account.live_key
+    async with svc.client() as client:
+        query = _query(admob, await _intent(client, key), ad_unit="666", transaction_id="tx-x")
+        off = await _callback(client, query)
+        assert (off.status_code, off.json()["error"]["code"]) == (404, "not_found"), off.text
+        assert "SVC_ADMOB_AD_UNITS" in off.json()["error"]["message"]
+        assert await _earned(client, key) == 0
+    assert services.admob_keys.fetches == 0  # refused before any key is looked at
+    assert await services.store.get_grant(f"admob:{svc.account.pid}:tx-x") is None
+
+
 class _Clock:
     """The verifier keys' monotonic clock, moved by the test."""
 
@@ -121,6 +144,7 @@ async def test_a_key_server_down_is_503_and_a_later_retry_rewards_once(
     signing = new_key()
     keys_file = tmp_path / "served-later.json"  # the key server: nothing there yet
     services = svc.services
+    services.settings = msgspec.structs.replace(services.settings, admob_ad_units=AD_UNIT)
     clock = _Clock()
     await services.admob_keys.close()
     services.admob_keys = VerifierKeys(

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from app.spotlights.admob import VerifierKeys
@@ -47,6 +48,9 @@ async def test_the_guides_local_key_script_signs_a_rewarding_callback(
     setting = _run(tmp_path)
     assert setting.startswith("SVC_ADMOB_KEYS_URL=file://")
     services = svc.services
+    # the script's ad unit, as step 1 of the guide lists the app's own
+    ad_unit = _script().split('("ad_unit", "')[1].split('"')[0]
+    services.settings = msgspec.structs.replace(services.settings, admob_ad_units=ad_unit)
     await services.admob_keys.close()
     services.admob_keys = VerifierKeys(setting.partition("=")[2], services.redis, services.layout)
     key = svc.account.live_key

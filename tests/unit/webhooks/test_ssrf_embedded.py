@@ -1,6 +1,7 @@
-"""Issue 30 item 10: an IPv6 address that carries an IPv4 one (IPv4-mapped, IPv4-compatible,
-6to4, NAT64 and local-use NAT64) is judged as the IPv4 address inside, when a webhook is
-created, changed, and at every delivery (by address, and by a name resolving to one)."""
+"""Issue 30 item 10 and issue 44 item 12: an IPv6 address that carries an IPv4 one
+(IPv4-mapped, IPv4-translated, IPv4-compatible, 6to4, NAT64 and local-use NAT64) is judged
+as the IPv4 address inside, when a webhook is created, changed, and at every delivery (by
+address, and by a name resolving to one); a site-local one (fec0::/10) is refused."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ def _forms(v4: str) -> dict[str, str]:
     hi, lo = n >> 16, n & 0xFFFF
     return {
         "mapped": f"::ffff:{v4}",
+        "translated": f"::ffff:0:{hi:x}:{lo:x}",
         "compatible": f"::{hi:x}:{lo:x}",
         "6to4": f"2002:{hi:x}:{lo:x}::1",
         "nat64": f"64:ff9b::{hi:x}:{lo:x}",
@@ -68,6 +70,26 @@ def test_a_local_use_nat64_address_not_in_its_96_form_is_refused(address: str) -
     # which IPv4 address it reaches depends on the network's prefix length (RFC 6052):
     # 169.254.169.254 at /48 for the first; a public-looking one is refused all the same
     assert public(ipaddress.ip_address(address)) is False
+
+
+SITE_LOCAL = ["fec0::1", "fec0:1234:5678::abcd", "feff:ffff::1"]
+
+
+@pytest.mark.parametrize("address", SITE_LOCAL)
+def test_a_site_local_address_is_not_public(address: str) -> None:
+    # Python's is_global says True for fec0::/10 (deprecated, still routed inside networks)
+    assert public(ipaddress.ip_address(address)) is False
+
+
+@pytest.mark.parametrize("address", SITE_LOCAL)
+async def test_a_name_resolving_to_a_site_local_address_is_refused(
+    address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _resolving_to(monkeypatch, address)
+    with pytest.raises(TargetRefused):
+        await check_url("https://hooks.example.com/hook", NOBODY)
+    with pytest.raises(TargetRefused):
+        await check_url(f"https://[{address}]/hook", NOBODY)
 
 
 @pytest.mark.parametrize("address", REFUSED)
