@@ -13,6 +13,7 @@ import msgspec
 import pytest
 
 from app.core.settings import ENV_PREFIX, Settings
+from app.kv.fields import AccountField, KeyField
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -219,3 +220,29 @@ def test_the_top_level_lua_link_is_the_scripts_folder() -> None:
     assert link.is_symlink()
     assert link.resolve() == (ROOT / "app" / "credits" / "lua").resolve()
     assert (link / "reserve.lua").is_file()
+
+
+# --- The Redis key layout table against the hash fields ---------------------------------
+
+
+def layout_row(key: str) -> str:
+    """The "Holds" cell of the key layout table's row for ``key`` (as the table names it)."""
+    text = OPERATIONS.read_text(encoding="utf-8")
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0] == f"`{key}`":
+            return cells[2]
+    raise AssertionError(f"no row for {key} in docs/operations.md")
+
+
+@pytest.mark.parametrize(
+    ("key", "fields"),
+    [("svc:{sN}:acct:<pid>", AccountField), ("svc:{sN}:key:<kid>", KeyField)],
+    ids=["account", "api-key"],
+)
+def test_the_key_layout_names_every_field_of_a_hash(key: str, fields: type) -> None:
+    """Each field ``app/kv/fields.py`` names for the hash is in its row, as `name`."""
+    holds = layout_row(key)
+    names = [v for k, v in vars(fields).items() if k.isupper() and isinstance(v, str)]
+    missing = [name for name in names if f"`{name}`" not in holds]
+    assert missing == [], f"{key}: fields missing from docs/operations.md: {missing}"
