@@ -13,11 +13,13 @@ import msgspec
 import pytest
 
 from app.core.settings import ENV_PREFIX, Settings
+from app.http.streams import STREAM_ROUTES
 from app.kv.fields import AccountField, KeyField
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 OPERATIONS = ROOT / "docs" / "operations.md"
+API = ROOT / "docs" / "api.md"
 SETTINGS_SOURCE = ROOT / "app" / "core" / "settings.py"
 README_MAX_BYTES = 15 * 1024
 DOCS = [
@@ -246,3 +248,13 @@ def test_the_key_layout_names_every_field_of_a_hash(key: str, fields: type) -> N
     names = [v for k, v in vars(fields).items() if k.isupper() and isinstance(v, str)]
     missing = [name for name in names if f"`{name}`" not in holds]
     assert missing == [], f"{key}: fields missing from docs/operations.md: {missing}"
+
+
+def test_safe_retries_name_every_stream_that_takes_a_key() -> None:
+    """Every streaming route takes ``Idempotency-Key`` (``app.http.streams``): api.md's
+    "Safe retries" section names each of them."""
+    text = API.read_text(encoding="utf-8")
+    section = text.split("\n## Safe retries: Idempotency-Key\n", 1)[1].split("\n## ", 1)[0]
+    paths = sorted({api.path for api in STREAM_ROUTES.values()})
+    missing = [path for path in paths if f"POST {path}`" not in section]
+    assert missing == [], f"docs/api.md's Safe retries do not name {missing}"
