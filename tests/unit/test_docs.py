@@ -258,3 +258,16 @@ def test_safe_retries_name_every_stream_that_takes_a_key() -> None:
     paths = sorted({api.path for api in STREAM_ROUTES.values()})
     missing = [path for path in paths if f"POST {path}`" not in section]
     assert missing == [], f"docs/api.md's Safe retries do not name {missing}"
+
+
+def test_no_document_says_the_data_dir_holds_logs() -> None:
+    """svc logs to stderr (``app.core.logs``); the data folder holds the embedded Valkey,
+    SQLite and generated secrets. A line that names ``SVC_DATA_DIR`` and logs must say
+    where logs do go."""
+    wrong = [
+        f"{doc.relative_to(ROOT)}: {line.strip()}"
+        for doc in DOCS
+        for line in prose_lines(doc.read_text(encoding="utf-8"))
+        if "SVC_DATA_DIR" in line and re.search(r"\blogs?\b", line) and "stderr" not in line
+    ]
+    assert wrong == [], wrong
