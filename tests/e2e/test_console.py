@@ -783,6 +783,22 @@ def _answering(body: dict[str, object]) -> Callable[[Route], None]:
     return answer
 
 
+def _prices_now(site: Server, key: str, model: str) -> str:
+    """The receipt's "Prices now": the served alias's four prices from GET /v1/pricing."""
+    prices = httpx.get(f"{site.base_url}/pricing", headers=_h(key)).json()
+    item = next(p for p in prices["data"] if p["model"] == model)
+    parts = [
+        f"{_grouping(item[field])} {what}"
+        for field, what in (
+            ("input", "input"),
+            ("cached_input", "cached input"),
+            ("cache_write", "cache write"),
+            ("output", "output"),
+        )
+    ]
+    return f"{' · '.join(parts)} ({prices['unit']})"
+
+
 def test_every_activity_row_opens_its_receipt(
     site: Server, browser: Browser, tmp_path: Path
 ) -> None:
@@ -811,6 +827,7 @@ def test_every_activity_row_opens_its_receipt(
             expect(dialog).to_be_visible()
             facts = _receipt_facts(dialog, newest)
             assert facts["Credits used"] == _grouping(newest["credits_used"])
+            assert facts["Prices now"] == _prices_now(site, key, str(newest["model"]))
             assert facts["Paid from"] == f"0 earned, {_grouping(newest['credits_used'])} purchased"
             assert facts["Input tokens"] == _grouping(newest["prompt_tokens"])
             assert facts["Output tokens"] == _grouping(newest["completion_tokens"])
