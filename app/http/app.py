@@ -16,7 +16,7 @@ from app.core.errors import StoreError
 from app.core.settings import Settings
 from app.http.admin import AdminController
 from app.http.api import V1Controller
-from app.http.console import ConsoleController
+from app.http.console import ConsoleController, root
 from app.http.errors import handle_exception
 from app.http.headers import SECURITY_HEADERS
 from app.http.health import HealthController
@@ -66,6 +66,7 @@ def create_app(settings: Settings) -> Litestar:
             HealthController,
             MetricsController,
             ConsoleController,
+            root,
         ],
         response_headers=[ResponseHeader(name=k, value=v) for k, v in SECURITY_HEADERS],
         lifespan=[lifespan],

@@ -8,6 +8,7 @@ from typing import Any
 
 from litestar import Controller, Request, Response, get
 from litestar.params import FromPath
+from litestar.response import Redirect
 
 from app.console import CONTENT_SECURITY_POLICY, INDEX, Asset, load_assets
 from app.core.errors import ApiError, ErrorKind
@@ -30,6 +31,12 @@ def _answer(asset: Asset, request: Request[Any, Any, Any], cache_control: str) -
     if request.headers.get("if-none-match") == asset.etag:
         return Response(b"", status_code=304, headers=headers)
     return Response(asset.body, media_type=asset.media_type, headers=headers)
+
+
+@get("/", include_in_schema=False, name="root")
+async def root() -> Redirect:
+    """``/``: a browser pointed at svc lands on the console, the one page it has (302)."""
+    return Redirect(path=ConsoleController.path)
 
 
 class ConsoleController(Controller):

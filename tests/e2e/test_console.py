@@ -89,6 +89,16 @@ def console(
     return Console(desktop.new_page(), f"{site.root_url}/console/", shots)
 
 
+def test_the_root_sends_a_browser_to_the_console(site: Server) -> None:
+    r = httpx.get(f"{site.root_url}/", follow_redirects=False)
+    assert r.status_code in (302, 307)
+    assert r.headers["location"] == "/console"
+    landed = httpx.get(f"{site.root_url}/", follow_redirects=True)
+    assert landed.status_code == 200
+    assert landed.url.path == "/console"
+    assert '<script type="module" src="/console/js/main.js">' in landed.text
+
+
 def _h(key: str) -> dict[str, str]:
     return {"authorization": f"Bearer {key}"}
 
@@ -293,7 +303,9 @@ def test_an_owner_signs_in_creates_a_key_uses_it_and_manages_it(
     confirm = page.get_by_role("dialog")
     expect(confirm).to_contain_text("This cannot be undone")
     confirm.get_by_role("button", name="Revoke key").click()
-    expect(new_row.get_by_text("revoked")).to_be_visible()
+    expect(new_row.locator(".badge", has_text="revoked")).to_be_visible()  # its status
+    # nothing left to do with it: its Actions cell says why, not "None"
+    expect(new_row.get_by_role("cell").last).to_have_text("revoked")
     assert httpx.get(f"{site.base_url}/credits", headers=_h(successor)).status_code == 401
     # with no active successor the old key may be rotated again (as the API allows)
     expect(old_row.get_by_role("button", name="Rotate Playground")).to_be_visible()
@@ -483,10 +495,33 @@ def _charts_stand_out(console: Console, width: str) -> None:
         console.page.emulate_media(color_scheme="light")
 
 
+def _actions_clear_of_last_used(console: Console) -> None:
+    """At 1280 px the pinned Actions column covers no other column: its header and each of
+    its cells start right of the "Last used" header and cells, the table scrolled home."""
+    page = console.page
+    table = page.locator(".wide-only table")
+    table.evaluate("(table) => { table.closest('.table-wrap').scrollLeft = 0; }")
+    columns = table.locator("thead th").all_inner_texts()
+    last_used, actions = columns.index("Last used"), columns.index("Actions")
+    for row in table.locator("tr").all():
+        cells = row.locator("th, td")
+        covered, pinned = cells.nth(last_used).bounding_box(), cells.nth(actions).bounding_box()
+        assert covered is not None
+        assert pinned is not None
+        assert covered["x"] + covered["width"] <= pinned["x"] + 0.5, (
+            row.inner_text(),
+            covered,
+            pinned,
+        )
+
+
 def _key_actions_on_screen(console: Console, width: str) -> None:
     """Each key's Revoke is on screen once scrolled to, up or down only (a button cut off
-    sideways, scrolled out of its table, stays cut off); the rotate dialog fits."""
+    sideways, scrolled out of its table, stays cut off); the rotate dialog fits. At 1280
+    px the pinned Actions column leaves "Last used" uncovered."""
     page = console.page
+    if width == "desktop":
+        _actions_clear_of_last_used(console)
     buttons = page.get_by_role("button", name=re.compile("^Revoke ")).all()
     assert len(buttons) == 2, width
     for revoke in buttons:
@@ -748,6 +783,22 @@ def _answering(body: dict[str, object]) -> Callable[[Route], None]:
     return answer
 
 
+def _prices_now(site: Server, key: str, model: str) -> str:
+    """The receipt's "Prices now": the served alias's four prices from GET /v1/pricing."""
+    prices = httpx.get(f"{site.base_url}/pricing", headers=_h(key)).json()
+    item = next(p for p in prices["data"] if p["model"] == model)
+    parts = [
+        f"{_grouping(item[field])} {what}"
+        for field, what in (
+            ("input", "input"),
+            ("cached_input", "cached input"),
+            ("cache_write", "cache write"),
+            ("output", "output"),
+        )
+    ]
+    return f"{' · '.join(parts)} ({prices['unit']})"
+
+
 def test_every_activity_row_opens_its_receipt(
     site: Server, browser: Browser, tmp_path: Path
 ) -> None:
@@ -776,6 +827,7 @@ def test_every_activity_row_opens_its_receipt(
             expect(dialog).to_be_visible()
             facts = _receipt_facts(dialog, newest)
             assert facts["Credits used"] == _grouping(newest["credits_used"])
+            assert facts["Prices now"] == _prices_now(site, key, str(newest["model"]))
             assert facts["Paid from"] == f"0 earned, {_grouping(newest['credits_used'])} purchased"
             assert facts["Input tokens"] == _grouping(newest["prompt_tokens"])
             assert facts["Output tokens"] == _grouping(newest["completion_tokens"])

@@ -109,6 +109,36 @@ def test_the_responses_api_replays_too(slow: Server) -> None:
     assert (other.status_code, other.json()["error"]["code"]) == (422, "idempotency_key_reused")
 
 
+def test_the_messages_api_replays_too_and_refuses_in_its_own_shape(slow: Server) -> None:
+    """Anthropic's Messages API takes the key as the other streams do (docs/api.md, "Safe
+    retries"): replayed byte for byte and charged once; another body, or a bad key, is
+    refused in Anthropic's error shape and changes nothing."""
+    pid = slow.new_account(100_000)
+    key = slow.new_key(pid)
+    body = {"model": "svc-fast", "max_tokens": 20, "messages": MSG}
+    url = f"{slow.base_url}/messages"
+    first = httpx.post(url, json=body, headers=_h(key, "m-1"), timeout=60)
+    assert first.status_code == 200
+    assert b"event: message_stop" in first.content
+    balance = slow.balance(pid)
+    assert balance < 100_000
+    for _ in range(2):
+        again = httpx.post(url, json=body, headers=_h(key, "m-1"), timeout=60)
+        assert (again.status_code, again.content) == (200, first.content)
+        assert again.headers["idempotent-replayed"] == "true"
+    assert slow.balance(pid) == balance
+    assert _requests_today(slow, key) == 1
+    other = httpx.post(url, json={**body, "max_tokens": 21}, headers=_h(key, "m-1"), timeout=60)
+    assert other.status_code == 422
+    assert other.json()["type"] == "error"
+    assert other.json()["error"]["type"] == "invalid_request_error"
+    bad = httpx.post(url, json=body, headers=_h(key, "x" * 256), timeout=60)
+    assert bad.status_code == 400
+    assert bad.json()["type"] == "error"
+    assert "Idempotency-Key" in bad.json()["error"]["message"]
+    assert slow.balance(pid) == balance
+
+
 def test_the_sdk_stream_is_the_same_stream_again(slow: Server) -> None:
     pid = slow.new_account(100_000)
     client = openai.OpenAI(base_url=slow.base_url, api_key=slow.new_key(pid), max_retries=0)

@@ -38,8 +38,18 @@ function known(label, value) {
   return value === null || value === undefined ? [] : [[label, number(value)]];
 }
 
+/** The prices of the alias that served, as GET /v1/pricing lists them now: svc does not
+ * record them per request, so the receipt says "now" (none when the key may no longer use
+ * the alias, or the list could not be read). */
+function pricesNow(receipt, prices) {
+  const item = prices?.data.find((p) => p.model === receipt.model && p.input !== null);
+  if (!item) return [];
+  const parts = [[item.input, "input"], [item.cached_input, "cached input"], [item.cache_write, "cache write"], [item.output, "output"]];
+  return [["Prices now", `${parts.map(([value, what]) => `${number(value)} ${what}`).join(" · ")} (${prices.unit})`]];
+}
+
 /** A receipt as a list of facts, in the order a reader checks them. */
-function receiptFacts(receipt, keyNames) {
+function receiptFacts(receipt, keyNames, prices) {
   const facts = [
     ["Request", h("code", null, receipt.id)],
     ["Started", time(receipt.created)],
@@ -55,6 +65,7 @@ function receiptFacts(receipt, keyNames) {
     ...known("Reasoning tokens", receipt.reasoning_tokens),
     ["Total tokens", `${number(receipt.total_tokens)} (${SOURCES[receipt.usage_source] ?? receipt.usage_source})`],
     ["Credits used", number(receipt.credits_used)],
+    ...pricesNow(receipt, prices),
     ["Paid from", paidFrom(receipt)],
     ["First token", `${number(receipt.ttfb_ms)} ms`],
     ["Duration", `${number(receipt.duration_ms)} ms`],
@@ -69,7 +80,9 @@ async function showReceipt(row, keyNames) {
   const dialog = modal("Receipt", body, h("div", { class: "actions" }, close));
   close.focus();
   try {
-    fill(body, receiptFacts(await api(`activity/${encodeURIComponent(row.id)}`), keyNames));
+    const prices = api("pricing").catch(() => null); // the receipt shows without them
+    const receipt = await api(`activity/${encodeURIComponent(row.id)}`);
+    fill(body, receiptFacts(receipt, keyNames, await prices));
   } catch (error) {
     fill(body, errorBox(error));
   }

@@ -292,10 +292,11 @@ function fields(rotated) {
 /** Aliases, comma-separated, a line breaking only between two (never inside svc-fast). */
 const modelList = (aliases) => aliases.map((alias, i) => [i ? ", " : "", h("span", { class: "nowrap" }, alias)]);
 
-/** A key's buttons, each named with the key: Rotate only while it has no successor. */
+/** A key's buttons, each named with the key: Rotate only while it has no successor. A
+ * revoked or expired key has none, and its status says why. */
 function keyActions(key, rotated, aliases, refresh) {
   const status = statusOf(key, rotated);
-  if (status !== "active" && status !== "rotated") return h("span", { class: "hint" }, "None");
+  if (status !== "active" && status !== "rotated") return h("span", { class: "hint" }, status);
   const button = (label, style, onclick) => h("button", { type: "button", class: style, "aria-label": `${label} ${key.name}`, onclick }, label);
   return h(
     "div",
