@@ -83,6 +83,7 @@ class ErrorKind(Enum):
     INSUFFICIENT_CREDITS = (402, "insufficient_credits", "insufficient_credits")
     CREDIT_CEILING_TOO_LOW = (402, "invalid_request_error", "credit_ceiling_too_low")
     DAILY_CAP_EXCEEDED = (429, "rate_limit_error", "daily_cap_exceeded")
+    DAILY_CAP_HELD = (429, "rate_limit_error", "daily_cap_held")
     AUTH_RATE_LIMITED = (429, "rate_limit_error", "auth_rate_limited")
     KEY_RATE_LIMITED = (429, "rate_limit_error", "rate_limit_exceeded")
     SPOTLIGHT_LIMIT = (429, "rate_limit_error", "spotlight_limit_reached")
@@ -113,10 +114,18 @@ class ErrorBody(msgspec.Struct):
     error: ErrorDetail
 
 
+CAP_HELD_RETRY_AFTER_S = 3
+"""The ``retry-after`` of ``daily_cap_held``: the key's cap is taken by holds of requests in
+flight, which settle (and give back what they did not use) within seconds as a rule."""
+
 _DEFAULT_HEADERS: dict[ErrorKind, dict[str, str]] = {
     ErrorKind.INSUFFICIENT_CREDITS: {"x-should-retry": "false"},
     ErrorKind.CREDIT_CEILING_TOO_LOW: {"x-should-retry": "false"},
     ErrorKind.DAILY_CAP_EXCEEDED: {"x-should-retry": "false"},
+    ErrorKind.DAILY_CAP_HELD: {
+        "x-should-retry": "true",
+        "retry-after": str(CAP_HELD_RETRY_AFTER_S),
+    },
     ErrorKind.SPOTLIGHT_LIMIT: {"x-should-retry": "false"},
     # the SDKs retry a 409: the running request is worth waiting for, the other is final
     ErrorKind.IDEMPOTENCY_IN_PROGRESS: {"retry-after": "1"},

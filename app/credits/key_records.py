@@ -116,6 +116,20 @@ class KeyRecords:
             for used, counted in zip(replies[::2], replies[1::2], strict=True)
         ]
 
+    async def start_request(self, ident: Identity, now: float) -> int:
+        """Count a request that holds no credits (a token count) against its key lineage's
+        rate limit, in the log the completions' reserve keeps: 0 when it may start (and is
+        counted), else the milliseconds until it may (nothing counted)."""
+        status, wait_ms = await self._run(
+            "rate_start",
+            [
+                self.layout.api_key(ident.shard, ident.kid),
+                self.layout.rate(ident.shard, ident.cap_kid),
+            ],
+            [round(now * 1000)],
+        )
+        return 0 if status == ScriptStatus.OK else int(wait_ms)
+
     async def put_key(self, ident: Identity, record: KeyRecord) -> Written:
         """Write a key's hot-path record (status, cap, name, expiry of ``record``) unless one
         exists (DUPLICATE: left unchanged, so a late re-warm can never undo a revocation)."""

@@ -273,6 +273,7 @@ class Money:
             self.layout.reservations(shard),
             self.layout.events(shard),
             self.layout.rate(shard, ident.cap_kid),
+            self.layout.cap_held(cap_key),
         ]
         extra: list[Any] = []
         if claim is not None:
@@ -359,6 +360,7 @@ class Money:
             self.layout.usage_day(shard, hold.pid, tag),
             self.layout.usage_total(shard, hold.pid),
             self.layout.events(shard),
+            self.layout.cap_held(hold.cap_key),
         ]
         args: list[Any] = [
             int(now),

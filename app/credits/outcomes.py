@@ -35,6 +35,7 @@ class ScriptStatus(IntEnum):
     INTENT_USED = 18
     ACCOUNT_DISABLED = 19  # the key's account is disabled by an operator
     CEILING_TOO_LOW = 20  # the request's credit ceiling cannot hold its prompt
+    DAILY_CAP_HELD = 21  # the key's cap is taken by holds of requests in flight
 
 
 class Identity(msgspec.Struct, frozen=True):

@@ -42,6 +42,7 @@ SCRIPT_NAMES = (
     "idempotency_claim",
     "idempotency_close",
     "window_count",
+    "rate_start",
 )
 INCLUDE = re.compile(r'^--- @include "([\w/.-]+\.lua)"[ \t]*$', re.MULTILINE)
 

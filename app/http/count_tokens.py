@@ -5,7 +5,8 @@ held for, and the most of an upstream's count svc would bill).
 Served beside the streams (``app.http.rsgi.gateway``) so that it takes the key where the
 Messages API does (``x-api-key`` or ``Authorization``) and answers errors in Anthropic's
 shape. It reserves nothing and charges nothing; the key must be usable and allowed the
-model, as for the request it counts.
+model, as for the request it counts, and the count is one of the requests its
+``rate_limit_rpm`` allows (the completions' own log: a count over it gets their 429).
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ async def _count(services: Services, exchange: StreamExchange) -> CountTokensRes
         params = parse_count_tokens_request(body, services.aliases, **request_limits(services))
         if allowed is not None and not allowed.issuperset(params.models.split()):
             raise model_not_allowed(params.requested, routed=params.requested != params.alias.id)
+        # after every check of the request, so a refused one is not counted
+        await services.auth.start_uncharged(ident)
         return count_tokens(params)
 
     return await services.auth.authenticated(

@@ -73,17 +73,20 @@ CHAT_ERRORS = (
     ErrorKind.INSUFFICIENT_CREDITS,
     ErrorKind.CREDIT_CEILING_TOO_LOW,
     ErrorKind.DAILY_CAP_EXCEEDED,
+    ErrorKind.DAILY_CAP_HELD,
     ErrorKind.KEY_RATE_LIMITED,
     ErrorKind.UPSTREAM_UNAVAILABLE,
     *IDEMPOTENT_ERRORS,
     ErrorKind.IDEMPOTENCY_UNAVAILABLE,
 )
-# ``POST /v1/messages/count_tokens``: the key, the body and its model; nothing is reserved.
+# ``POST /v1/messages/count_tokens``: the key, the body, its model and the key's rate limit;
+# nothing is reserved.
 COUNT_TOKENS_ERRORS = (
     *KEY_ERRORS,
     *BODY_ERRORS,
     ErrorKind.MODEL_NOT_FOUND,
     ErrorKind.MODEL_NOT_ALLOWED,
+    ErrorKind.KEY_RATE_LIMITED,
 )
 
 
@@ -103,6 +106,10 @@ ERROR_HEADERS: dict[ErrorKind, dict[str, str]] = {
     ErrorKind.DAILY_CAP_EXCEEDED: {
         "x-should-retry": "Always `false`.",
         "retry-after": "Seconds until the key's cap resets at UTC midnight.",
+    },
+    ErrorKind.DAILY_CAP_HELD: {
+        "x-should-retry": "Always `true`.",
+        "retry-after": "Seconds to wait before retrying (a few: the holds settle).",
     },
     ErrorKind.SPOTLIGHT_LIMIT: {"x-should-retry": "Always `false`."},
     ErrorKind.UPSTREAM_UNAVAILABLE: {"x-should-retry": "Always `true`: retry the request."},

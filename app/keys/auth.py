@@ -22,10 +22,10 @@ from typing import TypeVar
 
 from app.core.errors import ApiError, ErrorKind, KeyRecordMissing, invalid_api_key
 from app.credits.key_records import KeyRecords
-from app.credits.outcomes import Identity
+from app.credits.outcomes import Identity, Refusal, ScriptStatus
 from app.credits.throttle_counts import ThrottleCounts
 from app.keys.format import ParsedKey, bearer_secret, digest, parse_key, verify_secret
-from app.keys.refusals import key_refusal
+from app.keys.refusals import key_refusal, refusal_error
 from app.keys.throttle import FailedAuthThrottle
 from app.store import Store
 
@@ -144,6 +144,15 @@ class Authenticator:
         if refusal is not None:
             raise refusal
         return access.models
+
+    async def start_uncharged(self, ident: Identity) -> None:
+        """Count a request that holds no credits (a token count) against its key's
+        ``rate_limit_rpm``, in the log a completion's start is counted in; over the limit,
+        the 429 a completion gets (nothing counted)."""
+        now = self.wall_clock()
+        wait_ms = await self.key_records.start_request(ident, now)
+        if wait_ms > 0:
+            raise refusal_error(Refusal(ScriptStatus.RATE_LIMITED, wait_ms, now))
 
     async def _restore(self, authorization: str | None, address: str) -> Identity:
         """Re-create a key's Redis records from the durable store (cold path: argon2,

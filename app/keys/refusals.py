@@ -44,6 +44,13 @@ def refusal_error(refusal: Refusal) -> ApiError:
             "allow more today.",
             headers={"retry-after": str(seconds_to_utc_midnight(refusal.now))},
         )
+    if status is ScriptStatus.DAILY_CAP_HELD:
+        return ApiError(
+            ErrorKind.DAILY_CAP_HELD,
+            f"This API key's daily credit cap is taken by its requests still running ({value} "
+            "credits left today). Retry after the time in retry-after: what they do not use "
+            "comes back when they finish.",
+        )
     if status is ScriptStatus.GAVE_UP:
         # Redis ran the reserve after this worker stopped waiting: what the caller saw (or
         # sees now) is the same 503, and nothing was held.

@@ -58,6 +58,14 @@ class KeySpace:
         kid of its first key)."""
         return self._tagged(shard, f"cap:{kid}:{day}")
 
+    @staticmethod
+    def cap_held(cap_key: str) -> str:
+        """string: the part of the cap counter ``cap_key`` (a ``cap`` name) still held by
+        requests in flight; the rest is settled spend (reserve.lua, settle.lua). Named from
+        the counter's own name, so it is in its slot and a reservation's ``cap_key`` names
+        both."""
+        return f"{cap_key}:held"
+
     def rate(self, shard: int, kid: str) -> str:
         """list: when a key lineage last started requests (reserve.lua's rate log)."""
         return self._tagged(shard, f"rl:{kid}")

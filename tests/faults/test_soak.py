@@ -407,7 +407,9 @@ async def _soak(fleet: Fleet, mock: MockProcess, tmp_path: Path) -> None:
         ]
         assert served_after == [], served_after
         soak.events["requests refused for the daily cap"] += sum(
-            1 for s in owner.seen if s.error and s.error.get("code") == "daily_cap_exceeded"
+            1
+            for s in owner.seen
+            if s.error and s.error.get("code") in {"daily_cap_exceeded", "daily_cap_held"}
         )
     report = _report(soak, dict(totals), tmp_path / "soak-report.json")
     assert totals["with_meta"] > 0

@@ -14,7 +14,10 @@ KEYS[6]  events stream       <p>:{sN}:events           (an expiry event when ear
                                                        cap event when a threshold is crossed)
 KEYS[7]  rate log            <p>:{sN}:rl:<lineage>     when the key's lineage last started
                                                        requests (see "Rate limit" below)
-KEYS[8]  idempotency record  <p>:{sN}:idem:<pid>:<environment>:<digest> (only with an
+KEYS[8]  cap holds counter   <p>:{sN}:cap:<lineage>:<day>:held  the part of KEYS[3] still
+                                                       held by requests in flight (see "Cap
+                                                       holds" below)
+KEYS[9]  idempotency record  <p>:{sN}:idem:<pid>:<environment>:<digest> (only with an
                                                        Idempotency-Key; see below)
 
 ARGV[1]  now            unix seconds
@@ -53,7 +56,8 @@ Returns {status, amount, out_tokens, balance}
   2 KEY_REVOKED
   3 ACCOUNT_MISSING
   4 INSUFFICIENT_CREDITS  balance = credits available
-  5 DAILY_CAP_EXCEEDED    balance = credits left under the key's cap today
+  5 DAILY_CAP_EXCEEDED    balance = credits left under the key's cap today; the request
+                          does not fit under the cap even beside the settled spend alone
   6 DUPLICATE             a reservation with this rid exists (the caller's own retry: rids are
                           random): amount and out_tokens are that reservation's, balance the
                           account's credits now; nothing changed
@@ -71,15 +75,18 @@ Returns {status, amount, out_tokens, balance}
  20 CEILING_TOO_LOW       the request's ceiling (ARGV[18] or the key's mcr, the lower) cannot
                           hold its prompt and one output token: out_tokens = the ceiling,
                           balance = what the prompt alone may cost
+ 21 DAILY_CAP_HELD        the cap is taken by holds of requests in flight: the request would
+                          fit beside the settled spend alone (retry when they settle);
+                          balance = credits left under the key's cap now
 A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
-Rate limit: a key with rpm > 0 starts at most rpm requests in any 60 s (a sliding window:
-no burst at a window's edge). KEYS[7] is a list of the unix ms times of the lineage's
-latest starts, newest first, at most rpm long. A request may start when the list holds
-fewer than rpm times or the rpm-th newest is 60 s old (one LINDEX, from the list's nearer
-end); the start is pushed, and the oldest trimmed when the list was full. A changed rpm
-needs nothing: the list is read with the new one. Refusals do not count; starts made
-while the key had no limit are not logged. The list lives 60 s after the last start.
-Idempotency: with KEYS[8], after the key's checks and before any limit, a record there
+Rate limit: a key with rpm > 0 starts at most rpm requests in any 60 s, in its lineage's
+rate log KEYS[7] (lib/rate.lua; token counts start there too: rate_start.lua).
+Cap holds: a key with a cap (>= 0) also adds its hold to KEYS[8] and marks the reservation
+(ch 1), so settle takes the whole hold back out of KEYS[8] whatever it charges: KEYS[3] less
+KEYS[8] is the settled spend. A refusal by the cap reads KEYS[8] (only then) to tell 21
+(the holds will go) from 5. Holds made before KEYS[8] existed (or while the key had no cap)
+count as settled until they settle: 5, as before.
+Idempotency: with KEYS[9], after the key's checks and before any limit, a record there
 answers for the request (14-17 above). Without one, a reserve that holds credits writes it
 {fp, state running, rid} for idem_ttl seconds, and names it on the reservation (idem) for
 settle, which records the response or, when nothing was charged, deletes it.
@@ -103,6 +110,7 @@ earned credits lapse when the pool they came from expired meanwhile.
 --- @include "lib/checks.lua"
 --- @include "lib/keys.lua"
 --- @include "lib/earned.lua"
+--- @include "lib/rate.lua"
 local now = count(1, 'now')
 local rid = label(2, 'rid')
 local pid = label(3, 'pid')
@@ -121,7 +129,7 @@ local models = text(15, 'models')
 local give_up_ms = count(16, 'give_up_ms')
 one_of(17, 'api', {chat = true, responses = true, messages = true})
 local ceiling = count(18, 'ceiling')
-local idem = KEYS[8]
+local idem = KEYS[9]
 local fingerprint, idem_ttl = '', 0
 if idem then
   fingerprint = label(19, 'fingerprint')
@@ -178,17 +186,10 @@ if ceiling > 0 then
   end
 end
 
-local WINDOW_MS = 60000
 local rpm = tonumber(key[7] or '0')
-local full = false  -- the log holds rpm starts: the oldest goes when this one is logged
-if rpm > 0 then
-  local oldest = redis.call('LINDEX', KEYS[7], -rpm)
-  if oldest then
-    local wait = tonumber(oldest) + WINDOW_MS - now_ms
-    if wait > 0 then return {10, 0, 0, wait} end
-    full = true
-  end
-end
+-- full: the log holds rpm starts, so the oldest goes when this one is logged
+local wait, full = rate_wait(KEYS[7], rpm, now_ms)
+if wait > 0 then return {10, 0, 0, wait} end
 local earned = tonumber(acct[1])
 local earned_exp = tonumber(acct[2])
 local purchased = tonumber(acct[3])
@@ -200,8 +201,10 @@ local live = key[3] == 'live'
 
 local cap = tonumber(key[4])
 local cap_left = -1
+local counted = 0  -- KEYS[3]: held + settled today
 if cap >= 0 then
-  cap_left = cap - tonumber(redis.call('GET', KEYS[3]) or '0')
+  counted = tonumber(redis.call('GET', KEYS[3]) or '0')
+  cap_left = cap - counted
   if cap_left < 0 then cap_left = 0 end
 end
 
@@ -228,6 +231,12 @@ if limit >= 0 and cost(out) > limit then
   if out > max_out then out = max_out end
   if out < min_out or cost(out) > limit then
     if live and cost(min_out) > available then return {4, 0, 0, available} end
+    -- refused by the cap: final (5) unless the request fits beside the settled spend alone
+    local held_now = tonumber(redis.call('GET', KEYS[8]) or '0')
+    if held_now > counted then held_now = counted end
+    if held_now > 0 and cost(min_out) <= cap - (counted - held_now) then
+      return {21, 0, 0, cap_left}
+    end
     return {5, 0, 0, cap_left}
   end
 end
@@ -248,13 +257,14 @@ if live then
   balance = available - amount
 end
 
-if rpm > 0 then
-  redis.call('RPUSH', KEYS[7], now_ms)
-  if full then redis.call('LTRIM', KEYS[7], -rpm, -1) end
-  redis.call('PEXPIRE', KEYS[7], WINDOW_MS)
-end
+rate_log(KEYS[7], rpm, full, now_ms)
 local spent = redis.call('INCRBY', KEYS[3], amount)
 if spent == amount then redis.call('EXPIRE', KEYS[3], cap_ttl) end
+local cap_held = 0  -- the reservation's ch: whether its hold is in KEYS[8]
+if cap >= 0 then
+  cap_held = 1
+  if redis.call('INCRBY', KEYS[8], amount) == amount then redis.call('EXPIRE', KEYS[8], cap_ttl) end
+end
 if cap > 0 then
   for _, level in ipairs({50, 80, 100}) do
     if (spent - amount) * 100 < level * cap and spent * 100 >= level * cap then
@@ -267,7 +277,7 @@ redis.call('HSET', KEYS[4],
   'acct', pid, 'kid', ARGV[4], 'env', key[3], 'amount', amount, 'out', out,
   'fe', from_earned, 'fp', from_purchased, 'egen', egen, 'cap_key', KEYS[3],
   'alias', ARGV[11], 'requested', ARGV[12], 'day', ARGV[13],
-  'deadline', deadline, 'created', now, 'api', ARGV[17])
+  'deadline', deadline, 'created', now, 'api', ARGV[17], 'ch', cap_held)
 redis.call('ZADD', KEYS[5], deadline, rid)
 if idem then
   redis.call('HSET', KEYS[4], 'idem', idem)

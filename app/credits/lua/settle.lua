@@ -9,7 +9,9 @@ KEYS[4]  cap counter         the reservation's cap_key (<p>:{sN}:cap:<lineage>:<
 KEYS[5]  usage day hash      <p>:{sN}:use:<pid>:<day of the reservation>
 KEYS[6]  usage total hash    <p>:{sN}:use:<pid>
 KEYS[7]  events stream       <p>:{sN}:events            usage event; expiry event
-KEYS[8]  idempotency record  the reservation's idem (only for a request with an
+KEYS[8]  cap holds counter   the cap counter's held part (KEYS[4] .. ':held', reserve.lua's
+                             KEYS[8]): a reservation marked ch 1 takes its whole hold out of it
+KEYS[9]  idempotency record  the reservation's idem (only for a request with an
                              Idempotency-Key: see reserve.lua)
 
 ARGV[1]  now                unix seconds
@@ -42,7 +44,7 @@ ARGV[16] reasoning_tokens   the completion tokens spent reasoning (recorded, pri
 ARGV[17] failovers          the upstreams that failed before their first piece, each followed
                             by the next candidate, before the one that served (0: the first
                             served; recorded, not priced)
-ARGV[18] record             (with KEYS[8]) body: ARGV[19..21] are the response, with the
+ARGV[18] record             (with KEYS[9]) body: ARGV[19..21] are the response, with the
                             credits charged between 19 and 20 and the balance after between
                             20 and 21; unrecorded: the response was not kept (too large, cut)
 ARGV[19..21]                (with record = body) the response's parts
@@ -73,7 +75,7 @@ credits. In the day hash KEYS[5] only, per key and per model served (GET
 /v1/usage?group_by=): <env>:key:<kid>:<counter> and <env>:model:<alias>:<counter>, counters
 requests, tokens (prompt and completion together: all a group shows) and credits.
 
-Idempotency (KEYS[8], when it still names this reservation): a settle that charged nothing
+Idempotency (KEYS[9], when it still names this reservation): a settle that charged nothing
 (released, swept, or 0 credits) deletes the record, so the request may be sent again;
 otherwise the record becomes {state done, body} (the response, complete) or {state
 unrecorded}, keeping its time to live.
@@ -110,7 +112,7 @@ local only_if_expired = one_of(7, 'only_if_expired', {['0'] = true, ['1'] = true
 local usage_ttl = count(8, 'usage_ttl')
 local served = text(9, 'served')
 local give_up_ms = count(10, 'give_up_ms')
-local idem = KEYS[8]
+local idem = KEYS[9]
 local record = ''
 local cached_price = count(11, 'cached_price')
 local write_price = count(12, 'cache_write_price')
@@ -122,7 +124,7 @@ local failovers = count(17, 'failovers')
 if idem then record = one_of(18, 'record', {body = true, unrecorded = true}) end
 
 local r = redis.call('HMGET', KEYS[1], 'amount', 'fe', 'fp', 'env', 'deadline',
-  'acct', 'kid', 'alias', 'requested', 'day', 'egen', 'api')
+  'acct', 'kid', 'alias', 'requested', 'day', 'egen', 'api', 'ch')
 if not r[1] then return {7, 0, 0} end
 if only_if_expired and tonumber(r[5]) > now then return {8, 0, 0} end
 if gave_up(give_up_ms) then return {11, 0, 0} end
@@ -174,6 +176,9 @@ if unused > 0 then
     redis.call('SET', KEYS[4], math.max(0, held_today - unused), 'KEEPTTL')
   end
 end
+-- the hold is no longer in flight: what KEYS[4] keeps of it (used) is settled spend now.
+-- Reservations made before the held counter existed (no ch) were never in it.
+if r[13] == '1' and redis.call('DECRBY', KEYS[8], amount) <= 0 then redis.call('DEL', KEYS[8]) end
 
 if outcome ~= 'released' then
   local api = r[12] or 'chat'

@@ -8,10 +8,10 @@ import random
 import pytest
 
 from app.core.errors import ApiError, ErrorKind
-from app.credits.outcomes import Identity
+from app.credits.outcomes import Identity, Refusal, ScriptStatus
 from tests.conftest import Clock
 from tests.support.ledgers import Ledgers
-from tests.support.scripts_helpers import account, key, rec, reserve, snapshot
+from tests.support.scripts_helpers import account, key, rec, reserve, reserved, snapshot
 
 WINDOW_S = 60
 
@@ -198,3 +198,24 @@ async def test_a_rotation_lineage_shares_one_rate_limit_and_one_cap(
     await ledger.keys.update_key(old, rec(old, rpm=None, cap=15))
     hold = await reserve(ledger, new, "r4", clock(), max_out=5)
     assert hold.amount == 5
+
+
+async def test_a_request_that_holds_nothing_starts_in_the_completions_rate_log(
+    ledger: Ledgers, clock: Clock
+) -> None:
+    """rate_start.lua (token counts) and reserve.lua keep one rate log per key lineage."""
+    await account(ledger, "acct_A", purchased=1_000)
+    ident = await key(ledger, "acct_A", "k1", rpm=2)
+    assert await ledger.keys.start_request(ident, clock()) == 0
+    await reserve(ledger, ident, "r1", clock(), max_out=1)
+    wait_ms = await ledger.keys.start_request(ident, clock())
+    assert 0 < wait_ms <= 60_000
+    refused = await reserved(ledger, ident, "r2", clock(), max_out=1)
+    assert isinstance(refused, Refusal)
+    assert refused.status is ScriptStatus.RATE_LIMITED
+    clock.advance(60)
+    assert await ledger.keys.start_request(ident, clock()) == 0
+    # a key without a limit logs nothing
+    free = await key(ledger, "acct_A", "k2")
+    assert await ledger.keys.start_request(free, clock()) == 0
+    assert await ledger.redis.exists(ledger.layout.rate(free.shard, "k2")) == 0

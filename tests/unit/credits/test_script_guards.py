@@ -42,6 +42,7 @@ def _calls(ledger: Ledgers, ident: Identity, now: int) -> dict[str, tuple[list[s
                 ks.reservations(shard),
                 ks.events(shard),
                 ks.rate(shard, kid),
+                ks.cap_held(ks.cap(shard, kid, tag)),
                 ks.idempotency(shard, pid, "live", "d" * 64),
             ],
             [
@@ -76,6 +77,7 @@ def _calls(ledger: Ledgers, ident: Identity, now: int) -> dict[str, tuple[list[s
                 ks.usage_day(shard, pid, tag),
                 ks.usage_total(shard, pid),
                 ks.events(shard),
+                ks.cap_held(ks.cap(shard, kid, tag)),
                 ks.idempotency(shard, pid, "live", "d" * 64),
             ],
             [
@@ -126,6 +128,7 @@ def _calls(ledger: Ledgers, ident: Identity, now: int) -> dict[str, tuple[list[s
             [pid, "active", "live", 50, "renamed", 0, " svc-code svc-fast ", 5, 12],
         ),
         "balance": ([ks.api_key(shard, kid), ks.account(shard, pid)], [now, pid]),
+        "rate_start": ([ks.api_key(shard, kid), ks.rate(shard, kid)], [now * 1000]),
     }
 
 
@@ -141,6 +144,7 @@ NUMERIC = {
     "revoke_key": [2, 4, 6, 7],
     "update_key": [3, 5, 7, 8],
     "balance": [0],
+    "rate_start": [0],
 }
 WORDS = {  # arguments from a fixed set, and a wrong value for each
     "reserve": [(16, "completions"), (17, "")],

@@ -153,11 +153,19 @@ async def test_explicit_max_tokens_that_cannot_be_afforded_is_402(
 async def test_daily_cap_counts_holds_and_refuses_past_it(ledger: Ledgers, clock: Clock) -> None:
     await account(ledger, "acct_A", purchased=1000)
     ident = await key(ledger, "acct_A", "k1", cap=25)
-    await reserve(ledger, ident, "r1", clock(), max_out=10)
-    await reserve(ledger, ident, "r2", clock(), max_out=10)
+    r1 = await reserve(ledger, ident, "r1", clock(), max_out=10)
+    r2 = await reserve(ledger, ident, "r2", clock(), max_out=10)
     cap_key = ledger.layout.cap(ident.shard, "k1", day_tag(utc_day(clock())))
     assert await ledger.redis.get(cap_key) == b"20"
     assert 0 < await ledger.redis.ttl(cap_key) <= 172_800
+    with pytest.raises(ApiError) as info:  # the cap is taken by holds: come back soon
+        await reserve(ledger, ident, "r3", clock(), max_out=10)
+    assert info.value.kind is ErrorKind.DAILY_CAP_HELD
+    assert info.value.headers["x-should-retry"] == "true"
+    for hold in (r1, r2):  # spent in full: settled spend leaves 5, too few for r3
+        await ledger.money.settle(
+            hold, now=clock(), credits_used=10, completion_tokens=10, outcome="completed"
+        )
     with pytest.raises(ApiError) as info:
         await reserve(ledger, ident, "r3", clock(), max_out=10)
     err = info.value
@@ -197,7 +205,8 @@ async def test_holds_at_the_default_output_cap_do_not_starve_a_capped_key(
             )
         except ApiError as exc:
             refused.append(exc.kind)
-    assert set(refused) == {ErrorKind.DAILY_CAP_EXCEEDED}
+    # nothing settled yet: the cap is only held, so the refusals say come back soon
+    assert set(refused) == {ErrorKind.DAILY_CAP_HELD}
     assert len(holds) >= 15  # was 2
     assert sum(h.amount for h in holds) <= 100
     assert all(h.out_tokens >= 16 for h in holds)
@@ -641,12 +650,19 @@ async def test_an_update_sets_name_and_cap_at_once_and_never_the_status(
 ) -> None:
     await account(ledger, "acct_A", purchased=1_000)
     ident = await key(ledger, "acct_A", "k1", cap=100)
-    assert (await reserve(ledger, ident, "r1", clock(), max_out=60)).amount == 60
+    r1 = await reserve(ledger, ident, "r1", clock(), max_out=60)
+    assert r1.amount == 60
     # the cap lowered below what the day has held: the next reserve is refused at once
     assert (
         await ledger.keys.update_key(ident, rec(ident, status="active", cap=50, name="renamed"))
     ).status is ScriptStatus.OK
-    with pytest.raises(ApiError) as capped:
+    with pytest.raises(ApiError) as capped:  # held only: r1 may still use less than 50
+        await reserve(ledger, ident, "r2", clock(), max_out=1)
+    assert capped.value.kind is ErrorKind.DAILY_CAP_HELD
+    await ledger.money.settle(
+        r1, now=clock(), credits_used=60, completion_tokens=60, outcome="completed"
+    )
+    with pytest.raises(ApiError) as capped:  # settled past it
         await reserve(ledger, ident, "r2", clock(), max_out=1)
     assert capped.value.kind is ErrorKind.DAILY_CAP_EXCEEDED
     record = await ledger.redis.hgetall(ledger.layout.api_key(ident.shard, "k1"))

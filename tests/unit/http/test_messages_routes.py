@@ -179,6 +179,37 @@ async def test_count_tokens_holds_a_key_to_its_models(svc: Svc) -> None:
         assert ok.status_code == 200
 
 
+async def test_count_tokens_counts_against_the_keys_rate_limit(svc: Svc) -> None:
+    """Issue 44, item 13: a count is one of the requests a key's rate_limit_rpm allows, in
+    the log its completions start in; over it, the completions' 429 in Anthropic's shape.
+    A count refused for its body is not counted."""
+    limited = await svc.services.accounts.create_key(
+        svc.account.pid,
+        KeyCreateRequest(
+            name="two a minute", environment="live", daily_cap_credits=None, rate_limit_rpm=2
+        ),
+    )
+    key = {"x-api-key": limited.key}
+    body = {"model": "svc-fast", "messages": [{"role": "user", "content": "hi"}]}
+    async with svc.client() as client:
+        bad = await client.post(COUNT, json={"model": "svc-fast"}, headers=key)
+        assert bad.status_code == 400
+        assert (await client.post(COUNT, json=body, headers=key)).status_code == 200
+        assert (await client.post(MESSAGES, json=BODY, headers=key)).status_code == 200
+        over = await client.post(COUNT, json=body, headers=key)
+        assert over.status_code == 429
+        answer = over.json()
+        assert answer["type"] == "error"
+        assert answer["error"]["type"] == "rate_limit_error"
+        assert "rate limit" in answer["error"]["message"]
+        assert 1 <= int(over.headers["retry-after"]) <= 60
+        assert int(over.headers["retry-after-ms"]) > 0
+        # the completions see the same log: the key's minute is spent
+        completion = await client.post(MESSAGES, json=BODY, headers=key)
+        assert completion.status_code == 429
+        assert completion.json()["error"]["type"] == "rate_limit_error"
+
+
 async def test_an_upstream_chat_request_is_what_the_messages_request_says(svc: Svc) -> None:
     """Through the route, a system prompt, a tool and a stop sequence reach the chat path
     as the translation says (the stream's tool call comes back as a tool_use block)."""
