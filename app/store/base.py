@@ -111,6 +111,9 @@ class SQLStore(ABC):
     async def create_account(self, rec: AccountRecord) -> None:
         await self._write(execute(sql.INSERT_ACCOUNT, to_row(rec)))
 
+    async def delete_new_account(self, pid: str) -> bool:
+        return await self._write(execute(sql.DELETE_NEW_ACCOUNT, (pid, pid, pid))) == 1
+
     async def get_account(self, pid: str) -> AccountRecord | None:
         return await self._record(AccountRecord, sql.GET_ACCOUNT, (pid,))
 
@@ -221,6 +224,9 @@ class SQLStore(ABC):
             return True
 
         return await self._write(write())
+
+    async def delete_grant(self, grant_id: str) -> bool:
+        return await self._write(execute(sql.DELETE_GRANT, (grant_id,))) == 1
 
     async def get_grant(self, grant_id: str) -> GrantRecord | None:
         return await self._record(GrantRecord, sql.GET_GRANT, (grant_id,))
