@@ -83,6 +83,10 @@ class Store(Protocol):
     async def ping(self) -> None:
         """A cheap round trip; raises ``StoreError`` when the store is unreachable."""
 
+    async def has_schema(self) -> bool:
+        """Whether svc's schema is there (``migrate`` made it); creates nothing (a SQLite
+        file that does not exist stays so). ``StoreError`` when unreachable."""
+
     async def create_account(self, rec: AccountRecord) -> None:
         """Add an account; ``StoreConflict`` when the pid exists."""
 

@@ -63,6 +63,8 @@ class SQLStore(ABC):
     """Taken (argument: the shard) by a usage batch before it reads the shard's cursor."""
     ACCOUNT_LOCK: ClassVar[str | None] = None
     """Taken (argument: the pid) before an account's keys or webhooks are counted or added."""
+    SCHEMA_PRESENT: ClassVar[str]
+    """A row when svc's migrations table exists (the catalogue's own words for it)."""
 
     @abstractmethod
     async def _run(self, program: Program[T], transaction: Transaction = Transaction.NONE) -> T:
@@ -105,6 +107,9 @@ class SQLStore(ABC):
 
     async def ping(self) -> None:
         await self._rows(sql.PING)
+
+    async def has_schema(self) -> bool:
+        return bool(await self._rows(self.SCHEMA_PRESENT))
 
     # -- accounts ---------------------------------------------------------------------
 
