@@ -264,7 +264,7 @@ async def require_store(settings: Settings) -> None:
         return
     where = (
         "the PostgreSQL database SVC_DATABASE_URL names"
-        if settings.database_url and not settings.database_url.startswith("sqlite")
+        if settings.database_url and not settings.database_url.lower().startswith("sqlite")
         else database_url(settings).removeprefix("sqlite:///")
     )
     raise StartupError(
