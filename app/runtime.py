@@ -125,7 +125,7 @@ def resolve(
         settings,
         data_dir=str(data_dir),
         redis_url=redis_url,
-        database_url=settings.database_url or f"sqlite:///{data_dir / 'svc.db'}",
+        database_url=database_url(settings),
         admin_token=admin_token,
         key_pepper=key_pepper,
         dev_bootstrap=(
@@ -133,6 +133,12 @@ def resolve(
         ),
     )
     return resolved, owner
+
+
+def database_url(settings: Settings) -> str:
+    """The store's URL: ``SVC_DATABASE_URL``, else SQLite in the data folder."""
+    data_dir = Path(settings.data_dir).resolve()
+    return settings.database_url or f"sqlite:///{data_dir / 'svc.db'}"
 
 
 def writes_data_dir(settings: Settings) -> bool:

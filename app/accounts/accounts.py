@@ -8,6 +8,7 @@ record of truth), then Redis. Redis's writes are idempotent, so a retried call c
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
@@ -22,6 +23,7 @@ from app.credits.outcomes import Balance, ScriptStatus
 from app.store import AccountQuery, AccountRecord, GrantRecord, Store
 from app.webhooks.registry import Webhooks
 
+log = logging.getLogger("svc.accounts")
 _STATUS_SYNC_ROUNDS = 5  # writes of a status to Redis, racing other changes, before a 503
 
 
@@ -55,10 +57,16 @@ class Accounts(ApiKeys):
         self.clock = clock
 
     async def create_account(self) -> str:
-        """A new account with empty pools; returns its public id."""
+        """A new account with empty pools; returns its public id. When Redis fails (a
+        stall: the 503 asks for a retry) the store's row goes too, so the retry makes the
+        only account."""
         pid = random_id("acct_", 16)
         await self.store.create_account(AccountRecord(pid=pid, created_at=int(self.clock())))
-        await self.money.open_account(pid)
+        try:
+            await self.money.open_account(pid)
+        except Exception:
+            await self.store.delete_new_account(pid)
+            raise
         return pid
 
     async def require_account(self, pid: str) -> AccountRecord:
@@ -70,8 +78,12 @@ class Accounts(ApiKeys):
     async def grant_purchased(
         self, pid: str, credits: int, *, grant_id: str | None = None, source: str = "admin"
     ) -> CreditBalance:
-        """Add purchased credits (they never expire); written to the ledger table first."""
-        record = await self.require_account(pid)
+        """Add purchased credits (they never expire); written to the ledger table first.
+        An account Redis lost (its data lost, before ``rebuild-redis``) is never opened
+        empty here (the rebuild would keep that hash, and the account's credits with it):
+        the grant's row is taken back and the answer is a 503, which the operator retries
+        once the account is restored."""
+        await self.require_account(pid)
         now = self.clock()
         grant = GrantRecord(
             grant_id=grant_id or random_id("grant_", 20),
@@ -83,10 +95,12 @@ class Accounts(ApiKeys):
             created_at=int(now),
         )
         await self.store.insert_grant(grant)
-        await self.money.open_account(pid, status=record.status)
         status, balance, _granted_at = await self.money.grant(
             pid, pool="purchased", credits=credits, grant_id=grant.grant_id, now=now
         )
+        if status is ScriptStatus.ACCOUNT_MISSING:
+            await self.store.delete_grant(grant.grant_id)
+            log.warning("grant refused: Redis has no balance of %s (run rebuild-redis)", pid)
         if status not in (ScriptStatus.OK, ScriptStatus.DUPLICATE):
             raise service_unavailable()
         return credit_balance(balance)

@@ -148,8 +148,9 @@ class Spotlights:
         ledger row: the script's status, and the grant's row when it was applied (now, or
         before: ``DUPLICATE``), None otherwise."""
         pid = account.pid
-        # an account Redis lost comes back empty, with its durable status
-        await self.money.open_account(pid, status=account.status)
+        # An account Redis lost is never opened empty here: rebuild-redis would keep that
+        # hash, and lose the account's credits. ACCOUNT_MISSING changes nothing: the caller
+        # answers 503 and the network's retry is rewarded once the account is restored.
         status, _balance, granted_at = await self.money.grant(
             pid,
             pool="earned",

@@ -14,11 +14,21 @@ import msgspec
 
 from app.admin.commands import DRIFT_EXIT, accounts_params, activity_params, key_fields
 from app.core.clock import DAY_S
-from app.core.errors import ApiError, ErrorBody, ErrorDetail, RedisReplyError, StartupError
+from app.core.errors import (
+    ApiError,
+    ConfigError,
+    ErrorBody,
+    ErrorDetail,
+    RedisReplyError,
+    SettingsError,
+    StartupError,
+    StoreError,
+)
 from app.core.settings import Settings
 from app.kv.client import REDIS_ERRORS, open_redis, readable, run_command
 from app.kv.fields import ACCOUNT_ACTIVE, ACCOUNT_DISABLED
-from app.runtime import Services, open_services, public_error, resolve
+from app.runtime import Services, database_url, open_services, public_error, resolve
+from app.store import open_store
 
 AdminOp = Callable[[Services], Awaitable[Any]]
 
@@ -234,8 +244,43 @@ async def _run_admin(settings: Settings, op: AdminOp) -> int:
     return _print(result, 0)
 
 
+async def require_store(settings: Settings) -> None:
+    """Raise ``StartupError`` (one line naming where svc looked and the settings that
+    choose it) unless the store holds svc's schema: only ``svc serve`` creates one, so an
+    admin command run outside its data folder does not answer from a new, empty store.
+    Creates nothing: asked before ``resolve`` makes the data folder, its secrets and an
+    embedded Valkey."""
+    try:
+        store = open_store(database_url(settings))
+    except ValueError as exc:
+        raise SettingsError(f"SVC_DATABASE_URL: {exc}") from exc
+    try:
+        found = await store.has_schema()
+    except StoreError as exc:
+        raise StartupError(f"the store cannot be reached ({exc})") from exc
+    finally:
+        await store.close()
+    if found:
+        return
+    where = (
+        "the PostgreSQL database SVC_DATABASE_URL names"
+        if settings.database_url and not settings.database_url.lower().startswith("sqlite")
+        else database_url(settings).removeprefix("sqlite:///")
+    )
+    raise StartupError(
+        f"no svc store at {where} (only `svc serve` creates one): run this where svc "
+        "keeps its data, or set SVC_DATA_DIR or SVC_DATABASE_URL to svc's"
+    )
+
+
 def admin(args: argparse.Namespace) -> int:
     """Run one admin operation against Redis and the store directly (server up or not)."""
+    if args.op != "redis":  # the one command that needs no store
+        try:
+            asyncio.run(require_store(Settings.from_env()))
+        except ConfigError as exc:
+            print(f"svc: {exc}", file=sys.stderr)
+            return 2
     settings, owner = resolve(Settings.from_env())
     try:
         if args.op == "redis":

@@ -115,6 +115,20 @@ class Money:
         )
         return Written(ScriptStatus.OK if created else ScriptStatus.DUPLICATE)
 
+    async def correct_pools(
+        self, pid: str, credits: int, *, earned_part: int, earned_exp: int
+    ) -> Written:
+        """Add ``credits`` (below 0: take them) to the account's pools, ``earned_part`` of
+        them the earned pool's (``earned_exp``: its expiry by the ledger); what rebuild-redis
+        finds them off from the ledger. ``ACCOUNT_MISSING`` when Redis has no balance hash."""
+        sign = "add" if credits > 0 else "take"
+        status, _earned, _purchased = await self._run(
+            "correct_pools",
+            [self.layout.account(self.layout.shard(pid), pid)],
+            [sign, abs(credits), earned_part, earned_exp],
+        )
+        return Written(ScriptStatus(int(status)))
+
     async def set_account_status(self, pid: str, status: str) -> Written:
         """Set the account's status (``ACCOUNT_STATUSES``): every key of a disabled account
         is refused from the next request on, by every worker; ``ACCOUNT_MISSING`` (nothing

@@ -129,7 +129,7 @@ class Written(NamedTuple):
     already (``open_account``, ``put_key``, ``revoke_key``: revoked before), KEY_UNKNOWN when
     the key's record names another account (``revoke_key``, ``update_key``), NOT_FOUND when
     the reservation is gone (``extend``), ACCOUNT_MISSING when Redis has no balance hash of
-    the account (``set_low_balance``, ``set_account_status``)."""
+    the account (``set_low_balance``, ``set_account_status``, ``correct_pools``)."""
 
     status: ScriptStatus
 

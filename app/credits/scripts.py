@@ -35,6 +35,7 @@ SCRIPT_NAMES = (
     "expire_earned",
     "low_balance",
     "open_account",
+    "correct_pools",
     "account_status",
     "put_key",
     "update_key",

@@ -49,6 +49,9 @@ class RebuildReport(msgspec.Struct):
     lost: str
     disabled_accounts: int = 0  # restored disabled, as the durable record says
     statuses_corrected: int = 0  # kept accounts (--force) whose status Redis had wrong
+    accounts_recomputed: int = 0  # kept accounts (--force) whose balance reconcile
+    # flagged: their pools corrected to the ledger's
+    credits_recomputed: int = 0  # Σ (ledger − Redis) over them
 
 
 def restored_pools(sums: Sums, held: tuple[int, int]) -> tuple[int, int, int]:
@@ -149,6 +152,8 @@ async def _restore_account(
     sums: Sums,
     now: float,
 ) -> None:
+    """Restore one account; a kept one (--force): its status and, when its balance drifts
+    from the ledger, its pools."""
     if sums.total - sum(state.held.get(pid, (0, 0))) < 0:
         report.negative_balances.append(pid)
     if pid in state.pools:
@@ -157,6 +162,7 @@ async def _restore_account(
         if state.statuses.get(pid, ACCOUNT_ACTIVE) != sums.status:
             written = await money.set_account_status(pid, sums.status)
             report.statuses_corrected += int(written.status is ScriptStatus.OK)
+        await _recompute(money, report, state, pid, sums)
     else:
         earned, exp, purchased = restored_pools(sums, state.held.get(pid, (0, 0)))
         opened = await money.open_account(
@@ -177,6 +183,30 @@ async def _restore_account(
             pipe.hsetnx(usage_key, name, value)
         await pipe.execute()
         report.usage_totals += 1
+
+
+async def _recompute(
+    money: Money, report: RebuildReport, state: ShardRead, pid: str, sums: Sums
+) -> None:
+    """A kept account whose balance (pools + holds) is not its ledger's (what reconcile
+    flags: a hash a grant opened empty after Redis lost its data, say) gets the difference
+    to the pools its ledger gives (``restored_pools``), earned and purchased each their part.
+    A difference measured at one instant holds later (correct_pools.lua says why)."""
+    read_e, read_p = state.pools[pid]
+    held = state.held.get(pid, (0, 0))
+    if sums.total == read_e + read_p + sum(held):
+        return  # reconcile flags nothing
+    earned, exp, purchased = restored_pools(sums, held)
+    credits = earned + purchased - read_e - read_p
+    if not credits:
+        return  # the ledger is below what is held: the pools cannot go lower than 0
+    shift = earned - read_e if credits > 0 else read_e - earned
+    written = await money.correct_pools(
+        pid, credits, earned_part=min(max(0, shift), abs(credits)), earned_exp=exp
+    )
+    if written.status is ScriptStatus.OK:
+        report.accounts_recomputed += 1
+        report.credits_recomputed += credits
 
 
 async def _restore_keys(

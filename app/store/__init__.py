@@ -83,8 +83,16 @@ class Store(Protocol):
     async def ping(self) -> None:
         """A cheap round trip; raises ``StoreError`` when the store is unreachable."""
 
+    async def has_schema(self) -> bool:
+        """Whether svc's schema is there (``migrate`` made it); creates nothing (a SQLite
+        file that does not exist stays so). ``StoreError`` when unreachable."""
+
     async def create_account(self, rec: AccountRecord) -> None:
         """Add an account; ``StoreConflict`` when the pid exists."""
+
+    async def delete_new_account(self, pid: str) -> bool:
+        """Remove an account that nothing refers to yet (no key, no grant): one whose
+        creation failed half-way. False (nothing removed) otherwise."""
 
     async def get_account(self, pid: str) -> AccountRecord | None:
         """The account, or None."""
@@ -146,6 +154,10 @@ class Store(Protocol):
     ) -> bool:
         """True when written, with ``events`` queued for the account's webhooks in the same
         transaction; False (and nothing written) when the grant id exists."""
+
+    async def delete_grant(self, grant_id: str) -> bool:
+        """Remove a grant Redis refused to apply (its account's hash was lost), so that the
+        grant's retry is the only one; False when there is no such grant."""
 
     async def get_grant(self, grant_id: str) -> GrantRecord | None:
         """The grant, or None."""

@@ -63,6 +63,8 @@ class SQLStore(ABC):
     """Taken (argument: the shard) by a usage batch before it reads the shard's cursor."""
     ACCOUNT_LOCK: ClassVar[str | None] = None
     """Taken (argument: the pid) before an account's keys or webhooks are counted or added."""
+    SCHEMA_PRESENT: ClassVar[str]
+    """A row when svc's migrations table exists (the catalogue's own words for it)."""
 
     @abstractmethod
     async def _run(self, program: Program[T], transaction: Transaction = Transaction.NONE) -> T:
@@ -106,10 +108,16 @@ class SQLStore(ABC):
     async def ping(self) -> None:
         await self._rows(sql.PING)
 
+    async def has_schema(self) -> bool:
+        return bool(await self._rows(self.SCHEMA_PRESENT))
+
     # -- accounts ---------------------------------------------------------------------
 
     async def create_account(self, rec: AccountRecord) -> None:
         await self._write(execute(sql.INSERT_ACCOUNT, to_row(rec)))
+
+    async def delete_new_account(self, pid: str) -> bool:
+        return await self._write(execute(sql.DELETE_NEW_ACCOUNT, (pid, pid, pid))) == 1
 
     async def get_account(self, pid: str) -> AccountRecord | None:
         return await self._record(AccountRecord, sql.GET_ACCOUNT, (pid,))
@@ -221,6 +229,9 @@ class SQLStore(ABC):
             return True
 
         return await self._write(write())
+
+    async def delete_grant(self, grant_id: str) -> bool:
+        return await self._write(execute(sql.DELETE_GRANT, (grant_id,))) == 1
 
     async def get_grant(self, grant_id: str) -> GrantRecord | None:
         return await self._record(GrantRecord, sql.GET_GRANT, (grant_id,))

@@ -44,6 +44,7 @@ class PostgresStore(SQLStore):
     MIGRATION_LOCK = pgsql.LOCK_MIGRATIONS
     SHARD_LOCK = pgsql.LOCK_SHARD
     ACCOUNT_LOCK = pgsql.LOCK_ACCOUNT
+    SCHEMA_PRESENT = pgsql.SCHEMA_PRESENT
 
     def __init__(
         self,

@@ -26,6 +26,8 @@ LOCK_SHARD = f"SELECT pg_advisory_xact_lock({USAGE_LOCK_CLASS}, ?::integer)"
 # Key and webhook inserts of one account take turns, so seq grows with each key and a
 # limit is counted by one at a time.
 LOCK_ACCOUNT = "SELECT 1 FROM accounts WHERE pid = ? FOR NO KEY UPDATE"
+# svc's schema is there (``Store.has_schema``), in the search path as the store uses it
+SCHEMA_PRESENT = "SELECT 1 WHERE to_regclass('schema_migrations') IS NOT NULL"
 # The first statement of a snapshot's transaction: every later read sees the same instant.
 SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 

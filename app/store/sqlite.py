@@ -36,12 +36,31 @@ BEGIN = {
 class SQLiteStore(SQLStore):
     """``Store`` on a SQLite file; the file and its folder are created on first use."""
 
+    SCHEMA_PRESENT = (
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
+    )
+
     def __init__(self, path: Path, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
         self.path = path
         self.busy_timeout_ms = busy_timeout_ms
         self._conn: sqlite3.Connection | None = None
         self._closed = False
         self._lock = asyncio.Lock()
+
+    async def has_schema(self) -> bool:
+        # read only, on a connection of its own: the store's would create the file, or
+        # switch a file that is not svc's to WAL
+        if not self.path.is_file():
+            return False
+        return await asyncio.to_thread(self._read_schema)
+
+    def _read_schema(self) -> bool:
+        uri = self.path.resolve().as_uri() + "?mode=ro"
+        try:
+            with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
+                return conn.execute(self.SCHEMA_PRESENT).fetchone() is not None
+        except sqlite3.Error as exc:
+            raise StoreError(f"sqlite ({self.path}): {exc}") from exc
 
     async def _run(self, program: Program[T], transaction: Transaction = Transaction.NONE) -> T:
         return await self._call(partial(_drive, program=program, begin=BEGIN[transaction]))

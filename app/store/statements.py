@@ -48,6 +48,12 @@ GET_ACCOUNT = _select("accounts", AccountRecord) + " WHERE pid = ?"
 SET_LOW_BALANCE = "UPDATE accounts SET low_balance_credits = ? WHERE pid = ?"
 SET_ACCOUNT_STATUS = "UPDATE accounts SET status = ? WHERE pid = ?"
 LIST_ACCOUNTS = _select("accounts", AccountRecord) + " ORDER BY created_at, pid"
+# an account whose Redis hash could not be opened, before anything else refers to it
+DELETE_NEW_ACCOUNT = (
+    "DELETE FROM accounts WHERE pid = ? AND NOT EXISTS "
+    "(SELECT 1 FROM api_keys WHERE account_pid = ?) AND NOT EXISTS "
+    "(SELECT 1 FROM credit_grants WHERE account_pid = ?)"
+)
 
 
 def account_page(query: AccountQuery) -> tuple[str, Row]:
@@ -134,6 +140,7 @@ REVOKE_KEY = (
 
 INSERT_GRANT = _insert("credit_grants", GrantRecord) + " ON CONFLICT (grant_id) DO NOTHING"
 GET_GRANT = _select("credit_grants", GrantRecord) + " WHERE grant_id = ?"
+DELETE_GRANT = "DELETE FROM credit_grants WHERE grant_id = ?"
 LIST_GRANTS = (
     _select("credit_grants", GrantRecord) + " WHERE account_pid = ? ORDER BY created_at, grant_id"
 )

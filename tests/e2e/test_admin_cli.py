@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import stat
@@ -14,7 +15,9 @@ import httpx
 import pytest
 
 from app.ops.embedded import is_serving, socket_path
+from app.store import open_store
 from tests.e2e.conftest import ROOT, Server
+from tests.support.postgres import session_database
 
 pytestmark = pytest.mark.e2e
 
@@ -33,8 +36,71 @@ def svc_admin(env: dict[str, str], *args: str) -> tuple[int, dict[str, object]]:
     return done.returncode, json.loads(lines[0])
 
 
+def served_before(data_dir: Path) -> dict[str, str]:
+    """The environment of admin commands on a data folder ``svc serve`` used before (it
+    made the store: admin commands never do)."""
+
+    async def migrate() -> None:
+        store = open_store(f"sqlite:///{data_dir / 'svc.db'}")
+        await store.migrate()
+        await store.close()
+
+    data_dir.mkdir(mode=0o700)
+    asyncio.run(migrate())
+    return {**os.environ, "SVC_DATA_DIR": str(data_dir)}
+
+
+def svc_admin_refused(env: dict[str, str], *args: str) -> str:
+    """Run an admin command that must stop before it starts: its one line on stderr."""
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "admin", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (2, b""), done
+    lines = done.stderr.decode().strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.mark.parametrize("folder", ["missing", "empty", "no-schema"])
+def test_admin_outside_its_data_folder_creates_no_store(tmp_path: Path, folder: str) -> None:
+    """Issue 44 item 11: no "no accounts" from a new, empty store made on the spot."""
+    data_dir = tmp_path / "data"
+    if folder != "missing":
+        data_dir.mkdir()
+    if folder == "no-schema":
+        (data_dir / "svc.db").touch()  # a file, but not svc's
+    env = {**os.environ, "SVC_DATA_DIR": str(data_dir)}
+    for args in (["accounts"], ["create-account"], ["reconcile"]):
+        line = svc_admin_refused(env, *args)
+        assert "SVC_DATA_DIR" in line, line
+        assert "SVC_DATABASE_URL" in line, line
+        assert str(data_dir / "svc.db") in line
+    assert sorted(p.name for p in tmp_path.rglob("*")) == (
+        [] if folder == "missing" else ["data"] + (["svc.db"] if folder == "no-schema" else [])
+    )
+    if folder == "no-schema":
+        assert (data_dir / "svc.db").stat().st_size == 0
+
+
+def test_admin_on_a_postgresql_database_without_svcs_schema(
+    tmp_path: Path, postgres_server: str
+) -> None:
+    with session_database(postgres_server) as url:
+        env = {**os.environ, "SVC_DATA_DIR": str(tmp_path / "data"), "SVC_DATABASE_URL": url}
+        line = svc_admin_refused(env, "accounts")
+        assert "PostgreSQL" in line, line
+        assert "SVC_DATABASE_URL" in line, line
+        assert url not in line  # it may hold a password
+        assert not (tmp_path / "data").exists()
+
+
 def test_admin_commands_without_a_server(tmp_path: Path) -> None:
-    env = {**os.environ, "SVC_DATA_DIR": str(tmp_path / "data")}
+    env = served_before(tmp_path / "data")
     code, out = svc_admin(env, "create-account")
     assert code == 0
     pid = str(out["account_pid"])
@@ -131,7 +197,7 @@ def test_admin_commands_without_a_server(tmp_path: Path) -> None:
 
 
 def test_admin_errors_are_json(tmp_path: Path) -> None:
-    env = {**os.environ, "SVC_DATA_DIR": str(tmp_path / "data")}
+    env = served_before(tmp_path / "data")
     code, out = svc_admin(env, "grant", "acct_nope", "5")
     assert code == 1
     assert out["error"]["code"] == "account_not_found"  # type: ignore[index]

@@ -7,7 +7,7 @@ import pytest
 from app.accounts.accounts import Accounts
 from app.accounts.rewards import Spotlights
 from app.core.errors import ApiError, ErrorKind, StoreError
-from app.kv.fields import ACCOUNT_DISABLED, AccountField, account_status
+from app.kv.fields import ACCOUNT_DISABLED
 from app.store import GrantRecord, Store, WebhookRecord
 from tests.conftest import Clock
 from tests.support.ledgers import Ledgers
@@ -152,12 +152,18 @@ async def test_a_store_failure_after_redis_is_mended_by_the_retry(
     assert delivery.type == "credits.earned"
 
 
-async def test_an_account_redis_lost_comes_back_with_its_durable_status(
+async def test_a_reward_to_an_account_redis_lost_opens_nothing(
     store: Store, ledger: Ledgers, clock: Clock, pid: str
 ) -> None:
+    """Issue 44 item 3: an account hash opened empty here would be kept by rebuild-redis,
+    and the account's credits lost; the reward is a 503 that writes nothing, so the
+    network's retry after the rebuild is rewarded (the status comes back with the rebuild:
+    ``tests/unit/ops/test_account_status_ops.py``)."""
     await store.set_account_status(pid, ACCOUNT_DISABLED)
     account_hash = ledger.layout.account(ledger.layout.shard(pid), pid)
     await ledger.redis.delete(account_hash)  # Redis lost the account
-    await _spotlights(store, ledger, clock).reward(pid, "view-1")
-    status = await ledger.redis.hget(account_hash, AccountField.STATUS)
-    assert account_status(status) == ACCOUNT_DISABLED
+    with pytest.raises(ApiError) as refused:
+        await _spotlights(store, ledger, clock).reward(pid, "view-1")
+    assert refused.value.kind is ErrorKind.SERVICE_UNAVAILABLE
+    assert not await ledger.redis.exists(account_hash)
+    assert await store.list_grants(pid) == []

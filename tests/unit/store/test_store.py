@@ -575,3 +575,20 @@ async def test_a_key_keeps_its_role(store: Store) -> None:
     updated = await store.update_key("acct_A", "k1", {"role": "admin"})
     assert updated is not None
     assert updated.role == "admin"
+
+
+async def test_a_half_made_account_or_refused_grant_can_be_taken_back(store: Store) -> None:
+    """What a Redis failure half-way leaves (issue 44 item 3) goes: a new account with
+    nothing referring to it, a grant Redis refused. An account in use stays."""
+    await store.create_account(AccountRecord(pid="acct_N", created_at=3))
+    assert await store.delete_new_account("acct_N")
+    assert await store.get_account("acct_N") is None
+    assert not await store.delete_new_account("acct_N")
+    assert await store.insert_grant(_grant("g-refused", 4))
+    assert not await store.delete_new_account("acct_A")  # it has a grant
+    assert await store.delete_grant("g-refused")
+    assert await store.get_grant("g-refused") is None
+    assert not await store.delete_grant("g-refused")
+    await store.insert_key(_key("k1", 5, pid="acct_B"))
+    assert not await store.delete_new_account("acct_B")  # it has a key
+    assert await store.get_account("acct_B") is not None
