@@ -294,3 +294,10 @@ def model_not_allowed(model: str, *, routed: bool = False) -> ApiError:
 
 def invalid_value(param: str, message: str) -> ApiError:
     return ApiError(ErrorKind.INVALID_VALUE, message, param=param)
+
+
+def repeated_header(name: str) -> ApiError:
+    """A header svc takes one value of (``svc-max-credits``, ``Idempotency-Key``) sent more
+    than once: which the client meant is unknown (a proxy may have added one), so neither
+    is taken."""
+    return invalid_value(name, f"The {name} header was sent more than once: send it once.")

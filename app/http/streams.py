@@ -71,6 +71,11 @@ class StreamExchange(Protocol):
         accepts (a malformed ceiling or Idempotency-Key is refused, not ignored)."""
         ...
 
+    def single_header(self, name: str, shown: str) -> str | None:
+        """``header``, for a header a request may send once: ``repeated_header``'s 400
+        naming it as ``shown`` when it came more than once (else the first would win)."""
+        ...
+
     def address(self, services: Services) -> str:
         """The client's address, as the failed-auth throttle counts it."""
         ...
@@ -243,8 +248,8 @@ async def _open(
         raise ApiError(ErrorKind.METHOD_NOT_ALLOWED, f"Use POST for {api.path}.")
     parsed: Parsed | None = None
 
-    key = exchange.header(idempotency.HEADER)
-    ceiling = requested_ceiling(exchange.header(ceilings.HEADER))
+    key = exchange.single_header(idempotency.HEADER, idempotency.SHOWN)
+    ceiling = requested_ceiling(exchange.single_header(ceilings.HEADER, ceilings.HEADER))
     body = b""
 
     async def reserve(ident: Identity) -> tuple[Completion, StreamOutput | None] | Replay:
