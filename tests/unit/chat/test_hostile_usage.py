@@ -25,6 +25,7 @@ from app.chat.router import UpstreamRouter
 from app.chat.service import CompletionService
 from app.chat.settlement import drain_background
 from app.credits.outcomes import Identity, Tokens
+from app.credits.sweeper import Sweeper
 from app.http.rsgi.exchange import RSGIExchange
 from app.http.streams import CHAT, MESSAGES, RESPONSES, Api, serve_stream
 from app.runtime import Services
@@ -78,10 +79,18 @@ class WholeProvider:
 
 
 async def _served(
-    ledger: Ledgers, api: Api, body: dict[str, Any], provider: WholeProvider, clock: Clock
+    ledger: Ledgers,
+    api: Api,
+    body: dict[str, Any],
+    provider: WholeProvider,
+    clock: Clock,
+    *,
+    opened: bool = False,
 ) -> tuple[Identity, bytes]:
-    """Serve ``body`` to its end; what the client received."""
-    await account(ledger, "acct_H", purchased=FUNDS)
+    """Serve ``body`` to its end (``opened``: the account is there already); what the
+    client received."""
+    if not opened:
+        await account(ledger, "acct_H", purchased=FUNDS)
     ident = await key(ledger, "acct_H", "kidH00000000")
     router = UpstreamRouter({"simulated": provider}, SimulatedProvider())  # type: ignore[dict-item]
     completions = CompletionService(ledger.money, router, deadline_s=900, clock=clock)
@@ -233,3 +242,57 @@ async def test_a_client_gone_before_message_delta_pays_message_starts_counts(
     assert prompt == 1_201
     assert 3 <= completion < 10
     assert credits == charge(PRICED.price, Tokens(1_201, completion, 480, 700))
+
+
+async def test_hostile_reports_and_start_counts_settle_right_at_once(
+    ledger: Ledgers, clock: Clock
+) -> None:
+    """60 streams of one account at once, each API with each kind of count that is not one,
+    and Messages streams whose report at the end never comes: every hold is settled once,
+    for what its own stream billed, and the balance fell by exactly what the counters say."""
+    await account(ledger, "acct_H", purchased=FUNDS)
+    cases = [
+        make(value, where)
+        for make in (_chat, _responses, _messages)
+        for value in (True, -1, 1.5, "9")
+        for where in ("prompt_tokens", "completion_tokens", "details")
+    ] + [_messages_without_their_end() for _ in range(24)]
+    served = await asyncio.gather(
+        *(
+            _served(ledger, api, body, provider, clock, opened=True)
+            for api, body, provider, _last in cases
+        )
+    )
+    assert all(b'"credits_used"' in received for _ident, received in served)
+    ident = served[0][0]
+    assert await ledger.redis.zcard(ledger.layout.reservations(ident.shard)) == 0
+    clock.advance(901)
+    assert await Sweeper(ledger.money, interval_s=1, clock=clock).sweep_once() == 0
+    total = await ledger.redis.hgetall(ledger.layout.usage_total(ident.shard, ident.pid))
+    counted = {k.decode(): int(v) for k, v in total.items()}
+    assert counted["live:requests"] == len(cases)
+    _, balance = await ledger.money.balance(ident, clock())
+    assert balance.total == FUNDS - counted["live:credits"]
+
+
+def _messages_without_their_end() -> tuple[Api, dict[str, Any], WholeProvider, bytes]:
+    """A Messages stream that ends at message_stop without message_delta: message_start's
+    counts are its report (1,201 prompt tokens, 480 of them cached, 700 written)."""
+    start = {
+        "input_tokens": 21,
+        "cache_creation_input_tokens": 700,
+        "cache_read_input_tokens": 480,
+        "output_tokens": 1,
+    }
+    sse = _sse(
+        {"type": "message_start", "message": {"usage": start}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}},
+        {"type": "message_stop"},
+    )
+    body = {
+        "model": "svc-fast",
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": "Tell me a story. " * 120}],
+        "stream": True,
+    }
+    return MESSAGES, body, WholeProvider(sse, MessagesEvents().parse), b"message_stop"
