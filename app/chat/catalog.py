@@ -28,20 +28,23 @@ GATED_FIELDS: dict[str, tuple[str, ...]] = {
     "allow_service_tier": ("service_tier",),
     "allow_store": ("store", "metadata"),
     "allow_top_k": ("top_k",),
+    "allow_audio": ("modalities", "audio"),
+    "allow_prediction": ("prediction",),
 }
 """The one list of the request fields that reach a provider only when the models file
 allows them for the alias serving the request (keyed by the ``Alias`` flag that does), on
 Chat Completions and Responses alike. ``service_tier`` changes what the operator pays per
 token ("priority" costs more), which the alias's price cannot see; ``store`` has the
 provider keep the request and its answer, and ``metadata`` tags what it keeps (OpenAI
-takes it with ``store`` only); ``top_k`` is no Chat Completions field (OpenAI refuses the
-request), only an extension of the servers that take it (vLLM, SGLang, …), which the
-operator knows the alias's providers to be (a Messages request to a provider that serves
-that API carries it always). Left out silently: OpenAI-compatible clients send them
+takes it with ``store`` only); ``top_k`` is no Chat Completions field (OpenAI refuses it),
+an extension of servers that take it (vLLM, SGLang), which the operator knows the alias's
+providers to be (a provider that serves Messages gets it always); ``modalities``/``audio``
+ask for spoken output, at several times text's price per token (svc relays no audio and
+bills it as text); the provider bills the tokens of a ``prediction`` it rejects as output,
+though none reaches the client. Left out silently: OpenAI-compatible clients send them
 routinely, and a 400 would break them. Fields svc does not model (``web_search_options``,
-``prompt_cache_retention``, …) never reach a provider; those the upstream's usage report
-meters (``reasoning_effort``, ``prediction``) and those the client sends to be identified
-by (``user``, ``safety_identifier``) pass."""
+``prompt_cache_retention``, …) never reach a provider; ``reasoning_effort`` (its tokens are
+in the usage report) and what identifies the client (``user``, ``safety_identifier``) pass."""
 
 
 class UpstreamRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -111,23 +114,26 @@ class Alias(msgspec.Struct, frozen=True, kw_only=True):
     allow_service_tier: bool = False
     allow_store: bool = False
     allow_top_k: bool = False
+    allow_audio: bool = False
+    allow_prediction: bool = False
 
     def withheld_fields(self) -> dict[str, Any]:
         """The request fields left out of what this alias's upstreams are sent, each as
         ``UNSET`` (for ``msgspec.structs.replace``); worked out once per set of flags."""
-        return _withheld(self.allow_service_tier, self.allow_store, self.allow_top_k)
+        return _withheld(
+            self.allow_service_tier,
+            self.allow_store,
+            self.allow_top_k,
+            self.allow_audio,
+            self.allow_prediction,
+        )
 
 
 @functools.cache
-def _withheld(allow_service_tier: bool, allow_store: bool, allow_top_k: bool) -> dict[str, Any]:
-    allowed = {
-        "allow_service_tier": allow_service_tier,
-        "allow_store": allow_store,
-        "allow_top_k": allow_top_k,
-    }
-    return {
-        name: UNSET for flag, names in GATED_FIELDS.items() if not allowed[flag] for name in names
-    }
+def _withheld(*allowed: bool) -> dict[str, Any]:
+    """``allowed``: each flag of ``GATED_FIELDS``, in its order."""
+    gated = zip(GATED_FIELDS.values(), allowed, strict=True)
+    return {name: UNSET for names, allow in gated if not allow for name in names}
 
 
 _CREATED = 1_767_225_600  # 2026-01-01T00:00:00Z
@@ -185,6 +191,8 @@ class AliasOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     allow_service_tier: bool | None = None
     allow_store: bool | None = None
     allow_top_k: bool | None = None
+    allow_audio: bool | None = None
+    allow_prediction: bool | None = None
 
 
 class ModelsFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -325,11 +333,7 @@ def _merge(base: Alias, o: AliasOverride) -> Alias:
         price=priced,
         default_output_tokens=o.default_output_tokens or base.default_output_tokens,
         max_output_tokens=o.max_output_tokens or base.max_output_tokens,
-        allow_service_tier=(
-            base.allow_service_tier if o.allow_service_tier is None else o.allow_service_tier
-        ),
-        allow_store=base.allow_store if o.allow_store is None else o.allow_store,
-        allow_top_k=base.allow_top_k if o.allow_top_k is None else o.allow_top_k,
+        **{flag: getattr(base if getattr(o, flag) is None else o, flag) for flag in GATED_FIELDS},
         upstreams=tuple(UpstreamRef(provider=u.provider, model=u.model) for u in o.upstreams)
         if o.upstreams
         else base.upstreams,

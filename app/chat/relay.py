@@ -23,7 +23,7 @@ from app.chat.settlement import Heartbeat, SettlementTerms
 from app.core.errors import LedgerUnreachable, StreamCut, UpstreamError
 from app.core.interrupts import Interruptible
 from app.credits.outcomes import Hold
-from app.upstream.base import ChoiceEnd, Piece, Usage
+from app.upstream.base import ChoiceEnd, Piece, StartUsage, Usage
 from app.upstream.wire import Delta
 
 SendBytes = Callable[[bytes, bool], Awaitable[None]]
@@ -49,7 +49,7 @@ class Relay:
     service: SettlementTerms  # the completion's (the heartbeat extends its hold)
     hold: Hold
     tokens_received: int  # output pieces relayed, against the hold's output cap
-    usage: Usage | None  # the upstream's usage report, once read
+    usage: Usage | None  # the upstream's usage report, once read (or its StartUsage)
     # the upstream's stream and its first read, once connected (Completion.connect)
     _pieces: AsyncIterator[list[Piece]] | None
     _first: list[Piece]
@@ -202,15 +202,23 @@ class Relay:
                     self._cut_short = True
             elif isinstance(piece, Delta):
                 self._take_delta(piece, out)
-            else:  # the end of the choice, or the usage report that follows it
-                self._choice_ended = True
-                if isinstance(piece, Usage):
-                    self.usage = piece
-                elif piece.stop_sequence is not None:
-                    self._stop_sequence = piece.stop_sequence
+            else:
+                self._take_report(piece)
         if self._pending is not None and not self._choice_ended:
             out.append(self._flush_pending())
         return b"".join(out)
+
+    def _take_report(self, piece: Usage | ChoiceEnd) -> None:
+        """The end of the choice, the usage report that follows it, or the counts the stream
+        began with (``StartUsage``: the choice goes on)."""
+        if type(piece) is StartUsage:
+            self.usage = piece
+            return
+        self._choice_ended = True
+        if isinstance(piece, Usage):
+            self.usage = piece
+        elif piece.stop_sequence is not None:
+            self._stop_sequence = piece.stop_sequence
 
     def _take_delta(self, delta: Delta, out: list[bytes]) -> None:
         finish = delta.finish_reason
@@ -245,7 +253,8 @@ class Relay:
         stream, or ``deadline`` (the event loop's clock). Output past the cap or past the
         choice's end is dropped and reading goes on; other output means the upstream is
         still generating (for a client that left): the report is not near, reading stops."""
-        if self.usage is not None or self._pieces is None:
+        usage = self.usage
+        if (usage is not None and type(usage) is not StartUsage) or self._pieces is None:
             return
         # what comes after the relay stopped does not change how the stream ended (a choice
         # end read here past the cap must not turn a cut answer into a complete one)
@@ -254,10 +263,12 @@ class Relay:
             async with asyncio.timeout_at(deadline):
                 async for batch in pieces:
                     for piece in batch:
-                        if isinstance(piece, Usage):
+                        if type(piece) is StartUsage:
+                            self.usage = piece  # the report at the end may still come
+                        elif isinstance(piece, Usage):
                             self.usage = piece
                             return
-                        if isinstance(piece, ChoiceEnd):
+                        elif isinstance(piece, ChoiceEnd):
                             ended = True
                         elif ended or self.tokens_received >= self.hold.out_tokens:
                             continue

@@ -12,7 +12,7 @@ import msgspec
 from msgspec import UNSET
 
 from app.chat.catalog import AUTO, AUTO_ROUTES, FAST, Alias, route_auto
-from app.core.errors import ApiError, ErrorKind, invalid_value
+from app.core.errors import ApiError, ErrorKind, invalid_value, stream_required
 from app.core.tokens import (
     IMAGE_TOKENS_ESTIMATE,
     audio_token_bound,
@@ -189,6 +189,13 @@ def key_may_use(alias_id: str, allowed: frozenset[str] | None, aliases: dict[str
     return allowed.issuperset(needed)
 
 
+def check_streamed(stream: object, streamed_only: bool) -> None:
+    """The 400 ``stream_required`` for a request whose ``stream`` is not ``true`` when the
+    operator refuses those (``SVC_NON_STREAMING=refuse``), on every API."""
+    if streamed_only and stream is not True:
+        raise stream_required()
+
+
 def parse_chat_request(
     body: bytes,
     aliases: dict[str, Alias],
@@ -197,11 +204,14 @@ def parse_chat_request(
     max_message_chars: int = 1_000_000,
     image_token_bound: int = DEFAULT_IMAGE_TOKEN_BOUND,
     identify: Identify | None = None,
+    streamed_only: bool = False,
 ) -> ChatParams:
     """Decode and validate a request body, or raise the ``ApiError`` that explains why not.
     ``identify``: the requesting account's (the gateway's requests always have one; without,
-    the client's ``safety_identifier`` is forwarded as it came)."""
+    the client's ``safety_identifier`` is forwarded as it came); ``streamed_only``: a
+    request without ``stream: true`` is refused (``check_streamed``)."""
     req = decode_json(body, ChatRequest)
+    check_streamed(req.stream, streamed_only)
     alias = enabled_alias(aliases, req.model)
     if not req.messages:
         raise invalid_value("messages", "'messages' must contain at least one message.")

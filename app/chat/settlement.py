@@ -24,7 +24,7 @@ from app.credits.money import Money
 from app.credits.outcomes import Hold, Identity, ScriptStatus, Settlement, Tokens
 from app.kv.client import REDIS_ERRORS
 from app.kv.fields import USAGE_ESTIMATED, USAGE_UPSTREAM, Served
-from app.upstream.base import Usage
+from app.upstream.base import StartUsage, Usage
 
 T = TypeVar("T")
 log = logging.getLogger("svc.completions")
@@ -135,17 +135,30 @@ class Settling:
         to 0 .. what the reservation held for (the prompt's bound, the output cap), so
         whatever an upstream reports, the charge stays within the hold; without a report,
         svc's estimates (``app.core.tokens``) of the prompt and of the output relayed (at
-        least a token per piece relayed), clamped the same way."""
+        least a token per piece relayed), clamped the same way. With only the counts the
+        stream began with (``StartUsage``), the prompt is the upstream's, the output svc's
+        estimate."""
         usage = self.usage
-        if usage is None:
-            if self._estimated is None:  # once: the ending and the settlement both ask
-                self._estimated = estimate_tokens("".join(self._texts))
-            prompt = min(self.params.prompt_tokens, self.params.prompt_token_bound)
-            completion = min(max(self.tokens_received, self._estimated), self.hold.out_tokens)
+        if usage is not None and type(usage) is not StartUsage:
+            prompt = min(max(usage.prompt_tokens, 0), self.params.prompt_token_bound)
+            completion = min(
+                max(usage.completion_tokens, self.tokens_received), self.hold.out_tokens
+            )
             return prompt, completion
-        prompt = min(max(usage.prompt_tokens, 0), self.params.prompt_token_bound)
-        completion = min(max(usage.completion_tokens, self.tokens_received), self.hold.out_tokens)
-        return prompt, completion
+        if self._estimated is None:  # once: the ending and the settlement both ask
+            self._estimated = estimate_tokens("".join(self._texts))
+        prompt = self.params.prompt_tokens if usage is None else max(usage.prompt_tokens, 0)
+        completion = min(max(self.tokens_received, self._estimated), self.hold.out_tokens)
+        return min(prompt, self.params.prompt_token_bound), completion
+
+    @property
+    def usage_source(self) -> str:
+        """Whose counts were billed: the upstream's, or svc's estimate (of the whole, or of
+        the output of a stream that reported only its start)."""
+        usage = self.usage
+        if usage is None or type(usage) is StartUsage:
+            return USAGE_ESTIMATED
+        return USAGE_UPSTREAM
 
     def begin_settle(self, outcome: str) -> asyncio.Task[Settlement]:
         """Start closing the reservation for what was generated, in a task no cancellation
@@ -209,7 +222,7 @@ class Settling:
             created=self.created,
             ttfb_ms=_ms(self.first_output_at - self.started),
             duration_ms=_ms(time.monotonic() - self.started),
-            usage_source=USAGE_ESTIMATED if self.usage is None else USAGE_UPSTREAM,
+            usage_source=self.usage_source,
         )
 
 

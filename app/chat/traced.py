@@ -72,7 +72,6 @@ from app.credits.ceilings import NO_CEILING
 from app.credits.idempotency import AnswerSeal, IdempotencyClaim
 from app.credits.money import Money
 from app.credits.outcomes import Hold, Identity, Refusal, Replay, ScriptStatus, Settlement
-from app.kv.fields import USAGE_ESTIMATED, USAGE_UPSTREAM
 from app.upstream.base import UpstreamCall
 
 Attributes = dict[str, AttributeValue]
@@ -215,7 +214,7 @@ class TracedCompletion(Completion):
             prompt, completion = self.billed_tokens()
             attributes[INPUT_TOKENS] = prompt
             attributes[OUTPUT_TOKENS] = completion
-            attributes[USAGE_SOURCE] = USAGE_ESTIMATED if self.usage is None else USAGE_UPSTREAM
+            attributes[USAGE_SOURCE] = self.usage_source
             attributes[TTFB_MS] = round((self.first_output_at - self.started) * 1000)
         if settled is not None and settled.status is ScriptStatus.OK:
             attributes[CREDITS_CHARGED] = settled.credits_used

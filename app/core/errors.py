@@ -65,6 +65,7 @@ class ErrorKind(Enum):
     PERMISSION_DENIED = (403, "permission_error", "permission_denied")
     ACCOUNT_DISABLED = (403, "permission_error", "account_disabled")
     INVALID_VALUE = (400, "invalid_request_error", "invalid_value")
+    STREAM_REQUIRED = (400, "invalid_request_error", "stream_required")
     KEY_LIMIT = (400, "invalid_request_error", "api_key_limit_reached")
     WEBHOOK_LIMIT = (400, "invalid_request_error", "webhook_limit_reached")
     MODEL_NOT_FOUND = (404, "invalid_request_error", "model_not_found")
@@ -303,3 +304,22 @@ def model_not_allowed(model: str, *, routed: bool = False) -> ApiError:
 
 def invalid_value(param: str, message: str) -> ApiError:
     return ApiError(ErrorKind.INVALID_VALUE, message, param=param)
+
+
+def repeated_header(name: str) -> ApiError:
+    """A header svc takes one value of (``svc-max-credits``, ``Idempotency-Key``) sent more
+    than once: which the client meant is unknown (a proxy may have added one), so neither
+    is taken."""
+    return invalid_value(name, f"The {name} header was sent more than once: send it once.")
+
+
+def stream_required() -> ApiError:
+    """A request without ``stream: true`` where the operator refuses those
+    (``SVC_NON_STREAMING=refuse``): svc answers every request as a stream, which a client
+    that did not ask for one cannot read, though it is charged."""
+    return ApiError(
+        ErrorKind.STREAM_REQUIRED,
+        "This server answers streamed requests only: send 'stream: true' (with an SDK, "
+        "stream=True) and read the answer as a stream.",
+        param="stream",
+    )

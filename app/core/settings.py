@@ -7,7 +7,7 @@ import os
 import re
 import tempfile
 from collections.abc import Mapping
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -17,6 +17,8 @@ HEARTBEATS_PER_DEADLINE = 3
 a chunk arrives): one Redis round trip per deadline/3, not per chunk."""
 
 
+REFUSE_NON_STREAMING = "refuse"
+"""``SVC_NON_STREAMING``'s value that refuses a request without ``stream: true``."""
 MAX_RATE_LIMIT_RPM = 1_000_000
 """The highest rate_limit_rpm a key may have: reserve.lua logs the time of each start of
 the last minute (about 10 bytes each in Redis), so a key at this limit may hold ~10 MB."""
@@ -144,6 +146,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     trusted_proxies: str = ""
     """Comma-separated addresses or CIDR networks of the load balancers in front of svc;
     only from these is ``X-Forwarded-For`` believed when telling clients apart."""
+    non_streaming: Literal["stream", "refuse"] = "stream"
+    """What a chat, Responses or Messages request without ``stream: true`` gets: ``stream``,
+    streamed anyway (the contract); ``refuse``, 400 ``stream_required`` before anything is
+    reserved (for clients whose plain ``create()`` cannot read a stream it is charged for)."""
     models_file: str | None = None
     """TOML file of providers and per-alias upstreams, prices and limits (docs/operations.md)."""
     sim_reply_tokens: int = 24

@@ -33,6 +33,7 @@ from app.kv.layout import KeySpace
 log = logging.getLogger("svc.idempotency")
 
 HEADER = "idempotency-key"
+SHOWN = "Idempotency-Key"  # the header as errors name it (their param)
 TTL_S = DAY_S
 """How long a key's record (and a response) is kept."""
 MAX_KEY_CHARS = 255
@@ -147,8 +148,8 @@ def check_key(value: str) -> str:
     """The header's value, or the 400 naming it: 1 to 255 printable ASCII characters."""
     if not 0 < len(value) <= MAX_KEY_CHARS or not (value.isascii() and value.isprintable()):
         raise invalid_value(
-            "Idempotency-Key",
-            f"The Idempotency-Key header must be 1 to {MAX_KEY_CHARS} printable ASCII characters.",
+            SHOWN,
+            f"The {SHOWN} header must be 1 to {MAX_KEY_CHARS} printable ASCII characters.",
         )
     return value
 

@@ -26,7 +26,7 @@ from app.http import key_routes
 from app.http.body_routes import body_route, decoded_once
 from app.http.deps import admin_guard, provide_services
 from app.http.headers import NO_STORE
-from app.http.idempotent import once
+from app.http.idempotent import idempotency_key, once
 from app.http.openapi import (
     ACCOUNTS_PARAMS,
     ACTIVITY_PARAMS,
@@ -116,7 +116,7 @@ class AdminController(Controller):
         """Add purchased credits (once per Idempotency-Key, when one is sent)."""
         req = decode_json(await request.body(), GrantRequest)
         # applied once per Idempotency-Key by the grant itself, whatever its record says
-        grant_id = idempotency.grant_id(pid, request.headers.get(idempotency.HEADER))
+        grant_id = idempotency.grant_id(pid, idempotency_key(request))
         return await once(
             services,
             request,

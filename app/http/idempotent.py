@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import msgspec
 from litestar import Request, Response
 
+from app.core.errors import repeated_header
 from app.core.ids import random_id
 from app.credits import idempotency
 from app.credits.idempotency import IdempotencyClaim, IdempotencyRecords, RecordedAnswer
@@ -41,6 +42,17 @@ from app.runtime import Services
 T = TypeVar("T")
 REPLAYED = {"idempotent-replayed": "true"}
 log = logging.getLogger("svc.http")
+
+
+def idempotency_key(request: Request[Any, Any, Any]) -> str | None:
+    """The request's Idempotency-Key (None: none sent), or the 400 when it was sent more
+    than once."""
+    keys = request.headers.getall(idempotency.HEADER, None)
+    if keys is None:
+        return None
+    if len(keys) > 1:
+        raise repeated_header(idempotency.SHOWN)
+    return str(keys[0])
 
 
 async def once(
@@ -55,7 +67,7 @@ async def once(
     Idempotency-Key that ran before in ``environment`` (the key's, or
     ``idempotency.OPERATOR``), the answer it got then."""
     status, kind = answer
-    key = request.headers.get(idempotency.HEADER)
+    key = idempotency_key(request)
     if key is None:
         return Response(await run(), status_code=status)
     body = await request.body()

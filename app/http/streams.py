@@ -17,12 +17,13 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from app.chat.request import Identify, parse_chat_request
 from app.core import tracing
 from app.core.errors import ApiError, ClientDisconnected, ErrorKind
 from app.core.metrics import METRICS
+from app.core.settings import REFUSE_NON_STREAMING
 from app.credits import ceilings, idempotency
 from app.credits.ceilings import requested_ceiling
 from app.credits.outcomes import Replay
@@ -69,6 +70,11 @@ class StreamExchange(Protocol):
         """A request header's value (``name`` in lower case), or None; a value sent in
         bytes other than visible ASCII is ``UNREADABLE_HEADER``, which no header's check
         accepts (a malformed ceiling or Idempotency-Key is refused, not ignored)."""
+        ...
+
+    def single_header(self, name: str, shown: str) -> str | None:
+        """``header``, for a header a request may send once: ``repeated_header``'s 400
+        naming it as ``shown`` when it came more than once (else the first would win)."""
         ...
 
     def address(self, services: Services) -> str:
@@ -174,6 +180,12 @@ def request_limits(services: Services) -> dict[str, int]:
     }
 
 
+def _stream_limits(services: Services) -> dict[str, Any]:
+    """``request_limits``, and whether a request must ask for a stream (SVC_NON_STREAMING)."""
+    refuse = services.settings.non_streaming == REFUSE_NON_STREAMING
+    return {**request_limits(services), "streamed_only": refuse}
+
+
 def _identify(services: Services, pid: str) -> Identify:
     """The ``safety_identifier`` of account ``pid``'s request, given the client's own."""
     return functools.partial(services.safety_identifiers.of, pid)
@@ -181,14 +193,14 @@ def _identify(services: Services, pid: str) -> Identify:
 
 def _parse_chat(services: Services, body: bytes, pid: str) -> Parsed:
     params = parse_chat_request(
-        body, services.aliases, identify=_identify(services, pid), **request_limits(services)
+        body, services.aliases, identify=_identify(services, pid), **_stream_limits(services)
     )
     return Parsed(params, None)
 
 
 def _parse_responses(services: Services, body: bytes, pid: str) -> Parsed:
     request = parse_responses_request(
-        body, services.aliases, identify=_identify(services, pid), **request_limits(services)
+        body, services.aliases, identify=_identify(services, pid), **_stream_limits(services)
     )
 
     def output(completion: Completion) -> StreamOutput:
@@ -204,7 +216,7 @@ def _parse_responses(services: Services, body: bytes, pid: str) -> Parsed:
 
 def _parse_messages(services: Services, body: bytes, pid: str) -> Parsed:
     params = parse_messages_request(
-        body, services.aliases, identify=_identify(services, pid), **request_limits(services)
+        body, services.aliases, identify=_identify(services, pid), **_stream_limits(services)
     )
 
     def output(completion: Completion) -> StreamOutput:
@@ -243,8 +255,8 @@ async def _open(
         raise ApiError(ErrorKind.METHOD_NOT_ALLOWED, f"Use POST for {api.path}.")
     parsed: Parsed | None = None
 
-    key = exchange.header(idempotency.HEADER)
-    ceiling = requested_ceiling(exchange.header(ceilings.HEADER))
+    key = exchange.single_header(idempotency.HEADER, idempotency.SHOWN)
+    ceiling = requested_ceiling(exchange.single_header(ceilings.HEADER, ceilings.HEADER))
     body = b""
 
     async def reserve(ident: Identity) -> tuple[Completion, StreamOutput | None] | Replay:

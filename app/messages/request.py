@@ -43,6 +43,7 @@ from app.chat.catalog import Alias
 from app.chat.request import (
     ChatParams,
     Identify,
+    check_streamed,
     check_tool_choice,
     enabled_alias,
     resolve_params,
@@ -111,11 +112,14 @@ def parse_messages_request(
     max_message_chars: int,
     image_token_bound: int,
     identify: Identify | None = None,
+    streamed_only: bool = False,
 ) -> ChatParams:
     """Decode, check and translate a ``POST /v1/messages`` body, or raise the ``ApiError``
     saying why not (nothing is reserved before). ``identify``: the requesting account's
-    ``safety_identifier``, given the client's ``metadata.user_id`` (as on chat)."""
+    ``safety_identifier``, given the client's ``metadata.user_id`` (as on chat);
+    ``streamed_only`` as on chat."""
     req = decode_json(body, MessagesRequest)
+    check_streamed(req.stream, streamed_only)
     alias = enabled_alias(aliases, req.model)
     stop = req.stop_sequences or []
     if len(stop) > MAX_STOP_SEQUENCES:

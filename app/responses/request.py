@@ -19,6 +19,7 @@ from app.chat.catalog import Alias
 from app.chat.request import (
     ChatParams,
     Identify,
+    check_streamed,
     check_tool_choice,
     enabled_alias,
     resolve_params,
@@ -87,11 +88,14 @@ def parse_responses_request(
     max_message_chars: int,
     image_token_bound: int,
     identify: Identify | None = None,
+    streamed_only: bool = False,
 ) -> ResponsesParams:
     """Decode, check and translate a request body, or raise the ``ApiError`` saying why not.
     ``identify``: the requesting account's ``safety_identifier`` (as on chat,
-    ``parse_chat_request``), sent whichever API the provider speaks."""
+    ``parse_chat_request``), sent whichever API the provider speaks; ``streamed_only`` as
+    on chat."""
     req = decode_json(body, ResponsesRequest)
+    check_streamed(req.stream, streamed_only)
     _refuse_stateful(req)
     alias = enabled_alias(aliases, req.model)
     messages = _messages(req)

@@ -21,6 +21,13 @@ class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
     completion_tokens_details: dict[str, int] | None = None
 
 
+class StartUsage(Usage, frozen=True):
+    """The counts a stream reported as it began (a Messages provider's ``message_start``):
+    the prompt's are the provider's own, the completion's is not final. The relay keeps it
+    and reads on for the report at the end; a stream that ends without one (a client that
+    left first) bills the prompt from it and the output by svc's estimate."""
+
+
 class UpstreamCall(msgspec.Struct, frozen=True, kw_only=True):
     """What is sent upstream: the client's request with the real model name and the output
     cap the reservation affords."""
@@ -71,7 +78,8 @@ CHOICE_END = ChoiceEnd()
 Piece = str | Delta | Usage | ChoiceEnd
 """A content piece (one token's text), a delta that carries more than text (tool-call
 pieces, a refusal, reasoning, log probabilities, a finish reason), a ``ChoiceEnd`` after
-the upstream's finish_reason, or, last, the usage an upstream reported."""
+the upstream's finish_reason, or, last, the usage an upstream reported (a ``StartUsage``,
+the counts reported as the stream began, comes with its first output instead)."""
 
 
 class Provider(Protocol):

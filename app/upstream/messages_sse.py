@@ -15,31 +15,38 @@ the prompt's uncached part, so the prompt is those plus the tokens read from the
 (``cache_creation_input_tokens``, priced as cache writes: ``app.chat.settlement``).
 ``message_start`` reports the input counts; ``message_delta`` the output tokens so far
 (cumulative) and, from newer API versions, the input counts again: the last count of each
-wins.
+wins. ``message_start``'s counts also come, as a ``StartUsage``, with the stream's first
+output: a client that leaves before ``message_delta`` is billed the provider's prompt
+counts (its cache reads and writes at their prices), not svc's estimate of the prompt. A
+count that is not one (``app.upstream.counts``) is not taken.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from msgspec import UNSET
 
 from app.core.errors import UpstreamError
-from app.upstream.base import CHOICE_END, ChoiceEnd, Piece, Usage
+from app.upstream.base import CHOICE_END, ChoiceEnd, Piece, StartUsage, Usage
+from app.upstream.counts import token_count
 from app.upstream.sse import FinalPieces
 from app.upstream.wire import Delta, ToolCallDelta, ToolCallFunctionDelta, ToolUseDelta
 
+U = TypeVar("U", bound=Usage)
 CACHE_READ = "cached_tokens"
 CACHE_WRITE = "cache_creation_input_tokens"
 
 
 class _Usage(msgspec.Struct):
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cache_read_input_tokens: int | None = None
-    cache_creation_input_tokens: int | None = None
+    """As sent: any JSON, each count checked as one (``app.upstream.counts``)."""
+
+    input_tokens: object = None
+    output_tokens: object = None
+    cache_read_input_tokens: object = None
+    cache_creation_input_tokens: object = None
 
 
 class _Message(msgspec.Struct):
@@ -96,12 +103,14 @@ class MessagesEvents:
     """One Messages stream's events as pieces. ``parse`` is the line parser of a
     ``LineSplitter``; the stream ends at ``message_stop`` (``FinalPieces``)."""
 
-    __slots__ = ("_calls", "_counts", "_ended")
+    __slots__ = ("_calls", "_counts", "_ended", "_started")
 
     def __init__(self) -> None:
         self._calls: dict[int, int] = {}  # the provider's block index -> tool call index
-        self._counts = _Usage()  # the last reported count of each
+        self._counts: dict[str, int] = {}  # the last reported count of each, by its name
         self._ended = False  # message_delta came
+        # message_start's counts, until they go out with the first output
+        self._started: StartUsage | None = None
 
     def parse(self, line: bytes) -> list[Piece] | None:
         """The pieces of one SSE line (``FinalPieces`` at ``message_stop``), or None for a
@@ -114,12 +123,22 @@ class MessagesEvents:
             raise UpstreamError("malformed event from upstream") from exc
         kind = event.type
         if kind == "content_block_delta":
-            return self._delta(event)
-        if kind == "content_block_start":
-            return self._block_begins(event)
+            pieces = self._delta(event)
+        elif kind == "content_block_start":
+            pieces = self._block_begins(event)
+        else:
+            return self._event(kind, event)
+        if self._started is not None and pieces:
+            pieces.insert(0, self._started)  # once, with the first output
+            self._started = None
+        return pieces
+
+    def _event(self, kind: str, event: _Event) -> list[Piece] | None:
+        """The pieces of an event that is not a content block's."""
         if kind == "message_start":
             if event.message is not None:
                 self._count(event.message.usage)
+                self._started = self._reported(StartUsage)
             return None
         if kind == "message_delta":
             return self._end(event)
@@ -173,27 +192,35 @@ class MessagesEvents:
             return
         counts = self._counts
         for name in _Usage.__struct_fields__:
-            value = getattr(usage, name)
+            value = token_count(getattr(usage, name))
             if value is not None:
-                setattr(counts, name, value)
+                counts[name] = value
 
-    def _usage(self) -> list[Piece]:
-        """The usage reported so far, as Chat Completions counts it (none: nothing)."""
+    def _reported(self, kind: type[U]) -> U | None:
+        """The usage reported so far (a ``kind``), as Chat Completions counts it; None
+        before the prompt's count, and for a ``Usage`` (the report at the end) before the
+        output's: a report without them is none (svc's estimate bills)."""
         counts = self._counts
-        if counts == _Usage():
-            return []
-        read = max(counts.cache_read_input_tokens or 0, 0)
-        written = max(counts.cache_creation_input_tokens or 0, 0)
+        if "input_tokens" not in counts or (kind is Usage and "output_tokens" not in counts):
+            return None
+        read = counts.get("cache_read_input_tokens", 0)
+        written = counts.get(CACHE_WRITE, 0)
         details = {}
         if read:
             details[CACHE_READ] = read
         if written:
             details[CACHE_WRITE] = written
-        prompt = max(counts.input_tokens or 0, 0) + read + written
-        return [Usage(prompt, counts.output_tokens or 0, details or None)]
+        prompt = counts.get("input_tokens", 0) + read + written
+        return kind(prompt, counts.get("output_tokens", 0), details or None)
+
+    def _usage(self) -> list[Piece]:
+        """The usage reported so far, as a stream's last pieces (none: nothing)."""
+        usage = self._reported(Usage)
+        return [] if usage is None else [usage]
 
     def _end(self, event: _Event) -> list[Piece]:
         self._count(event.usage)
+        self._started = None  # a stream without output: the report at its end is the one
         if self._ended:  # another report: the usage again
             return self._usage()
         self._ended = True

@@ -14,7 +14,8 @@ from msgspec import UNSET
 
 from app.core.errors import UpstreamError
 from app.upstream.base import CHOICE_END, Piece, Usage
-from app.upstream.sse import FinalPieces, token_counts
+from app.upstream.counts import usage_report
+from app.upstream.sse import FinalPieces
 from app.upstream.wire import Delta, ToolCallDelta, ToolCallFunctionDelta
 
 
@@ -31,10 +32,12 @@ class _Details(msgspec.Struct):
 
 
 class _Usage(msgspec.Struct):
-    input_tokens: int = 0
-    output_tokens: int = 0
-    input_tokens_details: dict[str, object] | None = None
-    output_tokens_details: dict[str, object] | None = None
+    """As sent: any JSON, each count checked as one (``app.upstream.counts``)."""
+
+    input_tokens: object = None
+    output_tokens: object = None
+    input_tokens_details: object = None
+    output_tokens_details: object = None
 
 
 class _Response(msgspec.Struct):
@@ -56,12 +59,12 @@ _decode_event = msgspec.json.Decoder(_Event).decode
 _INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
 
 
-def _usage(usage: _Usage) -> Usage:
-    return Usage(
+def _usage(usage: _Usage) -> Usage | None:
+    return usage_report(
         usage.input_tokens,
         usage.output_tokens,
-        token_counts(usage.input_tokens_details),
-        token_counts(usage.output_tokens_details),
+        usage.input_tokens_details,
+        usage.output_tokens_details,
     )
 
 
@@ -132,6 +135,7 @@ class ResponsesEvents:
         end = FinalPieces(
             [CHOICE_END] if reason == "stop" else [Delta(finish_reason=reason), CHOICE_END]
         )
-        if response is not None and response.usage is not None:
-            end.append(_usage(response.usage))
+        usage = None if response is None or response.usage is None else _usage(response.usage)
+        if usage is not None:
+            end.append(usage)
         return end

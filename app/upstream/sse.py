@@ -10,6 +10,7 @@ from msgspec import UNSET
 
 from app.core.errors import UpstreamError
 from app.upstream.base import CHOICE_END, ChoiceEnd, Piece, Usage
+from app.upstream.counts import usage_report
 from app.upstream.wire import Delta, ToolCallDelta
 
 
@@ -37,10 +38,12 @@ class _Choice(msgspec.Struct):
 
 
 class _Usage(msgspec.Struct):
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    prompt_tokens_details: dict[str, object] | None = None
-    completion_tokens_details: dict[str, object] | None = None
+    """As sent: any JSON, each count checked as one (``app.upstream.counts``)."""
+
+    prompt_tokens: object = None
+    completion_tokens: object = None
+    prompt_tokens_details: object = None
+    completion_tokens_details: object = None
 
 
 class _Chunk(msgspec.Struct):
@@ -71,20 +74,13 @@ _decode_finish = msgspec.json.Decoder(_FinishChunk).decode
 DONE = object()
 
 
-def _usage(usage: _Usage) -> Usage:
-    return Usage(
+def _usage(usage: _Usage) -> Usage | None:
+    return usage_report(
         usage.prompt_tokens,
         usage.completion_tokens,
-        token_counts(usage.prompt_tokens_details),
-        token_counts(usage.completion_tokens_details),
+        usage.prompt_tokens_details,
+        usage.completion_tokens_details,
     )
-
-
-def token_counts(details: dict[str, object] | None) -> dict[str, int] | None:
-    """Token details with their counts (providers send nulls for what they do not count)."""
-    if not details:
-        return None
-    return {name: value for name, value in details.items() if isinstance(value, int)} or None
 
 
 def _choice_piece(choice: _Choice) -> Piece | None:
@@ -159,7 +155,9 @@ def parse_data_line(line: bytes) -> list[Piece] | object | None:
         if choice.finish_reason is not None:
             pieces.append(_choice_end(choice, payload))
     if chunk.usage is not None:
-        pieces.append(_usage(chunk.usage))
+        usage = _usage(chunk.usage)
+        if usage is not None:
+            pieces.append(usage)
     return pieces or None
 
 

@@ -283,3 +283,53 @@ async def test_300_requests_at_once_are_never_charged_more_than_their_ceilings(
         assert 1 <= int(svc["credits_used"]) <= limit  # type: ignore[call-overload]
     charged = sum(int(svc["credits_used"]) for svc in results)  # type: ignore[call-overload]
     assert before - server.balance(pid) == charged
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/chat/completions", {"model": MODEL, "messages": MSG, "stream": True}),
+        ("/responses", {"model": MODEL, "input": "hi", "stream": True}),
+        ("/messages", {"model": MODEL, "messages": MSG, "max_tokens": 50, "stream": True}),
+    ],
+)
+@pytest.mark.parametrize("name", [HEADER, "Idempotency-Key"])
+def test_a_repeated_header_is_a_400_in_each_apis_shape_and_takes_nothing(
+    server: Server, path: str, body: dict[str, object], name: str
+) -> None:
+    """Two svc-max-credits headers used to hold the request to the first (a lower ceiling
+    after it ignored); two Idempotency-Keys recorded it under the first (issue 44, item 6)."""
+    pid = server.new_account(1_000)
+    key = server.new_key(pid)
+    headers = [("authorization", f"Bearer {key}"), (name, "500"), (name, "1")]
+    r = httpx.post(f"{server.base_url}{path}", json=body, headers=headers, timeout=30)
+    assert r.status_code == 400, r.text
+    if path == "/messages":
+        error = r.json()
+        assert error["type"] == "error"
+        assert error["error"]["type"] == "invalid_request_error"
+        assert name in error["error"]["message"]
+    else:
+        error = r.json()["error"]
+        assert (error["code"], error["param"]) == ("invalid_value", name)
+    assert "more than once" in r.text
+    assert server.balance(pid) == 1_000
+
+
+def test_a_repeated_idempotency_key_on_a_grant_is_a_400_and_grants_nothing(
+    server: Server,
+) -> None:
+    pid = server.new_account(0)
+    r = httpx.post(
+        f"{server.root_url}/admin/v1/accounts/{pid}/grants",
+        json={"credits": 100},
+        headers=[
+            ("authorization", f"Bearer {server.admin_token}"),
+            ("Idempotency-Key", "g-1"),
+            ("Idempotency-Key", "g-2"),
+        ],
+        timeout=30,
+    )
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "Idempotency-Key"
+    assert server.balance(pid) == 0

@@ -191,6 +191,7 @@ def test_a_redis_that_may_evict(tmp_path: Path) -> None:
         ("SVC_LOG_LEVEL", "LOUD", "SVC_LOG_LEVEL='LOUD': not a log level"),
         ("SVC_HOST", "localhost", "SVC_HOST='localhost' is not an IP address"),
         ("SVC_TRUSTED_PROXIES", "10.0.0.0/33", "SVC_TRUSTED_PROXIES"),
+        ("SVC_NON_STREAMING", "never", "SVC_NON_STREAMING='never'"),
     ],
 )
 def test_an_invalid_setting(tmp_path: Path, variable: str, value: str, fix: str) -> None:

@@ -23,11 +23,15 @@ def upstream_call(model: str = "m") -> UpstreamCall:
 
 
 def stream_services(
-    completions: CompletionService, ident: Identity, aliases: Mapping[str, Alias]
+    completions: CompletionService,
+    ident: Identity,
+    aliases: Mapping[str, Alias],
+    *,
+    non_streaming: str = "stream",
 ) -> Services:
-    """What ``app.http.streams.serve_stream`` reads of the services: the request limits,
-    the aliases, an authentication that always answers ``ident``, the safety identifiers
-    and ``completions``."""
+    """What ``app.http.streams.serve_stream`` reads of the services: the request limits
+    (and ``SVC_NON_STREAMING``), the aliases, an authentication that always answers
+    ``ident``, the safety identifiers and ``completions``."""
 
     async def authenticated(_authorization: str | None, _address: str, use: Any) -> Any:
         return await use(ident)
@@ -38,6 +42,7 @@ def stream_services(
             max_messages=2048,
             max_message_chars=1_000_000,
             image_token_bound=4_096,
+            non_streaming=non_streaming,
         ),
         aliases=aliases,
         auth=SimpleNamespace(authenticated=authenticated),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING
 
-from app.core.errors import ClientDisconnected
+from app.core.errors import ClientDisconnected, repeated_header
 from app.http.errors import request_too_large
 from app.http.rsgi.protocol import (
     HTTPProtocol,
@@ -44,6 +44,11 @@ class RSGIExchange:
         if value is None and name in headers:
             return UNREADABLE_HEADER  # sent, but not as visible ASCII
         return value
+
+    def single_header(self, name: str, shown: str) -> str | None:
+        if len(self._scope.headers.get_all(name)) > 1:
+            raise repeated_header(shown)
+        return self.header(name)
 
     def address(self, services: Services) -> str:
         peer = parse_address(self._scope.client)

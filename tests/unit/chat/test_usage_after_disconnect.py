@@ -87,11 +87,15 @@ def responses_pieces(*events: dict[str, Any]) -> list[Piece]:
 
 
 def _services(
-    ledger: Ledgers, clock: Clock, ident: Identity, provider: ScriptedProvider
+    ledger: Ledgers,
+    clock: Clock,
+    ident: Identity,
+    provider: ScriptedProvider,
+    aliases: dict[str, Alias] = ALIASES,
 ) -> Services:
     router = UpstreamRouter({"simulated": provider}, SimulatedProvider())  # type: ignore[dict-item]
     completions = CompletionService(ledger.money, router, deadline_s=900, clock=clock)
-    return stream_services(completions, ident, ALIASES)
+    return stream_services(completions, ident, aliases)
 
 
 async def _served_until(
@@ -103,6 +107,7 @@ async def _served_until(
     leave_when: Callable[[bytes], bool],
     *,
     writes_notice_disconnect: bool = True,
+    aliases: dict[str, Alias] = ALIASES,
 ) -> tuple[Identity, bytes]:
     """Serve ``body``; the client hangs up as soon as what it received satisfies
     ``leave_when``. Returns what it received."""
@@ -114,7 +119,7 @@ async def _served_until(
     served = asyncio.ensure_future(
         serve_stream(
             api,
-            _services(ledger, clock, ident, provider),
+            _services(ledger, clock, ident, provider, aliases),
             RSGIExchange(scope, protocol),
             "req_leave",
         )

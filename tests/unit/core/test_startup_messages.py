@@ -187,6 +187,8 @@ def test_granians_own_bind_failure_is_worded_like_the_check() -> None:
         ({"SVC_WORKERS": "-2"}, "SVC_WORKERS='-2': expected `int` >= 0"),
         ({"SVC_LOG_LEVEL": "loud"}, "SVC_LOG_LEVEL='loud': not a log level"),
         ({"SVC_ALLOW_EVICTING_REDIS": "maybe"}, "use the default (false)"),
+        ({"SVC_NON_STREAMING": "never"}, "SVC_NON_STREAMING='never'"),
+        ({"SVC_NON_STREAMING": "Refuse"}, "use the default (stream)"),
         (
             {"SVC_DEV_BOOTSTRAP": "maybe"},
             "`bool | null`. Correct it, or unset it to use the default",

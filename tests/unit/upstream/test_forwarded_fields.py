@@ -2,7 +2,8 @@
 privacy (issue 30, item 8): ``service_tier``, ``store`` and ``metadata`` go upstream only
 when the models file allows them for the alias (``allow_service_tier``, ``allow_store``),
 on chat, on Responses translated to chat, and on Responses sent to a provider that serves
-them; ``top_k``, which only some servers take, likewise (``allow_top_k``). What the
+them; ``top_k``, which only some servers take, likewise (``allow_top_k``), and spoken
+output and predictions (``allow_audio``, ``allow_prediction``, issue 44). What the
 in-process mock upstream received is what is checked."""
 
 from __future__ import annotations
@@ -172,6 +173,33 @@ async def test_top_k_is_sent_only_where_the_alias_allows_it(
     assert not set(GATED) & set(sent), sent  # the other flags stay as they were
 
 
+AUDIO = {"modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "wav"}}
+PREDICTION = {"prediction": {"type": "content", "content": "def f(): pass"}}
+
+
+@pytest.mark.parametrize(
+    ("flags", "sent_on"),
+    [
+        ("", {}),
+        ("allow_audio = true", AUDIO),
+        ("allow_prediction = true", PREDICTION),
+        ("allow_audio = true\nallow_prediction = true", {**AUDIO, **PREDICTION}),
+    ],
+)
+async def test_audio_output_and_prediction_are_sent_only_where_the_alias_allows_them(
+    mock: MockUpstream, tmp_path: Path, flags: str, sent_on: dict[str, object]
+) -> None:
+    """Spoken output costs the operator several times text per token, a prediction's
+    rejected tokens are billed as output none of which reaches the client (issue 44, item
+    13): each is left out unless its flag allows it, on chat and on svc-auto alike."""
+    aliases = _aliases(tmp_path, mock.base_url, flags)
+    for alias in ("svc-fast", "svc-auto"):  # svc-auto routes a short prompt to svc-fast
+        params = parse_chat_request(_chat(alias, **AUDIO, **PREDICTION), aliases)
+        sent = await _sent(mock, params, responses_api=False)
+        assert {name: sent[name] for name in (*AUDIO, *PREDICTION) if name in sent} == sent_on
+        assert not set(GATED) & set(sent)  # the other flags stay as they were
+
+
 def test_the_flags_default_to_false_and_are_read_from_the_models_file(tmp_path: Path) -> None:
     aliases = _aliases(tmp_path, "http://x/v1", "allow_store = true")
     assert (aliases["svc-fast"].allow_store, aliases["svc-fast"].allow_service_tier) == (
@@ -184,7 +212,10 @@ def test_the_flags_default_to_false_and_are_read_from_the_models_file(tmp_path: 
     assert (top_k.allow_top_k, top_k.allow_store) == (True, False)
 
 
-@pytest.mark.parametrize("flag", ["allow_service_tier", "allow_store", "allow_top_k"])
+@pytest.mark.parametrize(
+    "flag",
+    ["allow_service_tier", "allow_store", "allow_top_k", "allow_audio", "allow_prediction"],
+)
 def test_a_flag_that_is_not_a_boolean_stops_start_up_naming_line_and_field(
     tmp_path: Path, flag: str
 ) -> None:

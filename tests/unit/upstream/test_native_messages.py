@@ -17,7 +17,7 @@ from app.core.errors import UpstreamError
 from app.messages.request import native_request, parse_messages_request
 from app.messages.stream import TOOL_USE_PREFIX, MessagesStream
 from app.messages.wire import MessagesRequest
-from app.upstream.base import CHOICE_END, ChoiceEnd, UpstreamCall, Usage
+from app.upstream.base import CHOICE_END, ChoiceEnd, StartUsage, UpstreamCall, Usage
 from app.upstream.config import ProviderConfig
 from app.upstream.http11 import StreamingProvider
 from app.upstream.messages_sse import MessagesEvents
@@ -289,10 +289,12 @@ async def test_the_provider_gets_the_request_and_headers_and_svc_reads_its_event
         model="claude-real", request=params.request, max_tokens=50, messages=params.native_messages
     )
     pieces = await _stream(mock, call)
-    assert pieces[:5] == ["alpha ", "bravo ", "charlie ", "delta ", "echo "]
-    assert pieces[5] == CHOICE_END
-    assert isinstance(pieces[6], Usage)
-    assert pieces[6].completion_tokens == 5
+    # message_start's counts come with the first output, the report at the end last
+    assert pieces[0] == StartUsage(123, 1)
+    assert pieces[1:6] == ["alpha ", "bravo ", "charlie ", "delta ", "echo "]
+    assert pieces[6] == CHOICE_END
+    assert isinstance(pieces[7], Usage)
+    assert pieces[7].completion_tokens == 5
     request, headers = mock.stats.last_request, mock.stats.last_headers
     assert (request["model"], request["max_tokens"], request["stream"]) == ("claude-real", 50, True)
     assert request["messages"] == SENT["messages"]
@@ -322,6 +324,8 @@ async def test_the_mock_stops_before_a_stop_sequence_and_names_it_either_way(
     chat = UpstreamCall(model=model, request=params.request, max_tokens=50)
     for call in (native, chat):
         pieces = await _stream(mock, call)
+        if call is native:  # message_start's counts, with the first output
+            assert type(pieces.pop(0)) is StartUsage
         assert pieces[:-1] == ["alpha ", "bravo ", "c", ChoiceEnd("harlie")]
         assert isinstance(pieces[-1], Usage)
         assert pieces[-1].completion_tokens == 3
@@ -400,12 +404,11 @@ def test_text_with_cache_usage_becomes_text_then_the_end_with_the_prompt_whole()
         _sse("message_stop"),
         _text_delta(0, "after the end"),
     )
-    usage = Usage(
-        21 + 1500 + 188,
-        15,
-        {"cached_tokens": 1500, "cache_creation_input_tokens": 188},
-    )
-    assert pieces == ["Hel", "lo", CHOICE_END, usage]
+    details = {"cached_tokens": 1500, "cache_creation_input_tokens": 188}
+    # message_start's counts come with the first output (what a client that leaves before
+    # message_delta is billed), the report at the end last
+    start = StartUsage(21 + 1500 + 188, 1, details)
+    assert pieces == [start, "Hel", "lo", CHOICE_END, Usage(21 + 1500 + 188, 15, details)]
     assert done
 
 
@@ -450,6 +453,7 @@ def test_tool_use_blocks_become_tool_calls_with_the_providers_ids() -> None:
         return Delta(tool_calls=[ToolCallDelta(index=index, function=fn)])
 
     assert pieces == [
+        StartUsage(50, 1),
         "Let me check.",
         begins(0, "toolu_01A", "get_weather"),
         more(0, '{"city":'),
@@ -460,7 +464,7 @@ def test_tool_use_blocks_become_tool_calls_with_the_providers_ids() -> None:
         CHOICE_END,
         Usage(50, 40),
     ]
-    assert type(pieces[1].tool_calls[0]) is ToolUseDelta  # type: ignore[union-attr]
+    assert type(pieces[2].tool_calls[0]) is ToolUseDelta  # type: ignore[union-attr]
     assert done
 
 
@@ -479,6 +483,7 @@ def test_thinking_is_reasoning_and_a_cut_is_length() -> None:
         _sse("message_stop"),
     )
     assert pieces == [
+        StartUsage(5, 1),
         Delta(reasoning_content="Hm"),
         "cut",
         Delta(finish_reason="length"),
@@ -501,22 +506,25 @@ def test_thinking_is_reasoning_and_a_cut_is_length() -> None:
     ],
 )
 def test_each_stop_reason_ends_as_chat_would_say_it(reason: str, finish: str | None) -> None:
-    pieces, _done = _pieces(_text_delta(0, "a"), _message_delta(reason, output_tokens=1))
+    pieces, _done = _pieces(
+        _text_delta(0, "a"), _message_delta(reason, input_tokens=3, output_tokens=1)
+    )
     end = [CHOICE_END] if finish is None else [Delta(finish_reason=finish), CHOICE_END]
-    assert pieces == ["a", *end, Usage(0, 1)]
+    assert pieces == ["a", *end, Usage(3, 1)]
 
 
 def test_a_stop_sequence_is_named_on_the_choices_end() -> None:
     delta = {"stop_reason": "stop_sequence", "stop_sequence": "\n\nHuman:"}
     pieces, _done = _pieces(
-        _text_delta(0, "a"), _sse("message_delta", delta=delta, usage={"output_tokens": 1})
+        _text_delta(0, "a"),
+        _sse("message_delta", delta=delta, usage={"input_tokens": 3, "output_tokens": 1}),
     )
-    assert pieces == ["a", ChoiceEnd("\n\nHuman:"), Usage(0, 1)]
+    assert pieces == ["a", ChoiceEnd("\n\nHuman:"), Usage(3, 1)]
 
 
 def test_a_stream_cut_before_message_stop_is_not_done() -> None:
     pieces, done = _pieces(_start(input_tokens=5), _text_delta(0, "half"))
-    assert (pieces, done) == (["half"], False)
+    assert (pieces, done) == ([StartUsage(5, 0), "half"], False)
 
 
 @pytest.mark.parametrize(
@@ -526,7 +534,6 @@ def test_a_stream_cut_before_message_stop_is_not_done() -> None:
         _sse("error", error={"type": "x" * 500}),
         _sse("error"),
         b"data: {not json\n\n",
-        b'data: {"type": "message_delta", "usage": {"output_tokens": "many"}}\n\n',
         _json_delta(7, '{"a": 1}'),  # a block that never began
     ],
 )
@@ -545,9 +552,10 @@ def test_odd_streams_are_read_as_far_as_they_make_sense() -> None:
         _sse("content_block_start", index=1, content_block=tool),  # input given at the start
         _sse("content_block_delta", index=1, delta={"type": "citations_delta"}),
         _sse("content_block_start", index=2),  # no block
-        # usage that makes no sense: negative counts
+        # usage that makes no sense: negative counts are none, and without the prompt's
+        # count there is no report
         _message_delta("end_turn", input_tokens=-5, cache_read_input_tokens=-1, output_tokens=2),
-        _message_delta("end_turn", output_tokens=3),  # a second report: the usage again
+        _message_delta("end_turn", input_tokens=7, output_tokens=3),  # a second: the usage
         _sse("message_stop"),
     )
     fn = ToolCallFunctionDelta(name="f", arguments='{"a":1}')
@@ -556,8 +564,7 @@ def test_odd_streams_are_read_as_far_as_they_make_sense() -> None:
         Delta(tool_calls=[ToolUseDelta(index=0, id="toolu_01C", type="function", function=fn)]),
         Delta(finish_reason="tool_calls"),
         CHOICE_END,
-        Usage(0, 2),
-        Usage(0, 3),
+        Usage(7, 3),
     ]
     assert done
 
