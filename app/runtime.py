@@ -242,6 +242,7 @@ class Services:
             settings.failed_auth_limit,
             settings.failed_auth_window_s,
             self.throttle_counts.count_failed_auth,
+            read=self.throttle_counts.failed_auths,
         )
         self.auth = Authenticator(
             self.key_records,
