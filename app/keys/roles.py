@@ -10,6 +10,12 @@ its own limits (daily cap, allowed models, rate limit, expiry, role), and it act
 keys within them (rotating an unlimited key would hand out an unlimited secret). So a key
 given to a mobile app cannot lift its own cap, and a limited admin key cannot reach the
 owner's own key. Operators (the admin API and CLI) are not bound by any key.
+
+Limits per key are not enough for what is counted per day or per minute: a key capped at
+100 credits a day that made five keys capped at 100 each would spend 600. So the keys a
+capped or rate-limited key creates join its lineage (``lineage_of_keys_made_by``): they
+count in its daily cap counter and its rate log, as its rotations do, and together never
+spend more in a day, nor start more requests in a minute, than it may alone.
 """
 
 from __future__ import annotations
@@ -27,6 +33,18 @@ API_DEFAULT_ROLE: Role = "inference"
 """The role of a key created through ``/v1/api-keys`` when its creator names none."""
 OPERATOR_DEFAULT_ROLE: Role = "admin"
 """The role of a key an operator creates (admin API, CLI, the dev key)."""
+
+
+def lineage_of_keys_made_by(granter: KeyRecord | None) -> str | None:
+    """The lineage of a key ``granter`` creates: ``granter``'s own when it has a daily cap
+    or a rate limit, so its keys share them (and their rotations after them: a successor
+    keeps its predecessor's lineage); None, a lineage of the new key's own, when an operator
+    or a key with neither creates it."""
+    if granter is None:
+        return None
+    if granter.daily_cap_credits is None and granter.rate_limit_rpm is None:
+        return None
+    return granter.cap_kid
 
 
 def require_manager(caller: KeyRecord) -> KeyRecord:
