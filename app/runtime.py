@@ -465,9 +465,9 @@ async def bootstrap_dev(services: Services) -> str | None:
     accounts = services.accounts
     pid = await accounts.create_account()
     await accounts.grant_purchased(pid, services.settings.dev_credits, source="dev")
-    created = await accounts.create_key(
-        pid, KeyCreateRequest(name="dev", environment="live", daily_cap_credits=None)
-    )
+    # admin: the one key a new deployment starts with manages the others
+    dev = KeyCreateRequest(name="dev", environment="live", daily_cap_credits=None, role="admin")
+    created = await accounts.create_key(pid, dev)
     write_private(path, created.key + "\n")
     return created.key
 

@@ -46,13 +46,7 @@ from app.keys.format import (
     new_kid,
     public_id,
 )
-from app.keys.roles import (
-    API_DEFAULT_ROLE,
-    OPERATOR_DEFAULT_ROLE,
-    Role,
-    check_within,
-    lineage_of_keys_made_by,
-)
+from app.keys.roles import DEFAULT_ROLE, Role, check_within, lineage_of_keys_made_by
 from app.store import AccountRecord, KeyRecord, KeyRotation, Store, WebhookEventRecord
 from app.webhooks.events import KEY_REVOKED, KEY_ROTATED, encode_data, event_id
 from app.webhooks.registry import Webhooks
@@ -100,15 +94,14 @@ class ApiKeys:
         """A new key; the secret is returned here and never again. ``expires_at`` (ISO
         8601, in the future) is when it stops working; None: never. ``granter``: the key
         creating it through ``/v1`` (the new key stays within its limits, and shares its
-        daily cap and rate limit when it has either: ``lineage_of_keys_made_by``, and is an
-        ``inference`` key unless the request names a role); None: an operator."""
+        daily cap and rate limit when it has either: ``lineage_of_keys_made_by``); None: an
+        operator. The key is ``inference`` unless the request names a role."""
         req = validate_key_request(req)
         expires = None if req.expires_at is None else expiry_seconds(req.expires_at)
         if expires is not None and expires <= self.clock():
             raise invalid_value("expires_at", "'expires_at' must be in the future.")
         models = None if req.allowed_models is None else self._allowed_models(req.allowed_models)
         rpm = req.rate_limit_rpm
-        default_role = OPERATOR_DEFAULT_ROLE if granter is None else API_DEFAULT_ROLE
         await self.require_account(pid)
         now = int(self.clock())
         kid = new_kid()
@@ -125,7 +118,7 @@ class ApiKeys:
             allowed_models=models,
             rate_limit_rpm=self.default_rate_limit_rpm if rpm is UNSET else rpm,
             max_credits_per_request=req.max_credits_per_request,
-            role=default_role if req.role is UNSET else req.role,
+            role=DEFAULT_ROLE if req.role is UNSET else req.role,
             lineage=lineage_of_keys_made_by(granter),
         )
         check_within(settings, granter)

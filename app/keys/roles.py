@@ -2,8 +2,10 @@
 
 Two roles. ``admin`` manages the account's keys and webhooks and does everything else;
 ``inference`` makes requests and reads the account (models, credits, usage, activity, its
-keys and webhooks) but changes nothing. Operators' keys and the dev key are ``admin``; a
-key made through ``/v1/api-keys`` is what its creator asks for, ``inference`` unless told.
+keys and webhooks) but changes nothing. Every key is ``inference`` unless its creator asks
+for ``admin`` (least privilege: a key handed to an app or a customer cannot manage keys by
+accident), whoever creates it: a key through ``/v1/api-keys`` or an operator (admin API,
+CLI). The dev key alone is made ``admin``, as the one key a new deployment starts with.
 
 A key never grants more than it has: every key it creates, changes or rotates stays within
 its own limits (daily cap, allowed models, rate limit, expiry, role), and it acts only on
@@ -29,10 +31,8 @@ ADMIN = "admin"
 INFERENCE = "inference"
 Role = Literal["admin", "inference"]
 ROLES: tuple[Role, ...] = ("admin", "inference")
-API_DEFAULT_ROLE: Role = "inference"
-"""The role of a key created through ``/v1/api-keys`` when its creator names none."""
-OPERATOR_DEFAULT_ROLE: Role = "admin"
-"""The role of a key an operator creates (admin API, CLI, the dev key)."""
+DEFAULT_ROLE: Role = "inference"
+"""The role of a new key whose creator names none (through ``/v1`` or an operator)."""
 
 
 def lineage_of_keys_made_by(granter: KeyRecord | None) -> str | None:

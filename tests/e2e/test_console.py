@@ -340,7 +340,7 @@ def test_an_inference_key_shows_its_role_and_none_of_what_it_cannot_do(
     site: Server, console: Console, receiver: Receiver
 ) -> None:
     pid = site.new_account(10_000)
-    owner = site.new_key(pid)  # an operator's key, named "test": admin
+    owner = site.new_key(pid, role="admin")  # an operator's key, named "test"
     body = {"url": receiver.url, "events": ["key.revoked"]}
     assert httpx.post(f"{site.base_url}/webhooks", json=body, headers=_h(owner)).is_success
     page = console.page

@@ -64,7 +64,7 @@ def receiver() -> Iterator[Receiver]:
 
 def _owner(server: Server) -> tuple[str, dict[str, str]]:
     pid = server.new_account(100_000)
-    return pid, {"authorization": f"Bearer {server.new_key(pid)}"}
+    return pid, {"authorization": f"Bearer {server.new_key(pid, role='admin')}"}
 
 
 def _create(server: Server, headers: dict[str, str], url: str, events: list[str]) -> httpx.Response:
