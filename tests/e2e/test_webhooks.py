@@ -307,7 +307,7 @@ def test_a_low_balance_and_a_keys_cap_are_told_once_per_crossing_under_load(
     created = hooked.admin(
         "POST",
         f"/accounts/{pid}/api-keys",
-        {"name": "capped", "environment": "live", "daily_cap_credits": 200},
+        {"name": "capped", "environment": "live", "daily_cap_credits": 200, "role": "admin"},
     ).json()
     headers = {"authorization": f"Bearer {created['key']}"}
     body = {
