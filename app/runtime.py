@@ -248,6 +248,7 @@ class Services:
             settings.failed_auth_limit,
             settings.failed_auth_window_s,
             self.throttle_counts.count_failed_auth,
+            read=self.throttle_counts.failed_auths,
         )
         self.auth = Authenticator(
             self.key_records,
@@ -470,9 +471,9 @@ async def bootstrap_dev(services: Services) -> str | None:
     accounts = services.accounts
     pid = await accounts.create_account()
     await accounts.grant_purchased(pid, services.settings.dev_credits, source="dev")
-    created = await accounts.create_key(
-        pid, KeyCreateRequest(name="dev", environment="live", daily_cap_credits=None)
-    )
+    # admin: the one key a new deployment starts with manages the others
+    dev = KeyCreateRequest(name="dev", environment="live", daily_cap_credits=None, role="admin")
+    created = await accounts.create_key(pid, dev)
     write_private(path, created.key + "\n")
     return created.key
 

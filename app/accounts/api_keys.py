@@ -46,7 +46,7 @@ from app.keys.format import (
     new_kid,
     public_id,
 )
-from app.keys.roles import API_DEFAULT_ROLE, OPERATOR_DEFAULT_ROLE, Role, check_within
+from app.keys.roles import DEFAULT_ROLE, Role, check_within, lineage_of_keys_made_by
 from app.store import AccountRecord, KeyRecord, KeyRotation, Store, WebhookEventRecord
 from app.webhooks.events import KEY_REVOKED, KEY_ROTATED, encode_data, event_id
 from app.webhooks.registry import Webhooks
@@ -93,15 +93,15 @@ class ApiKeys:
     ) -> ApiKeyCreated:
         """A new key; the secret is returned here and never again. ``expires_at`` (ISO
         8601, in the future) is when it stops working; None: never. ``granter``: the key
-        creating it through ``/v1`` (the new key stays within its limits, and is an
-        ``inference`` key unless the request names a role); None: an operator."""
+        creating it through ``/v1`` (the new key stays within its limits, and shares its
+        daily cap and rate limit when it has either: ``lineage_of_keys_made_by``); None: an
+        operator. The key is ``inference`` unless the request names a role."""
         req = validate_key_request(req)
         expires = None if req.expires_at is None else expiry_seconds(req.expires_at)
         if expires is not None and expires <= self.clock():
             raise invalid_value("expires_at", "'expires_at' must be in the future.")
         models = None if req.allowed_models is None else self._allowed_models(req.allowed_models)
         rpm = req.rate_limit_rpm
-        default_role = OPERATOR_DEFAULT_ROLE if granter is None else API_DEFAULT_ROLE
         await self.require_account(pid)
         now = int(self.clock())
         kid = new_kid()
@@ -118,7 +118,8 @@ class ApiKeys:
             allowed_models=models,
             rate_limit_rpm=self.default_rate_limit_rpm if rpm is UNSET else rpm,
             max_credits_per_request=req.max_credits_per_request,
-            role=default_role if req.role is UNSET else req.role,
+            role=DEFAULT_ROLE if req.role is UNSET else req.role,
+            lineage=lineage_of_keys_made_by(granter),
         )
         check_within(settings, granter)
         if await self.store.count_active_keys(pid, now) >= self.max_active_keys:
@@ -243,14 +244,15 @@ class ApiKeys:
         granter: KeyRecord | None = None,
     ) -> ApiKeyCreated:
         """A successor of key ``key_id``: a new secret with the same name, environment, cap,
-        allowed models, rate limit and credit ceiling, sharing the old key's daily cap and
-        rate limit (its lineage's), so a rotation neither resets nor doubles them. The old
-        key works for ``grace_seconds`` more (unless it expires sooner), then answers 401
-        ``api_key_expired``. The new key is usable before the old one's end reaches
-        Redis, so a client switching keys never meets a gap. 409 for a revoked or expired
-        key, or one rotated before; 400 ``api_key_limit_reached`` when the old key's grace
-        would take the account past its active keys (the old key counts until it ends).
-        ``role``: the new key's (left out: the old key's); ``granter`` as for updates."""
+        expiry, allowed models, rate limit and credit ceiling, sharing the old key's daily
+        cap and rate limit (its lineage's), so a rotation neither resets nor doubles them,
+        nor lifts an expiry. The old key works for ``grace_seconds`` more (unless it expires
+        sooner), then answers 401 ``api_key_expired``. The new key is usable before the old
+        one's end reaches Redis, so a client switching keys never meets a gap. 409 for a
+        revoked or expired key, or one rotated before; 400 ``api_key_limit_reached`` when
+        the old key's grace would take the account past its active keys (the old key counts
+        until it ends). ``role``: the new key's (left out: the old key's); ``granter`` as
+        for updates."""
         old = await self._account_key(pid, key_id)
         check_within(old, granter, acting_on=True)
         now = int(self.clock())
@@ -264,7 +266,7 @@ class ApiKeys:
             created_at=now,
             status="active",
             revoked_at=None,
-            expires_at=None,
+            expires_at=old.expires_at,  # a rotation never lifts an expiry
             lineage=old.cap_kid,
             replaces=old.kid,
             role=old.role if role is UNSET else role,

@@ -54,7 +54,7 @@ KeyRole = Annotated[
     Role,
     msgspec.Meta(
         description="admin: manages keys and webhooks, and everything else; inference: "
-        "requests and reads only. Left out: inference through /v1, admin for operators."
+        "requests and reads only. Left out: inference, whoever creates the key."
     ),
 ]
 Timestamp = Annotated[

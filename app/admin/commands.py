@@ -61,7 +61,7 @@ _KEY_SETTINGS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
         _count_or_none,
         "the most credits one request may cost, or none (no ceiling)",
     ),
-    ("--role", str, "admin (manages keys and webhooks; the default here) or inference"),
+    ("--role", str, "inference (the default: requests and reads) or admin (also manages keys)"),
 )
 
 

@@ -24,6 +24,11 @@ MAX_RATE_LIMIT_RPM = 1_000_000
 the last minute (about 10 bytes each in Redis), so a key at this limit may hold ~10 MB."""
 
 
+MIN_ADMIN_TOKEN_CHARS = 32
+"""The shortest SVC_ADMIN_TOKEN svc starts with: the token reaches every account, and the
+failed-auth throttle only slows guessing down (a generated one has 43 characters)."""
+
+
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """Every knob of svc. The environment variable is ``SVC_`` + the field name in capitals."""
 
@@ -36,8 +41,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     are discovered from it."""
     database_url: str | None = None
     """``sqlite:///path.db`` or ``postgresql://…``; unset = SQLite under data_dir."""
-    admin_token: str | None = None
-    """Bearer token of ``/admin/v1``; unset = generated into data_dir/admin-token.txt."""
+    admin_token: Annotated[str, msgspec.Meta(min_length=MIN_ADMIN_TOKEN_CHARS)] | None = None
+    """Bearer token of ``/admin/v1``, at least MIN_ADMIN_TOKEN_CHARS characters (a shorter
+    one refuses to start); unset = generated into data_dir/admin-token.txt."""
     key_pepper: str | None = None
     """HMAC secret for key digests; unset = generated into data_dir/key-pepper.txt."""
     dev_bootstrap: bool | None = None

@@ -21,11 +21,22 @@ class ThrottleCounts:
 
     def __init__(self, scripts: Scripts, layout: KeySpace) -> None:
         self.layout = layout
+        self.redis = scripts.redis
         self._run = scripts.run
 
     async def count_failed_auth(self, address: str, window_s: float) -> WindowCount:
         """One more failed authentication of ``address`` in its window (every worker's)."""
         return await self._window_count(self.layout.failed_auths(address), window_s)
+
+    async def failed_auths(self, address: str) -> WindowCount:
+        """The failed authentications ``address`` has in its window, counting none (0 and
+        no time left when it has no window open): one read of window_count.lua's counter."""
+        counter = self.layout.failed_auths(address)
+        pipe = self.redis.pipeline(transaction=False)  # one key: one slot, one round trip
+        pipe.get(counter)
+        pipe.pttl(counter)
+        attempts, ms_left = await pipe.execute()
+        return WindowCount(int(attempts or 0), max(0, int(ms_left)) / 1000)
 
     async def count_cold_auth(self, address: str) -> WindowCount:
         """One more cold-path verification of ``address`` in the current second."""

@@ -2,14 +2,22 @@
 
 Two roles. ``admin`` manages the account's keys and webhooks and does everything else;
 ``inference`` makes requests and reads the account (models, credits, usage, activity, its
-keys and webhooks) but changes nothing. Operators' keys and the dev key are ``admin``; a
-key made through ``/v1/api-keys`` is what its creator asks for, ``inference`` unless told.
+keys and webhooks) but changes nothing. Every key is ``inference`` unless its creator asks
+for ``admin`` (least privilege: a key handed to an app or a customer cannot manage keys by
+accident), whoever creates it: a key through ``/v1/api-keys`` or an operator (admin API,
+CLI). The dev key alone is made ``admin``, as the one key a new deployment starts with.
 
 A key never grants more than it has: every key it creates, changes or rotates stays within
 its own limits (daily cap, allowed models, rate limit, expiry, role), and it acts only on
 keys within them (rotating an unlimited key would hand out an unlimited secret). So a key
 given to a mobile app cannot lift its own cap, and a limited admin key cannot reach the
 owner's own key. Operators (the admin API and CLI) are not bound by any key.
+
+Limits per key are not enough for what is counted per day or per minute: a key capped at
+100 credits a day that made five keys capped at 100 each would spend 600. So the keys a
+capped or rate-limited key creates join its lineage (``lineage_of_keys_made_by``): they
+count in its daily cap counter and its rate log, as its rotations do, and together never
+spend more in a day, nor start more requests in a minute, than it may alone.
 """
 
 from __future__ import annotations
@@ -23,10 +31,20 @@ ADMIN = "admin"
 INFERENCE = "inference"
 Role = Literal["admin", "inference"]
 ROLES: tuple[Role, ...] = ("admin", "inference")
-API_DEFAULT_ROLE: Role = "inference"
-"""The role of a key created through ``/v1/api-keys`` when its creator names none."""
-OPERATOR_DEFAULT_ROLE: Role = "admin"
-"""The role of a key an operator creates (admin API, CLI, the dev key)."""
+DEFAULT_ROLE: Role = "inference"
+"""The role of a new key whose creator names none (through ``/v1`` or an operator)."""
+
+
+def lineage_of_keys_made_by(granter: KeyRecord | None) -> str | None:
+    """The lineage of a key ``granter`` creates: ``granter``'s own when it has a daily cap
+    or a rate limit, so its keys share them (and their rotations after them: a successor
+    keeps its predecessor's lineage); None, a lineage of the new key's own, when an operator
+    or a key with neither creates it."""
+    if granter is None:
+        return None
+    if granter.daily_cap_credits is None and granter.rate_limit_rpm is None:
+        return None
+    return granter.cap_kid
 
 
 def require_manager(caller: KeyRecord) -> KeyRecord:

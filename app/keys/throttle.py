@@ -7,6 +7,11 @@ failure, never one for a valid key). A worker that has seen an address reach the
 answers its further wrong credentials 429 without counting them again, until the window
 ends. So exactly ``limit`` wrong keys per window get a 401, wherever they land.
 
+The admin token is the exception (``refuse_over_limit``): an address over its limit is
+refused even the right token until its window ends, so wrong tokens can never be followed by
+a right one from there: the token reaches every account, and its bearer is one operator, not
+a crowd behind a NAT.
+
 A valid key is never refused for what others sent from its address: behind a NAT or a
 carrier-grade NAT one address is many clients, and a neighbour's wrong keys must not lock
 the others out. The credentials are checked first (a digest, the worker's cache, at most
@@ -73,6 +78,8 @@ def client_address(
 
 CountFailure = Callable[[str, float], Awaitable[WindowCount]]
 """One more failed authentication of an address in a window of so many seconds."""
+ReadFailures = Callable[[str], Awaitable[WindowCount]]
+"""The failed authentications an address has in its window, counting none."""
 
 
 class FailedAuthThrottle:
@@ -85,15 +92,18 @@ class FailedAuthThrottle:
         window_s: float,
         count: CountFailure | None = None,
         *,
+        read: ReadFailures | None = None,
         max_addresses: int = 100_000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``limit`` 0 (or no ``count``): no throttling."""
+        """``limit`` 0 (or no ``count``): no throttling. ``read``: what
+        ``refuse_over_limit`` asks Redis (None: this worker's own list alone)."""
         self.limit = limit
         self.window_s = window_s
         self.max_addresses = max_addresses
         self.clock = clock
         self._count = count
+        self._read = read
         self._blocked: OrderedDict[str, float] = OrderedDict()  # address -> until (clock)
 
     def check(self, address: str) -> None:
@@ -107,6 +117,23 @@ class FailedAuthThrottle:
             del self._blocked[address]
             return
         raise _refusal(left)
+
+    async def refuse_over_limit(self, address: str) -> None:
+        """Raise 429 when ``address`` is over its limit of failed authentications (on any
+        worker or instance: Redis is read, nothing is counted), whatever it presents next:
+        for the admin token, whose right value must not be served after as many wrong ones
+        as an address may send."""
+        if self.limit <= 0 or self._count is None:
+            return
+        self.check(address)
+        if self._read is None:
+            return
+        try:
+            counted = await self._read(address)
+        except REDIS_ERRORS:
+            return  # as ``failed``: the token's own check stands; the throttle resumes with Redis
+        if counted.attempts >= self.limit and counted.left_s > 0:
+            raise _refusal(counted.left_s)
 
     @asynccontextmanager
     async def guarding(self, address: str) -> AsyncIterator[None]:

@@ -52,8 +52,23 @@ class Server:
             assert self.admin("POST", f"/accounts/{pid}/grants", {"credits": credits}).is_success
         return str(pid)
 
-    def new_key(self, pid: str, *, environment: str = "live", daily_cap: int | None = None) -> str:
-        body = {"name": "test", "environment": environment, "daily_cap_credits": daily_cap}
+    def new_key(
+        self,
+        pid: str,
+        *,
+        environment: str = "live",
+        daily_cap: int | None = None,
+        role: str | None = None,
+    ) -> str:
+        """A key an operator mints: ``inference`` unless ``role`` says ``admin`` (a key
+        that manages keys or webhooks must ask for it)."""
+        body: dict[str, object] = {
+            "name": "test",
+            "environment": environment,
+            "daily_cap_credits": daily_cap,
+        }
+        if role is not None:
+            body["role"] = role
         response = self.admin("POST", f"/accounts/{pid}/api-keys", body)
         assert response.status_code == 201, response.text
         return str(response.json()["key"])

@@ -41,7 +41,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         "SVC_REDIS_URL": valkey.connection_url,
         "SVC_DATABASE_URL": f"sqlite:///{tmp / 'svc.db'}",  # one file, two processes (WAL)
         "SVC_KEY_PEPPER": "pair-pepper-0123456789abcdef",  # one key, one digest everywhere
-        "SVC_ADMIN_TOKEN": "pair-admin-token-0123456789",
+        "SVC_ADMIN_TOKEN": "pair-admin-token-0123456789abcdef",
         "SVC_DEV_BOOTSTRAP": "false",
     }
     try:

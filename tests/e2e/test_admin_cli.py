@@ -121,6 +121,7 @@ def test_admin_commands_without_a_server(tmp_path: Path) -> None:
         500,
     )
     assert str(out["id"]).startswith("key_")
+    assert out["role"] == "inference"  # least privilege unless asked (issue 44, item 8)
     key_id = out["id"]
     code, out = svc_admin(env, "credits", pid)
     assert out["total_available"] == 1300
@@ -183,6 +184,7 @@ def test_admin_commands_without_a_server(tmp_path: Path) -> None:
     assert (out["replaces"], out["name"], out["rate_limit_rpm"]) == (key_id, "nightly", 120)
     assert out["allowed_models"] == ["svc-fast", "svc-code"]
     assert out["max_credits_per_request"] == 75  # a successor keeps the ceiling
+    assert out["expires_at"] == "2030-01-01T00:00:00Z"  # and the expiry (issue 44, item 10)
     assert str(out["key"]).startswith("svc_test_")
     code, out = svc_admin(env, "rotate-key", pid, str(key_id))
     assert (code, out["error"]["code"]) == (1, "api_key_not_rotatable")  # type: ignore[index]
@@ -194,6 +196,10 @@ def test_admin_commands_without_a_server(tmp_path: Path) -> None:
     assert not is_serving(socket_path(tmp_path / "data"))
     code, out = svc_admin(env, "credits", pid)
     assert out["total_available"] == 1300
+    code, out = svc_admin(env, "create-key", pid, "--name", "ops", "--role", "admin")
+    assert (code, out["role"]) == (0, "admin")
+    code, out = svc_admin(env, "update-key", pid, str(out["id"]), "--role", "inference")
+    assert (code, out["role"]) == (0, "inference")
 
 
 def test_admin_errors_are_json(tmp_path: Path) -> None:
@@ -230,3 +236,8 @@ def test_dev_key_admin_token_database_and_valkey_data_are_private(server: Server
         f"{server.base_url}/credits", headers={"authorization": f"Bearer {server.dev_key}"}
     )
     assert r.json()["total_available"] > 0
+    # the one key a new deployment starts with manages the others (issue 44, item 8)
+    listed = httpx.get(
+        f"{server.base_url}/api-keys", headers={"authorization": f"Bearer {server.dev_key}"}
+    ).json()["data"]
+    assert [k["role"] for k in listed if k["name"] == "dev"] == ["admin"]

@@ -67,7 +67,7 @@ def _chat(server: Server, key: str, **extra: object) -> httpx.Response:
 
 def test_lifecycle_through_the_sdk_and_raw_http(server: Server) -> None:
     pid = server.new_account(10_000)
-    admin_key = server.new_key(pid)
+    admin_key = server.new_key(pid, role="admin")
     client = openai.OpenAI(base_url=server.base_url, api_key=admin_key, max_retries=0)
     created = client.post(
         "/api-keys",
@@ -150,7 +150,7 @@ def test_lifecycle_through_the_sdk_and_raw_http(server: Server) -> None:
 )
 def test_create_validation(server: Server, body: dict[str, object], param: str) -> None:
     pid = server.new_account(0)
-    key = server.new_key(pid)
+    key = server.new_key(pid, role="admin")
     if body.get("name") == "a\\nb":
         body = {**body, "name": "a\nb"}
     r = httpx.post(f"{server.base_url}/api-keys", json=body, headers=_h(key))
@@ -176,7 +176,7 @@ def test_test_keys_cannot_manage_keys(server: Server) -> None:
 
 def test_accounts_cannot_see_or_touch_each_others_keys(server: Server) -> None:
     a, b = server.new_account(100), server.new_account(100)
-    key_a, key_b = server.new_key(a), server.new_key(b)
+    key_a, key_b = server.new_key(a), server.new_key(b, role="admin")
     id_a = httpx.get(f"{server.base_url}/api-keys", headers=_h(key_a)).json()["data"][0]["id"]
     listed_b = httpx.get(f"{server.base_url}/api-keys", headers=_h(key_b)).text
     assert id_a not in listed_b
@@ -194,7 +194,7 @@ def test_accounts_cannot_see_or_touch_each_others_keys(server: Server) -> None:
 
 def test_revocation_under_load_on_two_workers(server: Server) -> None:
     pid = server.new_account(10_000_000)
-    manager = server.new_key(pid)
+    manager = server.new_key(pid, role="admin")
     victim = server.new_key(pid)
     key_id = httpx.get(f"{server.base_url}/api-keys", headers=_h(victim)).json()["data"][0]["id"]
     revoked_at: list[float] = []
@@ -324,7 +324,7 @@ def _id_of(server: Server, manager: str, secret: str) -> str:
 
 def test_an_update_changes_name_and_cap_at_once_on_every_worker(server: Server) -> None:
     pid = server.new_account(1_000_000)
-    manager = server.new_key(pid)
+    manager = server.new_key(pid, role="admin")
     worker_key = server.new_key(pid, daily_cap=None)
     key_id = _id_of(server, manager, worker_key)
     for _ in range(4):  # spends some of today on both workers
@@ -375,7 +375,7 @@ def test_an_update_is_checked_and_a_bad_one_changes_nothing(
     server: Server, body: dict[str, object], param: str
 ) -> None:
     pid = server.new_account(0)
-    key = server.new_key(pid, daily_cap=5)
+    key = server.new_key(pid, daily_cap=5, role="admin")
     key_id = httpx.get(f"{server.base_url}/api-keys", headers=_h(key)).json()["data"][0]["id"]
     r = httpx.patch(f"{server.base_url}/api-keys/{key_id}", json=body, headers=_h(key))
     assert r.status_code == 400
@@ -386,7 +386,7 @@ def test_an_update_is_checked_and_a_bad_one_changes_nothing(
 
 def test_updates_are_the_accounts_own_and_live_keys_only(server: Server) -> None:
     a, b = server.new_account(100), server.new_account(100)
-    key_a, key_b = server.new_key(a), server.new_key(b)
+    key_a, key_b = server.new_key(a, role="admin"), server.new_key(b, role="admin")
     test_a = server.new_key(a, environment="test")
     id_a = _id_of(server, key_a, key_a)
     body = {"name": "mine"}
@@ -413,7 +413,7 @@ def _iso(ts: float) -> str:
 
 def test_a_key_stops_at_its_expiry_on_every_worker_and_route(server: Server) -> None:
     pid = server.new_account(100_000)
-    manager = server.new_key(pid)
+    manager = server.new_key(pid, role="admin")
     expires = time.time() + 3
     body = {
         "name": "short",
@@ -460,7 +460,7 @@ def test_a_key_stops_at_its_expiry_on_every_worker_and_route(server: Server) -> 
 )
 def test_a_key_needs_a_future_time_with_its_offset(server: Server, expires_at: object) -> None:
     pid = server.new_account(0)
-    key = server.new_key(pid)
+    key = server.new_key(pid, role="admin")
     body = {"name": "k", "environment": "live", "daily_cap_credits": None, "expires_at": expires_at}
     r = httpx.post(f"{server.base_url}/api-keys", json=body, headers=_h(key))
     assert (r.status_code, r.json()["error"]["param"]) == (400, "expires_at")
@@ -469,7 +469,7 @@ def test_a_key_needs_a_future_time_with_its_offset(server: Server, expires_at: o
 
 def test_the_list_shows_when_each_key_was_last_used(server: Server) -> None:
     pid = server.new_account(100_000)
-    manager = server.new_key(pid)
+    manager = server.new_key(pid, role="admin")
     used = server.new_key(pid)
     idle = server.new_key(pid)
     started = int(time.time())

@@ -157,7 +157,7 @@ def kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kit]:
         "SVC_REDIS_URL": valkey.connection_url,
         "SVC_DATABASE_URL": f"sqlite:///{tmp / 'svc.db'}",  # one file, two processes (WAL)
         "SVC_KEY_PEPPER": "balancer-pepper-0123456789abcdef",
-        "SVC_ADMIN_TOKEN": "balancer-admin-token-0123456789",
+        "SVC_ADMIN_TOKEN": "balancer-admin-token-0123456789abcdef",
         "SVC_METRICS_TOKEN": METRICS_TOKEN,
         "SVC_TRUSTED_PROXIES": "127.0.0.1",  # the balancer's address
         "SVC_DEV_BOOTSTRAP": "false",

@@ -189,7 +189,7 @@ def test_a_keys_ceiling_is_set_shown_changed_and_kept_within_its_granter(
     server: Server,
 ) -> None:
     pid = server.new_account(100_000)
-    manager = server.new_key(pid)
+    manager = server.new_key(pid, role="admin")
     base = f"{server.base_url}/api-keys"
     need = _prompt_credits()
     body = {"name": "capped", "environment": "live", "daily_cap_credits": None}
@@ -242,7 +242,7 @@ async def test_300_requests_at_once_are_never_charged_more_than_their_ceilings(
 ) -> None:
     need = _prompt_credits()
     pid = server.new_account(1_000_000)
-    manager = server.new_key(pid)
+    manager = server.new_key(pid, role="admin")
     async with httpx.AsyncClient(timeout=30) as client:
         made = await client.post(
             f"{server.base_url}/api-keys",

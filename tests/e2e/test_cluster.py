@@ -99,7 +99,9 @@ def test_every_operation_on_every_primary(cluster_server: Server, cluster: Redis
     assert _ready(server).json()["checks"] == {"redis": True, "scripts": True, "store": True}
     spent: dict[str, int] = {}
     for pid in _one_account_per_primary(server, cluster):
-        owner = openai.OpenAI(base_url=server.base_url, api_key=server.new_key(pid), max_retries=0)
+        owner = openai.OpenAI(
+            base_url=server.base_url, api_key=server.new_key(pid, role="admin"), max_retries=0
+        )
         used = _paid_stream(owner)
         assert server.balance(pid) == 100_000 - used
         credits = owner.get("/credits", cast_to=httpx.Response).json()
@@ -168,7 +170,7 @@ def test_key_settings_rotation_and_idempotency_on_every_primary(
     server = cluster_server
     for pid in _one_account_per_primary(server, cluster):
         manager = openai.OpenAI(
-            base_url=server.base_url, api_key=server.new_key(pid), max_retries=0
+            base_url=server.base_url, api_key=server.new_key(pid, role="admin"), max_retries=0
         )
         created = manager.post(
             "/api-keys",

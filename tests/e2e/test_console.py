@@ -123,7 +123,7 @@ def _credits(site: Server, key: str) -> int:
 def _owner(site: Server) -> tuple[str, str]:
     """An account with some usage on three models, and its live key."""
     pid = site.new_account(GRANT)
-    key = site.new_key(pid)
+    key = site.new_key(pid, role="admin")
     for model, count in SEEDED.items():
         for _ in range(count):
             _chat(site, key, model)
@@ -352,7 +352,7 @@ def test_an_inference_key_shows_its_role_and_none_of_what_it_cannot_do(
     site: Server, console: Console, receiver: Receiver
 ) -> None:
     pid = site.new_account(10_000)
-    owner = site.new_key(pid)  # an operator's key, named "test": admin
+    owner = site.new_key(pid, role="admin")  # an operator's key, named "test"
     body = {"url": receiver.url, "events": ["key.revoked"]}
     assert httpx.post(f"{site.base_url}/webhooks", json=body, headers=_h(owner)).is_success
     page = console.page
@@ -407,7 +407,7 @@ def test_an_inference_key_shows_its_role_and_none_of_what_it_cannot_do(
 
 def test_a_limited_admin_key_is_shown_what_it_cannot_grant(site: Server, console: Console) -> None:
     pid = site.new_account(10_000)
-    capped = site.new_key(pid, daily_cap=100)  # admin, with a cap of its own
+    capped = site.new_key(pid, daily_cap=100, role="admin")  # with a cap of its own
     page = console.page
     console.sign_in(capped)
     console.open("keys")
@@ -434,7 +434,7 @@ def test_an_admin_key_that_makes_itself_inference_turns_read_only(
     site: Server, console: Console
 ) -> None:
     pid = site.new_account(10_000)
-    key = site.new_key(pid)  # admin, named "test"
+    key = site.new_key(pid, role="admin")  # named "test"
     page = console.page
     console.sign_in(key)
     console.open("keys")
@@ -460,7 +460,7 @@ def test_a_refused_key_shows_the_apis_message_and_is_not_kept(
     site: Server, console: Console
 ) -> None:
     pid = site.new_account(1_000)
-    key = site.new_key(pid)
+    key = site.new_key(pid, role="admin")  # it revokes itself below
     page = console.page
     page.goto(console.url)
     page.get_by_label("API key").fill("not a key")

@@ -81,7 +81,7 @@ def test_hostile_request_gets_a_clean_error(
     code: str,
 ) -> None:
     pid = server.new_account(1_000)
-    tokens = {"key": server.new_key(pid), "admin": server.admin_token}
+    tokens = {"key": server.new_key(pid, role="admin"), "admin": server.admin_token}
     headers = {"content-type": content_type or "application/json"}
     if auth is not None:
         headers["authorization"] = f"Bearer {tokens[auth]}"

@@ -105,7 +105,7 @@ def test_a_test_key_is_served_after_a_live_key_used_the_idempotency_key(srv: Ser
 
 def test_an_operators_idempotency_key_is_not_the_accounts(srv: Server) -> None:
     pid = srv.new_account(1_000)
-    manager = srv.new_key(pid)
+    manager = srv.new_key(pid, role="admin")
     body = {"name": "ci", "environment": "live", "daily_cap_credits": None}
     by_operator = httpx.post(
         f"{srv.root_url}/admin/v1/accounts/{pid}/api-keys",
@@ -123,7 +123,7 @@ def test_an_operators_idempotency_key_is_not_the_accounts(srv: Server) -> None:
 
 def test_a_webhook_with_a_long_non_ascii_url_is_created_once_and_replayed(srv: Server) -> None:
     pid = srv.new_account(1_000)
-    manager = srv.new_key(pid)
+    manager = srv.new_key(pid, role="admin")
     url = "http://127.0.0.1:9/" + "é" * 2000  # 2,019 characters, 4,019 bytes: a 4 KB+ answer
     body = {"url": url, "events": ["key.revoked"], "description": "ü" * 256}
     first = httpx.post(f"{srv.base_url}/webhooks", json=body, headers=_h(manager, "wh-1"))
@@ -184,7 +184,7 @@ def test_a_client_that_leaves_mid_upload_is_an_info_line_and_a_499(
     srv: Server, path: str, route: str, admin: bool
 ) -> None:
     pid = srv.new_account(1_000)
-    authorization = f"Bearer {srv.admin_token if admin else srv.new_key(pid)}"
+    authorization = f"Bearer {srv.admin_token if admin else srv.new_key(pid, role='admin')}"
     logged = len(srv.log_entries())
     before_499 = _requests(srv, "499").get(route, 0)
     before_500 = sum(_requests(srv, "500").values())

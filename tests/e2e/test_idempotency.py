@@ -397,7 +397,7 @@ def _redis_values(server: Server) -> bytes:
 
 def test_a_key_created_twice_with_one_idempotency_key_is_one_key(slow: Server) -> None:
     pid = slow.new_account(1_000)
-    manager = slow.new_key(pid)
+    manager = slow.new_key(pid, role="admin")
     body = {"name": "deploy", "environment": "live", "daily_cap_credits": 10}
     url = f"{slow.base_url}/api-keys"
     first = httpx.post(url, json=body, headers=_h(manager, "mk-1"))
@@ -417,7 +417,7 @@ def test_a_key_created_twice_with_one_idempotency_key_is_one_key(slow: Server) -
 
 def test_a_failed_request_frees_its_key(slow: Server) -> None:
     pid = slow.new_account(1_000)
-    manager = slow.new_key(pid)
+    manager = slow.new_key(pid, role="admin")
     url = f"{slow.base_url}/api-keys"
     good = {"name": "x", "environment": "live", "daily_cap_credits": None}
     bad = {**good, "expires_at": "2020-01-01T00:00:00Z"}

@@ -98,7 +98,7 @@ def _traffic(srv: Server) -> list[str]:
     )
     _ok(admin)
     _ok(srv.admin("POST", f"/accounts/{pid}/spotlights", {"view_id": "view-op"}))
-    owner = srv.new_key(pid)
+    owner = srv.new_key(pid, role="admin")
     test_key = srv.new_key(pid, environment="test")
     chat = {"model": "svc-fast", "messages": [{"role": "user", "content": "hi"}]}
     for key in (owner, test_key):

@@ -59,7 +59,7 @@ def _rotate(server: Server, manager: str, key_id: object, **body: object) -> htt
 
 def test_a_key_uses_only_its_models_and_svc_auto_needs_them_all(server: Server) -> None:
     pid = server.new_account(100_000)
-    manager = server.new_key(pid)
+    manager = server.new_key(pid, role="admin")
     created = _create(server, manager, allowed_models=["svc-fast", "svc-code", "svc-fast"])
     assert created["allowed_models"] == ["svc-fast", "svc-code"]  # each once
     scoped = str(created["key"])
@@ -121,7 +121,7 @@ def test_bad_key_settings_are_a_400_naming_the_field(
     server: Server, field: str, value: object
 ) -> None:
     pid = server.new_account(0)
-    manager = server.new_key(pid)
+    manager = server.new_key(pid, role="admin")
     listed = httpx.get(f"{server.base_url}/api-keys", headers=_h(manager)).json()
     body = {"name": "x", "environment": "live", "daily_cap_credits": None, field: value}
     created = httpx.post(f"{server.base_url}/api-keys", json=body, headers=_h(manager))
@@ -134,7 +134,7 @@ def test_bad_key_settings_are_a_400_naming_the_field(
 
 def test_unknown_fields_are_refused_on_create(server: Server) -> None:
     pid = server.new_account(0)
-    manager = server.new_key(pid)
+    manager = server.new_key(pid, role="admin")
     body = {"name": "x", "environment": "live", "daily_cap_credits": None, "scopes": ["all"]}
     r = httpx.post(f"{server.base_url}/api-keys", json=body, headers=_h(manager))
     assert (r.status_code, r.json()["error"]["param"]) == (400, "scopes")
@@ -147,7 +147,7 @@ async def test_a_key_limited_to_600_rpm_serves_exactly_600_of_1000_in_the_minute
     server: Server,
 ) -> None:
     pid = server.new_account(10_000_000)
-    manager = server.new_key(pid)
+    manager = server.new_key(pid, role="admin")
     limited = _create(server, manager, rate_limit_rpm=600)
     assert limited["rate_limit_rpm"] == 600
     key = str(limited["key"])
@@ -184,7 +184,7 @@ def test_a_lowered_rate_limit_holds_from_the_next_request_on_every_worker(
     server: Server,
 ) -> None:
     pid = server.new_account(100_000)
-    manager = server.new_key(pid)
+    manager = server.new_key(pid, role="admin")
     created = _create(server, manager, rate_limit_rpm=None)
     key = str(created["key"])
     assert all(_chat(server, key).status_code == 200 for _ in range(6))
@@ -207,7 +207,7 @@ def test_a_rotated_key_keeps_its_settings_and_the_old_one_ends_after_its_grace(
     server: Server,
 ) -> None:
     pid = server.new_account(100_000)
-    manager = server.new_key(pid)
+    manager = server.new_key(pid, role="admin")
     old = _create(
         server,
         manager,
@@ -251,7 +251,7 @@ def test_a_rotated_key_keeps_its_settings_and_the_old_one_ends_after_its_grace(
 
 def test_a_rotation_with_no_grace_ends_the_old_key_at_once(server: Server) -> None:
     pid = server.new_account(100_000)
-    manager = server.new_key(pid)
+    manager = server.new_key(pid, role="admin")
     old = _create(server, manager)
     r = httpx.post(f"{server.base_url}/api-keys/{old['id']}/rotate", headers=_h(manager))
     assert r.status_code == 201  # no body: the defaults
@@ -262,7 +262,7 @@ def test_a_rotation_with_no_grace_ends_the_old_key_at_once(server: Server) -> No
 @pytest.mark.parametrize("body", [{"grace_seconds": -1}, {"grace_seconds": 604_801}, {"x": 1}])
 def test_bad_rotations_are_refused_and_change_nothing(server: Server, body: object) -> None:
     pid = server.new_account(0)
-    manager = server.new_key(pid)
+    manager = server.new_key(pid, role="admin")
     old = _create(server, manager)
     before = httpx.get(f"{server.base_url}/api-keys", headers=_h(manager)).json()
     r = _rotate(server, manager, old["id"], **body)  # type: ignore[arg-type]
@@ -301,7 +301,7 @@ async def test_a_rotation_under_load_loses_no_request_and_never_exceeds_the_cap(
     key the moment it has it: every request is served until the cap, which the two keys
     share, is reached; none is refused for its key."""
     pid = server.new_account(10_000_000)
-    manager = server.new_key(pid)
+    manager = server.new_key(pid, role="admin")
     one = _credits_used(_chat(server, server.new_key(pid)))
     cap = 150 * one
     old = _create(server, manager, daily_cap_credits=cap)
@@ -362,7 +362,7 @@ async def test_a_patch_under_load_holds_for_every_request_sent_after_it(
     """20 connections (both workers) send back to back; once the PATCH has answered, no
     request sent after that is served."""
     pid = server.new_account(10_000_000)
-    manager = server.new_key(pid)
+    manager = server.new_key(pid, role="admin")
     created = _create(server, manager)
     key = str(created["key"])
     sent: list[tuple[float, httpx.Response]] = []

@@ -99,7 +99,7 @@ def known(server: Server) -> Known:
         f"/accounts/{pid}/api-keys",
         {"name": "spare", "environment": "live", "daily_cap_credits": None},
     )
-    key = server.new_key(pid)
+    key = server.new_key(pid, role="admin")
     served = httpx.post(
         f"{server.base_url}/chat/completions",
         json={"model": "svc-fast", "messages": [{"role": "user", "content": "hi"}]},

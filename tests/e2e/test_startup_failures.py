@@ -198,6 +198,16 @@ def test_an_invalid_setting(tmp_path: Path, variable: str, value: str, fix: str)
     assert_cannot_start(serve(tmp_path, **{variable: value}), fix)
 
 
+def test_a_short_admin_token(tmp_path: Path) -> None:
+    """Issue 44, item 9: the token reaches every account; one under 32 characters is refused
+    at start, and the line does not repeat it."""
+    token = "x7" * 15 + "y"  # 31 characters
+    line = assert_cannot_start(
+        serve(tmp_path, SVC_ADMIN_TOKEN=token), "SVC_ADMIN_TOKEN: expected `str` of length >= 32"
+    )
+    assert token not in line
+
+
 def test_an_invalid_setting_shows_its_traceback_under_debug(tmp_path: Path) -> None:
     line = assert_cannot_start(serve(tmp_path, SVC_PORT="0"), "SVC_PORT='0'")
     assert_traceback_under_debug(tmp_path, line, SVC_PORT="0")

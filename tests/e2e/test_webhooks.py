@@ -64,7 +64,7 @@ def receiver() -> Iterator[Receiver]:
 
 def _owner(server: Server) -> tuple[str, dict[str, str]]:
     pid = server.new_account(100_000)
-    return pid, {"authorization": f"Bearer {server.new_key(pid)}"}
+    return pid, {"authorization": f"Bearer {server.new_key(pid, role='admin')}"}
 
 
 def _create(server: Server, headers: dict[str, str], url: str, events: list[str]) -> httpx.Response:
@@ -307,7 +307,7 @@ def test_a_low_balance_and_a_keys_cap_are_told_once_per_crossing_under_load(
     created = hooked.admin(
         "POST",
         f"/accounts/{pid}/api-keys",
-        {"name": "capped", "environment": "live", "daily_cap_credits": 200},
+        {"name": "capped", "environment": "live", "daily_cap_credits": 200, "role": "admin"},
     ).json()
     headers = {"authorization": f"Bearer {created['key']}"}
     body = {

@@ -105,7 +105,7 @@ def running_fleet(
             "SVC_REDIS_CLUSTER": str(cluster is not None).lower(),
             "SVC_DATABASE_URL": database_url,
             "SVC_KEY_PEPPER": "fleet-pepper-0123456789abcdef",  # shared: one key, one digest
-            "SVC_ADMIN_TOKEN": "fleet-admin-token-0123456789",
+            "SVC_ADMIN_TOKEN": "fleet-admin-token-0123456789abcdef",
             "SVC_DEV_BOOTSTRAP": "false",
             "SVC_MODELS_FILE": str(path),
             "MOCK_API_KEY": "mock-provider-key",

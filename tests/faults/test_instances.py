@@ -77,7 +77,7 @@ async def test_the_money_is_exact_across_instances(fleet: Fleet) -> None:
 
 def test_a_key_revoked_through_one_instance_is_refused_by_the_other(fleet: Fleet) -> None:
     pid = fleet.a.new_account(10_000)
-    manager, key = fleet.a.new_key(pid), fleet.a.new_key(pid)
+    manager, key = fleet.a.new_key(pid, role="admin"), fleet.a.new_key(pid)
     assert httpx.get(f"{fleet.b.base_url}/models", headers=_h(key)).status_code == 200  # cached
     listed = httpx.get(f"{fleet.a.base_url}/api-keys", headers=_h(manager)).json()["data"]
     key_id = next(k["id"] for k in listed if k["last4"] == key[-4:])

@@ -373,7 +373,7 @@ async def _soak(fleet: Fleet, mock: MockProcess, tmp_path: Path) -> None:
         body = {"name": "capped", "environment": "live", "daily_cap_credits": CAP}
         capped = fleet.b.admin("POST", f"/accounts/{pid}/api-keys", body).json()
         test_key = fleet.b.new_key(pid, environment="test")
-        manager = fleet.b.new_key(pid)
+        manager = fleet.b.new_key(pid, role="admin")
         kid = capped["id"].removeprefix("key_")
         owners.append(Owner(pid, manager, live, capped["key"], kid, test_key))
     soak = Soak(fleet, owners, mock)

@@ -8,7 +8,9 @@ import time
 import pytest
 
 from app.accounts.accounts import Accounts
+from app.accounts.answers import ApiKeyCreated
 from app.accounts.bodies import KeyCreateRequest, KeyUpdateRequest
+from app.core.clock import parse_iso_utc
 from app.core.errors import ApiError, ErrorKind
 from app.credits.outcomes import ScriptStatus
 from app.keys.format import digest
@@ -93,3 +95,41 @@ async def test_concurrent_updates_lose_no_field_and_leave_redis_as_the_store(
     with pytest.raises(ApiError) as other:
         await accounts.update_key(await accounts.create_account(), key.id, names[0])
     assert other.value.kind is ErrorKind.API_KEY_NOT_FOUND
+
+
+async def test_a_rotation_keeps_the_expiry(store: Store, ledger: Ledgers) -> None:
+    """Issue 44, item 10: a successor inherits ``expires_at``: an operator's rotation does not
+    lift it, and an admin key with an expiry may rotate itself (its successor stays within
+    it)."""
+    now = 1_780_000_000.0  # 2026-05-28
+    accounts = Accounts(store, ledger.money, ledger.keys, b"p", clock=lambda: now)
+    pid = await accounts.create_account()
+    expiry = "2026-06-30T00:00:00Z"
+    made = await accounts.create_key(
+        pid,
+        KeyCreateRequest(
+            name="a", environment="live", daily_cap_credits=None, expires_at=expiry, role="admin"
+        ),
+    )
+    at_expiry = made_expiry(expiry)
+
+    async def check(rotated: ApiKeyCreated) -> None:
+        assert rotated.expires_at == expiry
+        record = await store.get_key(rotated.id.removeprefix("key_"))
+        assert record is not None
+        assert record.expires_at == at_expiry
+        ident = await ledger.keys.lookup_digest(digest(b"p", rotated.key))
+        assert ident is not None
+        assert await ledger.keys.key_status(ident, at_expiry - 1) is ScriptStatus.OK
+        assert await ledger.keys.key_status(ident, at_expiry) is ScriptStatus.KEY_EXPIRED
+
+    by_operator = await accounts.rotate_key(pid, made.id, 60)
+    await check(by_operator)
+    own = await accounts.caller(pid, by_operator.id.removeprefix("key_"))
+    await check(await accounts.rotate_key(pid, by_operator.id, 0, granter=own))
+
+
+def made_expiry(text: str) -> int:
+    seconds = parse_iso_utc(text)
+    assert seconds is not None
+    return seconds

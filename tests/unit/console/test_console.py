@@ -15,7 +15,7 @@ from app.console import CONTENT_SECURITY_POLICY, STATIC, load_assets
 from app.http.console import ConsoleController
 from app.http.errors import handle_exception
 from app.http.headers import SECURITY_HEADERS
-from app.keys.roles import API_DEFAULT_ROLE, ROLES
+from app.keys.roles import DEFAULT_ROLE, ROLES
 from app.webhooks.events import EVENT_TYPES
 
 SCRIPTS = sorted(STATIC.rglob("*.js"))
@@ -109,4 +109,4 @@ def test_the_key_form_offers_every_role_and_defaults_as_the_api_does() -> None:
     source = (STATIC / "js" / "pages" / "keys.js").read_text()
     offered = re.findall(r'option\("([a-z]+)", "', source)
     assert sorted(offered) == sorted(ROLES)
-    assert re.findall(r'const DEFAULT_ROLE = "([a-z]+)"', source) == [API_DEFAULT_ROLE]
+    assert re.findall(r'const DEFAULT_ROLE = "([a-z]+)"', source) == [DEFAULT_ROLE]

@@ -14,6 +14,7 @@ from app.keys.format import kid_from_public_id
 from tests.unit.http.test_http_routes import (
     CHAT,
     CHAT_BODY,
+    FAILED_AUTH_LIMIT,
     KEY_ROUTES,
     Svc,
     assert_error,
@@ -195,6 +196,23 @@ async def test_the_admin_token_is_required(svc: Svc, method: str, path: str) -> 
         path = path.format(pid=svc.account.pid)
         response = await client.request(method, path, headers=_h(svc.account.live_key))
     assert_error(response, 401, "authentication_error", "invalid_admin_token")
+
+
+async def test_the_right_admin_token_is_refused_after_the_address_s_wrong_ones(
+    svc: Svc,
+) -> None:
+    """Issue 44, item 9: FAILED_AUTH_LIMIT wrong admin tokens, and the address is refused
+    the right one (429) until its window ends; another address is served."""
+    wrong = {"authorization": "Bearer " + "w" * 40}
+    async with svc.client("198.51.100.20") as guesser:
+        for _ in range(FAILED_AUTH_LIMIT):
+            response = await guesser.get("/admin/v1/accounts", headers=wrong)
+            assert_error(response, 401, "authentication_error", "invalid_admin_token")
+        right = await guesser.get("/admin/v1/accounts", headers=ADMIN)
+        assert_error(right, 429, "rate_limit_error", "auth_rate_limited")
+        assert 0 < int(right.headers["retry-after"]) <= 600
+    async with svc.client("198.51.100.21") as operator:
+        assert (await operator.get("/admin/v1/accounts", headers=ADMIN)).status_code == 200
 
 
 async def test_an_operator_revokes_any_key_of_the_account_at_once(svc: Svc) -> None:

@@ -98,8 +98,9 @@ async def svc(tmp_path: Path, store: Store, models_file: str | None) -> AsyncIte
     accounts = services.accounts
     pid = await accounts.create_account()
     await accounts.grant_purchased(pid, 100_000, source="test")
-    live = await accounts.create_key(
-        pid, KeyCreateRequest(name="live", environment="live", daily_cap_credits=None)
+    live = await accounts.create_key(  # manages the account's keys: asks for admin
+        pid,
+        KeyCreateRequest(name="live", environment="live", daily_cap_credits=None, role="admin"),
     )
     test = await accounts.create_key(
         pid, KeyCreateRequest(name="test", environment="test", daily_cap_credits=None)

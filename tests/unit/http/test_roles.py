@@ -37,10 +37,11 @@ def _denied(response: httpx.Response, param: str | None = None) -> None:
 
 
 async def test_keys_made_through_the_api_are_inference_keys_unless_asked(svc: Svc) -> None:
-    admin = svc.account.live_key  # made by an operator: admin
+    admin = svc.account.live_key  # made by an operator, who asked for admin
     async with svc.client() as client:
         listed = (await client.get("/v1/api-keys", headers=_h(admin))).json()["data"]
-        assert {item["role"] for item in listed} == {"admin"}
+        roles = {item["name"]: item["role"] for item in listed}
+        assert roles == {"live": "admin", "test": "inference", "spare": "inference"}
         made = await _create(client, admin)
         assert made.status_code == 201, made.text
         assert made.json()["role"] == "inference"
@@ -48,6 +49,22 @@ async def test_keys_made_through_the_api_are_inference_keys_unless_asked(svc: Sv
         assert asked.json()["role"] == "admin"
         bad = await _create(client, admin, role="owner")
         assert_error(bad, 400, "invalid_request_error", "invalid_value")
+
+
+async def test_an_operator_s_keys_are_inference_keys_unless_asked(svc: Svc) -> None:
+    """Issue 44, item 8: least privilege by default, for operators too (the admin API here,
+    the CLI in tests/e2e/test_admin_cli.py)."""
+    path = f"/admin/v1/accounts/{svc.account.pid}/api-keys"
+    admin_token = {"authorization": "Bearer test-admin-token"}
+    async with svc.client() as client:
+        body = {"name": "app", "environment": "live", "daily_cap_credits": None}
+        made = await client.post(path, json=body, headers=admin_token)
+        assert made.status_code == 201, made.text
+        assert made.json()["role"] == "inference"
+        _denied(await _create(client, made.json()["key"]))  # it cannot manage keys
+        asked = await client.post(path, json={**body, "role": "admin"}, headers=admin_token)
+        assert asked.json()["role"] == "admin"
+        assert (await _create(client, asked.json()["key"])).status_code == 201
 
 
 async def test_an_inference_key_uses_the_api_and_changes_nothing(svc: Svc) -> None:

@@ -19,11 +19,14 @@ def _throttle(ledger: Ledgers, limit: int, window_s: float, clock: Clock) -> Fai
     return FailedAuthThrottle(limit, window_s, ledger.throttle.count_failed_auth, clock=clock)
 
 
-async def _fail(throttle: FailedAuthThrottle, address: str) -> ErrorKind:
-    """One wrong key from ``address``: what the client is answered."""
+async def _fail(
+    throttle: FailedAuthThrottle, address: str, kind: ErrorKind = ErrorKind.INVALID_API_KEY
+) -> ErrorKind:
+    """One wrong key (or admin token: ``kind``) from ``address``: what the client is
+    answered."""
     with pytest.raises(ApiError) as answered:
         async with throttle.guarding(address):
-            raise ApiError(ErrorKind.INVALID_API_KEY, "wrong key")
+            raise ApiError(kind, "wrong key")
     return answered.value.kind
 
 
@@ -117,6 +120,52 @@ async def test_guarding_counts_failed_authentications_only(
     # the limit (1) was reached by a counted failure: the next wrong key is answered 429
     assert (await _fail(throttle, "192.0.2.9") is ErrorKind.AUTH_RATE_LIMITED) is counted
     assert await _passes(throttle, "192.0.2.9")  # and valid credentials always pass
+
+
+async def test_an_address_over_its_limit_is_refused_the_admin_token_too(
+    ledger: Ledgers, clock: Clock
+) -> None:
+    """Issue 44, item 9: wrong admin tokens are never followed by a served right one from
+    the same address, whichever worker (or instance) saw the failures."""
+    counts = ledger.throttle
+    workers = [
+        FailedAuthThrottle(3, 60.0, counts.count_failed_auth, read=counts.failed_auths, clock=clock)
+        for _ in range(2)
+    ]
+    guesser, operator = "203.0.113.9", "203.0.113.10"
+    await workers[1].refuse_over_limit(guesser)  # no failure yet: served
+    assert await counts.failed_auths(guesser) == WindowCount(0, 0.0)
+    for _ in range(3):
+        wrong = await _fail(workers[0], guesser, ErrorKind.ADMIN_UNAUTHORIZED)
+        assert wrong is ErrorKind.ADMIN_UNAUTHORIZED
+    counter = ledger.layout.failed_auths(guesser)
+    counted = await ledger.redis.get(counter)
+    # worker 1 saw none of the failures: it reads them in Redis, and counts nothing
+    for worker in workers:
+        with pytest.raises(ApiError) as refused:
+            await worker.refuse_over_limit(guesser)
+        assert refused.value.kind is ErrorKind.AUTH_RATE_LIMITED
+        assert 55 <= int(refused.value.headers["retry-after"]) <= 60
+    assert await ledger.redis.get(counter) == counted
+    await workers[1].refuse_over_limit(operator)  # other addresses are not affected
+    assert await _passes(workers[1], guesser)  # API keys keep issue 30's rule (NAT neighbours)
+
+
+async def test_the_admin_token_is_throttled_only_when_throttling_is_on(
+    ledger: Ledgers, clock: Clock
+) -> None:
+    counts = ledger.throttle
+    off = FailedAuthThrottle(0, 60.0, counts.count_failed_auth, read=counts.failed_auths)
+    for _ in range(5):
+        wrong = await _fail(off, "192.0.2.20", ErrorKind.ADMIN_UNAUTHORIZED)
+        assert wrong is ErrorKind.ADMIN_UNAUTHORIZED
+    await off.refuse_over_limit("192.0.2.20")
+
+    async def unreachable(_address: str) -> WindowCount:
+        raise redis.exceptions.ConnectionError("Connection refused")
+
+    down = FailedAuthThrottle(1, 60.0, counts.count_failed_auth, read=unreachable, clock=clock)
+    await down.refuse_over_limit("192.0.2.21")  # Redis down: the token's own check decides
 
 
 PROXIES = "10.0.0.0/8, 127.0.0.1"
