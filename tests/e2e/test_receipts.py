@@ -225,6 +225,7 @@ def test_a_response_has_its_receipt(site: Server) -> None:
     )
     assert receipt["credits_used"] == response["svc"]["credits_used"]
     assert receipt["purchased_credits"] == receipt["credits_used"]
+    assert receipt["prices"] == _prices(site, key, "svc-code")
 
 
 def _seen(mock: MockProcess) -> dict[str, int]:
