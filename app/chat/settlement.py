@@ -216,13 +216,16 @@ class Settling:
         return settled
 
     def _served(self) -> Served:
-        """What the request's activity row tells: its response's id, times, usage source."""
+        """What the request's activity row tells: its response's id, times, usage source,
+        and the prices it is settled at (the ``rates`` ``_settle`` sends: its receipt names
+        them, whatever the alias costs later)."""
         return Served(
             response_id=self._response_id,
             created=self.created,
             ttfb_ms=_ms(self.first_output_at - self.started),
             duration_ms=_ms(time.monotonic() - self.started),
             usage_source=self.usage_source,
+            prices=self.params.alias.price.rates,
         )
 
 

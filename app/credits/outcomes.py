@@ -10,6 +10,8 @@ from typing import NamedTuple
 
 import msgspec
 
+from app.kv.fields import Rates as Rates  # defined with the usage event that records them
+
 
 class ScriptStatus(IntEnum):
     """The first item of every script's reply (the numbers are the scripts' own)."""
@@ -77,16 +79,6 @@ class Hold(msgspec.Struct, kw_only=True):
     environment: str  # the key's: live or test
     cap_key: str  # the cap counter the credits are held in (the key lineage's, that day)
     idempotency: str | None = None  # the record of its Idempotency-Key (a Redis key), if any
-
-
-class Rates(NamedTuple):
-    """An alias's prices, credits per 1,000 tokens, as settle charges them (settle.lua holds
-    the formula: docs/api.md, "Pricing")."""
-
-    input: int  # uncached prompt tokens
-    cached_input: int  # prompt tokens the upstream read from its cache
-    cache_write: int  # prompt tokens the upstream wrote to its cache (reported apart)
-    output: int  # completion tokens, reasoning included
 
 
 NO_RATES = Rates(0, 0, 0, 0)

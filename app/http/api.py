@@ -215,9 +215,11 @@ class V1Controller(Controller):
     async def receipt(self, services: Services, ident: Identity, activity_id: str) -> Receipt:
         """One settled request of the account in the key's environment, by its id (a
         chunk's ``chatcmpl-svc-…``, a response's ``resp_svc_…``, a message's ``msg_svc_…``,
-        a swept request's ``rsv_…``): the models, tokens, credits and the pools they came
-        from, the outcome and the timings. There from the moment the stream ends, before the
-        list shows it; another account's request, or another environment's, is 404."""
+        a swept request's ``rsv_…``): the models, tokens, credits, the prices they were
+        charged at (credits per 1,000 tokens, whatever the model costs now; null when not
+        recorded) and the pools they came from, the outcome and the timings. There from the
+        moment the stream ends, before the list shows it; another account's request, or
+        another environment's, is 404."""
         return await receipt_answer(services, ident.pid, activity_id, ident.environment)
 
     @get("/api-keys", dependencies=_IDENT, responses=errors(*KEY_ERRORS))

@@ -4,7 +4,7 @@ reconcile, inspect, the benchmark's conservation check) names them through here.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
@@ -216,9 +216,20 @@ USAGE_UPSTREAM: Final = "upstream"  # the upstream reported the tokens billed
 USAGE_ESTIMATED: Final = "estimated"  # svc counted them (no report came)
 
 
+class Rates(NamedTuple):
+    """An alias's prices, credits per 1,000 tokens, as settle charges them (settle.lua holds
+    the formula: docs/api.md, "Pricing"), and as a request's usage event records them
+    (``Served.prices``)."""
+
+    input: int  # uncached prompt tokens
+    cached_input: int  # prompt tokens the upstream read from its cache
+    cache_write: int  # prompt tokens the upstream wrote to its cache (reported apart)
+    output: int  # completion tokens, reasoning included
+
+
 class Served(msgspec.Struct, frozen=True, kw_only=True):
     """What a settled request's activity row tells beyond its usage. Settle takes it as one
-    text and its event carries it as it is (``served``): five fields cost the hot path more
+    text and its event carries it as it is (``served``): nine fields cost the hot path more
     than one. The default: nothing is known (the sweeper, events from before it)."""
 
     response_id: str = ""  # chatcmpl-svc-…, resp_svc_…
@@ -226,21 +237,30 @@ class Served(msgspec.Struct, frozen=True, kw_only=True):
     ttfb_ms: int = 0
     duration_ms: int = 0
     usage_source: str = USAGE_ESTIMATED
+    # the prices settle was sent with (what its receipt names); None: not known (a text
+    # written before svc kept them has five fields, not nine)
+    prices: Rates | None = None
 
     def text(self) -> str:
-        """The form settle takes (``parse`` reads it back)."""
+        """The form settle takes (``parse`` reads it back): space-separated, the prices
+        last."""
         if not self.response_id:
             return ""
-        return (
+        text = (
             f"{self.response_id} {self.created} {self.ttfb_ms} {self.duration_ms} "
             f"{self.usage_source}"
         )
+        if self.prices is None:
+            return text
+        return f"{text} {' '.join(str(price) for price in self.prices)}"
 
     @classmethod
     def parse(cls, text: str) -> Served:
-        """``text()`` read back; anything else is nothing known."""
+        """``text()`` read back, with or without its prices; anything else is nothing
+        known."""
         parts = text.split(" ")
-        if len(parts) != 5 or not all(p.isdigit() for p in parts[1:4]):
+        numbers = parts[1:4] + parts[5:]
+        if len(parts) not in (5, 9) or not all(p.isdigit() for p in numbers):
             return NOTHING_SERVED
         source = USAGE_UPSTREAM if parts[4] == USAGE_UPSTREAM else USAGE_ESTIMATED
         return cls(
@@ -249,6 +269,7 @@ class Served(msgspec.Struct, frozen=True, kw_only=True):
             ttfb_ms=int(parts[2]),
             duration_ms=int(parts[3]),
             usage_source=source,
+            prices=Rates(*map(int, parts[5:])) if len(parts) == 9 else None,
         )
 
 

@@ -257,6 +257,17 @@ MIGRATIONS: tuple[Migration, ...] = (
         # its usage event says (NULL: a row written before, or a swept request: not known).
         ("ALTER TABLE activity ADD COLUMN failovers BIGINT",),
     ),
+    (
+        17,
+        # A request's receipt names the prices it was settled at, as its usage event says
+        # (NULL: a row written before, or a swept request: not known).
+        (
+            "ALTER TABLE activity ADD COLUMN input_price BIGINT",
+            "ALTER TABLE activity ADD COLUMN cached_input_price BIGINT",
+            "ALTER TABLE activity ADD COLUMN cache_write_price BIGINT",
+            "ALTER TABLE activity ADD COLUMN output_price BIGINT",
+        ),
+    ),
 )
 
 CREATE_SCHEMA_MIGRATIONS = (

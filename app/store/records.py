@@ -145,6 +145,12 @@ class ActivityRecord(msgspec.Struct, frozen=True, kw_only=True):
     # candidate, before the one that served (0: the first served); None: not known (a
     # swept request, or a row written before svc kept it)
     failovers: int | None = None
+    # the prices it was settled at, credits per 1,000 tokens (the usage event's); None: not
+    # known (a swept request, or a row written before svc kept them)
+    input_price: int | None = None
+    cached_input_price: int | None = None
+    cache_write_price: int | None = None
+    output_price: int | None = None
 
 
 class ActivityQuery(msgspec.Struct, frozen=True, kw_only=True):

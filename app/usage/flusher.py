@@ -115,7 +115,8 @@ def activity_row(shard: int, e: UsageEvent) -> ActivityRecord:
     response id is unknown (swept: its worker stopped before settling) is named by its
     reservation; one whose start is unknown (an event from before the field) by its settle
     time. Its failovers are not known when nothing served is (swept: its worker stopped
-    before it could tell)."""
+    before it could tell), nor the prices it was settled at."""
+    prices = e.served.prices
     return ActivityRecord(
         event_key=f"{shard}:{e.id}",
         account_pid=e.account_pid,
@@ -138,6 +139,10 @@ def activity_row(shard: int, e: UsageEvent) -> ActivityRecord:
         cache_write_tokens=e.cache_write_tokens,
         reasoning_tokens=e.reasoning_tokens,
         failovers=e.failovers if e.served.response_id else None,
+        input_price=None if prices is None else prices.input,
+        cached_input_price=None if prices is None else prices.cached_input,
+        cache_write_price=None if prices is None else prices.cache_write,
+        output_price=None if prices is None else prices.output,
     )
 
 

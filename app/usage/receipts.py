@@ -41,6 +41,31 @@ a backlog the flushers have not drained (they are down, or far behind) is not fo
 they have written its row."""
 
 
+class ReceiptPrices(msgspec.Struct, frozen=True):
+    """The prices a request was settled at, credits per 1,000 tokens (``GET /v1/pricing``'s
+    four, as they were then)."""
+
+    input: int  # uncached prompt tokens
+    cached_input: int  # prompt tokens read from the upstream's cache
+    cache_write: int  # prompt tokens written to it (reported apart)
+    output: int  # completion tokens, reasoning included
+
+
+def receipt_prices(row: ActivityRecord) -> ReceiptPrices | None:
+    """``row``'s prices; None when they are not known (a swept request, a row written
+    before svc kept them)."""
+    if (
+        row.input_price is None
+        or row.cached_input_price is None
+        or row.cache_write_price is None
+        or row.output_price is None
+    ):
+        return None
+    return ReceiptPrices(
+        row.input_price, row.cached_input_price, row.cache_write_price, row.output_price
+    )
+
+
 class Receipt(msgspec.Struct, kw_only=True):
     """One settled request: its activity row (``ActivityItem``), with its environment, its
     total tokens, and which pool its credits came from."""
@@ -65,6 +90,9 @@ class Receipt(msgspec.Struct, kw_only=True):
     reasoning_tokens: int | None
     usage_source: str  # upstream (the provider's count) | estimated (svc's own)
     credits_used: int
+    # the prices credits_used was worked out at, whatever the model costs now; None: not
+    # known (a swept request, or a row written before svc kept them)
+    prices: ReceiptPrices | None
     # the parts of credits_used taken from each pool (they sum to it); None: nothing was
     # taken (a test key), or not known (a row written before svc kept the split)
     earned_credits: int | None
@@ -97,6 +125,7 @@ def receipt(row: ActivityRecord) -> Receipt:
         reasoning_tokens=row.reasoning_tokens,
         usage_source=row.usage_source,
         credits_used=row.credits_used,
+        prices=receipt_prices(row),
         earned_credits=earned,
         purchased_credits=None if earned is None else row.credits_used - earned,
         failovers=row.failovers,

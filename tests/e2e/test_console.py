@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -783,20 +784,30 @@ def _answering(body: dict[str, object]) -> Callable[[Route], None]:
     return answer
 
 
+PRICE_PARTS = (
+    ("input", "input"),
+    ("cached_input", "cached input"),
+    ("cache_write", "cache write"),
+    ("output", "output"),
+)
+"""A receipt's (and a price list item's) four prices, and what the dialog calls each."""
+
+
+def _price_text(item: dict[str, Any], unit: str) -> str:
+    """Four prices as the receipt dialog shows them."""
+    parts = [f"{_grouping(item[field])} {what}" for field, what in PRICE_PARTS]
+    return f"{' · '.join(parts)} ({unit})"
+
+
+def _price_list(site: Server, key: str) -> dict[str, Any]:
+    return dict(httpx.get(f"{site.base_url}/pricing", headers=_h(key)).json())
+
+
 def _prices_now(site: Server, key: str, model: str) -> str:
     """The receipt's "Prices now": the served alias's four prices from GET /v1/pricing."""
-    prices = httpx.get(f"{site.base_url}/pricing", headers=_h(key)).json()
+    prices = _price_list(site, key)
     item = next(p for p in prices["data"] if p["model"] == model)
-    parts = [
-        f"{_grouping(item[field])} {what}"
-        for field, what in (
-            ("input", "input"),
-            ("cached_input", "cached input"),
-            ("cache_write", "cache write"),
-            ("output", "output"),
-        )
-    ]
-    return f"{' · '.join(parts)} ({prices['unit']})"
+    return _price_text(item, prices["unit"])
 
 
 def test_every_activity_row_opens_its_receipt(
@@ -804,8 +815,9 @@ def test_every_activity_row_opens_its_receipt(
 ) -> None:
     """Each row's time is a button that opens the request's receipt in a dialog: what the API
     answers for its id (the tokens' cached, cache-write and reasoning parts and the
-    failovers among it, each only when known), axe-clean and nothing spilling sideways at
-    1280 and at 375 px."""
+    failovers among it, each only when known; the prices it was billed at, else the
+    alias's prices now, labelled so), axe-clean and nothing spilling sideways at 1280 and
+    at 375 px."""
     _, key = _owner(site)
     total = sum(SEEDED.values())
     _settled(site, key, total)
@@ -827,7 +839,10 @@ def test_every_activity_row_opens_its_receipt(
             expect(dialog).to_be_visible()
             facts = _receipt_facts(dialog, newest)
             assert facts["Credits used"] == _grouping(newest["credits_used"])
-            assert facts["Prices now"] == _prices_now(site, key, str(newest["model"]))
+            # the prices it was billed at, as its receipt names them: no "now" beside them
+            unit = _price_list(site, key)["unit"]
+            assert facts["Prices billed"] == _price_text(newest["prices"], unit)
+            assert "Prices now" not in facts
             assert facts["Paid from"] == f"0 earned, {_grouping(newest['credits_used'])} purchased"
             assert facts["Input tokens"] == _grouping(newest["prompt_tokens"])
             assert facts["Output tokens"] == _grouping(newest["completion_tokens"])
@@ -840,8 +855,9 @@ def test_every_activity_row_opens_its_receipt(
             expect(page.locator("dialog")).to_have_count(0)
             if viewport == DESKTOP:
                 # a request settled before svc kept them, and one that failed over: the
-                # unknown parts are left out, not shown as 0; a known count is shown
-                older = {**newest, **dict.fromkeys(RECEIPT_PARTS), "failovers": 2}
+                # unknown parts are left out, not shown as 0; a known count is shown; with
+                # no prices recorded, the alias's current ones are, labelled as such
+                older = {**newest, **dict.fromkeys(RECEIPT_PARTS), "failovers": 2, "prices": None}
                 page.route(f"**/v1/activity/{newest['id']}", _answering(older))
                 opens.first.click()
                 facts = _receipt_facts(dialog, older)
@@ -849,6 +865,21 @@ def test_every_activity_row_opens_its_receipt(
                 shown = [label for label in RECEIPT_PARTS.values() if label in facts]
                 assert shown == ["Failovers"]
                 assert facts["Credits used"] == _grouping(newest["credits_used"])
+                assert facts["Prices now"] == _prices_now(site, key, str(newest["model"]))
+                assert "Prices billed" not in facts
+                page.keyboard.press("Escape")
+                expect(page.locator("dialog")).to_have_count(0)
+                page.unroute(f"**/v1/activity/{newest['id']}")
+                # billed at prices other than today's: those, never the list's
+                dearer = {"input": 1_500, "cached_input": 2, "cache_write": 3, "output": 4_000}
+                page.route(
+                    f"**/v1/activity/{newest['id']}", _answering({**newest, "prices": dearer})
+                )
+                opens.first.click()
+                facts = _receipt_facts(dialog, newest)
+                assert facts["Prices billed"] == _price_text(dearer, unit)
+                assert facts["Prices billed"].startswith("1,500 input · 2 cached input")
+                assert "Prices now" not in facts
                 page.keyboard.press("Escape")
                 expect(page.locator("dialog")).to_have_count(0)
                 page.unroute(f"**/v1/activity/{newest['id']}")

@@ -5,7 +5,8 @@ flush`` has written its row, which it equals too. Only the owning account, in th
 environment, sees it; the operator sees it too. A request whose first upstream failed
 before its first token and whose second served it says so (``failovers``), before and
 after the flush, and a replay of it (its Idempotency-Key) settles nothing and leaves its
-receipt as it was."""
+receipt as it was. A receipt names the prices its request was charged at, and still does
+once svc runs with other prices."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -89,6 +91,17 @@ def _receipt(site: Server, key: str, activity_id: str) -> httpx.Response:
     return httpx.get(f"{site.base_url}/activity/{activity_id}", headers=_h(key), timeout=30)
 
 
+PRICE_FIELDS = ("input", "cached_input", "cache_write", "output")
+"""A receipt's ``prices``, as ``GET /v1/pricing`` names each model's four."""
+
+
+def _prices(site: Server, key: str, model: str) -> dict[str, int]:
+    """``model``'s four prices as ``GET /v1/pricing`` lists them now."""
+    listed = httpx.get(f"{site.base_url}/pricing", headers=_h(key), timeout=30).json()
+    item = next(p for p in listed["data"] if p["model"] == model)
+    return {k: item[k] for k in PRICE_FIELDS}
+
+
 def _flush(site: Server) -> None:
     subprocess.run(
         [sys.executable, "-m", "app", "admin", "flush"],
@@ -141,6 +154,7 @@ def test_a_receipt_is_there_as_the_stream_ends_and_is_the_activity_row(site: Ser
         "reasoning_tokens": 0,
         "usage_source": "upstream",
         "credits_used": saw["credits_used"],
+        "prices": _prices(site, key, saw["model"]),  # unchanged since: the list's
         "earned_credits": saw["credits_used"],  # earned first: it expires
         "purchased_credits": 0,
         "failovers": 0,  # the simulated upstream served it first
@@ -211,6 +225,7 @@ def test_a_response_has_its_receipt(site: Server) -> None:
     )
     assert receipt["credits_used"] == response["svc"]["credits_used"]
     assert receipt["purchased_credits"] == receipt["credits_used"]
+    assert receipt["prices"] == _prices(site, key, "svc-code")
 
 
 def _seen(mock: MockProcess) -> dict[str, int]:
@@ -275,3 +290,62 @@ def test_a_request_that_failed_over_says_so_before_and_after_the_flush(
         assert _receipt(failing_over, key, activity_id).json() == receipt  # from the store
         operator = failing_over.admin("GET", f"/accounts/{pid}/activity/{activity_id}")
         assert operator.json() == receipt
+
+
+def _priced(path: Path, prices: tuple[int, int, int, int]) -> Path:
+    """A models file that prices svc-fast at ``prices`` (input, cached input, cache write,
+    output), served as by default (the simulated upstream)."""
+    names = ("input_price", "cached_input_price", "cache_write_price", "output_price")
+    lines = ["[aliases.svc-fast]", *(f"{n} = {p}" for n, p in zip(names, prices, strict=True))]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _charge(usage: dict[str, int], prices: tuple[int, int, int, int]) -> int:
+    """docs/api.md's charge of a request the simulated upstream served (no cached tokens)."""
+    units = usage["prompt_tokens"] * prices[0] + usage["completion_tokens"] * prices[3]
+    return max(1, -(-units // 1000))
+
+
+def test_a_receipt_keeps_the_prices_it_was_billed_at_when_they_change(tmp_path: Path) -> None:
+    """svc-fast priced 7 / 3 / 9 / 21, then (svc restarted with another models file) 11 / 4 /
+    13 / 33: the receipts of the requests served before name the old prices, from the store
+    and from the usage stream alike, for the account and the operator; a request served after
+    names the new ones, and each was charged at the prices its receipt names."""
+    before, after = (7, 3, 9, 21), (11, 4, 13, 33)
+    models = tmp_path / "models.toml"
+    env = {"SVC_FLUSH_INTERVAL_S": "3600", "SVC_MODELS_FILE": str(_priced(models, before))}
+    srv = start_server(tmp_path, extra_env=env)
+    try:
+        pid = srv.new_account(100_000)
+        _, key = _key(srv, pid)
+        assert _prices(srv, key, "svc-fast") == dict(zip(PRICE_FIELDS, before, strict=True))
+        flushed, saw = _chat(srv, key, "svc-fast")
+        assert saw["credits_used"] == _charge(saw["usage"], before)
+        _flush(srv)
+        pending, saw = _chat(srv, key, "svc-fast")  # left in the usage stream
+        assert saw["credits_used"] == _charge(saw["usage"], before)
+        kept = {i: _receipt(srv, key, i).json() for i in (flushed, pending)}
+    finally:
+        stop_process(srv.process)
+    billed = dict(zip(PRICE_FIELDS, before, strict=True))
+    assert [r["prices"] for r in kept.values()] == [billed, billed]
+
+    _priced(models, after)
+    srv = start_server(tmp_path, extra_env=env)
+    try:
+        now = dict(zip(PRICE_FIELDS, after, strict=True))
+        assert _prices(srv, key, "svc-fast") == now
+        for activity_id, receipt in kept.items():
+            assert _receipt(srv, key, activity_id).json() == receipt
+            operator = srv.admin("GET", f"/accounts/{pid}/activity/{activity_id}")
+            assert operator.json() == receipt
+        later, saw = _chat(srv, key, "svc-fast")
+        assert saw["credits_used"] == _charge(saw["usage"], after)
+        kept[later] = _receipt(srv, key, later).json()
+        assert (kept[later]["prices"], kept[later]["credits_used"]) == (now, saw["credits_used"])
+        _flush(srv)
+        for activity_id, receipt in kept.items():
+            assert _receipt(srv, key, activity_id).json() == receipt  # each from the store
+    finally:
+        stop_process(srv.process)

@@ -99,6 +99,7 @@ async def test_a_receipt_is_read_from_the_stream_before_the_flusher_and_is_the_s
         reasoning_tokens=0,
         usage_source="upstream",
         credits_used=5,
+        prices=None,  # its served text names none (test_receipt_prices: one that does)
         earned_credits=3,
         purchased_credits=2,
         failovers=0,

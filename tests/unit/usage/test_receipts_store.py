@@ -1,7 +1,7 @@
 """A receipt's durable row in both stores: found by the account and the id (one search of
 the ``activity_ids`` index), with the part of its credits the earned pool paid, its tokens'
-parts and its failovers; a row written before each was kept (schema versions 12, 13, 15)
-tells none. A request the flusher writes from a real settle keeps its failovers."""
+parts, its failovers and its prices; a row written before each was kept (schema versions
+12, 13, 15, 16) tells none. A request the flusher writes from a real settle keeps its failovers."""
 
 from __future__ import annotations
 
@@ -45,6 +45,10 @@ ROW = ActivityRecord(
     cache_write_tokens=1,
     reasoning_tokens=2,
     failovers=1,
+    input_price=5,
+    cached_input_price=2,
+    cache_write_price=5,
+    output_price=15,
 )
 
 
@@ -73,11 +77,15 @@ LATER = (
     "cache_write_tokens",
     "reasoning_tokens",
     "failovers",
+    "input_price",
+    "cached_input_price",
+    "cache_write_price",
+    "output_price",
 )
 
 
 async def test_a_row_written_before_the_split_was_kept_has_none(database: Database) -> None:
-    """Versions 13, 14 and 16 add columns to a table that has rows: theirs stay NULL."""
+    """Versions 13, 14, 16 and 17 add columns to a table that has rows: theirs stay NULL."""
     s = database.open()
     try:
         await s.migrate()

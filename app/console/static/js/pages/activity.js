@@ -38,14 +38,21 @@ function known(label, value) {
   return value === null || value === undefined ? [] : [[label, number(value)]];
 }
 
-/** The prices of the alias that served, as GET /v1/pricing lists them now: svc does not
- * record them per request, so the receipt says "now" (none when the key may no longer use
- * the alias, or the list could not be read). */
-function pricesNow(receipt, prices) {
-  const item = prices?.data.find((p) => p.model === receipt.model && p.input !== null);
+/** The prices the request was billed at, as its receipt names them ("Prices billed"); for
+ * a request settled before svc kept them (prices null), the served alias's prices as GET
+ * /v1/pricing lists them now, labelled so ("Prices now"; none when the key may no longer
+ * use the alias, or the list could not be read). */
+function pricesOf(receipt, prices) {
+  const unit = prices ? ` (${prices.unit})` : ""; // the price list names the unit
+  let label = "Prices billed";
+  let item = receipt.prices;
+  if (!item) {
+    label = "Prices now";
+    item = prices?.data.find((p) => p.model === receipt.model && p.input !== null);
+  }
   if (!item) return [];
   const parts = [[item.input, "input"], [item.cached_input, "cached input"], [item.cache_write, "cache write"], [item.output, "output"]];
-  return [["Prices now", `${parts.map(([value, what]) => `${number(value)} ${what}`).join(" · ")} (${prices.unit})`]];
+  return [[label, `${parts.map(([value, what]) => `${number(value)} ${what}`).join(" · ")}${unit}`]];
 }
 
 /** A receipt as a list of facts, in the order a reader checks them. */
@@ -65,7 +72,7 @@ function receiptFacts(receipt, keyNames, prices) {
     ...known("Reasoning tokens", receipt.reasoning_tokens),
     ["Total tokens", `${number(receipt.total_tokens)} (${SOURCES[receipt.usage_source] ?? receipt.usage_source})`],
     ["Credits used", number(receipt.credits_used)],
-    ...pricesNow(receipt, prices),
+    ...pricesOf(receipt, prices),
     ["Paid from", paidFrom(receipt)],
     ["First token", `${number(receipt.ttfb_ms)} ms`],
     ["Duration", `${number(receipt.duration_ms)} ms`],
@@ -80,7 +87,7 @@ async function showReceipt(row, keyNames) {
   const dialog = modal("Receipt", body, h("div", { class: "actions" }, close));
   close.focus();
   try {
-    const prices = api("pricing").catch(() => null); // the receipt shows without them
+    const prices = api("pricing").catch(() => null); // the unit, and the prices of a receipt that has none
     const receipt = await api(`activity/${encodeURIComponent(row.id)}`);
     fill(body, receiptFacts(receipt, keyNames, await prices));
   } catch (error) {
