@@ -87,8 +87,10 @@ class Store(Protocol):
         """Whether svc's schema is there (``migrate`` made it); creates nothing (a SQLite
         file that does not exist stays so). ``StoreError`` when unreachable."""
 
-    async def create_account(self, rec: AccountRecord) -> None:
-        """Add an account; ``StoreConflict`` when the pid exists."""
+    async def create_account(self, rec: AccountRecord) -> bool:
+        """Add an account; False (nothing written) when another account has its
+        ``external_id``, even one created at the same moment; ``StoreConflict`` when the pid
+        exists."""
 
     async def delete_new_account(self, pid: str) -> bool:
         """Remove an account that nothing refers to yet (no key, no grant): one whose
@@ -107,6 +109,13 @@ class Store(Protocol):
     async def set_account_status(self, pid: str, status: str) -> AccountRecord | None:
         """The account with its status set (``active`` or ``disabled``); None when there is
         no such account."""
+
+    async def set_external_id(self, pid: str, external_id: str | None) -> AccountRecord | None:
+        """The account with its external id set (None: cleared); None when there is no such
+        account; ``StoreConflict`` (nothing written) when another account has that id."""
+
+    async def find_external_id(self, external_id: str) -> AccountRecord | None:
+        """The account with that external id, or None."""
 
     async def insert_key(self, rec: KeyRecord, *, max_active: int | None = None) -> bool:
         """Add a key; ``StoreConflict`` when the kid exists or the account does not. With

@@ -113,8 +113,8 @@ class SQLStore(ABC):
 
     # -- accounts ---------------------------------------------------------------------
 
-    async def create_account(self, rec: AccountRecord) -> None:
-        await self._write(execute(sql.INSERT_ACCOUNT, to_row(rec)))
+    async def create_account(self, rec: AccountRecord) -> bool:
+        return await self._write(execute(sql.INSERT_ACCOUNT, to_row(rec))) == 1
 
     async def delete_new_account(self, pid: str) -> bool:
         return await self._write(execute(sql.DELETE_NEW_ACCOUNT, (pid, pid, pid))) == 1
@@ -132,12 +132,20 @@ class SQLStore(ABC):
         return await self._records(AccountRecord, *sql.account_page(query))
 
     async def set_account_status(self, pid: str, status: str) -> AccountRecord | None:
-        def update() -> Program[AccountRecord | None]:
-            yield from execute(sql.SET_ACCOUNT_STATUS, (status, pid))
-            found = yield from row(sql.GET_ACCOUNT, (pid,))
-            return None if found is None else to_record(AccountRecord, found)
+        return await self._write(self._set_account(sql.SET_ACCOUNT_STATUS, status, pid))
 
-        return await self._write(update())
+    async def set_external_id(self, pid: str, external_id: str | None) -> AccountRecord | None:
+        return await self._write(self._set_account(sql.SET_EXTERNAL_ID, external_id, pid))
+
+    def _set_account(
+        self, update: str, value: str | None, pid: str
+    ) -> Program[AccountRecord | None]:
+        yield from execute(update, (value, pid))
+        found = yield from row(sql.GET_ACCOUNT, (pid,))
+        return None if found is None else to_record(AccountRecord, found)
+
+    async def find_external_id(self, external_id: str) -> AccountRecord | None:
+        return await self._record(AccountRecord, sql.GET_ACCOUNT_BY_EXTERNAL_ID, (external_id,))
 
     # -- keys -------------------------------------------------------------------------
 

@@ -268,6 +268,15 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE activity ADD COLUMN output_price BIGINT",
         ),
     ),
+    (
+        18,
+        # The app's own id of an account (NULL: none), unique among those set: NULLs never
+        # collide in a UNIQUE index, on either engine. Its index is also the lookup's.
+        (
+            "ALTER TABLE accounts ADD COLUMN external_id TEXT",
+            "CREATE UNIQUE INDEX accounts_external_id ON accounts (external_id)",
+        ),
+    ),
 )
 
 CREATE_SCHEMA_MIGRATIONS = (
