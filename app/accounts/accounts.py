@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from app.accounts import audit
 from app.accounts.answers import AccountList, CreditBalance, account_list, credit_balance
 from app.accounts.api_keys import ApiKeys
 from app.accounts.lookup import AccountFilter
@@ -61,7 +62,9 @@ class Accounts(ApiKeys):
         stall: the 503 asks for a retry) the store's row goes too, so the retry makes the
         only account."""
         pid = random_id("acct_", 16)
-        await self.store.create_account(AccountRecord(pid=pid, created_at=int(self.clock())))
+        now = self.clock()
+        entry = audit.audit_entry(audit.ACCOUNT_CREATE, pid, pid, {}, now)
+        await self.store.create_account(AccountRecord(pid=pid, created_at=int(now)), entry)
         try:
             await self.money.open_account(pid)
         except Exception:
@@ -76,7 +79,13 @@ class Accounts(ApiKeys):
         return record
 
     async def grant_purchased(
-        self, pid: str, credits: int, *, grant_id: str | None = None, source: str = "admin"
+        self,
+        pid: str,
+        credits: int,
+        *,
+        grant_id: str | None = None,
+        source: str = "admin",
+        reason: str | None = None,
     ) -> CreditBalance:
         """Add purchased credits (they never expire); written to the ledger table first.
         An account Redis lost (its data lost, before ``rebuild-redis``) is never opened
@@ -93,8 +102,12 @@ class Accounts(ApiKeys):
             source=source,
             reference=None,
             created_at=int(now),
+            reason=reason,
         )
-        await self.store.insert_grant(grant)
+        details = {"credits": credits, "pool": grant.pool, "reason": reason}
+        entry = audit.audit_entry(audit.CREDITS_GRANT, pid, grant.grant_id, details, now)
+        # a retry of a grant (its id stored already) writes nothing, its entry included
+        await self.store.insert_grant(grant, audit=entry)
         status, balance, _granted_at = await self.money.grant(
             pid, pool="purchased", credits=credits, grant_id=grant.grant_id, now=now
         )
@@ -137,7 +150,9 @@ class Accounts(ApiKeys):
         in the other order than the store). A Redis that lost the account's hash is left
         so (nothing is served without it); ``rebuild-redis`` restores the status with the
         pools."""
-        updated = await self.store.set_account_status(pid, status)
+        action = audit.ACCOUNT_STATUS[status]
+        entry = audit.audit_entry(action, pid, pid, {"status": status}, self.clock())
+        updated = await self.store.set_account_status(pid, status, entry)
         if updated is None:
             raise account_not_found(pid)
         for _ in range(_STATUS_SYNC_ROUNDS):

@@ -15,8 +15,10 @@ from typing import ClassVar, TypeVar
 import msgspec
 
 from app.store import ANY_CURSOR, END_OF_TIME, stream_id_key
+from app.store import audit as audit_log
 from app.store import migrations as schema
 from app.store import statements as sql
+from app.store.audit import AuditQuery, AuditRecord, write_audit
 from app.store.program import Program, Transaction, each, execute, row, rows, take
 from app.store.records import (
     AccountQuery,
@@ -113,11 +115,21 @@ class SQLStore(ABC):
 
     # -- accounts ---------------------------------------------------------------------
 
-    async def create_account(self, rec: AccountRecord) -> None:
-        await self._write(execute(sql.INSERT_ACCOUNT, to_row(rec)))
+    async def create_account(self, rec: AccountRecord, audit: AuditRecord | None = None) -> None:
+        def create() -> Program[None]:
+            yield from execute(sql.INSERT_ACCOUNT, to_row(rec))
+            yield from write_audit(audit)
+
+        await self._write(create())
 
     async def delete_new_account(self, pid: str) -> bool:
-        return await self._write(execute(sql.DELETE_NEW_ACCOUNT, (pid, pid, pid))) == 1
+        def delete() -> Program[bool]:
+            if (yield from execute(sql.DELETE_NEW_ACCOUNT, (pid, pid, pid))) != 1:
+                return False
+            yield from execute(audit_log.DELETE_AUDIT_OF_ACCOUNT, (pid,))
+            return True
+
+        return await self._write(delete())
 
     async def get_account(self, pid: str) -> AccountRecord | None:
         return await self._record(AccountRecord, sql.GET_ACCOUNT, (pid,))
@@ -131,9 +143,13 @@ class SQLStore(ABC):
     async def list_accounts_page(self, query: AccountQuery) -> list[AccountRecord]:
         return await self._records(AccountRecord, *sql.account_page(query))
 
-    async def set_account_status(self, pid: str, status: str) -> AccountRecord | None:
+    async def set_account_status(
+        self, pid: str, status: str, audit: AuditRecord | None = None
+    ) -> AccountRecord | None:
         def update() -> Program[AccountRecord | None]:
-            yield from execute(sql.SET_ACCOUNT_STATUS, (status, pid))
+            if (yield from execute(sql.SET_ACCOUNT_STATUS, (status, pid))) != 1:
+                return None
+            yield from write_audit(audit)
             found = yield from row(sql.GET_ACCOUNT, (pid,))
             return None if found is None else to_record(AccountRecord, found)
 
@@ -150,7 +166,9 @@ class SQLStore(ABC):
             return False
         return (yield from self._active_keys(pid, now)) >= max_active
 
-    async def insert_key(self, rec: KeyRecord, *, max_active: int | None = None) -> bool:
+    async def insert_key(
+        self, rec: KeyRecord, *, max_active: int | None = None, audit: AuditRecord | None = None
+    ) -> bool:
         pid = rec.account_pid
 
         def insert() -> Program[bool]:
@@ -159,6 +177,7 @@ class SQLStore(ABC):
                 return False
             # The account again, for the seq subquery.
             yield from execute(sql.INSERT_KEY, (*to_row(rec), pid))
+            yield from write_audit(audit)
             return True
 
         return await self._write(insert())
@@ -180,24 +199,40 @@ class SQLStore(ABC):
         return None if found is None else to_record(KeyRecord, found)
 
     async def update_key(
-        self, account_pid: str, kid: str, changes: Mapping[str, str | int | None]
+        self,
+        account_pid: str,
+        kid: str,
+        changes: Mapping[str, str | int | None],
+        audit: AuditRecord | None = None,
     ) -> KeyRecord | None:
         def update() -> Program[KeyRecord | None]:
             for column, value in changes.items():
                 yield from execute(sql.UPDATE_KEY[column], (value, kid, account_pid))
-            return (yield from self._account_key(account_pid, kid))
+            found = yield from self._account_key(account_pid, kid)
+            if found is not None:
+                yield from write_audit(audit)
+            return found
 
         return await self._write(update())
 
-    async def revoke_key(self, account_pid: str, kid: str, revoked_at: int) -> KeyRecord | None:
+    async def revoke_key(
+        self, account_pid: str, kid: str, revoked_at: int, audit: AuditRecord | None = None
+    ) -> KeyRecord | None:
         def revoke() -> Program[KeyRecord | None]:
-            yield from execute(sql.REVOKE_KEY, (revoked_at, kid, account_pid))
+            # only the revocation that ends an active key is an action (a repeat is not)
+            if (yield from execute(sql.REVOKE_KEY, (revoked_at, kid, account_pid))) == 1:
+                yield from write_audit(audit)
             return (yield from self._account_key(account_pid, kid))
 
         return await self._write(revoke())
 
     async def rotate_key(
-        self, new: KeyRecord, old_expires_at: int, *, max_active: int | None = None
+        self,
+        new: KeyRecord,
+        old_expires_at: int,
+        *,
+        max_active: int | None = None,
+        audit: AuditRecord | None = None,
     ) -> KeyRotation:
         old, pid, now = new.replaces, new.account_pid, new.created_at
 
@@ -213,6 +248,7 @@ class SQLStore(ABC):
                 return KeyRotation.LIMIT_REACHED
             yield from execute(sql.END_ROTATED_KEY, (old_expires_at, old, pid, old_expires_at))
             yield from execute(sql.INSERT_KEY, (*to_row(new), pid))
+            yield from write_audit(audit)
             return KeyRotation.ROTATED
 
         return await self._write(rotate())
@@ -220,18 +256,32 @@ class SQLStore(ABC):
     # -- grants -----------------------------------------------------------------------
 
     async def insert_grant(
-        self, rec: GrantRecord, events: Sequence[WebhookEventRecord] = ()
+        self,
+        rec: GrantRecord,
+        events: Sequence[WebhookEventRecord] = (),
+        audit: AuditRecord | None = None,
     ) -> bool:
         def write() -> Program[bool]:
             if (yield from execute(sql.INSERT_GRANT, to_row(rec))) != 1:
                 return False
             yield from _add_webhook_events(events, rec.created_at)
+            yield from write_audit(audit)
             return True
 
         return await self._write(write())
 
     async def delete_grant(self, grant_id: str) -> bool:
-        return await self._write(execute(sql.DELETE_GRANT, (grant_id,))) == 1
+        def delete() -> Program[bool]:
+            found = yield from row(sql.GET_GRANT, (grant_id,))
+            if found is None:
+                return False
+            grant = to_record(GrantRecord, found)
+            yield from execute(sql.DELETE_GRANT, (grant_id,))
+            target = (grant.account_pid, grant_id)
+            yield from execute(audit_log.DELETE_AUDIT_OF_TARGET, target)
+            return True
+
+        return await self._write(delete())
 
     async def get_grant(self, grant_id: str) -> GrantRecord | None:
         return await self._record(GrantRecord, sql.GET_GRANT, (grant_id,))
@@ -349,6 +399,14 @@ class SQLStore(ABC):
 
     async def prune_activity(self, before: int, limit: int) -> int:
         return await self._write(execute(sql.PRUNE_ACTIVITY, (before, limit)))
+
+    # -- audit log --------------------------------------------------------------------
+
+    async def list_audit(self, query: AuditQuery) -> list[AuditRecord]:
+        return await self._records(AuditRecord, *audit_log.audit_page(query))
+
+    async def get_audit(self, seq: int) -> AuditRecord | None:
+        return await self._record(AuditRecord, audit_log.GET_AUDIT, (seq,))
 
     # -- webhooks ---------------------------------------------------------------------
 
