@@ -180,7 +180,7 @@ class Spotlights:
         # an operator's reward (``reward``) is audited; a network's callback is not
         earned = {"credits": record.credits, "pool": record.pool, "view_id": reference}
         entry = audit.audit_entry(audit.SPOTLIGHT_GRANT, pid, grant_id, earned, granted_at)
-        if not await self.store.insert_grant(record, events, entry):
+        if not await self.store.insert_grant(record, events, audit=entry):
             record = await self.store.get_grant(grant_id) or record
         return status, record
 
