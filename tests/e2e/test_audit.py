@@ -104,7 +104,7 @@ def test_svc_admin_actions_are_audited_as_the_cli_s(srv: Server) -> None:
     assert code == 0
     code, key = svc_admin(srv.env, "create-key", pid, "--name", "cli")
     assert code == 0
-    code, refused = svc_admin(srv.env, "grant", pid, "0")
+    code, _ = svc_admin(srv.env, "grant", pid, "0")
     assert code == 1
     code, out = svc_admin(srv.env, "audit", "--account", pid, "--limit", "10")
     assert code == 0, out
