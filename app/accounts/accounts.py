@@ -15,8 +15,15 @@ from collections.abc import Callable
 from app.accounts import audit
 from app.accounts.answers import AccountList, CreditBalance, account_list, credit_balance
 from app.accounts.api_keys import ApiKeys
+from app.accounts.external import ACCOUNT_ID_PREFIX, is_account_id
 from app.accounts.lookup import AccountFilter
-from app.core.errors import account_not_found, invalid_value, service_unavailable
+from app.core.errors import (
+    StoreConflict,
+    account_not_found,
+    external_id_taken,
+    invalid_value,
+    service_unavailable,
+)
 from app.core.ids import random_id
 from app.credits.key_records import KeyRecords
 from app.credits.money import Money
@@ -57,14 +64,19 @@ class Accounts(ApiKeys):
         self.webhooks = webhooks
         self.clock = clock
 
-    async def create_account(self) -> str:
-        """A new account with empty pools; returns its public id. When Redis fails (a
+    async def create_account(self, external_id: str | None = None) -> str:
+        """A new account with empty pools, and the app's ``external_id`` of it (checked by
+        the caller: ``app.accounts.external``); returns its public id. 409 when another
+        account has that external id (nothing written, no audit entry). When Redis fails (a
         stall: the 503 asks for a retry) the store's row goes too, so the retry makes the
         only account."""
-        pid = random_id("acct_", 16)
+        pid = random_id(ACCOUNT_ID_PREFIX, 16)
         now = self.clock()
-        entry = audit.audit_entry(audit.ACCOUNT_CREATE, pid, pid, {}, now)
-        await self.store.create_account(AccountRecord(pid=pid, created_at=int(now)), entry)
+        details = {} if external_id is None else {"external_id": external_id}
+        entry = audit.audit_entry(audit.ACCOUNT_CREATE, pid, pid, details, now)
+        record = AccountRecord(pid=pid, created_at=int(now), external_id=external_id)
+        if not await self.store.create_account(record, entry):
+            raise external_id_taken()
         try:
             await self.money.open_account(pid)
         except Exception:
@@ -77,6 +89,32 @@ class Accounts(ApiKeys):
         if record is None:
             raise account_not_found(pid)
         return record
+
+    async def set_external_id(self, pid: str, external_id: str | None) -> AccountRecord:
+        """Set, change or clear (None) the account's external id; 409 when another account
+        has it, 404 for an unknown account (nothing written, no audit entry, either way).
+        Only the store keeps it: Redis and the keys do not need it."""
+        details = {"external_id": external_id}  # the changed field (None: cleared)
+        entry = audit.audit_entry(audit.ACCOUNT_UPDATE, pid, pid, details, self.clock())
+        try:
+            updated = await self.store.set_external_id(pid, external_id, entry)
+        except StoreConflict:
+            # the accounts' one unique column besides the pid, which an update never sets
+            raise external_id_taken() from None
+        if updated is None:
+            raise account_not_found(pid)
+        return updated
+
+    async def account_reference(self, reference: str) -> str:
+        """The pid of the account ``reference`` names: its id (``acct_…``) or its external
+        id (which never starts so); 404 when none is. For callers that let the app name an
+        account by its own id (purchases)."""
+        if is_account_id(reference):
+            return (await self.require_account(reference)).pid
+        record = await self.store.find_external_id(reference)
+        if record is None:
+            raise account_not_found(reference)
+        return record.pid
 
     async def grant_purchased(
         self,
@@ -138,6 +176,7 @@ class Accounts(ApiKeys):
             pid=wanted.pid,
             kid=wanted.kid,
             last4=wanted.last4,
+            external_id=wanted.external_id,
             after=after,
         )
         return account_list(await self.store.list_accounts_page(query), wanted.limit)

@@ -141,6 +141,7 @@ class AccountItem(msgspec.Struct):
     object: str
     created_at: int  # unix seconds
     status: str  # active | disabled (its keys are refused)
+    external_id: str | None  # the app's own id of it (app.accounts.external); None: none
 
 
 class AccountList(msgspec.Struct):
@@ -154,7 +155,13 @@ class AccountList(msgspec.Struct):
 
 
 def account_item(rec: AccountRecord) -> AccountItem:
-    return AccountItem(id=rec.pid, object="account", created_at=rec.created_at, status=rec.status)
+    return AccountItem(
+        id=rec.pid,
+        object="account",
+        created_at=rec.created_at,
+        status=rec.status,
+        external_id=rec.external_id,
+    )
 
 
 def account_list(records: list[AccountRecord], limit: int) -> AccountList:

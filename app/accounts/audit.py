@@ -1,6 +1,6 @@
-"""The operators' audit log: the entry an action on money, a key or an account's status
-writes (with the change, in its transaction: ``app.store.audit``), and its pages
-(``GET /admin/v1/audit``, ``svc admin audit``).
+"""The operators' audit log: the entry an action on money, a key or an account (its
+status, its external id) writes (with the change, in its transaction:
+``app.store.audit``), and its pages (``GET /admin/v1/audit``, ``svc admin audit``).
 
 An entry is written only when an operator acts (``app.core.operator``) and the action's
 durable write takes place: a refused action (400, 404, 409) writes none. A store that cannot
@@ -26,6 +26,7 @@ from app.store.audit import new_seq, seq_of
 
 ACCOUNT_CREATE = "account.create"
 ACCOUNT_STATUS = {"disabled": "account.disable", "active": "account.enable"}
+ACCOUNT_UPDATE = "account.update"  # a field other than the status: the external id
 CREDITS_GRANT = "credits.grant"
 SPOTLIGHT_GRANT = "spotlight.grant"
 KEY_CREATE = "key.create"

@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from app.accounts.external import ExternalId, check_external_id
 from app.core.clock import DAY_S, parse_iso_utc
 from app.core.errors import invalid_value
 from app.core.settings import MAX_RATE_LIMIT_RPM
@@ -128,10 +129,39 @@ AccountStatus = Annotated[
 ]
 
 
-class AccountUpdateRequest(msgspec.Struct, forbid_unknown_fields=True):
-    """Body of ``PATCH /admin/v1/accounts/{pid}``: the account's status."""
+class AccountCreateRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """Body of ``POST /admin/v1/accounts`` (optional: an account without an external id)."""
 
-    status: AccountStatus
+    external_id: ExternalId | None = None
+
+
+class AccountUpdateRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """Body of ``PATCH /admin/v1/accounts/{pid}``: the fields to change, each left out to
+    keep it (``external_id: null`` clears it)."""
+
+    status: AccountStatus | UnsetType = UNSET
+    external_id: ExternalId | UnsetType | None = UNSET
+
+
+def account_create_request(body: bytes) -> AccountCreateRequest:
+    """An account creation's body, which may be left out (or empty), checked."""
+    req = decode_json(body, AccountCreateRequest) if body.strip() else AccountCreateRequest()
+    return validate_account_create(req)
+
+
+def validate_account_create(req: AccountCreateRequest) -> AccountCreateRequest:
+    """What decoding cannot check: the external id's characters (``app.accounts.external``)."""
+    if req.external_id is not None:
+        check_external_id(req.external_id)
+    return req
+
+
+def account_update_request(body: bytes) -> AccountUpdateRequest:
+    """An account update's body, checked."""
+    req = decode_json(body, AccountUpdateRequest)
+    if isinstance(req.external_id, str):
+        check_external_id(req.external_id)
+    return req
 
 
 def rotate_request(body: bytes) -> KeyRotateRequest:

@@ -6,6 +6,7 @@ form (``key_…`` as the API shows it, or the bare id Redis key names carry), or
 last four characters (what a key list shows as ``last4``, and what a user can read off
 their key). Each form it can be is tried, so a page lists every account any of them finds.
 ``after`` is the ``id`` of the last account of the previous page, as in OpenAI's lists.
+``external_id`` lists only the account the app knows by that id (none: an empty page).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 
 import msgspec
 
+from app.accounts.external import check_external_id
 from app.core.errors import invalid_value
 from app.core.validation import query_int
 from app.keys.format import is_last4, kid_named
@@ -31,6 +33,7 @@ class AccountFilter(msgspec.Struct, frozen=True, kw_only=True):
     pid: str | None = None  # an account id the query may be
     kid: str | None = None  # a key id it may be (either form, as the bare id)
     last4: str | None = None  # a key's last four characters it may be
+    external_id: str | None = None  # only the account with this external id
 
 
 def _text(params: Mapping[str, str], name: str) -> str | None:
@@ -46,9 +49,12 @@ def _text(params: Mapping[str, str], name: str) -> str | None:
 
 
 def parse_account_filter(params: Mapping[str, str]) -> AccountFilter:
-    """The query parameters ``limit`` (1-500, default 100), ``after`` and ``query``."""
+    """The query parameters ``limit`` (1-500, default 100), ``after``, ``query`` and
+    ``external_id``."""
     query = _text(params, "query")
+    external_id = params.get("external_id")
     return AccountFilter(
+        external_id=None if external_id is None else check_external_id(external_id),
         limit=query_int(params.get("limit"), "limit", low=1, high=MAX_LIMIT, default=DEFAULT_LIMIT),
         after=_text(params, "after"),
         pid=query,

@@ -162,11 +162,17 @@ def _ledger_ops(args: argparse.Namespace) -> dict[str, AdminOp]:
 
 
 def _admin_op(args: argparse.Namespace) -> AdminOp:
-    from app.accounts.bodies import GrantRequest
+    from app.accounts.bodies import (
+        AccountCreateRequest,
+        GrantRequest,
+        validate_account_create,
+    )
     from app.core.validation import convert_fields
 
     async def create_account(s: Services) -> Any:
-        return {"account_pid": await s.accounts.create_account()}
+        fields = {"external_id": args.external_id}
+        req = validate_account_create(convert_fields(fields, AccountCreateRequest))
+        return {"account_pid": await s.accounts.create_account(req.external_id)}
 
     async def grant(s: Services) -> Any:
         req = convert_fields({"credits": args.credits, "reason": args.reason}, GrantRequest)

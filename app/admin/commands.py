@@ -98,6 +98,7 @@ _ACCOUNTS_OPTIONS = (
     ("query", "an account id (acct_...), a key's id (key_... or bare) or its last 4 characters"),
     ("limit", "accounts in the page (1-500; default 100)"),
     ("after", "the id of the last account of the previous page"),
+    ("external_id", "only the account the app knows by this id"),
 )
 
 
@@ -131,7 +132,10 @@ def add_admin_commands(admin: argparse.ArgumentParser) -> None:
 
 
 def _add_account_commands(ops: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    ops.add_parser("create-account", help="create an account")
+    create = ops.add_parser("create-account", help="create an account")
+    create.add_argument(
+        "--external-id", help="the app's own id of the account's user (unique; up to 128 chars)"
+    )
     grant = ops.add_parser("grant", help="add purchased credits to an account")
     grant.add_argument("account_pid")
     grant.add_argument("credits", type=int)
@@ -162,7 +166,7 @@ def _add_lookup_commands(ops: argparse._SubParsersAction[argparse.ArgumentParser
         "accounts", help="accounts, newest first (a page), or those --query finds"
     )
     for option, help_text in _ACCOUNTS_OPTIONS:
-        accounts.add_argument(f"--{option}", help=help_text)
+        accounts.add_argument(f"--{option.replace('_', '-')}", help=help_text)
     account = ops.add_parser(
         "account", help="an account: status, balance, keys (no secrets), usage today"
     )

@@ -76,6 +76,7 @@ class ErrorKind(Enum):
     ACTIVITY_NOT_FOUND = (404, "not_found_error", "activity_not_found")
     REDIS_NOT_EMPTY = (409, "invalid_request_error", "redis_not_empty")
     KEY_NOT_ROTATABLE = (409, "invalid_request_error", "api_key_not_rotatable")
+    EXTERNAL_ID_TAKEN = (409, "invalid_request_error", "external_id_taken")
     IDEMPOTENCY_IN_PROGRESS = (409, "invalid_request_error", "idempotency_in_progress")
     IDEMPOTENCY_UNAVAILABLE = (409, "invalid_request_error", "idempotency_response_unavailable")
     IDEMPOTENCY_KEY_REUSED = (422, "invalid_request_error", "idempotency_key_reused")
@@ -131,6 +132,7 @@ _DEFAULT_HEADERS: dict[ErrorKind, dict[str, str]] = {
     # the SDKs retry a 409: the running request is worth waiting for, the other is final
     ErrorKind.IDEMPOTENCY_IN_PROGRESS: {"retry-after": "1"},
     ErrorKind.IDEMPOTENCY_UNAVAILABLE: {"x-should-retry": "false"},
+    ErrorKind.EXTERNAL_ID_TAKEN: {"x-should-retry": "false"},
     ErrorKind.UPSTREAM_UNAVAILABLE: {"x-should-retry": "true"},
     ErrorKind.SERVICE_UNAVAILABLE: {"retry-after": "1"},
     ErrorKind.AUTH_RATE_LIMITED: {"retry-after": "1"},
@@ -288,6 +290,15 @@ def invalid_api_key() -> ApiError:
 def account_not_found(pid: str) -> ApiError:
     """An admin route or command named an account the durable store does not know."""
     return ApiError(ErrorKind.ACCOUNT_NOT_FOUND, f"No account '{pid[:64]}'.", param="pid")
+
+
+def external_id_taken() -> ApiError:
+    """Another account has the external id an account creation or update asked for."""
+    return ApiError(
+        ErrorKind.EXTERNAL_ID_TAKEN,
+        "Another account has this external_id: an external_id names one account.",
+        param="external_id",
+    )
 
 
 def model_not_allowed(model: str, *, routed: bool = False) -> ApiError:

@@ -8,6 +8,7 @@ import msgspec
 from litestar import Controller, Request, Response, delete, get, patch, post
 from litestar.datastructures import ResponseHeader
 from litestar.di import Provide
+from msgspec import UnsetType
 
 from app.accounts.answers import (
     AccountList,
@@ -17,7 +18,13 @@ from app.accounts.answers import (
     CreditBalance,
 )
 from app.accounts.audit import AuditPage, audit_page, parse_audit_filter
-from app.accounts.bodies import AccountUpdateRequest, GrantRequest
+from app.accounts.bodies import (
+    AccountCreateRequest,
+    AccountUpdateRequest,
+    GrantRequest,
+    account_create_request,
+    account_update_request,
+)
 from app.accounts.lookup import parse_account_filter
 from app.accounts.rewards import SpotlightRequest, SpotlightReward
 from app.core.errors import ErrorKind
@@ -53,6 +60,7 @@ class AccountCreated(msgspec.Struct):
 
 # The errors of a route on one account: the admin token's, and the account's 404.
 _ACCOUNT = (*ADMIN_ERRORS, ErrorKind.ACCOUNT_NOT_FOUND)
+_TAKEN = (ErrorKind.EXTERNAL_ID_TAKEN,)  # another account has the external_id asked for
 
 
 class AdminController(Controller):
@@ -64,9 +72,13 @@ class AdminController(Controller):
     security = ADMIN_TOKEN
     tags = ["admin"]
 
-    @post("/accounts", status_code=201, responses=errors(*ADMIN_ERRORS))
-    async def create_account(self, services: Services) -> AccountCreated:
-        return AccountCreated(account_pid=await services.accounts.create_account())
+    @body_route(post, "/accounts", AccountCreateRequest, *ADMIN_ERRORS, *_TAKEN, status_code=201)
+    async def create_account(
+        self, services: Services, request: Request[Any, Any, Any]
+    ) -> AccountCreated:
+        """A new account, with the app's ``external_id`` of it when the body names one."""
+        req = account_create_request(await request.body())
+        return AccountCreated(account_pid=await services.accounts.create_account(req.external_id))
 
     @get(
         "/accounts",
@@ -75,7 +87,8 @@ class AdminController(Controller):
     )
     async def accounts(self, services: Services, request: Request[Any, Any, Any]) -> AccountList:
         """Accounts, newest first, a page at a time (``limit``, ``after``); ``query`` finds
-        them by account id, key id (either form) or a key's last four characters."""
+        them by account id, key id (either form) or a key's last four characters;
+        ``external_id`` lists the one the app knows by that id."""
         return await services.accounts.find_accounts(parse_account_filter(request.query_params))
 
     @get("/accounts/{pid:str}", responses=errors(*_ACCOUNT))
@@ -84,14 +97,20 @@ class AdminController(Controller):
         never a secret), usage today."""
         return await account_detail(services.accounts, services.usage, pid, services.clock())
 
-    @body_route(patch, "/accounts/{pid:str}", AccountUpdateRequest, *_ACCOUNT, status_code=200)
+    @body_route(
+        patch, "/accounts/{pid:str}", AccountUpdateRequest, *_ACCOUNT, *_TAKEN, status_code=200
+    )
     async def update_account(
         self, services: Services, pid: str, request: Request[Any, Any, Any]
     ) -> AccountDetail:
         """Disable the account (every key refused at once, on every instance: 403
-        ``account_disabled``) or enable it again; answers the account."""
-        req = decode_json(await request.body(), AccountUpdateRequest)
-        await services.accounts.set_status(pid, req.status)
+        ``account_disabled``) or enable it again; set, change or clear (null) its
+        ``external_id``. Answers the account."""
+        req = account_update_request(await request.body())
+        if not isinstance(req.external_id, UnsetType):  # first: a 409 changes nothing
+            await services.accounts.set_external_id(pid, req.external_id)
+        if not isinstance(req.status, UnsetType):
+            await services.accounts.set_status(pid, req.status)
         return await account_detail(services.accounts, services.usage, pid, services.clock())
 
     @delete(

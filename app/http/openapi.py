@@ -29,6 +29,7 @@ from litestar.openapi.spec import (
     SecurityRequirement,
 )
 
+from app.accounts.external import MAX_EXTERNAL_ID
 from app.accounts.lookup import DEFAULT_LIMIT as ACCOUNTS_DEFAULT_LIMIT
 from app.accounts.lookup import MAX_LIMIT as ACCOUNTS_MAX_LIMIT
 from app.accounts.lookup import MAX_QUERY_CHARS as ACCOUNTS_MAX_QUERY
@@ -342,6 +343,13 @@ ACCOUNTS_PARAMS = [
             "(`key_…`, or the bare id), or a key's last four characters (`last4`)."
         ),
         schema=Schema(type=OpenAPIType.STRING, max_length=ACCOUNTS_MAX_QUERY),
+    ),
+    Parameter(
+        name="external_id",
+        param_in=ParamType.QUERY,
+        required=False,
+        description="Only the account the app knows by this `external_id` (none: an empty list).",
+        schema=Schema(type=OpenAPIType.STRING, min_length=1, max_length=MAX_EXTERNAL_ID),
     ),
     Parameter(
         name="limit",

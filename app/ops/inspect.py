@@ -57,6 +57,7 @@ class Reservation(msgspec.Struct):
 
 class AccountReport(msgspec.Struct):
     account_pid: str
+    external_id: str | None  # the store's: the app's own id of the account; None: none
     shard: int
     status: str  # in Redis: active | disabled (its keys refused) | missing (no hash)
     earned: int
@@ -95,7 +96,8 @@ async def inspect_account(
     clock: Callable[[], float] = time.time,
 ) -> AccountReport:
     """The account's state in Redis; 404 when the durable store does not know it."""
-    if await store.get_account(pid) is None:
+    record = await store.get_account(pid)
+    if record is None:
         raise account_not_found(pid)
     shard, today = layout.shard(pid), day_tag(utc_day(clock()))
     records = await store.list_keys(pid)
@@ -134,6 +136,7 @@ async def inspect_account(
     rids, usage_today, usage_total = results[-3:]
     return AccountReport(
         account_pid=pid,
+        external_id=record.external_id,
         shard=shard,
         status="missing" if found is None else account_status(account),
         earned=earned,

@@ -22,6 +22,7 @@ class AccountDetail(msgspec.Struct):
     object: str
     created_at: int  # unix seconds
     status: str  # active | disabled (its keys are refused: 403 account_disabled)
+    external_id: str | None  # the app's own id of it; None: none
     credits: CreditBalance  # as GET /v1/credits
     keys: list[ApiKeyItem]  # as GET /v1/api-keys: newest first, revoked ones included
     usage_today: DailyUsage  # the live keys' usage this UTC day, as a GET /v1/usage day
@@ -40,6 +41,7 @@ async def account_detail(
         object="account",
         created_at=record.created_at,
         status=record.status,
+        external_id=record.external_id,
         credits=credits,
         keys=keys.data,
         usage_today=today.daily[0],

@@ -94,8 +94,11 @@ class Store(Protocol):
         """Whether svc's schema is there (``migrate`` made it); creates nothing (a SQLite
         file that does not exist stays so). ``StoreError`` when unreachable."""
 
-    async def create_account(self, rec: AccountRecord, audit: AuditRecord | None = None) -> None:
-        """Add an account; ``StoreConflict`` when the pid exists."""
+    async def create_account(self, rec: AccountRecord, audit: AuditRecord | None = None) -> bool:
+        """Add an account, and ``audit`` (its creation's entry) in the same transaction;
+        False (nothing written, no entry either) when another account has its
+        ``external_id``, even one created at the same moment; ``StoreConflict`` when the pid
+        exists."""
 
     async def delete_new_account(self, pid: str) -> bool:
         """Remove an account that nothing refers to yet (no key, no grant), and its
@@ -117,6 +120,16 @@ class Store(Protocol):
     ) -> AccountRecord | None:
         """The account with its status set (``active`` or ``disabled``); None when there is
         no such account."""
+
+    async def set_external_id(
+        self, pid: str, external_id: str | None, audit: AuditRecord | None = None
+    ) -> AccountRecord | None:
+        """The account with its external id set (None: cleared), and ``audit`` written in
+        the same transaction; None when there is no such account (no entry);
+        ``StoreConflict`` (nothing written) when another account has that id."""
+
+    async def find_external_id(self, external_id: str) -> AccountRecord | None:
+        """The account with that external id, or None."""
 
     async def insert_key(
         self, rec: KeyRecord, *, max_active: int | None = None, audit: AuditRecord | None = None

@@ -22,7 +22,7 @@ _seqs = CompletionIds()
 
 
 class AuditRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """One operator action that changed money, a key or an account's status."""
+    """One operator action that changed money, a key or an account."""
 
     seq: int  # the order of entries (``new_seq``); the public id is audit_<seq>
     account_pid: str

@@ -115,12 +115,15 @@ class SQLStore(ABC):
 
     # -- accounts ---------------------------------------------------------------------
 
-    async def create_account(self, rec: AccountRecord, audit: AuditRecord | None = None) -> None:
-        def create() -> Program[None]:
-            yield from execute(sql.INSERT_ACCOUNT, to_row(rec))
+    async def create_account(self, rec: AccountRecord, audit: AuditRecord | None = None) -> bool:
+        def create() -> Program[bool]:
+            # ON CONFLICT (external_id) DO NOTHING: a taken id writes no row, so no entry
+            if (yield from execute(sql.INSERT_ACCOUNT, to_row(rec))) != 1:
+                return False
             yield from write_audit(audit)
+            return True
 
-        await self._write(create())
+        return await self._write(create())
 
     async def delete_new_account(self, pid: str) -> bool:
         def delete() -> Program[bool]:
@@ -146,14 +149,24 @@ class SQLStore(ABC):
     async def set_account_status(
         self, pid: str, status: str, audit: AuditRecord | None = None
     ) -> AccountRecord | None:
-        def update() -> Program[AccountRecord | None]:
-            if (yield from execute(sql.SET_ACCOUNT_STATUS, (status, pid))) != 1:
-                return None
-            yield from write_audit(audit)
-            found = yield from row(sql.GET_ACCOUNT, (pid,))
-            return None if found is None else to_record(AccountRecord, found)
+        return await self._write(self._set_account(sql.SET_ACCOUNT_STATUS, status, pid, audit))
 
-        return await self._write(update())
+    async def set_external_id(
+        self, pid: str, external_id: str | None, audit: AuditRecord | None = None
+    ) -> AccountRecord | None:
+        return await self._write(self._set_account(sql.SET_EXTERNAL_ID, external_id, pid, audit))
+
+    def _set_account(
+        self, update: str, value: str | None, pid: str, audit: AuditRecord | None
+    ) -> Program[AccountRecord | None]:
+        if (yield from execute(update, (value, pid))) != 1:
+            return None  # no such account: nothing changed, nothing audited
+        yield from write_audit(audit)
+        found = yield from row(sql.GET_ACCOUNT, (pid,))
+        return None if found is None else to_record(AccountRecord, found)
+
+    async def find_external_id(self, external_id: str) -> AccountRecord | None:
+        return await self._record(AccountRecord, sql.GET_ACCOUNT_BY_EXTERNAL_ID, (external_id,))
 
     # -- keys -------------------------------------------------------------------------
 

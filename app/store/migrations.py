@@ -269,6 +269,15 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
     ),
     (
+        18,
+        # The app's own id of an account (NULL: none), unique among those set: NULLs never
+        # collide in a UNIQUE index, on either engine. Its index is also the lookup's.
+        (
+            "ALTER TABLE accounts ADD COLUMN external_id TEXT",
+            "CREATE UNIQUE INDEX accounts_external_id ON accounts (external_id)",
+        ),
+    ),
+    (
         19,
         # The operators' audit log (``app.store.audit``): an entry per action on money, keys
         # or an account's status, newest first overall (the primary key) or per account.

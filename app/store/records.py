@@ -21,6 +21,7 @@ class AccountRecord(msgspec.Struct, frozen=True, kw_only=True):
     created_at: int  # unix seconds
     status: str = "active"  # "active" | "disabled" (its keys are refused)
     low_balance_credits: int | None = None  # webhooks' credits.low threshold; None: none
+    external_id: str | None = None  # the app's own id of it (app.accounts.external); None: none
 
 
 class AccountQuery(msgspec.Struct, frozen=True, kw_only=True):
@@ -32,6 +33,7 @@ class AccountQuery(msgspec.Struct, frozen=True, kw_only=True):
     pid: str | None = None
     kid: str | None = None
     last4: str | None = None
+    external_id: str | None = None  # only the account with this external id (with the above)
     after: tuple[int, str] | None = None  # (created_at, pid) of the account the page follows
 
 

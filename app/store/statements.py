@@ -43,8 +43,13 @@ def _select(table: str, record: type[msgspec.Struct]) -> str:
 
 PING = "SELECT 1"
 
-INSERT_ACCOUNT = _insert("accounts", AccountRecord)
+# An external id another account has: nothing written (the unique index decides, so two
+# creations at once cannot both take it); a pid that exists is a conflict (StoreConflict).
+INSERT_ACCOUNT = _insert("accounts", AccountRecord) + " ON CONFLICT (external_id) DO NOTHING"
 GET_ACCOUNT = _select("accounts", AccountRecord) + " WHERE pid = ?"
+GET_ACCOUNT_BY_EXTERNAL_ID = _select("accounts", AccountRecord) + " WHERE external_id = ?"
+# Another account's external id fails the unique index: StoreConflict, nothing written.
+SET_EXTERNAL_ID = "UPDATE accounts SET external_id = ? WHERE pid = ?"
 SET_LOW_BALANCE = "UPDATE accounts SET low_balance_credits = ? WHERE pid = ?"
 SET_ACCOUNT_STATUS = "UPDATE accounts SET status = ? WHERE pid = ?"
 LIST_ACCOUNTS = _select("accounts", AccountRecord) + " ORDER BY created_at, pid"
@@ -60,7 +65,7 @@ def account_page(query: AccountQuery) -> tuple[str, Row]:
     """The statement (and its arguments) of one page of accounts, newest first: a range
     scan of the accounts' creation index, filtered by what ``query`` matches (its id, or
     the accounts of the key with that id or those last four characters: the keys' primary
-    key and their last4 index)."""
+    key and their last4 index), and to the account of an external id when it names one."""
     args: list[Any] = []
     matches: list[str] = []
     if query.pid is not None:
@@ -72,6 +77,9 @@ def account_page(query: AccountQuery) -> tuple[str, Row]:
         matches.append(f"pid IN (SELECT account_pid FROM api_keys WHERE {found})")
         args += [value for _, value in keyed]
     where = ["(" + " OR ".join(matches) + ")"] if matches else []
+    if query.external_id is not None:
+        where.append("external_id = ?")
+        args.append(query.external_id)
     if query.after is not None:
         where.append("(created_at, pid) < (?, ?)")
         args += list(query.after)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -170,6 +171,51 @@ def test_the_same_through_svc_admin(pair: Pair) -> None:
     assert (code, out["error"]["code"]) == (1, "account_not_found")
     code, out = _cli(a.env, "accounts", "--after", "acct_nope")
     assert (code, out["error"]["param"]) == (1, "after")
+    # the app's own id of an account, made through one instance, found through the other
+    tag = os.urandom(6).hex()
+    code, out = _cli(a.env, "create-account", "--external-id", f"cli-{tag}")
+    assert code == 0, out
+    made = out["account_pid"]
+    code, out = _cli(b.env, "accounts", "--external-id", f"cli-{tag}")
+    assert (code, [(x["id"], x["external_id"]) for x in out["data"]]) == (
+        0,
+        [(made, f"cli-{tag}")],
+    )
+    assert b.admin("GET", f"/accounts/{made}").json()["external_id"] == f"cli-{tag}"
+    code, out = _cli(b.env, "create-account", "--external-id", f"cli-{tag}")
+    assert (code, out["error"]["code"]) == (1, "external_id_taken")
+
+
+def test_an_external_id_is_one_account_s_across_instances(pair: Pair) -> None:
+    """Issue 45 item 5: the app's own user id, unique even when both instances are asked
+    for it at once; found, changed and cleared through either."""
+    a, b = pair.a, pair.b
+    tag = os.urandom(6).hex()  # the module's instances share one database
+    wanted = {"external_id": f"user-{tag}@example.com"}
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        made = list(pool.map(lambda srv: srv.admin("POST", "/accounts", wanted), [a, b] * 2))
+    assert sorted(r.status_code for r in made) == [201, 409, 409, 409], [r.text for r in made]
+    for refused in (r for r in made if r.status_code == 409):
+        _refused(refused, 409, "external_id_taken")
+    pid = next(r.json()["account_pid"] for r in made if r.status_code == 201)
+    for srv in (a, b):
+        found = srv.admin("GET", f"/accounts?external_id={wanted['external_id']}").json()
+        assert [(x["id"], x["external_id"]) for x in found["data"]] == [
+            (pid, wanted["external_id"])
+        ]
+    other = a.new_account(0)
+    _refused(b.admin("PATCH", f"/accounts/{other}", wanted), 409, "external_id_taken")
+    moved = b.admin("PATCH", f"/accounts/{pid}", {"external_id": f"moved-{tag}"})
+    assert (moved.status_code, moved.json()["external_id"]) == (200, f"moved-{tag}")
+    taken = a.admin("PATCH", f"/accounts/{other}", wanted)  # free again
+    assert taken.json()["external_id"] == wanted["external_id"]
+    cleared = a.admin("PATCH", f"/accounts/{pid}", {"external_id": None})
+    assert cleared.json()["external_id"] is None
+    assert b.admin("GET", f"/accounts/{pid}").json()["external_id"] is None
+    assert b.admin("GET", f"/accounts?external_id=moved-{tag}").json()["data"] == []
+    bad = a.admin("POST", "/accounts", {"external_id": "two words"})
+    _refused(bad, 400, "invalid_value")
+    assert bad.json()["error"]["param"] == "external_id"
 
 
 def test_svc_admin_redis_runs_one_command_and_prints_its_reply(pair: Pair) -> None:

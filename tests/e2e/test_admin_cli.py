@@ -202,6 +202,37 @@ def test_admin_commands_without_a_server(tmp_path: Path) -> None:
     assert (code, out["role"]) == (0, "inference")
 
 
+def test_admin_accounts_with_the_app_s_own_id(tmp_path: Path) -> None:
+    """Issue 45 item 5: ``create-account --external-id``, and the id wherever an account is
+    shown (``accounts``, ``account``, ``inspect``)."""
+    env = served_before(tmp_path / "data")
+    code, out = svc_admin(env, "create-account", "--external-id", "user-42@example.com")
+    assert code == 0, out
+    pid = str(out["account_pid"])
+    code, plain = svc_admin(env, "create-account")
+    assert code == 0, plain
+    code, out = svc_admin(env, "accounts", "--external-id", "user-42@example.com")
+    assert (code, [(a["id"], a["external_id"]) for a in out["data"]]) == (  # type: ignore[attr-defined]
+        0,
+        [(pid, "user-42@example.com")],
+    )
+    code, out = svc_admin(env, "accounts")
+    shown = {a["id"]: a["external_id"] for a in out["data"]}  # type: ignore[attr-defined]
+    assert shown == {pid: "user-42@example.com", plain["account_pid"]: None}
+    code, out = svc_admin(env, "account", pid)
+    assert (code, out["external_id"]) == (0, "user-42@example.com")
+    code, out = svc_admin(env, "inspect", pid)
+    assert (code, out["account_pid"], out["external_id"]) == (0, pid, "user-42@example.com")
+    code, out = svc_admin(env, "create-account", "--external-id", "user-42@example.com")
+    assert (code, out["error"]["code"]) == (1, "external_id_taken")  # type: ignore[index]
+    code, out = svc_admin(env, "create-account", "--external-id", "two words")
+    assert (code, out["error"]["param"]) == (1, "external_id")  # type: ignore[index]
+    code, out = svc_admin(env, "accounts", "--external-id", "x" * 129)
+    assert (code, out["error"]["param"]) == (1, "external_id")  # type: ignore[index]
+    code, out = svc_admin(env, "accounts")
+    assert len(out["data"]) == 2  # type: ignore[arg-type]  # the refused ones made nothing
+
+
 def test_admin_errors_are_json(tmp_path: Path) -> None:
     env = served_before(tmp_path / "data")
     code, out = svc_admin(env, "grant", "acct_nope", "5")

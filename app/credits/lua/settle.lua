@@ -29,7 +29,8 @@ ARGV[8]  usage_ttl          seconds a usage day hash lives
 ARGV[9]  served             what the request's activity row tells beyond its usage, as one
                             text the event carries as it is (app.kv.fields.Served: the
                             response's id, start, time to first output, duration, usage
-                            source); empty when there is nothing to tell (the sweeper)
+                            source, the prices it is settled at); empty when there is
+                            nothing to tell (the sweeper)
 ARGV[10] give_up_ms         Redis TIME in milliseconds after which the caller no longer waits
                             for this reply (its Redis timeout); 0 = no limit (the sweeper). A
                             settle that reaches Redis later changes nothing: its stream has

@@ -65,7 +65,8 @@ async def test_accounts_are_listed_newest_first_a_page_at_a_time(svc: Svc) -> No
     created = [a["created_at"] for a in seen]
     assert created == sorted(created, reverse=True)
     assert {(a["object"], a["status"]) for a in seen} == {("account", "active")}
-    assert set(seen[0]) == {"id", "object", "created_at", "status"}
+    assert set(seen[0]) == {"id", "object", "created_at", "status", "external_id"}
+    assert {a["external_id"] for a in seen} == {None}
 
 
 async def test_a_query_finds_an_account_by_its_id_a_key_id_or_last4(svc: Svc) -> None:
@@ -153,8 +154,9 @@ async def test_a_disabled_account_s_keys_are_refused_at_once_on_every_route(svc:
     ("body", "param"),
     [
         ({"status": "frozen"}, "status"),
-        ({}, "status"),
+        ({"status": None}, "status"),
         ({"status": "disabled", "note": "x"}, "note"),
+        ({"status": "disabled", "external_id": "has space"}, "external_id"),
         ("disabled", None),
     ],
 )
@@ -242,3 +244,88 @@ async def test_an_operator_revokes_any_key_of_the_account_at_once(svc: Svc) -> N
         assert (await call(client, "GET", "/v1/models", svc.account.live_key)).status_code == 200
         listed = (await client.get("/v1/api-keys", headers=_h(svc.account.live_key))).json()
     assert {k["id"]: k["status"] for k in listed["data"]}[made.id] == "revoked"
+
+
+async def test_an_account_is_created_with_an_external_id_and_found_by_it(svc: Svc) -> None:
+    """Issue 45 item 5: the app names its accounts by its own user ids."""
+    async with svc.client() as client:
+        made = await _admin(client, "POST", "/accounts", {"external_id": "user-42@example.com"})
+        assert made.status_code == 201, made.text
+        pid = made.json()["account_pid"]
+        plain = await client.post("/admin/v1/accounts", headers=ADMIN)  # no body: none
+        assert plain.status_code == 201, plain.text
+        found = await _admin(client, "GET", "/accounts?external_id=user-42@example.com")
+        none = await _admin(client, "GET", "/accounts?external_id=user-43@example.com")
+        shown = await _admin(client, "GET", f"/accounts/{pid}")
+        other = await _admin(client, "GET", f"/accounts/{plain.json()['account_pid']}")
+    assert found.status_code == 200, found.text
+    assert [(a["id"], a["external_id"]) for a in found.json()["data"]] == [
+        (pid, "user-42@example.com")
+    ]
+    assert none.json() == {
+        "object": "list",
+        "data": [],
+        "first_id": None,
+        "last_id": None,
+        "has_more": False,
+    }
+    assert shown.json()["external_id"] == "user-42@example.com"
+    assert other.json()["external_id"] is None
+
+
+async def test_a_taken_external_id_is_409_and_writes_nothing(svc: Svc) -> None:
+    async with svc.client() as client:
+        first = await _admin(client, "POST", "/accounts", {"external_id": "u1"})
+        assert first.status_code == 201, first.text
+        before = await svc.services.store.list_accounts()
+        again = await _admin(client, "POST", "/accounts", {"external_id": "u1"})
+        assert_error(again, 409, "invalid_request_error", "external_id_taken")
+        assert again.json()["error"]["param"] == "external_id"
+        assert again.headers["x-should-retry"] == "false"
+        assert await svc.services.store.list_accounts() == before
+        # nor by an update, which changes nothing else it was asked for either
+        pid = svc.account.pid
+        taken = await _admin(
+            client, "PATCH", f"/accounts/{pid}", {"external_id": "u1", "status": "disabled"}
+        )
+        assert_error(taken, 409, "invalid_request_error", "external_id_taken")
+        shown = await _admin(client, "GET", f"/accounts/{pid}")
+    assert (shown.json()["external_id"], shown.json()["status"]) == (None, "active")
+
+
+async def test_an_update_sets_changes_and_clears_the_external_id(svc: Svc) -> None:
+    pid = svc.account.pid
+    async with svc.client() as client:
+        for value in ("u1", "u2", None):
+            updated = await _admin(client, "PATCH", f"/accounts/{pid}", {"external_id": value})
+            assert updated.status_code == 200, updated.text
+            assert (updated.json()["id"], updated.json()["external_id"]) == (pid, value)
+        kept = await _admin(client, "PATCH", f"/accounts/{pid}", {"external_id": "u3"})
+        status_only = await _admin(client, "PATCH", f"/accounts/{pid}", {"status": "active"})
+        old = await _admin(client, "GET", "/accounts?external_id=u1")
+    assert kept.json()["external_id"] == "u3"
+    assert status_only.json()["external_id"] == "u3"  # left out: kept
+    assert old.json()["data"] == []
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", "/accounts", {"external_id": "has space"}),
+        ("POST", "/accounts", {"external_id": "a" * 129}),
+        ("POST", "/accounts", {"external_id": "acct_0123456789abcdef"}),
+        ("POST", "/accounts", {"external_id": ""}),
+        ("GET", "/accounts?external_id=", None),
+        ("GET", "/accounts?external_id=%0Au1", None),
+        ("GET", "/accounts?external_id=" + "a" * 129, None),
+    ],
+)
+async def test_a_bad_external_id_is_400_naming_it(
+    svc: Svc, method: str, path: str, body: Any
+) -> None:
+    async with svc.client() as client:
+        before = await svc.services.store.list_accounts()
+        response = await _admin(client, method, path, body)
+    assert_error(response, 400, "invalid_request_error", "invalid_value")
+    assert response.json()["error"]["param"] == "external_id"
+    assert await svc.services.store.list_accounts() == before

@@ -209,3 +209,33 @@ async def test_keys_made_by_the_fixture_are_not_audited(svc: Svc) -> None:
     )
     async with svc.client() as client:
         assert await _log(client) == []
+
+
+async def test_an_account_s_external_id_is_audited_at_creation_and_when_set(svc: Svc) -> None:
+    async with svc.client() as client:
+        made = await _admin(client, "POST", "/accounts", {"external_id": "user-1"})
+        assert made.status_code == 201, made.text
+        pid = made.json()["account_pid"]
+        taken = await _admin(client, "POST", "/accounts", {"external_id": "user-1"})
+        assert_error(taken, 409, "invalid_request_error", "external_id_taken")
+        moved = await _admin(client, "PATCH", f"/accounts/{pid}", {"external_id": "user-2"})
+        cleared = await _admin(client, "PATCH", f"/accounts/{pid}", {"external_id": None})
+        await _admin(client, "PATCH", f"/accounts/{svc.account.pid}", {"external_id": "user-3"})
+        refused = await _admin(client, "PATCH", f"/accounts/{pid}", {"external_id": "user-3"})
+        both = await _admin(
+            client, "PATCH", f"/accounts/{pid}", {"external_id": "user-4", "status": "disabled"}
+        )
+        entries = await _log(client)
+    assert_error(refused, 409, "invalid_request_error", "external_id_taken")
+    assert [(e["action"], e["account_pid"], e["details"]) for e in entries] == [
+        ("account.disable", pid, {"status": "disabled"}),
+        ("account.update", pid, {"external_id": "user-4"}),
+        ("account.update", svc.account.pid, {"external_id": "user-3"}),
+        ("account.update", pid, {"external_id": None}),
+        ("account.update", pid, {"external_id": "user-2"}),
+        ("account.create", pid, {"external_id": "user-1"}),
+    ]
+    for response, entry in ((cleared, entries[3]), (moved, entries[4]), (made, entries[5])):
+        assert entry["request_id"] == response.headers["x-request-id"]
+        assert entry["target"] == pid
+    assert both.json()["external_id"] == "user-4"

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.core.errors import StoreError
+from app.core.errors import StoreConflict, StoreError
 from app.store import AccountRecord, AuditQuery, AuditRecord, GrantRecord, KeyRecord, Store
 from app.store.audit import new_seq, seq_of
 from tests.support.databases import Database
@@ -137,3 +137,25 @@ async def test_pages_newest_first_overall_and_per_account(store: Store) -> None:
     assert seq_of(mine[0].id) == mine[0].seq
     assert seq_of("audit_x1") is None
     assert seq_of("key_1") is None
+
+
+async def test_a_creation_whose_external_id_is_taken_writes_no_entry(store: Store) -> None:
+    first = _entry("acct_C", "account.create", "acct_C")
+    assert await store.create_account(
+        AccountRecord(pid="acct_C", created_at=3, external_id="user-1"), first
+    )
+    taken = _entry("acct_D", "account.create", "acct_D")
+    assert not await store.create_account(
+        AccountRecord(pid="acct_D", created_at=4, external_id="user-1"), taken
+    )
+    assert await store.get_account("acct_D") is None
+    assert await _all(store) == [first]
+
+
+async def test_an_external_id_set_writes_its_entry_and_a_refused_one_none(store: Store) -> None:
+    await store.set_external_id("acct_A", "user-1", _entry("acct_A", "account.update", "acct_A"))
+    set_b = _entry("acct_B", "account.update", "acct_B")
+    with pytest.raises(StoreConflict):
+        await store.set_external_id("acct_B", "user-1", set_b)
+    assert await store.set_external_id("acct_X", "user-2", _entry("acct_X", "x")) is None
+    assert [(e.account_pid, e.action) for e in await _all(store)] == [("acct_A", "account.update")]
