@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from app.core.ids import CompletionIds
+from app.store.core import SQLCore
 from app.store.program import Program, execute
 from app.store.records import Row
 
@@ -90,3 +91,14 @@ def write_audit(entry: AuditRecord | None) -> Program[None]:
     commit together, or neither does."""
     if entry is not None:
         yield from execute(INSERT_AUDIT, msgspec.structs.astuple(entry))
+
+
+class AuditSQL(SQLCore):
+    """``Store``'s audit log reads (a part of ``SQLStore``); entries are written by the
+    changes they record (``write_audit``)."""
+
+    async def list_audit(self, query: AuditQuery) -> list[AuditRecord]:
+        return await self._records(AuditRecord, *audit_page(query))
+
+    async def get_audit(self, seq: int) -> AuditRecord | None:
+        return await self._record(AuditRecord, GET_AUDIT, (seq,))
