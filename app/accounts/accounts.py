@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from app.accounts import audit
 from app.accounts.answers import AccountList, CreditBalance, account_list, credit_balance
 from app.accounts.api_keys import ApiKeys
 from app.accounts.external import ACCOUNT_ID_PREFIX, is_account_id
@@ -66,11 +67,15 @@ class Accounts(ApiKeys):
     async def create_account(self, external_id: str | None = None) -> str:
         """A new account with empty pools, and the app's ``external_id`` of it (checked by
         the caller: ``app.accounts.external``); returns its public id. 409 when another
-        account has that external id (nothing written). When Redis fails (a stall: the 503
-        asks for a retry) the store's row goes too, so the retry makes the only account."""
+        account has that external id (nothing written, no audit entry). When Redis fails (a
+        stall: the 503 asks for a retry) the store's row goes too, so the retry makes the
+        only account."""
         pid = random_id(ACCOUNT_ID_PREFIX, 16)
-        record = AccountRecord(pid=pid, created_at=int(self.clock()), external_id=external_id)
-        if not await self.store.create_account(record):
+        now = self.clock()
+        details = {} if external_id is None else {"external_id": external_id}
+        entry = audit.audit_entry(audit.ACCOUNT_CREATE, pid, pid, details, now)
+        record = AccountRecord(pid=pid, created_at=int(now), external_id=external_id)
+        if not await self.store.create_account(record, entry):
             raise external_id_taken()
         try:
             await self.money.open_account(pid)
@@ -87,10 +92,12 @@ class Accounts(ApiKeys):
 
     async def set_external_id(self, pid: str, external_id: str | None) -> AccountRecord:
         """Set, change or clear (None) the account's external id; 409 when another account
-        has it, 404 for an unknown account (nothing written either way). Only the store
-        keeps it: Redis and the keys do not need it."""
+        has it, 404 for an unknown account (nothing written, no audit entry, either way).
+        Only the store keeps it: Redis and the keys do not need it."""
+        details = {"external_id": external_id}  # the changed field (None: cleared)
+        entry = audit.audit_entry(audit.ACCOUNT_UPDATE, pid, pid, details, self.clock())
         try:
-            updated = await self.store.set_external_id(pid, external_id)
+            updated = await self.store.set_external_id(pid, external_id, entry)
         except StoreConflict:
             # the accounts' one unique column besides the pid, which an update never sets
             raise external_id_taken() from None
@@ -110,7 +117,13 @@ class Accounts(ApiKeys):
         return record.pid
 
     async def grant_purchased(
-        self, pid: str, credits: int, *, grant_id: str | None = None, source: str = "admin"
+        self,
+        pid: str,
+        credits: int,
+        *,
+        grant_id: str | None = None,
+        source: str = "admin",
+        reason: str | None = None,
     ) -> CreditBalance:
         """Add purchased credits (they never expire); written to the ledger table first.
         An account Redis lost (its data lost, before ``rebuild-redis``) is never opened
@@ -127,8 +140,12 @@ class Accounts(ApiKeys):
             source=source,
             reference=None,
             created_at=int(now),
+            reason=reason,
         )
-        await self.store.insert_grant(grant)
+        details = {"credits": credits, "pool": grant.pool, "reason": reason}
+        entry = audit.audit_entry(audit.CREDITS_GRANT, pid, grant.grant_id, details, now)
+        # a retry of a grant (its id stored already) writes nothing, its entry included
+        await self.store.insert_grant(grant, audit=entry)
         status, balance, _granted_at = await self.money.grant(
             pid, pool="purchased", credits=credits, grant_id=grant.grant_id, now=now
         )
@@ -172,7 +189,9 @@ class Accounts(ApiKeys):
         in the other order than the store). A Redis that lost the account's hash is left
         so (nothing is served without it); ``rebuild-redis`` restores the status with the
         pools."""
-        updated = await self.store.set_account_status(pid, status)
+        action = audit.ACCOUNT_STATUS[status]
+        entry = audit.audit_entry(action, pid, pid, {"status": status}, self.clock())
+        updated = await self.store.set_account_status(pid, status, entry)
         if updated is None:
             raise account_not_found(pid)
         for _ in range(_STATUS_SYNC_ROUNDS):

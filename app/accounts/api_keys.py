@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from app.accounts import audit
 from app.accounts.answers import (
     ApiKeyCreated,
     ApiKeyDeleted,
@@ -130,7 +131,9 @@ class ApiKeys:
             secret_hash=await asyncio.to_thread(hash_secret, secret),
             last4=secret[-4:],
         )
-        if not await self.store.insert_key(record, max_active=self.max_active_keys):
+        made = {"name": record.name, "environment": record.environment, "role": record.role}
+        entry = audit.audit_entry(audit.KEY_CREATE, pid, public_id(kid), made, now)
+        if not await self.store.insert_key(record, max_active=self.max_active_keys, audit=entry):
             raise self._key_limit()
         await self._publish(record, secret)
         return key_created(record, secret)
@@ -209,7 +212,11 @@ class ApiKeys:
         if isinstance(changes.allowed_models, list):
             columns["allowed_models"] = self._allowed_models(changes.allowed_models)
         check_within(msgspec.structs.replace(record, **columns), granter)
-        updated = await self.store.update_key(pid, record.kid, columns)
+        changed = {name: value for name, value in sent.items() if value is not UNSET}
+        entry = audit.audit_entry(
+            audit.KEY_UPDATE, pid, public_id(record.kid), changed, self.clock()
+        )
+        updated = await self.store.update_key(pid, record.kid, columns, entry)
         if updated is None:
             raise service_unavailable()  # the key was there a moment ago: never deleted
         synced = await self._sync_key(updated)
@@ -272,8 +279,14 @@ class ApiKeys:
             role=old.role if role is UNSET else role,
         )
         check_within(new, granter)
+        rotation = {
+            "new_key_id": public_id(new.kid),
+            "grace_seconds": grace_seconds,
+            "role": new.role,
+        }
+        entry = audit.audit_entry(audit.KEY_ROTATE, pid, public_id(old.kid), rotation, now)
         rotated = await self.store.rotate_key(
-            new, now + grace_seconds, max_active=self.max_active_keys
+            new, now + grace_seconds, max_active=self.max_active_keys, audit=entry
         )
         if rotated is KeyRotation.LIMIT_REACHED:
             raise self._key_limit(rotating=True)
@@ -341,7 +354,10 @@ class ApiKeys:
         revoked = await self.key_records.revoke_key(self.key_records.identity(record), record)
         if revoked.status is ScriptStatus.KEY_UNKNOWN:
             raise service_unavailable()  # the Redis record names another account: never here
-        stored = await self.store.revoke_key(pid, record.kid, int(self.clock()))
+        revoked_now = int(self.clock())
+        named = {"name": record.name, "environment": record.environment}
+        entry = audit.audit_entry(audit.KEY_REVOKE, pid, public_id(record.kid), named, revoked_now)
+        stored = await self.store.revoke_key(pid, record.kid, revoked_now, entry)
         revoked_at = stored.revoked_at if stored and stored.revoked_at else int(self.clock())
         await self._tell(
             KEY_REVOKED,

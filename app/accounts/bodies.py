@@ -104,8 +104,20 @@ class KeyRotateRequest(msgspec.Struct, forbid_unknown_fields=True):
     role: KeyRole | UnsetType = UNSET
 
 
+MAX_GRANT_REASON = 500
+GrantReason = Annotated[
+    str,
+    msgspec.Meta(
+        max_length=MAX_GRANT_REASON,
+        description="Why the credits are granted (an order number, a goodwill credit): "
+        "kept with the grant and shown in the admin audit log.",
+    ),
+]
+
+
 class GrantRequest(msgspec.Struct):
     credits: Credits
+    reason: GrantReason | None = None
 
 
 AccountStatus = Annotated[

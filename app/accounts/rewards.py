@@ -14,6 +14,7 @@ from typing import Annotated
 
 import msgspec
 
+from app.accounts import audit
 from app.core.clock import DAY_S, iso_utc, seconds_to_utc_midnight
 from app.core.errors import (
     ApiError,
@@ -176,7 +177,10 @@ class Spotlights:
         # the ledger row and its webhook event in one transaction: a retry after a crash
         # between the script and this write (a DUPLICATE then) writes both, else neither
         events = [credits_earned(pid, grant_id, self.credits, self.expires_at(record), granted_at)]
-        if not await self.store.insert_grant(record, events):
+        # an operator's reward (``reward``) is audited; a network's callback is not
+        earned = {"credits": record.credits, "pool": record.pool, "view_id": reference}
+        entry = audit.audit_entry(audit.SPOTLIGHT_GRANT, pid, grant_id, earned, granted_at)
+        if not await self.store.insert_grant(record, events, audit=entry):
             record = await self.store.get_grant(grant_id) or record
         return status, record
 

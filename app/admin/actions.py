@@ -12,7 +12,13 @@ from typing import Any
 
 import msgspec
 
-from app.admin.commands import DRIFT_EXIT, accounts_params, activity_params, key_fields
+from app.admin.commands import (
+    DRIFT_EXIT,
+    accounts_params,
+    activity_params,
+    audit_params,
+    key_fields,
+)
 from app.core.clock import DAY_S
 from app.core.errors import (
     ApiError,
@@ -24,6 +30,7 @@ from app.core.errors import (
     StartupError,
     StoreError,
 )
+from app.core.operator import CLI, Operator, acting
 from app.core.settings import Settings
 from app.kv.client import REDIS_ERRORS, open_redis, readable, run_command
 from app.kv.fields import ACCOUNT_ACTIVE, ACCOUNT_DISABLED
@@ -168,8 +175,13 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
         return {"account_pid": await s.accounts.create_account(req.external_id)}
 
     async def grant(s: Services) -> Any:
-        req = convert_fields({"credits": args.credits}, GrantRequest)
-        return await s.accounts.grant_purchased(args.account_pid, req.credits)
+        req = convert_fields({"credits": args.credits, "reason": args.reason}, GrantRequest)
+        return await s.accounts.grant_purchased(args.account_pid, req.credits, reason=req.reason)
+
+    async def audit(s: Services) -> Any:
+        from app.accounts.audit import audit_page, parse_audit_filter
+
+        return await audit_page(s.store, parse_audit_filter(audit_params(args)))
 
     async def credits(s: Services) -> Any:
         return await s.accounts.balance(args.account_pid)
@@ -195,6 +207,7 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
         "flush": flush,
         "create-account": create_account,
         "grant": grant,
+        "audit": audit,
         "spotlight": spotlight,
         "credits": credits,
         "activity": _activity_op(args),
@@ -234,7 +247,9 @@ async def _run_admin(settings: Settings, op: AdminOp) -> int:
         print(f"svc: {exc}", file=sys.stderr)
         return 2
     try:
-        result = await op(services)
+        # what the command changes is audited as the CLI's (app.accounts.audit)
+        with acting(Operator(actor=CLI)):
+            result = await op(services)
         if isinstance(result, CsvLines):
             async for line in result.lines:
                 sys.stdout.write(line)

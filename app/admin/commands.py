@@ -108,6 +108,20 @@ def accounts_params(args: argparse.Namespace) -> dict[str, str]:
     return {option: given[option] for option, _ in _ACCOUNTS_OPTIONS if given[option] is not None}
 
 
+# the query parameters of GET /admin/v1/audit, as options of `svc admin audit`
+_AUDIT_OPTIONS = (
+    ("account", "only this account's entries (acct_...)"),
+    ("limit", "entries in the page (1-500; default 100)"),
+    ("after", "the id of the last entry of the previous page"),
+)
+
+
+def audit_params(args: argparse.Namespace) -> dict[str, str]:
+    """The options of `svc admin audit` given on the command line, as query parameters."""
+    given = vars(args)
+    return {option: given[option] for option, _ in _AUDIT_OPTIONS if given[option] is not None}
+
+
 def add_admin_commands(admin: argparse.ArgumentParser) -> None:
     """The subcommands of ``svc admin``, in the order its help lists them."""
     ops = admin.add_subparsers(dest="op", required=True)
@@ -125,6 +139,7 @@ def _add_account_commands(ops: argparse._SubParsersAction[argparse.ArgumentParse
     grant = ops.add_parser("grant", help="add purchased credits to an account")
     grant.add_argument("account_pid")
     grant.add_argument("credits", type=int)
+    grant.add_argument("--reason", help="why (an order number, ...): kept with the grant")
     credits = ops.add_parser("credits", help="an account's credit balance")
     credits.add_argument("account_pid")
     spot = ops.add_parser("spotlight", help="reward a verified spotlight view (earned credits)")
@@ -165,6 +180,11 @@ def _add_lookup_commands(ops: argparse._SubParsersAction[argparse.ArgumentParser
     revoke = ops.add_parser("revoke-key", help="revoke an account's API key, at once")
     revoke.add_argument("account_pid")
     revoke.add_argument("key_id", help="key_...")
+    audit = ops.add_parser(
+        "audit", help="operators' actions on money, keys and accounts' status, newest first"
+    )
+    for option, help_text in _AUDIT_OPTIONS:
+        audit.add_argument(f"--{option}", help=help_text)
 
 
 def _add_operator_commands(ops: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

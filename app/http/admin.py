@@ -17,6 +17,7 @@ from app.accounts.answers import (
     ApiKeyItem,
     CreditBalance,
 )
+from app.accounts.audit import AuditPage, audit_page, parse_audit_filter
 from app.accounts.bodies import (
     AccountCreateRequest,
     AccountUpdateRequest,
@@ -31,7 +32,7 @@ from app.core.validation import decode_json
 from app.credits import idempotency
 from app.http import key_routes
 from app.http.body_routes import body_route, decoded_once
-from app.http.deps import admin_guard, provide_services
+from app.http.deps import admin_guard, operator_middleware, provide_services
 from app.http.headers import NO_STORE
 from app.http.idempotent import idempotency_key, once
 from app.http.openapi import (
@@ -39,6 +40,7 @@ from app.http.openapi import (
     ACTIVITY_PARAMS,
     ADMIN_ERRORS,
     ADMIN_TOKEN,
+    AUDIT_PARAMS,
     ENVIRONMENT_PARAM,
     documented,
     errors,
@@ -65,6 +67,7 @@ class AdminController(Controller):
     response_headers = [ResponseHeader(name=NO_STORE[0], value=NO_STORE[1])]
     path = "/admin/v1"
     guards = [admin_guard]
+    middleware = [operator_middleware]
     dependencies = {"services": Provide(provide_services)}
     security = ADMIN_TOKEN
     tags = ["admin"]
@@ -142,7 +145,9 @@ class AdminController(Controller):
             pid,
             idempotency.OPERATOR,
             (200, CreditBalance),
-            lambda: services.accounts.grant_purchased(pid, req.credits, grant_id=grant_id),
+            lambda: services.accounts.grant_purchased(
+                pid, req.credits, grant_id=grant_id, reason=req.reason
+            ),
         )
 
     @get("/accounts/{pid:str}/credits", responses=errors(*_ACCOUNT))
@@ -236,6 +241,16 @@ class AdminController(Controller):
         """A webhook's recent deliveries (``GET /v1/webhooks/{id}/deliveries``)."""
         await services.accounts.require_account(pid)
         return await services.webhooks.deliveries(pid, webhook_id)
+
+    @get(
+        "/audit",
+        responses=errors(*ADMIN_ERRORS, ErrorKind.INVALID_VALUE),
+        operation_class=documented(parameters=AUDIT_PARAMS),
+    )
+    async def audit(self, services: Services, request: Request[Any, Any, Any]) -> AuditPage:
+        """The operators' actions on money, keys and accounts' status, newest first, a page
+        at a time (``limit``, ``after``); ``account``: one account's."""
+        return await audit_page(services.store, parse_audit_filter(request.query_params))
 
     @get("/usage-lag", responses=errors(*ADMIN_ERRORS))
     async def usage_lag(self, services: Services) -> Lag:

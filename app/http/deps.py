@@ -8,9 +8,11 @@ from typing import Any
 from litestar import Request
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
-from litestar.types import Scope
+from litestar.types import ASGIApp, Receive, Scope, Send
 
 from app.core.errors import ApiError, ErrorKind
+from app.core.logs import request_id
+from app.core.operator import ADMIN_API, Operator, acting
 from app.credits.outcomes import Identity
 from app.keys.format import bearer_secret
 from app.keys.throttle import client_address
@@ -33,6 +35,23 @@ def request_address(services: Services, scope: Scope) -> str:
     if services.trusted_proxies:
         forwarded = [v.decode("latin-1") for k, v in scope["headers"] if k == b"x-forwarded-for"]
     return client_address(client[0] if client else None, forwarded, services.trusted_proxies)
+
+
+def operator_middleware(app: ASGIApp) -> ASGIApp:
+    """The admin routes' requests act as the operator (``app.core.operator``): what they
+    change is audited with the request's id and client address."""
+
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        services: Services = scope["app"].state.services
+        who = Operator(
+            actor=ADMIN_API,
+            request_id=request_id.get(),
+            client_address=request_address(services, scope),
+        )
+        with acting(who):
+            await app(scope, receive, send)
+
+    return middleware
 
 
 async def provide_identity(request: Request[Any, Any, Any]) -> Identity:

@@ -367,6 +367,30 @@ ACCOUNTS_PARAMS = [
     ),
 ]
 
+AUDIT_PARAMS = [
+    Parameter(
+        name="account",
+        param_in=ParamType.QUERY,
+        required=False,
+        description="Only the entries of this account (`acct_…`).",
+        schema=Schema(type=OpenAPIType.STRING, max_length=ACCOUNTS_MAX_QUERY),
+    ),
+    Parameter(
+        name="limit",
+        param_in=ParamType.QUERY,
+        required=False,
+        description=f"Entries in the page (default {ACCOUNTS_DEFAULT_LIMIT}).",
+        schema=Schema(type=OpenAPIType.INTEGER, minimum=1, maximum=ACCOUNTS_MAX_LIMIT),
+    ),
+    Parameter(
+        name="after",
+        param_in=ParamType.QUERY,
+        required=False,
+        description="The `id` of the last entry of the previous page (its `last_id`).",
+        schema=Schema(type=OpenAPIType.STRING),
+    ),
+]
+
 ENVIRONMENT_PARAM = Parameter(
     name="environment",
     param_in=ParamType.QUERY,

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from app.core.errors import StoreConflict, StoreError
+from app.store.audit import AuditQuery, AuditRecord
 from app.store.records import (
     AccountQuery,
     AccountRecord,
@@ -37,6 +38,8 @@ __all__ = [
     "AccountRecord",
     "ActivityQuery",
     "ActivityRecord",
+    "AuditQuery",
+    "AuditRecord",
     "CreditExpiry",
     "DeliveryRecord",
     "DueDelivery",
@@ -72,7 +75,11 @@ def stream_id_key(stream_id: str) -> tuple[int, int]:
 
 
 class Store(Protocol):
-    """What svc keeps outside Redis: accounts, keys, grants, usage rollups, flush cursors."""
+    """What svc keeps outside Redis: accounts, keys, grants, usage rollups, flush cursors.
+
+    ``audit``: the operator's action a write records (``app.store.audit``), written in the
+    write's own transaction, only when the write changes something: both commit, or
+    neither does (an action is never done unaudited). None: the write is no operator's."""
 
     async def migrate(self) -> None:
         """Create or upgrade the schema; idempotent and safe from several processes."""
@@ -87,14 +94,16 @@ class Store(Protocol):
         """Whether svc's schema is there (``migrate`` made it); creates nothing (a SQLite
         file that does not exist stays so). ``StoreError`` when unreachable."""
 
-    async def create_account(self, rec: AccountRecord) -> bool:
-        """Add an account; False (nothing written) when another account has its
+    async def create_account(self, rec: AccountRecord, audit: AuditRecord | None = None) -> bool:
+        """Add an account, and ``audit`` (its creation's entry) in the same transaction;
+        False (nothing written, no entry either) when another account has its
         ``external_id``, even one created at the same moment; ``StoreConflict`` when the pid
         exists."""
 
     async def delete_new_account(self, pid: str) -> bool:
-        """Remove an account that nothing refers to yet (no key, no grant): one whose
-        creation failed half-way. False (nothing removed) otherwise."""
+        """Remove an account that nothing refers to yet (no key, no grant), and its
+        creation's audit entry: one whose creation failed half-way. False (nothing
+        removed) otherwise."""
 
     async def get_account(self, pid: str) -> AccountRecord | None:
         """The account, or None."""
@@ -106,18 +115,25 @@ class Store(Protocol):
         """One page of accounts, newest first (``account_page``): those ``query`` matches
         (all when it names nothing), after its position, at most ``query.limit``."""
 
-    async def set_account_status(self, pid: str, status: str) -> AccountRecord | None:
+    async def set_account_status(
+        self, pid: str, status: str, audit: AuditRecord | None = None
+    ) -> AccountRecord | None:
         """The account with its status set (``active`` or ``disabled``); None when there is
         no such account."""
 
-    async def set_external_id(self, pid: str, external_id: str | None) -> AccountRecord | None:
-        """The account with its external id set (None: cleared); None when there is no such
-        account; ``StoreConflict`` (nothing written) when another account has that id."""
+    async def set_external_id(
+        self, pid: str, external_id: str | None, audit: AuditRecord | None = None
+    ) -> AccountRecord | None:
+        """The account with its external id set (None: cleared), and ``audit`` written in
+        the same transaction; None when there is no such account (no entry);
+        ``StoreConflict`` (nothing written) when another account has that id."""
 
     async def find_external_id(self, external_id: str) -> AccountRecord | None:
         """The account with that external id, or None."""
 
-    async def insert_key(self, rec: KeyRecord, *, max_active: int | None = None) -> bool:
+    async def insert_key(
+        self, rec: KeyRecord, *, max_active: int | None = None, audit: AuditRecord | None = None
+    ) -> bool:
         """Add a key; ``StoreConflict`` when the kid exists or the account does not. With
         ``max_active``, False (nothing written) when the account has that many active keys
         already: counted and inserted in one transaction, so concurrent creates cannot
@@ -133,20 +149,31 @@ class Store(Protocol):
         """How many of the account's keys are neither revoked nor expired at ``now``."""
 
     async def update_key(
-        self, account_pid: str, kid: str, changes: Mapping[str, str | int | None]
+        self,
+        account_pid: str,
+        kid: str,
+        changes: Mapping[str, str | int | None],
+        audit: AuditRecord | None = None,
     ) -> KeyRecord | None:
         """The key with ``changes`` set (columns of ``KEY_UPDATABLE``: only those a client
         sent), in one transaction; None when that account has no such key. The status is
         left as it is."""
 
-    async def revoke_key(self, account_pid: str, kid: str, revoked_at: int) -> KeyRecord | None:
+    async def revoke_key(
+        self, account_pid: str, kid: str, revoked_at: int, audit: AuditRecord | None = None
+    ) -> KeyRecord | None:
         """The key after revocation; None when that account has no such key.
 
         Idempotent: a revoked key is returned unchanged (it keeps its first revoked_at).
         """
 
     async def rotate_key(
-        self, new: KeyRecord, old_expires_at: int, *, max_active: int | None = None
+        self,
+        new: KeyRecord,
+        old_expires_at: int,
+        *,
+        max_active: int | None = None,
+        audit: AuditRecord | None = None,
     ) -> KeyRotation:
         """Write ``new``, the successor of key ``new.replaces``, and end the old key at
         ``old_expires_at`` (unless it expires sooner), in one transaction; only when the old
@@ -159,14 +186,18 @@ class Store(Protocol):
         old key ends as the new one starts)."""
 
     async def insert_grant(
-        self, rec: GrantRecord, events: Sequence[WebhookEventRecord] = ()
+        self,
+        rec: GrantRecord,
+        events: Sequence[WebhookEventRecord] = (),
+        audit: AuditRecord | None = None,
     ) -> bool:
         """True when written, with ``events`` queued for the account's webhooks in the same
         transaction; False (and nothing written) when the grant id exists."""
 
     async def delete_grant(self, grant_id: str) -> bool:
-        """Remove a grant Redis refused to apply (its account's hash was lost), so that the
-        grant's retry is the only one; False when there is no such grant."""
+        """Remove a grant Redis refused to apply (its account's hash was lost), and its
+        audit entry, so that the grant's retry is the only one; False when there is no
+        such grant."""
 
     async def get_grant(self, grant_id: str) -> GrantRecord | None:
         """The grant, or None."""
@@ -192,6 +223,12 @@ class Store(Protocol):
         never counted twice, and, when ``after`` is given, unless the cursor is still
         ``after`` (None: no cursor yet), the one the batch was read after: of two
         drainers that read overlapping batches, one applies."""
+
+    async def list_audit(self, query: AuditQuery) -> list[AuditRecord]:
+        """One page of the audit log (``audit_page``), newest first."""
+
+    async def get_audit(self, seq: int) -> AuditRecord | None:
+        """The audit entry ``seq``, or None."""
 
     async def get_cursor(self, shard: int) -> str | None:
         """The last stream id applied for the shard, or None."""

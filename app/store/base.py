@@ -1,88 +1,50 @@
 """``SQLStore``: the ``Store`` methods, written once for every SQL engine.
 
 Each method is a program (``app.store.program``) of shared statements
-(``app.store.statements``); an engine subclass runs programs (``_run``) and names the
-locks it needs where its write transactions do not serialize enough by themselves.
+(``app.store.statements``); an engine subclass runs programs (``SQLCore._run``) and names
+the locks it needs where its write transactions do not serialize enough by themselves.
 """
 
 from __future__ import annotations
 
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import ClassVar, TypeVar
-
-import msgspec
 
 from app.store import ANY_CURSOR, END_OF_TIME, stream_id_key
+from app.store import audit as audit_log
 from app.store import migrations as schema
 from app.store import statements as sql
+from app.store.accounts import AccountsSQL
+from app.store.audit import AuditRecord, AuditSQL, write_audit
 from app.store.program import Program, Transaction, each, execute, row, rows, take
 from app.store.records import (
-    AccountQuery,
     AccountRecord,
     ActivityQuery,
     ActivityRecord,
     CreditExpiry,
-    DeliveryRecord,
-    DueDelivery,
     GrantRecord,
     KeyRecord,
     KeyRotation,
     LedgerSnapshot,
-    Row,
     UsageRollup,
     WebhookEventRecord,
-    WebhookRecord,
-    deliveries_of,
-    due_delivery,
     grouped_sums,
     ledger_snapshot,
-    recorded_delivery,
-    subscriptions,
     to_record,
     to_row,
     usage_sums,
 )
-
-T = TypeVar("T")
-R = TypeVar("R", bound=msgspec.Struct)
+from app.store.webhooks import WebhooksSQL, write_webhook_events
 
 
-class SQLStore(ABC):
+class SQLStore(AccountsSQL, AuditSQL, WebhooksSQL):
     """``Store`` on a SQL database; what each method promises is in ``Store``'s docstrings.
 
-    A subclass adds only its engine: ``_run``, ``close``, and the locks below.
+    A subclass adds only its engine: ``_run``, ``close``, and the locks (``SQLCore``). The
+    accounts', the audit log's and the webhooks' methods are parts of their own
+    (``app.store.accounts``, ``app.store.audit``, ``app.store.webhooks``); the keys',
+    grants', usage's and activity's are here.
     """
-
-    # Locks (shared-dialect statements, run first in the transaction), None where every
-    # write transaction holds the database's one write lock, which serializes them all.
-    MIGRATION_LOCK: ClassVar[str | None] = None
-    """Taken by each migration step: processes starting at once apply a version once."""
-    SHARD_LOCK: ClassVar[str | None] = None
-    """Taken (argument: the shard) by a usage batch before it reads the shard's cursor."""
-    ACCOUNT_LOCK: ClassVar[str | None] = None
-    """Taken (argument: the pid) before an account's keys or webhooks are counted or added."""
-    SCHEMA_PRESENT: ClassVar[str]
-    """A row when svc's migrations table exists (the catalogue's own words for it)."""
-
-    @abstractmethod
-    async def _run(self, program: Program[T], transaction: Transaction = Transaction.NONE) -> T:
-        """Run ``program`` on one connection in ``transaction``: its result, or
-        ``StoreConflict`` / ``StoreError`` for what the engine raised."""
-
-    async def _write(self, program: Program[T]) -> T:
-        return await self._run(program, Transaction.WRITE)
-
-    async def _rows(self, query: str, args: Row = ()) -> list[Row]:
-        return await self._run(rows(query, args))
-
-    async def _record(self, record: type[R], query: str, args: Row) -> R | None:
-        found = await self._rows(query, args)
-        return to_record(record, found[0]) if found else None
-
-    async def _records(self, record: type[R], query: str, args: Row = ()) -> list[R]:
-        return [to_record(record, r) for r in await self._rows(query, args)]
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -111,42 +73,6 @@ class SQLStore(ABC):
     async def has_schema(self) -> bool:
         return bool(await self._rows(self.SCHEMA_PRESENT))
 
-    # -- accounts ---------------------------------------------------------------------
-
-    async def create_account(self, rec: AccountRecord) -> bool:
-        return await self._write(execute(sql.INSERT_ACCOUNT, to_row(rec))) == 1
-
-    async def delete_new_account(self, pid: str) -> bool:
-        return await self._write(execute(sql.DELETE_NEW_ACCOUNT, (pid, pid, pid))) == 1
-
-    async def get_account(self, pid: str) -> AccountRecord | None:
-        return await self._record(AccountRecord, sql.GET_ACCOUNT, (pid,))
-
-    async def list_accounts(self) -> list[AccountRecord]:
-        return await self._records(AccountRecord, sql.LIST_ACCOUNTS)
-
-    async def set_low_balance(self, pid: str, low: int | None) -> None:
-        await self._write(execute(sql.SET_LOW_BALANCE, (low, pid)))
-
-    async def list_accounts_page(self, query: AccountQuery) -> list[AccountRecord]:
-        return await self._records(AccountRecord, *sql.account_page(query))
-
-    async def set_account_status(self, pid: str, status: str) -> AccountRecord | None:
-        return await self._write(self._set_account(sql.SET_ACCOUNT_STATUS, status, pid))
-
-    async def set_external_id(self, pid: str, external_id: str | None) -> AccountRecord | None:
-        return await self._write(self._set_account(sql.SET_EXTERNAL_ID, external_id, pid))
-
-    def _set_account(
-        self, update: str, value: str | None, pid: str
-    ) -> Program[AccountRecord | None]:
-        yield from execute(update, (value, pid))
-        found = yield from row(sql.GET_ACCOUNT, (pid,))
-        return None if found is None else to_record(AccountRecord, found)
-
-    async def find_external_id(self, external_id: str) -> AccountRecord | None:
-        return await self._record(AccountRecord, sql.GET_ACCOUNT_BY_EXTERNAL_ID, (external_id,))
-
     # -- keys -------------------------------------------------------------------------
 
     def _active_keys(self, pid: str, now: int) -> Program[int]:
@@ -158,7 +84,9 @@ class SQLStore(ABC):
             return False
         return (yield from self._active_keys(pid, now)) >= max_active
 
-    async def insert_key(self, rec: KeyRecord, *, max_active: int | None = None) -> bool:
+    async def insert_key(
+        self, rec: KeyRecord, *, max_active: int | None = None, audit: AuditRecord | None = None
+    ) -> bool:
         pid = rec.account_pid
 
         def insert() -> Program[bool]:
@@ -167,6 +95,7 @@ class SQLStore(ABC):
                 return False
             # The account again, for the seq subquery.
             yield from execute(sql.INSERT_KEY, (*to_row(rec), pid))
+            yield from write_audit(audit)
             return True
 
         return await self._write(insert())
@@ -188,24 +117,40 @@ class SQLStore(ABC):
         return None if found is None else to_record(KeyRecord, found)
 
     async def update_key(
-        self, account_pid: str, kid: str, changes: Mapping[str, str | int | None]
+        self,
+        account_pid: str,
+        kid: str,
+        changes: Mapping[str, str | int | None],
+        audit: AuditRecord | None = None,
     ) -> KeyRecord | None:
         def update() -> Program[KeyRecord | None]:
             for column, value in changes.items():
                 yield from execute(sql.UPDATE_KEY[column], (value, kid, account_pid))
-            return (yield from self._account_key(account_pid, kid))
+            found = yield from self._account_key(account_pid, kid)
+            if found is not None:
+                yield from write_audit(audit)
+            return found
 
         return await self._write(update())
 
-    async def revoke_key(self, account_pid: str, kid: str, revoked_at: int) -> KeyRecord | None:
+    async def revoke_key(
+        self, account_pid: str, kid: str, revoked_at: int, audit: AuditRecord | None = None
+    ) -> KeyRecord | None:
         def revoke() -> Program[KeyRecord | None]:
-            yield from execute(sql.REVOKE_KEY, (revoked_at, kid, account_pid))
+            # only the revocation that ends an active key is an action (a repeat is not)
+            if (yield from execute(sql.REVOKE_KEY, (revoked_at, kid, account_pid))) == 1:
+                yield from write_audit(audit)
             return (yield from self._account_key(account_pid, kid))
 
         return await self._write(revoke())
 
     async def rotate_key(
-        self, new: KeyRecord, old_expires_at: int, *, max_active: int | None = None
+        self,
+        new: KeyRecord,
+        old_expires_at: int,
+        *,
+        max_active: int | None = None,
+        audit: AuditRecord | None = None,
     ) -> KeyRotation:
         old, pid, now = new.replaces, new.account_pid, new.created_at
 
@@ -221,6 +166,7 @@ class SQLStore(ABC):
                 return KeyRotation.LIMIT_REACHED
             yield from execute(sql.END_ROTATED_KEY, (old_expires_at, old, pid, old_expires_at))
             yield from execute(sql.INSERT_KEY, (*to_row(new), pid))
+            yield from write_audit(audit)
             return KeyRotation.ROTATED
 
         return await self._write(rotate())
@@ -228,18 +174,32 @@ class SQLStore(ABC):
     # -- grants -----------------------------------------------------------------------
 
     async def insert_grant(
-        self, rec: GrantRecord, events: Sequence[WebhookEventRecord] = ()
+        self,
+        rec: GrantRecord,
+        events: Sequence[WebhookEventRecord] = (),
+        audit: AuditRecord | None = None,
     ) -> bool:
         def write() -> Program[bool]:
             if (yield from execute(sql.INSERT_GRANT, to_row(rec))) != 1:
                 return False
-            yield from _add_webhook_events(events, rec.created_at)
+            yield from write_webhook_events(events, rec.created_at)
+            yield from write_audit(audit)
             return True
 
         return await self._write(write())
 
     async def delete_grant(self, grant_id: str) -> bool:
-        return await self._write(execute(sql.DELETE_GRANT, (grant_id,))) == 1
+        def delete() -> Program[bool]:
+            found = yield from row(sql.GET_GRANT, (grant_id,))
+            if found is None:
+                return False
+            grant = to_record(GrantRecord, found)
+            yield from execute(sql.DELETE_GRANT, (grant_id,))
+            target = (grant.account_pid, grant_id)
+            yield from execute(audit_log.DELETE_AUDIT_OF_TARGET, target)
+            return True
+
+        return await self._write(delete())
 
     async def get_grant(self, grant_id: str) -> GrantRecord | None:
         return await self._record(GrantRecord, sql.GET_GRANT, (grant_id,))
@@ -290,7 +250,7 @@ class SQLStore(ABC):
             yield from each(sql.UPSERT_USAGE, usage_rows)
             yield from each(sql.INSERT_EXPIRY, expiry_rows)
             yield from each(sql.INSERT_ACTIVITY, activity_rows)
-            yield from _add_webhook_events(webhook_events, int(time.time()))
+            yield from write_webhook_events(webhook_events, int(time.time()))
             yield from execute(sql.UPSERT_CURSOR, (shard, last_stream_id, int(time.time())))
             return True
 
@@ -357,83 +317,3 @@ class SQLStore(ABC):
 
     async def prune_activity(self, before: int, limit: int) -> int:
         return await self._write(execute(sql.PRUNE_ACTIVITY, (before, limit)))
-
-    # -- webhooks ---------------------------------------------------------------------
-
-    async def create_webhook(self, rec: WebhookRecord, *, max_per_account: int) -> bool:
-        def create() -> Program[bool]:
-            yield from take(self.ACCOUNT_LOCK, rec.account_pid)
-            counted = yield from row(sql.COUNT_WEBHOOKS, (rec.account_pid,))
-            if counted is not None and int(counted[0]) >= max_per_account:
-                return False
-            yield from execute(sql.INSERT_WEBHOOK, to_row(rec))
-            return True
-
-        return await self._write(create())
-
-    async def list_webhooks(self, account_pid: str) -> list[WebhookRecord]:
-        return await self._records(WebhookRecord, sql.LIST_WEBHOOKS, (account_pid,))
-
-    async def get_webhook(self, account_pid: str, webhook_id: str) -> WebhookRecord | None:
-        return await self._record(WebhookRecord, sql.GET_WEBHOOK, (account_pid, webhook_id))
-
-    async def update_webhook(
-        self, account_pid: str, webhook_id: str, changes: Mapping[str, str]
-    ) -> WebhookRecord | None:
-        def update() -> Program[WebhookRecord | None]:
-            for column, value in changes.items():
-                yield from execute(sql.UPDATE_WEBHOOK[column], (value, webhook_id, account_pid))
-            found = yield from row(sql.GET_WEBHOOK, (account_pid, webhook_id))
-            return None if found is None else to_record(WebhookRecord, found)
-
-        return await self._write(update())
-
-    async def delete_webhook(
-        self, account_pid: str, webhook_id: str, deleted_at: int
-    ) -> WebhookRecord | None:
-        def delete() -> Program[WebhookRecord | None]:
-            found = yield from row(sql.GET_WEBHOOK, (account_pid, webhook_id))
-            if found is None:
-                return None
-            yield from execute(sql.DELETE_WEBHOOK, (deleted_at, webhook_id, account_pid))
-            return to_record(WebhookRecord, found)
-
-        return await self._write(delete())
-
-    async def webhook_subscriptions(self) -> dict[str, set[str]]:
-        return subscriptions(await self._rows(sql.WEBHOOK_SUBSCRIPTIONS))
-
-    async def add_webhook_events(self, events: Sequence[WebhookEventRecord], now: int) -> int:
-        return await self._write(_add_webhook_events(events, now)) if events else 0
-
-    async def claim_deliveries(self, now: int, lease_until: int, limit: int) -> list[DueDelivery]:
-        def claim() -> Program[list[DueDelivery]]:
-            taken = []
-            for found in (yield from rows(sql.DUE_DELIVERIES, (now, now, limit))):
-                due = due_delivery(found)
-                key = (due.delivery.event_id, due.delivery.webhook_id)
-                # Taken by the claim that changed the row: a concurrent one finds it leased.
-                if (yield from execute(sql.CLAIM_DELIVERY, (lease_until, *key, now))):
-                    taken.append(due)
-            return taken
-
-        return await self._write(claim())
-
-    async def record_delivery(self, delivery: DeliveryRecord) -> None:
-        await self._write(execute(sql.RECORD_DELIVERY, recorded_delivery(delivery)))
-
-    async def list_deliveries(self, webhook_id: str, limit: int) -> list[DeliveryRecord]:
-        return await self._records(DeliveryRecord, sql.LIST_DELIVERIES, (webhook_id, limit))
-
-    async def prune_deliveries(self, before: int, limit: int) -> int:
-        return await self._write(execute(sql.PRUNE_DELIVERIES, (before, limit)))
-
-
-def _add_webhook_events(events: Sequence[WebhookEventRecord], now: int) -> Program[int]:
-    """``Store.add_webhook_events`` in the caller's transaction."""
-    added = 0
-    for event in events:
-        webhooks = yield from rows(sql.ACCOUNT_WEBHOOK_EVENTS, (event.account_pid,))
-        for delivery in deliveries_of(event, webhooks, now):
-            added += yield from execute(sql.INSERT_DELIVERY, to_row(delivery))
-    return added

@@ -277,6 +277,27 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE UNIQUE INDEX accounts_external_id ON accounts (external_id)",
         ),
     ),
+    (
+        19,
+        # The operators' audit log (``app.store.audit``): an entry per action on money, keys
+        # or an account's status, newest first overall (the primary key) or per account.
+        # A grant keeps the operator's reason (NULL: none given, or a row written before).
+        (
+            """CREATE TABLE audit_log (
+                seq BIGINT PRIMARY KEY,
+                account_pid TEXT NOT NULL,
+                action TEXT NOT NULL,
+                target TEXT,
+                actor TEXT NOT NULL,
+                request_id TEXT,
+                client_address TEXT,
+                details TEXT NOT NULL,
+                created_at BIGINT NOT NULL
+            )""",
+            "CREATE INDEX audit_log_account ON audit_log (account_pid, seq)",
+            "ALTER TABLE credit_grants ADD COLUMN reason TEXT",
+        ),
+    ),
 )
 
 CREATE_SCHEMA_MIGRATIONS = (

@@ -85,6 +85,7 @@ class GrantRecord(msgspec.Struct, frozen=True, kw_only=True):
     reference: str | None  # e.g. the spotlight view_id
     created_at: int
     expires_at: int | None = None
+    reason: str | None = None  # the operator's, for a purchase (None: none given)
 
 
 class UsageRollup(msgspec.Struct, frozen=True, kw_only=True):

@@ -131,7 +131,7 @@ async def test_a_store_failure_after_redis_is_mended_by_the_retry(
     granted_at = int(clock())
     original = store.insert_grant
 
-    async def failing(rec: GrantRecord, events: object = ()) -> bool:
+    async def failing(rec: GrantRecord, events: object = (), audit: object = None) -> bool:
         raise StoreError("disk full")
 
     monkeypatch.setattr(store, "insert_grant", failing)

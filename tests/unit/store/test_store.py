@@ -34,6 +34,7 @@ TABLES = {
     "activity",
     "webhooks",
     "webhook_deliveries",
+    "audit_log",
 }
 
 
