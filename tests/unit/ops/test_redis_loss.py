@@ -50,7 +50,7 @@ class Loss:
             store, self.ledger.money, credits=REWARD, expiry_days=2, clock=self.clock
         )
 
-    async def rebuild(self, *, force: bool = True) -> RebuildReport:
+    async def rebuild(self, *, force: bool = True, confirm_s: float = 0.01) -> RebuildReport:
         return await rebuild_redis(
             self.ledger.money,
             self.ledger.keys,
@@ -59,6 +59,7 @@ class Loss:
             now=self.clock(),
             earned_ttl_s=2 * DAY,
             force=force,
+            confirm_s=confirm_s,
         )
 
     async def reconcile(self) -> ReconcileReport:
