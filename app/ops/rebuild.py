@@ -110,6 +110,7 @@ async def rebuild_redis(
         money,
         store,
         differences(shards, known),
+        now=now,
         earned_ttl_s=earned_ttl_s,
         confirm_s=confirm_s,
     )

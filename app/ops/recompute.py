@@ -89,6 +89,7 @@ async def correct_confirmed(
     store: Store,
     first: dict[str, Difference],
     *,
+    now: float,
     earned_ttl_s: int,
     confirm_s: float = CONFIRM_S,
 ) -> Corrected:
@@ -115,7 +116,11 @@ async def correct_confirmed(
             done.changing.append(pid)
             continue
         written = await money.correct_pools(
-            pid, again.credits, earned_part=again.earned_part, earned_exp=again.earned_exp
+            pid,
+            again.credits,
+            earned_part=again.earned_part,
+            earned_exp=again.earned_exp,
+            now=now + confirm_s,
         )
         if written.status is ScriptStatus.OK:
             done.accounts += 1
