@@ -196,6 +196,12 @@ class Money:
         )
         return Written(ScriptStatus(status))
 
+    async def grant_applied(self, pid: str, grant_id: str) -> bool:
+        """Whether Redis applied the grant ``grant_id`` (its marker, which lives
+        ``GRANT_MARKER_TTL_S``)."""
+        shard = self.layout.shard(pid)
+        return bool(await self.redis.exists(self.layout.grant_marker(shard, grant_id)))
+
     async def grant(
         self,
         pid: str,
