@@ -150,11 +150,22 @@ class Accounts(ApiKeys):
             pid, pool="purchased", credits=credits, grant_id=grant.grant_id, now=now
         )
         if status is ScriptStatus.ACCOUNT_MISSING:
-            await self.store.delete_grant(grant.grant_id)
+            await self._take_back(grant)
             log.warning("grant refused: Redis has no balance of %s (run rebuild-redis)", pid)
         if status not in (ScriptStatus.OK, ScriptStatus.DUPLICATE):
             raise service_unavailable()
         return credit_balance(balance)
+
+    async def _take_back(self, grant: GrantRecord) -> None:
+        """Remove the row of a grant Redis refused (no balance hash), unless Redis applied
+        it meanwhile: a retry with the same grant id after the account was restored, whose
+        insert found this row (a no-op) and whose grant.lua ran. The row is deleted first
+        and the grant's marker read after: a retry that applied it before the read is seen
+        and its row put back; one that applies it after inserts its own row first."""
+        row = await self.store.get_grant(grant.grant_id) or grant
+        await self.store.delete_grant(grant.grant_id)
+        if await self.money.grant_applied(grant.account_pid, grant.grant_id):
+            await self.store.insert_grant(row)
 
     async def balance(self, pid: str) -> CreditBalance:
         """An account's pools, read straight from Redis."""

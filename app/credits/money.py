@@ -116,16 +116,18 @@ class Money:
         return Written(ScriptStatus.OK if created else ScriptStatus.DUPLICATE)
 
     async def correct_pools(
-        self, pid: str, credits: int, *, earned_part: int, earned_exp: int
+        self, pid: str, credits: int, *, earned_part: int, earned_exp: int, now: float
     ) -> Written:
         """Add ``credits`` (below 0: take them) to the account's pools, ``earned_part`` of
         them the earned pool's (``earned_exp``: its expiry by the ledger); what rebuild-redis
-        finds them off from the ledger. ``ACCOUNT_MISSING`` when Redis has no balance hash."""
+        finds them off from the ledger; an earned pool past its expiry at ``now`` lapses first
+        (its expiry event recorded). ``ACCOUNT_MISSING`` when Redis has no balance hash."""
         sign = "add" if credits > 0 else "take"
+        shard = self.layout.shard(pid)
         status, _earned, _purchased = await self._run(
             "correct_pools",
-            [self.layout.account(self.layout.shard(pid), pid)],
-            [sign, abs(credits), earned_part, earned_exp],
+            [self.layout.account(shard, pid), self.layout.events(shard)],
+            [sign, abs(credits), earned_part, earned_exp, int(now), pid],
         )
         return Written(ScriptStatus(int(status)))
 
@@ -193,6 +195,12 @@ class Money:
             [int(now), NO_CAP if low is None else low],
         )
         return Written(ScriptStatus(status))
+
+    async def grant_applied(self, pid: str, grant_id: str) -> bool:
+        """Whether Redis applied the grant ``grant_id`` (its marker, which lives
+        ``GRANT_MARKER_TTL_S``)."""
+        shard = self.layout.shard(pid)
+        return bool(await self.redis.exists(self.layout.grant_marker(shard, grant_id)))
 
     async def grant(
         self,

@@ -18,6 +18,7 @@ from app.credits.usage_counts import UsageCounts
 from app.kv.client import RedisClient
 from app.kv.fields import ACCOUNT_ACTIVE, ACCOUNT_DISABLED, KIND_MARK, EventField
 from app.kv.layout import KeySpace
+from app.ops.recompute import CONFIRM_S, correct_confirmed, differences, restored_pools
 from app.ops.shard_state import ShardRead, Sums, consistent_shards, redis_accounts
 from app.store import KeyRecord, LedgerSnapshot, Store
 from app.usage.flusher import next_stream_id
@@ -52,17 +53,8 @@ class RebuildReport(msgspec.Struct):
     accounts_recomputed: int = 0  # kept accounts (--force) whose balance reconcile
     # flagged: their pools corrected to the ledger's
     credits_recomputed: int = 0  # Σ (ledger − Redis) over them
-
-
-def restored_pools(sums: Sums, held: tuple[int, int]) -> tuple[int, int, int]:
-    """(earned, earned_exp, purchased) an account's hash should hold by its ledger, less
-    what its open reservations hold. Rollups from before the earned split was recorded
-    count as purchased; the split is clamped so that neither pool is negative."""
-    total = max(0, sums.total - held[0] - held[1])
-    earned = sums.granted_earned - sums.used_earned - sums.expired - held[0]
-    earned = min(max(0, earned), total)
-    exp = (sums.last_earned_expiry or 0) if earned > 0 else 0
-    return earned, exp, total - earned
+    accounts_changing: list[str] = msgspec.field(default_factory=list)  # flagged, but their
+    # difference changed between two reads (a grant in flight): left as they are, run again
 
 
 async def rebuild_redis(
@@ -74,11 +66,14 @@ async def rebuild_redis(
     now: float,
     earned_ttl_s: int,
     force: bool = False,
+    confirm_s: float = CONFIRM_S,
 ) -> RebuildReport:
     """Restore accounts (their status too), balances, keys, grant markers, today's
     spotlight and cap counters and usage totals from the durable store; refuses a Redis
     that holds accounts already unless ``force`` (then only what is missing is written,
-    existing records are kept, but for an account's status: the durable record's)."""
+    existing records are kept, but for an account's status: the durable record's, and for
+    a balance reconcile flags: corrected when a second read ``confirm_s`` later confirms
+    its difference, ``app.ops.recompute``)."""
     redis, layout = money.redis, money.layout
     in_redis = await redis_accounts(redis, layout)
     if in_redis and not force:
@@ -111,6 +106,17 @@ async def rebuild_redis(
             if pid not in known:
                 continue
             await _restore_account(money, report, shard, state, pid, sums, now)
+    corrected = await correct_confirmed(
+        money,
+        store,
+        differences(shards, known),
+        now=now,
+        earned_ttl_s=earned_ttl_s,
+        confirm_s=confirm_s,
+    )
+    report.accounts_recomputed = corrected.accounts
+    report.credits_recomputed = corrected.credits
+    report.accounts_changing = corrected.changing
     keys = await store.list_all_keys()
     await _restore_keys(key_records, keys, report)
     for account in await store.list_accounts():
@@ -152,8 +158,8 @@ async def _restore_account(
     sums: Sums,
     now: float,
 ) -> None:
-    """Restore one account; a kept one (--force): its status and, when its balance drifts
-    from the ledger, its pools."""
+    """Restore one account; a kept one (--force): its status (its pools, when its balance
+    drifts from the ledger: ``correct_confirmed``, after every account)."""
     if sums.total - sum(state.held.get(pid, (0, 0))) < 0:
         report.negative_balances.append(pid)
     if pid in state.pools:
@@ -162,7 +168,6 @@ async def _restore_account(
         if state.statuses.get(pid, ACCOUNT_ACTIVE) != sums.status:
             written = await money.set_account_status(pid, sums.status)
             report.statuses_corrected += int(written.status is ScriptStatus.OK)
-        await _recompute(money, report, state, pid, sums)
     else:
         earned, exp, purchased = restored_pools(sums, state.held.get(pid, (0, 0)))
         opened = await money.open_account(
@@ -183,30 +188,6 @@ async def _restore_account(
             pipe.hsetnx(usage_key, name, value)
         await pipe.execute()
         report.usage_totals += 1
-
-
-async def _recompute(
-    money: Money, report: RebuildReport, state: ShardRead, pid: str, sums: Sums
-) -> None:
-    """A kept account whose balance (pools + holds) is not its ledger's (what reconcile
-    flags: a hash a grant opened empty after Redis lost its data, say) gets the difference
-    to the pools its ledger gives (``restored_pools``), earned and purchased each their part.
-    A difference measured at one instant holds later (correct_pools.lua says why)."""
-    read_e, read_p = state.pools[pid]
-    held = state.held.get(pid, (0, 0))
-    if sums.total == read_e + read_p + sum(held):
-        return  # reconcile flags nothing
-    earned, exp, purchased = restored_pools(sums, held)
-    credits = earned + purchased - read_e - read_p
-    if not credits:
-        return  # the ledger is below what is held: the pools cannot go lower than 0
-    shift = earned - read_e if credits > 0 else read_e - earned
-    written = await money.correct_pools(
-        pid, credits, earned_part=min(max(0, shift), abs(credits)), earned_exp=exp
-    )
-    if written.status is ScriptStatus.OK:
-        report.accounts_recomputed += 1
-        report.credits_recomputed += credits
 
 
 async def _restore_keys(

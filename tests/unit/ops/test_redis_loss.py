@@ -50,7 +50,7 @@ class Loss:
             store, self.ledger.money, credits=REWARD, expiry_days=2, clock=self.clock
         )
 
-    async def rebuild(self, *, force: bool = True) -> RebuildReport:
+    async def rebuild(self, *, force: bool = True, confirm_s: float = 0.01) -> RebuildReport:
         return await rebuild_redis(
             self.ledger.money,
             self.ledger.keys,
@@ -59,6 +59,7 @@ class Loss:
             now=self.clock(),
             earned_ttl_s=2 * DAY,
             force=force,
+            confirm_s=confirm_s,
         )
 
     async def reconcile(self) -> ReconcileReport:
@@ -248,3 +249,32 @@ async def test_an_account_whose_redis_write_fails_is_not_created(
     with pytest.raises(RedisTimeout):
         await loss.accounts.create_account()
     assert await loss.store.list_accounts() == []
+
+
+async def test_a_refused_grant_keeps_the_row_of_a_retry_redis_applied(
+    loss: Loss, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two attempts with one grant id (an Idempotency-Key retry): the first is refused
+    (Redis lost the account); before it takes its row back, the account is restored and
+    the second applies the grant (its insert found the first's row). The row stays: the
+    ledger keeps what Redis holds."""
+    pid = await loss.accounts.create_account()
+    await loss.accounts.grant_purchased(pid, PURCHASED)
+    await loss.redis.flushall()
+    real_delete = loss.store.delete_grant
+    retried = []
+
+    async def retry_first(grant_id: str) -> bool:
+        if not retried:
+            retried.append(grant_id)
+            await loss.rebuild(force=False)
+            await loss.accounts.grant_purchased(pid, 100, grant_id=grant_id)
+        return await real_delete(grant_id)
+
+    monkeypatch.setattr(loss.store, "delete_grant", retry_first)
+    with pytest.raises(ApiError) as refused:
+        await loss.accounts.grant_purchased(pid, 100, grant_id="grant_retried")
+    assert refused.value.kind is ErrorKind.SERVICE_UNAVAILABLE
+    assert retried == ["grant_retried"]
+    assert await loss.redis_total(pid) == await loss.ledger_total(pid) == PURCHASED + 100
+    assert [g.grant_id for g in await loss.store.list_grants(pid)][-1] == "grant_retried"
