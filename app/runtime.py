@@ -248,7 +248,12 @@ class Services:
             settings.failed_auth_limit,
             settings.failed_auth_window_s,
             self.throttle_counts.count_failed_auth,
-            read=self.throttle_counts.failed_auths,
+        )
+        self.admin_throttle = FailedAuthThrottle(  # wrong admin tokens alone: the right one
+            settings.failed_auth_limit,  # is refused past their limit, never for wrong keys
+            settings.failed_auth_window_s,
+            self.throttle_counts.count_failed_admin,
+            read=self.throttle_counts.failed_admin,
         )
         self.auth = Authenticator(
             self.key_records,
@@ -259,7 +264,7 @@ class Services:
             negative_ttl_s=settings.negative_cache_s,
             cold_per_s=settings.cold_auth_per_s,
             cold_per_address_s=settings.cold_auth_per_address_s,
-            throttle=self.auth_throttle,  # shared with the admin and metrics tokens
+            throttle=self.auth_throttle,  # shared with the metrics token
         )
         try:
             self.trusted_proxies = parse_networks(settings.trusted_proxies)
