@@ -35,7 +35,7 @@ from app.core.errors import (
     service_unavailable,
 )
 from app.core.private_files import PRIVATE_FILE_MODE, make_private, private_folder
-from app.core.settings import Settings
+from app.core.settings import MIN_ADMIN_TOKEN_CHARS, Settings
 from app.credits.idempotency import IdempotencyRecords
 from app.credits.key_records import KeyRecords
 from app.credits.money import Money
@@ -85,6 +85,19 @@ def read_or_create_secret(path: Path) -> str:
     return value
 
 
+def admin_token_file(path: Path) -> str:
+    """The admin token kept in ``path`` (generated on first use), held to the setting's
+    MIN_ADMIN_TOKEN_CHARS: an operator may have written a short one there by hand."""
+    token = read_or_create_secret(path)
+    if len(token) < MIN_ADMIN_TOKEN_CHARS:
+        raise StartupError(  # the length only: the token is never repeated
+            f"the admin token in {path} has {len(token)} characters, at least "
+            f"{MIN_ADMIN_TOKEN_CHARS} characters are needed. Write a longer one there, delete "
+            "the file to have one generated, or set SVC_ADMIN_TOKEN"
+        )
+    return token
+
+
 def write_private(path: Path, text: str) -> None:
     """Write a file only its owner can read (mode 0600)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
@@ -111,7 +124,7 @@ def resolve(
         if writes_data_dir(settings):
             with tempfile.TemporaryFile(dir=data_dir):
                 pass  # svc can write there: fail now, before Valkey or SQLite would
-        admin_token = settings.admin_token or read_or_create_secret(data_dir / "admin-token.txt")
+        admin_token = settings.admin_token or admin_token_file(data_dir / "admin-token.txt")
         key_pepper = settings.key_pepper or read_or_create_secret(data_dir / "key-pepper.txt")
     owner = None
     redis_url = settings.redis_url
@@ -248,7 +261,12 @@ class Services:
             settings.failed_auth_limit,
             settings.failed_auth_window_s,
             self.throttle_counts.count_failed_auth,
-            read=self.throttle_counts.failed_auths,
+        )
+        self.admin_throttle = FailedAuthThrottle(  # wrong admin tokens alone: the right one
+            settings.failed_auth_limit,  # is refused past their limit, never for wrong keys
+            settings.failed_auth_window_s,
+            self.throttle_counts.count_failed_admin,
+            read=self.throttle_counts.failed_admin,
         )
         self.auth = Authenticator(
             self.key_records,
@@ -259,7 +277,7 @@ class Services:
             negative_ttl_s=settings.negative_cache_s,
             cold_per_s=settings.cold_auth_per_s,
             cold_per_address_s=settings.cold_auth_per_address_s,
-            throttle=self.auth_throttle,  # shared with the admin and metrics tokens
+            throttle=self.auth_throttle,  # shared with the metrics token
         )
         try:
             self.trusted_proxies = parse_networks(settings.trusted_proxies)

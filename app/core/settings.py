@@ -144,9 +144,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """The rate_limit_rpm a new API key gets when its creator sets none: completions it may
     start in any 60 seconds; 0 = no limit. Each key's own limit can be changed later."""
     failed_auth_limit: int = 100
-    """Invalid keys or admin tokens one client address may present per window, on every
-    worker of every instance together (counted in Redis); after that each further one is
-    refused with 429 until the window ends; 0 = no limit."""
+    """Invalid keys one client address may present per window, on every worker of every
+    instance together (counted in Redis), and wrong admin tokens apart (their own count);
+    after that each further one is refused with 429 until the window ends; 0 = no limit."""
     failed_auth_window_s: float = 60.0
     """Length of the failed_auth_limit window, in seconds."""
     trusted_proxies: str = ""

@@ -1,5 +1,6 @@
 """Counters of a client address's attempts, shared by every worker and instance: failed
-authentications and cold-path (argon2) verifications (``window_count.lua``)."""
+authentications (wrong API keys or metrics tokens; wrong admin tokens apart) and cold-path
+(argon2) verifications (``window_count.lua``)."""
 
 from __future__ import annotations
 
@@ -28,10 +29,15 @@ class ThrottleCounts:
         """One more failed authentication of ``address`` in its window (every worker's)."""
         return await self._window_count(self.layout.failed_auths(address), window_s)
 
-    async def failed_auths(self, address: str) -> WindowCount:
-        """The failed authentications ``address`` has in its window, counting none (0 and
-        no time left when it has no window open): one read of window_count.lua's counter."""
-        counter = self.layout.failed_auths(address)
+    async def count_failed_admin(self, address: str, window_s: float) -> WindowCount:
+        """One more wrong admin token from ``address`` in its window (every worker's): a
+        counter apart from ``count_failed_auth``'s, so wrong API keys never lock the admin out."""
+        return await self._window_count(self.layout.failed_admin_tokens(address), window_s)
+
+    async def failed_admin(self, address: str) -> WindowCount:
+        """The wrong admin tokens ``address`` has in its window, counting none (0 and no time
+        left when it has no window open): what decides whether the right one is refused."""
+        counter = self.layout.failed_admin_tokens(address)
         pipe = self.redis.pipeline(transaction=False)  # one key: one slot, one round trip
         pipe.get(counter)
         pipe.pttl(counter)

@@ -70,18 +70,20 @@ async def require_bearer(
     expected: str | None,
     message: str,
     *,
-    throttle_all: bool = False,
+    admin: bool = False,
 ) -> None:
     """Refuse (401, counted against the client address) a request that does not carry
     ``Authorization: Bearer <expected>``; an unset ``expected`` refuses everyone.
-    ``throttle_all``: an address over its failed-auth limit is refused (429) the right
-    token too (``FailedAuthThrottle.refuse_over_limit``)."""
+    ``admin``: the admin token, whose wrong values have a counter of their own (wrong API
+    keys never lock the operator out), and an address over that limit is refused (429) the
+    right token too (``FailedAuthThrottle.refuse_over_limit``)."""
     services = services_of(connection)
     given = bearer_secret(connection.headers.get("authorization")) or ""
     address = request_address(services, connection.scope)
-    if throttle_all:
-        await services.auth_throttle.refuse_over_limit(address)
-    async with services.auth_throttle.guarding(address):
+    throttle = services.admin_throttle if admin else services.auth_throttle
+    if admin:
+        await throttle.refuse_over_limit(address)
+    async with throttle.guarding(address):
         if not expected or not hmac.compare_digest(given.encode(), expected.encode()):
             raise ApiError(ErrorKind.ADMIN_UNAUTHORIZED, message)
 
@@ -89,6 +91,4 @@ async def require_bearer(
 async def admin_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
     """Only the bearer of ``SVC_ADMIN_TOKEN`` passes."""
     expected = services_of(connection).settings.admin_token
-    await require_bearer(
-        connection, expected, "A valid admin token is required.", throttle_all=True
-    )
+    await require_bearer(connection, expected, "A valid admin token is required.", admin=True)

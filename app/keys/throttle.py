@@ -1,16 +1,18 @@
 """Failed-authentication throttling per client address, and who the client is behind proxies.
 
-An address that has presented ``limit`` invalid keys (or admin tokens) within ``window_s``
+An address that has presented ``limit`` invalid keys (or metrics tokens) within ``window_s``
 gets 429 for every further invalid one until the window ends, on every worker of every
 instance: the failures are counted in Redis (``window_count.lua``, one script call per
 failure, never one for a valid key). A worker that has seen an address reach the limit
 answers its further wrong credentials 429 without counting them again, until the window
 ends. So exactly ``limit`` wrong keys per window get a 401, wherever they land.
 
-The admin token is the exception (``refuse_over_limit``): an address over its limit is
-refused even the right token until its window ends, so wrong tokens can never be followed by
-a right one from there: the token reaches every account, and its bearer is one operator, not
-a crowd behind a NAT.
+The admin token is the exception (``refuse_over_limit``): its wrong values are counted by a
+throttle of their own (another Redis counter), and an address over that limit is refused
+even the right token until its window ends, so wrong tokens can never be followed by a right
+one from there: the token reaches every account, and its bearer is one operator, not a crowd
+behind a NAT. Wrong API keys never count there: behind a balancer without trusted proxies
+(or a shared NAT) anyone could otherwise lock the operator out with bogus keys.
 
 A valid key is never refused for what others sent from its address: behind a NAT or a
 carrier-grade NAT one address is many clients, and a neighbour's wrong keys must not lock
@@ -121,8 +123,8 @@ class FailedAuthThrottle:
     async def refuse_over_limit(self, address: str) -> None:
         """Raise 429 when ``address`` is over its limit of failed authentications (on any
         worker or instance: Redis is read, nothing is counted), whatever it presents next:
-        for the admin token, whose right value must not be served after as many wrong ones
-        as an address may send."""
+        for the admin token's own throttle (its wrong values alone), whose right value must
+        not be served after as many wrong ones as an address may send."""
         if self.limit <= 0 or self._count is None:
             return
         self.check(address)

@@ -92,6 +92,12 @@ class KeySpace:
         hash tag: one key per script call, any slot)."""
         return f"{self.prefix}:authfail:{address[:_ADDRESS_CHARS]}"
 
+    def failed_admin_tokens(self, address: str) -> str:
+        """string: wrong admin tokens of a client address in its current window: a counter
+        of their own, so wrong API keys from a shared address never lock the operator out
+        (no hash tag)."""
+        return f"{self.prefix}:adminfail:{address[:_ADDRESS_CHARS]}"
+
     def cold_auths(self, address: str) -> str:
         """string: a client address's cold-path key verifications in the current second."""
         return f"{self.prefix}:coldauth:{address[:_ADDRESS_CHARS]}"

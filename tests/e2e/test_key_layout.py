@@ -142,6 +142,8 @@ def _traffic(srv: Server) -> list[str]:
         brief = [name.decode() for name in r.scan_iter(match="svc:coldauth:*")]
     bad = httpx.get(f"{v1}/models", headers=_h("svc_live_" + "x" * 50))
     assert bad.status_code == 401
+    bad_admin = httpx.get(f"{srv.root_url}/admin/v1/accounts", headers=_h("w" * 40))
+    assert bad_admin.status_code == 401
     for params in ("days=7&group_by=key", "days=1&format=csv"):
         _ok(httpx.get(f"{v1}/usage?{params}", headers=_h(owner)))
     _ok(httpx.get(f"{v1}/activity", headers=_h(owner)))
@@ -189,6 +191,7 @@ def test_every_key_svc_writes_is_in_the_table(layout_server: Server) -> None:
         "svc:{sN}:use:<pid>:<YYYYMMDD>",
         "svc:{sN}:events",
         "svc:authfail:<address>",
+        "svc:adminfail:<address>",
         "svc:coldauth:<address>",
         "svc:usage-epoch",
         "svc:usage-groups-epoch",

@@ -208,6 +208,19 @@ def test_a_short_admin_token(tmp_path: Path) -> None:
     assert token not in line
 
 
+@pytest.mark.parametrize("token", ["short-token", ""])
+def test_a_short_admin_token_in_the_data_dir(tmp_path: Path, token: str) -> None:
+    """Issue 44 review: data/admin-token.txt is held to the setting's 32 characters (a
+    generated one has 43); one line names the file and the way out, not the token."""
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    (data / "admin-token.txt").write_text(token + "\n")
+    line = assert_cannot_start(
+        serve(tmp_path), f"{data / 'admin-token.txt'}", "at least 32 characters"
+    )
+    assert token == "" or token not in line
+
+
 def test_an_invalid_setting_shows_its_traceback_under_debug(tmp_path: Path) -> None:
     line = assert_cannot_start(serve(tmp_path, SVC_PORT="0"), "SVC_PORT='0'")
     assert_traceback_under_debug(tmp_path, line, SVC_PORT="0")

@@ -46,8 +46,8 @@ ARGV[17] api            the API the request came through (chat | responses | mes
                         reservation, for settle's usage counters and event
 ARGV[18] ceiling        the most credits the request may hold (its svc-max-credits header);
                         0 = none. The key's mcr is a ceiling too: the lower one holds.
-ARGV[19] fingerprint    (with KEYS[8]) what identifies the request: its route and body, hashed
-ARGV[20] idem_ttl       (with KEYS[8]) seconds the record lives
+ARGV[19] fingerprint    (with KEYS[9]) what identifies the request: its route and body, hashed
+ARGV[20] idem_ttl       (with KEYS[9]) seconds the record lives
 
 Returns {status, amount, out_tokens, balance}
   0 OK                    amount credits held, out_tokens the output cap, balance left after;
@@ -66,11 +66,11 @@ Returns {status, amount, out_tokens, balance}
  11 GAVE_UP               Redis ran this after give_up_ms; nothing changed
  12 KEY_EXPIRED           the key's exp (unix seconds, 0 or absent = never) is not after now
  13 MODEL_NOT_ALLOWED     the key's models (absent or '*' = all) lack one of ARGV[15]
- 14 IDEMPOTENCY_REUSED    KEYS[8] records another request (another fingerprint)
- 15 IDEMPOTENCY_RUNNING   KEYS[8] records this request, still running
- 16 REPLAY                KEYS[8] records this request's response: the reply's 5th item is
+ 14 IDEMPOTENCY_REUSED    KEYS[9] records another request (another fingerprint)
+ 15 IDEMPOTENCY_RUNNING   KEYS[9] records this request, still running
+ 16 REPLAY                KEYS[9] records this request's response: the reply's 5th item is
                           its bytes; nothing is held or counted
- 17 UNRECORDED            KEYS[8] records this request, finished without a response kept
+ 17 UNRECORDED            KEYS[9] records this request, finished without a response kept
  19 ACCOUNT_DISABLED      the account's status is disabled (lib/keys.lua account_refusal)
  20 CEILING_TOO_LOW       the request's ceiling (ARGV[18] or the key's mcr, the lower) cannot
                           hold its prompt and one output token: out_tokens = the ceiling,
@@ -81,11 +81,15 @@ Returns {status, amount, out_tokens, balance}
 A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
 Rate limit: a key with rpm > 0 starts at most rpm requests in any 60 s, in its lineage's
 rate log KEYS[7] (lib/rate.lua; token counts start there too: rate_start.lua).
-Cap holds: a key with a cap (>= 0) also adds its hold to KEYS[8] and marks the reservation
-(ch 1), so settle takes the whole hold back out of KEYS[8] whatever it charges: KEYS[3] less
-KEYS[8] is the settled spend. A refusal by the cap reads KEYS[8] (only then) to tell 21
-(the holds will go) from 5. Holds made before KEYS[8] existed (or while the key had no cap)
-count as settled until they settle: 5, as before.
+Cap holds: a key with a cap (>= 0) or a rate limit (rpm > 0) also adds its hold to KEYS[8]
+and marks the reservation (ch 1), so settle takes the whole hold back out of KEYS[8]
+whatever it charges: KEYS[3] less KEYS[8] is the settled spend. The rate-limited keys count
+too because a lineage is shared by the keys a capped or rate-limited key makes
+(app/keys/roles.py): an uncapped creator's streams in flight must not make its capped
+child's refusal final. A key with neither is alone in its lineage: no KEYS[8] write. A
+refusal by the cap reads KEYS[8] (only then) to tell 21 (the holds will go) from 5. Holds
+made before KEYS[8] existed (or while the key had neither) count as settled until they
+settle: 5, as before.
 Idempotency: with KEYS[9], after the key's checks and before any limit, a record there
 answers for the request (14-17 above). Without one, a reserve that holds credits writes it
 {fp, state running, rid} for idem_ttl seconds, and names it on the reservation (idem) for
@@ -261,7 +265,9 @@ rate_log(KEYS[7], rpm, full, now_ms)
 local spent = redis.call('INCRBY', KEYS[3], amount)
 if spent == amount then redis.call('EXPIRE', KEYS[3], cap_ttl) end
 local cap_held = 0  -- the reservation's ch: whether its hold is in KEYS[8]
-if cap >= 0 then
+-- a rate-limited key shares its lineage with the capped keys it makes: its holds are holds
+-- for them (21, not 5); an uncapped, unlimited key is alone in its lineage (no INCRBY)
+if cap >= 0 or rpm > 0 then
   cap_held = 1
   if redis.call('INCRBY', KEYS[8], amount) == amount then redis.call('EXPIRE', KEYS[8], cap_ttl) end
 end

@@ -60,8 +60,9 @@ async def test_a_new_data_folder_database_and_secrets_are_private(tmp_path: Path
 async def test_files_left_readable_by_an_older_version_are_made_private(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     data_dir.mkdir(mode=0o755)
+    old = "old-" + "s" * 40 + "\n"  # an admin token is held to 32 characters
     for name in (*SECRET_FILES, "dev-key.txt"):
-        (data_dir / name).write_text("old\n")
+        (data_dir / name).write_text(old)
         (data_dir / name).chmod(0o644)
     sqlite3.connect(data_dir / "svc.db").close()  # an empty database, 0644 by the umask
     assert mode(data_dir / "svc.db") == 0o644
@@ -69,7 +70,7 @@ async def test_files_left_readable_by_an_older_version_are_made_private(tmp_path
     assert mode(data_dir) == 0o700
     for name in SECRET_FILES:
         assert mode(data_dir / name) == 0o600, name
-        assert (data_dir / name).read_text() == "old\n"  # kept, not regenerated
+        assert (data_dir / name).read_text() == old  # kept, not regenerated
     write_private(data_dir / "dev-key.txt", "svc_live_y\n")
     assert mode(data_dir / "dev-key.txt") == 0o600
 

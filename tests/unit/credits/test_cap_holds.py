@@ -162,12 +162,39 @@ async def test_test_keys_and_uncapped_keys(ledger: Ledgers, clock: Clock) -> Non
     with pytest.raises(ApiError) as info:
         await reserve(ledger, test_key, "t2", clock(), max_out=5)
     assert info.value.kind is ErrorKind.DAILY_CAP_HELD
-    # a key without a cap keeps no held counter and marks no hold
+    # a key without a cap or a rate limit keeps no held counter and marks no hold
     free = await key(ledger, "acct_A", "kf")
     await reserve(ledger, free, "f1", clock(), max_out=3)
     _, held_key = _counters(ledger, free, clock())
     assert await ledger.redis.exists(held_key) == 0
     assert await ledger.redis.hget(ledger.layout.reservation(free.shard, "f1"), "ch") == b"0"
+
+
+async def test_a_rate_limited_creator_s_hold_leaves_its_capped_child_a_retry(
+    ledger: Ledgers, clock: Clock
+) -> None:
+    """Issue 44 review: a rate-limited key without a cap shares its lineage (its cap
+    counter) with the capped keys it makes; its holds in flight are holds too, so its child
+    is told daily_cap_held (retry soon), not daily_cap_exceeded, and is served once the
+    creator's stream settles."""
+    await account(ledger, "acct_A", purchased=10_000)
+    creator = await key(ledger, "acct_A", "kc", rpm=100)
+    child = await key(ledger, "acct_A", "kd", cap=50, lineage="kc")
+    cap_key, held_key = _counters(ledger, child, clock())
+    assert _counters(ledger, creator, clock()) == (cap_key, held_key)  # one lineage
+    stream = await reserve(ledger, creator, "big", clock(), max_out=500)
+    assert await _int(ledger, held_key) == await _int(ledger, cap_key) == 500
+    assert await ledger.redis.hget(ledger.layout.reservation(creator.shard, "big"), "ch") == b"1"
+    with pytest.raises(ApiError) as info:
+        await reserve(ledger, child, "small", clock(), max_out=20)
+    assert info.value.kind is ErrorKind.DAILY_CAP_HELD
+    assert info.value.headers["x-should-retry"] == "true"
+    await ledger.money.settle(
+        stream, now=clock(), credits_used=10, completion_tokens=10, outcome="completed"
+    )
+    assert await ledger.redis.exists(held_key) == 0
+    assert await _int(ledger, cap_key) == 10
+    assert (await reserve(ledger, child, "small", clock(), max_out=20)).amount == 20
 
 
 async def test_concurrent_reserves_and_settles_keep_the_counters_exact(

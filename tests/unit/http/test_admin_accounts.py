@@ -217,6 +217,25 @@ async def test_the_right_admin_token_is_refused_after_the_address_s_wrong_ones(
         assert (await operator.get("/admin/v1/accounts", headers=ADMIN)).status_code == 200
 
 
+async def test_wrong_api_keys_never_lock_the_admin_token_out(svc: Svc) -> None:
+    """Issue 44 review: behind a balancer (or a NAT) one address is everyone; its wrong API
+    keys are throttled on their own counter and never refuse the right admin token."""
+    async with svc.client("198.51.100.22") as crowd:
+        for _ in range(FAILED_AUTH_LIMIT * 3):
+            await call(crowd, "GET", "/v1/models", "svc_live_" + "x" * 50)
+        wrong_key = await call(crowd, "GET", "/v1/models", "svc_live_" + "x" * 50)
+        assert_error(wrong_key, 429, "rate_limit_error", "auth_rate_limited")
+        right = await crowd.get("/admin/v1/accounts", headers=ADMIN)
+        assert right.status_code == 200, right.text
+        # the wrong admin tokens have their own counter: all FAILED_AUTH_LIMIT of them 401
+        wrong = {"authorization": "Bearer " + "w" * 40}
+        for _ in range(FAILED_AUTH_LIMIT):
+            response = await crowd.get("/admin/v1/accounts", headers=wrong)
+            assert_error(response, 401, "authentication_error", "invalid_admin_token")
+        refused = await crowd.get("/admin/v1/accounts", headers=ADMIN)
+        assert_error(refused, 429, "rate_limit_error", "auth_rate_limited")
+
+
 async def test_an_operator_revokes_any_key_of_the_account_at_once(svc: Svc) -> None:
     accounts, pid = svc.services.accounts, svc.account.pid
     made = await accounts.create_key(

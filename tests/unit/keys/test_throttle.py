@@ -129,16 +129,19 @@ async def test_an_address_over_its_limit_is_refused_the_admin_token_too(
     the same address, whichever worker (or instance) saw the failures."""
     counts = ledger.throttle
     workers = [
-        FailedAuthThrottle(3, 60.0, counts.count_failed_auth, read=counts.failed_auths, clock=clock)
+        FailedAuthThrottle(
+            3, 60.0, counts.count_failed_admin, read=counts.failed_admin, clock=clock
+        )
         for _ in range(2)
     ]
+    keys = _throttle(ledger, 3, 60.0, clock)  # the API keys' throttle, on its own counter
     guesser, operator = "203.0.113.9", "203.0.113.10"
     await workers[1].refuse_over_limit(guesser)  # no failure yet: served
-    assert await counts.failed_auths(guesser) == WindowCount(0, 0.0)
+    assert await counts.failed_admin(guesser) == WindowCount(0, 0.0)
     for _ in range(3):
         wrong = await _fail(workers[0], guesser, ErrorKind.ADMIN_UNAUTHORIZED)
         assert wrong is ErrorKind.ADMIN_UNAUTHORIZED
-    counter = ledger.layout.failed_auths(guesser)
+    counter = ledger.layout.failed_admin_tokens(guesser)
     counted = await ledger.redis.get(counter)
     # worker 1 saw none of the failures: it reads them in Redis, and counts nothing
     for worker in workers:
@@ -148,14 +151,30 @@ async def test_an_address_over_its_limit_is_refused_the_admin_token_too(
         assert 55 <= int(refused.value.headers["retry-after"]) <= 60
     assert await ledger.redis.get(counter) == counted
     await workers[1].refuse_over_limit(operator)  # other addresses are not affected
-    assert await _passes(workers[1], guesser)  # API keys keep issue 30's rule (NAT neighbours)
+    assert await _passes(keys, guesser)  # API keys keep issue 30's rule (NAT neighbours)
+
+
+async def test_wrong_api_keys_never_refuse_the_admin_token(ledger: Ledgers, clock: Clock) -> None:
+    """Issue 44 review: the right admin token is refused for wrong admin tokens alone; an
+    address's wrong API keys (a crowd behind one balancer) count on their own counter."""
+    counts = ledger.throttle
+    keys = _throttle(ledger, 3, 60.0, clock)
+    admin = FailedAuthThrottle(
+        3, 60.0, counts.count_failed_admin, read=counts.failed_admin, clock=clock
+    )
+    crowd = "203.0.113.11"
+    for _ in range(10):
+        await _fail(keys, crowd)
+    assert await _fail(keys, crowd) is ErrorKind.AUTH_RATE_LIMITED
+    await admin.refuse_over_limit(crowd)  # served: no wrong admin token yet
+    assert await counts.failed_admin(crowd) == WindowCount(0, 0.0)
 
 
 async def test_the_admin_token_is_throttled_only_when_throttling_is_on(
     ledger: Ledgers, clock: Clock
 ) -> None:
     counts = ledger.throttle
-    off = FailedAuthThrottle(0, 60.0, counts.count_failed_auth, read=counts.failed_auths)
+    off = FailedAuthThrottle(0, 60.0, counts.count_failed_admin, read=counts.failed_admin)
     for _ in range(5):
         wrong = await _fail(off, "192.0.2.20", ErrorKind.ADMIN_UNAUTHORIZED)
         assert wrong is ErrorKind.ADMIN_UNAUTHORIZED
@@ -164,7 +183,7 @@ async def test_the_admin_token_is_throttled_only_when_throttling_is_on(
     async def unreachable(_address: str) -> WindowCount:
         raise redis.exceptions.ConnectionError("Connection refused")
 
-    down = FailedAuthThrottle(1, 60.0, counts.count_failed_auth, read=unreachable, clock=clock)
+    down = FailedAuthThrottle(1, 60.0, counts.count_failed_admin, read=unreachable, clock=clock)
     await down.refuse_over_limit("192.0.2.21")  # Redis down: the token's own check decides
 
 
