@@ -34,6 +34,7 @@ USAGE_TTL = 40 * DAY
 PURCHASED = 9_997
 REWARD = 500
 REBUILD_TRIES = 10
+SPENDS_PER_WORKER = 250
 
 
 class Loss:
@@ -186,7 +187,9 @@ async def test_a_recompute_under_concurrent_spending_converges(loss: Loss) -> No
     async def spend(worker: int) -> None:
         nonlocal spent
         i = 0
-        while not finished.is_set() or i < 3:  # spending the whole time the rebuild runs
+        # spending while the rebuild runs, at most SPENDS_PER_WORKER times: four workers
+        # then take at most 3,000 of the 5,000 credits Redis kept, however long it runs
+        while (not finished.is_set() or i < 3) and i < SPENDS_PER_WORKER:
             i += 1
             hold = await loss.ledger.money.reserve(
                 ident,
