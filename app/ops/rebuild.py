@@ -16,8 +16,9 @@ from app.credits.money import GRANT_MARKER_TTL_S, SPOTLIGHT_COUNTER_TTL_S, Money
 from app.credits.outcomes import ScriptStatus
 from app.credits.usage_counts import UsageCounts
 from app.kv.client import RedisClient
-from app.kv.fields import ACCOUNT_ACTIVE, ACCOUNT_DISABLED, KIND_MARK, EventField
+from app.kv.fields import ACCOUNT_ACTIVE, ACCOUNT_DISABLED
 from app.kv.layout import KeySpace
+from app.kv.stream_events import KIND_MARK, EventField
 from app.ops.recompute import CONFIRM_S, correct_confirmed, differences, restored_pools
 from app.ops.shard_state import ShardRead, Sums, consistent_shards, redis_accounts
 from app.store import KeyRecord, LedgerSnapshot, Store

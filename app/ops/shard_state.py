@@ -25,18 +25,15 @@ from app.kv.fields import (
     GROUP_KEY,
     GROUP_MODEL,
     AccountField,
-    ExpiryEvent,
     ReservationField,
-    StreamEvent,
     UsageCounters,
-    UsageEvent,
     account_status,
     group_field,
     group_values,
-    parse_event,
     usage_field,
 )
 from app.kv.layout import KeySpace, as_text
+from app.kv.stream_events import ExpiryEvent, StreamEvent, UsageEvent, parse_event
 from app.store import END_OF_TIME, LedgerSnapshot, Store
 
 MAX_ROUNDS = 20  # durable snapshots before giving up on a flusher that keeps moving

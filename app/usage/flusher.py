@@ -30,7 +30,8 @@ from app.core.clock import DAY_S
 from app.core.errors import StoreError
 from app.core.metrics import METRICS
 from app.kv.client import REDIS_ERRORS, RedisClient
-from app.kv.fields import (
+from app.kv.layout import KeySpace, as_text
+from app.kv.stream_events import (
     CapEvent,
     ExpiryEvent,
     LowBalanceEvent,
@@ -38,7 +39,6 @@ from app.kv.fields import (
     UsageEvent,
     parse_event,
 )
-from app.kv.layout import KeySpace, as_text
 from app.store import (
     ActivityRecord,
     CreditExpiry,

@@ -23,8 +23,8 @@ import msgspec
 from app.core.errors import ApiError, ErrorKind
 from app.keys.format import public_id
 from app.kv.client import RedisClient
-from app.kv.fields import EventField, UsageEvent, parse_event
 from app.kv.layout import KeySpace, as_text
+from app.kv.stream_events import EventField, UsageEvent, parse_event
 from app.store import ActivityRecord, Store
 from app.usage.flusher import activity_row
 

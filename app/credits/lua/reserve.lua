@@ -105,7 +105,7 @@ Cap thresholds: a reserve that takes the cap counter of a key with a cap > 0 fro
 at or above 50, 80 or 100 % of the cap appends {kind cap, acct, kid, level, cap, spent (the
 counter after), counter (KEYS[3]'s name: the lineage and day), ts} to KEYS[6] for each
 level crossed (webhooks tell it once per counter and level: the event id is made of both;
-app.kv.fields.EventField: KIND, ACCOUNT, KEY, LEVEL, CAP, SPENT, COUNTER, TS).
+app.kv.stream_events.EventField: KIND, ACCOUNT, KEY, LEVEL, CAP, SPENT, COUNTER, TS).
 A live reserve that finds the earned pool expired zeroes it, bumps the pool's generation
 (egen) and appends, in the same call, {kind expire, acct, credits (what lapsed), ts} to
 KEYS[6] (lib/earned.lua record_lapse), so the durable ledger sees it. The reservation records egen: settle lets the held

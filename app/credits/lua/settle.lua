@@ -95,9 +95,9 @@ Events appended to KEYS[7] (the flusher makes them durable):
            unless outcome is released; api is chat for a reservation that recorded none
   expire  {kind expire, acct, credits, ts} when a live settle finds the earned pool expired:
            credits = the pool it zeroes plus the earned part of the hold it does not return
-  (app.kv.fields.EventField: RESERVATION, ACCOUNT, KEY, ENVIRONMENT, ALIAS, REQUESTED, DAY,
-  PROMPT_TOKENS, COMPLETION_TOKENS, CREDITS, EARNED, OUTCOME, TS, API, SERVED, CACHED_TOKENS,
-  CACHE_WRITE_TOKENS, REASONING_TOKENS, FAILOVERS; KIND, BALANCE,
+  (app.kv.stream_events.EventField: RESERVATION, ACCOUNT, KEY, ENVIRONMENT, ALIAS, REQUESTED,
+  DAY, PROMPT_TOKENS, COMPLETION_TOKENS, CREDITS, EARNED, OUTCOME, TS, API, SERVED,
+  CACHED_TOKENS, CACHE_WRITE_TOKENS, REASONING_TOKENS, FAILOVERS; KIND, BALANCE,
   LOW for low; KIND, ACCOUNT, CREDITS, TS for expire)
 ]]
 --- @include "lib/checks.lua"

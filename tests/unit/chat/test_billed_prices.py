@@ -15,7 +15,8 @@ from app.chat.completion import Completion
 from app.chat.request import parse_chat_request
 from app.chat.router import UpstreamRouter
 from app.chat.service import CompletionService
-from app.kv.fields import EventField, Served
+from app.kv.fields import Served
+from app.kv.stream_events import EventField
 from app.store import Store
 from app.upstream.simulated import SimulatedProvider
 from app.usage.flusher import Flusher

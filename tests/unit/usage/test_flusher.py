@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from app.kv.client import RedisClient
-from app.kv.fields import NOTHING_SERVED, ExpiryEvent, Served, UsageEvent
+from app.kv.fields import NOTHING_SERVED, Served
+from app.kv.stream_events import ExpiryEvent, UsageEvent
 from app.store import ActivityQuery, ActivityRecord, Store
 from app.usage.flusher import Flusher, aggregate, expiries, next_stream_id
 from tests.conftest import Clock

@@ -15,7 +15,8 @@ import msgspec
 import pytest
 
 from app.credits.outcomes import Rates, Tokens
-from app.kv.fields import NOTHING_SERVED, EventField, Served, UsageEvent, parse_event
+from app.kv.fields import NOTHING_SERVED, Served
+from app.kv.stream_events import EventField, UsageEvent, parse_event
 from app.store import ActivityRecord, Store, migrations
 from app.store.migrations import MIGRATIONS
 from app.usage.flusher import Flusher, activity_row

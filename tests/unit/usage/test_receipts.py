@@ -11,8 +11,9 @@ from app.chat.catalog import price
 from app.core.errors import ApiError, ErrorKind
 from app.credits.outcomes import Identity, Tokens
 from app.kv.client import RedisClient
-from app.kv.fields import EventField, Served
+from app.kv.fields import Served
 from app.kv.layout import as_text
+from app.kv.stream_events import EventField
 from app.store import ActivityRecord, Store
 from app.usage.flusher import Flusher
 from app.usage.receipts import Receipt, Receipts, is_activity_id, receipt
