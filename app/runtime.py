@@ -7,14 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import secrets
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 import msgspec
 
@@ -25,6 +21,7 @@ from app.chat.catalog import Alias, Catalog, default_catalog, key_model_ids, loa
 from app.chat.router import UpstreamRouter
 from app.chat.service import CompletionService
 from app.core import tracing
+from app.core.data_dir import DEV_KEY_FILE, prepare_data_dir, write_private
 from app.core.errors import (
     ApiError,
     ErrorKind,
@@ -34,8 +31,7 @@ from app.core.errors import (
     StoreError,
     service_unavailable,
 )
-from app.core.private_files import PRIVATE_FILE_MODE, make_private, private_folder
-from app.core.settings import MIN_ADMIN_TOKEN_CHARS, Settings
+from app.core.settings import Settings
 from app.credits.idempotency import IdempotencyRecords
 from app.credits.key_records import KeyRecords
 from app.credits.money import Money
@@ -45,10 +41,11 @@ from app.credits.throttle_counts import ThrottleCounts
 from app.credits.usage_counts import UsageCounts
 from app.keys.auth import Authenticator
 from app.keys.throttle import FailedAuthThrottle, parse_networks
-from app.kv.client import REDIS_ERRORS, RedisClient, open_redis, primaries_info
+from app.kv.client import REDIS_ERRORS, RedisClient, open_redis
 from app.kv.layout import KeySpace
 from app.kv.pipelined import PipelinedRedis
-from app.spotlights.admob import VerifierKeys
+from app.kv.startup_checks import check_eviction_policy, check_redis_answers
+from app.spotlights.admob_keys import VerifierKeys
 from app.spotlights.intents import Intents
 from app.spotlights.rewards import VerifiedRewards
 from app.spotlights.signed import parse_secrets
@@ -68,42 +65,7 @@ from app.webhooks.targets import AllowList
 if TYPE_CHECKING:
     from app.ops.embedded import EmbeddedValkey
 
-DEV_KEY_FILE = "dev-key.txt"
 log = logging.getLogger("svc.runtime")
-
-
-def read_or_create_secret(path: Path) -> str:
-    """A secret kept in a 0600 file, generated on first use (an older file is made 0600)."""
-    if path.exists():
-        make_private(path)
-        return path.read_text().strip()
-    private_folder(path.parent)
-    value = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(value + "\n")
-    return value
-
-
-def admin_token_file(path: Path) -> str:
-    """The admin token kept in ``path`` (generated on first use), held to the setting's
-    MIN_ADMIN_TOKEN_CHARS: an operator may have written a short one there by hand."""
-    token = read_or_create_secret(path)
-    if len(token) < MIN_ADMIN_TOKEN_CHARS:
-        raise StartupError(  # the length only: the token is never repeated
-            f"the admin token in {path} has {len(token)} characters, at least "
-            f"{MIN_ADMIN_TOKEN_CHARS} characters are needed. Write a longer one there, delete "
-            "the file to have one generated, or set SVC_ADMIN_TOKEN"
-        )
-    return token
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write a file only its owner can read (mode 0600)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.chmod(path, PRIVATE_FILE_MODE)  # an existing file keeps its mode through os.open
 
 
 def resolve(
@@ -119,13 +81,7 @@ def resolve(
             raise SettingsError(
                 "SVC_REDIS_URL is not set (only `svc serve` starts an embedded Valkey)"
             )
-    with data_dir_errors(data_dir):
-        private_folder(data_dir)
-        if writes_data_dir(settings):
-            with tempfile.TemporaryFile(dir=data_dir):
-                pass  # svc can write there: fail now, before Valkey or SQLite would
-        admin_token = settings.admin_token or admin_token_file(data_dir / "admin-token.txt")
-        key_pepper = settings.key_pepper or read_or_create_secret(data_dir / "key-pepper.txt")
+    admin_token, key_pepper = prepare_data_dir(settings, data_dir)
     owner = None
     redis_url = settings.redis_url
     if not redis_url:
@@ -152,40 +108,6 @@ def database_url(settings: Settings) -> str:
     """The store's URL: ``SVC_DATABASE_URL``, else SQLite in the data folder."""
     data_dir = Path(settings.data_dir).resolve()
     return settings.database_url or f"sqlite:///{data_dir / 'svc.db'}"
-
-
-def writes_data_dir(settings: Settings) -> bool:
-    """Whether svc writes into the data folder: the embedded Valkey, SQLite, a generated
-    secret or the dev key live there. A deployment that sets them all elsewhere may give
-    svc a read-only one."""
-    configured = (
-        settings.redis_url,
-        settings.database_url,
-        settings.admin_token,
-        settings.key_pepper,
-    )
-    return not all(configured) or bool(settings.dev_bootstrap)
-
-
-@contextlib.contextmanager
-def data_dir_errors(data_dir: Path) -> Iterator[None]:
-    """An ``OSError`` met in the data folder as a ``StartupError`` that names the folder,
-    the file and the way out."""
-    try:
-        yield
-    except OSError as exc:
-        raise StartupError(data_dir_message(data_dir, exc)) from exc
-
-
-def data_dir_message(data_dir: Path, exc: OSError) -> str:
-    """What went wrong in the data folder, where, and what to do about it."""
-    reason = exc.strerror or str(exc)
-    if exc.filename and Path(exc.filename) != data_dir:
-        reason = f"{exc.filename}: {reason}"
-    return (
-        f"the data directory {data_dir} cannot be used ({reason}). Make it a directory this "
-        f"user (uid {os.geteuid()}) can write, or set SVC_DATA_DIR to one"
-    )
 
 
 def load_models(settings: Settings) -> Catalog:
@@ -432,52 +354,6 @@ async def open_services(
         await services.scripts.load()  # EVALSHA reloads them later anyway
         await services.money.sync_clock()  # the sweeper measures it again every round
     return services
-
-
-async def check_redis_answers(redis: RedisClient, url: str) -> None:
-    """Raise ``StartupError`` unless Redis answers PING (within ``SVC_REDIS_TIMEOUT_S``,
-    and with the URL's credentials)."""
-    try:
-        await redis.ping()
-    except REDIS_ERRORS as exc:
-        reason = " ".join(str(exc).split()).rstrip(".") or type(exc).__name__
-        raise StartupError(
-            f"Redis at {where(url)} did not answer or refused svc ({reason}). Check that it "
-            "runs, and SVC_REDIS_URL: its address, user and password"
-        ) from exc
-
-
-def where(url: str) -> str:
-    """A server's URL for a message: scheme, host, port and path, never a user, password
-    or query (``?password=`` is a redis-py option)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    try:
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        port = ""
-    return f"{parts.scheme}://{host}{port}{parts.path}"
-
-
-async def check_eviction_policy(redis: RedisClient, *, allow: bool) -> None:
-    """Refuse a Redis that may evict keys: a balance or a cap counter evicted under memory
-    pressure is money lost or a cap lifted. Every primary of a cluster is asked. A Redis
-    that cannot be reached now is not checked (the requests will fail closed until it
-    answers)."""
-    try:
-        infos = await primaries_info(redis, "memory")
-    except REDIS_ERRORS:
-        log.warning("could not read Redis's maxmemory-policy; not checked")
-        return
-    policies = {str(info.get("maxmemory_policy", "noeviction")) for info in infos}
-    policy = ", ".join(sorted(policies - {"noeviction"}))
-    if policy and not allow:
-        raise StartupError(
-            f"Redis runs with maxmemory-policy {policy}: it may evict balances and cap "
-            "counters. Set it to noeviction, or set SVC_ALLOW_EVICTING_REDIS=true to run anyway."
-        )
 
 
 async def bootstrap_dev(services: Services) -> str | None:

@@ -1,3 +1,4 @@
 """The ground floor: settings, errors, ids, the clock's day rules, token arithmetic, logging,
-metrics, request decoding and private files. Imports nothing of svc's.
+metrics, request decoding, private files and the data folder's files. Imports nothing of
+svc's.
 """

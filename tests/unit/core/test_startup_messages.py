@@ -22,6 +22,7 @@ from app.cli import (
     port_message,
     serve_settings,
 )
+from app.core.data_dir import data_dir_message, writes_data_dir
 from app.core.errors import (
     ConfigError,
     ModelsFileError,
@@ -31,15 +32,8 @@ from app.core.errors import (
 )
 from app.core.settings import Settings
 from app.kv.client import open_redis
-from app.runtime import (
-    check_redis_answers,
-    data_dir_message,
-    load_models,
-    resolve,
-    short_pools,
-    where,
-    writes_data_dir,
-)
+from app.kv.startup_checks import check_redis_answers, where
+from app.runtime import load_models, resolve, short_pools
 from tests.support.processes import free_port
 
 RUST_ERROR = (

@@ -68,7 +68,7 @@ async def _config_set(redis: RedisClient, name: str, value: str) -> None:
 
 async def test_an_evicting_redis_is_refused_unless_allowed(real_redis: RedisClient) -> None:
     from app.core.errors import StartupError
-    from app.runtime import check_eviction_policy
+    from app.kv.startup_checks import check_eviction_policy
 
     await check_eviction_policy(real_redis, allow=False)  # noeviction: fine
     await _config_set(real_redis, "maxmemory-policy", "allkeys-lru")

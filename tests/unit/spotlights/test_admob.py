@@ -24,14 +24,12 @@ from app.kv.layout import KeySpace
 from app.spotlights.admob import (
     MAX_QUERY_BYTES,
     AdMobCallback,
-    VerifierKeys,
     ad_units,
-    check_keys_url,
     parse_callback,
-    parse_keys,
     timestamp_acceptable,
     verify,
 )
+from app.spotlights.admob_keys import VerifierKeys, check_keys_url, parse_keys
 
 KEY_ID = 3335741209
 OTHER_ID = 1234567890

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from app.spotlights.admob import VerifierKeys
+from app.spotlights.admob_keys import VerifierKeys
 from tests.support.scripts_helpers import snapshot
 from tests.unit.http.test_http_routes import Svc, models_file, svc  # noqa: F401 (fixtures)
 from tests.unit.spotlights.test_admob import KEY_ID, PARAMS, keys_json, new_key, signed_query

@@ -10,7 +10,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from app.spotlights.admob import VerifierKeys
+from app.spotlights.admob_keys import VerifierKeys
 from tests.unit.http.test_http_routes import Svc, models_file, svc  # noqa: F401 (fixtures)
 from tests.unit.spotlights.test_rewards import _earned, _intent
 
