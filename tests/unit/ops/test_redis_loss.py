@@ -280,4 +280,5 @@ async def test_a_refused_grant_keeps_the_row_of_a_retry_redis_applied(
     assert refused.value.kind is ErrorKind.SERVICE_UNAVAILABLE
     assert retried == ["grant_retried"]
     assert await loss.redis_total(pid) == await loss.ledger_total(pid) == PURCHASED + 100
-    assert [g.grant_id for g in await loss.store.list_grants(pid)][-1] == "grant_retried"
+    # (grants of one second are listed by id: the retried one is anywhere among them)
+    assert "grant_retried" in {g.grant_id for g in await loss.store.list_grants(pid)}
