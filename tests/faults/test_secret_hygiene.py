@@ -65,7 +65,7 @@ def test_no_secret_in_logs_redis_or_the_database(
     srv = stack.srv
     pid = srv.new_account(1_000_000)
     issued = [
-        srv.new_key(pid),
+        srv.new_key(pid, role="admin"),  # it makes, rotates and revokes keys below
         srv.new_key(pid, daily_cap=50),
         srv.new_key(pid, environment="test"),
     ]
