@@ -16,11 +16,13 @@ import msgspec
 
 from app.accounts.accounts import Accounts
 from app.accounts.bodies import KeyCreateRequest
+from app.accounts.ledger import Ledger, LedgerConfig
 from app.accounts.rewards import Spotlights
 from app.chat.catalog import Alias, Catalog, default_catalog, key_model_ids, load_catalog
 from app.chat.router import UpstreamRouter
 from app.chat.service import CompletionService
 from app.core import tracing
+from app.core.clock import DAY_S
 from app.core.data_dir import DEV_KEY_FILE, prepare_data_dir, write_private
 from app.core.errors import (
     ApiError,
@@ -216,6 +218,11 @@ class Services:
             timeout_s=settings.webhook_timeout_s,
             clock=clock,
         )
+        ledger_config = LedgerConfig(
+            reward_daily_limit=settings.spotlight_daily_limit,
+            earned_ttl_s=settings.earned_expiry_days * DAY_S,
+        )
+        self.ledger = Ledger(store, self.money, ledger_config, clock)
         self.accounts = Accounts(
             store,
             self.money,
@@ -225,6 +232,7 @@ class Services:
             default_rate_limit_rpm=settings.key_rate_limit or None,
             model_ids=key_model_ids(catalog),
             webhooks=self.webhooks,
+            ledger=self.ledger,
             clock=clock,
         )
         self.spotlights = Spotlights(
@@ -233,6 +241,7 @@ class Services:
             credits=settings.spotlight_credits,
             daily_limit=settings.spotlight_daily_limit,
             expiry_days=settings.earned_expiry_days,
+            ledger=self.ledger,
             clock=clock,
         )
         self.intents = Intents(pepper)
@@ -264,6 +273,8 @@ class Services:
             clock=clock,
         )
         self.sweeper = Sweeper(background_money, interval_s=settings.sweep_interval_s, clock=clock)
+        # pending ledger entries (a crash or a Redis failure between the store and Redis)
+        self.ledger_repair = Ledger(store, background_money, ledger_config, clock)
         self.flusher = Flusher(
             self.background_redis,
             self.layout,

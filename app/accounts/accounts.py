@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from app.accounts import audit
 from app.accounts.answers import AccountList, CreditBalance, account_list, credit_balance
 from app.accounts.api_keys import ApiKeys
 from app.accounts.external import ACCOUNT_ID_PREFIX, is_account_id
+from app.accounts.ledger import OPERATOR_SOURCE, Ledger
 from app.accounts.lookup import AccountFilter
 from app.core.errors import (
     StoreConflict,
@@ -49,6 +50,7 @@ class Accounts(ApiKeys):
         default_rate_limit_rpm: int | None = None,
         model_ids: tuple[str, ...] = (),
         webhooks: Webhooks | None = None,
+        ledger: Ledger | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """``default_rate_limit_rpm``: a new key's when its creator sets none;
@@ -62,6 +64,7 @@ class Accounts(ApiKeys):
         self.default_rate_limit_rpm = default_rate_limit_rpm
         self.model_ids = model_ids
         self.webhooks = webhooks
+        self.ledger = ledger or Ledger(store, money, clock=clock)
         self.clock = clock
 
     async def create_account(self, external_id: str | None = None) -> str:
@@ -122,18 +125,46 @@ class Accounts(ApiKeys):
         credits: int,
         *,
         grant_id: str | None = None,
-        source: str = "admin",
+        source: str = OPERATOR_SOURCE,
         reason: str | None = None,
     ) -> CreditBalance:
-        """Add purchased credits (they never expire); written to the ledger table first.
-        An account Redis lost (its data lost, before ``rebuild-redis``) is never opened
-        empty here (the rebuild would keep that hash, and the account's credits with it):
-        the grant's row is taken back and the answer is a 503, which the operator retries
+        """Add purchased credits (they never expire; they pay the account's debt first): an
+        operator's grant, a ledger entry (``app.accounts.ledger``) written before Redis
+        changes. An account Redis lost (its data lost, before ``rebuild-redis``) is never
+        opened empty here (the rebuild would keep that hash, and the account's credits with
+        it): the entry is taken back and the answer is a 503, which the operator retries
         once the account is restored."""
+        details = {"credits": credits, "pool": "purchased", "reason": reason}
+        return await self._operator_entry(
+            pid, credits, "grant", audit.CREDITS_GRANT, details, grant_id, source, reason
+        )
+
+    async def debit(
+        self, pid: str, credits: int, *, entry_id: str | None = None, reason: str | None = None
+    ) -> CreditBalance:
+        """Take ``credits`` back as a refund does: out of the purchased pool, then the earned
+        one, the rest owed as the account's debt (its live keys are refused, 402, until a
+        grant pays it)."""
+        details = {"credits": credits, "reason": reason}
+        return await self._operator_entry(
+            pid, -credits, "debit", audit.CREDITS_DEBIT, details, entry_id, OPERATOR_SOURCE, reason
+        )
+
+    async def _operator_entry(
+        self,
+        pid: str,
+        credits: int,
+        kind: str,
+        action: str,
+        details: Mapping[str, object],
+        entry_id: str | None,
+        source: str,
+        reason: str | None,
+    ) -> CreditBalance:
         await self.require_account(pid)
         now = self.clock()
-        grant = GrantRecord(
-            grant_id=grant_id or random_id("grant_", 20),
+        entry = GrantRecord(
+            grant_id=entry_id or random_id("grant_", 20),
             account_pid=pid,
             pool="purchased",
             credits=credits,
@@ -141,31 +172,15 @@ class Accounts(ApiKeys):
             reference=None,
             created_at=int(now),
             reason=reason,
+            kind=kind,
         )
-        details = {"credits": credits, "pool": grant.pool, "reason": reason}
-        entry = audit.audit_entry(audit.CREDITS_GRANT, pid, grant.grant_id, details, now)
-        # a retry of a grant (its id stored already) writes nothing, its entry included
-        await self.store.insert_grant(grant, audit=entry)
-        status, balance, _granted_at = await self.money.grant(
-            pid, pool="purchased", credits=credits, grant_id=grant.grant_id, now=now
-        )
-        if status is ScriptStatus.ACCOUNT_MISSING:
-            await self._take_back(grant)
-            log.warning("grant refused: Redis has no balance of %s (run rebuild-redis)", pid)
-        if status not in (ScriptStatus.OK, ScriptStatus.DUPLICATE):
+        entry_audit = audit.audit_entry(action, pid, entry.grant_id, details, now)
+        # a retry of an entry (its id stored already) writes nothing, its audit entry included
+        done = await self.ledger.record(entry, audit=entry_audit)
+        if done.status not in (ScriptStatus.OK, ScriptStatus.DUPLICATE):
             raise service_unavailable()
-        return credit_balance(balance)
-
-    async def _take_back(self, grant: GrantRecord) -> None:
-        """Remove the row of a grant Redis refused (no balance hash), unless Redis applied
-        it meanwhile: a retry with the same grant id after the account was restored, whose
-        insert found this row (a no-op) and whose grant.lua ran. The row is deleted first
-        and the grant's marker read after: a retry that applied it before the read is seen
-        and its row put back; one that applies it after inserts its own row first."""
-        row = await self.store.get_grant(grant.grant_id) or grant
-        await self.store.delete_grant(grant.grant_id)
-        if await self.money.grant_applied(grant.account_pid, grant.grant_id):
-            await self.store.insert_grant(row)
+        balance = done.balance or await self.money.account_balance(pid, self.clock())
+        return credit_balance(balance or Balance(0, 0, 0))
 
     async def balance(self, pid: str) -> CreditBalance:
         """An account's pools, read straight from Redis."""

@@ -23,6 +23,7 @@ class CreditBalance(msgspec.Struct):
     earned_expires_at: str | None
     purchased_available: int
     total_available: int
+    debt: int  # credits owed (a refund or a debit found the pools short); 0: none
 
 
 class _KeyAnswer(msgspec.Struct):
@@ -81,6 +82,7 @@ def credit_balance(balance: Balance) -> CreditBalance:
         earned_expires_at=expires,
         purchased_available=balance.purchased,
         total_available=balance.total,
+        debt=balance.debt,
     )
 
 

@@ -28,6 +28,7 @@ ACCOUNT_CREATE = "account.create"
 ACCOUNT_STATUS = {"disabled": "account.disable", "active": "account.enable"}
 ACCOUNT_UPDATE = "account.update"  # a field other than the status: the external id
 CREDITS_GRANT = "credits.grant"
+CREDITS_DEBIT = "credits.debit"
 SPOTLIGHT_GRANT = "spotlight.grant"
 KEY_CREATE = "key.create"
 KEY_UPDATE = "key.update"

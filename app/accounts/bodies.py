@@ -120,6 +120,14 @@ class GrantRequest(msgspec.Struct):
     reason: GrantReason | None = None
 
 
+class DebitRequest(msgspec.Struct):
+    """Body of ``POST /admin/v1/accounts/{pid}/debits``: credits taken back as a refund
+    takes them (the pools first, the rest owed as debt)."""
+
+    credits: Credits
+    reason: GrantReason | None = None
+
+
 AccountStatus = Annotated[
     Literal["active", "disabled"],
     msgspec.Meta(

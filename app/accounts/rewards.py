@@ -1,9 +1,10 @@
 """Spotlight rewards: earned credits for verified views in the companion app.
 
-A reward is applied in Redis first, where one script checks the day's limit, grants the
-credits, rolls the earned pool's expiry and marks the view as rewarded, atomically. The
-durable ledger row follows; it is keyed by the same grant id, so a retry after a failure in
-between writes it once, with the time the reward was really applied.
+A reward is a ledger entry (``app.accounts.ledger``): durable first, then applied in Redis,
+where one script checks the day's limit, grants the credits, rolls the earned pool's expiry
+and marks the view as rewarded, atomically. Its id is the view's (network, account, view),
+so a network's retry is rewarded once; a reward Redis refuses (the day's limit, an intent
+consumed, a disabled account) takes its entry back.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Annotated
 import msgspec
 
 from app.accounts import audit
+from app.accounts.ledger import OPERATOR_SOURCE, REPAIR_INTENT_TTL_S, Ledger, LedgerConfig
 from app.core.clock import DAY_S, iso_utc, seconds_to_utc_midnight
 from app.core.errors import (
     ApiError,
@@ -27,7 +29,6 @@ from app.core.validation import convert_fields
 from app.credits.money import Money
 from app.credits.outcomes import ScriptStatus
 from app.store import AccountRecord, GrantRecord, Store
-from app.webhooks.events import credits_earned
 
 MAX_VIEW_ID = 200
 
@@ -98,6 +99,7 @@ class Spotlights:
         credits: int = 5_000,
         daily_limit: int = 5,
         expiry_days: int = 30,
+        ledger: Ledger | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
@@ -105,6 +107,8 @@ class Spotlights:
         self.credits = credits
         self.daily_limit = daily_limit
         self.ttl_s = expiry_days * DAY_S
+        config = LedgerConfig(reward_daily_limit=daily_limit, earned_ttl_s=self.ttl_s)
+        self.ledger = ledger or Ledger(store, money, config, clock)
         self.clock = clock
 
     async def reward(self, pid: str, view_id: str) -> SpotlightReward:
@@ -144,45 +148,36 @@ class Spotlights:
         *,
         intent: tuple[str, int] | None = None,
     ) -> tuple[ScriptStatus, GrantRecord | None]:
-        """Grant one view's reward once per ``grant_id`` (consuming ``intent``, a spotlight
-        intent's id and the seconds it has left, in the same script call), then its durable
-        ledger row: the script's status, and the grant's row when it was applied (now, or
-        before: ``DUPLICATE``), None otherwise."""
+        """Grant one view's reward once per ``grant_id``, consuming ``intent`` (a spotlight
+        intent's id and the seconds it has left) in the same script call: a ledger entry
+        (``app.accounts.ledger``), durable before Redis changes. The script's status, and
+        the entry when it was applied (now, or before: ``DUPLICATE``), None otherwise (a
+        refusal takes the entry back)."""
         pid = account.pid
-        # An account Redis lost is never opened empty here: rebuild-redis would keep that
-        # hash, and lose the account's credits. ACCOUNT_MISSING changes nothing: the caller
-        # answers 503 and the network's retry is rewarded once the account is restored.
-        status, _balance, granted_at = await self.money.grant(
-            pid,
-            pool="earned",
-            credits=self.credits,
-            grant_id=grant_id,
-            now=now,
-            earned_ttl_s=self.ttl_s,
-            daily_limit=self.daily_limit,
-            intent=intent,
-        )
-        if status not in (ScriptStatus.OK, ScriptStatus.DUPLICATE):
-            return status, None
-        record = GrantRecord(
+        network = grant_id.partition(":")[0]
+        entry = GrantRecord(
             grant_id=grant_id,
             account_pid=pid,
             pool="earned",
             credits=self.credits,
-            source="spotlight",
+            source=OPERATOR_SOURCE if network == OPERATOR_GRANT else network,
             reference=reference,
-            created_at=granted_at,
-            expires_at=granted_at + self.ttl_s,
+            created_at=int(now),
+            expires_at=int(now) + self.ttl_s,
+            kind="reward",
+            intent=None if intent is None else intent[0],
         )
-        # the ledger row and its webhook event in one transaction: a retry after a crash
-        # between the script and this write (a DUPLICATE then) writes both, else neither
-        events = [credits_earned(pid, grant_id, self.credits, self.expires_at(record), granted_at)]
         # an operator's reward (``reward``) is audited; a network's callback is not
-        earned = {"credits": record.credits, "pool": record.pool, "view_id": reference}
-        entry = audit.audit_entry(audit.SPOTLIGHT_GRANT, pid, grant_id, earned, granted_at)
-        if not await self.store.insert_grant(record, events, audit=entry):
-            record = await self.store.get_grant(grant_id) or record
-        return status, record
+        earned = {"credits": entry.credits, "pool": entry.pool, "view_id": reference}
+        entry_audit = audit.audit_entry(audit.SPOTLIGHT_GRANT, pid, grant_id, earned, now)
+        # An account Redis lost is never opened empty here: rebuild-redis would keep that
+        # hash, and lose the account's credits. ACCOUNT_MISSING takes the entry back: the
+        # caller answers 503 and the network's retry is rewarded once the account is restored.
+        life = REPAIR_INTENT_TTL_S if intent is None else max(1, intent[1])
+        done = await self.ledger.record(entry, audit=entry_audit, intent_life_s=life)
+        if done.status not in (ScriptStatus.OK, ScriptStatus.DUPLICATE):
+            return done.status, None
+        return done.status, done.entry
 
     async def history(self, pid: str, limit: int, now: float) -> RewardList:
         """The account's ``limit`` latest rewards, newest first, with the UTC day's count."""

@@ -134,6 +134,7 @@ def _ledger_ops(args: argparse.Namespace) -> dict[str, AdminOp]:
     async def reconcile(s: Services) -> Any:
         from app.ops.reconcile import reconcile
 
+        repaired = await s.ledger.repair_pending(older_than_s=0) if args.repair else 0
         report = await reconcile(
             s.redis,
             s.layout,
@@ -142,6 +143,7 @@ def _ledger_ops(args: argparse.Namespace) -> dict[str, AdminOp]:
             earned_ttl_s=s.settings.earned_expiry_days * DAY_S,
             usage_retention_s=s.settings.usage_day_ttl_s,
             everything=args.all,
+            repaired_entries=repaired,
         )
         return ExitWith(report, DRIFT_EXIT) if report.accounts_with_drift else report
 
@@ -164,6 +166,7 @@ def _ledger_ops(args: argparse.Namespace) -> dict[str, AdminOp]:
 def _admin_op(args: argparse.Namespace) -> AdminOp:
     from app.accounts.bodies import (
         AccountCreateRequest,
+        DebitRequest,
         GrantRequest,
         validate_account_create,
     )
@@ -177,6 +180,17 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
     async def grant(s: Services) -> Any:
         req = convert_fields({"credits": args.credits, "reason": args.reason}, GrantRequest)
         return await s.accounts.grant_purchased(args.account_pid, req.credits, reason=req.reason)
+
+    async def debit(s: Services) -> Any:
+        req = convert_fields({"credits": args.credits, "reason": args.reason}, DebitRequest)
+        return await s.accounts.debit(args.account_pid, req.credits, reason=req.reason)
+
+    async def ledger(s: Services) -> Any:
+        from app.accounts.ledger_pages import ledger_list, parse_ledger_filter
+
+        await s.accounts.require_account(args.account_pid)
+        params = {k: v for k, v in (("limit", args.limit), ("after", args.after)) if v is not None}
+        return await ledger_list(s.store, args.account_pid, parse_ledger_filter(params))
 
     async def audit(s: Services) -> Any:
         from app.accounts.audit import audit_page, parse_audit_filter
@@ -207,6 +221,8 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
         "flush": flush,
         "create-account": create_account,
         "grant": grant,
+        "debit": debit,
+        "ledger": ledger,
         "audit": audit,
         "spotlight": spotlight,
         "credits": credits,

@@ -140,6 +140,16 @@ def _add_account_commands(ops: argparse._SubParsersAction[argparse.ArgumentParse
     grant.add_argument("account_pid")
     grant.add_argument("credits", type=int)
     grant.add_argument("--reason", help="why (an order number, ...): kept with the grant")
+    debit = ops.add_parser(
+        "debit", help="take credits back from an account (the pools first, the rest as debt)"
+    )
+    debit.add_argument("account_pid")
+    debit.add_argument("credits", type=int)
+    debit.add_argument("--reason", help="why (a refund outside svc, ...): kept with the debit")
+    ledger = ops.add_parser("ledger", help="an account's credit ledger, newest first (a page)")
+    ledger.add_argument("account_pid")
+    ledger.add_argument("--limit", help="entries in the page (1-500, default 100)")
+    ledger.add_argument("--after", help="the id of the last entry of the previous page")
     credits = ops.add_parser("credits", help="an account's credit balance")
     credits.add_argument("account_pid")
     spot = ops.add_parser("spotlight", help="reward a verified spotlight view (earned credits)")
@@ -198,6 +208,11 @@ def _add_operator_commands(ops: argparse._SubParsersAction[argparse.ArgumentPars
         f"(exit {DRIFT_EXIT} on drift)",
     )
     rec.add_argument("--all", action="store_true", help="list every account, not only drift")
+    rec.add_argument(
+        "--repair",
+        action="store_true",
+        help="first apply the ledger entries still pending in Redis (each once)",
+    )
     rebuild = ops.add_parser(
         "rebuild-redis", help="restore accounts, keys and balances into an empty Redis"
     )

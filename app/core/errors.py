@@ -83,6 +83,7 @@ class ErrorKind(Enum):
     METHOD_NOT_ALLOWED = (405, "invalid_request_error", "method_not_allowed")
     REQUEST_TOO_LARGE = (413, "invalid_request_error", "request_too_large")
     INSUFFICIENT_CREDITS = (402, "insufficient_credits", "insufficient_credits")
+    ACCOUNT_IN_DEBT = (402, "insufficient_credits", "account_in_debt")
     CREDIT_CEILING_TOO_LOW = (402, "invalid_request_error", "credit_ceiling_too_low")
     DAILY_CAP_EXCEEDED = (429, "rate_limit_error", "daily_cap_exceeded")
     DAILY_CAP_HELD = (429, "rate_limit_error", "daily_cap_held")
@@ -122,6 +123,7 @@ flight, which settle (and give back what they did not use) within seconds as a r
 
 _DEFAULT_HEADERS: dict[ErrorKind, dict[str, str]] = {
     ErrorKind.INSUFFICIENT_CREDITS: {"x-should-retry": "false"},
+    ErrorKind.ACCOUNT_IN_DEBT: {"x-should-retry": "false"},
     ErrorKind.CREDIT_CEILING_TOO_LOW: {"x-should-retry": "false"},
     ErrorKind.DAILY_CAP_EXCEEDED: {"x-should-retry": "false"},
     ErrorKind.DAILY_CAP_HELD: {

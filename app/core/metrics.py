@@ -63,7 +63,7 @@ SETTLEMENT_OUTCOMES = (
     "shutdown",
     "swept",
 )
-BACKGROUND_TASKS = ("sweeper", "flusher", "webhooks")
+BACKGROUND_TASKS = ("sweeper", "flusher", "webhooks", "ledger_repair")
 WEBHOOK_STATES = ("delivered", "pending", "failed")
 SPOTLIGHT_NETWORKS = ("admob", "signed")
 SPOTLIGHT_RESULTS = (

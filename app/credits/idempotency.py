@@ -185,7 +185,7 @@ def claim(
     )
 
 
-def grant_id(pid: str, key: str | None) -> str | None:
+def grant_id(pid: str, key: str | None, kind: str = "grant") -> str | None:
     """The grant id of an operator's grant sent with the Idempotency-Key ``key`` (None: no
     key, the grant gets a random id). The grant scripts apply a grant id once (for 400
     days), so the credits are added once however the key's record fares: a record that
@@ -193,7 +193,8 @@ def grant_id(pid: str, key: str | None) -> str | None:
     svc, lets the request run again, and its grant is then a no-op."""
     if key is None:
         return None
-    return "grant_idem_" + hashlib.sha256(f"{pid}\n{check_key(key)}".encode()).hexdigest()[:32]
+    digest = hashlib.sha256(f"{pid}\n{check_key(key)}".encode()).hexdigest()[:32]
+    return f"{kind}_idem_{digest}"
 
 
 def answer_limit(max_body_bytes: int) -> int:

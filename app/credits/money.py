@@ -17,6 +17,7 @@ from app.credits.outcomes import (
     Granted,
     Identity,
     ScriptStatus,
+    TakenBack,
     Written,
 )
 from app.kv.fields import (
@@ -27,11 +28,22 @@ from app.kv.fields import (
     earned_expired,
     pools,
 )
+from app.store import GrantRecord
 
 GRANT_MARKER_TTL_S = 400 * DAY_S
 """How long a grant id is remembered (a grant retried within it is applied once)."""
 SPOTLIGHT_COUNTER_TTL_S = 2 * DAY_S
 """How long a day's reward counter lives (its day and the next, for late readers)."""
+
+
+def ledger_marker(entry: GrantRecord) -> str:
+    """The value of an applied ledger entry's marker, as grant.lua and take_back.lua write
+    it (a rebuild restores it): ``<applied_at>:<paid>`` for a grant, ``<applied_at>:<taken>:
+    <owed>`` for a take-back."""
+    at = entry.applied_at or entry.created_at
+    if entry.credits - entry.debt_change < 0:
+        return f"{at}:{-entry.credits}:{entry.debt_change}"
+    return f"{at}:{-entry.debt_change}"
 
 
 class Money(Holds):
@@ -46,14 +58,15 @@ class Money(Holds):
         earned_exp: int = 0,
         purchased: int = 0,
         status: str = ACCOUNT_ACTIVE,
+        debt: int = 0,
     ) -> Written:
-        """Create an account's balance hash, with ``status`` (the durable record's), unless
-        it exists (DUPLICATE: left unchanged)."""
+        """Create an account's balance hash, with ``status`` (the durable record's) and
+        ``debt``, unless it exists (DUPLICATE: left unchanged)."""
         shard = self.layout.shard(pid)
         created = await self._run(
             "open_account",
             [self.layout.account(shard, pid)],
-            [earned, earned_exp, purchased, status],
+            [earned, earned_exp, purchased, status, debt],
         )
         return Written(ScriptStatus.OK if created else ScriptStatus.DUPLICATE)
 
@@ -84,7 +97,7 @@ class Money(Holds):
     async def balance(self, ident: Identity, now: float) -> BalanceRead:
         """An account's pools, read through one of its keys (the key's status and the
         account's checked too)."""
-        status, earned, earned_exp, purchased = await self._run(
+        status, earned, earned_exp, purchased, debt = await self._run(
             "balance",
             [
                 self.layout.api_key(ident.shard, ident.kid),
@@ -92,20 +105,21 @@ class Money(Holds):
             ],
             [int(now), ident.pid],
         )
-        return BalanceRead(
-            ScriptStatus(status), Balance(int(earned), int(earned_exp), int(purchased))
-        )
+        balance = Balance(int(earned), int(earned_exp), int(purchased), int(debt))
+        return BalanceRead(ScriptStatus(status), balance)
 
     async def account_balance(self, pid: str, now: float) -> Balance | None:
         """Pools of an account, read directly (admin paths); None when it does not exist."""
         shard = self.layout.shard(pid)
-        found = pools(await self.redis.hmget(self.layout.account(shard, pid), ACCOUNT_POOLS))
+        fields = [*ACCOUNT_POOLS, AccountField.DEBT]
+        *read, debt = await self.redis.hmget(self.layout.account(shard, pid), fields)
+        found = pools(read)
         if found is None:
             return None
         earned, exp, purchased = found
         if earned_expired(exp, now):
             earned, exp = 0, 0
-        return Balance(earned, exp, purchased)
+        return Balance(earned, exp, purchased, int(debt or 0))
 
     async def earned_pool(self, pid: str) -> tuple[int, int]:
         """(earned credits, when they expire: unix seconds, 0 = never) as Redis holds them
@@ -184,9 +198,34 @@ class Money(Holds):
             intent_id, life_s = intent
             keys.append(self.layout.spotlight_intent(shard, intent_id))
             args.append(max(1, life_s))
-        status, earned, earned_exp, purchased, granted_at = await self._run("grant", keys, args)
-        balance = Balance(int(earned), int(earned_exp), int(purchased))
-        return Granted(ScriptStatus(status), balance, int(granted_at))
+        status, earned, earned_exp, purchased, granted_at, debt, paid = await self._run(
+            "grant", keys, args
+        )
+        balance = Balance(int(earned), int(earned_exp), int(purchased), int(debt))
+        return Granted(ScriptStatus(status), balance, int(granted_at), int(paid))
+
+    async def take_back(
+        self,
+        pid: str,
+        *,
+        credits: int,
+        entry_id: str,
+        now: float,
+        marker_ttl_s: int = GRANT_MARKER_TTL_S,
+    ) -> TakenBack:
+        """Take ``credits`` (> 0) back once per ``entry_id``: out of the purchased pool,
+        then the earned one, the rest owed as debt (take_back.lua)."""
+        shard = self.layout.shard(pid)
+        keys = [
+            self.layout.account(shard, pid),
+            self.layout.grant_marker(shard, entry_id),
+            self.layout.events(shard),
+        ]
+        status, earned, earned_exp, purchased, debt, taken, owed, applied_at = await self._run(
+            "take_back", keys, [int(now), credits, marker_ttl_s, pid]
+        )
+        balance = Balance(int(earned), int(earned_exp), int(purchased), int(debt))
+        return TakenBack(ScriptStatus(status), balance, int(taken), int(owed), int(applied_at))
 
     async def restore_cap_counters(self, spent: Mapping[tuple[str, str], int], day: str) -> int:
         """Set the daily cap counters Redis lacks for ``day`` (``YYYY-MM-DD``) from what each

@@ -38,6 +38,7 @@ class ScriptStatus(IntEnum):
     ACCOUNT_DISABLED = 19  # the key's account is disabled by an operator
     CEILING_TOO_LOW = 20  # the request's credit ceiling cannot hold its prompt
     DAILY_CAP_HELD = 21  # the key's cap is taken by holds of requests in flight
+    ACCOUNT_IN_DEBT = 22  # the key's account owes credits (a refund or a debit found it short)
 
 
 class Identity(msgspec.Struct, frozen=True):
@@ -110,6 +111,7 @@ class Balance(msgspec.Struct, frozen=True):
     earned: int
     earned_exp: int  # unix seconds; 0 while the earned pool is empty
     purchased: int
+    debt: int = 0  # credits owed (take_back.lua); the pools are 0 while it is above 0
 
     @property
     def total(self) -> int:
@@ -143,6 +145,17 @@ class Granted(NamedTuple):
     status: ScriptStatus  # OK, ACCOUNT_MISSING, DUPLICATE or DAILY_LIMIT
     balance: Balance  # the pools after the call
     granted_at: int  # now, or when a DUPLICATE grant was first applied
+    paid: int = 0  # of the credits, what went to the account's debt
+
+
+class TakenBack(NamedTuple):
+    """A take-back's outcome (take_back.lua)."""
+
+    status: ScriptStatus  # OK, ACCOUNT_MISSING or DUPLICATE
+    balance: Balance  # the pools and the debt after the call
+    taken: int  # out of the pools (the first call's, for a DUPLICATE)
+    owed: int  # added to the debt: taken + owed = the credits asked
+    applied_at: int  # now, or when a DUPLICATE was first applied
 
 
 class Refusal(NamedTuple):

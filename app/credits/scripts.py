@@ -32,6 +32,7 @@ SCRIPT_NAMES = (
     "extend",
     "balance",
     "grant",
+    "take_back",
     "expire_earned",
     "low_balance",
     "open_account",

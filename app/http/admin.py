@@ -21,10 +21,12 @@ from app.accounts.audit import AuditPage, audit_page, parse_audit_filter
 from app.accounts.bodies import (
     AccountCreateRequest,
     AccountUpdateRequest,
+    DebitRequest,
     GrantRequest,
     account_create_request,
     account_update_request,
 )
+from app.accounts.ledger_pages import LedgerList, ledger_list, parse_ledger_filter
 from app.accounts.lookup import parse_account_filter
 from app.accounts.rewards import SpotlightRequest, SpotlightReward
 from app.core.errors import ErrorKind
@@ -42,6 +44,7 @@ from app.http.openapi import (
     ADMIN_TOKEN,
     AUDIT_PARAMS,
     ENVIRONMENT_PARAM,
+    LEDGER_PARAMS,
     documented,
     errors,
 )
@@ -149,6 +152,43 @@ class AdminController(Controller):
                 pid, req.credits, grant_id=grant_id, reason=req.reason
             ),
         )
+
+    @body_route(
+        post,
+        "/accounts/{pid:str}/debits",
+        DebitRequest,
+        *_ACCOUNT,
+        idempotent=True,
+        status_code=200,
+    )
+    async def debit(
+        self, services: Services, pid: str, request: Request[Any, Any, Any]
+    ) -> Response[CreditBalance]:
+        """Take credits back as a refund does: the purchased pool first, then the earned
+        one, the rest owed as debt (once per Idempotency-Key, when one is sent)."""
+        req = decode_json(await request.body(), DebitRequest)
+        entry_id = idempotency.grant_id(pid, idempotency_key(request), kind="debit")
+        return await once(
+            services,
+            request,
+            pid,
+            idempotency.OPERATOR,
+            (200, CreditBalance),
+            lambda: services.accounts.debit(pid, req.credits, entry_id=entry_id, reason=req.reason),
+        )
+
+    @get(
+        "/accounts/{pid:str}/ledger",
+        responses=errors(*_ACCOUNT, ErrorKind.INVALID_VALUE),
+        operation_class=documented(parameters=LEDGER_PARAMS),
+    )
+    async def ledger(
+        self, services: Services, pid: str, request: Request[Any, Any, Any]
+    ) -> LedgerList:
+        """The account's credit ledger, newest first, a page at a time (``limit``,
+        ``after``): every purchase, reward, grant, refund, dispute, debit and expiry."""
+        await services.accounts.require_account(pid)
+        return await ledger_list(services.store, pid, parse_ledger_filter(request.query_params))
 
     @get("/accounts/{pid:str}/credits", responses=errors(*_ACCOUNT))
     async def credits(self, services: Services, pid: str) -> CreditBalance:

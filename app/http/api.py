@@ -17,6 +17,7 @@ from app.accounts.answers import (
     CreditBalance,
     credit_balance,
 )
+from app.accounts.ledger_pages import LedgerList, ledger_list, parse_ledger_filter
 from app.chat.catalog import AUTO, Alias
 from app.chat.pricing import PriceList, price_list
 from app.chat.request import enabled_alias, key_may_use
@@ -34,6 +35,7 @@ from app.http.openapi import (
     FORMAT_PARAM,
     GROUP_BY_PARAM,
     KEY_ERRORS,
+    LEDGER_PARAMS,
     documented,
     errors,
 )
@@ -169,6 +171,21 @@ class V1Controller(Controller):
             request_address(services, request.scope),
             balance_of,
         )
+
+    @get(
+        "/credits/ledger",
+        dependencies=_IDENT,
+        responses=errors(*KEY_ERRORS, ErrorKind.INVALID_VALUE),
+        operation_class=documented(parameters=LEDGER_PARAMS),
+    )
+    async def ledger(
+        self, services: Services, ident: Identity, request: Request[Any, Any, Any]
+    ) -> LedgerList:
+        """Every credit into or out of the account's pools outside a request (purchases,
+        rewards, grants, refunds, disputes, debits, expiries), newest first, a page at a
+        time (``limit``, ``after``)."""
+        wanted = parse_ledger_filter(request.query_params)
+        return await ledger_list(services.store, ident.pid, wanted)
 
     @get(
         "/usage",

@@ -41,6 +41,7 @@ def create_app(settings: Settings) -> Litestar:
         grace.install()  # SIGTERM: streams get the grace period, then are cut and settled
         tasks = [
             asyncio.create_task(services.sweeper.run()),
+            asyncio.create_task(services.ledger_repair.run()),
             asyncio.create_task(services.flusher.run()),
             asyncio.create_task(services.deliverer.run()),
             asyncio.create_task(services.scanner.run()),

@@ -73,6 +73,7 @@ CHAT_ERRORS = (
     ErrorKind.MODEL_NOT_FOUND,
     ErrorKind.MODEL_NOT_ALLOWED,
     ErrorKind.INSUFFICIENT_CREDITS,
+    ErrorKind.ACCOUNT_IN_DEBT,
     ErrorKind.CREDIT_CEILING_TOO_LOW,
     ErrorKind.DAILY_CAP_EXCEEDED,
     ErrorKind.DAILY_CAP_HELD,
@@ -104,6 +105,7 @@ BODY_TYPES: dict[str, type[msgspec.Struct]] = {}  # filled by ``documented``
 # Headers an error may carry besides the security headers (docs/api.md, Errors).
 ERROR_HEADERS: dict[ErrorKind, dict[str, str]] = {
     ErrorKind.INSUFFICIENT_CREDITS: {"x-should-retry": "Always `false`."},
+    ErrorKind.ACCOUNT_IN_DEBT: {"x-should-retry": "Always `false`."},
     ErrorKind.CREDIT_CEILING_TOO_LOW: {"x-should-retry": "Always `false`."},
     ErrorKind.DAILY_CAP_EXCEEDED: {
         "x-should-retry": "Always `false`.",
@@ -390,6 +392,8 @@ AUDIT_PARAMS = [
         schema=Schema(type=OpenAPIType.STRING),
     ),
 ]
+
+LEDGER_PARAMS = AUDIT_PARAMS[1:]  # limit and after: a ledger is one account's already
 
 ENVIRONMENT_PARAM = Parameter(
     name="environment",

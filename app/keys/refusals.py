@@ -34,6 +34,13 @@ def refusal_error(refusal: Refusal) -> ApiError:
             f"Not enough credits for this request ({value} available). "
             "Lower max_tokens or add credits.",
         )
+    if status is ScriptStatus.ACCOUNT_IN_DEBT:
+        return ApiError(
+            ErrorKind.ACCOUNT_IN_DEBT,
+            f"This account owes {value} credits: a refund or a chargeback took back credits "
+            "that were already spent. A purchase of credits pays the debt first and clears "
+            "it; the account's requests are refused until then.",
+        )
     if status is ScriptStatus.CEILING_TOO_LOW:
         return ceiling_error(refusal.ceiling, value)
     if status is ScriptStatus.DAILY_CAP_EXCEEDED:

@@ -23,6 +23,7 @@ class AccountField:
     EGEN: Final = "egen"  # times the earned pool expired
     LOW: Final = "low"  # the low-balance threshold (credits.low); absent: none
     LOW_MARK: Final = "lowf"  # set while the balance is below it and that was told
+    DEBT: Final = "debt"  # credits owed (take_back.lua, lib/debt.lua); absent: 0
 
 
 ACCOUNT_ACTIVE: Final = "active"

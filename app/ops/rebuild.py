@@ -12,7 +12,7 @@ import msgspec
 from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
 from app.credits.key_records import KeyRecords
-from app.credits.money import GRANT_MARKER_TTL_S, SPOTLIGHT_COUNTER_TTL_S, Money
+from app.credits.money import GRANT_MARKER_TTL_S, SPOTLIGHT_COUNTER_TTL_S, Money, ledger_marker
 from app.credits.outcomes import ScriptStatus
 from app.credits.usage_counts import UsageCounts
 from app.kv.client import RedisClient
@@ -170,9 +170,11 @@ async def _restore_account(
             written = await money.set_account_status(pid, sums.status)
             report.statuses_corrected += int(written.status is ScriptStatus.OK)
     else:
-        earned, exp, purchased = restored_pools(sums, state.held.get(pid, (0, 0)))
+        held = state.held.get(pid, (0, 0))
+        earned, exp, purchased = restored_pools(sums, held)
+        debt = max(0, sum(held) - sums.total)  # refunds took more than it had: owed
         opened = await money.open_account(
-            pid, earned=earned, earned_exp=exp, purchased=purchased, status=sums.status
+            pid, earned=earned, earned_exp=exp, purchased=purchased, status=sums.status, debt=debt
         )
         if opened.status is ScriptStatus.OK:
             report.accounts_restored += 1
@@ -217,8 +219,8 @@ async def _restore_grant_markers(
         shard = layout.shard(g.account_pid)
         ttl = g.created_at + GRANT_MARKER_TTL_S - int(now)
         if ttl > 0:
-            pipe.set(layout.grant_marker(shard, g.grant_id), g.created_at, ex=ttl, nx=True)
-        if g.source == "spotlight" and utc_day(g.created_at) == today:
+            pipe.set(layout.grant_marker(shard, g.grant_id), ledger_marker(g), ex=ttl, nx=True)
+        if g.kind == "reward" and utc_day(g.created_at) == today:
             spotlights[g.account_pid] += 1
     report.grant_markers = sum(1 for ok in await pipe.execute() if ok)
     for pid, count in sorted(spotlights.items()):

@@ -58,8 +58,8 @@ def restored_pools(sums: Sums, held: tuple[int, int]) -> tuple[int, int, int]:
 def difference(state: ShardRead, pid: str, sums: Sums) -> Difference | None:
     """The account's difference on one read; None when there is none to write (reconcile
     flags nothing, or the ledger is below what is held: the pools cannot go below 0)."""
-    if pid not in state.pools:
-        return None
+    if pid not in state.pools or state.debts.get(pid):
+        return None  # an account in debt is left to the operator (reconcile names it)
     read_e, read_p = state.pools[pid]
     held = state.held.get(pid, (0, 0))
     if sums.total == read_e + read_p + sum(held):
@@ -111,7 +111,11 @@ async def correct_confirmed(
             continue  # nothing to correct now (a grant in flight at the first read landed)
         # the rows as they are now, after the second read: a grant whose row lands after
         # it changes the ledger's grants from both reads'
-        granted = sum(g.credits for g in await store.list_grants(pid))
+        granted = sum(
+            g.credits - g.debt_change
+            for g in await store.list_grants(pid)
+            if g.applied_at is not None
+        )
         if again.credits != diff.credits or granted != diff.granted:
             done.changing.append(pid)
             continue

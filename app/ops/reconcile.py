@@ -7,7 +7,12 @@ that only Redis holds yet. Per account, in the live environment (test keys never
 balance):
 
     earned (the stored field, even past earned_exp) + purchased + held by open reservations
-      = Σ grants − Σ expiries − Σ usage credits        (durable + unflushed, each)
+      − debt = Σ ledger entries − Σ expiries − Σ usage credits   (durable + unflushed, each)
+
+where a ledger entry counts what it asked (its credits less its debt change: a refund that
+found the pools short moved them less and the debt by the rest), once Redis applied it; a
+pending entry is counted by neither side until the repair (or its retry) applies it
+(``pending_entries`` in the report).
 
 The stored earned field counts even when its expiry has passed: a script that zeroes an
 expired pool appends the expiry event in the same atomic call, so until then the credits
@@ -32,13 +37,16 @@ from app.ops.shard_state import ShardRead, Sums, consistent_shards, redis_accoun
 from app.store import Store
 from app.usage.reader import epoch_after, first_redis_day, redis_days
 
+PENDING_COUNTED = 10_000  # pending entries counted at most (there are none, as a rule)
+
 
 class RedisSide(msgspec.Struct):
     earned: int  # the stored field, even past its expiry
     purchased: int
     held: int  # by the account's open live reservations
-    total: int
+    total: int  # earned + purchased + held - debt
     status: str = ACCOUNT_ACTIVE  # its hash's (absent: active)
+    debt: int = 0  # credits owed
 
 
 class LedgerSide(msgspec.Struct):
@@ -71,6 +79,8 @@ class ReconcileReport(msgspec.Struct):
     unflushed_events: int
     accounts: list[AccountCheck]  # those with drift (every account with ``everything``)
     first_day_checked: str | None  # day counters compared from this day to today; None: none
+    pending_entries: int = 0  # ledger entries durable and not yet applied to Redis
+    repaired_entries: int = 0  # pending entries ``--repair`` applied before the check
 
 
 def _drift(counted: dict[str, int], ledger: dict[str, int]) -> dict[str, int]:
@@ -92,12 +102,14 @@ def check_account(
     redis_side = None
     if pools is not None:
         earned, purchased = pools
+        debt = state.debts.get(pid, 0)
         redis_side = RedisSide(
             earned=earned,
             purchased=purchased,
             held=held_e + held_p,
-            total=earned + purchased + held_e + held_p,
+            total=earned + purchased + held_e + held_p - debt,
             status=state.statuses.get(pid, ACCOUNT_ACTIVE),
+            debt=debt,
         )
     ledger_side = None
     if known:
@@ -176,6 +188,7 @@ async def reconcile(
     earned_ttl_s: int,
     usage_retention_s: int,
     everything: bool = False,
+    repaired_entries: int = 0,
 ) -> ReconcileReport:
     """Every account's Redis balance and usage counters against the durable ledger;
     ``usage_retention_s`` is how long a usage day hash lives (``usage_day_ttl_s``)."""
@@ -199,4 +212,6 @@ async def reconcile(
         unflushed_events=sum(len(state.events) for state, _ in shards.values()),
         accounts=checks if everything else drifting,
         first_day_checked=days[-1] if days else None,
+        pending_entries=len(await store.list_pending(int(now), PENDING_COUNTED)),
+        repaired_entries=repaired_entries,
     )

@@ -50,10 +50,13 @@ class ShardRead(msgspec.Struct):
     events: list[StreamEvent]  # after the durable cursor
     statuses: dict[str, str] = msgspec.field(default_factory=dict)  # pid -> its status, where
     # it has a hash (AccountField.STATUS; absent: active)
+    debts: dict[str, int] = msgspec.field(default_factory=dict)  # pid -> credits owed (> 0 only)
 
 
 class Sums(msgspec.Struct):
-    """One account's ledger: durable sums plus its unflushed events."""
+    """One account's ledger: durable sums plus its unflushed events. Its grants are what
+    the applied ledger entries asked (pools less debt), so ``total`` is what the account's
+    pools, less its debt, plus what its open reservations hold, must be."""
 
     granted_earned: int = 0
     granted_purchased: int = 0
@@ -92,7 +95,12 @@ def _by_shard(layout: KeySpace, pids: Iterable[str]) -> dict[int, list[str]]:
     return shards
 
 
-ACCOUNT_READ = [AccountField.EARNED, AccountField.PURCHASED, AccountField.STATUS]
+ACCOUNT_READ = [
+    AccountField.EARNED,
+    AccountField.PURCHASED,
+    AccountField.STATUS,
+    AccountField.DEBT,
+]
 HELD_FIELDS = [
     ReservationField.ACCOUNT,
     ReservationField.ENVIRONMENT,
@@ -143,13 +151,16 @@ def _shard_read(pids: list[str], days: Sequence[str], results: list[Any]) -> Sha
     replies = iter(results[:-1])  # in the order read_shard queued them; the stream is last
     pools: dict[str, tuple[int, int]] = {}
     statuses: dict[str, str] = {}
+    debts: dict[str, int] = {}
     usage: dict[str, dict[str, int]] = {}
     by_day: dict[str, dict[str, dict[str, int]]] = {}
     for pid in pids:
-        earned, purchased, status = next(replies)
+        earned, purchased, status, debt = next(replies)
         if purchased is not None:
             pools[pid] = (int(earned or 0), int(purchased))
             statuses[pid] = account_status(status)
+            if debt is not None and int(debt) > 0:
+                debts[pid] = int(debt)
         usage[pid] = _counters(next(replies))
         by_day[pid] = {day: _counters(next(replies)) for day in days}
     held: dict[str, tuple[int, int]] = {}
@@ -161,7 +172,13 @@ def _shard_read(pids: list[str], days: Sequence[str], results: list[Any]) -> Sha
         held[as_text(acct)] = (e + int(fe), p + int(fp))
     events = [parse_event(entry_id, fields) for entry_id, fields in results[-1] or []]
     return ShardRead(
-        pools=pools, held=held, usage=usage, days=by_day, events=events, statuses=statuses
+        pools=pools,
+        held=held,
+        usage=usage,
+        days=by_day,
+        events=events,
+        statuses=statuses,
+        debts=debts,
     )
 
 

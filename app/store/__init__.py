@@ -13,6 +13,8 @@ from typing import Protocol
 
 from app.core.errors import StoreConflict, StoreError
 from app.store.audit import AuditQuery, AuditRecord
+from app.store.ledger import LedgerPosition
+from app.store.purchases import KeptEvent, PurchaseChange, PurchaseQuery, PurchaseRecord
 from app.store.records import (
     AccountQuery,
     AccountRecord,
@@ -46,7 +48,12 @@ __all__ = [
     "GrantRecord",
     "GrantTotal",
     "KeyRecord",
+    "KeptEvent",
     "KeyRotation",
+    "LedgerPosition",
+    "PurchaseChange",
+    "PurchaseQuery",
+    "PurchaseRecord",
     "LedgerSnapshot",
     "Store",
     "StoreConflict",
@@ -191,19 +198,79 @@ class Store(Protocol):
         events: Sequence[WebhookEventRecord] = (),
         audit: AuditRecord | None = None,
     ) -> bool:
-        """True when written, with ``events`` queued for the account's webhooks in the same
-        transaction; False (and nothing written) when the grant id exists."""
+        """Write a ledger entry (pending unless ``rec.applied_at`` is set): True when
+        written, with ``events`` queued for the account's webhooks and ``audit`` in the
+        same transaction; False (and nothing written) when the entry's id exists."""
 
     async def delete_grant(self, grant_id: str) -> bool:
-        """Remove a grant Redis refused to apply (its account's hash was lost), and its
-        audit entry, so that the grant's retry is the only one; False when there is no
-        such grant."""
+        """Remove an entry Redis refused to apply (its account's hash was lost; a reward
+        past its limit), and its audit entry, so that its retry is the only one; False when
+        there is no such entry."""
+
+    async def mark_applied(
+        self,
+        grant_id: str,
+        *,
+        credits: int,
+        debt_change: int,
+        applied_at: int,
+        events: Sequence[WebhookEventRecord] = (),
+    ) -> bool:
+        """Record that Redis applied the pending entry: how its pools and debt moved (their
+        difference is what it asked), when, and ``events`` queued in the same transaction;
+        False (nothing written) when it is not pending (applied before, or gone)."""
 
     async def get_grant(self, grant_id: str) -> GrantRecord | None:
-        """The grant, or None."""
+        """The ledger entry, or None."""
 
     async def list_grants(self, account_pid: str) -> list[GrantRecord]:
-        """The account's grants, oldest first."""
+        """The account's ledger entries, oldest first."""
+
+    async def record_purchase(
+        self, rec: PurchaseRecord, entry: GrantRecord | None
+    ) -> tuple[PurchaseRecord, bool]:
+        """Write a purchase and (when it grants: matched to an account) its pending ledger
+        entry in one transaction, unless its ``(source, reference)`` is stored: the purchase
+        as stored, and whether this call wrote it (False: nothing written)."""
+
+    async def get_purchase(self, purchase_id: str) -> PurchaseRecord | None:
+        """The purchase, or None."""
+
+    async def purchase_of_payment(self, source: str, payment: str) -> PurchaseRecord | None:
+        """The purchase of a store's payment (its refunds and disputes name it), or None."""
+
+    async def change_purchase(self, before: PurchaseRecord, change: PurchaseChange) -> str:
+        """Set what refunds and disputes took of a purchase and write the change's ledger
+        entry, in one transaction, if the purchase is still ``before``: "written";
+        "duplicate" (nothing written) when the entry exists; "changed" (nothing written)
+        when another change came first (read it again and decide anew)."""
+
+    async def keep_event(self, event: KeptEvent) -> bool:
+        """Keep an event about a payment whose purchase is not stored yet; False when kept
+        before."""
+
+    async def kept_events(self, source: str, payment: str) -> list[KeptEvent]:
+        """The events kept for a payment, oldest first."""
+
+    async def drop_kept_event(self, event_id: str) -> None:
+        """Forget a kept event (applied)."""
+
+    async def list_purchases(self, query: PurchaseQuery) -> list[PurchaseRecord]:
+        """A page of purchases, newest first, of one status or all."""
+
+    async def list_pending(self, created_before: int, limit: int) -> list[GrantRecord]:
+        """At most ``limit`` pending entries created at or before ``created_before``, oldest
+        first."""
+
+    async def ledger_position(self, account_pid: str, entry_id: str) -> LedgerPosition | None:
+        """Where the account's ledger entry (or lapse) ``entry_id`` stands, for a page
+        after it; None when the account has none of that id."""
+
+    async def ledger_page(
+        self, account_pid: str, limit: int, after: LedgerPosition | None = None
+    ) -> tuple[list[GrantRecord], list[CreditExpiry]]:
+        """The account's latest ``limit`` entries and ``limit`` lapses (before ``after``),
+        each newest first: the caller merges them."""
 
     async def apply_usage(
         self,
@@ -309,7 +376,8 @@ class Store(Protocol):
         received at or after ``since`` (unix seconds)."""
 
     async def list_grants_since(self, since: int) -> list[GrantRecord]:
-        """Every grant created at or after ``since`` (unix seconds), oldest first."""
+        """Every ledger entry Redis applied created at or after ``since`` (unix seconds),
+        oldest first."""
 
     async def usage_daily(
         self,

@@ -11,18 +11,18 @@ import time
 from collections.abc import Mapping, Sequence
 
 from app.store import ANY_CURSOR, END_OF_TIME, stream_id_key
-from app.store import audit as audit_log
 from app.store import migrations as schema
 from app.store import statements as sql
 from app.store.accounts import AccountsSQL
 from app.store.audit import AuditRecord, AuditSQL, write_audit
+from app.store.ledger import LedgerSQL
+from app.store.purchases import PurchasesSQL
 from app.store.program import Program, Transaction, each, execute, row, rows, take
 from app.store.records import (
     AccountRecord,
     ActivityQuery,
     ActivityRecord,
     CreditExpiry,
-    GrantRecord,
     KeyRecord,
     KeyRotation,
     LedgerSnapshot,
@@ -37,13 +37,13 @@ from app.store.records import (
 from app.store.webhooks import WebhooksSQL, write_webhook_events
 
 
-class SQLStore(AccountsSQL, AuditSQL, WebhooksSQL):
+class SQLStore(AccountsSQL, AuditSQL, LedgerSQL, PurchasesSQL, WebhooksSQL):
     """``Store`` on a SQL database; what each method promises is in ``Store``'s docstrings.
 
     A subclass adds only its engine: ``_run``, ``close``, and the locks (``SQLCore``). The
-    accounts', the audit log's and the webhooks' methods are parts of their own
-    (``app.store.accounts``, ``app.store.audit``, ``app.store.webhooks``); the keys',
-    grants', usage's and activity's are here.
+    accounts', the audit log's, the credit ledger's and the webhooks' methods are parts of
+    their own (``app.store.accounts``, ``app.store.audit``, ``app.store.ledger``,
+    ``app.store.webhooks``); the keys', usage's and activity's are here.
     """
 
     # -- lifecycle --------------------------------------------------------------------
@@ -170,55 +170,6 @@ class SQLStore(AccountsSQL, AuditSQL, WebhooksSQL):
             return KeyRotation.ROTATED
 
         return await self._write(rotate())
-
-    # -- grants -----------------------------------------------------------------------
-
-    async def insert_grant(
-        self,
-        rec: GrantRecord,
-        events: Sequence[WebhookEventRecord] = (),
-        audit: AuditRecord | None = None,
-    ) -> bool:
-        def write() -> Program[bool]:
-            if (yield from execute(sql.INSERT_GRANT, to_row(rec))) != 1:
-                return False
-            yield from write_webhook_events(events, rec.created_at)
-            yield from write_audit(audit)
-            return True
-
-        return await self._write(write())
-
-    async def delete_grant(self, grant_id: str) -> bool:
-        def delete() -> Program[bool]:
-            found = yield from row(sql.GET_GRANT, (grant_id,))
-            if found is None:
-                return False
-            grant = to_record(GrantRecord, found)
-            yield from execute(sql.DELETE_GRANT, (grant_id,))
-            target = (grant.account_pid, grant_id)
-            yield from execute(audit_log.DELETE_AUDIT_OF_TARGET, target)
-            return True
-
-        return await self._write(delete())
-
-    async def get_grant(self, grant_id: str) -> GrantRecord | None:
-        return await self._record(GrantRecord, sql.GET_GRANT, (grant_id,))
-
-    async def list_grants(self, account_pid: str) -> list[GrantRecord]:
-        return await self._records(GrantRecord, sql.LIST_GRANTS, (account_pid,))
-
-    async def list_rewards(
-        self, account_pid: str, limit: int, since: int
-    ) -> tuple[list[GrantRecord], int]:
-        def read() -> Program[tuple[list[GrantRecord], int]]:
-            found = yield from rows(sql.LIST_REWARDS, (account_pid, limit))
-            counted = yield from row(sql.COUNT_REWARDS_SINCE, (account_pid, since))
-            return [to_record(GrantRecord, r) for r in found], int(counted[0]) if counted else 0
-
-        return await self._run(read())
-
-    async def list_grants_since(self, since: int) -> list[GrantRecord]:
-        return await self._records(GrantRecord, sql.LIST_GRANTS_SINCE, (since,))
 
     # -- usage ------------------------------------------------------------------------
 

@@ -298,6 +298,60 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE credit_grants ADD COLUMN reason TEXT",
         ),
     ),
+    (
+        20,
+        # credit_grants becomes the ledger of money in and out of the pools
+        # (``app.accounts.ledger``): signed credits, each entry's kind, the debt it changed,
+        # and when Redis applied it (NULL: pending, written before Redis changed; the
+        # repair applies it once). Rows from before were applied when written. The partial
+        # index finds the pending ones (none, mostly) without reading the rest.
+        (
+            "ALTER TABLE credit_grants ADD COLUMN kind TEXT NOT NULL DEFAULT 'grant'",
+            "UPDATE credit_grants SET kind = 'reward' WHERE source = 'spotlight'",
+            "ALTER TABLE credit_grants ADD COLUMN debt_change BIGINT NOT NULL DEFAULT 0",
+            "ALTER TABLE credit_grants ADD COLUMN applied_at BIGINT",
+            "UPDATE credit_grants SET applied_at = created_at",
+            "ALTER TABLE credit_grants ADD COLUMN intent TEXT",
+            # the order of entries of one second (app.store.audit.new_seq); 0: of before
+            "ALTER TABLE credit_grants ADD COLUMN seq BIGINT NOT NULL DEFAULT 0",
+            "CREATE INDEX credit_grants_pending ON credit_grants (created_at) "
+            "WHERE applied_at IS NULL",
+        ),
+    ),
+    (
+        21,
+        # Purchases a store confirmed (``app.store.purchases``): one per (source, reference),
+        # found by their payment too (refunds and disputes name it); and the events about a
+        # payment not seen yet, kept until its purchase arrives.
+        (
+            """CREATE TABLE purchases (
+                purchase_id TEXT PRIMARY KEY,
+                source TEXT NOT NULL,
+                reference TEXT NOT NULL,
+                payment TEXT,
+                account_ref TEXT,
+                account_pid TEXT,
+                credits BIGINT,
+                amount BIGINT,
+                currency TEXT,
+                status TEXT NOT NULL,
+                created_at BIGINT NOT NULL,
+                refund_taken BIGINT NOT NULL DEFAULT 0,
+                dispute_taken BIGINT NOT NULL DEFAULT 0,
+                UNIQUE (source, reference)
+            )""",
+            "CREATE INDEX purchases_payment ON purchases (source, payment)",
+            "CREATE INDEX purchases_status ON purchases (status, created_at)",
+            """CREATE TABLE purchase_events_kept (
+                event_id TEXT PRIMARY KEY,
+                source TEXT NOT NULL,
+                payment TEXT NOT NULL,
+                body TEXT NOT NULL,
+                created_at BIGINT NOT NULL
+            )""",
+            "CREATE INDEX purchase_events_kept_payment ON purchase_events_kept (source, payment)",
+        ),
+    ),
 )
 
 CREATE_SCHEMA_MIGRATIONS = (

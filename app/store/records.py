@@ -75,17 +75,28 @@ class KeyRotation(StrEnum):
 
 
 class GrantRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """Credits added to an account (a purchase, a spotlight reward, the dev bootstrap)."""
+    """One entry of the credit ledger (``app.accounts.ledger``): credits into an account's
+    pools (a purchase, a reward, an operator's grant) or out of them (a refund, a dispute,
+    an operator's debit). Written before Redis changes; ``applied_at`` is set once Redis
+    applied it. ``credits - debt_change`` is what the entry asked, always: the pools moved
+    by ``credits`` and the debt by ``debt_change`` (a grant that paid a debt, a take-back
+    that found the pools short); a pending entry holds what it asks in ``credits``."""
 
-    grant_id: str  # idempotency id, unique
+    grant_id: str  # the entry's id, unique: its idempotency (Redis's marker of it too)
     account_pid: str
-    pool: str  # "purchased" | "earned"
-    credits: int
-    source: str  # "admin" | "spotlight" | "dev"
-    reference: str | None  # e.g. the spotlight view_id
+    pool: str  # "purchased" | "earned": the pool it is for
+    credits: int  # signed: > 0 into the pools, < 0 out of them
+    source: str  # who: "operator", "stripe", "admob", "signed", "dev"; rows of before:
+    # "admin", "spotlight" (app.accounts.ledger reads them as the new names)
+    reference: str | None  # the source's own id of it: a view id, a payment, a session
     created_at: int
     expires_at: int | None = None
-    reason: str | None = None  # the operator's, for a purchase (None: none given)
+    reason: str | None = None  # the operator's (None: none given)
+    kind: str = "grant"  # purchase | reward | grant | refund | dispute | dispute_won | debit
+    debt_change: int = 0  # signed: > 0 the entry left a debt, < 0 it paid one
+    applied_at: int | None = None  # when Redis applied it; None: pending
+    intent: str | None = None  # a reward's spotlight intent, consumed with it
+    seq: int = 0  # orders the entries of one second (``app.store.audit.new_seq``)
 
 
 class UsageRollup(msgspec.Struct, frozen=True, kw_only=True):

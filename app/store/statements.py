@@ -19,7 +19,6 @@ from app.store.records import (
     ActivityRecord,
     CreditExpiry,
     DeliveryRecord,
-    GrantRecord,
     KeyRecord,
     Row,
     UsageRollup,
@@ -146,30 +145,12 @@ REVOKE_KEY = (
     "WHERE kid = ? AND account_pid = ? AND status = 'active'"
 )
 
-INSERT_GRANT = _insert("credit_grants", GrantRecord) + " ON CONFLICT (grant_id) DO NOTHING"
-GET_GRANT = _select("credit_grants", GrantRecord) + " WHERE grant_id = ?"
-DELETE_GRANT = "DELETE FROM credit_grants WHERE grant_id = ?"
-LIST_GRANTS = (
-    _select("credit_grants", GrantRecord) + " WHERE account_pid = ? ORDER BY created_at, grant_id"
-)
-# the account's spotlight rewards, newest first (the console's list of them), and how many
-# fall on or after a time (the UTC day's count)
-LIST_REWARDS = (
-    _select("credit_grants", GrantRecord)
-    + " WHERE account_pid = ? AND source = 'spotlight'"
-    + " ORDER BY created_at DESC, grant_id DESC LIMIT ?"
-)
-COUNT_REWARDS_SINCE = (
-    "SELECT COUNT(*) FROM credit_grants "
-    "WHERE account_pid = ? AND source = 'spotlight' AND created_at >= ?"
-)
-LIST_GRANTS_SINCE = (
-    _select("credit_grants", GrantRecord) + " WHERE created_at >= ? ORDER BY created_at, grant_id"
-)
 LIST_ALL_KEYS = _select("api_keys", KeyRecord) + " ORDER BY account_pid, created_at, kid"
+# what each account's applied ledger entries asked, per pool (credits - debt_change: the
+# pools less the debt moved by that much); pending entries are the repair's to apply
 GRANT_TOTALS = (
-    "SELECT account_pid, pool, SUM(credits), MAX(created_at), MAX(expires_at) "
-    "FROM credit_grants GROUP BY account_pid, pool"
+    "SELECT account_pid, pool, SUM(credits - debt_change), MAX(created_at), MAX(expires_at) "
+    "FROM credit_grants WHERE applied_at IS NOT NULL GROUP BY account_pid, pool"
 )
 INSERT_EXPIRY = _insert("credit_expiries", CreditExpiry) + " ON CONFLICT (expiry_id) DO NOTHING"
 INSERT_ACTIVITY = (

@@ -8,7 +8,7 @@ from typing import Any, Final
 import msgspec
 
 from app.keys.format import public_id
-from app.store import WebhookEventRecord
+from app.store import GrantRecord, WebhookEventRecord
 
 KEY_REVOKED: Final = "key.revoked"
 KEY_ROTATED: Final = "key.rotated"
@@ -17,6 +17,9 @@ EARNED: Final = "credits.earned"
 EARNED_EXPIRING: Final = "credits.earned_expiring"
 EARNED_EXPIRED: Final = "credits.earned_expired"
 CREDITS_LOW: Final = "credits.low"
+CREDITS_PURCHASED: Final = "credits.purchased"
+CREDITS_REFUNDED: Final = "credits.refunded"  # a refund, a dispute or an operator's debit
+ACCOUNT_IN_DEBT: Final = "account.in_debt"
 KEY_CAP_THRESHOLD: Final = "key.cap_threshold"
 EVENT_TYPES: Final = (
     CREDITS_LOW,
@@ -27,6 +30,9 @@ EVENT_TYPES: Final = (
     EARNED,
     EARNED_EXPIRING,
     EARNED_EXPIRED,
+    CREDITS_PURCHASED,
+    CREDITS_REFUNDED,
+    ACCOUNT_IN_DEBT,
 )
 """Every type a webhook may subscribe to."""
 
@@ -111,4 +117,44 @@ def earned_expired(account_pid: str, recorded_as: str, credits: int, at: int) ->
         type=EARNED_EXPIRED,
         created=at,
         data=encode_data({"credits": credits, "expired_at": at}),
+    )
+
+
+def ledger_events(entry: GrantRecord, debt: int) -> list[WebhookEventRecord]:
+    """The events of a ledger entry Redis applied (``app.accounts.ledger``), queued with its
+    mark, once per entry id: ``credits.earned`` for a reward, ``credits.purchased`` for a
+    purchase, ``credits.refunded`` for a refund, a dispute or a debit, and
+    ``account.in_debt`` when it left the account owing ``debt`` credits."""
+    at = entry.applied_at or entry.created_at
+    pid = entry.account_pid
+    found: list[WebhookEventRecord] = []
+    about = {"entry_id": entry.grant_id, "source": entry.source, "reference": entry.reference}
+    if entry.kind == "reward":
+        expires = at + (entry.expires_at - entry.created_at if entry.expires_at else 0)
+        found.append(credits_earned(pid, entry.grant_id, entry.credits, expires, at))
+    elif entry.kind == "purchase":
+        data = {
+            **about,
+            "credits": entry.credits - entry.debt_change,
+            "debt_paid": -entry.debt_change,
+        }
+        found.append(_event(CREDITS_PURCHASED, pid, entry.grant_id, data, at))
+    elif entry.kind in ("refund", "dispute", "debit"):
+        data = {**about, "kind": entry.kind, "credits": -entry.credits, "owed": entry.debt_change}
+        found.append(_event(CREDITS_REFUNDED, pid, entry.grant_id, data, at))
+    if entry.debt_change > 0:
+        data = {"debt": debt, "entry_id": entry.grant_id, "kind": entry.kind}
+        found.append(_event(ACCOUNT_IN_DEBT, pid, entry.grant_id, data, at))
+    return found
+
+
+def _event(
+    kind: str, pid: str, occurrence: str, data: dict[str, Any], at: int
+) -> WebhookEventRecord:
+    return WebhookEventRecord(
+        event_id=event_id(kind, occurrence),
+        account_pid=pid,
+        type=kind,
+        created=at,
+        data=encode_data(data),
     )

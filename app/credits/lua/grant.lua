@@ -1,6 +1,8 @@
 --[[
-grant: add credits to one pool of an account, once per grant id. Earned grants roll the
-whole earned pool's expiry to now + earned_ttl; an optional daily limit counts them.
+grant: add credits to one pool of an account, once per grant id (a ledger entry's id: the
+entry is durable before this runs, app.accounts.ledger). Earned grants roll the whole earned
+pool's expiry to now + earned_ttl; an optional daily limit counts them. A grant pays the
+account's debt first (lib/debt.lua): only what is left of it stays in the pools.
 
 KEYS[1]  account hash        <p>:{sN}:acct:<pid>       (status read with KEYS[5])
 KEYS[2]  grant marker        <p>:{sN}:grant:<grant_id>   (idempotency)
@@ -20,10 +22,13 @@ ARGV[7]  counter_ttl         seconds a new daily counter lives
 ARGV[8]  pid                 the account (named in an expiry event)
 ARGV[9]  intent_ttl          (with KEYS[5]) seconds the marker lives: the intent's life left
 
-Returns {status, earned, earned_exp, purchased, granted_at}   (the pools after the call)
+Returns {status, earned, earned_exp, purchased, granted_at, debt, paid}   (the pools and the
+debt after the call; paid: what the grant paid of the debt)
   0 OK                granted_at = now
   3 ACCOUNT_MISSING   (zeros)
-  6 DUPLICATE         grant id seen before: nothing granted; granted_at = when it was
+  6 DUPLICATE         grant id seen before: nothing granted; granted_at and paid are the
+                      first call's (the marker holds "<granted_at>:<paid>"; a marker of an
+                      older svc holds granted_at alone: paid 0)
  19 ACCOUNT_DISABLED  (with KEYS[5]) the account's status is disabled (lib/keys.lua
                       account_refusal): nothing granted, the intent left; granted_at = 0
  18 INTENT_USED       KEYS[5] was consumed by an earlier grant: nothing granted; granted_at = 0
@@ -44,6 +49,7 @@ A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/che
 --- @include "lib/checks.lua"
 --- @include "lib/keys.lua"
 --- @include "lib/earned.lua"
+--- @include "lib/debt.lua"
 local now = count(1, 'now')
 local pool = one_of(2, 'pool', {earned = true, purchased = true})
 local credits = count(3, 'credits')
@@ -60,21 +66,26 @@ if intent then
   if intent_ttl == 0 then refuse('intent_ttl') end
 end
 
-local acct = redis.call('HMGET', KEYS[1], 'earned', 'earned_exp', 'purchased', 'egen', 'status')
-if not acct[3] then return {3, 0, 0, 0, 0} end
+local acct = redis.call('HMGET', KEYS[1], 'earned', 'earned_exp', 'purchased', 'egen', 'status',
+  'debt')
+if not acct[3] then return {3, 0, 0, 0, 0, 0, 0} end
 local earned, earned_exp, purchased = tonumber(acct[1]), tonumber(acct[2]), tonumber(acct[3])
 local egen = tonumber(acct[4] or '0')
+local debt = tonumber(acct[6] or '0')
 local expired = earned_expired(earned_exp, now)
 if expired then earned, earned_exp = 0, 0 end
-local granted_at = redis.call('GET', KEYS[2])
-if granted_at then return {6, earned, earned_exp, purchased, tonumber(granted_at)} end
+local marker = redis.call('GET', KEYS[2])
+if marker then
+  local at, paid_then = string.match(marker, '^(%d+):?(%d*)$')
+  return {6, earned, earned_exp, purchased, tonumber(at), debt, tonumber(paid_then) or 0}
+end
 local refusal = intent and account_refusal(acct[5])
-if refusal then return {refusal, earned, earned_exp, purchased, 0} end
+if refusal then return {refusal, earned, earned_exp, purchased, 0, debt, 0} end
 if intent and redis.call('EXISTS', intent) == 1 then
-  return {18, earned, earned_exp, purchased, 0}
+  return {18, earned, earned_exp, purchased, 0, debt, 0}
 end
 if limit > 0 and tonumber(redis.call('GET', KEYS[3]) or '0') >= limit then
-  return {9, earned, earned_exp, purchased, 0}
+  return {9, earned, earned_exp, purchased, 0, debt, 0}
 end
 
 -- writes start here
@@ -92,10 +103,12 @@ end
 if limit > 0 and redis.call('INCR', KEYS[3]) == 1 then
   redis.call('EXPIRE', KEYS[3], counter_ttl)
 end
-redis.call('SET', KEYS[2], now, 'EX', marker_ttl)
+local paid
+earned, purchased, debt, paid = pay_debt(KEYS[1], earned, purchased, debt)
+redis.call('SET', KEYS[2], now .. ':' .. paid, 'EX', marker_ttl)
 if intent then redis.call('SET', intent, now, 'EX', intent_ttl) end
 local mark = redis.call('HMGET', KEYS[1], 'low', 'lowf')
 if mark[2] and earned + purchased >= tonumber(mark[1] or '0') then
   redis.call('HDEL', KEYS[1], 'lowf')  -- back above the threshold: the next drop is told
 end
-return {0, earned, earned_exp, purchased, now}
+return {0, earned, earned_exp, purchased, now, debt, paid}

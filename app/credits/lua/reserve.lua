@@ -3,7 +3,7 @@ reserve: check a key and its account, then hold credits for one request. Atomic.
 All checks come before the first write; nothing after the first write can fail.
 
 KEYS[1]  account hash        <p>:{sN}:acct:<pid>       earned, earned_exp, purchased,
-                                                       egen, status
+                                                       egen, status, debt
 KEYS[2]  api key hash        <p>:{sN}:key:<kid>        acct, status, env, cap, exp, models,
                                                        rpm, mcr; used (set)
 KEYS[3]  cap counter         <p>:{sN}:cap:<lineage>:<day>  credits held + settled today by the
@@ -78,6 +78,9 @@ Returns {status, amount, out_tokens, balance}
  21 DAILY_CAP_HELD        the cap is taken by holds of requests in flight: the request would
                           fit beside the settled spend alone (retry when they settle);
                           balance = credits left under the key's cap now
+ 22 ACCOUNT_IN_DEBT       a live key's account owes credits (a refund or a debit found its
+                          pools short: take_back.lua): balance = the debt; test keys, which
+                          never touch the pools, are not refused
 A bad ARGV raises "svc bad argument: <name>" before anything is written (lib/checks.lua).
 Rate limit: a key with rpm > 0 starts at most rpm requests in any 60 s, in its lineage's
 rate log KEYS[7] (lib/rate.lua; token counts start there too: rate_start.lua).
@@ -162,10 +165,13 @@ if gave_up(give_up_ms) then return {11, 0, 0, 0} end
 local refused = key_refusal(key[2], key[5], now)
 if refused then return {refused, 0, 0, 0} end
 -- the account's pools and status, in the read every reserve makes anyway
-local acct = redis.call('HMGET', KEYS[1], 'earned', 'earned_exp', 'purchased', 'egen', 'status')
+local acct = redis.call('HMGET', KEYS[1], 'earned', 'earned_exp', 'purchased', 'egen', 'status',
+  'debt')
 if not acct[3] then return {3, 0, 0, 0} end
 refused = account_refusal(acct[5])
 if refused then return {refused, 0, 0, 0} end
+local debt = tonumber(acct[6] or '0')
+if debt > 0 and key[3] ~= 'test' then return {22, 0, 0, debt} end
 if not models_allow(key[6], models) then return {13, 0, 0, 0} end
 
 if idem then

@@ -81,6 +81,9 @@ Idempotency (KEYS[9], when it still names this reservation): a settle that charg
 otherwise the record becomes {state done, body} (the response, complete) or {state
 unrecorded}, keeping its time to live.
 
+Debt: what a live settle returns to the pools pays the account's debt first (lib/debt.lua;
+a refund or a debit took the pools while the request held credits).
+
 Low balance: an account hash with a threshold (low) marks the first settle that leaves the
 balance below it (lowf) and appends {kind low, acct, balance, low, ts} to KEYS[7] (live
 keys only). Only a grant that brings the balance back to the threshold clears the mark
@@ -102,6 +105,7 @@ Events appended to KEYS[7] (the flusher makes them durable):
 ]]
 --- @include "lib/checks.lua"
 --- @include "lib/earned.lua"
+--- @include "lib/debt.lua"
 local now = count(1, 'now')
 local rid = label(2, 'rid')
 local input_price = count(3, 'input_price')
@@ -140,7 +144,7 @@ end
 if used > amount then used = amount end
 local env = r[4]
 
-local acct = redis.call('HMGET', KEYS[3], 'earned', 'earned_exp', 'purchased', 'egen')
+local acct = redis.call('HMGET', KEYS[3], 'earned', 'earned_exp', 'purchased', 'egen', 'debt')
 local earned = tonumber(acct[1] or '0')
 local earned_exp = tonumber(acct[2] or '0')
 local egen = tonumber(acct[4] or '0')
@@ -168,6 +172,12 @@ if acct[3] and env == 'live' then
   end
   record_lapse(KEYS[7], r[6], lapsed, now)
   if refund_purchased > 0 then redis.call('HINCRBY', KEYS[3], 'purchased', refund_purchased) end
+  -- a take-back while this request held credits left a debt: what comes back pays it
+  local debt = tonumber(acct[5] or '0')
+  if debt > 0 then
+    local back = redis.call('HMGET', KEYS[3], 'earned', 'purchased')
+    pay_debt(KEYS[3], tonumber(back[1]), tonumber(back[2]), debt)
+  end
 end
 
 local unused = amount - used

@@ -45,8 +45,8 @@ async def test_a_reward_grants_earned_credits_and_rolls_the_expiry(
     assert (balance.earned, balance.earned_exp) == (10_000, int(clock()) + 30 * DAY)  # rolled
     grants = await store.list_grants(pid)
     assert [(g.pool, g.credits, g.source, g.reference) for g in grants] == [
-        ("earned", 5000, "spotlight", "view-1"),
-        ("earned", 5000, "spotlight", "view-2"),
+        ("earned", 5000, "operator", "view-1"),
+        ("earned", 5000, "operator", "view-2"),
     ]
 
 

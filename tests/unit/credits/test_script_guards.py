@@ -283,7 +283,7 @@ async def _without_empty_caps(ledger: Ledgers) -> Any:
 
 async def _reward(ledger: Ledgers, pid: str, grant_id: str, now: float) -> None:
     """A spotlight-sized earned grant: 5,000 credits, the pool rolled to now + 30 days."""
-    status, _, _ = await ledger.money.grant(
+    status, _, _, _paid = await ledger.money.grant(
         pid, pool="earned", credits=5_000, grant_id=grant_id, now=now, earned_ttl_s=30 * DAY
     )
     assert status is ScriptStatus.OK

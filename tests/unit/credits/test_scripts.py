@@ -28,7 +28,7 @@ DAY = 86_400
 
 
 async def _earned(ledger: Ledgers, pid: str, credits: int, now: float, gid: str = "g") -> None:
-    status, _, _granted = await ledger.money.grant(
+    status, _, _granted, _paid = await ledger.money.grant(
         pid, pool="earned", credits=credits, grant_id=gid, now=now, earned_ttl_s=30 * DAY
     )
     assert status is ScriptStatus.OK
@@ -520,13 +520,13 @@ async def test_earned_grants_roll_the_expiry(ledger: Ledgers, clock: Clock) -> N
     await account(ledger, "acct_A")
     await _earned(ledger, "acct_A", 5000, clock(), "v1")
     clock.advance(10 * DAY)
-    status, balance, _granted = await ledger.money.grant(
+    status, balance, _granted, _paid = await ledger.money.grant(
         "acct_A", pool="earned", credits=5000, grant_id="v2", now=clock(), earned_ttl_s=30 * DAY
     )
     assert status is ScriptStatus.OK
     assert (balance.earned, balance.earned_exp) == (10_000, int(clock()) + 30 * DAY)
     clock.advance(30 * DAY - 1)
-    _, before_expiry, _granted = await ledger.money.grant(
+    _, before_expiry, _granted, _paid = await ledger.money.grant(
         "acct_A", pool="purchased", credits=1, grant_id="p1", now=clock()
     )
     assert before_expiry.earned == 10_000
@@ -539,12 +539,12 @@ async def test_earned_grants_roll_the_expiry(ledger: Ledgers, clock: Clock) -> N
 async def test_duplicate_grant_grants_nothing(ledger: Ledgers, clock: Clock) -> None:
     await account(ledger, "acct_A")
     first = clock()
-    _, _, granted = await ledger.money.grant(
+    _, _, granted, _paid = await ledger.money.grant(
         "acct_A", pool="purchased", credits=10, grant_id="g1", now=first
     )
     assert granted == int(first)
     clock.advance(60)
-    status, balance, granted = await ledger.money.grant(
+    status, balance, granted, _paid = await ledger.money.grant(
         "acct_A", pool="purchased", credits=10, grant_id="g1", now=clock()
     )
     assert status is ScriptStatus.DUPLICATE
@@ -555,7 +555,7 @@ async def test_duplicate_grant_grants_nothing(ledger: Ledgers, clock: Clock) -> 
 async def test_daily_grant_limit_resets_at_midnight(ledger: Ledgers, clock: Clock) -> None:
     await account(ledger, "acct_A")
     for i in range(5):
-        status, _, _granted = await ledger.money.grant(
+        status, _, _granted, _paid = await ledger.money.grant(
             "acct_A",
             pool="earned",
             credits=5000,
@@ -565,7 +565,7 @@ async def test_daily_grant_limit_resets_at_midnight(ledger: Ledgers, clock: Cloc
             daily_limit=5,
         )
         assert status is ScriptStatus.OK
-    status, balance, _granted = await ledger.money.grant(
+    status, balance, _granted, _paid = await ledger.money.grant(
         "acct_A",
         pool="earned",
         credits=5000,
@@ -577,7 +577,7 @@ async def test_daily_grant_limit_resets_at_midnight(ledger: Ledgers, clock: Cloc
     assert status is ScriptStatus.DAILY_LIMIT
     assert balance.earned == 25_000
     clock.advance(DAY - int(clock()) % DAY)
-    status, balance, _granted = await ledger.money.grant(
+    status, balance, _granted, _paid = await ledger.money.grant(
         "acct_A",
         pool="earned",
         credits=5000,
@@ -590,7 +590,7 @@ async def test_daily_grant_limit_resets_at_midnight(ledger: Ledgers, clock: Cloc
 
 
 async def test_grant_to_a_missing_account(ledger: Ledgers, clock: Clock) -> None:
-    status, _, _granted = await ledger.money.grant(
+    status, _, _granted, _paid = await ledger.money.grant(
         "acct_none", pool="purchased", credits=10, grant_id="g", now=clock()
     )
     assert status is ScriptStatus.ACCOUNT_MISSING
@@ -760,7 +760,7 @@ async def test_grant_records_the_earned_credits_it_expires(ledger: Ledgers, cloc
     await account(ledger, "acct_A")
     await _earned(ledger, "acct_A", 60, clock())
     clock.advance(31 * DAY)
-    status, balance, _ = await ledger.money.grant(
+    status, balance, _, _paid = await ledger.money.grant(
         "acct_A", pool="purchased", credits=5, grant_id="p1", now=clock()
     )
     assert (status, balance.earned, balance.purchased) == (ScriptStatus.OK, 0, 5)

@@ -252,7 +252,7 @@ async def _run(redis: RedisClient, ops: list[tuple]) -> None:  # type: ignore[ty
     for n, op in enumerate(ops):
         m.expire()
         if op[0] in ("earned", "purchased"):
-            status, _, _granted = await ledger.money.grant(
+            status, _, _granted, _paid = await ledger.money.grant(
                 PID,
                 pool=op[0],
                 credits=op[1],
