@@ -134,7 +134,7 @@ def test_stripe_s_library_is_loaded_by_the_first_verification_only() -> None:
     # it brings requests and httpx: a worker that is never sent an event does without them
     probe = (
         "import sys\n"
-        "import app.purchases.stripe_signature as signature\n"
+        "import app.purchases.stripe_signature as signature, app.purchases.stripe_events\n"
         "before = 'stripe' in sys.modules\n"
         "try:\n"
         "    signature.verify(b'{}', 't=1,v1=00', ['whsec_x'], 1.0)\n"
