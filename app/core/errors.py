@@ -91,6 +91,7 @@ class ErrorKind(Enum):
     KEY_RATE_LIMITED = (429, "rate_limit_error", "rate_limit_exceeded")
     SPOTLIGHT_LIMIT = (429, "rate_limit_error", "spotlight_limit_reached")
     INVALID_SIGNATURE = (401, "authentication_error", "invalid_signature")
+    INVALID_STRIPE_SIGNATURE = (400, "invalid_request_error", "invalid_stripe_signature")
     INVALID_INTENT = (400, "invalid_request_error", "invalid_intent")
     INTENT_USED = (400, "invalid_request_error", "intent_used")
     UPSTREAM_UNAVAILABLE = (502, "upstream_error", "upstream_unavailable")
@@ -300,6 +301,17 @@ def external_id_taken() -> ApiError:
         ErrorKind.EXTERNAL_ID_TAKEN,
         "Another account has this external_id: an external_id names one account.",
         param="external_id",
+    )
+
+
+def invalid_stripe_signature(problem: str) -> ApiError:
+    """A Stripe webhook event svc cannot trust (``problem``: what is wrong with its
+    ``Stripe-Signature``, naming neither the header's value nor a secret). A 400, as Stripe's
+    guides answer one; nothing is written for it."""
+    return ApiError(
+        ErrorKind.INVALID_STRIPE_SIGNATURE,
+        f"{problem} svc accepts only events Stripe signed with this endpoint's signing secret.",
+        param="Stripe-Signature",
     )
 
 
