@@ -47,6 +47,7 @@ from app.kv.client import REDIS_ERRORS, RedisClient, open_redis
 from app.kv.layout import KeySpace
 from app.kv.pipelined import PipelinedRedis
 from app.kv.startup_checks import check_eviction_policy, check_redis_answers
+from app.purchases.purchases import Purchases
 from app.spotlights.admob_keys import VerifierKeys
 from app.spotlights.intents import Intents
 from app.spotlights.rewards import VerifiedRewards
@@ -243,6 +244,10 @@ class Services:
             expiry_days=settings.earned_expiry_days,
             ledger=self.ledger,
             clock=clock,
+        )
+        self.purchases = Purchases(store, self.ledger, self.accounts, clock)
+        self.stripe_secrets = tuple(
+            s.strip() for s in settings.stripe_webhook_secrets.split(",") if s.strip()
         )
         self.intents = Intents(pepper)
         # what providers are sent to tell the accounts (and their end users) apart

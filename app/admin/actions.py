@@ -163,19 +163,10 @@ def _ledger_ops(args: argparse.Namespace) -> dict[str, AdminOp]:
     return {"reconcile": reconcile, "rebuild-redis": rebuild_redis, "inspect": inspect}
 
 
-def _admin_op(args: argparse.Namespace) -> AdminOp:
-    from app.accounts.bodies import (
-        AccountCreateRequest,
-        DebitRequest,
-        GrantRequest,
-        validate_account_create,
-    )
+def _money_ops(args: argparse.Namespace) -> dict[str, AdminOp]:
+    """Credits in and out: grants, debits, the ledger and the stores' purchases."""
+    from app.accounts.bodies import DebitRequest, GrantRequest
     from app.core.validation import convert_fields
-
-    async def create_account(s: Services) -> Any:
-        fields = {"external_id": args.external_id}
-        req = validate_account_create(convert_fields(fields, AccountCreateRequest))
-        return {"account_pid": await s.accounts.create_account(req.external_id)}
 
     async def grant(s: Services) -> Any:
         req = convert_fields({"credits": args.credits, "reason": args.reason}, GrantRequest)
@@ -191,6 +182,25 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
         await s.accounts.require_account(args.account_pid)
         params = {k: v for k, v in (("limit", args.limit), ("after", args.after)) if v is not None}
         return await ledger_list(s.store, args.account_pid, parse_ledger_filter(params))
+
+    async def purchases(s: Services) -> Any:
+        from app.purchases.listing import parse_purchase_filter, purchase_list
+
+        named = (("status", args.status), ("limit", args.limit), ("after", args.after))
+        params = {k: v for k, v in named if v is not None}
+        return await purchase_list(s.store, parse_purchase_filter(params))
+
+    return {"grant": grant, "debit": debit, "ledger": ledger, "purchases": purchases}
+
+
+def _admin_op(args: argparse.Namespace) -> AdminOp:
+    from app.accounts.bodies import AccountCreateRequest, validate_account_create
+    from app.core.validation import convert_fields
+
+    async def create_account(s: Services) -> Any:
+        fields = {"external_id": args.external_id}
+        req = validate_account_create(convert_fields(fields, AccountCreateRequest))
+        return {"account_pid": await s.accounts.create_account(req.external_id)}
 
     async def audit(s: Services) -> Any:
         from app.accounts.audit import audit_page, parse_audit_filter
@@ -220,9 +230,7 @@ def _admin_op(args: argparse.Namespace) -> AdminOp:
         "usage-lag": usage_lag,
         "flush": flush,
         "create-account": create_account,
-        "grant": grant,
-        "debit": debit,
-        "ledger": ledger,
+        **_money_ops(args),
         "audit": audit,
         "spotlight": spotlight,
         "credits": credits,

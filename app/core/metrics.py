@@ -292,6 +292,15 @@ class Metrics:
             ["network", "result"],
             registry=reg,
         )
+        self.purchase_events = Counter(
+            "svc_purchase_events",
+            "Store payment events (POST /v1/purchases/<store>), by store, the event they "
+            "came to (paid, pending, failed, refunded, dispute_opened, dispute_won, "
+            "dispute_lost, ignored, invalid) and result (applied, duplicate, kept, ignored, "
+            "unmatched, invalid_signature, unavailable).",
+            ["store", "event", "result"],
+            registry=reg,
+        )
         self.background_errors = Counter(
             "svc_background_errors",
             "Failed sweeper, flusher or webhook rounds (retried next round), by task.",

@@ -91,6 +91,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     admob_ad_units: str = ""
     """Comma-separated AdMob ad unit ids whose verification callbacks are accepted; empty =
     AdMob callbacks are off (404: Google signs every publisher's callbacks alike)."""
+    stripe_webhook_secrets: str = ""
+    """Comma-separated signing secrets of the Stripe webhook endpoint that posts to ``POST
+    /v1/purchases/stripe`` (``whsec_…``; two while one is rotated); empty = Stripe purchases
+    are off (404). Never logged."""
     earned_expiry_days: int = 30
     """The earned pool expires this long after its latest grant (rolling)."""
     sweep_interval_s: float = 10.0

@@ -48,8 +48,10 @@ from app.http.openapi import (
     documented,
     errors,
 )
+from app.http.purchases import PURCHASES_PARAMS
 from app.http.reports import activity_answer, receipt_answer
 from app.ops.lookup import AccountDetail, account_detail
+from app.purchases.listing import PurchaseList, parse_purchase_filter, purchase_list
 from app.runtime import Services
 from app.usage.activity import parse_environment
 from app.usage.flusher import Lag
@@ -291,6 +293,16 @@ class AdminController(Controller):
         """The operators' actions on money, keys and accounts' status, newest first, a page
         at a time (``limit``, ``after``); ``account``: one account's."""
         return await audit_page(services.store, parse_audit_filter(request.query_params))
+
+    @get(
+        "/purchases",
+        responses=errors(*ADMIN_ERRORS, ErrorKind.INVALID_VALUE),
+        operation_class=documented(parameters=PURCHASES_PARAMS),
+    )
+    async def purchases(self, services: Services, request: Request[Any, Any, Any]) -> PurchaseList:
+        """The purchases the stores confirmed, newest first, a page at a time (``limit``,
+        ``after``); ``status=unmatched``: those paid and not granted, for an operator."""
+        return await purchase_list(services.store, parse_purchase_filter(request.query_params))
 
     @get("/usage-lag", responses=errors(*ADMIN_ERRORS))
     async def usage_lag(self, services: Services) -> Lag:

@@ -22,6 +22,7 @@ from app.http.headers import SECURITY_HEADERS
 from app.http.health import HealthController
 from app.http.metrics import MetricsController
 from app.http.openapi_document import openapi_config
+from app.http.purchases import PurchasesController
 from app.http.spotlights import SpotlightController
 from app.kv.client import REDIS_ERRORS
 from app.runtime import open_services
@@ -63,6 +64,7 @@ def create_app(settings: Settings) -> Litestar:
         route_handlers=[
             V1Controller,
             SpotlightController,
+            PurchasesController,
             AdminController,
             HealthController,
             MetricsController,

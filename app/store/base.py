@@ -16,8 +16,8 @@ from app.store import statements as sql
 from app.store.accounts import AccountsSQL
 from app.store.audit import AuditRecord, AuditSQL, write_audit
 from app.store.ledger import LedgerSQL
-from app.store.purchases import PurchasesSQL
 from app.store.program import Program, Transaction, each, execute, row, rows, take
+from app.store.purchases import PurchasesSQL
 from app.store.records import (
     AccountRecord,
     ActivityQuery,

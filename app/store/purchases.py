@@ -68,7 +68,9 @@ INSERT_PURCHASE = (
 GET_PURCHASE = f"{_P_SELECT} WHERE source = ? AND reference = ?"
 GET_PURCHASE_BY_ID = f"{_P_SELECT} WHERE purchase_id = ?"
 # the first purchase of a payment (a session has one PaymentIntent)
-GET_PURCHASE_BY_PAYMENT = f"{_P_SELECT} WHERE source = ? AND payment = ? ORDER BY created_at LIMIT 1"
+GET_PURCHASE_BY_PAYMENT = (
+    f"{_P_SELECT} WHERE source = ? AND payment = ? ORDER BY created_at LIMIT 1"
+)
 SET_TAKEN = (
     "UPDATE purchases SET refund_taken = ?, dispute_taken = ? "
     "WHERE purchase_id = ? AND refund_taken = ? AND dispute_taken = ?"
@@ -100,11 +102,12 @@ def purchase_page(query: PurchaseQuery) -> tuple[str, Row]:
 
 
 class PurchaseChange(msgspec.Struct, frozen=True):
-    """What a refund or a dispute does to a purchase: its new totals and its entry."""
+    """What a refund or a dispute does to a purchase: its new totals and its entry (None:
+    the balance does not move, a refund of credits an open dispute holds back already)."""
 
     refund_taken: int
     dispute_taken: int
-    entry: GrantRecord
+    entry: GrantRecord | None
 
 
 class PurchasesSQL(SQLCore):
@@ -129,8 +132,10 @@ class PurchasesSQL(SQLCore):
         return await self._record(PurchaseRecord, GET_PURCHASE_BY_PAYMENT, (source, payment))
 
     async def change_purchase(self, before: PurchaseRecord, change: PurchaseChange) -> str:
+        entry = change.entry
+
         def write() -> Program[str]:
-            if (yield from row(GET_GRANT, (change.entry.grant_id,))) is not None:
+            if entry is not None and (yield from row(GET_GRANT, (entry.grant_id,))) is not None:
                 return "duplicate"
             args = (
                 change.refund_taken,
@@ -141,7 +146,7 @@ class PurchasesSQL(SQLCore):
             )
             if (yield from execute(SET_TAKEN, args)) != 1:
                 return "changed"  # another event changed it first: decide again
-            if (yield from execute(INSERT_GRANT, to_row(change.entry))) != 1:
+            if entry is not None and (yield from execute(INSERT_GRANT, to_row(entry))) != 1:
                 raise _Duplicate  # written meanwhile: roll the change back with it
             return "written"
 

@@ -139,7 +139,8 @@ async def test_a_crash_after_redis_applied_it_is_marked_not_applied_twice(
     assert await world.ledger.repair_pending(older_than_s=0) == 0  # a DUPLICATE: marked only
     (entry,) = await store.list_grants(pid)
     assert (entry.credits, entry.debt_change, entry.kind) == (0, 40, "debit")
-    assert entry.applied_at is not None and entry.reason == "chargeback by phone"
+    assert entry.applied_at is not None
+    assert entry.reason == "chargeback by phone"
     assert await world.balance(pid) == (0, 40)
     assert (await world.reconcile()).accounts_with_drift == 0
 
@@ -171,7 +172,8 @@ async def test_a_debit_past_the_balance_is_debt_until_a_grant_pays_it(world: Wor
     assert (after.total_available, after.debt) == (0, 50)
     with pytest.raises(ApiError) as refused:
         await reserve(world.ledgers, ident, "rsv1", world.clock())
-    assert refused.value.kind is ErrorKind.ACCOUNT_IN_DEBT and "50 credits" in refused.value.message
+    assert refused.value.kind is ErrorKind.ACCOUNT_IN_DEBT
+    assert "50 credits" in refused.value.message
     paid = await world.accounts.grant_purchased(pid, 80)
     assert (paid.total_available, paid.debt) == (30, 0)
     await reserve(world.ledgers, ident, "rsv2", world.clock(), max_out=30)
@@ -184,7 +186,8 @@ async def test_a_debit_past_the_balance_is_debt_until_a_grant_pays_it(world: Wor
         ("grant", 100, 0),
     ]
     assert [e.source for e in page.data] == ["operator"] * 4
-    assert page.data[1].reason == "refund of order 17" and not page.has_more
+    assert page.data[1].reason == "refund of order 17"
+    assert not page.has_more
     assert (await world.reconcile()).accounts_with_drift == 0
 
 

@@ -96,7 +96,8 @@ async def test_a_live_key_in_debt_is_refused_before_anything_is_held(
     with pytest.raises(ApiError) as refused:
         await reserve(ledger, live, "rsv1", clock())
     assert refused.value.kind is ErrorKind.ACCOUNT_IN_DEBT
-    assert "3 credits" in refused.value.message and "purchase" in refused.value.message
+    assert "3 credits" in refused.value.message
+    assert "purchase" in refused.value.message
     assert await snapshot(ledger) == before  # nothing held, counted or logged
     await reserve(ledger, test, "rsv2", clock())  # test keys never touch the pools
     await ledger.money.grant("acct_a", pool="purchased", credits=10, grant_id="g", now=clock())
@@ -145,7 +146,8 @@ async def test_concurrent_take_backs_and_grants_never_lose_a_credit(
     earned, purchased = await pools(ledger, "acct_a")
     debt = await _debt(ledger, "acct_a")
     assert earned + purchased - debt == 50 - 30 * 7 + 30 * 5
-    assert min(earned, purchased, debt) >= 0 and (purchased == 0 or debt == 0)
+    assert min(earned, purchased, debt) >= 0
+    assert purchased == 0 or debt == 0
 
 
 def test_the_marker_a_rebuild_restores_is_the_one_the_scripts_write() -> None:

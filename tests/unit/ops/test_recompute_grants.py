@@ -1,9 +1,9 @@
 """``rebuild-redis --force`` against a grant in flight (issue 44 item 3, the review's
-item 1): a grant writes the ledger and Redis at different moments, so a read between its
-two writes sees a difference the grant's second write removes. The correction is confirmed
-by a second read before it is written: the grant is neither taken away (a reward: Redis
-first, then its row) nor added twice (a purchase: the row first, then Redis). Each
-interleaving is forced: the grant's second write waits until the rebuild has read."""
+item 1): a grant writes its ledger entry (pending: not counted), then Redis, then marks the
+entry applied (counted), so a read between Redis and the mark sees a difference the mark
+removes. The correction is confirmed by a second read before it is written: the grant is
+neither taken away nor added twice. Each interleaving is forced: the grant's mark (or its
+script) waits until the rebuild has read."""
 
 from __future__ import annotations
 
@@ -80,11 +80,11 @@ async def _settled(loss: Loss, pid: str, task: asyncio.Task[Any]) -> None:
 async def test_a_reward_in_flight_is_not_taken_away(
     loss: Loss, monkeypatch: pytest.MonkeyPatch, row_lands: str
 ) -> None:
-    """The reward's grant.lua lands before the shard is read, its row after the snapshot:
-    Redis is over the ledger by the reward until the row lands."""
+    """The reward's grant.lua lands before the shard is read, its entry's mark after the
+    snapshot: Redis is over the ledger by the reward until the mark lands."""
     pid = await loss.accounts.create_account()
     await loss.accounts.grant_purchased(pid, PURCHASED)
-    row = Gate(monkeypatch, loss.store, "insert_grant")
+    row = Gate(monkeypatch, loss.store, "mark_applied")
     task: list[asyncio.Task[Any]] = []
 
     async def reward_reaches_redis() -> None:
@@ -108,8 +108,9 @@ async def test_a_reward_in_flight_is_not_taken_away(
 async def test_a_purchase_in_flight_is_not_added_twice(
     loss: Loss, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The purchase's row is in the snapshot, its grant.lua runs after the shard is read:
-    Redis is under the ledger by the purchase until grant.lua runs."""
+    """The purchase's entry is written (pending) before the snapshot, its grant.lua runs
+    after the rebuild: a pending entry is counted by neither side, so the rebuild finds
+    nothing to correct, and the purchase lands once."""
     pid = await loss.accounts.create_account()
     await loss.accounts.grant_purchased(pid, PURCHASED)
     script = Gate(monkeypatch, loss.ledger.money, "grant")
@@ -120,13 +121,11 @@ async def test_a_purchase_in_flight_is_not_added_twice(
         await script.reached.wait()
 
     on_call(monkeypatch, loss.store, "ledger_snapshot", 1, before=row_written)
-    # grant.lua runs before the second read, or (without one) before the correction
-    on_call(monkeypatch, loss.store, "ledger_snapshot", 2, before=script.release)
-    on_call(monkeypatch, loss.ledger.money, "correct_pools", 1, after=script.release)
     done = await loss.rebuild(force=True)
+    assert done.accounts_recomputed == 0
+    await script.release()
     await _settled(loss, pid, task[0])
     assert await loss.redis_total(pid) == PURCHASED + 100
-    assert done.accounts_recomputed == 0
 
 
 async def test_a_difference_that_holds_is_corrected_after_the_second_read(

@@ -1,0 +1,96 @@
+"""``/v1/purchases``: the stores' own notices of purchases, refunds and disputes, verified
+by each store's signature (no API key): Stripe's webhook events first."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+from litestar import Controller, Request, post
+from litestar.datastructures import ResponseHeader
+from litestar.di import Provide
+from litestar.enums import ParamType
+from litestar.openapi.spec import OpenAPIType, Parameter, Schema
+
+from app.core.errors import ApiError, ErrorKind, StoreError
+from app.core.metrics import METRICS
+from app.http.deps import provide_services
+from app.http.headers import NO_STORE
+from app.http.openapi import LEDGER_PARAMS, errors
+from app.purchases.listing import STATUSES
+from app.purchases.purchases import Result
+from app.purchases.stripe_events import payment_event
+from app.purchases.stripe_signature import SIGNATURE_HEADER, verify
+from app.runtime import Services
+
+STRIPE = "stripe"
+PURCHASES_PARAMS = [
+    Parameter(
+        name="status",
+        param_in=ParamType.QUERY,
+        required=False,
+        description="Only the purchases of this status: granted, or unmatched (paid, and "
+        "not granted: the account or the credits were unknown).",
+        schema=Schema(type=OpenAPIType.STRING, enum=list(STATUSES)),
+    ),
+    *LEDGER_PARAMS,
+]
+
+
+class EventReceived(msgspec.Struct):
+    """What svc did with a store's event: applied, duplicate (applied before), kept (its
+    purchase not seen yet), ignored (nothing to do) or unmatched (kept for an operator)."""
+
+    received: bool
+    result: Result
+    object: Literal["purchase_event"] = "purchase_event"
+
+
+class PurchasesController(Controller):
+    response_headers = [ResponseHeader(name=NO_STORE[0], value=NO_STORE[1])]
+    path = "/v1/purchases"
+    dependencies = {"services": Provide(provide_services)}
+    tags = ["v1"]
+
+    @post(
+        "/stripe",
+        security=[],
+        status_code=200,
+        responses=errors(
+            ErrorKind.INVALID_STRIPE_SIGNATURE,
+            ErrorKind.INVALID_VALUE,
+            ErrorKind.NOT_FOUND,
+            ErrorKind.SERVICE_UNAVAILABLE,
+        ),
+    )
+    async def stripe(self, services: Services, request: Request[Any, Any, Any]) -> EventReceived:
+        """Stripe's webhook events (register this URL as a webhook endpoint; its signing
+        secret in ``SVC_STRIPE_WEBHOOK_SECRETS``, 404 while none is set): a paid Checkout
+        Session grants its ``metadata.svc_credits`` to the account its
+        ``client_reference_id`` names, once; refunds and disputes take them back. 200 for
+        every event svc applied, saw before, keeps or ignores; 400 with nothing written for
+        a bad signature or body; 503 when it could not be recorded (Stripe retries)."""
+        if not services.stripe_secrets:
+            raise ApiError(
+                ErrorKind.NOT_FOUND,
+                "Stripe purchases are off: the operator sets SVC_STRIPE_WEBHOOK_SECRETS.",
+            )
+        body = await request.body()
+        try:
+            verify(
+                body,
+                request.headers.get(SIGNATURE_HEADER),
+                services.stripe_secrets,
+                services.clock(),
+            )
+        except ApiError:
+            METRICS.labelled(METRICS.purchase_events, STRIPE, "invalid", "invalid_signature").inc()
+            raise
+        event = payment_event(body)
+        try:
+            result = await services.purchases.apply(STRIPE, event)
+        except (ApiError, StoreError):
+            METRICS.labelled(METRICS.purchase_events, STRIPE, event.kind, "unavailable").inc()
+            raise
+        METRICS.labelled(METRICS.purchase_events, STRIPE, event.kind, result).inc()
+        return EventReceived(received=True, result=result)
