@@ -151,8 +151,10 @@ class Ledger:
                 entry.grant_id, credits=moved, debt_change=debt_change, applied_at=at, events=events
             ):
                 return Applied(status, applied, balance)
+            # marked by a twin first (a retry, the repair): the status is still this call's
+            # script's, OK when it was the one that moved the credits
             stored = await self.store.get_grant(entry.grant_id)
-            return Applied(ScriptStatus.DUPLICATE, stored or applied, balance)
+            return Applied(status, stored or applied, balance)
         if status is ScriptStatus.ACCOUNT_MISSING:
             log.warning(
                 "ledger entry %s pending: Redis has no balance of %s (run rebuild-redis)",
@@ -199,9 +201,14 @@ class Ledger:
         (one whose insert found this row, then ran its script): the row is deleted first and
         the marker read after, so a retry that applied it before the read is seen and its
         row put back, and one that applies it after inserts its own row first."""
+        stored = await self.store.get_grant(entry.grant_id) or entry  # a retry's mark too
         await self.store.delete_grant(entry.grant_id)
         if await self.money.grant_applied(entry.account_pid, entry.grant_id):
-            await self.store.insert_grant(entry)
+            # put back as it was, and marked if it was pending: Redis answers DUPLICATE with
+            # what it applied (the repair would, later)
+            await self.store.insert_grant(stored)
+            if stored.applied_at is None:
+                await self.apply(stored)
 
     async def run(self, every_s: float = REPAIR_EVERY_S) -> None:
         """Repair every ``every_s`` (with jitter, so workers spread out) until cancelled.

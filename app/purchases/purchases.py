@@ -99,7 +99,9 @@ class Purchases:
         done = await self._apply_entry(stored.purchase_id)
         if stored.payment:
             await self._apply_kept(source, stored.payment)
-        return "applied" if written or done.status is ScriptStatus.OK else "duplicate"
+        # the call whose script moved the credits says applied (two deliveries at once may
+        # both find the entry pending: Redis applies it for one of them)
+        return "applied" if done.status is ScriptStatus.OK else "duplicate"
 
     async def _account(self, reference: str | None) -> str | None:
         if not reference:
@@ -135,14 +137,16 @@ class Purchases:
             if change is None:
                 return "duplicate"
             outcome = await self.store.change_purchase(purchase, change)
-            if outcome in ("written", "duplicate") and change.entry is not None:
-                await self._apply_entry(change.entry.grant_id)  # a duplicate: pending still?
-            if outcome != "changed":
+            if outcome == "changed":  # another event came first: decide on the new row
+                found = await self.store.get_purchase(purchase.purchase_id)
+                if found is None:
+                    raise service_unavailable()
+                purchase = found
+                continue
+            if change.entry is None:  # a refund of what a dispute holds: no credit moves
                 return "applied" if outcome == "written" else "duplicate"
-            found = await self.store.get_purchase(purchase.purchase_id)
-            if found is None:
-                raise service_unavailable()
-            purchase = found
+            done = await self._apply_entry(change.entry.grant_id)  # a duplicate's: pending?
+            return "applied" if done.status is ScriptStatus.OK else "duplicate"
         raise service_unavailable()
 
     async def _decide(self, purchase: PurchaseRecord, event: PaymentEvent) -> PurchaseChange | None:

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from app.store.core import SQLCore
-from app.store.ledger import GET_GRANT, INSERT_GRANT
+from app.store.ledger import DELETE_GRANT, INSERT_GRANT
 from app.store.program import Program, execute, row
 from app.store.records import GrantRecord, Row, to_record, to_row
 
@@ -63,7 +63,7 @@ _P_COLUMNS = PurchaseRecord.__struct_fields__
 _P_SELECT = f"SELECT {', '.join(_P_COLUMNS)} FROM purchases"
 INSERT_PURCHASE = (
     f"INSERT INTO purchases ({', '.join(_P_COLUMNS)}) VALUES ({', '.join('?' * len(_P_COLUMNS))})"
-    " ON CONFLICT (source, reference) DO NOTHING"
+    " ON CONFLICT DO NOTHING"  # its id or its (source, reference): both are the purchase's
 )
 GET_PURCHASE = f"{_P_SELECT} WHERE source = ? AND reference = ?"
 GET_PURCHASE_BY_ID = f"{_P_SELECT} WHERE purchase_id = ?"
@@ -135,7 +135,8 @@ class PurchasesSQL(SQLCore):
         entry = change.entry
 
         def write() -> Program[str]:
-            if entry is not None and (yield from row(GET_GRANT, (entry.grant_id,))) is not None:
+            # the entry first: a twin's (the same id) makes this a duplicate, nothing written
+            if entry is not None and (yield from execute(INSERT_GRANT, to_row(entry))) != 1:
                 return "duplicate"
             args = (
                 change.refund_taken,
@@ -145,15 +146,12 @@ class PurchasesSQL(SQLCore):
                 before.dispute_taken,
             )
             if (yield from execute(SET_TAKEN, args)) != 1:
-                return "changed"  # another event changed it first: decide again
-            if entry is not None and (yield from execute(INSERT_GRANT, to_row(entry))) != 1:
-                raise _Duplicate  # written meanwhile: roll the change back with it
+                if entry is not None:  # another event changed the purchase first: undo
+                    yield from execute(DELETE_GRANT, (entry.grant_id,))
+                return "changed"
             return "written"
 
-        try:
-            return await self._write(write())
-        except _Duplicate:
-            return "duplicate"
+        return await self._write(write())
 
     async def keep_event(self, event: KeptEvent) -> bool:
         return bool(await self._write(execute(INSERT_KEPT, to_row(event))))
@@ -166,10 +164,6 @@ class PurchasesSQL(SQLCore):
 
     async def list_purchases(self, query: PurchaseQuery) -> list[PurchaseRecord]:
         return await self._records(PurchaseRecord, *purchase_page(query))
-
-
-class _Duplicate(Exception):
-    """Raised inside a write to roll it back: its entry exists (a concurrent twin)."""
 
 
 __all__: Sequence[str] = [

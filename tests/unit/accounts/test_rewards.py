@@ -7,6 +7,7 @@ import pytest
 from app.accounts.accounts import Accounts
 from app.accounts.rewards import Spotlights
 from app.core.errors import ApiError, ErrorKind, StoreError
+from app.credits.outcomes import Balance
 from app.kv.fields import ACCOUNT_DISABLED
 from app.store import GrantRecord, Store, WebhookRecord
 from tests.conftest import Clock
@@ -114,9 +115,12 @@ async def test_unknown_account_and_bad_view_ids(
     assert await store.list_grants(pid) == []
 
 
-async def test_a_store_failure_after_redis_is_mended_by_the_retry(
+async def test_a_store_failure_changes_nothing_and_the_retry_rewards_once(
     store: Store, ledger: Ledgers, clock: Clock, pid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The reward's ledger entry is written before Redis changes (issue 45): a store that
+    fails refuses the reward whole (nothing granted, no event); the network's retry is
+    rewarded once, its webhook event queued with the entry's mark."""
     spotlights = _spotlights(store, ledger, clock)
     hook = WebhookRecord(
         id="wh_rewards",
@@ -128,7 +132,6 @@ async def test_a_store_failure_after_redis_is_mended_by_the_retry(
         created_at=int(clock()),
     )
     assert await store.create_webhook(hook, max_per_account=10)
-    granted_at = int(clock())
     original = store.insert_grant
 
     async def failing(rec: GrantRecord, events: object = (), audit: object = None) -> bool:
@@ -137,17 +140,19 @@ async def test_a_store_failure_after_redis_is_mended_by_the_retry(
     monkeypatch.setattr(store, "insert_grant", failing)
     with pytest.raises(StoreError):
         await spotlights.reward(pid, "view-1")
+    assert await ledger.money.account_balance(pid, clock()) == Balance(0, 0, 0)
     monkeypatch.setattr(store, "insert_grant", original)
     clock.advance(120)
+    granted_at = int(clock())
     reward = await spotlights.reward(pid, "view-1")  # the companion app retries
+    again = await spotlights.reward(pid, "view-1")
+    assert again == reward
     (grant,) = await store.list_grants(pid)
-    assert grant.created_at == granted_at  # when the credits were really granted
+    assert (grant.created_at, grant.applied_at) == (granted_at, granted_at)
     assert grant.expires_at == granted_at + 30 * DAY
-    assert reward.earned_expires_at.startswith("20")
     balance = await ledger.money.account_balance(pid, clock())
     assert balance is not None
     assert balance.earned == 5000  # granted once
-    # the webhook event went with the ledger row: once, although the script ran twice
     (delivery,) = await store.list_deliveries("wh_rewards", 10)
     assert delivery.type == "credits.earned"
 

@@ -3,7 +3,7 @@ session however its events arrive, refunds by cumulative share, disputes taken a
 back, events before their purchase kept, unmatched purchases kept for operators, Redis
 failures repaired once; and a property test: any order and duplication of one purchase's
 events ends at the same balance and ledger. On fakeredis, the real Valkey and the Cluster,
-over SQLite."""
+each over SQLite and PostgreSQL (the property test: SQLite)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from app.store import Store, open_store
 from app.usage.reader import UsageReader
 from tests.conftest import Clock
 from tests.support import stripe_signing as stripe
+from tests.support.databases import Database
 from tests.support.ledgers import Ledgers
 from tests.support.scripts_helpers import key, reserve
 
@@ -69,8 +70,8 @@ class Shop:
         return report.accounts_with_drift + report.pending_entries
 
 
-async def _shop(redis: RedisClient, path: Path) -> Shop:
-    store = open_store(f"sqlite:///{path / 'svc.db'}")
+async def _shop(redis: RedisClient, path: Path, database: Database | None = None) -> Shop:
+    store = database.open() if database else open_store(f"sqlite:///{path / 'svc.db'}")
     await store.migrate()
     shop = Shop(redis, store)
     await UsageReader(shop.ledgers.usage, store, retention_s=40 * DAY).epoch()
@@ -78,8 +79,9 @@ async def _shop(redis: RedisClient, path: Path) -> Shop:
 
 
 @pytest.fixture
-async def shop(redis: RedisClient, tmp_path: Path) -> AsyncIterator[Shop]:
-    made = await _shop(redis, tmp_path)
+async def shop(redis: RedisClient, tmp_path: Path, database: Database) -> AsyncIterator[Shop]:
+    """On SQLite and PostgreSQL (the ``database`` fixture's)."""
+    made = await _shop(redis, tmp_path, database)
     yield made
     await made.store.close()
 

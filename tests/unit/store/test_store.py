@@ -35,6 +35,8 @@ TABLES = {
     "webhooks",
     "webhook_deliveries",
     "audit_log",
+    "purchase_events_kept",
+    "purchases",
 }
 
 
@@ -72,6 +74,8 @@ def _grant(grant_id: str, created_at: int, credits: int = 500) -> GrantRecord:
         reference=f"view-{grant_id}",
         created_at=created_at,
         expires_at=created_at + 30 * 86400,
+        kind="reward",
+        applied_at=created_at,
     )
 
 
@@ -286,7 +290,9 @@ async def test_grants_round_trip_and_idempotency(store: Store) -> None:
 async def test_rewards_list_newest_first_with_the_days_count(store: Store) -> None:
     for grant_id, at in (("g-1", 100), ("g-3", 300), ("g-2", 200), ("g-2b", 200)):
         assert await store.insert_grant(_grant(grant_id, at))
-    purchase = msgspec.structs.replace(_grant("g-buy", 400), pool="purchased", source="admin")
+    purchase = msgspec.structs.replace(
+        _grant("g-buy", 400), pool="purchased", source="admin", kind="grant"
+    )
     assert await store.insert_grant(purchase)  # not a reward
     rewards, today = await store.list_rewards("acct_A", 3, 200)
     assert [g.grant_id for g in rewards] == ["g-3", "g-2b", "g-2"]

@@ -14,6 +14,9 @@ const EVENTS = [
   ["credits.earned", "A verified spotlight earned credits"],
   ["credits.earned_expiring", "Earned credits expire within 3 days"],
   ["credits.earned_expired", "Earned credits expired"],
+  ["credits.purchased", "A purchase added credits"],
+  ["credits.refunded", "A refund, a dispute or a debit took credits back"],
+  ["account.in_debt", "The account owes credits: requests are refused until a purchase"],
 ];
 
 function deliveriesTable(list) {
