@@ -9,7 +9,7 @@ const PAGE_SIZE = 25;
 
 export async function render(root) {
   const results = h("div", { "aria-live": "polite" });
-  let cursors = [null]; // the `after` of each page shown so far: the last is this page's
+  const cursors = [null]; // the `after` of each page shown so far: the last is this page's
 
   async function show() {
     let page;
