@@ -185,7 +185,8 @@ class Console:
                     const found = [];
                     const page = document.documentElement;
                     if (page.scrollWidth > innerWidth) found.push(`page: ${page.scrollWidth}px`);
-                    const boxes = '.card, .key-card, .notice, .empty, dialog, .top-bar, .hint';
+                    const boxes = '.card, .key-card, .notice, .empty, dialog, .top-bar, .hint, '
+                        + '.debt-banner';
                     for (const box of document.querySelectorAll(boxes)) {
                         if (box.offsetParent === null && box.tagName !== 'DIALOG') continue;
                         if (box.scrollWidth > box.clientWidth + 1) {

@@ -38,6 +38,7 @@ from tests.e2e.console_browser import (
     screenshot_dir,
 )
 from tests.e2e.webhook_receiver import Receiver
+from tests.support import stripe_signing as stripe
 from tests.support.processes import stop_process
 
 pytestmark = pytest.mark.e2e
@@ -45,11 +46,16 @@ pytestmark = pytest.mark.e2e
 GRANT = 1_250_000
 DAY = 86_400  # the rotate dialog's default grace period, in seconds
 SEEDED = {"svc-fast": 3, "svc-code": 2, "svc-smart": 1}  # requests per model before the tour
+STRIPE_SECRET = "whsec_console_e2e"  # signs the purchases the ledger tests make
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    env = {"SVC_WEBHOOK_ALLOW_HOSTS": "127.0.0.1", "SVC_WEBHOOK_POLL_S": "0.2"}
+    env = {
+        "SVC_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
+        "SVC_WEBHOOK_POLL_S": "0.2",
+        "SVC_STRIPE_WEBHOOK_SECRETS": STRIPE_SECRET,
+    }
     srv = start_server(tmp_path_factory.mktemp("console"), workers=2, extra_env=env)
     try:
         yield srv
@@ -550,7 +556,7 @@ def _activity_essentials_first(console: Console, width: str) -> None:
     table.evaluate("(region) => { region.scrollLeft = 0; }")
 
 
-PAGES = ("overview", "keys", "activity", "webhooks", "playground")
+PAGES = ("overview", "keys", "activity", "ledger", "webhooks", "playground")
 CHECKS = {  # what each page is checked for besides axe, at each width
     "overview": _charts_stand_out,
     "keys": _key_actions_on_screen,
@@ -562,6 +568,7 @@ PUBLISHED = {
     "phone-overview-light": "phone-overview",
     "phone-keys-light": "phone-keys",
     "phone-activity-dark": "phone-activity-dark",
+    "desktop-debt-light": "ledger",
 }
 
 
@@ -575,8 +582,9 @@ def test_every_page_at_both_widths_in_both_themes(
     viewport: ViewportSize,
 ) -> None:
     """Each page at 1280 and 375 px, light and dark: axe-clean, nothing spilling sideways,
-    a key's actions on screen; a screenshot of each (the curated ones go to the docs)."""
-    _, key = _owner(site)
+    a key's actions on screen; then the ledger under the debt banner the same way; a
+    screenshot of each (the curated ones go to the docs)."""
+    pid, key = _owner(site)
     body = {  # a key with every column filled, as wide as a key list gets
         "name": "Nightly batch reconciliation worker",
         "environment": "live",
@@ -605,6 +613,13 @@ def test_every_page_at_both_widths_in_both_themes(
             assert console.overflows() == [], name
             CHECKS.get(name, lambda _console, _width: None)(console, width)
             console.check_themes(f"{width}-{name}")
+        # the account owes credits: the banner over the ledger, readable in both themes
+        owed = {"credits": GRANT * 2, "reason": "chargeback on the annual plan"}
+        assert site.admin("POST", f"/accounts/{pid}/debits", json=owed).is_success
+        console.open("ledger")
+        expect(page.get_by_role("alert")).to_contain_text("This account owes")
+        assert console.overflows() == []
+        console.check_themes(f"{width}-debt")
     finally:
         context.close()
     published = screenshot_dir(tmp_path_factory.mktemp("shots"))
@@ -612,7 +627,9 @@ def test_every_page_at_both_widths_in_both_themes(
         if shot.startswith(width):
             shutil.copyfile(matrix / f"{shot}.png", published / f"{name}.png")
     assert {p.stem for p in matrix.iterdir()} == {
-        f"{width}-{name}-{scheme}" for name in ("sign-in", *PAGES, "rotate") for scheme in SCHEMES
+        f"{width}-{name}-{scheme}"
+        for name in ("sign-in", *PAGES, "rotate", "debt")
+        for scheme in SCHEMES
     }
 
 
@@ -645,6 +662,17 @@ def test_the_console_works_from_the_keyboard(site: Server, console: Console) -> 
     page.keyboard.press("Escape")  # a dialog closes with Escape, and creates nothing
     expect(page.locator("dialog")).to_have_count(0)
     assert len(httpx.get(f"{site.base_url}/api-keys", headers=_h(key)).json()["data"]) == 1
+    # the ledger by Tab alone: past Overview, Keys and Activity; its table takes the focus
+    page.reload()
+    console.wait_rendered()
+    for _ in range(6):  # the skip link, the brand, Overview, Keys, Activity, Ledger
+        page.keyboard.press("Tab")
+    expect(page.get_by_role("link", name="Ledger")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name="Ledger", level=1)).to_be_visible()
+    console.wait_rendered()
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("region", name=re.compile("Ledger entries"))).to_be_focused()
     console.check()
 
 
@@ -917,4 +945,172 @@ def test_the_activity_tells_the_three_apis_apart(site: Server, console: Console)
     dialog = page.get_by_role("dialog", name="Receipt")
     assert _receipt_facts(dialog, message)["API"] == "messages"
     page.keyboard.press("Escape")
+    console.check()
+
+
+KIND_WORDS = {
+    "purchase": "Purchase",
+    "reward": "Reward",
+    "grant": "Grant",
+    "refund": "Refund",
+    "dispute": "Dispute",
+    "dispute_won": "Dispute won",
+    "debit": "Debit",
+    "expiry": "Expired",
+}
+"""A ledger entry's kind as the console words it."""
+SOURCE_WORDS = {"stripe": "Stripe", "operator": "Operator"}
+MINUS = "\u2212"  # the console's minus sign: a true one, not a hyphen
+
+
+def _signed(n: int) -> str:
+    """A signed count as the console shows it: a plus, or a true minus sign (U+2212)."""
+    return "0" if n == 0 else f"{'+' if n > 0 else MINUS}{abs(n):,}"
+
+
+def _entry_cells(entry: dict[str, Any]) -> list[str]:
+    """What the ledger table's cells after the date say about ``entry``."""
+    detail = " · ".join(part for part in (entry["reference"], entry["reason"]) if part)
+    return [
+        KIND_WORDS[entry["kind"]] + (" pending" if entry["status"] == "pending" else ""),
+        _signed(entry["credits"]),
+        "" if entry["debt_change"] == 0 else _signed(entry["debt_change"]),
+        SOURCE_WORDS.get(entry["source"], entry["source"]),
+        detail or "—",
+    ]
+
+
+def _expect_entries(table: Locator, entries: list[dict[str, Any]]) -> None:
+    """The table lists ``entries`` in their order: each row's date is the entry's moment and
+    its other cells say what the entry did."""
+    rows = table.locator("tbody tr")
+    expect(rows).to_have_count(len(entries))
+    for i, entry in enumerate(entries):
+        expect(rows.nth(i).locator("td:not(:first-child)")).to_have_text(_entry_cells(entry))
+        shown = rows.nth(i).locator("td time").get_attribute("datetime")
+        assert shown is not None
+        assert datetime.fromisoformat(shown) == datetime.fromisoformat(entry["created_at"])
+
+
+def _stripe(site: Server, body: bytes) -> None:
+    header = stripe.sign(body, STRIPE_SECRET, int(time.time()))
+    answer = httpx.post(
+        f"{site.base_url}/purchases/stripe", content=body, headers={"stripe-signature": header}
+    )
+    assert answer.status_code == 200, answer.text
+
+
+def _ledger(site: Server, key: str, **query: int) -> dict[str, Any]:
+    got = httpx.get(f"{site.base_url}/credits/ledger", params=query, headers=_h(key))
+    assert got.status_code == 200, got.text
+    return dict(got.json())
+
+
+def test_the_ledger_pages_the_entries_and_a_debt_shows_until_paid(
+    site: Server, console: Console
+) -> None:
+    """An account's ledger, newest first in pages of 25, each entry's kind in words, its
+    credits and debt change signed; the overview's purchases and refunds; the debt banner
+    over every page while the account owes credits, gone once a grant pays the debt."""
+    pid = site.new_account(0)
+    key = site.new_key(pid)
+    page = console.page
+    banner = page.locator("#debt-banner")
+
+    # nothing yet: each list says so, and there is no banner
+    console.sign_in(key)
+    expect(page.get_by_text("No purchases or refunds yet")).to_be_visible()
+    console.open("ledger")
+    expect(page.get_by_text("No credits have come in or gone out yet")).to_be_visible()
+    expect(banner).to_be_hidden()
+    console.check()
+
+    # grants, a Stripe purchase and part of it refunded, then a debit of more than is left
+    grant = {"credits": 10_000, "reason": "starter pack"}
+    assert site.admin("POST", f"/accounts/{pid}/grants", json=grant).is_success
+    for n in range(22):
+        filler = {"credits": 1, "reason": f"goodwill {n}"}
+        assert site.admin("POST", f"/accounts/{pid}/grants", json=filler).is_success
+    bought = {"session_id": "cs_console_1", "payment_intent": "pi_console_1"}
+    _stripe(site, stripe.checkout_session(account=pid, credits="2500", **bought))
+    _stripe(site, stripe.charge_refunded(payment_intent="pi_console_1", amount_refunded=400))
+    balance = 10_000 + 22 + 2_500 - 1_000  # the refund took 400/1000 of the 2,500 back
+    debit = {"credits": balance + 1_478, "reason": "chargeback, order 17"}
+    assert site.admin("POST", f"/accounts/{pid}/debits", json=debit).is_success
+    entries = _ledger(site, key, limit=500)["data"]
+    assert [e["kind"] for e in entries[:3]] == ["debit", "refund", "purchase"]
+    assert (entries[0]["credits"], entries[0]["debt_change"]) == (-balance, 1_478)
+    assert len(entries) == 26
+
+    # the ledger: 25 entries a page, as the API pages them, then the oldest on page 2
+    page.reload()  # the ledger is on screen already: read it again
+    console.wait_rendered()
+    owes = (
+        "This account owes 1,478 credits: a refund or chargeback took back credits already"
+        " spent. Requests are refused until a purchase pays it. See the ledger."
+    )
+    expect(page.get_by_role("alert")).to_have_text(owes)
+    table = page.get_by_role("region", name=re.compile("Ledger entries, newest first"))
+    _expect_entries(table, entries[:25])
+    first = table.locator("tbody tr").first.locator("td")
+    expect(first.nth(2)).to_have_text(f"{MINUS}{balance:,}")
+    expect(first.nth(3)).to_have_text("+1,478")
+    console.check()
+    page.get_by_role("button", name="Older").click()
+    expect(page.get_by_role("region", name="Ledger entries, newest first (page 2)")).to_be_visible()
+    _expect_entries(table, entries[25:])
+    expect(table.locator("tbody tr").first).to_contain_text("starter pack")
+    expect(page.get_by_role("button", name="Older")).to_be_disabled()
+    page.get_by_role("button", name="Newer").click()
+    expect(page.get_by_role("region", name="Ledger entries, newest first (page 1)")).to_be_visible()
+    _expect_entries(table, entries[:25])
+
+    # the banner is over every page, and it is true: a request is refused
+    console.open("keys")
+    expect(banner).to_have_text(owes)
+    refused = httpx.post(
+        f"{site.base_url}/chat/completions",
+        json={"model": "svc-fast", "messages": [{"role": "user", "content": "hi"}]},
+        headers=_h(key),
+    )
+    assert (refused.status_code, refused.json()["error"]["code"]) == (402, "account_in_debt")
+
+    # the overview: the latest purchases and refunds (grants and debits among them)
+    console.open("overview")
+    expect(banner).to_have_text(owes)
+    money = page.get_by_role("region", name="Latest purchases and refunds")
+    bought_or_taken = {"purchase", "grant", "refund", "dispute", "dispute_won", "debit"}
+    money_entries = [e for e in entries if e["kind"] in bought_or_taken][:5]
+    assert [e["kind"] for e in money_entries] == ["debit", "refund", "purchase", "grant", "grant"]
+    _expect_entries(money, money_entries)
+    console.check()
+
+    # a grant pays the debt first: the banner goes, the overview shows what the grant did
+    assert site.admin("POST", f"/accounts/{pid}/grants", json={"credits": 5_000}).is_success
+    page.reload()
+    console.wait_rendered()
+    expect(banner).to_be_hidden()
+    expect(page.get_by_role("alert")).to_have_count(0)
+    newest = money.locator("tbody tr").first.locator("td")
+    expect(newest.nth(1)).to_have_text("Grant")
+    expect(newest.nth(2)).to_have_text("+3,522")
+    expect(newest.nth(3)).to_have_text(f"{MINUS}1,478")
+    console.check()
+
+
+def test_a_pending_ledger_entry_is_marked_pending(site: Server, console: Console) -> None:
+    """An entry svc has recorded but not yet applied (Redis failed between the two) is marked
+    pending: the balance does not hold it yet."""
+    pid = site.new_account(0)
+    key = site.new_key(pid)
+    assert site.admin("POST", f"/accounts/{pid}/grants", json={"credits": 700}).is_success
+    listed = _ledger(site, key)
+    pending = {**listed["data"][0], "status": "pending"}
+    page = console.page
+    console.sign_in(key)
+    page.route(re.compile(r"/v1/credits/ledger\b"), _answering({**listed, "data": [pending]}))
+    console.open("ledger")
+    table = page.get_by_role("region", name=re.compile("Ledger entries"))
+    _expect_entries(table, [pending])
+    expect(table.locator(".badge", has_text="pending")).to_be_visible()
     console.check()

@@ -1,13 +1,14 @@
 // The console's shell: sign-in, navigation (by the URL's fragment) and sign-out.
 import { ApiError, api, looksLikeKey, onKeyRefused, session } from "./api.js";
-import { errorBox, fill, h } from "./dom.js";
+import { errorBox, fill, h, number } from "./dom.js";
 import * as activity from "./pages/activity.js";
 import * as keys from "./pages/keys.js";
+import * as ledger from "./pages/ledger.js";
 import * as overview from "./pages/overview.js";
 import * as playground from "./pages/playground.js";
 import * as webhooks from "./pages/webhooks.js";
 
-const PAGES = { overview, keys, activity, webhooks, playground };
+const PAGES = { overview, keys, activity, ledger, webhooks, playground };
 const DEFAULT_PAGE = "overview";
 
 const byId = (id) => document.getElementById(id);
@@ -19,6 +20,7 @@ function pageName() {
 }
 
 function showSignIn(message = "") {
+  showDebt(0);
   byId("nav").hidden = true;
   byId("session").hidden = true;
   fill(byId("page"));
@@ -46,6 +48,19 @@ function showSession() {
   byId("session").hidden = false;
 }
 
+/**
+ * The banner over every page while the account owes credits (GET /v1/credits `debt`): its
+ * live keys are refused until a purchase pays it. Its text changes only when the amount does,
+ * so screen readers hear the alert once, not on every page.
+ */
+function showDebt(debt) {
+  const banner = byId("debt-banner");
+  const text = `This account owes ${number(debt)} credits: a refund or chargeback took back credits already spent. Requests are refused until a purchase pays it.`;
+  banner.hidden = debt <= 0;
+  if (debt <= 0) fill(banner);
+  else if (!banner.textContent.startsWith(text)) fill(banner, h("p", null, text, " ", h("a", { href: "#/ledger" }, "See the ledger"), "."));
+}
+
 async function render() {
   if (!session.key()) {
     showSignIn();
@@ -63,6 +78,10 @@ async function render() {
   const ticket = ++rendering;
   fill(root, h("h1", null, page.TITLE), h("p", { class: "hint", role: "status" }, "Loading…"));
   const content = h("div");
+  const owed = api("credits").then(
+    (credits) => ticket === rendering && showDebt(credits.debt),
+    () => {}, // the page's own calls say what went wrong
+  );
   try {
     if (session.role() === null) {
       // a reload: what this key may do is learned again, before a page offers anything
@@ -75,6 +94,7 @@ async function render() {
     if (!session.key()) return; // the key was refused: the sign-in form says why
     fill(content, errorBox(error));
   }
+  await owed; // the banner and the page show together
   if (ticket === rendering) fill(root, h("h1", null, page.TITLE), content);
 }
 

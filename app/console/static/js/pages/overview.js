@@ -1,7 +1,8 @@
 // Overview: the balance and where it went, and what needs a look.
 import { api } from "../api.js";
 import { stackedBars } from "../chart.js";
-import { dateOf, h, number, table, time, todayUtc } from "../dom.js";
+import { dateOf, emptyState, h, number, table, time, todayUtc } from "../dom.js";
+import { MONEY_KINDS, SOURCES, ledgerTable } from "../ledger.js";
 import { pricingSection } from "../pricing.js";
 
 export const TITLE = "Overview";
@@ -9,6 +10,8 @@ const CHART_DAYS = 30;
 const EARNED_WARNING_MS = 3 * 86_400_000; // earned credits about to expire: under 3 days
 const KEY_EXPIRY_NOTICE_MS = 7 * 86_400_000;
 const CAP_NOTICE = 0.8; // a key at 80 % of its daily cap
+const MONEY_LINES = 5; // purchases and refunds shown; the Ledger page has the rest
+const LEDGER_LOOKBACK = 100; // the latest entries they are picked from (the API has no kind filter)
 
 function card(title, figure, ...lines) {
   return h("section", { class: "card", "aria-label": title }, h("h2", null, title), h("p", { class: "figure" }, figure), ...lines);
@@ -36,8 +39,6 @@ function balanceCards(credits, today) {
   );
 }
 
-const NETWORKS = { admob: "AdMob", signed: "Verifier", operator: "Operator" };
-
 /** Earned credits, view by view: what each reward gave and the expiry it set. */
 function rewardsSection(rewards) {
   const summary = `${number(rewards.rewards_today)} of ${number(rewards.daily_limit)} rewards today (UTC), ${number(rewards.credits_per_reward)} credits each.`;
@@ -50,13 +51,29 @@ function rewardsSection(rewards) {
       caption: "Latest spotlight rewards",
       columns: [
         { label: "Time", cell: (r) => time(r.granted_at) },
-        { label: "Network", cell: (r) => NETWORKS[r.network] ?? r.network },
+        { label: "Network", cell: (r) => SOURCES[r.network] ?? r.network },
         { label: "View", cell: (r) => h("code", null, r.view_id) },
         { label: "Credits", number: true, cell: (r) => number(r.credits) },
         { label: "Earned credits expire", cell: (r) => time(r.earned_expires_at) },
       ],
       rows: rewards.data,
       empty: h("div", { class: "empty" }, "No spotlight rewards yet: each verified view in the companion app earns credits here."),
+    }),
+  );
+}
+
+/** Credits bought and taken back: the latest purchases, grants, refunds, disputes and debits. */
+function moneySection(ledger) {
+  const rows = ledger.data.filter((entry) => MONEY_KINDS.has(entry.kind)).slice(0, MONEY_LINES);
+  return h(
+    "section",
+    { "aria-label": "Purchases and refunds" },
+    h("h2", null, "Purchases and refunds"),
+    h("p", { class: "hint" }, "Credits bought and taken back, newest first. Every entry, rewards and expiries included, is in the ", h("a", { href: "#/ledger" }, "Ledger"), "."),
+    ledgerTable({
+      caption: "Latest purchases and refunds",
+      rows,
+      empty: emptyState("No purchases or refunds yet: credits bought, and any refund or chargeback of them, appear here."),
     }),
   );
 }
@@ -102,12 +119,13 @@ function attentionItems(credits, keys) {
 }
 
 export async function render(root) {
-  const [credits, usage, keys, rewards, prices] = await Promise.all([
+  const [credits, usage, keys, rewards, prices, ledger] = await Promise.all([
     api("credits"),
     api("usage", { query: { days: CHART_DAYS, group_by: "model" } }),
     api("api-keys"),
     api("spotlights/rewards", { query: { limit: 10 } }),
     api("pricing"),
+    api("credits/ledger", { query: { limit: LEDGER_LOOKBACK } }),
   ]);
   const today = usage.daily.find((d) => d.day_bucket === todayUtc());
   const { days, series, requests } = chartData(usage);
@@ -127,6 +145,7 @@ export async function render(root) {
           stackedBars({ title: "Credits by model", unit: "credits", days, series }),
           stackedBars({ title: "Requests", unit: "requests", days, series: requests }),
         ),
+    moneySection(ledger),
     rewardsSection(rewards),
     pricingSection(prices),
   );
