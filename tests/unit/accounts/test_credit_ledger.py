@@ -1,14 +1,13 @@
 """The credit ledger (issue 45 items 1, 2 and 4): every credit into or out of the pools is a
 durable entry before Redis changes, applied once however it is retried or repaired; debits
-and refunds owe what the pools lack; the ledger reads back newest first, in pages. On
-fakeredis, the real Valkey and the real Cluster, over SQLite (the store's own suite runs
-PostgreSQL)."""
+and refunds owe what the pools lack; the ledger reads back newest first, in pages; each
+applied entry queues its webhook events once. On fakeredis, the real Valkey and the real
+Cluster, each over SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,9 +23,10 @@ from app.kv.client import RedisClient
 from app.kv.layout import KeySpace
 from app.ops.rebuild import rebuild_redis
 from app.ops.reconcile import ReconcileReport, reconcile
-from app.store import GrantRecord, Store, open_store
+from app.store import GrantRecord, Store, WebhookRecord
 from app.usage.reader import UsageReader
 from tests.conftest import Clock
+from tests.support.databases import Database
 from tests.support.ledgers import Ledgers
 from tests.support.scripts_helpers import key, reserve
 
@@ -71,8 +71,9 @@ class World:
 
 
 @pytest.fixture
-async def world(redis: RedisClient, tmp_path: Path) -> AsyncIterator[World]:
-    store = open_store(f"sqlite:///{tmp_path / 'svc.db'}")
+async def world(redis: RedisClient, database: Database) -> AsyncIterator[World]:
+    """On SQLite and PostgreSQL (the ``database`` fixture's)."""
+    store = database.open()
     await store.migrate()
     made = World(redis, store)
     await UsageReader(made.ledgers.usage, store, retention_s=USAGE_TTL).epoch()
@@ -256,3 +257,37 @@ async def test_a_rebuild_restores_the_debt_and_the_markers(world: World) -> None
     assert retried.status is ScriptStatus.DUPLICATE  # the restored marker: not taken twice
     assert await world.balance(pid) == (0, 30)
     assert (await world.reconcile()).accounts_with_drift == 0
+
+
+async def test_entries_queue_their_webhook_events_once(world: World) -> None:
+    pid = await world.accounts.create_account()
+    hook = WebhookRecord(
+        id="wh_money",
+        account_pid=pid,
+        url="https://8.8.8.8/hook",
+        events="credits.purchased credits.refunded account.in_debt",
+        description="",
+        secret_salt="salt",
+        created_at=int(world.clock()),
+    )
+    assert await world.store.create_webhook(hook, max_per_account=10)
+    purchase = GrantRecord(
+        grant_id="stripe:cs_hook",
+        account_pid=pid,
+        pool="purchased",
+        credits=100,
+        source="stripe",
+        reference="cs_hook",
+        created_at=int(world.clock()),
+        kind="purchase",
+    )
+    for _ in range(2):
+        await world.ledger.record(purchase)
+    await world.accounts.debit(pid, 160, entry_id="debit_hook")
+    await world.accounts.debit(pid, 160, entry_id="debit_hook")
+    deliveries = await world.store.list_deliveries("wh_money", 10)
+    assert sorted(d.type for d in deliveries) == [
+        "account.in_debt",
+        "credits.purchased",
+        "credits.refunded",
+    ]
