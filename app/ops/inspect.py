@@ -63,6 +63,7 @@ class AccountReport(msgspec.Struct):
     earned: int
     earned_expires_at: int  # unix seconds; 0 while the pool is empty
     purchased: int
+    debt: int  # credits owed (a refund or a debit found the pools short)
     keys: list[KeyState]
     open_reservations: list[Reservation]
     usage_today: dict[str, int]
@@ -102,7 +103,7 @@ async def inspect_account(
     shard, today = layout.shard(pid), day_tag(utc_day(clock()))
     records = await store.list_keys(pid)
     pipe = redis.pipeline(transaction=False)
-    pipe.hmget(layout.account(shard, pid), [*ACCOUNT_POOLS, AccountField.STATUS])
+    pipe.hmget(layout.account(shard, pid), [*ACCOUNT_POOLS, AccountField.STATUS, AccountField.DEBT])
     for rec in records:
         pipe.hmget(layout.api_key(shard, rec.kid), _KEY_FIELDS)
         pipe.get(layout.cap(shard, rec.cap_kid, today))
@@ -111,7 +112,7 @@ async def inspect_account(
     pipe.hgetall(layout.usage_day(shard, pid, today))
     pipe.hgetall(layout.usage_total(shard, pid))
     results = await pipe.execute()
-    *pool_fields, account = results[0]
+    *pool_fields, account, debt = results[0]
     found = pools(pool_fields)
     earned, earned_exp, purchased = found or (0, 0, 0)
     states = []
@@ -142,6 +143,7 @@ async def inspect_account(
         earned=earned,
         earned_expires_at=earned_exp,
         purchased=purchased,
+        debt=int(debt or 0),
         keys=states,
         open_reservations=await _reservations(redis, layout, shard, pid, rids),
         usage_today=_ints(usage_today),
