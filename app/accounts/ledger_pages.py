@@ -21,6 +21,7 @@ from app.core.clock import iso_utc
 from app.core.errors import invalid_value
 from app.core.validation import query_int
 from app.store import CreditExpiry, GrantRecord, Store
+from app.store.ledger import EXPIRY_KIND
 
 # Sources rows written before the ledger had names for them (``GrantRecord.source``).
 _OLD_SOURCES = {"admin": OPERATOR_SOURCE}
@@ -28,6 +29,8 @@ _OLD_REWARD_SOURCE = "spotlight"  # the network is the entry id's first part
 
 
 class CreditEntry(msgspec.Struct, kw_only=True):
+    """One entry of an account's ledger (``credit.entry``)."""
+
     object: Literal["credit.entry"] = "credit.entry"
     id: str
     kind: str  # purchase | reward | grant | refund | dispute | dispute_won | debit | expiry
@@ -47,21 +50,33 @@ class LedgerList(msgspec.Struct, kw_only=True):
     has_more: bool
 
 
+KINDS = ("purchase", "reward", "grant", "refund", "dispute", "dispute_won", "debit", EXPIRY_KIND)
+"""Every kind of entry a ledger lists."""
+
+
 class LedgerFilter(msgspec.Struct, frozen=True, kw_only=True):
     limit: int = DEFAULT_LIMIT
     after: str | None = None  # the id of the entry the page follows
+    kinds: tuple[str, ...] = ()  # only these kinds (none: every kind)
 
 
 def parse_ledger_filter(params: Mapping[str, str]) -> LedgerFilter:
-    """The query parameters ``limit`` (1-500, default 100) and ``after``."""
+    """The query parameters ``limit`` (1-500, default 100), ``after`` and ``kind`` (kinds,
+    comma-separated)."""
     after = params.get("after")
     if after is not None and (
         after == "" or len(after) > MAX_QUERY_CHARS * 4 or not after.isprintable()
     ):
         raise invalid_value("after", "'after' must be the id of an entry of this ledger.")
+    kinds: tuple[str, ...] = ()
+    if (named := params.get("kind")) is not None:
+        kinds = tuple(dict.fromkeys(k.strip() for k in named.split(",")))
+        if not kinds or any(k not in KINDS for k in kinds):
+            raise invalid_value("kind", f"'kind' must name kinds of {', '.join(KINDS)}.")
     return LedgerFilter(
         limit=query_int(params.get("limit"), "limit", low=1, high=MAX_LIMIT, default=DEFAULT_LIMIT),
         after=after,
+        kinds=kinds,
     )
 
 
@@ -91,7 +106,7 @@ def credit_entry(entry: GrantRecord) -> CreditEntry:
 def expiry_entry(lapse: CreditExpiry) -> CreditEntry:
     return CreditEntry(
         id=lapse.expiry_id,
-        kind="expiry",
+        kind=EXPIRY_KIND,
         pool="earned",
         credits=-lapse.credits,
         debt_change=0,
@@ -111,7 +126,7 @@ async def ledger_list(store: Store, pid: str, wanted: LedgerFilter) -> LedgerLis
         position = await store.ledger_position(pid, wanted.after)
         if position is None:
             raise invalid_value("after", "'after' must be the id of an entry of this ledger.")
-    grants, lapses = await store.ledger_page(pid, wanted.limit + 1, position)
+    grants, lapses = await store.ledger_page(pid, wanted.limit + 1, position, wanted.kinds)
     merged = sorted(
         [((g.created_at, g.seq, g.grant_id), credit_entry(g)) for g in grants]
         + [((e.expired_at, 0, e.expiry_id), expiry_entry(e)) for e in lapses],

@@ -38,16 +38,13 @@ from app.http.deps import admin_guard, operator_middleware, provide_services
 from app.http.headers import NO_STORE
 from app.http.idempotent import idempotency_key, once
 from app.http.openapi import (
-    ACCOUNTS_PARAMS,
-    ACTIVITY_PARAMS,
     ADMIN_ERRORS,
     ADMIN_TOKEN,
-    AUDIT_PARAMS,
     ENVIRONMENT_PARAM,
-    LEDGER_PARAMS,
     documented,
     errors,
 )
+from app.http.openapi_lists import ACCOUNTS_PARAMS, ACTIVITY_PARAMS, AUDIT_PARAMS, LEDGER_PARAMS
 from app.http.purchases import PURCHASES_PARAMS
 from app.http.reports import activity_answer, receipt_answer
 from app.ops.lookup import AccountDetail, account_detail

@@ -29,16 +29,15 @@ from app.http.body_routes import body_route, decoded_once
 from app.http.deps import provide_identity, provide_services, request_address
 from app.http.headers import NO_STORE
 from app.http.openapi import (
-    ACTIVITY_PARAMS,
     API_KEY,
     DAYS,
     FORMAT_PARAM,
     GROUP_BY_PARAM,
     KEY_ERRORS,
-    LEDGER_PARAMS,
     documented,
     errors,
 )
+from app.http.openapi_lists import ACTIVITY_PARAMS, LEDGER_PARAMS
 from app.http.reports import activity_answer, csv_download, receipt_answer
 from app.keys.refusals import key_refusal
 from app.keys.roles import require_manager

@@ -16,7 +16,8 @@ from app.core.errors import ApiError, ErrorKind, StoreError
 from app.core.metrics import METRICS
 from app.http.deps import provide_services
 from app.http.headers import NO_STORE
-from app.http.openapi import LEDGER_PARAMS, errors
+from app.http.openapi import errors
+from app.http.openapi_lists import LEDGER_PARAMS
 from app.purchases.listing import STATUSES
 from app.purchases.purchases import Result
 from app.purchases.stripe_events import payment_event

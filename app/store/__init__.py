@@ -267,10 +267,15 @@ class Store(Protocol):
         after it; None when the account has none of that id."""
 
     async def ledger_page(
-        self, account_pid: str, limit: int, after: LedgerPosition | None = None
+        self,
+        account_pid: str,
+        limit: int,
+        after: LedgerPosition | None = None,
+        kinds: Sequence[str] = (),
     ) -> tuple[list[GrantRecord], list[CreditExpiry]]:
         """The account's latest ``limit`` entries and ``limit`` lapses (before ``after``),
-        each newest first: the caller merges them."""
+        each newest first, of ``kinds`` when it names some (``expiry``: the lapses): the
+        caller merges them."""
 
     async def apply_usage(
         self,

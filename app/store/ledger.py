@@ -58,6 +58,7 @@ LIST_APPLIED_SINCE = (
     f"{_SELECT} WHERE created_at >= ? AND applied_at IS NOT NULL ORDER BY created_at, grant_id"
 )
 GET_EXPIRY = f"SELECT {_EXPIRY_COLUMNS} FROM credit_expiries WHERE expiry_id = ?"
+EXPIRY_KIND = "expiry"  # the ledger's name of a lapse (``credit_expiries``' rows)
 
 
 class LedgerPosition(msgspec.Struct, frozen=True):
@@ -74,13 +75,18 @@ def _page(
     seq_column: str | None,
     id_column: str,
     after: LedgerPosition | None,
+    kinds: Sequence[str] = (),
 ) -> tuple[str, list[Any]]:
     """Newest first: by time, then (within a second) by seq (a table without one: 0), then
-    by id."""
-    where, args = "account_pid = ?", []
+    by id; of ``kinds`` only when it names some (the entries' table)."""
+    where = "account_pid = ?"
+    args: list[Any] = []
+    if kinds:
+        where += f" AND kind IN ({', '.join('?' * len(kinds))})"
+        args += list(kinds)
     if after is not None:
         where += f" AND ({time_column}, {seq_column or 0}, {id_column}) < (?, ?, ?)"
-        args = [after.at, after.seq, after.entry_id]
+        args += [after.at, after.seq, after.entry_id]
     seq_order = f"{seq_column} DESC, " if seq_column else ""
     order = f" ORDER BY {time_column} DESC, {seq_order}{id_column} DESC LIMIT ?"
     return f"{table_select} WHERE {where}{order}", args
@@ -174,14 +180,28 @@ class LedgerSQL(SQLCore):
         return await self._run(find())
 
     async def ledger_page(
-        self, account_pid: str, limit: int, after: LedgerPosition | None = None
+        self,
+        account_pid: str,
+        limit: int,
+        after: LedgerPosition | None = None,
+        kinds: Sequence[str] = (),
     ) -> tuple[list[GrantRecord], list[CreditExpiry]]:
+        entry_kinds = [k for k in kinds if k != EXPIRY_KIND]
+        with_entries = not kinds or bool(entry_kinds)
+        with_lapses = not kinds or EXPIRY_KIND in kinds
+
         def read() -> Program[tuple[list[GrantRecord], list[CreditExpiry]]]:
-            grants_sql, args = _page(_SELECT, "created_at", "seq", "grant_id", after)
-            grants = yield from rows(grants_sql, (account_pid, *args, limit))
-            expiry_select = f"SELECT {_EXPIRY_COLUMNS} FROM credit_expiries"
-            expiries_sql, args = _page(expiry_select, "expired_at", None, "expiry_id", after)
-            lapsed = yield from rows(expiries_sql, (account_pid, *args, limit))
+            grants: list[Any] = []
+            lapsed: list[Any] = []
+            if with_entries:
+                grants_sql, args = _page(
+                    _SELECT, "created_at", "seq", "grant_id", after, entry_kinds
+                )
+                grants = yield from rows(grants_sql, (account_pid, *args, limit))
+            if with_lapses:
+                expiry_select = f"SELECT {_EXPIRY_COLUMNS} FROM credit_expiries"
+                expiries_sql, args = _page(expiry_select, "expired_at", None, "expiry_id", after)
+                lapsed = yield from rows(expiries_sql, (account_pid, *args, limit))
             return (
                 [to_record(GrantRecord, r) for r in grants],
                 [to_record(CreditExpiry, r) for r in lapsed],

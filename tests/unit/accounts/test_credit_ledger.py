@@ -15,7 +15,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from app.accounts.accounts import Accounts
 from app.accounts.ledger import Ledger, LedgerConfig
-from app.accounts.ledger_pages import LedgerFilter, ledger_list
+from app.accounts.ledger_pages import LedgerFilter, ledger_list, parse_ledger_filter
 from app.accounts.rewards import Spotlights
 from app.core.errors import ApiError, ErrorKind, StoreError
 from app.credits.outcomes import ScriptStatus
@@ -215,6 +215,17 @@ async def test_the_ledger_pages_newest_first_with_expiries(world: World) -> None
     with pytest.raises(ApiError) as bad:
         await ledger_list(world.store, pid, LedgerFilter(after="grant_nope"))
     assert bad.value.kind is ErrorKind.INVALID_VALUE
+    lapses_and_rewards = LedgerFilter(kinds=("reward", "expiry"))
+    page = await ledger_list(world.store, pid, lapses_and_rewards)
+    assert [(e.kind, e.credits) for e in page.data] == [("expiry", -500), ("reward", 500)]
+    grants = await ledger_list(world.store, pid, LedgerFilter(limit=3, kinds=("grant",)))
+    assert [e.credits for e in grants.data] == [14, 13, 12]
+    assert grants.has_more
+    for params in ({"kind": "grant,nope"}, {"kind": ""}):
+        with pytest.raises(ApiError) as refused:
+            parse_ledger_filter(params)
+        assert refused.value.param == "kind"
+    assert parse_ledger_filter({"kind": "refund, debit"}).kinds == ("refund", "debit")
 
 
 async def test_a_reward_redis_refuses_takes_its_entry_back(world: World) -> None:

@@ -11,7 +11,6 @@ const EARNED_WARNING_MS = 3 * 86_400_000; // earned credits about to expire: und
 const KEY_EXPIRY_NOTICE_MS = 7 * 86_400_000;
 const CAP_NOTICE = 0.8; // a key at 80 % of its daily cap
 const MONEY_LINES = 5; // purchases and refunds shown; the Ledger page has the rest
-const LEDGER_LOOKBACK = 100; // the latest entries they are picked from (the API has no kind filter)
 
 function card(title, figure, ...lines) {
   return h("section", { class: "card", "aria-label": title }, h("h2", null, title), h("p", { class: "figure" }, figure), ...lines);
@@ -64,7 +63,7 @@ function rewardsSection(rewards) {
 
 /** Credits bought and taken back: the latest purchases, grants, refunds, disputes and debits. */
 function moneySection(ledger) {
-  const rows = ledger.data.filter((entry) => MONEY_KINDS.has(entry.kind)).slice(0, MONEY_LINES);
+  const rows = ledger.data; // the money kinds only: the API filters them (kind=)
   return h(
     "section",
     { "aria-label": "Purchases and refunds" },
@@ -125,7 +124,7 @@ export async function render(root) {
     api("api-keys"),
     api("spotlights/rewards", { query: { limit: 10 } }),
     api("pricing"),
-    api("credits/ledger", { query: { limit: LEDGER_LOOKBACK } }),
+    api("credits/ledger", { query: { limit: MONEY_LINES, kind: [...MONEY_KINDS].join(",") } }),
   ]);
   const today = usage.daily.find((d) => d.day_bucket === todayUtc());
   const { days, series, requests } = chartData(usage);
