@@ -72,6 +72,9 @@ class ChatParams(msgspec.Struct, frozen=True, kw_only=True):
     """A Responses request as the client sent it, for providers that serve that API."""
     native_messages: NativeMessages | None = None
     """A Messages request as the client sent it, for providers that serve that API."""
+    headers: tuple[tuple[str, str], ...] = ()
+    """Headers the stream's response carries about how its request was read (the Responses
+    API's ``svc-omitted-tools``)."""
 
     @property
     def prompt_tokens(self) -> int:

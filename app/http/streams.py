@@ -209,6 +209,7 @@ def _parse_responses(services: Services, body: bytes, pid: str) -> Parsed:
             model=completion.params.alias.id,
             requested=completion.params.requested,
             settings=request.settings,
+            names=request.tools.names,
         )
 
     return Parsed(request.chat, output)
@@ -385,9 +386,8 @@ async def _serve(
     metrics = METRICS.stream(api.path, completion.params.alias.id)
     closed = exchange.closed
     # the writer goes straight to its one owner: a reference kept here would hold the body open
-    body = _Body(
-        exchange.stream([*SSE_HEADERS, ("x-request-id", rid)]), closed[0], metrics.ttfb, started
-    )
+    headers = [*SSE_HEADERS, ("x-request-id", rid), *completion.params.headers]
+    body = _Body(exchange.stream(headers), closed[0], metrics.ttfb, started)
     METRICS.open_streams.inc()
     relay = asyncio.ensure_future(completion.relay(body.send, output))
     # A completion with an Idempotency-Key runs to its end even when its client leaves

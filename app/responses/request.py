@@ -2,9 +2,10 @@
 
 Every provider svc knows speaks Chat Completions, so a Responses request becomes one: the
 instructions a system message, the input items messages (a ``function_call`` an assistant
-message's tool call, a ``function_call_output`` a tool message), function tools and the
-text format their Chat Completions forms. From there the request takes the chat path (the
-same alias, limits, prompt bound and reservation). What svc cannot serve statelessly, or
+message's tool call, a ``function_call_output`` a tool message), tools
+(``app.responses.tools``: hosted ones left out) and the text format their Chat Completions
+forms. From there the request takes the chat path (the same alias, limits, prompt bound and
+reservation). What svc cannot serve statelessly, or
 at all, is refused by name before anything is reserved.
 """
 
@@ -28,6 +29,7 @@ from app.core.errors import invalid_value
 from app.core.validation import decode_json
 from app.kv.fields import API_RESPONSES
 from app.responses.response import ResponseSettings
+from app.responses.tools import NO_TOOLS, OMITTED_TOOLS_HEADER, ChatTools, chat_tools
 from app.responses.wire import (
     InputFile,
     InputImage,
@@ -38,7 +40,6 @@ from app.responses.wire import (
     ReasoningText,
     RefusalContent,
     ResponsesRequest,
-    ResponsesTool,
     TextConfig,
     ToolChoiceObject,
 )
@@ -47,7 +48,6 @@ from app.upstream.wire import (
     ContentPart,
     FileRef,
     FunctionCall,
-    FunctionDefinition,
     ImagePart,
     ImageUrl,
     JsonObjectFormat,
@@ -60,7 +60,6 @@ from app.upstream.wire import (
     ResponseFormat,
     TextFormat,
     TextPart,
-    Tool,
     ToolCall,
     ToolChoice,
     message_text,
@@ -78,6 +77,8 @@ class ResponsesParams(msgspec.Struct, frozen=True, kw_only=True):
 
     chat: ChatParams
     settings: ResponseSettings
+    tools: ChatTools = NO_TOOLS
+    """The tools as the chat upstream is offered them, and its calls' names mapped back."""
 
 
 def parse_responses_request(
@@ -98,7 +99,8 @@ def parse_responses_request(
     check_streamed(req.stream, streamed_only)
     _refuse_stateful(req)
     alias = enabled_alias(aliases, req.model)
-    messages = _messages(req)
+    served = chat_tools(req.tools or [])
+    messages = _messages(req, served)
     if not messages:
         raise invalid_value("input", "'input' must contain at least one message.")
     if len(messages) > max_messages:
@@ -108,14 +110,13 @@ def parse_responses_request(
             raise invalid_value(
                 "input", f"A message may hold at most {max_message_chars} characters."
             )
-    tools = _tools(req.tools or [])
     chat = ChatRequest(
         model=req.model,
         messages=messages,
         temperature=req.temperature,
         top_p=req.top_p,
-        tools=tools or UNSET,
-        tool_choice=_tool_choice(req.tool_choice),
+        tools=served.tools or UNSET,
+        tool_choice=_tool_choice(req.tool_choice, served),
         parallel_tool_calls=(
             req.parallel_tool_calls if isinstance(req.parallel_tool_calls, bool) else UNSET
         ),
@@ -145,25 +146,46 @@ def parse_responses_request(
         identify=identify,
     )
     if params.alias.native_responses:
-        native = native_request(req, params.alias, params.request.safety_identifier)
+        native = native_request(
+            req, params.alias, params.request.safety_identifier, tools_as_sent(body)
+        )
         params = msgspec.structs.replace(params, native=native)
-    return ResponsesParams(chat=params, settings=ResponseSettings.of(req, params))
+    elif served.omitted:
+        headers = (*params.headers, (OMITTED_TOOLS_HEADER, ",".join(served.omitted)))
+        params = msgspec.structs.replace(params, headers=headers)
+    return ResponsesParams(chat=params, settings=ResponseSettings.of(req, params), tools=served)
 
 
 # What svc sets in a request it forwards as a Responses request, for each upstream it tries.
 _SET_PER_UPSTREAM = ("model", "max_output_tokens", "stream", "store")
 
 
+class _ToolsAsSent(msgspec.Struct):
+    tools: list[dict[str, Any]] | None = None
+
+
+def tools_as_sent(body: bytes) -> list[dict[str, Any]] | None:
+    """A checked request's tools, every field as the client sent it (a hosted tool's own
+    settings, which svc does not model, included)."""
+    return msgspec.json.decode(body, type=_ToolsAsSent).tools
+
+
 def native_request(
-    req: ResponsesRequest, alias: Alias, safety_identifier: str | UnsetType = UNSET
+    req: ResponsesRequest,
+    alias: Alias,
+    safety_identifier: str | UnsetType = UNSET,
+    tools: list[dict[str, Any]] | None = None,
 ) -> NativeResponses:
     """The checked request, for a provider that serves the Responses API itself: every field
     as the client sent it (fields svc does not know are left out, as in Chat Completions)
     but those svc sets per upstream and those ``alias`` does not allow, with
     ``safety_identifier`` (the account's, as its chat translation has it) in place of the
-    client's when given; stored only when the client asked and the alias allows it (the
-    chat path's rule)."""
+    client's when given, and ``tools`` (``tools_as_sent``: namespaces and hosted tools
+    whole) in place of the tools as svc reads them; stored only when the client asked and
+    the alias allows it (the chat path's rule)."""
     fields = msgspec.to_builtins(req)
+    if tools is not None:
+        fields["tools"] = tools
     withheld = alias.withheld_fields()
     for name in (*_SET_PER_UPSTREAM, *withheld):
         fields.pop(name, None)
@@ -191,7 +213,7 @@ def _refuse_stateful(req: ResponsesRequest) -> None:
 # -- input ----------------------------------------------------------------------------------
 
 
-def _messages(req: ResponsesRequest) -> list[Message]:
+def _messages(req: ResponsesRequest, tools: ChatTools) -> list[Message]:
     messages: list[Message] = []
     if isinstance(req.instructions, str) and req.instructions:
         messages.append(Message(role="system", content=req.instructions))
@@ -199,18 +221,21 @@ def _messages(req: ResponsesRequest) -> list[Message]:
         messages.append(Message(role="user", content=req.input))
         return messages
     for i, item in enumerate(req.input):
-        _add_item(messages, item, f"input[{i}]")
+        _add_item(messages, item, f"input[{i}]", tools)
     return messages
 
 
-def _add_item(messages: list[Message], item: InputItem, where: str) -> None:
+def _add_item(messages: list[Message], item: InputItem, where: str, tools: ChatTools) -> None:
     if item.type == "message":
         messages.append(_message(item, where))
     elif item.type == "function_call":
+        name = _required(item.name, f"{where}.name")
+        if isinstance(item.namespace, str):  # the name the upstream was offered it under
+            name = tools.upstream_name(item.namespace, name)
         call = ToolCall(
             id=_required(item.call_id, f"{where}.call_id"),
             function=FunctionCall(
-                name=_required(item.name, f"{where}.name"),
+                name=name,
                 arguments=_required(item.arguments, f"{where}.arguments"),
             ),
         )
@@ -305,29 +330,16 @@ def _tool_output(parts: list[InputPart], where: str) -> str:
 # -- tools and formats ----------------------------------------------------------------------
 
 
-def _tools(tools: list[ResponsesTool]) -> list[Tool]:
-    out = []
-    for i, tool in enumerate(tools):
-        if tool.type != "function":
-            raise invalid_value(
-                f"tools[{i}].type",
-                f"svc serves function tools only; '{tool.type[:64]}' (a hosted tool) is not "
-                "available.",
-            )
-        fields = msgspec.to_builtins(tool)
-        fields.pop("type")
-        if fields.get("parameters") is None:
-            fields.pop("parameters", None)
-        try:
-            definition = msgspec.convert(fields, FunctionDefinition)
-        except msgspec.ValidationError as exc:
-            raise invalid_value(f"tools[{i}]", f"Invalid function tool: {exc}") from exc
-        out.append(Tool(function=definition))
-    return out
-
-
-def _tool_choice(choice: str | ToolChoiceObject | Any) -> ToolChoice | Any:
+def _tool_choice(choice: str | ToolChoiceObject | Any, tools: ChatTools) -> ToolChoice | Any:
     if not isinstance(choice, ToolChoiceObject):
+        if tools.omitted and not tools.tools and choice in ("auto", "required"):
+            if choice == "required":
+                raise invalid_value(
+                    "tool_choice",
+                    f"'required' needs a tool svc can run; {', '.join(tools.omitted)} "
+                    "(hosted tools) are not available.",
+                )
+            return UNSET  # "auto" among hosted tools only: no tool to choose
         return choice  # "none", "auto", "required", or left out
     if choice.type != "function":
         raise invalid_value(

@@ -46,6 +46,8 @@ class FunctionCallItem(msgspec.Struct, kw_only=True):
     arguments: str
     call_id: str
     name: str
+    namespace: str | UnsetType = UNSET
+    """The namespace tool ``name`` is a function of, when it is one (as OpenAI's)."""
 
 
 OutputItem = MessageItem | FunctionCallItem
@@ -123,7 +125,7 @@ class ResponseSettings(msgspec.Struct, frozen=True, kw_only=True):
                 if isinstance(choice, ToolChoiceObject)
                 else choice or "auto"
             ),
-            tools=[_tool_echo(tool) for tool in req.tools or ()],
+            tools=_tools_echo(req.tools or []),
             top_p=float(chat.top_p),  # type: ignore[arg-type]  # filled in
             truncation=req.truncation or "disabled",
             user=req.user if isinstance(req.user, str) else None,
@@ -131,6 +133,25 @@ class ResponseSettings(msgspec.Struct, frozen=True, kw_only=True):
                 req.safety_identifier if isinstance(req.safety_identifier, str) else None
             ),
         )
+
+
+def _tools_echo(tools: list[ResponsesTool]) -> list[dict[str, Any]]:
+    """The tools served, as OpenAI echoes them: functions, and namespaces of functions
+    (the hosted tools left out are not among them)."""
+    echo = []
+    for tool in tools:
+        if tool.type == "function":
+            echo.append(_tool_echo(tool))
+        elif tool.type == "namespace":
+            echo.append(
+                {
+                    "type": "namespace",
+                    "name": tool.name,
+                    "description": tool.description or None,
+                    "tools": [_tool_echo(inner) for inner in tool.tools or ()],
+                }
+            )
+    return echo
 
 
 def _tool_echo(tool: ResponsesTool) -> dict[str, Any]:

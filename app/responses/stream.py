@@ -13,6 +13,7 @@ own (no upstream id appears).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -32,6 +33,7 @@ from app.responses.response import (
     Status,
     billed_usage,
 )
+from app.responses.tools import ClientName
 from app.upstream.wire import Delta, ToolCallDelta
 
 _encode = msgspec.json.encode
@@ -70,12 +72,14 @@ class _Message:
 class _Call:
     """A function call item as it streams."""
 
-    __slots__ = ("arguments", "call_id", "id", "name", "output_index")
+    __slots__ = ("arguments", "call_id", "id", "name", "namespace", "output_index")
 
-    def __init__(self, output_index: int, name: str) -> None:
+    def __init__(self, output_index: int, name: str, names: Mapping[str, ClientName]) -> None:
         self.id, self.call_id = hex_ids("fc_", "call_", random_bytes=ID_BYTES)
         self.output_index = output_index
-        self.name = name
+        client = names.get(name)  # a function of a namespace: as the client named it
+        self.namespace: str | UnsetType = client[0] if client else UNSET
+        self.name = client[1] if client else name
         self.arguments: list[str] = []
 
     def item(self, status: Status) -> FunctionCallItem:
@@ -85,6 +89,7 @@ class _Call:
             arguments="".join(self.arguments),
             call_id=self.call_id,
             name=self.name,
+            namespace=self.namespace,
         )
 
 
@@ -92,14 +97,23 @@ class ResponsesStream:
     """One response's events (``StreamOutput``)."""
 
     def __init__(
-        self, *, created_at: int, model: str, requested: str, settings: ResponseSettings
+        self,
+        *,
+        created_at: int,
+        model: str,
+        requested: str,
+        settings: ResponseSettings,
+        names: Mapping[str, ClientName] | None = None,
     ) -> None:
+        """``names``: the client's (namespace, name) of each function the upstream was
+        offered under another name (``app.responses.tools.ChatTools.names``)."""
         # the id of the message most responses have is drawn with the response's
         self.id, self._message_id = hex_ids("resp_svc_", "msg_", random_bytes=ID_BYTES)
         self._created_at = created_at
         self._model = model
         self._requested = requested
         self._settings = settings
+        self._names = names or {}
         self._seq = 0
         self._items: list[_Message | _Call] = []
         self._done: dict[int, msgspec.Raw] = {}  # closed items, encoded, by output index
@@ -208,7 +222,8 @@ class ResponsesStream:
         if call is None:
             if self._message is not None:  # text comes before calls: its item ends here
                 out += self._close_message(self._message, "completed")
-            call = _Call(len(self._items), function.name if function and function.name else "")
+            name = function.name if function and function.name else ""
+            call = _Call(len(self._items), name, self._names)
             self._calls[delta.index] = call
             self._items.append(call)
             out += self._event(

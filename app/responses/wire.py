@@ -77,6 +77,7 @@ class InputItem(msgspec.Struct, omit_defaults=True):
     call_id: str | UnsetType = UNSET
     name: str | UnsetType = UNSET
     arguments: str | UnsetType = UNSET
+    namespace: str | UnsetType = UNSET  # a function_call to a tool of a namespace tool
     output: str | list[InputPart] | UnsetType = UNSET
     id: str | UnsetType | None = UNSET
     status: str | UnsetType | None = UNSET
@@ -86,13 +87,16 @@ class InputItem(msgspec.Struct, omit_defaults=True):
 
 
 class ResponsesTool(msgspec.Struct, omit_defaults=True):
-    """A tool: svc serves ``function`` tools; any other type (hosted tools) is refused."""
+    """A tool: a ``function``, a ``namespace`` of functions (its ``tools``), or another
+    type, hosted or not (``app.responses.tools`` says which are served, left out or
+    refused)."""
 
     type: str
     name: str | UnsetType = UNSET
     description: str | UnsetType | None = UNSET
     parameters: dict[str, Any] | UnsetType | None = UNSET
     strict: bool | UnsetType | None = UNSET
+    tools: list[ResponsesTool] | UnsetType | None = UNSET
 
 
 class ToolChoiceObject(msgspec.Struct, omit_defaults=True):

@@ -3,7 +3,8 @@
 The events become the pieces a chat completion stream gives (``app.upstream.sse``), so the
 relay, the metering and svc's own Responses events are the same whichever API the provider
 spoke: output text as text, refusals and reasoning as deltas, each function call as a
-tool call of its own index, the end as a finish reason with the usage the provider reported.
+tool call of its own index (a namespaced function's under its joined name,
+``app.upstream.tool_names``), the end as a finish reason with the usage the provider reported.
 Everything else (the provider's ids, its item and part bookkeeping) is svc's to make.
 """
 
@@ -16,6 +17,7 @@ from app.core.errors import UpstreamError
 from app.upstream.base import CHOICE_END, Piece, Usage
 from app.upstream.counts import usage_report
 from app.upstream.sse import FinalPieces
+from app.upstream.tool_names import namespaced
 from app.upstream.wire import Delta, ToolCallDelta, ToolCallFunctionDelta
 
 
@@ -24,6 +26,7 @@ class _Item(msgspec.Struct):
     id: str | None = None
     call_id: str | None = None
     name: str | None = None
+    namespace: str | None = None
     arguments: str | None = None
 
 
@@ -108,11 +111,14 @@ class ResponsesEvents:
             return None
         index = len(self._calls)
         self._calls[item.id or f"call {index}"] = index
+        name = item.name or ""
+        if item.namespace:  # a function of a namespace tool: read as the joined name
+            name = namespaced(item.namespace, name)
         call = ToolCallDelta(
             index=index,
             id=item.call_id or UNSET,
             type="function",
-            function=ToolCallFunctionDelta(name=item.name or "", arguments=item.arguments or ""),
+            function=ToolCallFunctionDelta(name=name, arguments=item.arguments or ""),
         )
         return [Delta(tool_calls=[call])]
 
