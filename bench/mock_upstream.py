@@ -19,6 +19,9 @@ Faults: ``refuse`` (close without answering), ``500``, ``429``, ``400`` (an Open
 names the model), ``drop-after:K``, ``stall``, ``stall-after:K``, ``slow-first-byte:MS``.
 Per-request ``x-mock-chunks`` and ``x-mock-delay-ms`` override the server's defaults.
 
+``calltool`` in the model name makes a chat stream one tool call instead of text: to the
+function the last user message names, else to the first one offered (arguments ``{}``).
+
 ``POST /responses`` speaks the Responses API (for providers that serve it natively): the
 same words as output text events, the same faults (``dropK`` ends in ``response.failed``
 instead), ``response.incomplete`` past ``max_output_tokens``, and a function call to the
@@ -224,6 +227,20 @@ def _usage(plan: _Plan, request: dict[str, Any]) -> dict[str, Any] | None:
     return usage
 
 
+def _called_tool(request: dict[str, Any], model: str) -> str | None:
+    """The function a chat stream calls (``calltool``), or None for text."""
+    names = [
+        str((tool.get("function") or {}).get("name", ""))
+        for tool in request.get("tools") or []
+        if isinstance(tool, dict)
+    ]
+    if "calltool" not in model or not names:
+        return None
+    users = [m for m in request.get("messages") or [] if m.get("role") == "user"]
+    said = str(users[-1].get("content", "")) if users else ""
+    return next((name for name in names if name and name in said), names[0])
+
+
 def _finish(plan: _Plan) -> dict[str, Any]:
     """The choice of the finish chunk: "length" past max_tokens, else "stop", with the stop
     sequence the reply stopped before as vLLM names it (``stop_reason``)."""
@@ -306,7 +323,7 @@ class _Conn(asyncio.Protocol):
             return False
         stats = self.server.stats
         plan = self._plan(headers, request)
-        if plan.fault or plan.delay_s or not isinstance(request, dict):
+        if plan.fault or plan.delay_s or not isinstance(request, dict) or "calltool" in plan.model:
             stats.seen_models[plan.model] -= 1  # _stream plans it again
             return False
         stats.requests += 1
@@ -450,6 +467,23 @@ class _Conn(asyncio.Protocol):
                 ],
             }
         )
+        called = _called_tool(request, model)
+        if called is not None:
+            call = {"index": 0, "id": "call_mock1", "type": "function"}
+            for delta in (
+                {**call, "function": {"name": called, "arguments": ""}},
+                {"index": 0, "function": {"arguments": "{}"}},
+            ):
+                choice = {"index": 0, "delta": {"tool_calls": [delta]}, "finish_reason": None}
+                self._event({**base, "choices": [choice]})
+            self._event(
+                {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+            )
+            usage = _usage(plan, request)
+            if usage is not None:
+                self._event({**base, "choices": [], "usage": {**usage, "completion_tokens": 3}})
+            self._write(_STREAM_END)
+            return
         for i in range(chunks):
             if drop_after is not None and i == drop_after:
                 await self._drop()

@@ -23,6 +23,7 @@ from app.http.openapi import (
     request_id_header,
 )
 from app.messages.wire import StreamEvent
+from app.responses.tools import OMITTED_TOOLS_HEADER
 
 _DONE = {"const": "[DONE]", "description": "The last event."}
 _JSON_EVENT = {
@@ -86,14 +87,25 @@ def responses_operation() -> dict[str, Any]:
         description=(
             "The Responses API on the chat completion path: the same keys, prices, caps, "
             "reservation and settlement. Always streams; `stream` is accepted and ignored; "
-            "every response is `store: false`. Fields that need stored state, hosted tools "
-            "and `background: true` are a 400 naming them. Unknown fields are ignored. Errors "
-            "before the first byte are JSON."
+            "every response is `store: false`. Fields that need stored state and "
+            "`background: true` are a 400 naming them. A `namespace` tool's functions are "
+            "served and their calls carry the client's `name` and `namespace`; hosted tools "
+            "(`web_search`, ...) are left out, the 200's `svc-omitted-tools` header naming "
+            "them. Unknown fields are ignored. Errors before the first byte are JSON."
         ),
         operation_id="CreateResponse",
         body="ResponsesRequest",
         stream=_RESPONSES_STREAM_DOC,
         event=_data_event(_RESPONSES_EVENT),
+        headers={
+            OMITTED_TOOLS_HEADER: {
+                "description": (
+                    "The hosted tool types (comma-separated) left out of what a chat provider "
+                    "was offered; absent when none were."
+                ),
+                "schema": {"type": "string"},
+            }
+        },
     )
 
 
@@ -203,16 +215,20 @@ def _stream_operation(
     stream: str,
     event: dict[str, Any],
     error_body: str | None = None,
+    headers: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A streamed operation: its request body, its event stream (``event``: the schema of
     one event) and the errors it may answer before the first byte (``CHAT_ERRORS``), in
-    OpenAI's shape, or in Anthropic's with ``error_body`` (its component)."""
+    OpenAI's shape, or in Anthropic's with ``error_body`` (its component); ``headers``: the
+    200's own."""
     responses: dict[str, Any] = {
         "200": {
             "description": stream,
             "content": {"text/event-stream": {"schema": event}},
         }
     }
+    if headers:
+        responses["200"]["headers"] = headers
     for status, group in by_status(CHAT_ERRORS).items():
         responses[str(status)] = (
             error_response(group)

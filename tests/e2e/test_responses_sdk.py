@@ -159,7 +159,7 @@ def test_what_svc_cannot_serve_is_a_400_that_takes_nothing(server: Server) -> No
     assert info.value.param == "previous_response_id"
     with pytest.raises(openai.BadRequestError) as info:
         client.responses.create(
-            model="svc-fast", input="hi", tools=[{"type": "web_search"}], stream=True
+            model="svc-fast", input="hi", tools=[{"type": "local_shell"}], stream=True
         )
     assert info.value.param == "tools[0].type"
     with pytest.raises(openai.NotFoundError) as missing:

@@ -233,3 +233,13 @@ def test_the_messages_body_states_the_limits_checked_after_decoding(
 ) -> None:
     schema = _json_schema(_operation(document, "/v1/messages")["requestBody"])
     assert _valid(document, schema, body) is valid
+
+
+def test_the_responses_stream_documents_the_omitted_tools_header(
+    document: dict[str, Any],
+) -> None:
+    headers = _operation(document, "/v1/responses")["responses"]["200"]["headers"]
+    assert "hosted tool" in headers["svc-omitted-tools"]["description"]
+    assert "svc-omitted-tools" not in _operation(document, "/v1/chat/completions")["responses"][
+        "200"
+    ].get("headers", {})
