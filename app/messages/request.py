@@ -20,11 +20,13 @@ takes the chat path from there (the same alias, output limit, prompt bound, rese
   ``temperature`` (Anthropic's default, 1, when left out) and ``top_p`` pass, ``top_k``
   too where the alias allows it (``allow_top_k``: Chat Completions has no such field; the
   servers that take it have it as an extension); ``metadata.user_id`` is the client's
-  identifier of its end user, which the account's ``safety_identifier`` is made from.
+  identifier of its end user, which the account's ``safety_identifier`` is made from;
+- ``output_config.format`` (structured outputs) is a strict ``json_schema``
+  ``response_format`` (``app.messages.output_format``).
 
 Accepted and not forwarded: ``thinking`` (no thinking is shown: an upstream's reasoning is
-billed, as on the other APIs), ``is_error`` of a tool result, ``cache_control`` and
-``citations`` (unknown fields).
+billed, as on the other APIs), ``output_config``'s other fields (``effort``), ``is_error``
+of a tool result, ``cache_control`` and ``citations`` (unknown fields).
 Refused by name before anything is reserved: server tools, ``mcp_servers``,
 ``container``, files by id, documents by URL, images over ``MAX_IMAGE_BYTES``, more stop
 sequences than the chat path takes, and blocks a turn of that role cannot hold.
@@ -51,6 +53,7 @@ from app.chat.request import (
 from app.core.errors import invalid_value
 from app.core.validation import decode_json
 from app.kv.fields import API_MESSAGES
+from app.messages.output_format import response_format
 from app.messages.wire import (
     Base64Image,
     Base64Pdf,
@@ -137,6 +140,7 @@ def parse_messages_request(
         top_k=req.top_k,  # left out by ``resolve_params`` unless the alias allows it
         stop=stop or UNSET,
         safety_identifier=user_id if isinstance(user_id, str) and user_id else UNSET,
+        response_format=response_format(req.output_config, max_message_chars),
     )
     params = _resolve(
         chat,
@@ -171,6 +175,7 @@ _FORWARDED = (
     "top_p",
     "top_k",
     "cache_control",
+    "output_config",
 )
 _GATED = ("service_tier",)  # sent on where the alias allows it (``GATED_FIELDS``)
 

@@ -3,10 +3,10 @@
 
 The request is modelled field by field as Anthropic documents it, so decoding checks what
 svc serves and a wrong type or value is a 400 naming its path (``messages[2].content[0]
-.source.media_type``). What svc cannot serve is modelled only to be refused by name in
-``app.messages.request``: server tools, MCP servers, containers, files by id. Fields svc
-does not know are ignored, as in Chat Completions (``cache_control``, ``citations``,
-``service_tier``, ``context_management``…).
+.source.media_type``, ``output_config.format.schema``). What svc cannot serve is modelled
+only to be refused by name in ``app.messages.request``: server tools, MCP servers,
+containers, files by id. Fields svc does not know are ignored, as in Chat Completions
+(``cache_control``, ``citations``, ``service_tier``, ``context_management``…).
 
 The stream's events are modelled too (``MessageStart`` … ``MessageStop``, ``ErrorEvent``):
 ``app.messages.stream`` encodes the rare ones with them and writes the per-token ones from
@@ -152,6 +152,21 @@ class ThinkingParam(msgspec.Struct, omit_defaults=True):
     budget_tokens: int | UnsetType | None = UNSET
 
 
+class JsonOutputFormat(msgspec.Struct, tag="json_schema", tag_field="type"):
+    """Structured outputs: the reply is JSON that fits ``schema`` (a JSON object, or the
+    400 names ``output_config.format.schema``)."""
+
+    schema: dict[str, Any]
+
+
+class OutputConfig(msgspec.Struct, omit_defaults=True):
+    """``output_config``: its ``format`` becomes the chat request's ``response_format``
+    (``app.messages.request``); its other fields (``effort``, ...) are not read, and reach
+    only a provider that serves the Messages API, with the rest of ``output_config``."""
+
+    format: JsonOutputFormat | UnsetType | None = UNSET
+
+
 # -- the requests ---------------------------------------------------------------------------
 
 
@@ -180,6 +195,7 @@ class MessagesRequest(CountTokensRequest, kw_only=True, omit_defaults=True):
     top_k: TopK | UnsetType | None = UNSET
     metadata: Metadata | UnsetType | None = UNSET
     stream: bool | UnsetType | None = UNSET
+    output_config: OutputConfig | UnsetType | None = UNSET
 
 
 class CountTokensResponse(msgspec.Struct):

@@ -3,9 +3,10 @@
 Used by default, by test keys always, and by tests. The reply is a function of the request,
 so the same conversation always streams the same pieces:
 
-- a user's turn with ``tools`` offered (and ``tool_choice`` not ``"none"``) gets one tool
-  call, its arguments made to fit the function's ``parameters`` schema, so a client can run
-  its agent loop against test keys;
+- a user's turn with ``tools`` offered gets one tool call when ``tool_choice`` requires one
+  or, under ``"auto"``, when the user's message names a tool (``simulated_tools`` says
+  which), its arguments made to fit the function's ``parameters`` schema, so a client can
+  run its agent loop against test keys;
 - any other turn (a plain one, or the one after a tool's result) gets text: a JSON value
   that fits a ``json_schema`` response format; a JSON object when the response format is
   ``json_object`` or the instructions ask for JSON (following the JSON Schema they show, as
@@ -20,7 +21,6 @@ that begins first), and says which, as vLLM does; a reply that holds none is cut
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import math
 import re
@@ -28,10 +28,9 @@ import zlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from app.core.errors import UpstreamError
-from app.core.ids import base62
 from app.upstream.base import ChoiceEnd, Piece, UpstreamCall, Usage
 from app.upstream.json_sample import sample_json
+from app.upstream.simulated_tools import arguments_schema, call_head, function_to_call
 from app.upstream.wire import (
     ChatRequest,
     Delta,
@@ -39,7 +38,6 @@ from app.upstream.wire import (
     JsonObjectFormat,
     JsonSchemaResponseFormat,
     Message,
-    NamedToolChoice,
     ToolCallDelta,
     ToolCallFunctionDelta,
     message_text,
@@ -89,8 +87,6 @@ _WORDS = [
 _TOKEN = re.compile(r"\s*\w+|\s*[^\w\s]+|\s+")
 """Roughly how a tokenizer cuts JSON: a word or a run of punctuation, with the spaces before
 it (the pieces join back to the whole text)."""
-
-CALL_ID_LENGTH = 24
 
 _ANY_OBJECT: dict[str, Any] = {"type": "object"}
 """What ``_reply_schema`` gives for a JSON reply of no shape in particular (then it is one
@@ -146,14 +142,14 @@ class SimulatedProvider:
         """Every piece of the reply, the usage last.
 
         Raises ``UpstreamError`` (a client error) when ``tool_choice`` names a function that
-        is not among the tools, as the OpenAI API refuses such a request.
+        is not among the tools (``simulated_tools.function_to_call``).
         """
         texts = [message_text(m) for m in call.request.messages]
         prompt = "\n".join(texts)
         # surrogatepass: a lone surrogate in a client's text must not fail the reply
         prompt_crc = zlib.crc32(prompt.encode("utf-8", "surrogatepass"))
         prompt_tokens = _prompt_tokens(texts)
-        function = _function_to_call(call.request, prompt_crc)
+        function = function_to_call(call.request, prompt_crc)
         if function is None:
             output, whole, matched = self._text(call, prompt_crc)
             usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=len(output))
@@ -346,57 +342,17 @@ def _literal(text: str) -> Any:
     return number if is_number and math.isfinite(number) else text
 
 
-def _function_to_call(request: ChatRequest, prompt_crc: int) -> FunctionDefinition | None:
-    """The function the reply calls: on a user's turn, when tools are offered and not
-    refused, the one ``tool_choice`` names or else one the prompt picks. None for text."""
-    tools = request.tools
-    last_role = request.messages[-1].role if request.messages else None
-    if not tools or request.tool_choice == "none" or last_role != "user":
-        return None
-    choice = request.tool_choice
-    if not isinstance(choice, NamedToolChoice):  # "auto", "required" or unset: call one
-        return tools[prompt_crc % len(tools)].function
-    for tool in tools:
-        if tool.function.name == choice.function.name:
-            return tool.function
-    raise UpstreamError(
-        f"tool_choice names the function '{choice.function.name[:64]}', which is not in tools",
-        client_error=True,
-    )
-
-
 def _tool_call_deltas(function: FunctionDefinition, prompt: str, prompt_crc: int) -> list[Piece]:
     """The call as OpenAI streams it: its id, type and name first, then its arguments in
     pieces."""
-    head = ToolCallDelta(
-        index=0,
-        id=_call_id(function.name, prompt),
-        type="function",
-        function=ToolCallFunctionDelta(name=function.name, arguments=""),
-    )
-    arguments = _json_pieces(sample_json(_arguments_schema(function), prompt_crc))
+    arguments = _json_pieces(sample_json(arguments_schema(function), prompt_crc))
     return [
-        Delta(tool_calls=[head]),
+        Delta(tool_calls=[call_head(function, prompt)]),
         *(
             Delta(tool_calls=[ToolCallDelta(index=0, function=ToolCallFunctionDelta(arguments=a))])
             for a in arguments
         ),
     ]
-
-
-def _arguments_schema(function: FunctionDefinition) -> dict[str, Any]:
-    """The function's ``parameters``; an object whatever they leave out (arguments are always
-    a JSON object)."""
-    parameters = function.parameters or {}
-    return parameters if "type" in parameters else {"type": "object", **parameters}
-
-
-def _call_id(name: str, prompt: str) -> str:
-    """``call_`` and 24 base62 characters, a function of the conversation and the tool (so a
-    later turn's call has another id)."""
-    text = f"{name}\n{prompt}".encode("utf-8", "surrogatepass")
-    number = int.from_bytes(hashlib.blake2b(text, digest_size=18).digest(), "big")
-    return "call_" + base62(number, CALL_ID_LENGTH)
 
 
 def _carries_output(piece: Piece) -> bool:

@@ -32,7 +32,9 @@ async def test_an_agent_calls_its_function_tool_and_answers(server: Server) -> N
     )
     config = RunConfig(model_provider=OpenAIProvider(openai_client=client), tracing_disabled=True)
     before = server.balance(pid)
-    result = Runner.run_streamed(agent, input="What is the weather in Oslo?", run_config=config)
+    result = Runner.run_streamed(
+        agent, input="What is the weather in Oslo? Use get_weather.", run_config=config
+    )
     items: list[str] = []
     charged: list[dict[str, Any]] = []
     async for event in result.stream_events():

@@ -705,13 +705,17 @@ def claude_code_env(home: Path, base_url: str, key: str) -> dict[str, str]:
     }
 
 
+@pytest.mark.parametrize(
+    ("prompt", "called"), [("say hi", []), ("Read notes.txt, then say hi", ["Read"])]
+)
 def test_claude_code_answers_a_prompt_and_is_charged_what_svc_reports(
-    server: Server, tmp_path: Path
+    server: Server, tmp_path: Path, prompt: str, called: list[str]
 ) -> None:
-    """``claude -p`` with its default tools: the simulated upstream calls one of them (the
-    prompt picks which), Claude Code runs or refuses it and sends the result, and the
-    upstream answers in text. ScheduleWakeup is left out (it waits for its wake-up) and Bash
-    too (nothing here needs a command run)."""
+    """``claude -p`` with its default tools: the simulated upstream answers a prompt that
+    names none of them in text, and calls the one a prompt names (Claude Code runs it, here
+    on a file that is not there, and sends the result; the upstream answers in text).
+    ScheduleWakeup is left out (it waits for its wake-up) and Bash too (nothing here needs a
+    command run)."""
     assert (NODE_DIR / "node_modules").is_dir(), "no tests/clients/node/node_modules: make install"
     pid = server.new_account(FUNDS)
     before = server.balance(pid)
@@ -723,7 +727,7 @@ def test_claude_code_answers_a_prompt_and_is_charged_what_svc_reports(
             [
                 *CLAUDE,
                 "-p",
-                "say hi",
+                prompt,
                 "--output-format",
                 "json",
                 "--no-session-persistence",
@@ -764,4 +768,11 @@ def test_claude_code_answers_a_prompt_and_is_charged_what_svc_reports(
         for exchange in exchanges
     ]
     assert result["result"].strip() in texts  # svc's text is the answer
+    calls = [
+        e["content_block"]["name"]
+        for exchange in exchanges
+        for e in exchange.events()
+        if e["type"] == "content_block_start" and e["content_block"]["type"] == "tool_use"
+    ]
+    assert calls == called
     assert before - server.balance(pid) == credits >= len(exchanges)

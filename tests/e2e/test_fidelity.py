@@ -31,7 +31,7 @@ WEATHER = {
         },
     },
 }
-ASK = [{"role": "user", "content": "What is the weather in Oslo?"}]
+ASK = [{"role": "user", "content": "What is the weather in Oslo? Use get_weather."}]
 IMAGE = (
     "data:image/png;base64,"
     + "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAfbLI3w"

@@ -96,7 +96,7 @@ def test_output_cut_at_max_output_tokens_is_an_incomplete_response(server: Serve
 
 def test_a_function_call_round_trip(server: Server) -> None:
     client, _pid = _client(server)
-    question = {"role": "user", "content": "What is the weather in Paris?"}
+    question = {"role": "user", "content": "What is the weather in Paris? Use get_weather."}
     with client.responses.stream(model="svc-fast", input=[question], tools=[WEATHER]) as stream:
         for _event in stream:
             pass

@@ -56,7 +56,7 @@ def test_chat_stream_parses_a_tools_arguments(server: Server) -> None:
     client = _test_client(server)
     with client.chat.completions.stream(
         model="svc-fast",
-        messages=[{"role": "user", "content": "File a task."}],
+        messages=[{"role": "user", "content": "File a task with file_task."}],
         tools=[openai.pydantic_function_tool(Task, name="file_task")],
     ) as stream:
         for _event in stream:

@@ -1,5 +1,6 @@
-"""The simulated upstream: plain text as before, a tool call on a user's turn with tools,
-text after a tool's result, JSON for the JSON response formats, all capped by max_tokens."""
+"""The simulated upstream: plain text as before, a tool call on a user's turn with tools
+(required here; when "auto" calls one: test_simulated_tools), text after a tool's result,
+JSON for the JSON response formats, all capped by max_tokens."""
 
 from __future__ import annotations
 
@@ -173,7 +174,8 @@ async def test_with_a_delay_each_piece_is_a_read_of_its_own() -> None:
     reads = await _reads(call, SimulatedProvider(delay_ms=1))
     length = Delta(finish_reason="length")
     assert reads == [["quick"], [" brown"], [" fox"], [length], [Usage(4, 3)]]
-    tool_reads = await _reads(_call(tools=TOOLS, max_tokens=3), SimulatedProvider(delay_ms=1))
+    tool_call = _call(tools=TOOLS, tool_choice="required", max_tokens=3)
+    tool_reads = await _reads(tool_call, SimulatedProvider(delay_ms=1))
     assert [len(read) for read in tool_reads] == [1] * 5  # 3 deltas, the finish, the usage
 
 
@@ -206,7 +208,8 @@ async def test_a_user_turn_with_tools_gets_one_tool_call_streamed_as_openai_does
     "prompt", ["What is the weather in Paris?", "find me a cat", "ping", "x" * 50, "¿qué?"]
 )
 async def test_the_arguments_are_json_fitting_the_chosen_tools_parameters(prompt: str) -> None:
-    pieces = await _pieces(_call(tools=TOOLS, messages=[{"role": "user", "content": prompt}]))
+    messages = [{"role": "user", "content": prompt}]
+    pieces = await _pieces(_call(tools=TOOLS, tool_choice="required", messages=messages))
     (name,) = [c.function.name for c in _tool_call_pieces(pieces) if c.function and c.function.name]
     schemas: dict[str, dict[str, Any]] = {
         "get_weather": WEATHER,
@@ -219,16 +222,18 @@ async def test_the_arguments_are_json_fitting_the_chosen_tools_parameters(prompt
 async def test_the_prompt_picks_among_the_tools() -> None:
     names = set()
     for i in range(20):
-        call = _call(tools=TOOLS, messages=[{"role": "user", "content": f"question {i}"}])
+        messages = [{"role": "user", "content": f"question {i}"}]
+        call = _call(tools=TOOLS, tool_choice="required", messages=messages)
         calls = _tool_call_pieces(await _pieces(call))
         names.add(calls[0].function.name if calls[0].function else None)
     assert names == {"get_weather", "search", "ping"}
 
 
 async def test_the_same_request_gets_the_same_call_and_another_conversation_another_id() -> None:
-    first = await _pieces(_call(tools=TOOLS))
-    assert first == await _pieces(_call(tools=TOOLS))
-    other = await _pieces(_call(tools=TOOLS, messages=[{"role": "user", "content": "Rome?"}]))
+    first = await _pieces(_call(tools=TOOLS, tool_choice="required"))
+    assert first == await _pieces(_call(tools=TOOLS, tool_choice="required"))
+    rome = [{"role": "user", "content": "Rome?"}]
+    other = await _pieces(_call(tools=TOOLS, tool_choice="required", messages=rome))
     assert _tool_call_pieces(first)[0].id != _tool_call_pieces(other)[0].id
 
 
@@ -266,10 +271,11 @@ async def test_the_turn_after_a_tools_result_is_text_that_tells_nothing_of_it() 
 
 
 async def test_max_tokens_cuts_a_tool_call_short_and_says_so() -> None:
-    pieces = await _pieces(_call(tools=TOOLS, max_tokens=3))
+    pieces = await _pieces(_call(tools=TOOLS, tool_choice="required", max_tokens=3))
     assert len(_tool_call_pieces(pieces)) == 3
     assert pieces[-2:] == [Delta(finish_reason="length"), Usage(11, 3)]
-    (only_head,) = _tool_call_pieces(await _pieces(_call(tools=TOOLS, max_tokens=1)))
+    cut = _call(tools=TOOLS, tool_choice="required", max_tokens=1)
+    (only_head,) = _tool_call_pieces(await _pieces(cut))
     assert only_head.id
 
 
@@ -293,7 +299,8 @@ async def test_json_schema_replies_with_json_fitting_the_schema() -> None:
 
 
 async def test_a_tool_call_wins_over_the_response_format() -> None:
-    pieces = await _pieces(_call(tools=TOOLS, response_format={"type": "json_object"}))
+    json_object = {"type": "json_object"}
+    pieces = await _pieces(_call(tools=TOOLS, tool_choice="required", response_format=json_object))
     assert _tool_call_pieces(pieces)
     after_result = _call(messages=TOOL_RESULT_TURN, response_format={"type": "json_object"})
     assert "answer" in json.loads(_text(await _pieces(after_result)))

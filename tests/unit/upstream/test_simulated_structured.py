@@ -99,7 +99,7 @@ def test_a_json_schema_format_with_nested_models_gets_a_reply_the_model_reads(
     ids=["openai", "langchain"],  # LangChain inlines the $defs, the recursive one as {}
 )
 def test_a_tool_for_a_nested_model_gets_arguments_the_model_reads(tool: Any) -> None:
-    body = {"model": "svc-fast", "messages": [QUESTION], "tools": [tool]}
+    body = {"model": "svc-fast", "messages": [QUESTION], "tools": [tool], "tool_choice": "required"}
     call = UpstreamCall(
         model="simulated", request=msgspec.convert(body, ChatRequest), max_tokens=10_000
     )
