@@ -1,8 +1,9 @@
 """The chat completion request: decoding, validation and prompt estimates.
 
 The request is the OpenAI wire format (``app.upstream.wire``), forwarded as it came; here
-svc checks what decoding cannot (roles and their fields, the alias's output limit, a named
-tool that exists) and works out the prompt's estimate and bound for the reservation."""
+svc checks what decoding cannot (roles and their fields, a named tool that exists), lowers
+an output limit above the alias's to it, and works out the prompt's estimate and bound for
+the reservation."""
 
 from __future__ import annotations
 
@@ -38,6 +39,9 @@ from app.upstream.wire import (
 DEFAULT_TEMPERATURE = 0.7
 DEFAULT_TOP_P = 1.0
 DEFAULT_IMAGE_TOKEN_BOUND = 4_096
+CLAMPED_HEADER = "svc-max-tokens-clamped"
+"""The response header saying a request's output limit was above its alias's and was
+lowered to it: its value is the limit the request was served with."""
 
 Identify = Callable[[str | None], str]
 """The ``safety_identifier`` sent upstream for the requesting account, given the client's
@@ -55,6 +59,7 @@ class ChatParams(msgspec.Struct, frozen=True, kw_only=True):
     the alias does not allow left out: ``app.chat.catalog.GATED_FIELDS``, svc's
     ``safety_identifier`` in place of the client's)."""
     max_tokens: int | None
+    """The client's output limit (at most the alias's), or None when it set none."""
     prompt_texts: list[str]
     """The prompt's text, kept for ``prompt_tokens``."""
     media_estimate: int
@@ -74,7 +79,7 @@ class ChatParams(msgspec.Struct, frozen=True, kw_only=True):
     """A Messages request as the client sent it, for providers that serve that API."""
     headers: tuple[tuple[str, str], ...] = ()
     """Headers the stream's response carries about how its request was read (the Responses
-    API's ``svc-omitted-tools``)."""
+    API's ``svc-omitted-tools``, every API's ``CLAMPED_HEADER``)."""
 
     @property
     def prompt_tokens(self) -> int:
@@ -225,9 +230,9 @@ def parse_chat_request(
     if req.n not in (UNSET, None, 1):
         raise invalid_value("n", "svc streams one choice per request: 'n' must be 1.")
     check_tool_choice(req)
-    max_tokens, param = req.max_tokens, "max_tokens"
+    max_tokens = req.max_tokens
     if req.max_completion_tokens not in (UNSET, None):
-        max_tokens, param = req.max_completion_tokens, "max_completion_tokens"
+        max_tokens = req.max_completion_tokens
     limit = max_tokens if isinstance(max_tokens, int) else None
     options = req.stream_options
     return resolve_params(
@@ -236,7 +241,6 @@ def parse_chat_request(
         alias,
         body_size=len(body),
         output_limit=limit,
-        limit_param=param,
         image_token_bound=image_token_bound,
         include_usage=isinstance(options, StreamOptions) and options.include_usage is True,
         identify=identify,
@@ -250,27 +254,30 @@ def resolve_params(
     *,
     body_size: int,
     output_limit: int | None,
-    limit_param: str,
     image_token_bound: int,
     include_usage: bool,
     api: str = API_CHAT,
     identify: Identify | None = None,
 ) -> ChatParams:
     """A well-formed chat request (``alias`` its enabled model; a Responses request after
-    translation) checked against its alias's output limit, its prompt estimated and bounded
-    (``body_size``: the bytes of the body it came in), svc-auto resolved, the sampling
+    translation), its prompt estimated and bounded (``body_size``: the bytes of the body it
+    came in), svc-auto resolved, its ``output_limit`` lowered to the alias's, the sampling
     defaults filled in, the fields the alias does not allow left out, and the account's
     ``safety_identifier`` (``identify``'s, of the client's own) in place of the client's."""
-    if output_limit is not None and output_limit > alias.max_output_tokens:
-        raise invalid_value(
-            limit_param,
-            f"'{limit_param}' must be between 1 and {alias.max_output_tokens} for {alias.id}.",
-        )
     prompt = _count_prompt(req.messages, image_token_bound)
     models = alias.id
+    most_output = alias.max_output_tokens
     if alias.id == AUTO:
         models = auto_models(aliases)
         alias = _auto_target(aliases, route_auto("\n".join(prompt.texts), len(prompt.texts)))
+        most_output = min(most_output, alias.max_output_tokens)
+    # An output limit above the alias's is lowered to it, as a balance or a ceiling lowers
+    # a default one: coding agents ask models they do not know for 32,000 tokens, and a
+    # refusal stops them on their first request. The reservation then holds the lower one.
+    headers: tuple[tuple[str, str], ...] = ()
+    if output_limit is not None and output_limit > most_output:
+        output_limit = most_output
+        headers = ((CLAMPED_HEADER, str(most_output)),)
     temperature = DEFAULT_TEMPERATURE if req.temperature in (UNSET, None) else req.temperature
     top_p = DEFAULT_TOP_P if req.top_p in (UNSET, None) else req.top_p
     # what costs the operator more or has the provider keep data, unless the alias that
@@ -291,6 +298,7 @@ def resolve_params(
             **withheld,
         ),
         max_tokens=output_limit,
+        headers=headers,
         prompt_texts=prompt.texts,
         media_estimate=prompt.media_estimate,
         prompt_token_bound=prompt_token_bound(

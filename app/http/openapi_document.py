@@ -18,6 +18,7 @@ from litestar.openapi.spec import Components, SecurityScheme
 
 from app import __version__
 from app.chat.chunks import ChatCompletionChunk
+from app.chat.request import CLAMPED_HEADER
 from app.core.errors import ErrorBody, ErrorKind
 from app.http.headers import SECURITY_HEADERS
 from app.http.openapi import BODY_TYPES, COMPONENT, ERROR_HEADERS, PRINTABLE, error_response
@@ -237,7 +238,7 @@ def _constrain_messages(
         "Extended thinking (docs/api.md, Anthropic Messages)."
     )
     request = schemas[names["MessagesRequest"]]["properties"]
-    request["max_tokens"]["description"] = "At most the alias's output limit (400 above it)."
+    request["max_tokens"]["description"] = OUTPUT_LIMIT_DOC
     request["stop_sequences"]["anyOf"][0]["maxItems"] = MAX_STOP_SEQUENCES
     # read only to be refused: what the document allows of them is what svc serves
     for body in ("MessagesRequest", "CountTokensRequest"):
@@ -279,6 +280,9 @@ def _json_schema(response: Mapping[str, Any]) -> Mapping[str, Any]:
     return schema.get("schema", {})  # type: ignore[no-any-return]
 
 
+OUTPUT_LIMIT_DOC = f"Above the alias's output limit, lowered to it (`{CLAMPED_HEADER}` says so)."
+
+
 def _constrain(
     schemas: dict[str, Any], models: list[str], max_messages: int, max_message_chars: int
 ) -> None:
@@ -289,7 +293,8 @@ def _constrain(
         schemas[body]["properties"]["model"] = model
     chat["messages"].update(minItems=1, maxItems=max_messages)
     for field in ("max_tokens", "max_completion_tokens"):
-        chat[field]["description"] = "At most the alias's output limit (400 above it)."
+        chat[field]["description"] = OUTPUT_LIMIT_DOC
+    schemas["ResponsesRequest"]["properties"]["max_output_tokens"]["description"] = OUTPUT_LIMIT_DOC
     message = schemas["Message"]
     message["properties"]["content"]["anyOf"][0]["maxLength"] = max_message_chars
     message["properties"]["content"]["description"] = (

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, get_args
 
+from app.chat.request import CLAMPED_HEADER
 from app.http.openapi import (
     ANTHROPIC_PARAMS,
     API_KEY,
@@ -206,6 +207,17 @@ def count_tokens_operation(names: Components) -> dict[str, Any]:
     }
 
 
+_CLAMPED = {
+    "required": False,
+    "description": (
+        "The output limit the request was served with, when the one it asked for was above "
+        "the alias's (`max_tokens`, `max_completion_tokens` or `max_output_tokens`) and was "
+        "lowered to it. Absent otherwise."
+    ),
+    "schema": {"type": "string", "pattern": "^[1-9][0-9]*$"},
+}
+
+
 def _stream_operation(
     *,
     summary: str,
@@ -220,15 +232,14 @@ def _stream_operation(
     """A streamed operation: its request body, its event stream (``event``: the schema of
     one event) and the errors it may answer before the first byte (``CHAT_ERRORS``), in
     OpenAI's shape, or in Anthropic's with ``error_body`` (its component); ``headers``: the
-    200's own."""
+    200's own, beside those of every stream (``CLAMPED_HEADER``)."""
     responses: dict[str, Any] = {
         "200": {
             "description": stream,
+            "headers": {CLAMPED_HEADER: dict(_CLAMPED), **(headers or {})},
             "content": {"text/event-stream": {"schema": event}},
         }
     }
-    if headers:
-        responses["200"]["headers"] = headers
     for status, group in by_status(CHAT_ERRORS).items():
         responses[str(status)] = (
             error_response(group)

@@ -15,8 +15,8 @@ takes the chat path from there (the same alias, output limit, prompt bound, rese
 - ``tools`` are function tools (``input_schema`` their parameters); ``tool_choice`` auto,
   any, tool and none are "auto", "required", the named function and "none";
   ``disable_parallel_tool_use`` is ``parallel_tool_calls: false``;
-- ``max_tokens`` (required, as Anthropic's) is the client's output limit, checked against
-  the alias's; ``stop_sequences`` is ``stop`` (at most the chat path's four);
+- ``max_tokens`` (required, as Anthropic's) is the client's output limit, lowered to
+  the alias's when above it; ``stop_sequences`` is ``stop`` (at most the chat path's four);
   ``temperature`` (Anthropic's default, 1, when left out) and ``top_p`` pass, ``top_k``
   too where the alias allows it (``allow_top_k``: Chat Completions has no such field; the
   servers that take it have it as an extension); ``metadata.user_id`` is the client's
@@ -249,7 +249,6 @@ def _resolve(
         alias,
         body_size=body_size,
         output_limit=output_limit,
-        limit_param="max_tokens",
         image_token_bound=image_token_bound,
         include_usage=True,  # message_delta always reports the usage
         api=API_MESSAGES,

@@ -139,7 +139,6 @@ def parse_responses_request(
         alias,
         body_size=len(body),
         output_limit=limit,
-        limit_param="max_output_tokens",
         image_token_bound=image_token_bound,
         include_usage=True,
         api=API_RESPONSES,

@@ -145,7 +145,7 @@ class StreamOptions(msgspec.Struct, omit_defaults=True):
 
 
 # The limits of the request, declared once: decoding enforces them and the OpenAPI document
-# states them (both read these annotations). The alias's own output limit is checked after.
+# states them (both read these annotations). A limit above the alias's own is lowered to it after.
 Temperature = Annotated[float, msgspec.Meta(ge=0, le=2)]
 TopP = Annotated[float, msgspec.Meta(ge=0, le=1)]
 TopK = Annotated[int, msgspec.Meta(ge=-1)]

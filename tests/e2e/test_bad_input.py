@@ -104,9 +104,15 @@ BAD_BODIES: list[tuple[object, int, str | None, str]] = [
     ({"model": "svc-fast", "messages": MSG, "top_p": 1.5}, 400, "top_p", "invalid_value"),
     ({"model": "svc-fast", "messages": MSG, "max_tokens": 0}, 400, "max_tokens", "invalid_value"),
     (
-        {"model": "svc-fast", "messages": MSG, "max_tokens": 10**9},
+        {"model": "svc-fast", "messages": MSG, "max_completion_tokens": -1},
         400,
-        "max_tokens",
+        "max_completion_tokens",
+        "invalid_value",
+    ),
+    (
+        {"model": "svc-fast", "messages": MSG, "max_tokens": 64, "max_completion_tokens": 0.5},
+        400,
+        "max_completion_tokens",
         "invalid_value",
     ),
     ({"model": "svc-fast", "messages": MSG, "max_tokens": 1.5}, 400, "max_tokens", "invalid_value"),

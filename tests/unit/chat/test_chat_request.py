@@ -1,9 +1,10 @@
 import json
 
+import msgspec
 import pytest
 
 from app.chat.catalog import DEFAULT_ALIASES, price, route_auto
-from app.chat.request import parse_chat_request
+from app.chat.request import CLAMPED_HEADER, parse_chat_request
 from app.core.errors import ApiError, ErrorKind
 from app.core.tokens import estimate_prompt_tokens
 from app.upstream.wire import message_text
@@ -75,6 +76,29 @@ def test_refusals(body: bytes, kind: ErrorKind, param: str | None) -> None:
         _parse(body)
     assert info.value.kind is kind
     assert info.value.param == param
+
+
+@pytest.mark.parametrize("field", [b"max_tokens", b"max_completion_tokens"])
+def test_an_output_limit_above_the_alias_is_lowered_to_it_and_said(field: bytes) -> None:
+    body = b'{"model":"svc-fast","messages":[{"role":"user","content":"a"}],"%s":%d}'
+    limit = DEFAULT_ALIASES["svc-fast"].max_output_tokens
+    p = _parse(body % (field, 999_999))
+    assert (p.max_tokens, p.headers) == (limit, ((CLAMPED_HEADER, str(limit)),))
+    assert CLAMPED_HEADER == "svc-max-tokens-clamped"
+    at_limit = _parse(body % (field, limit))
+    assert (at_limit.max_tokens, at_limit.headers) == (limit, ())
+    assert _parse(CHAT % b'"stream":true').headers == ()  # no limit, none lowered
+
+
+def test_svc_auto_lowers_an_output_limit_to_the_alias_it_routes_to() -> None:
+    aliases = dict(DEFAULT_ALIASES)
+    aliases["svc-code"] = msgspec.structs.replace(aliases["svc-code"], max_output_tokens=8_000)
+    body = b'{"model":"svc-auto","messages":[{"role":"user","content":"import os"}],%s}'
+    p = parse_chat_request(body % b'"max_tokens":10000', aliases)
+    assert (p.alias.id, p.max_tokens) == ("svc-code", 8_000)
+    assert p.headers == ((CLAMPED_HEADER, "8000"),)
+    kept = parse_chat_request(body % b'"max_tokens":8000', aliases)
+    assert (kept.max_tokens, kept.headers) == (8_000, ())
 
 
 def test_auto_routing() -> None:

@@ -16,6 +16,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from app.chat.chunks import SvcMetadata
+from app.chat.request import CLAMPED_HEADER
 from app.core.errors import ApiError, ErrorKind
 from app.core.settings import Settings
 from app.credits import ceilings
@@ -93,6 +94,25 @@ def test_the_streams_document_the_credit_ceiling_header(
     assert "credit_ceiling_too_low" in operation["responses"]["402"]["description"]
     assert "credit_ceiling_too_low" in header["description"]
     assert "x-should-retry" in operation["responses"]["402"]["headers"]
+
+
+@pytest.mark.parametrize("path", STREAMS)
+def test_the_streams_document_the_lowered_output_limit(document: dict[str, Any], path: str) -> None:
+    header = _operation(document, path)["responses"]["200"]["headers"][CLAMPED_HEADER]
+    assert not header["required"]
+    assert "lowered" in header["description"]
+    request = document["components"]["schemas"]
+    limits = {
+        "/v1/chat/completions": [request["ChatRequest"]["properties"]["max_tokens"]],
+        "/v1/responses": [request["ResponsesRequest"]["properties"]["max_output_tokens"]],
+        "/v1/messages": [
+            request[name]["properties"]["max_tokens"]
+            for name in request
+            if name.endswith("MessagesRequest")
+        ],
+    }[path]
+    assert limits
+    assert all(CLAMPED_HEADER in limit["description"] for limit in limits)
 
 
 def test_the_token_count_takes_no_ceiling(document: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ import pytest
 from msgspec import UNSET
 
 from app.chat.catalog import default_catalog
-from app.chat.request import ChatParams, parse_chat_request
+from app.chat.request import CLAMPED_HEADER, ChatParams, parse_chat_request
 from app.core.errors import ApiError
 from app.kv.fields import API_MESSAGES, APIS
 from app.messages import request as request_module
@@ -524,6 +524,15 @@ def test_count_tokens_refuses_what_messages_refuses() -> None:
 HI = [{"role": "user", "content": "Hi"}]
 
 
+def test_max_tokens_above_the_alias_is_lowered_to_it() -> None:
+    """opencode and Claude Code ask a model they do not know for 32,000 tokens."""
+    limit = ALIASES["svc-fast"].max_output_tokens
+    params = _parse({"max_tokens": 32_000, "messages": HI})
+    assert (params.max_tokens, params.headers) == (limit, ((CLAMPED_HEADER, str(limit)),))
+    kept = _parse({"max_tokens": limit, "messages": HI})
+    assert (kept.max_tokens, kept.headers) == (limit, ())
+
+
 def test_max_tokens_is_required() -> None:
     with pytest.raises(ApiError) as info:
         parse_messages_request(
@@ -541,7 +550,7 @@ def test_max_tokens_is_required() -> None:
     ("body", "param"),
     [
         ({"max_tokens": 0}, "max_tokens"),
-        ({"max_tokens": 1_000_000}, "max_tokens"),  # above the alias's output limit
+        ({"max_tokens": 1.5}, "max_tokens"),
         ({"model": "claude-sonnet-4"}, "model"),
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),

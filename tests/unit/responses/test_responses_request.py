@@ -10,7 +10,7 @@ import pytest
 from msgspec import UNSET
 
 from app.chat.catalog import default_catalog
-from app.chat.request import parse_chat_request
+from app.chat.request import CLAMPED_HEADER, parse_chat_request
 from app.core.errors import ApiError
 from app.responses.request import ResponsesParams, parse_responses_request
 from app.upstream.wire import (
@@ -203,7 +203,6 @@ def test_tools_formats_and_settings_take_their_chat_form() -> None:
         ),
         ({"input": [{"type": "function_call_output", "call_id": "c"}]}, "input[0].output"),
         ({"input": []}, "input"),
-        ({"max_output_tokens": 10**9}, "max_output_tokens"),
         ({"max_output_tokens": 0}, "max_output_tokens"),
         ({"max_output_tokens": 15}, "max_output_tokens"),
         ({"temperature": 3}, "temperature"),
@@ -222,6 +221,16 @@ def test_what_svc_cannot_serve_is_refused_by_name(body: dict[str, Any], param: s
     error = _refused({"model": "svc-fast", "input": "Hi", **body})
     assert error.param == param
     assert error.message
+
+
+def test_an_output_limit_above_the_alias_is_lowered_to_it_and_echoed() -> None:
+    limit = ALIASES["svc-fast"].max_output_tokens
+    params = _parse({"model": "svc-fast", "input": "Hi", "max_output_tokens": 10**9})
+    assert params.chat.max_tokens == limit
+    assert params.chat.headers == ((CLAMPED_HEADER, str(limit)),)
+    assert params.settings.max_output_tokens == limit  # the response says what it was served
+    kept = _parse({"model": "svc-fast", "input": "Hi", "max_output_tokens": limit})
+    assert (kept.chat.max_tokens, kept.chat.headers) == (limit, ())
 
 
 def test_an_unknown_model_is_the_same_404_as_in_chat_completions() -> None:
