@@ -31,7 +31,7 @@ def day_tag(day: str) -> str:
 
 
 def seconds_to_utc_midnight(now: float) -> int:
-    """Seconds until the next UTC day starts (at least 1): a daily cap's ``retry-after``."""
+    """Seconds until the next UTC day starts (at least 1): when a daily cap resets."""
     return max(1, DAY_S - int(now) % DAY_S)
 
 

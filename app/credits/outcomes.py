@@ -165,7 +165,7 @@ class Refusal(NamedTuple):
     value: int  # INSUFFICIENT_CREDITS: credits available; DAILY_CAP_EXCEEDED: credits left
     # under the key's cap today; RATE_LIMITED: ms until a start is allowed; CEILING_TOO_LOW:
     # what the prompt alone may cost; else 0
-    now: float  # when it was refused (unix seconds): a cap's retry-after counts from it
+    now: float  # when it was refused (unix seconds): a cap's reset time counts from it
     requested: str = ""  # the model the request asked for
     alias: str = ""  # the alias that would have served it
     ceiling: int = 0  # CEILING_TOO_LOW: the ceiling that held (the request's or its key's)

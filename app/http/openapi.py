@@ -31,6 +31,7 @@ from litestar.openapi.spec import (
 from app.core.errors import ErrorBody, ErrorKind
 from app.credits import ceilings
 from app.keys.format import ENVIRONMENTS
+from app.keys.refusals import CAP_RESETS_HEADER
 from app.messages.errors import error_type
 from app.usage.export import FORMATS
 from app.usage.reader import DEFAULT_DAYS, GROUP_BY, MAX_DAYS
@@ -102,7 +103,8 @@ ERROR_HEADERS: dict[ErrorKind, dict[str, str]] = {
     ErrorKind.CREDIT_CEILING_TOO_LOW: {"x-should-retry": "Always `false`."},
     ErrorKind.DAILY_CAP_EXCEEDED: {
         "x-should-retry": "Always `false`.",
-        "retry-after": "Seconds until the key's cap resets at UTC midnight.",
+        CAP_RESETS_HEADER: "When the key's cap resets (RFC 3339, the next 00:00 UTC); no "
+        "`retry-after`, which clients would sleep for hours.",
     },
     ErrorKind.DAILY_CAP_HELD: {
         "x-should-retry": "Always `true`.",

@@ -7,8 +7,9 @@ authenticator), so that every route above it uses the same one."""
 from __future__ import annotations
 
 import math
+from typing import Final
 
-from app.core.clock import seconds_to_utc_midnight
+from app.core.clock import iso_utc, seconds_to_utc_midnight
 from app.core.errors import (
     ApiError,
     ErrorKind,
@@ -19,6 +20,11 @@ from app.core.errors import (
 )
 from app.credits.ceilings import HEADER
 from app.credits.outcomes import Refusal, ScriptStatus
+
+CAP_RESETS_HEADER: Final = "svc-cap-resets-at"
+"""On a ``daily_cap_exceeded`` refusal: when the key's cap resets (RFC 3339, the next 00:00
+UTC). It stands in for a ``retry-after``, which clients obey: hours of it froze coding
+agents (Codex, opencode, DSPy) or slept them for minutes."""
 
 
 def refusal_error(refusal: Refusal) -> ApiError:
@@ -44,12 +50,13 @@ def refusal_error(refusal: Refusal) -> ApiError:
     if status is ScriptStatus.CEILING_TOO_LOW:
         return ceiling_error(refusal.ceiling, value)
     if status is ScriptStatus.DAILY_CAP_EXCEEDED:
+        resets = iso_utc(int(refusal.now) + seconds_to_utc_midnight(refusal.now))
         return ApiError(
             ErrorKind.DAILY_CAP_EXCEEDED,
             f"This API key's daily credit cap is reached ({value} credits left today). It "
-            "resets at 00:00 UTC (see retry-after); raise the key's daily_cap_credits to "
-            "allow more today.",
-            headers={"retry-after": str(seconds_to_utc_midnight(refusal.now))},
+            f"resets at {resets} (00:00 UTC); raise the key's daily_cap_credits to allow "
+            "more today.",
+            headers={CAP_RESETS_HEADER: resets},
         )
     if status is ScriptStatus.DAILY_CAP_HELD:
         return ApiError(

@@ -14,7 +14,9 @@ import openai
 import pytest
 import redis as redis_sync
 
+from app.core.clock import parse_iso_utc
 from app.keys.format import digest
+from app.keys.refusals import CAP_RESETS_HEADER
 from app.ops.embedded import redis_url, socket_path
 from tests.e2e.conftest import Server
 
@@ -275,9 +277,12 @@ async def test_daily_cap_holds_under_concurrency(server: Server) -> None:
     # nothing in flight now: the settled spend leaves no room until midnight
     assert r.json()["error"]["code"] == "daily_cap_exceeded"
     assert r.headers["x-should-retry"] == "false"
-    now = datetime.now(UTC)
-    to_midnight = 86_400 - (now.hour * 3600 + now.minute * 60 + now.second)
-    assert abs(int(r.headers["retry-after"]) - to_midnight) <= 5
+    # no retry-after (clients sleep on it for hours): the reset time, the next 00:00 UTC
+    assert "retry-after" not in r.headers
+    midnight = parse_iso_utc(r.headers[CAP_RESETS_HEADER])
+    assert midnight is not None
+    assert midnight % 86_400 == 0
+    assert -5 <= midnight - time.time() <= 86_400
 
 
 def test_test_keys_deduct_nothing_and_are_recorded_as_test(server: Server) -> None:

@@ -22,6 +22,7 @@ from app.core.settings import Settings
 from app.credits import ceilings
 from app.http.app import create_app
 from app.http.openapi_document import complete_document
+from app.keys.refusals import CAP_RESETS_HEADER
 from app.messages import stream as messages_stream
 from app.messages.errors import error_body, error_type
 from app.messages.wire import CountTokensResponse, StreamEvent
@@ -113,6 +114,15 @@ def test_the_streams_document_the_lowered_output_limit(document: dict[str, Any],
     }[path]
     assert limits
     assert all(CLAMPED_HEADER in limit["description"] for limit in limits)
+
+
+@pytest.mark.parametrize("path", STREAMS)
+def test_a_reached_daily_cap_documents_when_it_resets(document: dict[str, Any], path: str) -> None:
+    headers = _operation(document, path)["responses"]["429"]["headers"]
+    assert "RFC 3339" in headers[CAP_RESETS_HEADER]["description"]
+    assert not headers[CAP_RESETS_HEADER]["required"]
+    # the retry-after a 429 may carry is the held cap's and the rate limit's, never hours
+    assert "midnight" not in headers["retry-after"]["description"]
 
 
 def test_the_token_count_takes_no_ceiling(document: dict[str, Any]) -> None:
