@@ -5,6 +5,7 @@ sleep on for hours) and its reset time in ``svc-cap-resets-at`` and the message.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import time
@@ -124,3 +125,30 @@ def test_the_openai_sdk_gives_up_on_a_reached_cap_at_once(server: Server) -> Non
     assert time.monotonic() - started < 5
     assert info.value.code == "daily_cap_exceeded"
     assert CAP_RESETS_HEADER in info.value.response.headers
+
+
+async def test_concurrent_lowered_limits_hold_in_full_and_never_overdraw(server: Server) -> None:
+    """Funds for three holds of the whole limit, eight requests at once asking for more: each
+    is held at the alias's limit or refused 402, never held at less, and what the served ones
+    were charged is what left the balance."""
+    funds = 3 * FUNDS
+    pid = server.new_account(funds)
+    key = server.new_key(pid)
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as client:
+        answers = await asyncio.gather(
+            *(
+                client.post(
+                    "/chat/completions",
+                    json=BODIES["/chat/completions"],
+                    headers={"authorization": f"Bearer {key}"},
+                )
+                for _ in range(8)
+            )
+        )
+    served = [r for r in answers if r.status_code == 200]
+    refused = [r for r in answers if r.status_code != 200]
+    assert len(served) >= 3  # more when a served one settled before another reserved
+    assert all(r.headers[CLAMPED_HEADER] == str(LIMIT) for r in served)
+    assert {r.json()["error"]["code"] for r in refused} <= {"insufficient_credits"}
+    used = sum(_credits_used("/chat/completions", r.text) for r in served)
+    assert server.balance(pid) == funds - used >= 0
