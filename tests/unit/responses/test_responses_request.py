@@ -13,6 +13,7 @@ from app.chat.catalog import default_catalog
 from app.chat.request import CLAMPED_HEADER, parse_chat_request
 from app.core.errors import ApiError
 from app.responses.request import ResponsesParams, parse_responses_request
+from app.responses.tools import OMITTED_TOOLS_HEADER
 from app.upstream.wire import (
     FilePart,
     ImagePart,
@@ -231,6 +232,19 @@ def test_an_output_limit_above_the_alias_is_lowered_to_it_and_echoed() -> None:
     assert params.settings.max_output_tokens == limit  # the response says what it was served
     kept = _parse({"model": "svc-fast", "input": "Hi", "max_output_tokens": limit})
     assert (kept.chat.max_tokens, kept.chat.headers) == (limit, ())
+    # beside the hosted tools left out, each header says its own
+    both = _parse(
+        {
+            "model": "svc-fast",
+            "input": "Hi",
+            "max_output_tokens": 10**9,
+            "tools": [{"type": "web_search"}],
+        }
+    )
+    assert dict(both.chat.headers) == {
+        CLAMPED_HEADER: str(limit),
+        OMITTED_TOOLS_HEADER: "web_search",
+    }
 
 
 def test_an_unknown_model_is_the_same_404_as_in_chat_completions() -> None:
