@@ -66,6 +66,27 @@ SETTLEMENT_OUTCOMES = (
 BACKGROUND_TASKS = ("sweeper", "flusher", "webhooks", "ledger_repair")
 WEBHOOK_STATES = ("delivered", "pending", "failed")
 SPOTLIGHT_NETWORKS = ("admob", "signed")
+PURCHASE_STORES = ("stripe",)
+PURCHASE_EVENTS = (  # app.purchases.stripe_events.EventKind, and a refused signature's
+    "paid",
+    "pending",
+    "failed",
+    "refunded",
+    "dispute_opened",
+    "dispute_won",
+    "dispute_lost",
+    "ignored",
+    "invalid",
+)
+PURCHASE_RESULTS = (  # app.purchases.purchases.Result, and the two refusals
+    "applied",
+    "duplicate",
+    "kept",
+    "ignored",
+    "unmatched",
+    "invalid_signature",
+    "unavailable",
+)
 SPOTLIGHT_RESULTS = (
     "rewarded",
     "duplicate",
@@ -319,6 +340,15 @@ class Metrics:
             (
                 self.spotlight_callbacks,
                 [(n, r) for n in SPOTLIGHT_NETWORKS for r in SPOTLIGHT_RESULTS],
+            ),
+            (
+                self.purchase_events,
+                [
+                    (s, e, r)
+                    for s in PURCHASE_STORES
+                    for e in PURCHASE_EVENTS
+                    for r in PURCHASE_RESULTS
+                ],
             ),
         ):
             for label_set in label_sets:
