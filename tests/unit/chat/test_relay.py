@@ -273,8 +273,8 @@ class _BrokenEnding:
     def id(self) -> str:
         return self.inner.id
 
-    def opening(self) -> bytes:
-        return self.inner.opening()
+    def opening(self, started: Usage | None = None) -> bytes:
+        return self.inner.opening(started)
 
     def piece(self, piece: str | Delta) -> bytes:
         return self.inner.piece(piece)
