@@ -45,7 +45,8 @@ class ChunkChoice(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True
 
 
 class ChunkUsage(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
-    """OpenAI's usage object: on the metadata chunk when the client asked for it."""
+    """OpenAI's usage object: on the metadata chunk, whether or not the client asked for it
+    (``stream_options.include_usage``), as OpenRouter's streams carry it."""
 
     prompt_tokens: int
     completion_tokens: int
@@ -74,7 +75,6 @@ class ChunkEncoder:
         "_envelope",
         "_first",
         "_head",
-        "_meta_head",
         "_meta_usage",
         "_stop",
         "_tail",
@@ -93,7 +93,6 @@ class ChunkEncoder:
         self._tail = b'},"finish_reason":null}]}\n\n'
         self._stop = b'},"finish_reason":"stop"}]}\n\n'
         self._meta_usage = envelope + b'[],"usage":'
-        self._meta_head = envelope + b'[],"svc":'
 
     def content(self, text: str, *, first: bool, last: bool) -> bytes:
         """A content chunk; the first carries the role, the last carries finish_reason stop."""
@@ -125,13 +124,14 @@ class ChunkEncoder:
         requested_model: str,
         credits_used: int,
         balance_remaining: int,
-        usage: ChunkUsage | None = None,
+        usage: ChunkUsage,
     ) -> bytes:
-        """The final chunk: empty choices and the svc object of exactly three fields, and
-        OpenAI's usage object when the client asked for it."""
+        """The final chunk: empty choices, OpenAI's usage object and the svc object of
+        exactly three fields. Usage goes here alone, on the chunk OpenAI's include_usage puts
+        it on: clients that read ``chunk.usage`` on the last chunk (AutoGen, Haystack,
+        Mastra) find it, and those that add it up across chunks (the openai SDK's stream
+        state, LangChain) count it once."""
         meta = SvcMetadata(requested_model, credits_used, balance_remaining)
-        if usage is None:
-            return self._meta_head + _encode(meta) + b"}\n\n"
         return self._meta_usage + _encode(usage) + b',"svc":' + _encode(meta) + b"}\n\n"
 
 
@@ -157,19 +157,18 @@ class ChatStream:
     and ``[DONE]``. The first chunk carries the role; finish_reason goes on the last output
     chunk when the upstream's finish came in the same read, else on an empty closing chunk."""
 
-    __slots__ = ("_encoder", "_first", "_include_usage", "_requested")
+    __slots__ = ("_encoder", "_first", "_requested")
 
-    def __init__(self, encoder: ChunkEncoder, *, requested: str, include_usage: bool) -> None:
+    def __init__(self, encoder: ChunkEncoder, *, requested: str) -> None:
         self._encoder = encoder
         self._requested = requested
-        self._include_usage = include_usage
         self._first = True
 
     @property
     def id(self) -> str:
         return f"chatcmpl-svc-{self._encoder.completion_id}"
 
-    def opening(self) -> bytes:
+    def opening(self, started: Usage | None = None) -> bytes:
         return b""
 
     def piece(self, piece: str | Delta) -> bytes:
@@ -199,15 +198,13 @@ class ChatStream:
 
     def ending(self, end: StreamEnd) -> bytes:
         """An error event when the stream failed or was cut, then the metadata chunk (with
-        OpenAI's usage object when the client asked for it) and ``[DONE]``."""
+        OpenAI's usage object, asked for or not) and ``[DONE]``."""
         head = b""
         if end.outcome == "upstream_error":
             head = error_event(UPSTREAM_FAILED, "upstream_error", "upstream_unavailable")
         elif end.outcome == "shutdown":
             head = error_event(SHUT_DOWN, "server_error", "service_unavailable")
-        usage = None
-        if self._include_usage:
-            usage = chunk_usage(end.prompt_tokens, end.completion_tokens, end.reported)
+        usage = chunk_usage(end.prompt_tokens, end.completion_tokens, end.reported)
         meta = self._encoder.metadata(self._requested, end.credits_used, end.balance, usage)
         return head + meta + DONE
 

@@ -164,9 +164,7 @@ class Completion(Relay, Settling):
     def chat_stream(self) -> ChatStream:
         """The Chat Completions stream of this completion (``relay``'s default output)."""
         encoder = ChunkEncoder(completion_ids.next(), self.created, self.params.alias.id)
-        return ChatStream(
-            encoder, requested=self.params.requested, include_usage=self.params.include_usage
-        )
+        return ChatStream(encoder, requested=self.params.requested)
 
     async def relay(self, send: SendBytes, output: StreamOutput | None = None) -> None:
         """Stream the output (as ``output`` writes it: Chat Completions chunks unless told

@@ -84,8 +84,10 @@ class StreamOutput(Protocol):
         """The response's id, as its chunks or events carry it."""
         ...
 
-    def opening(self) -> bytes:
-        """Written before the first output (with it, in the same write)."""
+    def opening(self, started: Usage | None = None) -> bytes:
+        """Written before the first output (with it, in the same write). ``started``: the
+        counts the upstream's stream began with (a Messages provider's ``message_start``),
+        None when it gave none (a chat upstream reports only at the end)."""
         ...
 
     def piece(self, piece: str | Delta) -> bytes:

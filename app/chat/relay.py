@@ -82,7 +82,9 @@ class Relay:
         """
         pieces = self._pieces
         assert pieces is not None
-        self._unsent = self._output.opening()
+        first = self._first  # a StartUsage comes first in the first read, if at all
+        started = first[0] if first and type(first[0]) is StartUsage else None
+        self._unsent = self._output.opening(started)
         try:
             await self._relay_reads(send, pieces)
         except asyncio.CancelledError:

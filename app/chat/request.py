@@ -31,7 +31,6 @@ from app.upstream.wire import (
     NamedToolChoice,
     NativeMessages,
     NativeResponses,
-    StreamOptions,
     TextPart,
     message_text,
 )
@@ -66,8 +65,6 @@ class ChatParams(msgspec.Struct, frozen=True, kw_only=True):
     """Prompt tokens its images, audio and files are billed as when no usage is reported."""
     prompt_token_bound: int
     """Reserved for, and the most of an upstream's prompt_tokens that is billed."""
-    include_usage: bool
-    """The client asked for OpenAI's usage object (``stream_options.include_usage``)."""
     api: str = API_CHAT
     """The API the request came through (``app.kv.fields.APIS``), recorded with its usage."""
     models: str
@@ -234,7 +231,6 @@ def parse_chat_request(
     if req.max_completion_tokens not in (UNSET, None):
         max_tokens = req.max_completion_tokens
     limit = max_tokens if isinstance(max_tokens, int) else None
-    options = req.stream_options
     return resolve_params(
         req,
         aliases,
@@ -242,7 +238,6 @@ def parse_chat_request(
         body_size=len(body),
         output_limit=limit,
         image_token_bound=image_token_bound,
-        include_usage=isinstance(options, StreamOptions) and options.include_usage is True,
         identify=identify,
     )
 
@@ -255,7 +250,6 @@ def resolve_params(
     body_size: int,
     output_limit: int | None,
     image_token_bound: int,
-    include_usage: bool,
     api: str = API_CHAT,
     identify: Identify | None = None,
 ) -> ChatParams:
@@ -304,7 +298,6 @@ def resolve_params(
         prompt_token_bound=prompt_token_bound(
             body_size - prompt.media_chars, len(req.messages), prompt.media_bound
         ),
-        include_usage=include_usage,
         api=api,
         models=models,
     )

@@ -250,7 +250,6 @@ def _resolve(
         body_size=body_size,
         output_limit=output_limit,
         image_token_bound=image_token_bound,
-        include_usage=True,  # message_delta always reports the usage
         api=API_MESSAGES,
         identify=identify,
     )

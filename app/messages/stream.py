@@ -1,16 +1,17 @@
 """The Messages API's stream: Anthropic's events, written by ``MessagesStream`` (a
 ``StreamOutput``, so the relay, its cap and its settlement are the chat path's own).
 
-A message is ``message_start`` (svc's id, the alias as the model, no usage counted yet) and
-a ``ping``; then its content blocks, one after another, each opened with
-``content_block_start``, filled with deltas (``text_delta`` for text, ``input_json_delta``
-for a ``tool_use`` block's input) and closed with ``content_block_stop``; then
-``message_delta`` (the ``stop_reason`` and the usage billed) and ``message_stop``, which
-carries svc's metadata as ``svc``. A stream that fails after it began ends with an
-``error`` event instead (with ``svc`` when it was settled). Every event is
-``event: <type>`` and ``data: <json>``, as Anthropic writes them; ids are svc's own
-(``msg_svc_…``, ``toolu_svc_…``; a ``tool_use`` block from a provider that serves the
-Messages API keeps that provider's id) and no upstream model name appears.
+A message is ``message_start`` (svc's id, the alias as the model, and the input counts of a
+provider that serves the Messages API as its own ``message_start`` gave them: a chat
+upstream reports only at the end, so 0 then, never svc's estimate) and a ``ping``; then its
+content blocks, one after another, each opened with ``content_block_start``, filled with
+deltas (``text_delta`` for text, ``input_json_delta`` for a ``tool_use`` block's input) and
+closed with ``content_block_stop``; then ``message_delta`` (the ``stop_reason`` and the
+usage billed) and ``message_stop``, which carries svc's metadata as ``svc``. A stream that
+fails after it began ends with an ``error`` event instead (with ``svc`` when it was
+settled). Every event is ``event: <type>`` and ``data: <json>``, as Anthropic writes them;
+ids are svc's own (``msg_svc_…``, ``toolu_svc_…``; a ``tool_use`` block from a provider that
+serves the Messages API keeps that provider's id) and no upstream model name appears.
 
 ``stop_reason`` is worked out at the ending from what the relay learned of the upstream's
 end (``StreamEnd``: the cap, its finish reason, the stop sequence it matched) and from the
@@ -36,9 +37,11 @@ from app.messages.wire import (
     MessageStart,
     MessageStop,
     StartMessage,
+    StartUsage,
     StopDelta,
     StopReason,
 )
+from app.upstream.base import Usage
 from app.upstream.wire import Delta, ToolCallDelta, ToolUseDelta
 
 _encode = msgspec.json.encode
@@ -100,20 +103,38 @@ def _tool_id(call: ToolCallDelta) -> str:
     return hex_id(TOOL_USE_PREFIX, ID_BYTES)
 
 
-def billed_usage(end: StreamEnd) -> DeltaUsage:
-    """The usage ``message_delta`` reports: the tokens billed, the prompt's split as
-    Anthropic's is (cache reads, cache writes and the rest, adding up to the prompt),
-    each part clamped as settlement clamps it (``billed_parts``)."""
-    prompt = end.prompt_tokens
-    details = (end.reported and end.reported.prompt_tokens_details) or {}
+def _input_parts(prompt: int, reported: Usage | None) -> tuple[int, int, int]:
+    """A prompt's tokens split as Anthropic's are: the rest, cache writes and cache reads
+    (adding up to the prompt), each part clamped as settlement clamps it."""
+    details = (reported and reported.prompt_tokens_details) or {}
     cached = min(max(details.get("cached_tokens", 0), 0), prompt)
     writes = max(0, max((details.get(name, 0) for name in CACHE_WRITE_DETAILS), default=0))
     writes = min(writes, prompt - cached)
+    return prompt - cached - writes, writes, cached
+
+
+def billed_usage(end: StreamEnd) -> DeltaUsage:
+    """The usage ``message_delta`` reports: the tokens billed, the prompt's split as
+    Anthropic's is (``_input_parts``)."""
+    rest, writes, cached = _input_parts(end.prompt_tokens, end.reported)
     return DeltaUsage(
-        input_tokens=prompt - cached - writes,
+        input_tokens=rest,
         cache_creation_input_tokens=writes,
         cache_read_input_tokens=cached,
         output_tokens=end.completion_tokens,
+    )
+
+
+def start_usage(started: Usage | None) -> StartUsage:
+    """The usage ``message_start`` reports: the input counts a Messages provider's own
+    ``message_start`` gave (as Anthropic's, clients such as LangChain's ``ChatAnthropic``
+    read the input there and the output from ``message_delta``), else none. The output
+    count stays 0: clients that add the two events' counts up would count it twice."""
+    if started is None:
+        return StartUsage()
+    rest, writes, cached = _input_parts(max(started.prompt_tokens, 0), started)
+    return StartUsage(
+        input_tokens=rest, cache_creation_input_tokens=writes, cache_read_input_tokens=cached
     )
 
 
@@ -153,8 +174,9 @@ class MessagesStream:
 
     # -- StreamOutput
 
-    def opening(self) -> bytes:
-        start = MessageStart(StartMessage(id=self.id, model=self._model))
+    def opening(self, started: Usage | None = None) -> bytes:
+        message = StartMessage(id=self.id, model=self._model, usage=start_usage(started))
+        start = MessageStart(message)
         return b"event: message_start\ndata: " + _encode(start) + b"\n\n" + PING
 
     def piece(self, piece: str | Delta) -> bytes:

@@ -210,8 +210,9 @@ StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "ref
 
 
 class StartUsage(msgspec.Struct):
-    """The usage ``message_start`` carries: nothing is counted yet (the upstream reports at
-    the end); ``message_delta`` carries every count, and the SDKs take them from it."""
+    """The usage ``message_start`` carries: the input counts of a provider that serves the
+    Messages API, as its own ``message_start`` gave them, else nothing counted yet (a chat
+    upstream reports at the end); ``message_delta`` carries every count billed."""
 
     input_tokens: int = 0
     cache_creation_input_tokens: int = 0

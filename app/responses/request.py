@@ -140,7 +140,6 @@ def parse_responses_request(
         body_size=len(body),
         output_limit=limit,
         image_token_bound=image_token_bound,
-        include_usage=True,
         api=API_RESPONSES,
         identify=identify,
     )

@@ -34,6 +34,7 @@ from app.responses.response import (
     billed_usage,
 )
 from app.responses.tools import ClientName
+from app.upstream.base import Usage
 from app.upstream.wire import Delta, ToolCallDelta
 
 _encode = msgspec.json.encode
@@ -126,7 +127,7 @@ class ResponsesStream:
 
     # -- StreamOutput
 
-    def opening(self) -> bytes:
+    def opening(self, started: Usage | None = None) -> bytes:
         response = self._response("in_progress")  # the same response, told twice
         return self._lifecycle("response.created", response) + self._lifecycle(
             "response.in_progress", response

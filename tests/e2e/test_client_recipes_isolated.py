@@ -374,15 +374,20 @@ def test_llamaindex_needs_is_chat_model(runs: Callable[[str], Run]) -> None:
     assert run.charged == 0
 
 
-def test_llamaindex_without_stream_options_shows_no_usage(
+def test_llamaindex_without_stream_options_shows_usage_all_the_same(
     server: Server, runs: Callable[[str], Run]
 ) -> None:
     run = runs("llamaindex-stream-chat-plain")
     seen = run.seen
     [body] = seen["sent"]
     assert "stream_options" not in body
-    assert seen["usage"] is None
-    assert seen["text"] == reference(server, body).text
+    ref = reference(server, body)
+    assert seen["usage"] == {  # svc's last chunk carries it, asked for or not
+        "prompt_tokens": ref.prompt_tokens,
+        "completion_tokens": ref.completion_tokens,
+        "total_tokens": ref.prompt_tokens + ref.completion_tokens,
+    }
+    assert seen["text"] == ref.text
     assert seen["svc"]["credits_used"] == run.charged  # billed all the same
 
 

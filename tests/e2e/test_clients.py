@@ -566,3 +566,57 @@ def test_client_sees_svcs_usage_and_is_charged_for_tool_turns(
         assert sum(t["svc"]["credits_used"] for t in turns) == result.charged
     else:
         assert all(t["svc"] is None for t in turns)
+
+
+def langchain_unasked(base_url: str, key: str, scenario: str) -> Seen:
+    """LangChain's ``ChatOpenAI`` as most code builds it for a base URL of its own: no
+    ``stream_usage``, so it asks for no usage (its bodies are kept in ``sent``)."""
+    import httpx
+    from langchain_openai import ChatOpenAI
+
+    sent: list[dict[str, Any]] = []
+    hooks = {"request": [lambda request: sent.append(json.loads(request.content))]}
+    with httpx.Client(event_hooks=hooks) as http:
+        llm = ChatOpenAI(model=MODEL, base_url=base_url, api_key=key, http_client=http)  # type: ignore[arg-type]
+        full = None
+        for chunk in llm.stream(SCENARIOS[scenario]):
+            full = chunk if full is None else full + chunk
+    assert full is not None
+    u = full.usage_metadata
+    usage = None if u is None else _usage(u["input_tokens"], u["output_tokens"], u["total_tokens"])
+    return {"text": full.content, "usage": usage, "sent": sent}
+
+
+def openai_python_unasked(base_url: str, key: str, scenario: str) -> Seen:
+    """The openai SDK's stream without ``stream_options``: the usage of its last chunk, and
+    every chunk's (None on all but that one)."""
+    with openai.OpenAI(base_url=base_url, api_key=key, max_retries=0) as client:
+        stream = client.chat.completions.create(
+            model=MODEL,
+            messages=SCENARIOS[scenario],  # type: ignore[arg-type]
+            stream=True,
+        )
+        chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    usages = [
+        None if u is None else _usage(u.prompt_tokens, u.completion_tokens, u.total_tokens)
+        for u in (c.usage for c in chunks)
+    ]
+    return {"text": text, "usage": usages[-1], "usages": usages}
+
+
+@pytest.mark.parametrize("runner", [openai_python_unasked, langchain_unasked])
+def test_client_sees_usage_without_asking(
+    server: Server, run: Callable[[str, str], Run], runner: Runner
+) -> None:
+    """Usage needs no ``stream_options.include_usage`` (as on OpenRouter): a client that does
+    not ask reads the same usage on the last chunk as one that does, counted once."""
+    reference = run("openai-python", "hello").seen
+    key = server.new_key(server.new_account(100_000))
+    seen = runner(server.base_url, key, "hello")
+    assert all("stream_options" not in body for body in seen.get("sent", []))
+    assert seen["text"] == reference["text"]
+    assert seen["usage"] == reference["usage"] is not None
+    if "usages" in seen:  # on the last chunk alone
+        usages = seen["usages"]
+        assert [u is not None for u in usages] == [False] * (len(usages) - 1) + [True]

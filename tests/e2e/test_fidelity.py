@@ -134,9 +134,31 @@ def test_usage_for_clients_that_ask(server: Server) -> None:
     price_in, price_out = 20, 60  # svc-code
     expected = -(-(usage.prompt_tokens * price_in + usage.completion_tokens * price_out) // 1000)
     assert meta["credits_used"] == expected
-    # without the option, the stream is as the contract says: no usage object
+
+
+def test_usage_for_clients_that_do_not_ask(server: Server) -> None:
+    """Without ``stream_options``, the last chunk still carries usage (as OpenRouter's do),
+    in the shape it has when asked, and on that chunk alone: the SDK's own stream helper
+    (``ChatCompletionStreamState``, which keeps the last usage it saw) reports it once."""
+    client, _ = _client(server)
     plain = list(client.chat.completions.create(model="svc-code", messages=ASK, stream=True))  # type: ignore[arg-type]
-    assert plain[-1].usage is None
+    usage = plain[-1].usage
+    assert usage is not None
+    assert plain[-1].choices == []
+    assert [c for c in plain if c.usage is not None] == [plain[-1]]
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    assert usage.completion_tokens == len(
+        [c for c in plain if c.choices and c.choices[0].delta.content]
+    )
+    meta = plain[-1].model_extra["svc"]  # type: ignore[index]
+    price_in, price_out = 20, 60  # svc-code
+    expected = -(-(usage.prompt_tokens * price_in + usage.completion_tokens * price_out) // 1000)
+    assert meta["credits_used"] == expected
+    with client.chat.completions.stream(model="svc-code", messages=ASK) as stream:  # type: ignore[arg-type]
+        final = stream.get_final_completion()
+    assert final.usage is not None
+    assert final.usage.completion_tokens == usage.completion_tokens
+    assert final.usage.total_tokens == final.usage.prompt_tokens + final.usage.completion_tokens
 
 
 def test_async_client_calls_a_tool(server: Server) -> None:

@@ -262,3 +262,51 @@ def test_cached_usage_is_priced_at_the_cached_prices_after_a_failover_from_chat(
     assert charged == _formula(usage)
     # the same tokens at the input price would have cost more
     assert charged < -(-(total * RATES[0] + 20 * RATES[3]) // 1000)
+
+
+def _usages(events: list[Any]) -> tuple[Any, Any]:
+    """The usage of a stream's message_start and of its message_delta."""
+    start = next(e for e in events if e.type == "message_start").message.usage
+    delta = next(e for e in events if e.type == "message_delta").usage
+    return start, delta
+
+
+def test_message_start_carries_the_providers_input_counts(
+    native: Server, mock: MockProcess
+) -> None:
+    """A Messages provider's own message_start counts reach the client's message_start (as
+    Anthropic's do: LangChain JS's ChatAnthropic reads the input there), its cache reads and
+    writes apart; the output count stays 0 (message_delta has it: no client counts it twice)."""
+    client, _ = _client(native)
+    question = {"role": "user", "content": "question: " + "more " * 300}
+    events, _svc = _raw(
+        client,
+        model="svc-smart",
+        max_tokens=300,
+        system="You are terse. " * 400,
+        messages=[question],
+    )
+    sent, _headers = _last(mock)
+    assert sent["model"] == "native-cached60-writes20"
+    total = len(json.dumps(sent["messages"]) + json.dumps(sent["system"])) // 4 + 4
+    read, written = total * 60 // 100, total * 20 // 100
+    start, delta = _usages(events)
+    assert (start.input_tokens, start.cache_read_input_tokens) == (total - read - written, read)
+    assert start.cache_creation_input_tokens == written
+    assert start.output_tokens == 0
+    assert (delta.input_tokens, delta.cache_read_input_tokens) == (total - read - written, read)
+    assert delta.output_tokens >= 1
+
+
+def test_message_start_counts_nothing_from_a_chat_provider(native: Server) -> None:
+    """A chat provider reports only at the end: message_start carries no count (not svc's
+    estimate of the prompt); message_delta carries the usage billed."""
+    client, _ = _client(native)
+    events, _svc = _raw(
+        client, model="svc-code", max_tokens=300, messages=[{"role": "user", "content": "hi"}]
+    )
+    start, delta = _usages(events)
+    assert start.input_tokens == start.output_tokens == 0
+    assert not start.cache_read_input_tokens
+    assert not start.cache_creation_input_tokens
+    assert delta.input_tokens >= 1

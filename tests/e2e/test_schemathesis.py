@@ -28,7 +28,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from app.chat.chunks import DONE, ChunkEncoder, SvcMetadata, error_event
+from app.chat.chunks import DONE, ChunkEncoder, SvcMetadata, chunk_usage, error_event
 from app.http.headers import SECURITY_HEADERS
 from app.messages import stream as messages_stream
 from tests.e2e.conftest import Server
@@ -279,7 +279,7 @@ def test_the_stream_schema_is_enforced(api_schema: BaseSchema) -> None:
         enc.content("Hel", first=True, last=False),
         enc.content("lo", first=False, last=True),
     ]
-    tail = [enc.metadata("svc-fast", 3, 97), DONE]
+    tail = [enc.metadata("svc-fast", 3, 97, chunk_usage(9, 2, None)), DONE]
     checks: list[Any] = [response_schema_conformance]
     case.validate_response(_stream(*content, *tail), checks=checks)
     case.validate_response(

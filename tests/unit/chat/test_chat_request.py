@@ -20,7 +20,6 @@ def test_defaults_and_ignored_fields() -> None:
         b'"stream":false,"stream_options":{"include_usage":true},"user":"u","n":1}'
     )
     assert (p.request.temperature, p.request.top_p, p.max_tokens) == (0.7, 1.0, None)
-    assert p.include_usage
     assert p.prompt_tokens == estimate_prompt_tokens(["abcdefgh"]) == 3 + 4  # 8 letters: 3
     assert p.alias.id == "svc-fast"
     assert p.requested == "svc-fast"

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from app.chat.chunks import DONE, ChunkEncoder, error_event
+from app.chat.chunks import DONE, ChunkEncoder, chunk_usage, error_event
 from app.core.ids import CompletionIds, hex_ids
 
 
@@ -32,8 +32,9 @@ def test_content_chunks() -> None:
 
 def test_metadata_chunk_has_exactly_three_fields() -> None:
     enc = ChunkEncoder(7, 1, "svc-code")
-    meta = json.loads(enc.metadata("svc-auto", 12, 988)[6:])
+    meta = json.loads(enc.metadata("svc-auto", 12, 988, chunk_usage(5, 2, None))[6:])
     assert meta["choices"] == []
+    assert meta["usage"] == {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
     assert meta["svc"] == {
         "requested_model": "svc-auto",
         "credits_used": 12,
@@ -77,7 +78,7 @@ def test_the_documented_chunk_type_matches_the_encoder() -> None:
     last = decode(enc.content("b", first=False, last=True)[6:])
     assert last.choices[0].delta.role is msgspec.UNSET
     assert last.choices[0].finish_reason == "stop"
-    meta = decode(enc.metadata("svc-auto", 3, 7)[6:])
+    meta = decode(enc.metadata("svc-auto", 3, 7, chunk_usage(4, 1, None))[6:])
     assert meta.choices == []
     assert meta.svc is not msgspec.UNSET
     assert meta.svc.credits_used == 3

@@ -220,18 +220,27 @@ async def test_tool_calls_are_relayed_and_end_with_tool_calls(
     meta = chunks[-1]["svc"]
     assert meta["credits_used"] == 1  # type: ignore[index]
     assert balance == 100_000 - 1
-    assert "usage" not in chunks[-1]  # only when the client asks
+    assert chunks[-1]["usage"] == {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
 
 
-async def test_usage_reaches_a_client_that_asks(ledger: Ledgers, clock: Clock) -> None:
+@pytest.mark.parametrize(
+    "stream_options",
+    [None, {"include_usage": True}, {"include_usage": False}],
+    ids=["not-asked", "asked", "declined"],
+)
+async def test_usage_reaches_every_client_once_on_the_final_chunk(
+    ledger: Ledgers, clock: Clock, stream_options: dict[str, bool] | None
+) -> None:
+    """As OpenRouter's streams do: whether or not ``include_usage`` was asked, the last chunk
+    (svc's metadata chunk, empty choices) carries OpenAI's usage object, in the shape it has
+    when asked; no other chunk carries one (clients that add it up count it once)."""
     usage = Usage(7, 2, {"cached_tokens": 3}, {"reasoning_tokens": 1})
-    body = {
-        "model": "svc-fast",
-        "messages": [{"role": "user", "content": "hi"}],
-        "stream_options": {"include_usage": True},
-    }
+    body: dict[str, object] = {"model": "svc-fast", "messages": [{"role": "user", "content": "hi"}]}
+    if stream_options is not None:
+        body["stream_options"] = stream_options
     writes, _ = await _relay(ledger, clock, [(0, ["a", "b", usage])], body=body)
-    final = _chunks(writes)[-1]
+    chunks = _chunks(writes)
+    final = chunks[-1]
     assert final["choices"] == []
     assert final["usage"] == {
         "prompt_tokens": 7,
@@ -240,6 +249,8 @@ async def test_usage_reaches_a_client_that_asks(ledger: Ledgers, clock: Clock) -
         "prompt_tokens_details": {"cached_tokens": 3},
         "completion_tokens_details": {"reasoning_tokens": 1},
     }
+    assert [c for c in chunks if "usage" in c] == [final]
+    assert list(final) == ["id", "object", "created", "model", "choices", "usage", "svc"]
     assert set(final["svc"]) == {"requested_model", "credits_used", "balance_remaining"}  # type: ignore[arg-type]
 
 
@@ -262,8 +273,8 @@ class _BrokenEnding:
     def id(self) -> str:
         return self.inner.id
 
-    def opening(self) -> bytes:
-        return self.inner.opening()
+    def opening(self, started: Usage | None = None) -> bytes:
+        return self.inner.opening(started)
 
     def piece(self, piece: str | Delta) -> bytes:
         return self.inner.piece(piece)

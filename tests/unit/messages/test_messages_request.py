@@ -80,7 +80,6 @@ def test_a_text_conversation_is_the_chat_request_of_the_same_turns() -> None:
     assert API_MESSAGES in APIS
     assert (params.requested, params.alias.id, params.models) == ("svc-fast",) * 3
     assert params.max_tokens == 256  # the client's output limit
-    assert params.include_usage
     # Anthropic's sampling default, not the chat path's 0.7
     assert (params.request.temperature, params.request.top_p) == (1.0, 1.0)
     assert params.native is None

@@ -31,7 +31,7 @@ from app.messages.wire import (
     TextDelta,
     ToolUseContent,
 )
-from app.upstream.base import Usage
+from app.upstream.base import StartUsage, Usage
 from app.upstream.wire import Delta, ToolCallDelta, ToolCallFunctionDelta
 
 _decode_event = msgspec.json.Decoder(StreamEvent).decode
@@ -439,3 +439,31 @@ def test_a_text_token_after_the_first_is_one_template_write() -> None:
     stream.opening()
     stream.piece("first")
     assert stream.piece("next") == stream_module._TEXT_HEAD % 0 + b'"next"' + b"}}\n\n"
+
+
+def test_message_start_carries_the_input_counts_a_provider_began_with() -> None:
+    """The counts a Messages provider's own message_start gave (``StartUsage``: the prompt as
+    Chat Completions counts it, cache reads and writes among its details) go on svc's
+    message_start split as Anthropic's are; the output stays 0 (message_delta has it). The
+    SDK's accumulator then ends with message_delta's counts, not the two added up."""
+    stream = _stream()
+    started = StartUsage(12, 1, {"cached_tokens": 4, "cache_creation_input_tokens": 3})
+    raw = stream.opening(started) + stream.piece("Hi") + stream.closing(None, tool_calls=False)
+    raw += stream.ending(_end(reported=Usage(12, 3, dict(started.prompt_tokens_details or {}))))
+    events = _events(raw)
+    assert events[0]["message"]["usage"] == {
+        "input_tokens": 5,
+        "cache_creation_input_tokens": 3,
+        "cache_read_input_tokens": 4,
+        "output_tokens": 0,
+    }
+    final = _sdk_final(raw).usage
+    assert (final.input_tokens, final.cache_read_input_tokens) == (5, 4)
+    assert (final.cache_creation_input_tokens, final.output_tokens) == (3, 3)
+
+
+def test_message_start_counts_nothing_without_a_providers_counts() -> None:
+    """A chat upstream reports at the end: message_start's usage is all 0, never svc's
+    estimate of the prompt."""
+    (start, *_rest) = _events(_stream().opening() + _stream().opening(None))
+    assert set(start["message"]["usage"].values()) == {0}

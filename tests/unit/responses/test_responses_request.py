@@ -54,7 +54,6 @@ def test_a_string_input_is_one_user_message_after_the_instructions() -> None:
     messages = params.chat.request.messages
     assert [(m.role, m.content) for m in messages] == [("system", "Be brief."), ("user", "Hi")]
     assert params.chat.requested == "svc-fast"
-    assert params.chat.include_usage  # the response always reports its usage
     assert params.settings.instructions == "Be brief."
 
 
