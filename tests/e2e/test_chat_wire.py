@@ -57,7 +57,9 @@ def test_every_wire_rule(server: Server) -> None:
             assert choice["delta"]["role"] == "assistant"
         last = i == len(content) - 1
         assert choice["finish_reason"] == ("stop" if last else None)
-    assert set(meta) == {"id", "object", "created", "model", "choices", "svc"}
+    # usage on the last chunk whether asked for or not (issue 46), as OpenRouter does
+    assert set(meta) == {"id", "object", "created", "model", "choices", "svc", "usage"}
+    assert {"prompt_tokens", "completion_tokens", "total_tokens"} <= set(meta["usage"])
     assert meta["choices"] == []
     assert set(meta["svc"]) == {"requested_model", "credits_used", "balance_remaining"}
     assert meta["svc"]["requested_model"] == "svc-fast"
