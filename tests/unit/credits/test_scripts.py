@@ -6,11 +6,12 @@ import time
 
 import pytest
 
-from app.core.clock import day_tag, utc_day
+from app.core.clock import day_tag, iso_utc, utc_day
 from app.core.errors import ApiError, ErrorKind
 from app.credits.key_records import KeyUse
 from app.credits.outcomes import Identity, ScriptStatus
 from app.credits.sweeper import Sweeper
+from app.keys.refusals import CAP_RESETS_HEADER
 from app.kv.client import RedisClient
 from app.kv.fields import (
     API_CHAT,
@@ -172,7 +173,9 @@ async def test_daily_cap_counts_holds_and_refuses_past_it(ledger: Ledgers, clock
     assert err.kind is ErrorKind.DAILY_CAP_EXCEEDED
     assert err.status == 429
     assert err.headers["x-should-retry"] == "false"
-    assert err.headers["retry-after"] == str(DAY - int(clock()) % DAY)
+    assert "retry-after" not in err.headers  # no client waits hours (issue 46)
+    midnight = int(clock()) - int(clock()) % DAY + DAY
+    assert err.headers[CAP_RESETS_HEADER] == iso_utc(midnight)
     # the default cap is lowered to a quarter of what the daily cap leaves (at least min_out)
     hold = await reserve(ledger, ident, "r4", clock(), max_out=4096, min_out=1)
     assert (hold.amount, hold.out_tokens) == (1, 1)
