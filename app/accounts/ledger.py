@@ -46,7 +46,8 @@ log = logging.getLogger("svc.ledger")
 OPERATOR_SOURCE = "operator"
 """The source of an operator's entries (the admin API's and the CLI's grants and debits)."""
 INTAKE_KINDS = ("purchase", "reward", "grant", "dispute_won")
-"""Entries that add credits (grant.lua); the others take them back (take_back.lua)."""
+"""Entries that add credits (grant.lua); the others take them back (take_back.lua). Which
+script applies an entry follows from the sign of what it asks; the kinds name them."""
 TAKE_BACK_KINDS = ("refund", "dispute", "debit")
 REPAIR_AFTER_S = 30
 """How old a pending entry is before the repair applies it: longer than a request takes

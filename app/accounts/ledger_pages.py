@@ -15,7 +15,7 @@ from typing import Literal
 
 import msgspec
 
-from app.accounts.ledger import OPERATOR_SOURCE
+from app.accounts.ledger import INTAKE_KINDS, OPERATOR_SOURCE, TAKE_BACK_KINDS
 from app.accounts.lookup import DEFAULT_LIMIT, MAX_LIMIT, MAX_QUERY_CHARS
 from app.core.clock import iso_utc
 from app.core.errors import invalid_value
@@ -50,8 +50,8 @@ class LedgerList(msgspec.Struct, kw_only=True):
     has_more: bool
 
 
-KINDS = ("purchase", "reward", "grant", "refund", "dispute", "dispute_won", "debit", EXPIRY_KIND)
-"""Every kind of entry a ledger lists."""
+KINDS = (*INTAKE_KINDS, *TAKE_BACK_KINDS, EXPIRY_KIND)
+"""Every kind of entry a ledger lists: the ledger's own, and the lapses."""
 
 
 class LedgerFilter(msgspec.Struct, frozen=True, kw_only=True):
