@@ -92,6 +92,7 @@ class ErrorKind(Enum):
     SPOTLIGHT_LIMIT = (429, "rate_limit_error", "spotlight_limit_reached")
     INVALID_SIGNATURE = (401, "authentication_error", "invalid_signature")
     INVALID_STRIPE_SIGNATURE = (400, "invalid_request_error", "invalid_stripe_signature")
+    ACCOUNT_TOKEN_MISMATCH = (400, "invalid_request_error", "account_token_mismatch")
     INVALID_INTENT = (400, "invalid_request_error", "invalid_intent")
     INTENT_USED = (400, "invalid_request_error", "intent_used")
     UPSTREAM_UNAVAILABLE = (502, "upstream_error", "upstream_unavailable")

@@ -67,7 +67,7 @@ BACKGROUND_TASKS = ("sweeper", "flusher", "webhooks", "ledger_repair")
 WEBHOOK_STATES = ("delivered", "pending", "failed")
 SPOTLIGHT_NETWORKS = ("admob", "signed")
 PURCHASE_STORES = ("stripe",)
-PURCHASE_EVENTS = (  # app.purchases.stripe_events.EventKind, and a refused signature's
+PURCHASE_EVENTS = (  # app.purchases.events.EventKind, and a refused signature's
     "paid",
     "pending",
     "failed",

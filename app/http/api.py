@@ -21,12 +21,12 @@ from app.accounts.ledger_pages import LedgerList, ledger_list, parse_ledger_filt
 from app.chat.catalog import AUTO, Alias
 from app.chat.pricing import PriceList, price_list
 from app.chat.request import enabled_alias, key_may_use
-from app.core.errors import ApiError, ErrorKind, model_not_allowed
+from app.core.errors import ErrorKind, model_not_allowed
 from app.core.validation import decode_json
 from app.credits.outcomes import Identity
 from app.http import key_routes
 from app.http.body_routes import body_route, decoded_once
-from app.http.deps import provide_identity, provide_services, request_address
+from app.http.deps import live_only, provide_identity, provide_services, request_address
 from app.http.headers import NO_STORE
 from app.http.openapi import (
     API_KEY,
@@ -55,16 +55,6 @@ from app.webhooks.registry import (
     WebhookList,
     WebhookUpdateRequest,
 )
-
-
-async def provide_live(ident: Identity) -> Identity:
-    """The request's key when it is a live key (webhooks belong to live traffic); else
-    403."""
-    if ident.environment != "live":
-        raise ApiError(
-            ErrorKind.TEST_KEY_FORBIDDEN, "Webhooks belong to live traffic: use a live key."
-        )
-    return ident
 
 
 async def provide_manager(services: Services, ident: Identity) -> KeyRecord:
@@ -104,7 +94,7 @@ def model_item(alias: Alias) -> ModelItem:
 # What a route needs of the request's key, checked before the route's own work: any key
 # (``ident``), a live one (``live``), or one that may manage keys and webhooks (``caller``).
 _IDENT = {"ident": Provide(provide_identity)}
-_LIVE = {**_IDENT, "live": Provide(provide_live)}
+_LIVE = {**_IDENT, "live": Provide(live_only("Webhooks belong to live traffic"))}
 _MANAGER = {**_IDENT, "caller": Provide(provide_manager)}
 _LIVE_ERRORS = (*KEY_ERRORS, ErrorKind.TEST_KEY_FORBIDDEN)
 _MANAGER_ERRORS = (*_LIVE_ERRORS, ErrorKind.PERMISSION_DENIED)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from litestar import Request
@@ -63,6 +64,18 @@ async def provide_identity(request: Request[Any, Any, Any]) -> Identity:
         request_address(services, request.scope),
         auth.key_active,
     )
+
+
+def live_only(why: str) -> Callable[[Identity], Awaitable[Identity]]:
+    """A dependency: the request's key when it is a live key; else 403 saying ``why`` (the
+    routes whose work belongs to live traffic: webhooks, spotlight rewards, purchases)."""
+
+    async def provide_live(ident: Identity) -> Identity:
+        if ident.environment != "live":
+            raise ApiError(ErrorKind.TEST_KEY_FORBIDDEN, f"{why}: use a live key.")
+        return ident
+
+    return provide_live
 
 
 async def require_bearer(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import msgspec
-from litestar import Controller, Request, post
+from litestar import Controller, Request, get, post
 from litestar.datastructures import ResponseHeader
 from litestar.di import Provide
 from litestar.enums import ParamType
@@ -14,10 +14,12 @@ from litestar.openapi.spec import OpenAPIType, Parameter, Schema
 
 from app.core.errors import ApiError, ErrorKind, StoreError
 from app.core.metrics import METRICS
-from app.http.deps import provide_services
+from app.credits.outcomes import Identity
+from app.http.deps import live_only, provide_identity, provide_services
 from app.http.headers import NO_STORE
-from app.http.openapi import errors
+from app.http.openapi import API_KEY, KEY_ERRORS, errors
 from app.http.openapi_lists import LEDGER_PARAMS
+from app.purchases.account_token import AccountToken
 from app.purchases.listing import STATUSES
 from app.purchases.purchases import Result
 from app.purchases.stripe_events import payment_event
@@ -25,6 +27,10 @@ from app.purchases.stripe_signature import SIGNATURE_HEADER, verify
 from app.runtime import Services
 
 STRIPE = "stripe"
+_LIVE = {
+    "ident": Provide(provide_identity),
+    "live": Provide(live_only("Purchases belong to live traffic")),
+}
 PURCHASES_PARAMS = [
     Parameter(
         name="status",
@@ -52,6 +58,19 @@ class PurchasesController(Controller):
     path = "/v1/purchases"
     dependencies = {"services": Provide(provide_services)}
     tags = ["v1"]
+
+    @get(
+        "/account-token",
+        dependencies=_LIVE,
+        security=API_KEY,
+        responses=errors(*KEY_ERRORS, ErrorKind.TEST_KEY_FORBIDDEN),
+    )
+    async def account_token(self, services: Services, live: Identity) -> AccountToken:
+        """The account's app account token, for the companion app to hand the store with a
+        purchase (StoreKit's ``appAccountToken``, Play Billing's ``obfuscatedAccountId``):
+        a UUID, the same on every call, that names the account to svc alone. A store
+        purchase is credited only to the account whose token it carries."""
+        return await services.account_tokens.issue(live.pid)
 
     @post(
         "/stripe",

@@ -24,7 +24,7 @@ from app.core.metrics import METRICS
 from app.core.validation import decode_json, query_int
 from app.credits.outcomes import Identity
 from app.http.body_routes import body_route
-from app.http.deps import provide_identity, provide_services
+from app.http.deps import live_only, provide_identity, provide_services
 from app.http.headers import NO_STORE
 from app.http.openapi import API_KEY, KEY_ERRORS, documented, errors
 from app.runtime import Services
@@ -33,18 +33,8 @@ from app.spotlights.intents import IntentIssued
 from app.spotlights.rewards import CallbackAnswer
 from app.spotlights.signed import SIGNATURE_HEADER, VerifiedView, check, invalid_signature
 
-
-async def provide_live(ident: Identity) -> Identity:
-    """The request's key when it is a live key (rewards are live traffic); else 403."""
-    if ident.environment != "live":
-        raise ApiError(
-            ErrorKind.TEST_KEY_FORBIDDEN, "Spotlight intents are live traffic: use a live key."
-        )
-    return ident
-
-
 _IDENT = {"ident": Provide(provide_identity)}
-_LIVE = {**_IDENT, "live": Provide(provide_live)}
+_LIVE = {**_IDENT, "live": Provide(live_only("Spotlight intents are live traffic"))}
 REWARDS_LIMIT = 20  # rewards listed unless told: four days' worth at the default limit
 MAX_REWARDS_LIMIT = 100
 REWARDS_PARAMS = [

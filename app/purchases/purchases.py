@@ -23,8 +23,8 @@ from app.accounts.accounts import Accounts
 from app.accounts.ledger import Applied, Ledger
 from app.core.errors import ApiError, ErrorKind, service_unavailable
 from app.credits.outcomes import ScriptStatus
+from app.purchases.events import PaymentEvent
 from app.purchases.refunds import credits_to_take
-from app.purchases.stripe_events import PaymentEvent
 from app.store import GrantRecord, KeptEvent, PurchaseChange, PurchaseRecord, Store
 from app.store.audit import new_seq
 from app.store.purchases import PURCHASE_GRANTED, PURCHASE_UNMATCHED

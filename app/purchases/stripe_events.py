@@ -38,46 +38,14 @@ import msgspec
 
 from app.core.errors import ApiError, invalid_value
 from app.core.validation import convert_fields, decode_json
+from app.purchases.events import EventKind, PaymentEvent
 
 CREDITS_FIELD = "svc_credits"
 """The Checkout Session's metadata key that says how many credits it buys."""
 
-EventKind = Literal[
-    "paid", "pending", "failed", "refunded", "dispute_opened", "dispute_won", "dispute_lost",
-    "ignored",
-]  # fmt: skip
 StripeId = Annotated[str, msgspec.Meta(min_length=1, max_length=255)]
 """Stripe's ids (``evt_…``, ``cs_…``, ``pi_…``, ``du_…``) are at most 255 characters."""
 _T = TypeVar("_T")
-
-
-class PaymentEvent(msgspec.Struct, frozen=True, kw_only=True):
-    """What one Stripe event asks of svc's purchases, whatever the store behind them.
-    Fields an event's type does not carry are None."""
-
-    kind: EventKind
-    event_id: str
-    event_type: str
-    session_id: str | None = None
-    """The Checkout Session (a purchase is one session)."""
-    payment_intent: str | None = None
-    """The payment: how refunds and disputes find their purchase."""
-    client_reference_id: str | None = None
-    """The account the session was created for: ``acct_…`` or the account's external id."""
-    credits: int | None = None
-    """``metadata.svc_credits`` as a positive integer; None when absent or not one (the
-    caller keeps such a purchase as unmatched)."""
-    amount_total: int | None = None
-    """The session's total, in the currency's minor units."""
-    currency: str | None = None
-    amount: int | None = None
-    """A refunded charge's amount (minor units)."""
-    amount_refunded: int | None = None
-    """How much of the charge is refunded so far, all refunds together (Stripe's cumulative
-    ``amount_refunded``)."""
-    dispute_id: str | None = None
-    dispute_status: str | None = None
-    """Stripe's status of the dispute (``won``, ``lost``, ``warning_closed``, …)."""
 
 
 class _Data(msgspec.Struct):

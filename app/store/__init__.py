@@ -258,6 +258,18 @@ class Store(Protocol):
     async def list_purchases(self, query: PurchaseQuery) -> list[PurchaseRecord]:
         """A page of purchases, newest first, of one status or all."""
 
+    async def save_account_token(self, token: str, account_pid: str, now: int) -> None:
+        """Remember which account an app account token is (kept when known)."""
+
+    async def account_of_token(self, token: str) -> str | None:
+        """The pid of the account whose app account token this is, or None."""
+
+    async def notice_seen(self, notice_id: str) -> bool:
+        """Whether a store's notification of this id was applied."""
+
+    async def mark_notice(self, notice_id: str, source: str, now: int) -> bool:
+        """Record a store's notification as applied; False when it was before."""
+
     async def list_pending(self, created_before: int, limit: int) -> list[GrantRecord]:
         """At most ``limit`` pending entries created at or before ``created_before``, oldest
         first."""

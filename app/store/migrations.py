@@ -352,6 +352,24 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX purchase_events_kept_payment ON purchase_events_kept (source, payment)",
         ),
     ),
+    (
+        22,
+        # The accounts' app account tokens (``app.purchases.account_token``), by token: how a
+        # store's notification, which names only the token, finds its account; and the store
+        # notifications applied (once per notification id, whatever it asked).
+        (
+            """CREATE TABLE account_tokens (
+                token TEXT PRIMARY KEY,
+                account_pid TEXT NOT NULL,
+                created_at BIGINT NOT NULL
+            )""",
+            """CREATE TABLE purchase_notices (
+                notice_id TEXT PRIMARY KEY,
+                source TEXT NOT NULL,
+                created_at BIGINT NOT NULL
+            )""",
+        ),
+    ),
 )
 
 CREATE_SCHEMA_MIGRATIONS = (

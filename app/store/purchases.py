@@ -85,6 +85,16 @@ LIST_KEPT = (
     "WHERE source = ? AND payment = ? ORDER BY created_at, event_id"
 )
 DELETE_KEPT = "DELETE FROM purchase_events_kept WHERE event_id = ?"
+INSERT_TOKEN = (
+    "INSERT INTO account_tokens (token, account_pid, created_at) VALUES (?, ?, ?) "
+    "ON CONFLICT (token) DO NOTHING"
+)
+GET_TOKEN = "SELECT account_pid FROM account_tokens WHERE token = ?"
+INSERT_NOTICE = (
+    "INSERT INTO purchase_notices (notice_id, source, created_at) VALUES (?, ?, ?) "
+    "ON CONFLICT (notice_id) DO NOTHING"
+)
+GET_NOTICE = "SELECT 1 FROM purchase_notices WHERE notice_id = ?"
 
 
 def purchase_page(query: PurchaseQuery) -> tuple[str, Row]:
@@ -164,6 +174,19 @@ class PurchasesSQL(SQLCore):
 
     async def list_purchases(self, query: PurchaseQuery) -> list[PurchaseRecord]:
         return await self._records(PurchaseRecord, *purchase_page(query))
+
+    async def save_account_token(self, token: str, account_pid: str, now: int) -> None:
+        await self._write(execute(INSERT_TOKEN, (token, account_pid, now)))
+
+    async def account_of_token(self, token: str) -> str | None:
+        found = await self._rows(GET_TOKEN, (token,))
+        return str(found[0][0]) if found else None
+
+    async def notice_seen(self, notice_id: str) -> bool:
+        return bool(await self._rows(GET_NOTICE, (notice_id,)))
+
+    async def mark_notice(self, notice_id: str, source: str, now: int) -> bool:
+        return bool(await self._write(execute(INSERT_NOTICE, (notice_id, source, now))))
 
 
 __all__: Sequence[str] = [

@@ -144,6 +144,7 @@ OPERATIONS = [
     "POST /v1/spotlights/verified",
     "GET /v1/spotlights/admob",
     "GET /v1/spotlights/rewards",
+    "GET /v1/purchases/account-token",
     "POST /v1/purchases/stripe",
     "POST /admin/v1/accounts",
     "GET /admin/v1/accounts",

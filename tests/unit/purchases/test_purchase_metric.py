@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import get_args
 
 from app.core.metrics import PURCHASE_EVENTS, PURCHASE_RESULTS
+from app.purchases.events import EventKind
 from app.purchases.purchases import Result
-from app.purchases.stripe_events import EventKind
 
 
 def test_the_metrics_labels_are_the_events_and_results_svc_counts() -> None:

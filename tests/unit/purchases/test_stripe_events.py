@@ -9,7 +9,8 @@ import json
 import pytest
 
 from app.core.errors import ApiError, ErrorKind
-from app.purchases.stripe_events import PaymentEvent, payment_event
+from app.purchases.events import PaymentEvent
+from app.purchases.stripe_events import payment_event
 from tests.support.stripe_signing import charge_refunded, checkout_session, dispute
 
 
