@@ -37,6 +37,8 @@ TABLES = {
     "audit_log",
     "purchase_events_kept",
     "purchases",
+    "account_tokens",
+    "purchase_notices",
 }
 
 
