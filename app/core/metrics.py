@@ -66,7 +66,7 @@ SETTLEMENT_OUTCOMES = (
 BACKGROUND_TASKS = ("sweeper", "flusher", "webhooks", "ledger_repair")
 WEBHOOK_STATES = ("delivered", "pending", "failed")
 SPOTLIGHT_NETWORKS = ("admob", "signed")
-PURCHASE_STORES = ("stripe",)
+PURCHASE_STORES = ("stripe", "apple", "google")
 PURCHASE_EVENTS = (  # app.purchases.events.EventKind, and a refused signature's
     "paid",
     "pending",
