@@ -28,6 +28,9 @@ class PaymentEvent(msgspec.Struct, frozen=True, kw_only=True):
     """The payment: how refunds and disputes find their purchase."""
     client_reference_id: str | None = None
     """The account the session was created for: ``acct_…`` or the account's external id."""
+    account_pid: str | None = None
+    """The account, when the store's reader resolved it itself (an app account token's):
+    used instead of ``client_reference_id``."""
     credits: int | None = None
     """``metadata.svc_credits`` as a positive integer; None when absent or not one (the
     caller keeps such a purchase as unmatched)."""

@@ -69,7 +69,7 @@ class Purchases:
 
     async def _purchase(self, source: str, event: PaymentEvent) -> Result:
         reference = event.session_id or event.payment_intent or event.event_id
-        pid = await self._account(event.client_reference_id)
+        pid = event.account_pid or await self._account(event.client_reference_id)
         credits = event.credits if event.credits and event.credits <= MAX_PURCHASE_CREDITS else None
         matched = pid is not None and credits is not None
         now = int(self.clock())

@@ -23,6 +23,7 @@ from app.core.errors import ApiError, ErrorKind
 from app.kv.client import RedisClient
 from app.kv.layout import KeySpace
 from app.ops.reconcile import reconcile
+from app.purchases.events import PaymentEvent
 from app.purchases.listing import PurchaseFilter, purchase_list
 from app.purchases.purchases import Purchases
 from app.purchases.stripe_events import payment_event
@@ -193,6 +194,20 @@ async def test_an_external_id_names_the_account(shop: Shop) -> None:
     pid = await shop.accounts.create_account(external_id="user-42")
     await shop.send(stripe.checkout_session(account="user-42", credits="77"))
     assert await shop.balance(pid) == (77, 0)
+
+
+async def test_a_reader_may_name_the_account_itself(shop: Shop) -> None:
+    """A store's reader that resolved the account (an app account token's) names its pid:
+    used instead of the client reference, which a store purchase does not carry."""
+    pid = await shop.accounts.create_account()
+    event = PaymentEvent(
+        kind="paid", event_id="n1", event_type="ONE_TIME_CHARGE", session_id="t1",
+        account_pid=pid, credits=400,
+    )  # fmt: skip
+    assert await shop.purchases.apply("apple", event) == "applied"
+    assert await shop.purchases.apply("apple", event) == "duplicate"
+    assert await shop.balance(pid) == (400, 0)
+    assert await shop.drift() == 0
 
 
 async def test_redis_down_is_a_503_and_the_retry_applies_it_once(
