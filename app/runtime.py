@@ -46,6 +46,7 @@ from app.keys.throttle import FailedAuthThrottle, parse_networks
 from app.kv.client import REDIS_ERRORS, RedisClient, open_redis
 from app.kv.layout import KeySpace
 from app.kv.pipelined import PipelinedRedis
+from app.kv.sentinel import DEFAULT_URL, master_locator, parse_sentinels, redis_named
 from app.kv.startup_checks import check_eviction_policy, check_redis_answers
 from app.purchases.account_token import AccountTokens
 from app.purchases.purchases import Purchases
@@ -78,7 +79,12 @@ def resolve(
     """Fill in what the zero-configuration mode provides: the embedded Valkey (started here
     when none answers; returned so the caller stops it), SQLite and generated secrets."""
     data_dir = Path(settings.data_dir).resolve()
-    if not settings.redis_url:
+    if settings.redis_sentinels:
+        if settings.redis_cluster:
+            raise SettingsError("SVC_REDIS_SENTINELS and SVC_REDIS_CLUSTER: set one of them")
+        parse_sentinels(settings.redis_sentinels)  # a typo refuses to start, named
+    embedded = not (settings.redis_url or settings.redis_sentinels)
+    if embedded:
         if settings.redis_cluster:
             raise SettingsError("SVC_REDIS_CLUSTER needs SVC_REDIS_URL (a node of the cluster)")
         if not start_embedded:
@@ -87,7 +93,7 @@ def resolve(
             )
     admin_token, key_pepper = prepare_data_dir(settings, data_dir)
     owner = None
-    redis_url = settings.redis_url
+    redis_url = settings.redis_url or (DEFAULT_URL if settings.redis_sentinels else None)
     if not redis_url:
         # imported here: the embedded Valkey's launcher and its client library (about
         # 2.6 MB of RSS) are `svc serve`'s own, never a worker's
@@ -101,9 +107,7 @@ def resolve(
         database_url=database_url(settings),
         admin_token=admin_token,
         key_pepper=key_pepper,
-        dev_bootstrap=(
-            settings.redis_url is None if settings.dev_bootstrap is None else settings.dev_bootstrap
-        ),
+        dev_bootstrap=(embedded if settings.dev_bootstrap is None else settings.dev_bootstrap),
     )
     return resolved, owner
 
@@ -346,7 +350,11 @@ async def open_services(
     script_calls = (
         None
         if settings.redis_cluster
-        else PipelinedRedis(settings.redis_url, timeout_s=settings.redis_timeout_s)
+        else PipelinedRedis(
+            settings.redis_url,
+            timeout_s=settings.redis_timeout_s,
+            locate=master_locator(settings) if settings.redis_sentinels else None,
+        )
     )
     try:
         store = open_store(settings.database_url)
@@ -363,7 +371,7 @@ async def open_services(
     )
     try:
         if require_redis:
-            await check_redis_answers(redis, settings.redis_url)
+            await check_redis_answers(redis, redis_named(settings))
         await check_eviction_policy(redis, allow=settings.allow_evicting_redis)
     except StartupError:
         await services.close()

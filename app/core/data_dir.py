@@ -78,7 +78,7 @@ def writes_data_dir(settings: Settings) -> bool:
     secret or the dev key live there. A deployment that sets them all elsewhere may give
     svc a read-only one."""
     configured = (
-        settings.redis_url,
+        settings.redis_url or settings.redis_sentinels,
         settings.database_url,
         settings.admin_token,
         settings.key_pepper,

@@ -39,6 +39,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     redis_cluster: bool = False
     """redis_url names a node of a Redis Cluster (``redis://``/``rediss://``); the others
     are discovered from it."""
+    redis_sentinels: str = ""
+    """Comma-separated ``host:port`` of the Sentinels watching svc's Redis primary: svc
+    asks them where the primary is, and again after a failover (``app.kv.sentinel``);
+    ``redis_url`` then gives only the data nodes' password, database and TLS."""
+    redis_sentinel_service: str = "svc"
+    """The name the Sentinels monitor svc's primary under (``sentinel monitor <name> …``)."""
+    redis_sentinel_password: str | None = None
+    """The Sentinels' own password (``requirepass`` of the Sentinels), when they have one.
+    Never logged."""
     database_url: str | None = None
     """``sqlite:///path.db`` or ``postgresql://…``; unset = SQLite under data_dir."""
     admin_token: Annotated[str, msgspec.Meta(min_length=MIN_ADMIN_TOKEN_CHARS)] | None = None

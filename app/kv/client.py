@@ -25,6 +25,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.core.errors import RedisReplyError
 from app.core.settings import Settings
+from app.kv.sentinel import master_client
 
 RedisClient: TypeAlias = Redis | RedisCluster
 
@@ -40,7 +41,9 @@ REDIS_TIMEOUT = RedisTimeoutError
 
 
 def open_redis(settings: Settings, max_connections: int, name: str | None = None) -> RedisClient:
-    """A client of ``settings.redis_url``: a cluster client when ``redis_cluster`` is set.
+    """A client of ``settings.redis_url``: a cluster client when ``redis_cluster`` is set,
+    a client of the primary the Sentinels name when ``redis_sentinels`` is
+    (``app.kv.sentinel``).
 
     The single-server client uses a blocking pool: under a burst a request waits briefly
     for a connection instead of failing (redis-py's default pool raises once its
@@ -54,6 +57,8 @@ def open_redis(settings: Settings, max_connections: int, name: str | None = None
     second settle ``NOT_FOUND``), the rest are ``SET NX`` or plain reads. A timeout is not
     retried: the command may still be running, and the caller's Redis timeout is the
     budget."""
+    if settings.redis_sentinels:
+        return master_client(settings, max_connections, name)
     assert settings.redis_url, "settings must be resolved first"
     timeouts: dict[str, Any] = {
         "socket_timeout": settings.redis_timeout_s,

@@ -18,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import hiredis
 from redis._parsers.base import BaseParser
 from redis.asyncio.connection import parse_url
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import InvalidResponse
+from redis.exceptions import InvalidResponse, ReadOnlyError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 _CLOSED = "Connection closed by server."
@@ -111,6 +112,12 @@ class _Connection(asyncio.Protocol):
         elif self.stale:
             self._close_transport()  # no caller is waiting on it any more
 
+    def retire(self) -> None:
+        """No new commands on it: closed once its callers still waiting have their replies."""
+        self.stale = True
+        if not self._waiting:
+            self._close_transport()
+
     def _close_transport(self) -> None:
         if not self.closed:
             self.closed = True
@@ -168,8 +175,18 @@ class PipelinedRedis:
     connection goes out once more on a new one, as the pooled client's do
     (``app.kv.client``: every svc write is idempotent); a timeout is not retried."""
 
-    def __init__(self, url: str, *, timeout_s: float, name: str | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_s: float,
+        name: str | None = None,
+        locate: Callable[[], Awaitable[tuple[str, int]]] | None = None,
+    ) -> None:
+        """``locate``: where the primary is, asked before each connection opens (Sentinel,
+        ``app.kv.sentinel``); the URL's host and port otherwise."""
         options: dict[str, Any] = dict(parse_url(url))
+        self._locate = locate
         self._path: str | None = options.get("path")
         self._host = str(options.get("host", "localhost"))
         self._port = int(options.get("port", 6379))
@@ -184,9 +201,21 @@ class PipelinedRedis:
         """Run one command; its reply as redis-py would return it (bytes undecoded)."""
         command = pack_command(args)
         try:
-            return await (await self._connection()).call(command)
+            return await self._call(command)
         except RedisConnectionError:
-            return await (await self._connection()).call(command)
+            return await self._call(command)
+
+    async def _call(self, command: bytes) -> Any:
+        conn = await self._connection()
+        try:
+            return await conn.call(command)
+        except ReadOnlyError:
+            # a primary that became a replica (a failover): the command did not run; the
+            # connection is left for one to the primary the locator names now
+            conn.retire()
+            raise RedisConnectionError(
+                "The primary svc was connected to is now a replica"
+            ) from None
 
     async def aclose(self) -> None:
         if self._opening is not None:
@@ -225,8 +254,11 @@ class PipelinedRedis:
                         lambda: _Connection(self._timeout_s), self._path
                     )
                 else:
+                    host, port = (
+                        (self._host, self._port) if self._locate is None else await self._locate()
+                    )
                     _, conn = await loop.create_connection(
-                        lambda: _Connection(self._timeout_s), self._host, self._port, ssl=self._tls
+                        lambda: _Connection(self._timeout_s), host, port, ssl=self._tls
                     )
                 for command in self._handshake:
                     await conn.call(command)

@@ -26,7 +26,7 @@ async def check_redis_answers(redis: RedisClient, url: str) -> None:
         reason = " ".join(str(exc).split()).rstrip(".") or type(exc).__name__
         raise StartupError(
             f"Redis at {where(url)} did not answer or refused svc ({reason}). Check that it "
-            "runs, and SVC_REDIS_URL: its address, user and password"
+            "runs, and SVC_REDIS_URL (or SVC_REDIS_SENTINELS): its address, user and password"
         ) from exc
 
 
