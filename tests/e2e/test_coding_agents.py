@@ -40,8 +40,8 @@ pytestmark = pytest.mark.e2e
 
 NODE_MODULES = ROOT / "tests" / "clients" / "node" / "node_modules"
 CODEX = NODE_MODULES / ".bin" / "codex"
-# opencode-ai's own bin is a placeholder its postinstall replaces; `make install` runs no
-# install scripts, so the binary is the one in the platform's optional package.
+# opencode as its Linux x64 binary package (opencode-ai's own bin is a placeholder its
+# postinstall script replaces, and `make install` runs no install scripts: the Makefile).
 OPENCODE = NODE_MODULES / "opencode-linux-x64" / "bin" / "opencode"
 MODEL = "svc-code"
 DOWN = "svc-smart"  # served by an upstream nothing listens on: a 502 before any token
@@ -67,7 +67,7 @@ class Agents:
 @pytest.fixture(scope="module")
 def agents(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agents]:
     assert CODEX.exists(), "no Codex CLI: make install"
-    assert OPENCODE.exists(), "no opencode binary: make install"
+    assert OPENCODE.exists(), "no opencode binary: make install (on Linux x64)"
     tmp = tmp_path_factory.mktemp("agents")
     with scripted_upstream(SHELL_CALLS, ANSWER) as upstream:
         models = tmp / "models.toml"
