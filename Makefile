@@ -50,8 +50,7 @@ $(TEST_STAMP): $(RUNTIME_STAMP) requirements/test.lock
 # is pinned as its Linux x64 binary package, opencode-linux-x64 (about 180 MB; an optional
 # dependency, skipped on other machines), not as opencode-ai: that package's bin/opencode is a
 # placeholder its postinstall script replaces, which --ignore-scripts skips, and its optional
-# packages for the other platforms cannot all be locked. The LangChain JS and Agents SDK
-# packages pull openai 7, which declares Node 22 (the tests run them on Node 20).
+# packages for the other platforms cannot all be locked.
 NODE_CLIENTS = tests/clients/node
 $(NODE_CLIENTS)/node_modules/.installed: $(NODE_CLIENTS)/package.json $(NODE_CLIENTS)/package-lock.json
 	bash tests/ensure-node.sh
