@@ -10,6 +10,7 @@ from pathlib import Path
 
 from app.core.errors import SettingsError
 from app.core.settings import Settings
+from app.core.urls import secure_url
 from app.kv.client import RedisClient
 from app.kv.layout import KeySpace
 from app.purchases.account_token import AccountTokens
@@ -57,6 +58,14 @@ def google_play(
     key_file = settings.google_service_account_file
     if not (settings.google_package_name and products and key_file):
         return None
+    urls = {
+        "SVC_GOOGLE_PLAY_API_URL": settings.google_play_api_url,
+        "SVC_GOOGLE_TOKEN_URL": settings.google_token_url or "https://token.uri",
+        "SVC_GOOGLE_OIDC_CERTS_URL": settings.google_oidc_certs_url,
+    }
+    for variable, url in urls.items():
+        if not secure_url(url):  # svc sends bearer tokens there, or trusts keys from it
+            raise SettingsError(f"{variable} must be an https:// URL (http:// only to loopback)")
     try:
         info = json.loads(Path(key_file).read_text(encoding="utf-8"))
         creds = credentials(info, settings.google_token_url)

@@ -407,3 +407,57 @@ async def test_google_play_is_off_until_configured(shop: Shop, google: play.Fake
             clock=shop.clock,
         )
         assert made is None, missing
+    for missing in ("google_push_audience", "google_push_service_account"):
+        settings = Settings(**{**env, missing: ""})
+        on = google_play(
+            settings,
+            purchases=shop.purchases,
+            tokens=AccountTokens(shop.store, b"p", shop.clock),
+            store=shop.store,
+            redis=shop.redis,
+            layout=shop.layout,
+            clock=shop.clock,
+        )
+        assert on is not None
+        assert on.push is None, missing  # notifications off: the route answers 404
+        await on.close()
+
+
+async def test_an_unreadable_key_file_refuses_to_start_naming_no_key(
+    shop: Shop, google: play.FakeGoogle, tmp_path: Path
+) -> None:
+    env = {k.removeprefix("SVC_").lower(): v for k, v in google.env().items()}
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"type": "service_account", "private_key": "-----BEGIN SECRET-----"}')
+    for path in (str(broken), str(tmp_path / "missing.json")):
+        with pytest.raises(SettingsError, match="SVC_GOOGLE_SERVICE_ACCOUNT_FILE") as refused:
+            google_play(
+                Settings(**{**env, "google_service_account_file": path}),
+                purchases=shop.purchases,
+                tokens=AccountTokens(shop.store, b"p", shop.clock),
+                store=shop.store,
+                redis=shop.redis,
+                layout=shop.layout,
+                clock=shop.clock,
+            )
+        assert "SECRET" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "setting", ["google_play_api_url", "google_token_url", "google_oidc_certs_url"]
+)
+@pytest.mark.parametrize("url", ["http://play.example.com", "ftp://127.0.0.1/x", "https://"])
+async def test_google_urls_must_be_https_or_loopback(
+    shop: Shop, google: play.FakeGoogle, setting: str, url: str
+) -> None:
+    env = {k.removeprefix("SVC_").lower(): v for k, v in google.env().items()}
+    with pytest.raises(SettingsError, match=setting.upper()):
+        google_play(
+            Settings(**{**env, setting: url}),
+            purchases=shop.purchases,
+            tokens=AccountTokens(shop.store, b"p", shop.clock),
+            store=shop.store,
+            redis=shop.redis,
+            layout=shop.layout,
+            clock=shop.clock,
+        )
