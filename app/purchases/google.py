@@ -40,6 +40,7 @@ from app.purchases.google_api import PlayPurchase as PlayPurchase
 from app.purchases.google_push import PushVerifier
 from app.purchases.purchases import Purchases, Result
 from app.store import Store
+from app.store.purchases import PURCHASE_GRANTED
 
 log = logging.getLogger("svc.purchases.google")
 
@@ -63,7 +64,9 @@ class GoogleClaim(msgspec.Struct, forbid_unknown_fields=True):
 
 class Claimed(msgspec.Struct):
     """What svc did with a purchase the app sent: credited (``applied``, or ``duplicate``
-    when it was before) or ``pending`` (nothing written: send it again once it completes)."""
+    when it was before), ``pending`` (nothing written: send it again once it completes) or
+    ``unmatched`` (kept for an operator: a notification stored it before the app sent it,
+    when its token named no account svc knew)."""
 
     status: str
     result: Result | None = None
@@ -146,6 +149,9 @@ class GooglePlay:
             raise invalid_google_purchase(unpaid)
         self.tokens.check(pid, found.account_token, "obfuscatedExternalAccountId")
         result = await self._credit(pid, claim.product_id, claim.purchase_token, found)
+        if not await self._granted(found.order_id or claim.purchase_token):
+            # a notification kept it unmatched first (its token named no account then)
+            return Claimed(status="unmatched", result="unmatched")
         return Claimed(status="credited", result=result)
 
     def _unpaid(self, found: PlayPurchase) -> str | None:
@@ -175,9 +181,15 @@ class GooglePlay:
             credits=credits,
         )
         result = await self.purchases.apply(GOOGLE, event)
-        if pid is not None and found.consumption_state == 0 and result != "unmatched":
+        if pid is not None and found.consumption_state == 0 and await self._granted(order):
             await self._consume(order, product_id, token)
         return result
+
+    async def _granted(self, order: str) -> bool:
+        """The order's purchase is stored as credited: not one kept unmatched (for an
+        operator), which stays unconsumed so that Google refunds it unless one credits it."""
+        stored = await self.store.get_purchase(f"{GOOGLE}:{order}")
+        return stored is not None and stored.status == PURCHASE_GRANTED
 
     async def _consume(self, order: str, product_id: str, token: str) -> None:
         lease = self.layout.google_consume_lease(order)

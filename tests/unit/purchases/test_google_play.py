@@ -281,6 +281,17 @@ async def test_an_unknown_token_is_kept_unmatched_and_not_consumed(seller: Play)
     assert seller.google.purchases["tok-nobody"].consumed == 0  # Google refunds it
 
 
+async def test_an_unmatched_purchase_is_not_consumed_when_the_app_sends_it(seller: Play) -> None:
+    pid = await seller.shop.accounts.create_account()
+    token = seller.tokens.of(pid)  # never served: a notification cannot name its account
+    seller.sell("tok-unserved", token, "GPA.0015")
+    assert await seller.notify(_bought("tok-unserved")) == ("paid", "unmatched")
+    claimed = await seller.claim(pid, "tok-unserved")
+    assert (claimed.status, claimed.result) == ("unmatched", "unmatched")
+    assert seller.google.purchases["tok-unserved"].consumed == 0
+    assert await seller.written(pid) == ((0, 0), [])
+
+
 async def test_voided_after_spending_is_debt(seller: Play) -> None:
     shop = seller.shop
     pid, token = await seller.account()
