@@ -23,7 +23,10 @@ _LIVE = {
     "ident": Provide(provide_identity),
     "live": Provide(live_only("Purchases belong to live traffic")),
 }
-_OFF = "Google Play purchases are off: the operator sets SVC_GOOGLE_PACKAGE_NAME, SVC_GOOGLE_PRODUCTS and SVC_GOOGLE_SERVICE_ACCOUNT_FILE."  # noqa: E501
+_OFF = (
+    "Google Play purchases are off: the operator sets SVC_GOOGLE_PACKAGE_NAME, "
+    "SVC_GOOGLE_PRODUCTS and SVC_GOOGLE_SERVICE_ACCOUNT_FILE."
+)
 
 
 def _google(services: Services) -> GooglePlay:

@@ -25,7 +25,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -68,9 +68,9 @@ class Claimed(msgspec.Struct):
     ``unmatched`` (kept for an operator: a notification stored it before the app sent it,
     when its token named no account svc knew)."""
 
-    status: str
+    status: Literal["credited", "pending", "unmatched"]
     result: Result | None = None
-    object: str = "google_purchase"
+    object: Literal["google_purchase"] = "google_purchase"
 
 
 class _Message(msgspec.Struct):

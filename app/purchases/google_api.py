@@ -18,7 +18,7 @@ from urllib.parse import quote
 import msgspec
 
 from app import __version__
-from app.core.errors import service_unavailable
+from app.core.errors import ApiError, service_unavailable
 from app.core.proxies import proxy_for
 from app.upstream.outbound import OutboundClients
 
@@ -104,8 +104,7 @@ class PlayApi:
         refuses the second consume as a 4xx), False when Google could not be asked."""
         try:
             response = await self._call("POST", self._url(product_id, token) + ":consume")
-        except Exception as exc:  # a 503: the next send of the token consumes it
-            log.warning("Google Play consume failed: %s", type(exc).__name__)
+        except ApiError:  # Google unreachable (logged): the next send of the token consumes it
             return False
         status = response.status_code
         if status in (401, 403, 429) or status >= 500:
