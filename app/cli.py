@@ -45,7 +45,8 @@ from app.core.errors import (
 from app.core.logs import granian_log_config
 from app.core.metrics import installed_version
 from app.core.settings import ENV_PREFIX, Settings
-from app.runtime import bootstrap_dev, load_models, open_services, resolve, short_pools
+from app.ops.resolve import resolve
+from app.runtime import bootstrap_dev, load_models, open_services, short_pools
 from app.spotlights.admob import ad_units
 
 log = logging.getLogger("svc.serve")

@@ -9,7 +9,7 @@ from app.core.metrics import share_across_workers
 from app.core.settings import Settings
 from app.http.app import create_app
 from app.http.rsgi.gateway import Gateway
-from app.runtime import resolve
+from app.ops.resolve import resolve
 
 settings = Settings.from_env()
 configure_logging(settings.log_level)

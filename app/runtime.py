@@ -10,9 +10,6 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-import msgspec
 
 from app.accounts.accounts import Accounts
 from app.accounts.bodies import KeyCreateRequest
@@ -23,7 +20,7 @@ from app.chat.router import UpstreamRouter
 from app.chat.service import CompletionService
 from app.core import tracing
 from app.core.clock import DAY_S
-from app.core.data_dir import DEV_KEY_FILE, prepare_data_dir, write_private
+from app.core.data_dir import DEV_KEY_FILE, write_private
 from app.core.errors import (
     ApiError,
     ErrorKind,
@@ -46,7 +43,7 @@ from app.keys.throttle import FailedAuthThrottle, parse_networks
 from app.kv.client import REDIS_ERRORS, RedisClient, open_redis
 from app.kv.layout import KeySpace
 from app.kv.pipelined import PipelinedRedis
-from app.kv.sentinel import DEFAULT_URL, master_locator, parse_sentinels, redis_named
+from app.kv.sentinel import master_locator, redis_named
 from app.kv.startup_checks import check_eviction_policy, check_redis_answers
 from app.purchases.account_token import AccountTokens
 from app.purchases.google_setup import google_play
@@ -68,55 +65,7 @@ from app.webhooks.registry import Webhooks
 from app.webhooks.scanner import Scanner
 from app.webhooks.targets import AllowList
 
-if TYPE_CHECKING:
-    from app.ops.embedded import EmbeddedValkey
-
 log = logging.getLogger("svc.runtime")
-
-
-def resolve(
-    settings: Settings, *, start_embedded: bool = True
-) -> tuple[Settings, EmbeddedValkey | None]:
-    """Fill in what the zero-configuration mode provides: the embedded Valkey (started here
-    when none answers; returned so the caller stops it), SQLite and generated secrets."""
-    data_dir = Path(settings.data_dir).resolve()
-    if settings.redis_sentinels:
-        if settings.redis_cluster:
-            raise SettingsError("SVC_REDIS_SENTINELS and SVC_REDIS_CLUSTER: set one of them")
-        parse_sentinels(settings.redis_sentinels)  # a typo refuses to start, named
-    embedded = not (settings.redis_url or settings.redis_sentinels)
-    if embedded:
-        if settings.redis_cluster:
-            raise SettingsError("SVC_REDIS_CLUSTER needs SVC_REDIS_URL (a node of the cluster)")
-        if not start_embedded:
-            raise SettingsError(
-                "SVC_REDIS_URL is not set (only `svc serve` starts an embedded Valkey)"
-            )
-    admin_token, key_pepper = prepare_data_dir(settings, data_dir)
-    owner = None
-    redis_url = settings.redis_url or (DEFAULT_URL if settings.redis_sentinels else None)
-    if not redis_url:
-        # imported here: the embedded Valkey's launcher and its client library (about
-        # 2.6 MB of RSS) are `svc serve`'s own, never a worker's
-        from app.ops.embedded import ensure_embedded
-
-        redis_url, owner = ensure_embedded(data_dir)  # last: nothing after it may fail
-    resolved = msgspec.structs.replace(
-        settings,
-        data_dir=str(data_dir),
-        redis_url=redis_url,
-        database_url=database_url(settings),
-        admin_token=admin_token,
-        key_pepper=key_pepper,
-        dev_bootstrap=(embedded if settings.dev_bootstrap is None else settings.dev_bootstrap),
-    )
-    return resolved, owner
-
-
-def database_url(settings: Settings) -> str:
-    """The store's URL: ``SVC_DATABASE_URL``, else SQLite in the data folder."""
-    data_dir = Path(settings.data_dir).resolve()
-    return settings.database_url or f"sqlite:///{data_dir / 'svc.db'}"
 
 
 def load_models(settings: Settings) -> Catalog:

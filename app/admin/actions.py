@@ -34,7 +34,8 @@ from app.core.operator import CLI, Operator, acting
 from app.core.settings import Settings
 from app.kv.client import REDIS_ERRORS, open_redis, readable, run_command
 from app.kv.fields import ACCOUNT_ACTIVE, ACCOUNT_DISABLED
-from app.runtime import Services, database_url, open_services, public_error, resolve
+from app.ops.resolve import database_url, resolve
+from app.runtime import Services, open_services, public_error
 from app.store import open_store
 
 AdminOp = Callable[[Services], Awaitable[Any]]

@@ -3,7 +3,7 @@
 deployment makes svc write there at all, and an ``OSError`` met there as a start-up error
 that names the folder, the file and the way out.
 
-``app.runtime.resolve`` prepares the folder through ``prepare_data_dir`` before anything
+``app.ops.resolve.resolve`` prepares the folder through ``prepare_data_dir`` before anything
 else opens a file there; the files' modes are ``app.core.private_files``'s.
 """
 

@@ -30,7 +30,7 @@ from app.runtime import open_services
 
 
 def create_app(settings: Settings) -> Litestar:
-    """A Litestar app for resolved settings (``runtime.resolve``): every route but chat
+    """A Litestar app for resolved settings (``app.ops.resolve``): every route but chat
     completions, which ``app.http.gateway.Gateway`` serves itself."""
 
     @asynccontextmanager

@@ -13,7 +13,7 @@ import pytest
 
 from app.core.data_dir import write_private
 from app.core.settings import Settings
-from app.runtime import resolve
+from app.ops.resolve import resolve
 from app.store import open_store
 
 SECRET_FILES = ("admin-token.txt", "key-pepper.txt")

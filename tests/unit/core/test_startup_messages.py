@@ -33,7 +33,8 @@ from app.core.errors import (
 from app.core.settings import Settings
 from app.kv.client import open_redis
 from app.kv.startup_checks import check_redis_answers, where
-from app.runtime import load_models, resolve, short_pools
+from app.ops.resolve import resolve
+from app.runtime import load_models, short_pools
 from tests.support.processes import free_port
 
 RUST_ERROR = (

@@ -15,7 +15,7 @@ from app.core.settings import Settings
 from app.http.errors import as_api_error
 from app.kv.client import REDIS_ERRORS, open_redis
 from app.kv.layout import KeySpace
-from app.runtime import resolve
+from app.ops.resolve import resolve
 from tests.support.ledgers import Ledgers
 from tests.support.processes import free_port
 from tests.support.valkey_cluster import ValkeyCluster, other_primary

@@ -16,7 +16,7 @@ from app.core.errors import SettingsError
 from app.core.settings import Settings
 from app.kv.pipelined import PipelinedRedis
 from app.kv.sentinel import parse_sentinels, redis_named
-from app.runtime import resolve
+from app.ops.resolve import resolve
 from bench.valkey_cluster import free_port
 
 
