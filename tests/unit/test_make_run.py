@@ -31,6 +31,7 @@ INPUTS = [
     Path("requirements/runtime.lock"),
     Path("requirements/test.lock"),
     Path("requirements/clients.lock"),
+    Path("requirements/aider.lock"),
     NODE_CLIENTS / "package.json",
     NODE_CLIENTS / "package-lock.json",
 ]
@@ -73,10 +74,11 @@ def make(*args: str, cwd: Path = ROOT) -> list[str]:
 
 
 def installs(steps: list[str]) -> list[str]:
-    """Which locks the steps install from, in order: "runtime", "test", "node", "clients"."""
+    """Which locks the steps install from, in order: "runtime", "test", "node", "clients",
+    "aider"."""
     found = []
     for step in steps:
-        if m := re.search(r"-r requirements/(runtime|test|clients)\.lock", step):
+        if m := re.search(r"-r requirements/(runtime|test|clients|aider)\.lock", step):
             found.append(m.group(1))
         elif "npm ci" in step:
             found.append("node")
@@ -104,7 +106,7 @@ def test_make_test_adds_the_test_lock_and_the_node_clients_then_runs_every_step(
     tmp_path: Path,
 ) -> None:
     steps = make("-B", "test", f"VENV={tmp_path / 'venv'}")
-    assert installs(steps) == ["runtime", "test", "node", "clients"]
+    assert installs(steps) == ["runtime", "test", "node", "clients", "aider"]
     text = "\n".join(steps)
     for step in (
         "pip check",
@@ -144,6 +146,7 @@ def stamp(tree: Path, *layers: str) -> None:
         "test": tree / ".venv" / "test.stamp",
         "node": tree / NODE_CLIENTS / "node_modules" / ".installed",
         "clients": tree / ".venv" / "clients" / "clients.stamp",
+        "aider": tree / ".venv" / "aider" / "aider.stamp",
     }
     for layer in layers:
         paths[layer].parent.mkdir(parents=True, exist_ok=True)
@@ -157,7 +160,7 @@ def change(tree: Path, path: str) -> None:
 
 @needs_make
 def test_make_run_after_make_test_installs_nothing(tree: Path) -> None:
-    stamp(tree, "runtime", "test", "node", "clients")
+    stamp(tree, "runtime", "test", "node", "clients", "aider")
     assert installs(make("run", cwd=tree)) == []
     assert installs(make("install", cwd=tree)) == []
 
@@ -166,7 +169,7 @@ def test_make_run_after_make_test_installs_nothing(tree: Path) -> None:
 def test_make_test_after_make_run_adds_only_the_test_layer(tree: Path) -> None:
     stamp(tree, "runtime")
     assert installs(make("run", cwd=tree)) == []
-    assert installs(make("install", cwd=tree)) == ["test", "node", "clients"]
+    assert installs(make("install", cwd=tree)) == ["test", "node", "clients", "aider"]
 
 
 @pytest.mark.parametrize(
@@ -177,13 +180,14 @@ def test_make_test_after_make_run_adds_only_the_test_layer(tree: Path) -> None:
         ("requirements/test.lock", [], ["test"]),
         ("tests/clients/node/package-lock.json", [], ["node"]),
         ("requirements/clients.lock", [], ["clients"]),
+        ("requirements/aider.lock", [], ["aider"]),
     ],
 )
 @needs_make
 def test_a_changed_lock_refreshes_the_layers_built_on_it(
     tree: Path, changed: str, for_run: list[str], for_test: list[str]
 ) -> None:
-    stamp(tree, "runtime", "test", "node", "clients")
+    stamp(tree, "runtime", "test", "node", "clients", "aider")
     change(tree, changed)
     assert installs(make("run", cwd=tree)) == for_run
     assert installs(make("install", cwd=tree)) == for_test
