@@ -48,6 +48,7 @@ from app.kv.layout import KeySpace
 from app.kv.pipelined import PipelinedRedis
 from app.kv.startup_checks import check_eviction_policy, check_redis_answers
 from app.purchases.account_token import AccountTokens
+from app.purchases.apple_store import apple_store
 from app.purchases.purchases import Purchases
 from app.spotlights.admob_keys import VerifierKeys
 from app.spotlights.intents import Intents
@@ -248,6 +249,7 @@ class Services:
         )
         self.purchases = Purchases(store, self.ledger, self.accounts, clock)
         self.account_tokens = AccountTokens(store, pepper, clock)
+        self.apple = apple_store(settings, self.purchases, self.account_tokens, self.accounts)
         self.stripe_secrets = tuple(
             s.strip() for s in settings.stripe_webhook_secrets.split(",") if s.strip()
         )

@@ -92,6 +92,7 @@ class ErrorKind(Enum):
     SPOTLIGHT_LIMIT = (429, "rate_limit_error", "spotlight_limit_reached")
     INVALID_SIGNATURE = (401, "authentication_error", "invalid_signature")
     INVALID_STRIPE_SIGNATURE = (400, "invalid_request_error", "invalid_stripe_signature")
+    INVALID_APPLE_SIGNATURE = (400, "invalid_request_error", "invalid_apple_signature")
     ACCOUNT_TOKEN_MISMATCH = (400, "invalid_request_error", "account_token_mismatch")
     INVALID_INTENT = (400, "invalid_request_error", "invalid_intent")
     INTENT_USED = (400, "invalid_request_error", "intent_used")
@@ -313,6 +314,16 @@ def invalid_stripe_signature(problem: str) -> ApiError:
         ErrorKind.INVALID_STRIPE_SIGNATURE,
         f"{problem} svc accepts only events Stripe signed with this endpoint's signing secret.",
         param="Stripe-Signature",
+    )
+
+
+def invalid_apple_signature(field: str, problem: str) -> ApiError:
+    """App Store signed data (``field``) svc cannot trust or is not this app's (``problem``:
+    what is wrong, naming no part of the data). A 400; nothing is written for it."""
+    return ApiError(
+        ErrorKind.INVALID_APPLE_SIGNATURE,
+        f"{problem} svc accepts only data the App Store signed for this app and environment.",
+        param=field,
     )
 
 
