@@ -48,7 +48,7 @@ from app.kv.layout import KeySpace
 from app.kv.pipelined import PipelinedRedis
 from app.kv.startup_checks import check_eviction_policy, check_redis_answers
 from app.purchases.account_token import AccountTokens
-from app.purchases.apple_store import apple_store
+from app.purchases.apple_on import apple_store
 from app.purchases.purchases import Purchases
 from app.spotlights.admob_keys import VerifierKeys
 from app.spotlights.intents import Intents

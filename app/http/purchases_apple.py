@@ -4,7 +4,7 @@ Server Notifications V2 (no key: Apple's signature), off (404) until the operato
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from litestar import Controller, Request, post
 from litestar.datastructures import ResponseHeader
@@ -18,9 +18,11 @@ from app.http.deps import live_only, provide_identity, provide_services
 from app.http.headers import NO_STORE
 from app.http.openapi import API_KEY, KEY_ERRORS
 from app.http.purchases import EventReceived
-from app.purchases.apple import APPLE, NotificationBody, TransactionBody
-from app.purchases.apple_store import ApplePurchase, AppleStore
+from app.purchases.apple_wire import APPLE, ApplePurchase, NotificationBody, TransactionBody
 from app.runtime import Services
+
+if TYPE_CHECKING:
+    from app.purchases.apple_store import AppleStore
 
 _LIVE = {
     "ident": Provide(provide_identity),
@@ -29,7 +31,7 @@ _LIVE = {
 _REFUSED = (ErrorKind.INVALID_APPLE_SIGNATURE, ErrorKind.INVALID_VALUE)
 
 
-def _apple(services: Services) -> AppleStore:
+def _apple(services: Services) -> AppleStore:  # the type only: imported when it is on
     if services.apple is None:
         raise ApiError(
             ErrorKind.NOT_FOUND,

@@ -11,9 +11,6 @@ reference and the payment its refunds name), its credits the product's, its amou
 
 from __future__ import annotations
 
-from typing import Annotated
-
-import msgspec
 from appstoreserverlibrary.models.Environment import Environment
 from appstoreserverlibrary.models.JWSTransactionDecodedPayload import (
     JWSTransactionDecodedPayload,
@@ -31,30 +28,12 @@ from appstoreserverlibrary.signed_data_verifier import (
 
 from app.core.errors import ApiError, invalid_apple_signature, invalid_value
 from app.purchases.apple_config import AppleConfig
+from app.purchases.apple_wire import APPLE, SIGNED_PAYLOAD
 from app.purchases.events import EventKind, PaymentEvent
 
-APPLE = "apple"
-SIGNED_TRANSACTION = "signed_transaction"
-SIGNED_PAYLOAD = "signedPayload"
-MAX_JWS_CHARS = 65_536
-"""A JWS Apple signs (three certificates and the payload) is a few kilobytes."""
 WHOLE = 100_000
 """A whole purchase in milliunits: how Apple gives a prorated refund's share
 (``revocationPercentage``) and takes the share consumed."""
-
-Jws = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_JWS_CHARS)]
-
-
-class TransactionBody(msgspec.Struct):
-    """``POST /v1/purchases/apple``: StoreKit 2's ``jwsRepresentation`` of a transaction."""
-
-    signed_transaction: Jws
-
-
-class NotificationBody(msgspec.Struct):
-    """An App Store Server Notification V2."""
-
-    signed_payload: Jws = msgspec.field(name=SIGNED_PAYLOAD)
 
 
 class Refused(Exception):

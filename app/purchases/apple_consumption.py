@@ -15,16 +15,21 @@ false (svc offers no sample of a purchase).
 
 from __future__ import annotations
 
-from appstoreserverlibrary.api_client import AsyncAppStoreServerAPIClient
+import logging
+
+from appstoreserverlibrary.api_client import APIException, AsyncAppStoreServerAPIClient
 from appstoreserverlibrary.models.ConsumptionRequest import ConsumptionRequest
 from appstoreserverlibrary.models.DeliveryStatus import DeliveryStatus
 from appstoreserverlibrary.models.Environment import Environment
 
 from app.accounts.accounts import Accounts
+from app.core.errors import service_unavailable
 from app.purchases.apple import WHOLE
 from app.purchases.apple_config import AppleApiKey
 from app.store import PurchaseRecord
 from app.store.purchases import PURCHASE_GRANTED
+
+log = logging.getLogger("svc.purchases.apple")
 
 
 def spent_credits(purchase: PurchaseRecord, purchased_available: int) -> int:
@@ -70,11 +75,28 @@ async def send_consumption(
     environment: str,
     transaction_id: str,
     request: ConsumptionRequest,
-) -> None:
+) -> bool:
     """PUT the consumption data of ``transaction_id`` (the library's
-    ``send_consumption_information``); its ``APIException`` or httpx's errors go up."""
+    ``send_consumption_information``): True when Apple took it, False when it refused it
+    for good (a stale request, a key without access: asking again will not help, so it is
+    logged), a 503 when Apple could not be reached or asks to retry (5xx, 429)."""
+    import httpx  # here: a worker that never sends any loads none of it (test_worker_imports)
+
     client = _Client(key, bundle_id, Environment(environment))
     try:
         await client.send_consumption_information(transaction_id, request)
+    except httpx.HTTPError as exc:
+        log.warning("consumption data not sent (App Store Server API: %s)", type(exc).__name__)
+        raise service_unavailable() from None
+    except APIException as exc:
+        if exc.http_status_code >= 500 or exc.http_status_code == 429:
+            raise service_unavailable() from None
+        log.warning(
+            "consumption data refused by the App Store Server API: %s %s",
+            exc.http_status_code,
+            exc.api_error,
+        )
+        return False
     finally:
         await client.async_close()  # type: ignore[no-untyped-call]  # the library's, untyped
+    return True

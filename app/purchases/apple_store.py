@@ -15,12 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Literal
 
-import httpx
-import msgspec
-from appstoreserverlibrary.api_client import APIException
-from appstoreserverlibrary.models.ConsumptionRequest import ConsumptionRequest
 from appstoreserverlibrary.models.JWSTransactionDecodedPayload import (
     JWSTransactionDecodedPayload,
 )
@@ -31,22 +26,19 @@ from appstoreserverlibrary.models.ResponseBodyV2DecodedPayload import (
 
 from app.accounts.accounts import Accounts
 from app.core.errors import invalid_value, service_unavailable
-from app.core.settings import Settings
 from app.core.validation import decode_json
 from app.purchases.account_token import AccountTokens
-from app.purchases.apple import (
+from app.purchases.apple import AppleReader, Refused, purchase_id, refund_event
+from app.purchases.apple_config import AppleConfig
+from app.purchases.apple_consumption import consumption_of, send_consumption
+from app.purchases.apple_wire import (
     APPLE,
     SIGNED_PAYLOAD,
     SIGNED_TRANSACTION,
-    AppleReader,
+    ApplePurchase,
     NotificationBody,
-    Refused,
     TransactionBody,
-    purchase_id,
-    refund_event,
 )
-from app.purchases.apple_config import AppleConfig, apple_config
-from app.purchases.apple_consumption import consumption_of, send_consumption
 from app.purchases.events import EventKind
 from app.purchases.purchases import Purchases, Result
 from app.store import Store
@@ -61,19 +53,6 @@ _KINDS: dict[NotificationTypeV2 | None, EventKind] = {
     NotificationTypeV2.REFUND_REVERSED: "refund_reversed",
     NotificationTypeV2.CONSUMPTION_REQUEST: "consumption_request",
 }
-
-
-class ApplePurchase(msgspec.Struct, kw_only=True):
-    """``POST /v1/purchases/apple``'s answer: the transaction's purchase, and whether this
-    call credited it (``applied``) or it was credited before (``duplicate``)."""
-
-    id: str
-    transaction_id: str
-    product_id: str
-    credits: int | None
-    status: str  # granted, or unmatched (kept for an operator)
-    result: Result
-    object: Literal["purchase"] = "purchase"
 
 
 class AppleStore:
@@ -164,38 +143,11 @@ class AppleStore:
         transaction = tx.transactionId or ""
         purchase = await self.store.get_purchase(purchase_id(transaction))
         request = await consumption_of(purchase, self.accounts)
-        try:
-            await self._send(transaction, request)
-        except httpx.HTTPError as exc:
-            log.warning("consumption data not sent (App Store Server API: %s)", type(exc).__name__)
-            raise service_unavailable() from None
-        except APIException as exc:
-            if exc.http_status_code >= 500 or exc.http_status_code == 429:
-                raise service_unavailable() from None
-            # refused for good (a stale request, a key without access): asking again will not help
-            log.warning(
-                "consumption data refused by the App Store Server API: %s %s",
-                exc.http_status_code,
-                exc.api_error,
-            )
-            return "ignored"
-        return "applied"
-
-    async def _send(self, transaction_id: str, request: ConsumptionRequest) -> None:
         api = self.config.api
         if api is None:  # apple_config sets it with the consent
             raise service_unavailable()
-        await send_consumption(
-            api, self.config.bundle_id, self.config.environment, transaction_id, request
+        config = self.config
+        sent = await send_consumption(
+            api, config.bundle_id, config.environment, transaction, request
         )
-
-
-def apple_store(
-    settings: Settings, purchases: Purchases, tokens: AccountTokens, accounts: Accounts
-) -> AppleStore | None:
-    """The App Store's purchases, None while they are off (no bundle id or products); a
-    ``SettingsError`` for settings that cannot work."""
-    config = apple_config(settings)
-    if config is None:
-        return None
-    return AppleStore(config, purchases, tokens, accounts, purchases.store, purchases.clock)
+        return "applied" if sent else "ignored"
