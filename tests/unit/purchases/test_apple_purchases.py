@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from app.core.errors import ApiError, ErrorKind
 from app.kv.client import RedisClient
@@ -296,3 +297,30 @@ async def test_apple_down_is_a_503_and_the_retry_sends_it(
     body = api.received[-1].json()
     assert (body["deliveryStatus"], body["consumptionPercentage"]) == ("UNDELIVERED_OTHER", 0)
     del pid
+
+
+async def test_redis_down_is_a_503_unmarked_and_apples_retry_credits_once(
+    apple_shop: AppleShop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shop = apple_shop.shop
+    pid, token = await apple_shop.account()
+    _, signed = _tx(token)
+    charge = apple.notification(CA, "ONE_TIME_CHARGE", signed)
+    real = shop.ledgers.money.grant
+    calls = {"n": 0}
+
+    async def failing(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RedisConnectionError("down")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(shop.ledgers.money, "grant", failing)
+    with pytest.raises(ApiError) as down:
+        await apple_shop.notify(charge)
+    assert down.value.kind is ErrorKind.SERVICE_UNAVAILABLE
+    assert await shop.balance(pid) == (0, 0)
+    assert await apple_shop.notify(charge) == ("paid", "applied")  # Apple's retry: not seen
+    assert (await apple_shop.send(pid, signed)).result == "duplicate"
+    assert await shop.balance(pid) == (1000, 0)
+    assert await shop.drift() == 0
