@@ -46,6 +46,7 @@ from app.kv.pipelined import PipelinedRedis
 from app.kv.sentinel import master_locator, redis_named
 from app.kv.startup_checks import check_eviction_policy, check_redis_answers
 from app.purchases.account_token import AccountTokens
+from app.purchases.apple_on import apple_store
 from app.purchases.google_setup import google_play
 from app.purchases.purchases import Purchases
 from app.spotlights.admob_keys import VerifierKeys
@@ -211,6 +212,7 @@ class Services:
             layout=self.layout,
             clock=clock,
         )
+        self.apple = apple_store(settings, self.purchases, self.account_tokens, self.accounts)
         self.stripe_secrets = tuple(
             s.strip() for s in settings.stripe_webhook_secrets.split(",") if s.strip()
         )

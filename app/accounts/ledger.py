@@ -46,7 +46,7 @@ log = logging.getLogger("svc.ledger")
 
 OPERATOR_SOURCE = "operator"
 """The source of an operator's entries (the admin API's and the CLI's grants and debits)."""
-INTAKE_KINDS = ("purchase", "reward", "grant", "dispute_won")
+INTAKE_KINDS = ("purchase", "reward", "grant", "dispute_won", "refund_reversed")
 """Entries that add credits (grant.lua); the others take them back (take_back.lua). Which
 script applies an entry follows from the sign of what it asks; the kinds name them."""
 TAKE_BACK_KINDS = ("refund", "dispute", "debit")

@@ -34,6 +34,7 @@ class CreditEntry(msgspec.Struct, kw_only=True):
     object: Literal["credit.entry"] = "credit.entry"
     id: str
     kind: str  # purchase | reward | grant | refund | dispute | dispute_won | debit | expiry
+    # | refund_reversed
     pool: str  # purchased | earned
     credits: int  # signed: how the pools moved
     debt_change: int  # signed: how the debt moved

@@ -94,6 +94,7 @@ class ErrorKind(Enum):
     INVALID_STRIPE_SIGNATURE = (400, "invalid_request_error", "invalid_stripe_signature")
     INVALID_PUSH_TOKEN = (401, "authentication_error", "invalid_push_token")
     INVALID_GOOGLE_PURCHASE = (400, "invalid_request_error", "invalid_google_purchase")
+    INVALID_APPLE_SIGNATURE = (400, "invalid_request_error", "invalid_apple_signature")
     ACCOUNT_TOKEN_MISMATCH = (400, "invalid_request_error", "account_token_mismatch")
     INVALID_INTENT = (400, "invalid_request_error", "invalid_intent")
     INTENT_USED = (400, "invalid_request_error", "intent_used")
@@ -333,6 +334,16 @@ def invalid_google_purchase(problem: str) -> ApiError:
     """A Google Play purchase that can never be credited (``problem``: what Google said of
     it): a 400, nothing written."""
     return ApiError(ErrorKind.INVALID_GOOGLE_PURCHASE, problem, param="purchase_token")
+
+
+def invalid_apple_signature(field: str, problem: str) -> ApiError:
+    """App Store signed data (``field``) svc cannot trust or is not this app's (``problem``:
+    what is wrong, naming no part of the data). A 400; nothing is written for it."""
+    return ApiError(
+        ErrorKind.INVALID_APPLE_SIGNATURE,
+        f"{problem} svc accepts only data the App Store signed for this app and environment.",
+        param=field,
+    )
 
 
 def model_not_allowed(model: str, *, routed: bool = False) -> ApiError:

@@ -76,6 +76,8 @@ PURCHASE_EVENTS = (  # app.purchases.events.EventKind, and a refused signature's
     "dispute_won",
     "dispute_lost",
     "ignored",
+    "refund_reversed",
+    "consumption_request",
     "invalid",
 )
 PURCHASE_RESULTS = (  # app.purchases.purchases.Result, and the two refusals
@@ -317,8 +319,8 @@ class Metrics:
             "svc_purchase_events",
             "Store payment events (POST /v1/purchases/<store>), by store, the event they "
             "came to (paid, pending, failed, refunded, dispute_opened, dispute_won, "
-            "dispute_lost, ignored, invalid) and result (applied, duplicate, kept, ignored, "
-            "unmatched, invalid_signature, unavailable).",
+            "dispute_lost, ignored, refund_reversed, consumption_request, invalid) and result "
+            "(applied, duplicate, kept, ignored, unmatched, invalid_signature, unavailable).",
             ["store", "event", "result"],
             registry=reg,
         )

@@ -131,6 +131,33 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """Comma-separated signing secrets of the Stripe webhook endpoint that posts to ``POST
     /v1/purchases/stripe`` (``whsec_…``; two while one is rotated); empty = Stripe purchases
     are off (404). Never logged."""
+    apple_bundle_id: str = ""
+    """The app's bundle id, which every App Store transaction and notification svc accepts
+    must name; empty (or no ``apple_products``) = App Store purchases are off (404)."""
+    apple_app_id: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """The app's Apple ID (App Store Connect), which notifications must name; required when
+    ``apple_environment`` is Production."""
+    apple_environment: Literal["Production", "Sandbox"] = "Production"
+    """The App Store environment whose transactions and notifications svc accepts."""
+    apple_root_certs: str = ""
+    """Comma-separated files of the root certificates App Store signatures must chain to
+    (DER as Apple publishes them, or PEM); empty = Apple Root CA - G3, shipped with svc."""
+    apple_products: str = ""
+    """Comma-separated ``product_id=credits`` of the app's consumable products: the credits
+    each purchase of the product grants."""
+    apple_consumption_consent: bool = False
+    """The app asked its users' consent to share consumption data with Apple: svc answers
+    CONSUMPTION_REQUEST notifications with how much of the purchase was spent."""
+    apple_api_key_id: str = ""
+    """The App Store Server API key's id (App Store Connect, In-App Purchase keys), for the
+    consumption data."""
+    apple_api_issuer_id: str = ""
+    """The App Store Server API key's issuer id."""
+    apple_api_private_key_file: str = ""
+    """File of the App Store Server API key (``SubscriptionKey_….p8``, PEM). Never logged."""
+    apple_api_url: str = ""
+    """Base URL of the App Store Server API; empty = Apple's for ``apple_environment``
+    (a test's stand-in otherwise)."""
     earned_expiry_days: int = 30
     """The earned pool expires this long after its latest grant (rolling)."""
     sweep_interval_s: float = 10.0

@@ -23,6 +23,7 @@ from app.http.health import HealthController
 from app.http.metrics import MetricsController
 from app.http.openapi_document import openapi_config
 from app.http.purchases import PurchasesController
+from app.http.purchases_apple import ApplePurchasesController
 from app.http.purchases_google import GooglePurchasesController
 from app.http.spotlights import SpotlightController
 from app.kv.client import REDIS_ERRORS
@@ -67,6 +68,7 @@ def create_app(settings: Settings) -> Litestar:
             SpotlightController,
             PurchasesController,
             GooglePurchasesController,
+            ApplePurchasesController,
             AdminController,
             HealthController,
             MetricsController,

@@ -10,8 +10,11 @@ import msgspec
 
 EventKind = Literal[
     "paid", "pending", "failed", "refunded", "dispute_opened", "dispute_won", "dispute_lost",
-    "ignored",
+    "ignored", "refund_reversed", "consumption_request",
 ]  # fmt: skip
+"""``refund_reversed``: the store reversed its refunds of the payment (the App Store's
+REFUND_REVERSED), so what they took is given back; ``consumption_request``: the store asks
+how much of the purchase was used before it decides a refund (changes nothing here)."""
 
 
 class PaymentEvent(msgspec.Struct, frozen=True, kw_only=True):

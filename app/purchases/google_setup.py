@@ -17,30 +17,9 @@ from app.purchases.account_token import AccountTokens
 from app.purchases.google import GooglePlay
 from app.purchases.google_api import PlayApi, credentials
 from app.purchases.google_push import PushVerifier
-from app.purchases.purchases import MAX_PURCHASE_CREDITS, Purchases
+from app.purchases.products import parse_products
+from app.purchases.purchases import Purchases
 from app.store import Store
-
-
-def parse_products(text: str, variable: str) -> dict[str, int]:
-    """``product_id=credits,…`` as product id → credits (a positive integer each);
-    ``SettingsError`` naming ``variable`` otherwise."""
-    products: dict[str, int] = {}
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        product, sep, amount = (s.strip() for s in item.partition("="))
-        if not sep or not product or not (amount.isascii() and amount.isdigit()):
-            raise SettingsError(
-                f"{variable}: {item[:80]!r} is not product_id=credits (credits: a positive integer)"
-            )
-        credits = int(amount)
-        if not 0 < credits <= MAX_PURCHASE_CREDITS:
-            raise SettingsError(f"{variable}: {product[:80]!r} must grant 1 to "
-                                f"{MAX_PURCHASE_CREDITS} credits")  # fmt: skip
-        if product in products:
-            raise SettingsError(f"{variable}: {product[:80]!r} is listed twice")
-        products[product] = credits
-    return products
 
 
 def google_play(
@@ -54,7 +33,7 @@ def google_play(
     clock: Callable[[], float],
 ) -> GooglePlay | None:
     """Google Play as the settings configure it; None while it is off."""
-    products = parse_products(settings.google_products, "SVC_GOOGLE_PRODUCTS")
+    products = parse_products("SVC_GOOGLE_PRODUCTS", settings.google_products)
     key_file = settings.google_service_account_file
     if not (settings.google_package_name and products and key_file):
         return None

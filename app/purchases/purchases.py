@@ -34,6 +34,7 @@ log = logging.getLogger("svc.purchases")
 Result = Literal["applied", "duplicate", "kept", "ignored", "unmatched"]
 CHANGE_ROUNDS = 20  # decisions on a purchase other events keep changing, before a 503
 MAX_PURCHASE_CREDITS = 1_000_000_000_000  # what one purchase may grant (a typo's guard)
+_CHANGES = ("refunded", "refund_reversed", "dispute_opened", "dispute_won")
 
 
 class Purchases:
@@ -55,7 +56,7 @@ class Purchases:
         """Apply ``event`` from ``source`` once; what it came to."""
         if event.kind == "paid":
             return await self._purchase(source, event)
-        if event.kind in ("refunded", "dispute_opened", "dispute_won") and event.payment_intent:
+        if event.kind in _CHANGES and event.payment_intent:
             purchase = await self.store.purchase_of_payment(source, event.payment_intent)
             if purchase is None or (
                 event.kind == "dispute_won" and await self._dispute_unseen(purchase, event)
@@ -154,23 +155,14 @@ class Purchases:
         end at the same balance whatever order the events come in: a refund takes its
         cumulative share, first out of what an open dispute holds back (taken already),
         then out of the pools; a dispute holds back what refunds left; its win gives back
-        what it holds then."""
+        what it holds then; a reversal of the refunds gives back what they took."""
+        if event.kind in ("refunded", "refund_reversed"):
+            return await self._refund_change(purchase, event)
         credits = purchase.credits or 0
         held = purchase.dispute_taken
         pid = purchase.account_pid or ""
         now = int(self.clock())
         source = purchase.source
-        if event.kind == "refunded":
-            share = credits_to_take(credits, event.amount or 1, event.amount_refunded or 0, 0)
-            take = share - purchase.refund_taken
-            if take <= 0:
-                return None
-            from_pools = take - min(take, held)
-            entry = None
-            if from_pools:
-                entry_id = f"{purchase.purchase_id}:refund:{share}"
-                entry = _entry(entry_id, pid, -from_pools, "refund", source, event.event_id, now)
-            return PurchaseChange(share, held - (take - from_pools), entry)
         dispute = f"{purchase.purchase_id}:dispute:{event.dispute_id}"
         if event.kind == "dispute_opened":
             left = credits - purchase.refund_taken - held
@@ -183,6 +175,34 @@ class Purchases:
             return None
         entry = _entry(won, pid, held, "dispute_won", source, event.dispute_id, now)
         return PurchaseChange(purchase.refund_taken, 0, entry)
+
+    async def _refund_change(
+        self, purchase: PurchaseRecord, event: PaymentEvent
+    ) -> PurchaseChange | None:
+        """A refund's, or a reversal's of the refunds. Their entries are numbered by the
+        reversals before them, so a purchase refunded, reversed and refunded again gets a
+        new entry each time (the same share refunded twice apart is two refunds)."""
+        held, pid, now = purchase.dispute_taken, purchase.account_pid or "", int(self.clock())
+        source, reversals = purchase.source, await self._reversals(purchase.purchase_id)
+        if event.kind == "refund_reversed":
+            if purchase.refund_taken <= 0:
+                return None
+            entry_id = f"{purchase.purchase_id}:refund_reversed:{reversals + 1}"
+            give = purchase.refund_taken
+            entry = _entry(entry_id, pid, give, "refund_reversed", source, event.event_id, now)
+            return PurchaseChange(0, held, entry)
+        credits = purchase.credits or 0
+        share = credits_to_take(credits, event.amount or 1, event.amount_refunded or 0, 0)
+        take = share - purchase.refund_taken
+        if take <= 0:
+            return None
+        from_pools = take - min(take, held)
+        refund: GrantRecord | None = None
+        if from_pools:
+            entry_id = f"{purchase.purchase_id}:refund:{share}"
+            entry_id += f":{reversals}" if reversals else ""
+            refund = _entry(entry_id, pid, -from_pools, "refund", source, event.event_id, now)
+        return PurchaseChange(share, held - (take - from_pools), refund)
 
     async def _keep(self, source: str, event: PaymentEvent) -> Result:
         payment = event.payment_intent or ""
@@ -219,6 +239,14 @@ class Purchases:
                 applied.add(kept.event_id)
                 progress = True
         return applied
+
+    async def _reversals(self, purchase_id: str) -> int:
+        """How many times the purchase's refunds were reversed (their entries are numbered
+        from 1; a store that reverses refunds has few of them, and no disputes)."""
+        done = 0
+        while await self.store.get_grant(f"{purchase_id}:refund_reversed:{done + 1}"):
+            done += 1
+        return done
 
     async def _dispute_unseen(self, purchase: PurchaseRecord, event: PaymentEvent) -> bool:
         opened = f"{purchase.purchase_id}:dispute:{event.dispute_id}"

@@ -93,6 +93,7 @@ class GrantRecord(msgspec.Struct, frozen=True, kw_only=True):
     expires_at: int | None = None
     reason: str | None = None  # the operator's (None: none given)
     kind: str = "grant"  # purchase | reward | grant | refund | dispute | dispute_won | debit
+    # | refund_reversed
     debt_change: int = 0  # signed: > 0 the entry left a debt, < 0 it paid one
     applied_at: int | None = None  # when Redis applied it; None: pending
     intent: str | None = None  # a reward's spotlight intent, consumed with it

@@ -51,3 +51,28 @@ def test_the_first_outbound_call_loads_httpx(tmp_path: Path) -> None:
         "asyncio.run(clients.close())\n"
     )
     assert "httpx" in _loaded_after(code, tmp_path)
+
+
+def test_apples_library_is_loaded_only_by_a_server_that_sells_in_the_app_store(
+    tmp_path: Path,
+) -> None:
+    """Apple's app-store-server-library (with pyOpenSSL, requests, cattrs) costs about 28 MB
+    of RSS per worker: the routes and the services load it only when the App Store is on."""
+    probe = (
+        "import sys\n"
+        "import app.rsgi\n"
+        "from app.core.settings import Settings\n"
+        "from app.purchases.apple_on import apple_store\n"
+        "off = apple_store(Settings.from_env({}), None, None, None)\n"
+        "print(off, any(m.startswith('appstoreserverlibrary') for m in sys.modules))\n"
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SVC_")},
+        "SVC_REDIS_URL": "redis://127.0.0.1:9/0",  # never connected to: nothing is served
+        "SVC_DATA_DIR": str(tmp_path),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-2:] == ["None", "False"]

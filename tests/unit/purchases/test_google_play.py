@@ -22,7 +22,7 @@ from app.core.settings import Settings
 from app.kv.client import RedisClient
 from app.purchases.account_token import AccountTokens
 from app.purchases.google import GooglePlay
-from app.purchases.google_setup import google_play, parse_products
+from app.purchases.google_setup import google_play
 from tests.support import google_play as play
 from tests.support.databases import Database
 from tests.support.scripts_helpers import key, reserve
@@ -395,13 +395,6 @@ async def test_a_push_that_is_not_one_is_a_400(seller: Play) -> None:
         with pytest.raises(ApiError) as refused:
             await seller.play.notify(auth, body)
         assert refused.value.kind is ErrorKind.INVALID_VALUE
-
-
-def test_products_are_read_or_refused() -> None:
-    assert parse_products(" a=1, b.c = 20 ,", "SVC_X") == {"a": 1, "b.c": 20}
-    for bad in ("a", "a=", "a=0", "a=-1", "=5", "a=1,a=2", "a=1.5"):
-        with pytest.raises(SettingsError, match="SVC_X"):
-            parse_products(bad, "SVC_X")
 
 
 async def test_google_play_is_off_until_configured(shop: Shop, google: play.FakeGoogle) -> None:

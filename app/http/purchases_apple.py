@@ -1,0 +1,123 @@
+"""``/v1/purchases/apple``: App Store purchases, the app's (a live key) and the App Store
+Server Notifications V2 (no key: Apple's signature), off (404) until the operator sets
+``SVC_APPLE_BUNDLE_ID`` and ``SVC_APPLE_PRODUCTS``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from litestar import Controller, Request, post
+from litestar.datastructures import ResponseHeader
+from litestar.di import Provide
+
+from app.core.errors import ApiError, ErrorKind, StoreError
+from app.core.metrics import METRICS
+from app.credits.outcomes import Identity
+from app.http.body_routes import body_route
+from app.http.deps import live_only, provide_identity, provide_services
+from app.http.headers import NO_STORE
+from app.http.openapi import API_KEY, KEY_ERRORS
+from app.http.purchases import EventReceived
+from app.purchases.apple_wire import APPLE, ApplePurchase, NotificationBody, TransactionBody
+from app.runtime import Services
+
+if TYPE_CHECKING:
+    from app.purchases.apple_store import AppleStore
+
+_LIVE = {
+    "ident": Provide(provide_identity),
+    "live": Provide(live_only("Purchases belong to live traffic")),
+}
+_REFUSED = (ErrorKind.INVALID_APPLE_SIGNATURE, ErrorKind.INVALID_VALUE)
+
+
+def _apple(services: Services) -> AppleStore:  # the type only: imported when it is on
+    if services.apple is None:
+        raise ApiError(
+            ErrorKind.NOT_FOUND,
+            "App Store purchases are off: the operator sets SVC_APPLE_BUNDLE_ID and "
+            "SVC_APPLE_PRODUCTS.",
+        )
+    return services.apple
+
+
+def _count(event: str, result: str) -> None:
+    METRICS.labelled(METRICS.purchase_events, APPLE, event, result).inc()
+
+
+class ApplePurchasesController(Controller):
+    response_headers = [ResponseHeader(name=NO_STORE[0], value=NO_STORE[1])]
+    path = "/v1/purchases/apple"
+    dependencies = {"services": Provide(provide_services)}
+    tags = ["v1"]
+
+    @body_route(
+        post,
+        "/",
+        TransactionBody,
+        *KEY_ERRORS,
+        ErrorKind.TEST_KEY_FORBIDDEN,
+        ErrorKind.INVALID_APPLE_SIGNATURE,
+        ErrorKind.ACCOUNT_TOKEN_MISMATCH,
+        ErrorKind.NOT_FOUND,
+        ErrorKind.SERVICE_UNAVAILABLE,
+        status_code=200,
+        dependencies=_LIVE,
+        security=API_KEY,
+    )
+    async def transaction(
+        self, services: Services, live: Identity, request: Request[Any, Any, Any]
+    ) -> ApplePurchase:
+        """A StoreKit 2 transaction the app bought (its ``jwsRepresentation``, sent before
+        ``finish()``): credited once to the account whose app account token it carries,
+        the caller's, whoever sends it and however often (a second send answers the same
+        purchase, ``result: "duplicate"``). 400 with nothing written for a transaction the
+        App Store did not sign for this app and environment, another account's, a revoked
+        one, or one of a product svc does not sell; 503 when it could not be recorded."""
+        apple = _apple(services)
+        try:
+            bought = await apple.record(live.pid, await request.body())
+        except ApiError as refused:
+            if refused.kind in (*_REFUSED, ErrorKind.ACCOUNT_TOKEN_MISMATCH):
+                _count("invalid", "invalid_signature")
+            else:
+                _count("paid", "unavailable")
+            raise
+        except StoreError:
+            _count("paid", "unavailable")
+            raise
+        _count("paid", bought.result)
+        return bought
+
+    @body_route(
+        post,
+        "/notifications",
+        NotificationBody,
+        ErrorKind.INVALID_APPLE_SIGNATURE,
+        ErrorKind.NOT_FOUND,
+        ErrorKind.SERVICE_UNAVAILABLE,
+        status_code=200,
+        security=[],
+    )
+    async def notifications(
+        self, services: Services, request: Request[Any, Any, Any]
+    ) -> EventReceived:
+        """App Store Server Notifications V2 (register this URL in App Store Connect):
+        ONE_TIME_CHARGE credits the purchase (when the app did not send it), REFUND takes
+        its credits back (debt when spent), REFUND_REVERSED gives them back,
+        CONSUMPTION_REQUEST is answered with the share spent (with
+        ``SVC_APPLE_CONSUMPTION_CONSENT=true``); each notification once. 200 for every
+        notification svc applied, saw before or ignores; 400 with nothing written for one
+        Apple did not sign for this app and environment; 503 when it could not be recorded
+        or answered (Apple sends it again)."""
+        apple = _apple(services)
+        try:
+            kind, result = await apple.notify(await request.body())
+        except ApiError as refused:
+            _count("invalid", "invalid_signature" if refused.kind in _REFUSED else "unavailable")
+            raise
+        except StoreError:
+            _count("invalid", "unavailable")
+            raise
+        _count(kind, result)
+        return EventReceived(received=True, result=result)
