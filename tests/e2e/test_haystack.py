@@ -142,6 +142,7 @@ def test_a_haystack_agent_calls_its_tool_and_answers(server: Server) -> None:
     first, second = recorder.sent
     assert first["stream"] is second["stream"] is True
     assert [tool["function"]["name"] for tool in first["tools"]] == ["get_weather"]
+    assert "tool_choice" not in first
     assert second["messages"][-1]["role"] == "tool"
     charges = [charged_for(server, body) for body in recorder.sent]
     assert result["last_message"].text == charges[1][0]
