@@ -38,12 +38,19 @@ $(TEST_STAMP): $(RUNTIME_STAMP) requirements/test.lock
 
 # The Node clients the client tests drive (tests/clients/node/package.json): the openai SDK, the
 # Anthropic SDK (@anthropic-ai/sdk), the Vercel AI SDK (ai) with its providers @ai-sdk/openai,
-# @ai-sdk/openai-compatible and @ai-sdk/anthropic, Claude Code (@anthropic-ai/claude-code), and
+# @ai-sdk/openai-compatible and @ai-sdk/anthropic, Claude Code (@anthropic-ai/claude-code),
+# LangChain JS (@langchain/openai, @langchain/core), the OpenAI Agents SDK for JS
+# (@openai/agents), the coding agents Codex CLI (@openai/codex) and opencode, and
 # zod (the Vercel scripts' schemas) and gpt-tokenizer (token_counts.js). They are installed
 # exactly as package-lock.json says, again only when the lock or package.json changes (the
 # stamp is inside node_modules, which npm ci deletes and writes anew). Claude Code's install
 # downloads a native binary of about 400 MB (its optional package for this platform, such as
-# @anthropic-ai/claude-code-linux-x64): a fresh install takes that much time and disk.
+# @anthropic-ai/claude-code-linux-x64): a fresh install takes that much time and disk. Codex's
+# native binary comes the same way (@openai/codex-linux-x64, about 400 MB unpacked). opencode
+# is pinned as its Linux x64 binary package, opencode-linux-x64 (about 180 MB; an optional
+# dependency, skipped on other machines), not as opencode-ai: that package's bin/opencode is a
+# placeholder its postinstall script replaces, which --ignore-scripts skips, and its optional
+# packages for the other platforms cannot all be locked.
 NODE_CLIENTS = tests/clients/node
 $(NODE_CLIENTS)/node_modules/.installed: $(NODE_CLIENTS)/package.json $(NODE_CLIENTS)/package-lock.json
 	bash tests/ensure-node.sh

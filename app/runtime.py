@@ -49,6 +49,7 @@ from app.kv.pipelined import PipelinedRedis
 from app.kv.sentinel import DEFAULT_URL, master_locator, parse_sentinels, redis_named
 from app.kv.startup_checks import check_eviction_policy, check_redis_answers
 from app.purchases.account_token import AccountTokens
+from app.purchases.google_setup import google_play
 from app.purchases.purchases import Purchases
 from app.spotlights.admob_keys import VerifierKeys
 from app.spotlights.intents import Intents
@@ -252,6 +253,15 @@ class Services:
         )
         self.purchases = Purchases(store, self.ledger, self.accounts, clock)
         self.account_tokens = AccountTokens(store, pepper, clock)
+        self.google_play = google_play(  # None while Google Play is off
+            settings,
+            purchases=self.purchases,
+            tokens=self.account_tokens,
+            store=store,
+            redis=redis,
+            layout=self.layout,
+            clock=clock,
+        )
         self.stripe_secrets = tuple(
             s.strip() for s in settings.stripe_webhook_secrets.split(",") if s.strip()
         )
@@ -316,6 +326,8 @@ class Services:
     async def close(self) -> None:
         await self.router.close()
         await self.admob_keys.close()
+        if self.google_play is not None:
+            await self.google_play.close()
         await self.deliverer.close()
         await self.store.close()
         if self.background_redis is not self.redis:

@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from app.accounts.lost_entries import LostEntries
 from app.core.errors import ApiError, service_unavailable
 from app.core.metrics import METRICS
 from app.credits.money import Money
@@ -93,6 +94,7 @@ class Ledger:
         self.money = money
         self.config = config or LedgerConfig()
         self.clock = clock
+        self.lost = LostEntries(store, money, clock, self.config.earned_ttl_s)
 
     async def record(
         self,
@@ -212,12 +214,14 @@ class Ledger:
                 await self.apply(stored)
 
     async def run(self, every_s: float = REPAIR_EVERY_S) -> None:
-        """Repair every ``every_s`` (with jitter, so workers spread out) until cancelled.
-        Every worker runs it; two repairing one entry at once apply it once (its marker)."""
+        """Repair every ``every_s`` (with jitter, so workers spread out) until cancelled:
+        the pending entries, then the applied ones Redis lost (``LostEntries``). Every
+        worker runs it; two repairing one entry at once apply it once (its marker)."""
         while True:
             await asyncio.sleep(every_s * random.uniform(0.5, 1.5))
             try:
                 await self.repair_pending()
+                await self.lost.recheck()
             except (StoreError, *REDIS_ERRORS, OSError) as exc:
                 METRICS.labelled(METRICS.background_errors, "ledger_repair").inc()
                 log.warning("ledger repair failed, retrying next round: %s", type(exc).__name__)

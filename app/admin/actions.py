@@ -134,7 +134,10 @@ def _ledger_ops(args: argparse.Namespace) -> dict[str, AdminOp]:
     async def reconcile(s: Services) -> Any:
         from app.ops.reconcile import reconcile
 
-        repaired = await s.ledger.repair_pending(older_than_s=0) if args.repair else 0
+        repaired = restored = 0
+        if args.repair:
+            repaired = await s.ledger.repair_pending(older_than_s=0)
+            restored = await s.ledger.lost.recheck_since(0)  # every applied entry
         report = await reconcile(
             s.redis,
             s.layout,
@@ -144,6 +147,7 @@ def _ledger_ops(args: argparse.Namespace) -> dict[str, AdminOp]:
             usage_retention_s=s.settings.usage_day_ttl_s,
             everything=args.all,
             repaired_entries=repaired,
+            restored_entries=restored,
         )
         return ExitWith(report, DRIFT_EXIT) if report.accounts_with_drift else report
 

@@ -92,6 +92,8 @@ class ErrorKind(Enum):
     SPOTLIGHT_LIMIT = (429, "rate_limit_error", "spotlight_limit_reached")
     INVALID_SIGNATURE = (401, "authentication_error", "invalid_signature")
     INVALID_STRIPE_SIGNATURE = (400, "invalid_request_error", "invalid_stripe_signature")
+    INVALID_PUSH_TOKEN = (401, "authentication_error", "invalid_push_token")
+    INVALID_GOOGLE_PURCHASE = (400, "invalid_request_error", "invalid_google_purchase")
     ACCOUNT_TOKEN_MISMATCH = (400, "invalid_request_error", "account_token_mismatch")
     INVALID_INTENT = (400, "invalid_request_error", "invalid_intent")
     INTENT_USED = (400, "invalid_request_error", "intent_used")
@@ -314,6 +316,23 @@ def invalid_stripe_signature(problem: str) -> ApiError:
         f"{problem} svc accepts only events Stripe signed with this endpoint's signing secret.",
         param="Stripe-Signature",
     )
+
+
+def invalid_push_token(problem: str) -> ApiError:
+    """A Pub/Sub push svc cannot trust (``problem``: what is wrong with its OIDC token,
+    naming none of the token's contents): a 401, nothing written."""
+    return ApiError(
+        ErrorKind.INVALID_PUSH_TOKEN,
+        f"{problem} svc accepts only notifications Pub/Sub pushes with an OIDC token of the "
+        "configured service account and audience.",
+        param="Authorization",
+    )
+
+
+def invalid_google_purchase(problem: str) -> ApiError:
+    """A Google Play purchase that can never be credited (``problem``: what Google said of
+    it): a 400, nothing written."""
+    return ApiError(ErrorKind.INVALID_GOOGLE_PURCHASE, problem, param="purchase_token")
 
 
 def model_not_allowed(model: str, *, routed: bool = False) -> ApiError:

@@ -100,6 +100,33 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     admob_ad_units: str = ""
     """Comma-separated AdMob ad unit ids whose verification callbacks are accepted; empty =
     AdMob callbacks are off (404: Google signs every publisher's callbacks alike)."""
+    google_service_account_file: str | None = None
+    """JSON key file of the Google Cloud service account svc asks the Play Developer API
+    with (granted "View financial data" and "Manage orders" in Play Console); unset =
+    Google Play purchases are off (404). Its private key is never logged."""
+    google_package_name: str = ""
+    """The Android app's package name (``com.example.app``) whose purchases svc accepts;
+    empty = Google Play purchases are off (404)."""
+    google_products: str = ""
+    """Comma-separated ``product_id=credits`` of the Play Console one-time (consumable)
+    products svc sells; empty = Google Play purchases are off (404)."""
+    google_play_api_url: str = "https://androidpublisher.googleapis.com"
+    """Base URL of the Play Developer API (a local stand-in's for tests)."""
+    google_token_url: str | None = None
+    """Google's OAuth token endpoint for the service account; unset = the key file's own
+    ``token_uri`` (set it for a local stand-in in tests)."""
+    google_accept_test_purchases: bool = False
+    """Credit purchases made by Play Console's license testers (``purchaseType`` 0, not
+    charged); off in production."""
+    google_oidc_certs_url: str = "https://www.googleapis.com/oauth2/v1/certs"
+    """Where Google's OIDC signing certificates are fetched (key id → PEM), to verify the
+    token Pub/Sub pushes Real-time developer notifications with."""
+    google_push_audience: str = ""
+    """The audience of the Pub/Sub push subscription's OIDC token (as set on the
+    subscription, often the endpoint's URL); empty = notifications are off (404)."""
+    google_push_service_account: str = ""
+    """The service account email the Pub/Sub push subscription authenticates as; empty =
+    notifications are off (404)."""
     stripe_webhook_secrets: str = ""
     """Comma-separated signing secrets of the Stripe webhook endpoint that posts to ``POST
     /v1/purchases/stripe`` (``whsec_…``; two while one is rotated); empty = Stripe purchases

@@ -6,7 +6,7 @@ answered with the typed results of ``outcomes``."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app.core.clock import DAY_S, day_tag, utc_day
@@ -157,6 +157,14 @@ class Money(Holds):
         ``GRANT_MARKER_TTL_S``)."""
         shard = self.layout.shard(pid)
         return bool(await self.redis.exists(self.layout.grant_marker(shard, grant_id)))
+
+    async def grants_applied(self, entries: Sequence[tuple[str, str]]) -> list[bool]:
+        """``grant_applied`` of many (account pid, entry id) pairs, in one round trip (a
+        pipeline without a transaction: a Cluster's client splits it per primary)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for pid, grant_id in entries:
+            pipe.exists(self.layout.grant_marker(self.layout.shard(pid), grant_id))
+        return [bool(found) for found in await pipe.execute()]
 
     async def grant(
         self,

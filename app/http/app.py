@@ -23,6 +23,7 @@ from app.http.health import HealthController
 from app.http.metrics import MetricsController
 from app.http.openapi_document import openapi_config
 from app.http.purchases import PurchasesController
+from app.http.purchases_google import GooglePurchasesController
 from app.http.spotlights import SpotlightController
 from app.kv.client import REDIS_ERRORS
 from app.runtime import open_services
@@ -65,6 +66,7 @@ def create_app(settings: Settings) -> Litestar:
             V1Controller,
             SpotlightController,
             PurchasesController,
+            GooglePurchasesController,
             AdminController,
             HealthController,
             MetricsController,

@@ -144,6 +144,11 @@ class KeySpace:
         key id (SET NX PX: one refetch per interval across the workers)."""
         return f"{self.prefix}:admob-keys-lease"
 
+    def google_consume_lease(self, order_id: str) -> str:
+        """string: the token of the worker consuming a Google Play purchase (SET NX PX: one
+        consume call per purchase while svc is credited it by several requests at once)."""
+        return f"{self.prefix}:google-consume:{order_id}"
+
     def usage_epoch(self) -> str:
         """string: the first day (unix seconds at 00:00 UTC) whose usage counters this
         Redis holds completely; a Redis that lost its data starts a new epoch."""

@@ -81,6 +81,7 @@ class ReconcileReport(msgspec.Struct):
     first_day_checked: str | None  # day counters compared from this day to today; None: none
     pending_entries: int = 0  # ledger entries durable and not yet applied to Redis
     repaired_entries: int = 0  # pending entries ``--repair`` applied before the check
+    restored_entries: int = 0  # applied entries Redis had lost, ``--repair`` applied again
 
 
 def _drift(counted: dict[str, int], ledger: dict[str, int]) -> dict[str, int]:
@@ -189,6 +190,7 @@ async def reconcile(
     usage_retention_s: int,
     everything: bool = False,
     repaired_entries: int = 0,
+    restored_entries: int = 0,
 ) -> ReconcileReport:
     """Every account's Redis balance and usage counters against the durable ledger;
     ``usage_retention_s`` is how long a usage day hash lives (``usage_day_ttl_s``)."""
@@ -214,4 +216,5 @@ async def reconcile(
         first_day_checked=days[-1] if days else None,
         pending_entries=len(await store.list_pending(int(now), PENDING_COUNTED)),
         repaired_entries=repaired_entries,
+        restored_entries=restored_entries,
     )

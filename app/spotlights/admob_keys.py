@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import ipaddress
 import logging
 import secrets
 import time
@@ -34,6 +33,7 @@ from cryptography.hazmat.primitives.serialization import load_der_public_key, lo
 from app import __version__
 from app.core.errors import ConfigError, KeysUnavailable
 from app.core.proxies import proxy_for
+from app.core.urls import secure_url
 from app.kv.client import RedisClient
 from app.kv.layout import KeySpace
 from app.upstream.outbound import OutboundClients
@@ -91,25 +91,11 @@ def parse_keys(raw: bytes) -> KeySet:
     return keys
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def check_keys_url(url: str) -> None:
     """Raises ``ConfigError`` unless svc can fetch keys from ``url``: ``https://``,
     ``file://``, or ``http://`` to a loopback address (tests, a local mirror)."""
     parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    if scheme == "file" and parts.path:
-        return
-    if scheme == "https" and parts.hostname:
-        return
-    if scheme == "http" and parts.hostname and _loopback(parts.hostname):
+    if (parts.scheme.lower() == "file" and parts.path) or secure_url(url):
         return
     raise ConfigError(
         "SVC_ADMOB_KEYS_URL must be an https:// or file:// URL (http:// only to loopback)"

@@ -270,6 +270,10 @@ class Store(Protocol):
     async def mark_notice(self, notice_id: str, source: str, now: int) -> bool:
         """Record a store's notification as applied; False when it was before."""
 
+    async def list_applied_after(self, since: int, after_id: str, limit: int) -> list[GrantRecord]:
+        """At most ``limit`` applied entries after ``(since, after_id)`` in the order of
+        their ``(applied_at, grant_id)`` (``after_id`` "": from ``since`` on)."""
+
     async def list_pending(self, created_before: int, limit: int) -> list[GrantRecord]:
         """At most ``limit`` pending entries created at or before ``created_before``, oldest
         first."""

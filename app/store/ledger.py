@@ -43,6 +43,12 @@ MARK_APPLIED = (
 LIST_PENDING = (
     f"{_SELECT} WHERE applied_at IS NULL AND created_at <= ? ORDER BY created_at, grant_id LIMIT ?"
 )
+# the entries Redis applied at or after a time, a page at a time (the recheck of what a
+# failover may have lost: ``app.accounts.lost_entries``)
+LIST_APPLIED_AFTER = (
+    f"{_SELECT} WHERE applied_at IS NOT NULL AND (applied_at, grant_id) > (?, ?) "
+    "ORDER BY applied_at, grant_id LIMIT ?"
+)
 # the account's spotlight rewards, newest first (the console's list of them), and how many
 # fall on or after a time (the UTC day's count)
 LIST_REWARDS = (
@@ -149,6 +155,9 @@ class LedgerSQL(SQLCore):
 
     async def list_pending(self, created_before: int, limit: int) -> list[GrantRecord]:
         return await self._records(GrantRecord, LIST_PENDING, (created_before, limit))
+
+    async def list_applied_after(self, since: int, after_id: str, limit: int) -> list[GrantRecord]:
+        return await self._records(GrantRecord, LIST_APPLIED_AFTER, (since, after_id, limit))
 
     async def list_rewards(
         self, account_pid: str, limit: int, since: int

@@ -370,6 +370,12 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    (
+        23,
+        # The entries applied since a time (``app.accounts.lost_entries``: what a Redis
+        # failover may have lost is rechecked every few seconds, without a scan).
+        ("CREATE INDEX credit_grants_applied ON credit_grants (applied_at, grant_id)",),
+    ),
 )
 
 CREATE_SCHEMA_MIGRATIONS = (

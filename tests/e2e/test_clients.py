@@ -1,6 +1,7 @@
 """Real client libraries against a real granian server, each used the way its docs say.
 
-Node: the official ``openai`` SDK and the Vercel AI SDK (``ai`` + ``@ai-sdk/openai``), run as
+Node: the official ``openai`` SDK, the Vercel AI SDK (``ai`` + ``@ai-sdk/openai``) and
+LangChain JS (``@langchain/openai``'s ``ChatOpenAI``), run as
 the small scripts in tests/clients/node (``make install`` installs their pinned packages).
 Python: the official ``openai`` SDK (the reference every other client is compared with),
 LangChain's ``ChatOpenAI`` and LiteLLM used as a library. Every client streams the same
@@ -374,9 +375,9 @@ def _node_seen(raw: dict[str, Any]) -> Seen:
             }
             for c in raw.get("toolCalls") or []
         ],
-        "usage": _usage(
-            usage.get("prompt_tokens", usage.get("inputTokens")),
-            usage.get("completion_tokens", usage.get("outputTokens")),
+        "usage": _usage(  # the OpenAI SDK's names, the Vercel AI SDK's, LangChain JS's
+            usage.get("prompt_tokens", usage.get("inputTokens", usage.get("input_tokens"))),
+            usage.get("completion_tokens", usage.get("outputTokens", usage.get("output_tokens"))),
             usage.get("total_tokens", usage.get("totalTokens")),
         ),
         "svc": raw["svc"],
@@ -391,6 +392,7 @@ CLIENTS: dict[str, Runner] = {
     "vercel-ai": node_client("vercel-ai.js"),
     # the provider's default model, openai("svc-fast"), calls POST /v1/responses
     "vercel-ai-responses": node_client("vercel-ai.js", "responses"),
+    "langchain-js": node_client("langchain.js"),
     "langchain": langchain,
     "litellm": litellm_client,
 }
@@ -478,6 +480,7 @@ AUTH_ERRORS = {
     "openai-node": "AuthenticationError",
     "vercel-ai": "APICallError",
     "vercel-ai-responses": "APICallError",
+    "langchain-js": "AuthenticationError",
     "langchain": "OpenAIAuthenticationError",
     "litellm": "AuthenticationError",
 }
@@ -509,6 +512,7 @@ TOOL_FINISH = {
     "openai-node": "tool_calls",
     "vercel-ai": "tool-calls",
     "vercel-ai-responses": "tool-calls",
+    "langchain-js": "tool_calls",
     "langchain": "tool_calls",
     "litellm": "tool_calls",
 }

@@ -146,6 +146,8 @@ OPERATIONS = [
     "GET /v1/spotlights/rewards",
     "GET /v1/purchases/account-token",
     "POST /v1/purchases/stripe",
+    "POST /v1/purchases/google",
+    "POST /v1/purchases/google/notifications",
     "POST /admin/v1/accounts",
     "GET /admin/v1/accounts",
     "GET /admin/v1/accounts/{pid}",
