@@ -1,12 +1,13 @@
-"""The recipes of docs/clients.md for instructor and LlamaIndex's ``OpenAILike``, run as
-written there against a real ``svc serve``, with their retries.
+"""The recipes of docs/clients.md for instructor, LlamaIndex's ``OpenAILike`` and AutoGen, run
+as written there against a real ``svc serve``, with their retries.
 
-Neither installs beside requirements/test.lock (instructor wants jiter<0.15, the pinned openai 3
-jiter>=0.16; llama-index-llms-openai wants openai<3, openai-agents openai>=3), so they live in a
-virtualenv of their own, .venv/clients (requirements/clients.lock, `make install`), and the
-recipes are scripts that its interpreter runs: tests/clients/python/instructor_recipes.py and
-llamaindex_recipes.py, all at once in one fixture, each printing one JSON line of what its
-client saw and the request bodies it sent.
+None installs beside requirements/test.lock (instructor wants jiter<0.15, the pinned openai 3
+jiter>=0.16; llama-index-llms-openai wants openai<3, openai-agents openai>=3; autogen-core pins
+protobuf~=5.29, runtime.lock has protobuf 7), so they live in a virtualenv of their own,
+.venv/clients (requirements/clients.lock, `make install`; SVC_CLIENTS_VENV names another), and
+the recipes are scripts that its interpreter runs: tests/clients/python/instructor_recipes.py,
+llamaindex_recipes.py and autogen_recipes.py, all at once in one fixture, each printing one
+JSON line a recipe of what its client saw and the request bodies it sent.
 
 Every body a recipe sent is sent again here with the official Python SDK (the reference): the
 simulated upstream answers the same body with the same text, so the recipe's text, object,
@@ -18,9 +19,11 @@ charged, unreadable), and how many requests each client sends on a 402, a daily-
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -33,7 +36,8 @@ from tests.support.processes import stop_process as stop_server
 pytestmark = pytest.mark.e2e
 
 MODEL = "svc-fast"
-CLIENTS_PYTHON = ROOT / ".venv" / "clients" / "bin" / "python"
+CLIENTS_VENV = Path(os.environ.get("SVC_CLIENTS_VENV", ROOT / ".venv" / "clients"))
+CLIENTS_PYTHON = CLIENTS_VENV / "bin" / "python"
 SCRIPTS = ROOT / "tests" / "clients" / "python"
 PERSON_FIELDS = {"name", "age", "role", "address", "tags"}
 FUNDS = 100_000
@@ -68,6 +72,15 @@ RUNS: dict[str, tuple[str, str, str, dict[str, str]]] = {
     "llamaindex-502-once": ("llamaindex", "stream-chat", "down", {"max_retries": "0"}),
     "llamaindex-chat-429": ("llamaindex", "chat-retry", "capped", {}),
     "llamaindex-chat-502": ("llamaindex", "chat-retry", "down", {}),
+    "autogen-stream": ("autogen", "stream", "funded", {}),
+    "autogen-create": ("autogen", "create", "funded", {}),
+    "autogen-agent": ("autogen", "agent", "funded", {}),
+    "autogen-agent-reflect": ("autogen", "agent", "funded", {"reflect": "1"}),
+    "autogen-402": ("autogen", "stream", "poor", {}),
+    "autogen-429": ("autogen", "stream", "capped", {}),
+    "autogen-401": ("autogen", "stream", "unknown", {}),
+    "autogen-502": ("autogen", "stream", "down", {}),
+    "autogen-502-once": ("autogen", "stream", "down", {"max_retries": "0"}),
 }
 
 
@@ -124,6 +137,7 @@ class Keys:
     poor: str  # an account with no credits: 402
     capped: str  # a key with a daily cap of 0: 429 daily_cap_exceeded
     down: str  # on ``down``: 502 upstream_unavailable, x-should-retry: true
+    unknown: str = "sk-svc-not-a-key"  # 401
 
 
 @pytest.fixture(scope="module")
@@ -455,3 +469,105 @@ def test_llamaindex_chat_retries_twice_over(runs: Callable[[str], Run]) -> None:
     assert down["error"]["status"] == 502
     assert len(down["sent"]) == 12
     assert len(down["waited"]) == 11  # the OpenAI client's 3 + 3 + 3, LlamaIndex's 2
+
+
+# --- AutoGen: OpenAIChatCompletionClient, AssistantAgent -------------------------------------
+
+
+def test_autogen_streams_text_and_reads_its_usage(
+    server: Server, runs: Callable[[str], Run]
+) -> None:
+    run = runs("autogen-stream")
+    seen = run.seen
+    assert seen["error"] is None
+    [body] = seen["sent"]
+    assert body["stream"] is True
+    assert "stream_options" not in body  # AutoGen asks for no usage; svc sends it anyway
+    ref = reference(server, body)
+    assert len(seen["deltas"]) > 1
+    assert "".join(seen["deltas"]) == seen["text"] == ref.text
+    assert seen["finish_reason"] == "stop"
+    usage = {"prompt_tokens": ref.prompt_tokens, "completion_tokens": ref.completion_tokens}
+    assert seen["usage"] == seen["total_usage"] == usage  # RequestUsage
+    assert run.charged == ref.credits
+
+
+def test_autogen_create_is_charged_and_unreadable(
+    server: Server, runs: Callable[[str], Run]
+) -> None:
+    run = runs("autogen-create")
+    error = run.seen["error"]
+    assert error["class"] == "AttributeError"
+    assert error["message"] == "'str' object has no attribute 'usage'"
+    [body] = run.seen["sent"]  # not retried
+    assert body["stream"] is False
+    assert run.charged == reference(server, body).credits  # served and paid for, thrown away
+
+
+def test_an_autogen_agent_calls_its_tool_and_returns_its_result(
+    server: Server, runs: Callable[[str], Run]
+) -> None:
+    """reflect_on_tool_use False (its default without an output type): one request, and the
+    tool's result is the answer."""
+    run = runs("autogen-agent")
+    seen = run.seen
+    assert seen["error"] is None
+    [body] = seen["sent"]
+    assert body["stream"] is True  # model_client_stream=True
+    assert body["tool_choice"] == "auto"
+    assert [tool["function"]["name"] for tool in body["tools"]] == ["get_weather"]
+    ref = reference(server, body)
+    city = ref.object()["city"]
+    request, execution, summary = seen["messages"][1:]
+    assert request["type"] == "ToolCallRequestEvent"
+    assert "name='get_weather'" in request["text"]
+    usage = {"prompt_tokens": ref.prompt_tokens, "completion_tokens": ref.completion_tokens}
+    assert request["usage"] == seen["total_usage"] == usage
+    assert execution["type"] == "ToolCallExecutionEvent"
+    assert summary == {"type": "ToolCallSummaryMessage", "text": f"sunny in {city}", "usage": None}
+    assert run.charged == ref.credits
+
+
+def test_an_autogen_agent_reflecting_on_its_tool_asks_again(
+    server: Server, runs: Callable[[str], Run]
+) -> None:
+    run = runs("autogen-agent-reflect")
+    seen = run.seen
+    assert seen["error"] is None
+    first, second = seen["sent"]
+    assert first["stream"] is second["stream"] is True
+    assert second["messages"][-1]["role"] == "tool"
+    asked, answered = reference(server, first), reference(server, second)
+    assert asked.arguments
+    answer = seen["messages"][-1]
+    assert answer["type"] == "TextMessage"
+    assert answer["text"] == answered.text
+    assert answer["usage"] == {
+        "prompt_tokens": answered.prompt_tokens,
+        "completion_tokens": answered.completion_tokens,
+    }
+    assert seen["total_usage"] == {
+        "prompt_tokens": asked.prompt_tokens + answered.prompt_tokens,
+        "completion_tokens": asked.completion_tokens + answered.completion_tokens,
+    }
+    assert run.charged == asked.credits + answered.credits
+
+
+@pytest.mark.parametrize(
+    ("name", "status", "error", "attempts"),
+    [
+        ("autogen-402", 402, "APIStatusError", 1),  # x-should-retry: false
+        ("autogen-429", 429, "RateLimitError", 1),  # x-should-retry: false
+        ("autogen-401", 401, "AuthenticationError", 1),
+        ("autogen-502", 502, "InternalServerError", 3),  # the OpenAI client's 2 retries
+        ("autogen-502-once", 502, "InternalServerError", 1),  # max_retries=0
+    ],
+)
+def test_autogen_retries_as_the_openai_client_does(
+    runs: Callable[[str], Run], name: str, status: int, error: str, attempts: int
+) -> None:
+    seen = runs(name).seen
+    assert seen["error"]["class"] == error
+    assert seen["error"]["status"] == status
+    assert len(seen["sent"]) == attempts
+    assert seen["elapsed"] < 5  # no sleep on a daily cap
