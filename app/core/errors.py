@@ -23,6 +23,8 @@ The tree::
         │                       address)
         ├── AdMobRejected       an AdMob verification callback is malformed (``reason``)
         ├── KeysUnavailable     AdMob's verifier keys could not be had (503)
+        ├── PurchaseRefused     a verified store transaction svc does not credit
+        │                       (``reason``: another product, not a consumable, …)
         ├── RedisReplyError     Redis answered an operator's own command (``svc admin
         │                       redis``) with an error reply (the message is Redis's)
         └── ConfigError         the configuration cannot be run on (start-up, ``svc
@@ -247,6 +249,16 @@ class AdMobRejected(SvcError):
 class KeysUnavailable(SvcError):
     """AdMob's verifier keys could not be fetched or read, and none are held: a callback
     cannot be checked now (503, so the ad network tries again later)."""
+
+
+class PurchaseRefused(SvcError):
+    """A store transaction whose signature verified, that svc does not credit (``reason``
+    says why: a product svc does not sell, not a consumable, revoked): a 400 when the app
+    sends it, ignored when a store's notification names it."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class RedisReplyError(SvcError):

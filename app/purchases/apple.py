@@ -26,7 +26,7 @@ from appstoreserverlibrary.signed_data_verifier import (
     VerificationStatus,
 )
 
-from app.core.errors import ApiError, invalid_apple_signature, invalid_value
+from app.core.errors import ApiError, PurchaseRefused, invalid_apple_signature, invalid_value
 from app.purchases.apple_config import AppleConfig
 from app.purchases.apple_wire import APPLE, SIGNED_PAYLOAD
 from app.purchases.events import EventKind, PaymentEvent
@@ -34,15 +34,6 @@ from app.purchases.events import EventKind, PaymentEvent
 WHOLE = 100_000
 """A whole purchase in milliunits: how Apple gives a prorated refund's share
 (``revocationPercentage``) and takes the share consumed."""
-
-
-class Refused(Exception):
-    """A verified transaction svc does not credit (``reason`` says why): a 400 when the app
-    sends it, ignored when a notification names it."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 _PROBLEMS = {
@@ -89,15 +80,15 @@ class AppleReader:
         return found
 
     def credits(self, tx: JWSTransactionDecodedPayload) -> int:
-        """The credits a transaction of svc's products grants; ``Refused`` for any other."""
+        """The credits a transaction of svc's products grants; ``PurchaseRefused`` for any other."""
         if tx.type is not Type.CONSUMABLE:
-            raise Refused(
+            raise PurchaseRefused(
                 f"The transaction is of a {tx.rawType or 'product of no type'}: svc sells "
                 "consumable products only."
             )
         credits = self.config.products.get(tx.productId or "")
         if credits is None:
-            raise Refused(
+            raise PurchaseRefused(
                 f"The transaction's product {str(tx.productId)[:64]!r} is not one of "
                 "SVC_APPLE_PRODUCTS."
             )

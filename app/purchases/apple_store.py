@@ -25,10 +25,10 @@ from appstoreserverlibrary.models.ResponseBodyV2DecodedPayload import (
 )
 
 from app.accounts.accounts import Accounts
-from app.core.errors import invalid_value, service_unavailable
+from app.core.errors import PurchaseRefused, invalid_value, service_unavailable
 from app.core.validation import decode_json
 from app.purchases.account_token import AccountTokens
-from app.purchases.apple import AppleReader, Refused, purchase_id, refund_event
+from app.purchases.apple import AppleReader, purchase_id, refund_event
 from app.purchases.apple_config import AppleConfig
 from app.purchases.apple_consumption import consumption_of, send_consumption
 from app.purchases.apple_wire import (
@@ -84,7 +84,7 @@ class AppleStore:
             )
         try:
             event = self.reader.purchase(tx, f"transaction:{tx.transactionId}", pid)
-        except Refused as refused:
+        except PurchaseRefused as refused:
             raise invalid_value(SIGNED_TRANSACTION, refused.reason) from None
         result = await self.purchases.apply(APPLE, event)
         stored = await self.store.get_purchase(purchase_id(event.session_id or ""))
@@ -121,7 +121,7 @@ class AppleStore:
         tx = self.reader.transaction(signed, NOTICE_TRANSACTION)
         try:
             self.reader.credits(tx)
-        except Refused as refused:  # a product svc does not sell: not svc's to answer
+        except PurchaseRefused as refused:  # a product svc does not sell: not svc's to answer
             log.info("App Store notification ignored: %s", refused.reason)
             return "ignored"
         event_id = str(notice.notificationUUID)
