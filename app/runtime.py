@@ -69,6 +69,15 @@ from app.webhooks.targets import AllowList
 log = logging.getLogger("svc.runtime")
 
 
+def replica_wait(settings: Settings) -> dict[str, int]:
+    """How the scripts wait for replicas (``SVC_REDIS_MIN_REPLICAS``): up to half the Redis
+    timeout, so the wait ends before the command's own deadline."""
+    return {
+        "min_replicas": settings.redis_min_replicas,
+        "wait_ms": max(1, int(settings.redis_timeout_s * 500)),
+    }
+
+
 def load_models(settings: Settings) -> Catalog:
     """The models file's catalog (the built-in one when ``SVC_MODELS_FILE`` is unset); a
     file that cannot be read or is broken raises ``ModelsFileError`` naming it."""
@@ -122,7 +131,7 @@ class Services:
         self.layout = KeySpace(settings.redis_prefix, settings.shards)
         redis_clock = RedisClock()
         # the requests' scripts, shared by every owner of Redis data below
-        self.scripts = Scripts(redis, script_calls)
+        self.scripts = Scripts(redis, script_calls, **replica_wait(settings))
         self.money = Money(
             self.scripts,
             self.layout,
@@ -228,7 +237,7 @@ class Services:
         # (and the benchmark) can tell their commands from the requests'.
         self.background_redis = background_redis or redis
         background_money = Money(
-            Scripts(self.background_redis),
+            Scripts(self.background_redis, None, **replica_wait(settings)),
             self.layout,
             cap_ttl_s=settings.cap_counter_ttl_s,
             usage_ttl_s=settings.usage_day_ttl_s,

@@ -65,6 +65,7 @@ SETTLEMENT_OUTCOMES = (
 )
 BACKGROUND_TASKS = ("sweeper", "flusher", "webhooks", "ledger_repair")
 WEBHOOK_STATES = ("delivered", "pending", "failed")
+REPLICA_WAIT_RESULTS = ("acked", "short")
 SPOTLIGHT_NETWORKS = ("admob", "signed")
 PURCHASE_STORES = ("stripe", "apple", "google")
 PURCHASE_EVENTS = (  # app.purchases.events.EventKind, and a refused signature's
@@ -324,6 +325,13 @@ class Metrics:
             ["store", "event", "result"],
             registry=reg,
         )
+        self.replica_waits = Counter(
+            "svc_redis_replica_waits",
+            "WAITs for SVC_REDIS_MIN_REPLICAS replicas after a money-in or settle script, by "
+            "result (acked: enough replicas have it; short: the wait timed out first).",
+            ["result"],
+            registry=reg,
+        )
         self.background_errors = Counter(
             "svc_background_errors",
             "Failed sweeper, flusher or webhook rounds (retried next round), by task.",
@@ -339,6 +347,7 @@ class Metrics:
             (self.swept_credits, [(e,) for e in ENVIRONMENTS]),
             (self.background_errors, [(t,) for t in BACKGROUND_TASKS]),
             (self.webhook_attempts, [(s,) for s in WEBHOOK_STATES]),
+            (self.replica_waits, [(r,) for r in REPLICA_WAIT_RESULTS]),
             (
                 self.spotlight_callbacks,
                 [(n, r) for n in SPOTLIGHT_NETWORKS for r in SPOTLIGHT_RESULTS],

@@ -242,6 +242,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """Start even when Redis's maxmemory-policy may evict keys (it should be noeviction)."""
     redis_timeout_s: float = 2.0
     """How long a Redis connect, command or wait for a free connection may take."""
+    redis_min_replicas: Annotated[int, msgspec.Meta(ge=0, le=16)] = 0
+    """When above 0: after every script that moves money in or settles a request, svc
+    waits (``WAIT``) until this many replicas have it, at most half of redis_timeout_s
+    (``app.credits.scripts``); a single primary's replicas (Sentinel), not a Cluster's."""
     redis_max_connections: int = 256
     """Pooled connections per worker process, for everything but the requests' script calls
     (those share one pipelined connection per worker); a request waits up to

@@ -13,6 +13,7 @@ failover), and when it is flushed once more in between, EVAL carries the source 
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from importlib import resources
@@ -23,6 +24,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
 from app.core.errors import ScriptLoadError
+from app.core.metrics import METRICS
 from app.kv.client import RedisClient
 from app.kv.pipelined import PipelinedRedis
 
@@ -46,6 +48,10 @@ SCRIPT_NAMES = (
     "window_count",
     "rate_start",
 )
+REPLICATED = frozenset(("grant", "take_back", "settle"))
+"""The scripts whose writes ``SVC_REDIS_MIN_REPLICAS`` waits for: money in (a purchase,
+a reward, a grant; a take-back) and a request's settle."""
+log = logging.getLogger("svc.redis")
 INCLUDE = re.compile(r'^--- @include "([\w/.-]+\.lua)"[ \t]*$', re.MULTILINE)
 
 
@@ -83,9 +89,21 @@ class Scripts:
     """Every script, registered with one Redis client. Calls go out on ``calls``, a worker's
     pipelined connection, when there is one (a single server), else on ``redis``."""
 
-    def __init__(self, redis: RedisClient, calls: PipelinedRedis | None = None) -> None:
+    def __init__(
+        self,
+        redis: RedisClient,
+        calls: PipelinedRedis | None = None,
+        *,
+        min_replicas: int = 0,
+        wait_ms: int = 1000,
+    ) -> None:
+        """``min_replicas``: wait for that many replicas (up to ``wait_ms``) after each of
+        the ``REPLICATED`` scripts (a single primary's replicas)."""
         self.redis = redis
+        self._calls = calls
         self._execute = calls.execute if calls is not None else redis.execute_command
+        self.min_replicas = min_replicas
+        self.wait_ms = wait_ms
         self._sources = sources = load_script_sources()
         self._registered: dict[str, AsyncScript] = {
             name: redis.register_script(src) for name, src in sources.items()
@@ -95,6 +113,8 @@ class Scripts:
         """Call one script; its reply as Redis gave it. EVALSHA goes out as a plain command
         (redis-py's script objects cost ~6-10 µs more per call, twice per completion)."""
         script = self._registered[name]
+        if self.min_replicas and name in REPLICATED:
+            return await self._replicated(name, keys, args)
         try:
             return await self._execute("EVALSHA", script.sha, len(keys), *keys, *args)
         except NoScriptError:
@@ -102,6 +122,33 @@ class Scripts:
             # the source itself, cannot miss, and caches the script for the next EVALSHA.
             source = self._sources[name]
             return await self._execute("EVAL", source, len(keys), *keys, *args)
+
+    async def _replicated(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """``run``, then WAIT on the same connection (Redis counts a client's own writes).
+        Fewer replicas than asked when the wait ends is counted and logged, not refused: the
+        script ran, and what a failover loses of money in is applied again
+        (``app.accounts.lost_entries``)."""
+        sha, source = self._registered[name].sha, self._sources[name]
+        try:
+            reply, acked = await self._with_wait("EVALSHA", sha, len(keys), *keys, *args)
+        except NoScriptError:
+            reply, acked = await self._with_wait("EVAL", source, len(keys), *keys, *args)
+        short = acked < self.min_replicas
+        METRICS.labelled(METRICS.replica_waits, "short" if short else "acked").inc()
+        if short:
+            log.warning("%s reached %d of %d replicas in time", name, acked, self.min_replicas)
+        return reply
+
+    async def _with_wait(self, *command: Any) -> tuple[Any, int]:
+        if self._calls is not None:
+            return await self._calls.execute_replicated(self.min_replicas, self.wait_ms, *command)
+        pipe = self.redis.pipeline(transaction=False)  # one connection: the write, its WAIT
+        pipe.execute_command(*command)
+        pipe.execute_command("WAIT", self.min_replicas, self.wait_ms)
+        reply, acked = await pipe.execute(raise_on_error=False)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply, int(acked)
 
     @property
     def shas(self) -> list[str]:

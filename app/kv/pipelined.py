@@ -64,6 +64,8 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.stale = False
+        self.sent = 0  # commands sent on it so far: the number of the last one
+        self._replica_wait: tuple[int, asyncio.Future[Any]] | None = None
 
     @property
     def usable(self) -> bool:
@@ -83,6 +85,19 @@ class _Connection(asyncio.Protocol):
         if not self._out:
             self._loop.call_soon(self._flush)  # the commands of this loop turn, one write
         self._out.append(command)
+        self.sent += 1
+        return waiter
+
+    def wait_replicas(self, after: int, replicas: int, timeout_ms: int) -> asyncio.Future[Any]:
+        """A ``WAIT`` sent after the command numbered ``after``: its reply is how many
+        replicas have every write this connection sent before it. Redis counts a client's
+        writes, so the WAIT must go on the connection the write went on; one sent after
+        several callers' commands answers for all of them (a burst of settles shares one)."""
+        pending = self._replica_wait
+        if pending is not None and pending[0] > after:
+            return pending[1]
+        waiter = self.call(pack_command(("WAIT", replicas, timeout_ms)))
+        self._replica_wait = (self.sent, waiter)
         return waiter
 
     def close(self) -> None:
@@ -205,17 +220,35 @@ class PipelinedRedis:
         except RedisConnectionError:
             return await self._call(command)
 
+    async def execute_replicated(
+        self, replicas: int, timeout_ms: int, *args: Any
+    ) -> tuple[Any, int]:
+        """Run one command, then ``WAIT`` until ``replicas`` replicas have it or
+        ``timeout_ms`` passed: its reply, and how many replicas acknowledged it."""
+        command = pack_command(args)
+        try:
+            conn, number, reply = await self._sent(command)
+        except RedisConnectionError:
+            conn, number, reply = await self._sent(command)
+        acked = await asyncio.shield(conn.wait_replicas(number, replicas, timeout_ms))
+        return reply, int(acked)
+
     async def _call(self, command: bytes) -> Any:
         conn = await self._connection()
         try:
             return await conn.call(command)
         except ReadOnlyError:
-            # a primary that became a replica (a failover): the command did not run; the
-            # connection is left for one to the primary the locator names now
-            conn.retire()
-            raise RedisConnectionError(
-                "The primary svc was connected to is now a replica"
-            ) from None
+            raise _demoted(conn) from None
+
+    async def _sent(self, command: bytes) -> tuple[_Connection, int, Any]:
+        """``_call``, also naming the connection the command went on and its number there."""
+        conn = await self._connection()
+        waiter = conn.call(command)
+        number = conn.sent
+        try:
+            return conn, number, await waiter
+        except ReadOnlyError:
+            raise _demoted(conn) from None
 
     async def aclose(self) -> None:
         if self._opening is not None:
@@ -271,6 +304,13 @@ class PipelinedRedis:
                 raise RedisConnectionError(f"Error connecting to Redis: {exc.strerror}") from None
             raise
         return conn
+
+
+def _demoted(conn: _Connection) -> RedisConnectionError:
+    """A primary that became a replica (a failover) answered READONLY: the command did not
+    run, and the connection is left for one to the primary the locator names now."""
+    conn.retire()
+    return RedisConnectionError("The primary svc was connected to is now a replica")
 
 
 def _handshake(options: dict[str, Any], name: str | None) -> list[bytes]:

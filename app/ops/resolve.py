@@ -28,6 +28,11 @@ def resolve(
         if settings.redis_cluster:
             raise SettingsError("SVC_REDIS_SENTINELS and SVC_REDIS_CLUSTER: set one of them")
         parse_sentinels(settings.redis_sentinels)  # a typo refuses to start, named
+    if settings.redis_min_replicas and settings.redis_cluster:
+        raise SettingsError(
+            "SVC_REDIS_MIN_REPLICAS waits for one primary's replicas (SVC_REDIS_URL or "
+            "SVC_REDIS_SENTINELS); on a Cluster set min-replicas-to-write on its primaries"
+        )
     embedded = not (settings.redis_url or settings.redis_sentinels)
     if embedded:
         if settings.redis_cluster:

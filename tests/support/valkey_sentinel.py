@@ -105,6 +105,7 @@ class ValkeySentinel:
             self.binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder),
             "--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
             "--maxmemory-policy", "noeviction", "--logfile", "valkey.log",
+            "--repl-diskless-sync-delay", "0",  # a replica's first sync at once
         ]  # fmt: skip
         if replicaof:
             args += ["--replicaof", *replicaof.split()]
