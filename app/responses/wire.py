@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from app.upstream.wire import Temperature, TopP
+from app.upstream.wire import ReasoningEffort, Temperature, TopP
 
 LEAST_MAX_OUTPUT_TOKENS = 16
 """OpenAI's least ``max_output_tokens``: a provider that serves Responses refuses fewer."""
@@ -115,9 +115,6 @@ class TextFormatConfig(msgspec.Struct, omit_defaults=True):
 class TextConfig(msgspec.Struct, omit_defaults=True):
     format: TextFormatConfig | UnsetType = UNSET
     verbosity: Literal["low", "medium", "high"] | UnsetType | None = UNSET
-
-
-ReasoningEffort = Literal["minimal", "low", "medium", "high"]
 
 
 class ReasoningConfig(msgspec.Struct, omit_defaults=True):

@@ -156,6 +156,11 @@ TopLogprobs = Annotated[int, msgspec.Meta(ge=0, le=20)]
 Stop = str | Annotated[list[str], msgspec.Meta(max_length=4)] | None
 
 
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
+"""OpenAI's reasoning efforts (``none`` and ``xhigh`` for the newest models, which Codex
+CLI sends), as chat's ``reasoning_effort`` and the Responses API's ``reasoning.effort``."""
+
+
 class ChatRequest(msgspec.Struct, omit_defaults=True):
     """The request as a client sends it. svc reads ``model``, ``messages``, the output limit
     and ``stream_options``, and sends its own ``safety_identifier`` (``app.upstream.safety``);
@@ -187,7 +192,7 @@ class ChatRequest(msgspec.Struct, omit_defaults=True):
     top_logprobs: TopLogprobs | UnsetType | None = UNSET
     user: str | UnsetType = UNSET
     safety_identifier: str | UnsetType = UNSET
-    reasoning_effort: Literal["minimal", "low", "medium", "high"] | UnsetType | None = UNSET
+    reasoning_effort: ReasoningEffort | UnsetType | None = UNSET
     service_tier: str | UnsetType | None = UNSET
     metadata: dict[str, str] | UnsetType | None = UNSET
     prediction: dict[str, Any] | UnsetType | None = UNSET

@@ -137,6 +137,13 @@ def test_items_become_messages_with_parts_tool_calls_and_tool_results() -> None:
     assert messages[5].content == "Warm."
 
 
+@pytest.mark.parametrize("effort", ["none", "minimal", "low", "medium", "high", "xhigh"])
+def test_every_reasoning_effort_openai_takes_is_passed_on(effort: str) -> None:
+    """Codex CLI sends ``xhigh`` and ``none`` to the newest models: not a 400."""
+    params = _parse({"model": "svc-fast", "input": "Hi", "reasoning": {"effort": effort}})
+    assert params.chat.request.reasoning_effort == effort
+
+
 def test_tools_formats_and_settings_take_their_chat_form() -> None:
     params = _parse(
         {
