@@ -31,11 +31,22 @@ def free_port() -> int:
 
 
 class ValkeyCluster:
-    """Three cluster-enabled valkey-server processes forming one cluster, no replicas."""
+    """Three cluster-enabled valkey-server processes forming one cluster; with ``replicas``,
+    that many more per primary, each replicating one (a primary that fails is replaced by
+    its replica after ``node_timeout_ms``)."""
 
-    def __init__(self, folder: Path | None = None, primaries: int = PRIMARIES) -> None:
+    def __init__(
+        self,
+        folder: Path | None = None,
+        primaries: int = PRIMARIES,
+        *,
+        replicas: int = 0,
+        node_timeout_ms: int = 5000,
+    ) -> None:
         self.folder = folder or Path(tempfile.mkdtemp(prefix="svc-cluster-"))
-        self.bus_ports = [free_port() for _ in range(primaries)]
+        self.primaries = primaries
+        nodes = primaries * (1 + replicas)
+        self.bus_ports = [free_port() for _ in range(nodes)]
         self.servers = [
             ValkeyServer(
                 port=free_port(),
@@ -47,11 +58,12 @@ class ValkeyCluster:
                     "cluster-enabled": "yes",
                     "cluster-config-file": "nodes.conf",
                     "cluster-port": self.bus_ports[i],
-                    "cluster-node-timeout": 5000,
+                    "cluster-node-timeout": node_timeout_ms,
+                    "repl-diskless-sync-delay": 0,  # a replica's first sync at once
                     "maxmemory-policy": "noeviction",
                 },
             )
-            for i in range(primaries)
+            for i in range(nodes)
         ]
 
     @property
@@ -81,24 +93,53 @@ class ValkeyCluster:
     def _client(self, port: int) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=port, socket_timeout=5.0)
 
+    def node_id(self, port: int) -> str:
+        with self._client(port) as node:
+            found = node.execute_command("CLUSTER", "MYID")
+        return found.decode() if isinstance(found, bytes) else str(found)
+
     def _form(self) -> None:
-        step = SLOTS // len(self.servers)
-        for i, port in enumerate(self.ports):
-            last = SLOTS - 1 if i == len(self.servers) - 1 else (i + 1) * step - 1
+        step = SLOTS // self.primaries
+        for i, port in enumerate(self.ports[: self.primaries]):
+            last = SLOTS - 1 if i == self.primaries - 1 else (i + 1) * step - 1
             with self._client(port) as node:
                 node.execute_command("CLUSTER", "ADDSLOTSRANGE", i * step, last)
         with self._client(self.ports[0]) as seed:
             for port, bus_port in zip(self.ports[1:], self.bus_ports[1:], strict=True):
                 seed.execute_command("CLUSTER", "MEET", "127.0.0.1", port, bus_port)
-        self._wait_ready()
+        self.wait_ready(roles=False)  # the replicas-to-be are empty primaries until told
+        for n, port in enumerate(self.ports[self.primaries :]):
+            primary = self.node_id(self.ports[n % self.primaries])
+            with self._client(port) as replica:
+                replica.execute_command("CLUSTER", "REPLICATE", primary)
+        self.wait_ready()
 
-    def _wait_ready(self) -> None:
+    def wait_ready(self, *, roles: bool = True) -> None:
+        """Wait until every node is in the cluster, every slot served, and every node but
+        one per slot range a replica in sync (a node just restarted believes it is a
+        primary until the cluster tells it otherwise)."""
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
-            if all(self._node_ready(port) for port in self.ports):
+            settled = not roles or self._roles_settled()
+            if all(self._node_ready(port) for port in self.ports) and settled:
                 return
             time.sleep(0.1)
         raise RuntimeError(f"the Valkey cluster on ports {self.ports} did not become ready")
+
+    def _replicating(self, port: int) -> bool:
+        """A replica in sync with its primary (a primary a failover left, too)."""
+        with self._client(port) as node:
+            replication = node.info("replication")
+        role, link = replication.get("role"), replication.get("master_link_status")
+        return bool(role == "master" or link == "up")
+
+    def _roles_settled(self) -> bool:
+        """As many nodes call themselves primary as the cluster has slot ranges."""
+        roles = []
+        for port in self.ports:
+            with self._client(port) as node:
+                roles.append(node.info("replication").get("role"))
+        return roles.count("master") == self.primaries
 
     def _node_ready(self, port: int) -> bool:
         with self._client(port) as node:
@@ -108,5 +149,6 @@ class ValkeyCluster:
         return (
             fields.get("cluster_state") == "ok"
             and fields.get("cluster_known_nodes") == str(len(self.servers))
+            and (port in self.ports[: self.primaries] or self._replicating(port))
             and fields.get("cluster_slots_assigned") == str(SLOTS)
         )

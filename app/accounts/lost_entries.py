@@ -12,9 +12,12 @@ successful round (less ``MARGIN_S``, for the clocks' differences) every
 ``app.accounts.ledger.REPAIR_EVERY_S``; while Redis does not answer the rounds fail and the
 window grows, so what a failover lost is applied within a round of Redis answering again.
 A worker starts with the last ``FIRST_WINDOW_S``. ``svc admin reconcile --repair`` rechecks
-every applied entry. An entry applied again is applied as it was first: a reward past a
-day's limit or with a consumed intent is not refused again (it was earned), and an entry
-whose account Redis lost is left for ``rebuild-redis``, which restores both.
+every applied entry, and so does a round that finds Redis went further back than its window
+(restarted from an older AOF or backup): each round first looks for the marker of the newest
+entry an earlier round found, and when it is gone, every applied entry is rechecked. An
+entry applied again is applied as it was first: a reward past a day's limit or with a
+consumed intent is not refused again (it was earned), and an entry whose account Redis
+lost is left for ``rebuild-redis``, which restores both.
 """
 
 from __future__ import annotations
@@ -52,13 +55,26 @@ class LostEntries:
         self.clock = clock
         self.earned_ttl_s = earned_ttl_s
         self.checked_until = int(clock()) - FIRST_WINDOW_S
+        self.newest_found: tuple[str, str] | None = None
+        """(account, entry id) of the newest entry a round found in Redis: when its marker
+        is gone, Redis lost writes older than any window (it went back in time)."""
 
     async def recheck(self) -> int:
-        """Recheck the entries applied since the last round (less the margin): how many
-        Redis had lost and now has again. Raises what the store or Redis raised (the
-        window stays, the next round covers it)."""
+        """Recheck the entries applied since the last round (less the margin), or all of
+        them when Redis went back past it: how many Redis had lost and now has again.
+        Raises what the store or Redis raised (the window stays, the next round covers
+        it)."""
         started = int(self.clock())
-        restored = await self.recheck_since(self.checked_until - MARGIN_S)
+        since = self.checked_until - MARGIN_S
+        if self.newest_found is not None:
+            (still_there,) = await self.money.grants_applied([self.newest_found])
+            if not still_there:
+                log.warning(
+                    "Redis lost ledger entries older than the last recheck (restarted from "
+                    "an older copy?): every applied entry is checked again"
+                )
+                since, self.newest_found = 0, None
+        restored = await self.recheck_since(since)
         self.checked_until = started
         return restored
 
@@ -72,7 +88,9 @@ class LostEntries:
                 return restored
             present = await self.money.grants_applied([(e.account_pid, e.grant_id) for e in page])
             for entry, found in zip(page, present, strict=True):
-                if not found:
+                if found:
+                    self.newest_found = (entry.account_pid, entry.grant_id)
+                else:
                     restored += await self._apply_again(entry)
             last = page[-1]
             after = (last.applied_at or 0, last.grant_id)

@@ -163,6 +163,7 @@ def _ledger_ops(args: argparse.Namespace) -> dict[str, AdminOp]:
             now=s.clock(),
             earned_ttl_s=s.settings.earned_expiry_days * DAY_S,
             force=args.force,
+            usage_retention_s=s.settings.usage_day_ttl_s,
         )
 
     return {"reconcile": reconcile, "rebuild-redis": rebuild_redis, "inspect": inspect}

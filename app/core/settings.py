@@ -39,6 +39,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     redis_cluster: bool = False
     """redis_url names a node of a Redis Cluster (``redis://``/``rediss://``); the others
     are discovered from it."""
+    redis_cluster_nodes: str = ""
+    """Comma-separated ``host:port`` of more Cluster nodes to discover the Cluster from
+    when redis_url's node does not answer (it failed, and svc or ``svc admin`` starts while
+    its replica serves in its place)."""
     redis_sentinels: str = ""
     """Comma-separated ``host:port`` of the Sentinels watching svc's Redis primary: svc
     asks them where the primary is, and again after a failover (``app.kv.sentinel``);

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any, TypeAlias
 
 from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -25,7 +25,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.core.errors import RedisReplyError
 from app.core.settings import Settings
-from app.kv.sentinel import master_client
+from app.kv.sentinel import master_client, parse_cluster_nodes
 
 RedisClient: TypeAlias = Redis | RedisCluster
 
@@ -66,8 +66,13 @@ def open_redis(settings: Settings, max_connections: int, name: str | None = None
         "client_name": name,
     }
     if settings.redis_cluster:
+        more = settings.redis_cluster_nodes
+        seeds = parse_cluster_nodes(more) if more else []
         return RedisCluster.from_url(
-            settings.redis_url, max_connections=max_connections, **timeouts
+            settings.redis_url,
+            max_connections=max_connections,
+            startup_nodes=[ClusterNode(host, port) for host, port in seeds],
+            **timeouts,
         )
     pool = BlockingConnectionPool.from_url(
         settings.redis_url,

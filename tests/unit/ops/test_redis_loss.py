@@ -16,6 +16,7 @@ from redis.exceptions import TimeoutError as RedisTimeout
 from app.accounts.accounts import Accounts
 from app.accounts.bodies import KeyCreateRequest
 from app.accounts.rewards import Spotlights
+from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
 from app.credits.outcomes import Hold
 from app.keys.auth import Authenticator
@@ -25,6 +26,7 @@ from app.kv.layout import KeySpace
 from app.ops.rebuild import RebuildReport, rebuild_redis
 from app.ops.reconcile import ReconcileReport, reconcile
 from app.store import Store, open_store
+from app.usage.flusher import Flusher
 from app.usage.reader import UsageReader
 from tests.conftest import Clock
 from tests.support.ledgers import Ledgers
@@ -282,3 +284,78 @@ async def test_a_refused_grant_keeps_the_row_of_a_retry_redis_applied(
     assert await loss.redis_total(pid) == await loss.ledger_total(pid) == PURCHASED + 100
     # (grants of one second are listed by id: the retried one is anywhere among them)
     assert "grant_retried" in {g.grant_id for g in await loss.store.list_grants(pid)}
+
+
+async def test_settles_redis_lost_after_their_flush_are_charged_again_by_the_rebuild(
+    loss: Loss,
+) -> None:
+    """Redis went back in time (restarted from an older AOF): the last settles are gone
+    from its pools and counters, but the flusher had moved them into the durable rollups.
+    ``rebuild-redis --force`` takes their credits again and moves the counters (all-time
+    and the day's) to the rollups', so reconcile is clean."""
+    pid = await loss.accounts.create_account()
+    await loss.accounts.grant_purchased(pid, PURCHASED)
+    created = await loss.accounts.create_key(
+        pid, KeyCreateRequest(name="k", environment="live", daily_cap_credits=None)
+    )
+    auth = Authenticator(loss.ledger.keys, loss.ledger.throttle, loss.store, b"p", clock=loss.clock)
+    ident = await auth.identify(f"Bearer {created.key}")
+    for i in range(4):
+        hold = await loss.ledger.money.reserve(
+            ident,
+            rid=f"r{i}",
+            now=loss.clock(),
+            prompt_units=1000,
+            output_price=1000,
+            max_out=10,
+            min_out=1,
+            deadline=loss.clock() + 600,
+            alias="svc-fast",
+            requested="svc-fast",
+            models="svc-fast",
+        )
+        assert isinstance(hold, Hold), hold
+        await loss.ledger.money.settle(
+            hold,
+            now=loss.clock(),
+            credits_used=5,
+            prompt_tokens=1,
+            completion_tokens=2,
+            outcome="completed",
+        )
+    await Flusher(loss.redis, loss.layout, loss.store, clock=loss.clock).flush_all()
+    # what an older copy of Redis holds: the last two settles never happened there
+    shard = loss.layout.shard(pid)
+    await loss.redis.hincrby(loss.layout.account(shard, pid), AccountField.PURCHASED, 10)
+    day = day_tag(utc_day(loss.clock()))
+    for key in (loss.layout.usage_total(shard, pid), loss.layout.usage_day(shard, pid, day)):
+        counters = await loss.redis.hgetall(key)
+        for name, value in counters.items():
+            lost = int(value) // 2  # each counter counted four alike settles
+            await loss.redis.hincrby(key, name, -lost)
+    before = await loss.reconcile()
+    assert before.accounts_with_drift == 1
+    (check,) = before.accounts
+    assert check.balance_drift == 10
+    assert check.usage_drift["live:credits"] == -10
+    assert check.day_drift[utc_day(loss.clock())]["live:credits"] == -10
+
+    done = await rebuild_with_usage(loss)
+    assert (done.accounts_recomputed, done.usage_corrected) == (1, 1)
+    assert await loss.redis_total(pid) == PURCHASED - 20
+    assert (await loss.reconcile()).accounts_with_drift == 0
+    assert (await rebuild_with_usage(loss)).usage_corrected == 0  # nothing left to move
+
+
+async def rebuild_with_usage(loss: Loss) -> RebuildReport:
+    return await rebuild_redis(
+        loss.ledger.money,
+        loss.ledger.keys,
+        loss.ledger.usage,
+        loss.store,
+        now=loss.clock(),
+        earned_ttl_s=2 * DAY,
+        force=True,
+        confirm_s=0.01,
+        usage_retention_s=USAGE_TTL,
+    )
