@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Controller, Request, get, post
+from litestar import Controller, MediaType, Request, get, post
 from litestar.datastructures import ResponseHeader
 from litestar.di import Provide
 from litestar.enums import ParamType
@@ -23,7 +23,9 @@ from app.http.headers import NO_STORE
 from app.http.openapi import API_KEY, KEY_ERRORS, documented, errors
 from app.runtime import Services
 from app.spotlights.admob import reward_callback as reward_admob
+from app.spotlights.applovin import reward_callback as reward_applovin
 from app.spotlights.intents import IntentIssued
+from app.spotlights.levelplay import reward_callback as reward_levelplay
 from app.spotlights.rewards import CallbackAnswer
 from app.spotlights.signed import SIGNATURE_HEADER, VerifiedView
 from app.spotlights.signed import reward_callback as reward_signed
@@ -125,3 +127,39 @@ class SpotlightController(Controller):
             services.admob_keys,
             services.verified_rewards,
         )
+
+    @get("/applovin", security=[], responses=errors(*NETWORK_ERRORS))
+    async def applovin(self, services: Services, request: Request[Any, Any, Any]) -> CallbackAnswer:
+        """AppLovin MAX's server-to-server rewarded callback (its Server Side Callback URL:
+        ``…?event_id={EVENT_ID}&event_key={EVENT_KEY}&ad_unit_id={AD_UNIT_ID}&custom_data=
+        {CUSTOM_DATA}``): ``event_key`` must be sha1(event_id + an Event Key of
+        ``SVC_APPLOVIN_EVENT_KEYS``; 404 while none is set), the ad unit one of
+        ``SVC_APPLOVIN_AD_UNITS`` when that lists any, and ``custom_data`` an intent of the
+        account. 200 ``rewarded: true``, or ``rewarded: false`` with the reason."""
+        return await reward_applovin(
+            request.scope["query_string"],
+            services.settings.applovin_event_keys,
+            services.settings.applovin_ad_units,
+            services.verified_rewards,
+        )
+
+    @get(
+        "/levelplay",
+        security=[],
+        media_type=MediaType.TEXT,
+        responses=errors(*NETWORK_ERRORS),
+    )
+    async def levelplay(self, services: Services, request: Request[Any, Any, Any]) -> str:
+        """Unity LevelPlay's server-to-server reward callback (``…?appUserId=[USER_ID]&
+        eventId=[EVENT_ID]&rewards=[REWARDS]&itemName=[ITEM_NAME]``, with the ``timestamp``,
+        ``signature`` and ``custom_intent`` LevelPlay adds): ``signature`` must be
+        md5(timestamp + eventId + appUserId + rewards + a private key of
+        ``SVC_LEVELPLAY_PRIVATE_KEYS``; 404 while none is set) and ``custom_intent`` an
+        intent of the account. 200 ``<eventId>:OK`` (what LevelPlay takes as received) once
+        the view is rewarded, was before, or will not be on any retry."""
+        acknowledged = await reward_levelplay(
+            request.scope["query_string"],
+            services.settings.levelplay_private_keys,
+            services.verified_rewards,
+        )
+        return acknowledged.reply
