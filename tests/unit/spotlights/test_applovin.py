@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from urllib.parse import urlencode
 
 import httpx
 import msgspec
@@ -15,6 +14,7 @@ import pytest
 
 from app.core.metrics import METRICS
 from app.spotlights.applovin import event_key, parse_callback, signed
+from tests.support.mediation import applovin_query as signed_query
 from tests.support.scripts_helpers import snapshot
 from tests.unit.http.test_http_routes import Svc, models_file, svc  # noqa: F401 (fixtures)
 from tests.unit.spotlights.test_rewards import _earned, _intent
@@ -31,25 +31,11 @@ DOC_EVENT_KEY = (
 DOC_EVENT_ID = "14a97273742c0c9e8864fe40193dad5506e930bc"
 DOC_HASH = "3724081c17d32a66276ffff2a14b124a278934e9"
 KEY = "max-event-key-of-the-test"
-AD_UNIT = "9ad0816ac071552a"
 
 
-def applovin_query(
-    intent: str, event: str, key: str = KEY, *, hash_name: str = "event_key", **changed: str
-) -> bytes:
-    """A callback as MAX sends it for the issue's URL template, hashed here by AppLovin's
-    scheme (not svc's code); ``changed`` replaces parameters after the hash is made."""
-    values = {
-        "event_id": event,
-        hash_name: hashlib.sha1((event + key).encode()).hexdigest(),
-        "user_id": "player-1",
-        "amount": "1",
-        "currency": "Spotlight",
-        "ad_unit_id": AD_UNIT,
-        "custom_data": intent,
-    }
-    values.update(changed)
-    return urlencode(values).encode()
+def applovin_query(intent: str, event: str, key: str = KEY, **changed: str) -> bytes:
+    """A MAX callback hashed with the test's Event Key unless told (``tests.support``)."""
+    return signed_query(intent, event, key, **changed)
 
 
 def test_the_event_key_is_applovins_documented_example() -> None:

@@ -9,8 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from datetime import UTC, datetime
-from urllib.parse import urlencode
+from typing import Any
 
 import httpx
 import msgspec
@@ -18,6 +17,8 @@ import pytest
 
 from app.core.metrics import METRICS
 from app.spotlights.levelplay import parse_callback, signature, signed
+from tests.support.mediation import levelplay_query as signed_query
+from tests.support.mediation import stamp
 from tests.support.scripts_helpers import snapshot
 from tests.unit.http.test_http_routes import Svc, models_file, svc  # noqa: F401 (fixtures)
 from tests.unit.spotlights.test_rewards import _earned, _intent
@@ -29,36 +30,10 @@ pytestmark = pytest.mark.filterwarnings(
 KEY = "levelplay-private-key-of-the-test"
 
 
-def stamp(at: float) -> str:
-    """LevelPlay's ``timestamp`` for the unix time ``at``: ``YYYYMMDDHHmm``, UTC."""
-    return datetime.fromtimestamp(at, UTC).strftime("%Y%m%d%H%M")
-
-
-def levelplay_query(
-    intent: str | None,
-    event: str,
-    key: str = KEY,
-    *,
-    at: float | None = None,
-    **changed: str,
-) -> bytes:
-    """A callback as LevelPlay sends it for the guide's URL, signed here by LevelPlay's
-    scheme (not svc's code); ``changed`` replaces parameters after it is signed."""
-    timestamp = stamp(time.time() if at is None else at)
-    user, rewards = "player@example.com", "1"
-    digest = hashlib.md5((timestamp + event + user + rewards + key).encode()).hexdigest()
-    values = {
-        "appUserId": user,
-        "eventId": event,
-        "rewards": rewards,
-        "itemName": "Spotlight",
-        "timestamp": timestamp,
-        "signature": digest,
-    }
-    if intent is not None:
-        values["custom_intent"] = intent
-    values.update(changed)
-    return urlencode(values).encode()
+def levelplay_query(intent: str | None, event: str, key: str = KEY, **changed: Any) -> bytes:
+    """A LevelPlay callback signed with the test's private key unless told
+    (``tests.support``)."""
+    return signed_query(intent, event, key, **changed)
 
 
 def test_the_signature_is_levelplays_scheme() -> None:

@@ -21,9 +21,8 @@ from app.spotlights.levelplay import reward_callback as reward_levelplay
 from app.spotlights.rewards import CallbackAnswer
 from app.store import Store
 from tests.conftest import Clock
+from tests.support.mediation import applovin_query, levelplay_query
 from tests.support.scripts_helpers import pools
-from tests.unit.spotlights.test_applovin import applovin_query
-from tests.unit.spotlights.test_levelplay import levelplay_query
 
 APPLOVIN_KEY = "backend-event-key"
 LEVELPLAY_KEY = "backend-private-key"
