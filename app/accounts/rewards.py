@@ -55,7 +55,7 @@ class RewardItem(msgspec.Struct):
 
     id: str  # the grant's id: <network>:<pid>:<the network's transaction id>
     object: str
-    network: str  # admob | signed (a verifier's signed callback) | operator (the admin API)
+    network: str  # admob | applovin | levelplay | signed (a verifier's) | operator (admin API)
     view_id: str  # the view as its network named it
     credits: int
     granted_at: str

@@ -66,7 +66,7 @@ SETTLEMENT_OUTCOMES = (
 BACKGROUND_TASKS = ("sweeper", "flusher", "webhooks", "ledger_repair")
 WEBHOOK_STATES = ("delivered", "pending", "failed")
 REPLICA_WAIT_RESULTS = ("acked", "short")
-SPOTLIGHT_NETWORKS = ("admob", "signed")
+SPOTLIGHT_NETWORKS = ("admob", "applovin", "levelplay", "signed")
 PURCHASE_STORES = ("stripe", "apple", "google")
 PURCHASE_EVENTS = (  # app.purchases.events.EventKind, and a refused signature's
     "paid",
@@ -310,9 +310,9 @@ class Metrics:
         )
         self.spotlight_callbacks = Counter(
             "svc_spotlight_callbacks",
-            "Verified spotlight callbacks, by network (admob, signed) and result (rewarded, "
-            "duplicate, daily_limit, account_disabled, intent_used, invalid_intent, "
-            "invalid_signature, unavailable).",
+            "Verified spotlight callbacks, by network (admob, applovin, levelplay, signed) and "
+            "result (rewarded, duplicate, daily_limit, account_disabled, intent_used, "
+            "invalid_intent, invalid_signature, unavailable).",
             ["network", "result"],
             registry=reg,
         )

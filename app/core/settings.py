@@ -104,6 +104,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     admob_ad_units: str = ""
     """Comma-separated AdMob ad unit ids whose verification callbacks are accepted; empty =
     AdMob callbacks are off (404: Google signs every publisher's callbacks alike)."""
+    applovin_event_keys: str = ""
+    """Comma-separated AppLovin Event Keys (the MAX dashboard's Account > Keys; two while
+    one is rotated) that ``GET /v1/spotlights/applovin``'s ``event_key`` is made with;
+    empty = AppLovin MAX callbacks are off (404). Never logged."""
+    applovin_ad_units: str = ""
+    """Comma-separated MAX ad unit ids whose callbacks reward; empty = any of the account's
+    (the Event Key is the account's own)."""
+    levelplay_private_keys: str = ""
+    """Comma-separated private keys of the app's LevelPlay S2S reward callback (two while one
+    is rotated) that ``GET /v1/spotlights/levelplay``'s ``signature`` is made with; empty =
+    Unity LevelPlay callbacks are off (404). Never logged."""
     google_service_account_file: str | None = None
     """JSON key file of the Google Cloud service account svc asks the Play Developer API
     with (granted "View financial data" and "Manage orders" in Play Console); unset =
@@ -302,7 +313,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _WHERE = re.compile(r"(?P<why>.*) - at `\$\.(?P<field>\w+)`$", re.DOTALL)
-_UNSHOWN = ("token", "pepper", "secret", "url")
+_UNSHOWN = ("token", "pepper", "secret", "url", "event_keys", "private_keys")
 """Fields whose values an error does not repeat: only fields that are not plain text can be
 refused, but a future constraint on one of these must not echo a secret."""
 

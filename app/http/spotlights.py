@@ -1,42 +1,48 @@
-"""``/v1/spotlights``: intents for the companion app (with a live key of the account), and
-the verified callbacks that reward a view (signed by a verifier, no API key)."""
+"""``/v1/spotlights``: intents for the companion app (with a live key of the account), the
+account's rewards, and the verified callbacks that reward a view (no API key: a network's
+or a verifier's signature). Each callback's whole sequence is its network's module in
+``app.spotlights``; these routes only hand it the request and shape the reply."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from litestar import Controller, Request, get, post
+from litestar import Controller, MediaType, Request, get, post
 from litestar.datastructures import ResponseHeader
 from litestar.di import Provide
 from litestar.enums import ParamType
 from litestar.openapi.spec import OpenAPIType, Parameter, Schema
 
-from app.accounts.rewards import RewardList, validate_view_id
-from app.core.errors import (
-    AdMobRejected,
-    ApiError,
-    ErrorKind,
-    KeysUnavailable,
-    invalid_value,
-    service_unavailable,
-)
-from app.core.metrics import METRICS
-from app.core.validation import decode_json, query_int
+from app.accounts.rewards import RewardList
+from app.core.errors import ErrorKind
+from app.core.validation import query_int
 from app.credits.outcomes import Identity
 from app.http.body_routes import body_route
 from app.http.deps import live_only, provide_identity, provide_services
 from app.http.headers import NO_STORE
 from app.http.openapi import API_KEY, KEY_ERRORS, documented, errors
 from app.runtime import Services
-from app.spotlights.admob import ad_units, parse_callback, verify
+from app.spotlights.admob import reward_callback as reward_admob
+from app.spotlights.applovin import reward_callback as reward_applovin
 from app.spotlights.intents import IntentIssued
+from app.spotlights.levelplay import reward_callback as reward_levelplay
 from app.spotlights.rewards import CallbackAnswer
-from app.spotlights.signed import SIGNATURE_HEADER, VerifiedView, check, invalid_signature
+from app.spotlights.signed import SIGNATURE_HEADER, VerifiedView
+from app.spotlights.signed import reward_callback as reward_signed
 
 _IDENT = {"ident": Provide(provide_identity)}
 _LIVE = {**_IDENT, "live": Provide(live_only("Spotlight intents are live traffic"))}
 REWARDS_LIMIT = 20  # rewards listed unless told: four days' worth at the default limit
 MAX_REWARDS_LIMIT = 100
+# what a network's callback (a GET with its query) may be answered besides 200
+NETWORK_ERRORS = (
+    ErrorKind.INVALID_VALUE,
+    ErrorKind.INVALID_SIGNATURE,
+    ErrorKind.INVALID_INTENT,
+    ErrorKind.INTENT_USED,
+    ErrorKind.NOT_FOUND,
+    ErrorKind.SERVICE_UNAVAILABLE,
+)
 REWARDS_PARAMS = [
     Parameter(
         name="limit",
@@ -101,75 +107,59 @@ class SpotlightController(Controller):
         """Reward a view a verifier proved (``svc-signature``, signed with one of
         ``SVC_SPOTLIGHT_SECRETS``): 200 ``rewarded: true``, or ``rewarded: false`` with the
         reason when it was rewarded before or the day's limit is reached."""
-        if not services.spotlight_secrets:
-            raise ApiError(
-                ErrorKind.NOT_FOUND,
-                "Signed spotlight callbacks are off: the operator sets SVC_SPOTLIGHT_SECRETS.",
-            )
-        body = await request.body()
-        try:
-            check(
-                request.headers.get(SIGNATURE_HEADER),
-                body,
-                services.spotlight_secrets,
-                services.clock(),
-            )
-        except ApiError:
-            METRICS.labelled(METRICS.spotlight_callbacks, "signed", "invalid_signature").inc()
-            raise
-        view = decode_json(body, VerifiedView)
-        validate_view_id(view.view_id)
-        return await services.verified_rewards.reward("signed", view.view_id, view.intent)
+        return await reward_signed(
+            request.headers.get(SIGNATURE_HEADER),
+            await request.body(),
+            services.spotlight_secrets,
+            services.verified_rewards,
+            services.clock(),
+        )
 
-    @get(
-        "/admob",
-        security=[],
-        responses=errors(
-            ErrorKind.INVALID_VALUE,
-            ErrorKind.INVALID_SIGNATURE,
-            ErrorKind.INVALID_INTENT,
-            ErrorKind.INTENT_USED,
-            ErrorKind.NOT_FOUND,
-            ErrorKind.SERVICE_UNAVAILABLE,
-        ),
-    )
+    @get("/admob", security=[], responses=errors(*NETWORK_ERRORS))
     async def admob(self, services: Services, request: Request[Any, Any, Any]) -> CallbackAnswer:
         """AdMob's server-side verification callback (register this URL in AdMob): the query
         is verified as Google signs it, its ad unit must be one of ``SVC_ADMOB_AD_UNITS`` (404
         while none is listed) and its ``custom_data`` an intent of the account. 200
         ``rewarded: true``, or ``rewarded: false`` with the reason."""
-        allowed = ad_units(services.settings.admob_ad_units)
-        if not allowed:
-            raise ApiError(
-                ErrorKind.NOT_FOUND,
-                "AdMob callbacks are off: the operator lists the ad units in SVC_ADMOB_AD_UNITS.",
-            )
-        try:
-            return await self._admob(services, request.scope["query_string"], allowed)
-        except ApiError as error:
-            if error.kind in (ErrorKind.INVALID_VALUE, ErrorKind.INVALID_SIGNATURE):
-                result = "invalid_signature"
-                METRICS.labelled(METRICS.spotlight_callbacks, "admob", result).inc()
-            raise
-
-    @staticmethod
-    async def _admob(services: Services, query: bytes, allowed: frozenset[str]) -> CallbackAnswer:
-        try:
-            callback = parse_callback(query)
-        except AdMobRejected as exc:
-            raise invalid_value("signature", f"Not an AdMob callback: {exc.reason}.") from None
-        if callback.ad_unit not in allowed:
-            raise invalid_value("ad_unit", "This ad unit does not reward here.")
-        try:
-            key = await services.admob_keys.key(callback.key_id)
-        except KeysUnavailable:
-            METRICS.labelled(METRICS.spotlight_callbacks, "admob", "unavailable").inc()
-            raise service_unavailable() from None
-        if key is None or not verify(callback, key):
-            raise invalid_signature()
-        return await services.verified_rewards.reward(
-            "admob",
-            callback.transaction_id,
-            callback.custom_data,
-            shown_at_ms=callback.timestamp_ms,
+        return await reward_admob(
+            request.scope["query_string"],
+            services.settings.admob_ad_units,
+            services.admob_keys,
+            services.verified_rewards,
         )
+
+    @get("/applovin", security=[], responses=errors(*NETWORK_ERRORS))
+    async def applovin(self, services: Services, request: Request[Any, Any, Any]) -> CallbackAnswer:
+        """AppLovin MAX's server-to-server rewarded callback (its Server Side Callback URL:
+        ``…?event_id={EVENT_ID}&event_key={EVENT_KEY}&ad_unit_id={AD_UNIT_ID}&custom_data=
+        {CUSTOM_DATA}``): ``event_key`` must be sha1(event_id + an Event Key of
+        ``SVC_APPLOVIN_EVENT_KEYS``; 404 while none is set), the ad unit one of
+        ``SVC_APPLOVIN_AD_UNITS`` when that lists any, and ``custom_data`` an intent of the
+        account. 200 ``rewarded: true``, or ``rewarded: false`` with the reason."""
+        return await reward_applovin(
+            request.scope["query_string"],
+            services.settings.applovin_event_keys,
+            services.settings.applovin_ad_units,
+            services.verified_rewards,
+        )
+
+    @get(
+        "/levelplay",
+        security=[],
+        media_type=MediaType.TEXT,
+        responses=errors(*NETWORK_ERRORS),
+    )
+    async def levelplay(self, services: Services, request: Request[Any, Any, Any]) -> str:
+        """Unity LevelPlay's server-to-server reward callback (``…?appUserId=[USER_ID]&
+        eventId=[EVENT_ID]&rewards=[REWARDS]&itemName=[ITEM_NAME]``, with the ``timestamp``,
+        ``signature`` and ``custom_intent`` LevelPlay adds): ``signature`` must be
+        md5(timestamp + eventId + appUserId + rewards + a private key of
+        ``SVC_LEVELPLAY_PRIVATE_KEYS``; 404 while none is set) and ``custom_intent`` an
+        intent of the account. 200 ``<eventId>:OK`` (what LevelPlay takes as received) once
+        the view is rewarded, was before, or will not be on any retry."""
+        acknowledged = await reward_levelplay(
+            request.scope["query_string"],
+            services.settings.levelplay_private_keys,
+            services.verified_rewards,
+        )
+        return acknowledged.reply

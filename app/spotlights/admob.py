@@ -1,5 +1,6 @@
 """AdMob's server-side verification (SSV) callbacks: reading one, checking its signature
-against a verifier key, the ad units whose callbacks reward and the callback's time.
+against a verifier key, the ad units whose callbacks reward and the callback's time, and
+the whole sequence a callback goes through before its reward (``reward_callback``).
 
 Google signs the callback's query string up to ``&signature=``, as sent: the message is
 those bytes, never a re-encoding of the parsed parameters. ``signature`` (URL-safe base64
@@ -15,7 +16,6 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from urllib.parse import unquote_to_bytes
 
 import msgspec
 from cryptography.exceptions import InvalidSignature
@@ -26,9 +26,25 @@ from cryptography.hazmat.primitives.asymmetric.ec import (
     EllipticCurvePublicKey,
 )
 
-from app.core.errors import AdMobRejected
+from app.core.errors import (
+    AdMobRejected,
+    ApiError,
+    ErrorKind,
+    KeysUnavailable,
+    invalid_value,
+    service_unavailable,
+)
+from app.core.metrics import METRICS
+from app.spotlights.admob_keys import VerifierKeys
+from app.spotlights.callbacks import (
+    MAX_QUERY_BYTES,
+    component,
+    refusals_counted,
+    signature_refused,
+)
+from app.spotlights.rewards import CallbackAnswer, VerifiedRewards
 
-MAX_QUERY_BYTES = 4096  # Google's callbacks are well under 1 KiB
+NETWORK = "admob"
 MAX_FUTURE_MS = 300_000  # a callback's timestamp may run this far ahead of svc's clock
 
 _SIGNATURE_MARK = b"&signature="
@@ -72,7 +88,7 @@ class AdMobCallback(msgspec.Struct, frozen=True, kw_only=True):
 def _text(raw: bytes) -> str:
     """A query component percent-decoded (``+`` is a space, as in any form-encoded query)."""
     try:
-        return unquote_to_bytes(raw.replace(b"+", b" ")).decode("utf-8")
+        return component(raw)
     except UnicodeDecodeError:
         raise AdMobRejected("a parameter is not UTF-8") from None
 
@@ -170,3 +186,35 @@ def timestamp_acceptable(
     ``[since_ms, until_ms]`` (the life of the intent it rewards)."""
     t = callback.timestamp_ms
     return t <= now_ms + MAX_FUTURE_MS and since_ms <= t <= until_ms
+
+
+async def reward_callback(
+    raw_query: bytes, ad_unit_setting: str, keys: VerifierKeys, rewards: VerifiedRewards
+) -> CallbackAnswer:
+    """``GET /v1/spotlights/admob``: a callback's raw query read as Google signs it, its ad
+    unit one of ``ad_unit_setting`` (``SVC_ADMOB_AD_UNITS``; 404 while none is listed), its
+    signature verified under the key its ``key_id`` names, then its ``custom_data`` intent
+    rewarded once per ``transaction_id``."""
+    allowed = ad_units(ad_unit_setting)
+    if not allowed:
+        raise ApiError(
+            ErrorKind.NOT_FOUND,
+            "AdMob callbacks are off: the operator lists the ad units in SVC_ADMOB_AD_UNITS.",
+        )
+    with refusals_counted(NETWORK):
+        try:
+            callback = parse_callback(raw_query)
+        except AdMobRejected as exc:
+            raise invalid_value("signature", f"Not an AdMob callback: {exc.reason}.") from None
+        if callback.ad_unit not in allowed:
+            raise invalid_value("ad_unit", "This ad unit does not reward here.")
+        try:
+            key = await keys.key(callback.key_id)
+        except KeysUnavailable:
+            METRICS.labelled(METRICS.spotlight_callbacks, NETWORK, "unavailable").inc()
+            raise service_unavailable() from None
+        if key is None or not verify(callback, key):
+            raise signature_refused("AdMob", "signature")
+    return await rewards.reward(
+        NETWORK, callback.transaction_id, callback.custom_data, shown_at_ms=callback.timestamp_ms
+    )

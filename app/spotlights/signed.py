@@ -1,5 +1,5 @@
 """Signed spotlight callbacks: the proof of a view from any verifier svc does not speak to
-itself (the companion app's own backend, or a small relay for AppLovin, Unity, ironSource).
+itself (the companion app's own backend, or a relay for a network svc does not verify).
 
 The verifier signs ``POST /v1/spotlights/verified`` with a secret it shares with svc
 (``SVC_SPOTLIGHT_SECRETS``, two at once while one is rotated):
@@ -16,8 +16,13 @@ from typing import Annotated
 
 import msgspec
 
+from app.accounts.rewards import validate_view_id
 from app.core.errors import ApiError, ErrorKind
+from app.core.validation import decode_json
+from app.spotlights.callbacks import refusals_counted
+from app.spotlights.rewards import CallbackAnswer, VerifiedRewards
 
+NETWORK = "signed"
 SIGNATURE_HEADER = "svc-signature"
 TOLERANCE_S = 300
 MAX_VIEW_ID = 200
@@ -33,7 +38,9 @@ class VerifiedView(msgspec.Struct, forbid_unknown_fields=True):
 
 
 def parse_secrets(text: str) -> tuple[bytes, ...]:
-    """``SVC_SPOTLIGHT_SECRETS``: comma-separated secrets (empty: signed callbacks are off)."""
+    """A setting of comma-separated secrets, two while one is rotated
+    (``SVC_SPOTLIGHT_SECRETS``, ``SVC_APPLOVIN_EVENT_KEYS``, ``SVC_LEVELPLAY_PRIVATE_KEYS``);
+    empty: that network's callbacks are off."""
     return tuple(part.strip().encode() for part in text.split(",") if part.strip())
 
 
@@ -75,3 +82,24 @@ def check(header: str | None, body: bytes, secrets: tuple[bytes, ...], now: floa
             matched |= hmac.compare_digest(expected, digest)
     if not matched:
         raise invalid_signature()
+
+
+async def reward_callback(
+    header: str | None,
+    body: bytes,
+    secrets: tuple[bytes, ...],
+    rewards: VerifiedRewards,
+    now: float,
+) -> CallbackAnswer:
+    """``POST /v1/spotlights/verified``: the body signed by ``header`` with one of
+    ``secrets`` (404 while there is none), then its intent rewarded once per view id."""
+    if not secrets:
+        raise ApiError(
+            ErrorKind.NOT_FOUND,
+            "Signed spotlight callbacks are off: the operator sets SVC_SPOTLIGHT_SECRETS.",
+        )
+    with refusals_counted(NETWORK):
+        check(header, body, secrets, now)
+    view = decode_json(body, VerifiedView)
+    validate_view_id(view.view_id)
+    return await rewards.reward(NETWORK, view.view_id, view.intent)

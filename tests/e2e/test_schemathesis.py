@@ -143,6 +143,8 @@ OPERATIONS = [
     "POST /v1/spotlights/intents",
     "POST /v1/spotlights/verified",
     "GET /v1/spotlights/admob",
+    "GET /v1/spotlights/applovin",
+    "GET /v1/spotlights/levelplay",
     "GET /v1/spotlights/rewards",
     "GET /v1/purchases/account-token",
     "POST /v1/purchases/stripe",

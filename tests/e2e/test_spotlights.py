@@ -1,7 +1,7 @@
 """Verified spotlights on a real server (2 workers, the embedded Valkey, SQLite): an intent,
-a verifier's signed callback, the reward once under concurrent deliveries, the ledger and
-`svc admin reconcile` clean after; nothing for a disabled account, and AdMob's route off
-without its ad units."""
+a verifier's signed callback, AppLovin MAX's and Unity LevelPlay's callbacks, each view
+rewarded once under concurrent deliveries, the ledger and `svc admin reconcile` clean
+after; nothing for a disabled account, and AdMob's route off without its ad units."""
 
 from __future__ import annotations
 
@@ -16,9 +16,12 @@ import pytest
 from app.spotlights.signed import SIGNATURE_HEADER, sign
 from tests.e2e.conftest import Server, start_server, stop_server
 from tests.e2e.test_admin_cli import svc_admin
+from tests.support.mediation import applovin_query, levelplay_query
 
 pytestmark = pytest.mark.e2e
 SECRET = b"e2e-verifier-secret"
+EVENT_KEY = "e2e-max-event-key"
+PRIVATE_KEY = "e2e-levelplay-private-key"
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +29,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = start_server(
         tmp_path_factory.mktemp("spotlights"),
         workers=2,
-        extra_env={"SVC_SPOTLIGHT_SECRETS": f"retired,{SECRET.decode()}"},
+        extra_env={
+            "SVC_SPOTLIGHT_SECRETS": f"retired,{SECRET.decode()}",
+            "SVC_APPLOVIN_EVENT_KEYS": f"retired,{EVENT_KEY}",
+            "SVC_LEVELPLAY_PRIVATE_KEYS": PRIVATE_KEY,
+        },
     )
     yield srv
     stop_server(srv.process)
@@ -96,3 +103,48 @@ def test_a_disabled_account_earns_nothing_and_admob_is_off(server: Server) -> No
     assert server.metrics()[("svc_spotlight_callbacks_total", labels)] == 1
     off = httpx.get(f"{server.base_url}/spotlights/admob?ad_unit=1&signature=x&key_id=1")
     assert (off.status_code, off.json()["error"]["code"]) == (404, "not_found")
+
+
+def _callbacks(server: Server, network: str, query: bytes, count: int) -> list[httpx.Response]:
+    url = f"/spotlights/{network}?" + query.decode()
+
+    async def deliver_all() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as client:
+            return await asyncio.gather(*(client.get(url) for _ in range(count)))
+
+    return asyncio.run(deliver_all())
+
+
+@pytest.mark.parametrize("network", ["applovin", "levelplay"])
+def test_a_mediated_view_is_rewarded_once(server: Server, network: str) -> None:
+    """Issue 50: 50 concurrent deliveries of one MAX or LevelPlay event reward it once
+    across both workers (LevelPlay's every answer ``<eventId>:OK``); a forged hash writes
+    nothing; the ledger entry is the network's and reconcile finds nothing amiss."""
+    pid = server.new_account(0)
+    auth = {"authorization": f"Bearer {server.new_key(pid)}"}
+    issued = httpx.post(f"{server.base_url}/spotlights/intents", headers=auth)
+    assert issued.status_code == 201, issued.text
+    token = issued.json()["token"]
+    event = f"evt-e2e-{network}"
+    if network == "applovin":
+        query, forged = applovin_query(token, event, EVENT_KEY), applovin_query(token, event, "x")
+    else:
+        query = levelplay_query(token, event, PRIVATE_KEY)
+        forged = levelplay_query(token, event, "x")
+    refused = _callbacks(server, network, forged, 1)[0]
+    assert (refused.status_code, refused.json()["error"]["code"]) == (401, "invalid_signature")
+    answers = _callbacks(server, network, query, 50)
+    assert {a.status_code for a in answers} == {200}
+    if network == "applovin":
+        assert sum(a.json()["rewarded"] for a in answers) == 1
+    else:
+        assert {a.text for a in answers} == {f"{event}:OK"}
+    credits = httpx.get(f"{server.base_url}/credits", headers=auth).json()
+    assert credits["earned_available"] == 5_000
+    ledger = server.admin("GET", f"/accounts/{pid}/ledger").json()["data"]
+    rewards = [entry for entry in ledger if entry["kind"] == "reward"]
+    assert [(r["source"], r["reference"]) for r in rewards] == [(network, event)]
+    labels = (("network", network), ("result", "rewarded"))
+    assert server.metrics()[("svc_spotlight_callbacks_total", labels)] == 1
+    code, out = svc_admin(server.env, "reconcile")
+    assert code == 0, out

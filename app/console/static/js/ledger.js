@@ -20,6 +20,8 @@ export const SOURCES = {
   apple: "Apple",
   google: "Google",
   admob: "AdMob",
+  applovin: "AppLovin MAX",
+  levelplay: "Unity LevelPlay",
   signed: "Verifier",
   operator: "Operator",
   dev: "Development",
