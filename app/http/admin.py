@@ -46,13 +46,13 @@ from app.http.openapi import (
 )
 from app.http.openapi_lists import ACCOUNTS_PARAMS, ACTIVITY_PARAMS, AUDIT_PARAMS, LEDGER_PARAMS
 from app.http.purchases import PURCHASES_PARAMS
-from app.http.reports import activity_answer, receipt_answer
+from app.http.reports import activity_answer, operator_receipt_answer
 from app.ops.lookup import AccountDetail, account_detail
 from app.purchases.listing import PurchaseList, parse_purchase_filter, purchase_list
 from app.runtime import Services
 from app.usage.activity import parse_environment
 from app.usage.flusher import Lag
-from app.usage.receipts import Receipt
+from app.usage.receipts import OperatorReceipt
 from app.webhooks.registry import DeliveryList, WebhookList
 
 
@@ -259,10 +259,11 @@ class AdminController(Controller):
         "/accounts/{pid:str}/activity/{activity_id:str}",
         responses=errors(*_ACCOUNT, ErrorKind.ACTIVITY_NOT_FOUND),
     )
-    async def receipt(self, services: Services, pid: str, activity_id: str) -> Receipt:
-        """One settled request of the account, live or test (``GET /v1/activity/{id}``)."""
+    async def receipt(self, services: Services, pid: str, activity_id: str) -> OperatorReceipt:
+        """One settled request of the account, live or test (``GET /v1/activity/{id}``),
+        with the upstream that served it and what it cost (``upstream``: operators only)."""
         await services.accounts.require_account(pid)
-        return await receipt_answer(services, pid, activity_id, None)
+        return await operator_receipt_answer(services, pid, activity_id)
 
     @get("/accounts/{pid:str}/webhooks", responses=errors(*_ACCOUNT))
     async def webhooks(self, services: Services, pid: str) -> WebhookList:
