@@ -29,6 +29,7 @@ from app.accounts.bodies import (
 from app.accounts.ledger_pages import LedgerList, ledger_list, parse_ledger_filter
 from app.accounts.lookup import parse_account_filter
 from app.accounts.rewards import SpotlightRequest, SpotlightReward
+from app.books.overview import AccountOverview, account_overview, parse_overview
 from app.core.errors import ErrorKind
 from app.core.validation import decode_json
 from app.credits import idempotency
@@ -87,11 +88,22 @@ class AdminController(Controller):
         responses=errors(*ADMIN_ERRORS, ErrorKind.INVALID_VALUE),
         operation_class=documented(parameters=ACCOUNTS_PARAMS),
     )
-    async def accounts(self, services: Services, request: Request[Any, Any, Any]) -> AccountList:
+    async def accounts(
+        self, services: Services, request: Request[Any, Any, Any]
+    ) -> AccountList | AccountOverview:
         """Accounts, newest first, a page at a time (``limit``, ``after``); ``query`` finds
         them by account id, key id (either form) or a key's last four characters;
-        ``external_id`` lists the one the app knows by that id."""
-        return await services.accounts.find_accounts(parse_account_filter(request.query_params))
+        ``external_id`` lists the one the app knows by that id. With ``sort`` (spend,
+        balance, created): the overview, every account's balance, debt and live spend over
+        the last ``days`` (default 30), the first ``limit`` of them, and the totals of the
+        credits outstanding and of the debt."""
+        params = request.query_params
+        overview = parse_overview(params)
+        if overview is not None:
+            return await account_overview(
+                services.store, services.money, overview, services.clock()
+            )
+        return await services.accounts.find_accounts(parse_account_filter(params))
 
     @get("/accounts/{pid:str}", responses=errors(*_ACCOUNT))
     async def account(self, services: Services, pid: str) -> AccountDetail:

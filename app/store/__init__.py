@@ -13,7 +13,7 @@ from typing import Protocol
 
 from app.core.errors import StoreConflict, StoreError
 from app.store.audit import AuditQuery, AuditRecord
-from app.store.books import BooksSums, RevenueEntry, UpstreamCostRollup
+from app.store.books import BooksSums, RevenueEntry, RevenueSum, UpstreamCostRollup
 from app.store.ledger import LedgerPosition
 from app.store.purchases import KeptEvent, PurchaseChange, PurchaseQuery, PurchaseRecord
 from app.store.records import (
@@ -58,6 +58,7 @@ __all__ = [
     "PurchaseQuery",
     "PurchaseRecord",
     "RevenueEntry",
+    "RevenueSum",
     "Store",
     "StoreConflict",
     "StoreError",
@@ -431,6 +432,10 @@ class Store(Protocol):
         alias, provider's model and currency; revenue per day, store, currency and kind;
         what the applied ledger entries asked per day and kind; live credits charged and
         earned credits lapsed per day."""
+
+    async def spend_by_account(self, since_day: str) -> dict[str, int]:
+        """The live credits each account was charged from ``since_day`` on (accounts that
+        were charged nothing are absent)."""
 
     async def last_usage_day(self) -> str | None:
         """The latest day any rollup covers (``YYYY-MM-DD``), or None when there are none."""

@@ -106,24 +106,36 @@ class RevenueEntry(msgspec.Struct, frozen=True, kw_only=True):
     created_at: int
 
 
+class RevenueSum(msgspec.Struct, frozen=True, kw_only=True):
+    """The revenue entries of one day, store, currency and kind, summed."""
+
+    day: str
+    source: str
+    currency: str
+    kind: str
+    amount: int | None  # None: no entry had an amount
+    credits: int
+    entries: int
+
+
 class BooksSums(msgspec.Struct, frozen=True, kw_only=True):
     """What the books of a range of days are made of, read at one instant."""
 
     costs: list[UpstreamCostRollup]  # live, per day, alias, provider, model and currency
-    revenue: list[RevenueEntry]  # summed per day, source, currency and kind (id: "")
+    revenue: list[RevenueSum]
     ledger: list[tuple[str, str, int]]  # (day, kind, credits the entries asked)
     spent: list[tuple[str, int]]  # (day, live credits charged)
     expired: list[tuple[str, int]]  # (day, earned credits that lapsed)
 
 
 _COST_KEY = ("day", "alias", "provider", "upstream_model", "currency", "environment")
-_COST_SUMS = tuple(f for f in UpstreamCostRollup.__struct_fields__ if f not in _COST_KEY)
+COST_SUMS = tuple(f for f in UpstreamCostRollup.__struct_fields__ if f not in _COST_KEY)
 _COST_COLUMNS = ", ".join(UpstreamCostRollup.__struct_fields__)
 UPSERT_COSTS = (
     f"INSERT INTO upstream_costs_daily ({_COST_COLUMNS}) "
     f"VALUES ({', '.join('?' * len(UpstreamCostRollup.__struct_fields__))}) "
     f"ON CONFLICT ({', '.join(_COST_KEY)}) DO UPDATE SET "
-    + ", ".join(f"{c} = upstream_costs_daily.{c} + excluded.{c}" for c in _COST_SUMS)
+    + ", ".join(f"{c} = upstream_costs_daily.{c} + excluded.{c}" for c in COST_SUMS)
 )
 COSTS_OF_DAYS = (
     f"SELECT {_COST_COLUMNS} FROM upstream_costs_daily WHERE environment = 'live' "
@@ -151,6 +163,11 @@ SPENT_OF_DAYS = (
     "SELECT day, SUM(credits) FROM usage_daily WHERE environment = 'live' "
     "AND day >= ? AND day <= ? GROUP BY day"
 )
+# live credits each account was charged from a day on (the accounts' overview)
+SPEND_BY_ACCOUNT = (
+    "SELECT account_pid, SUM(credits) FROM usage_daily WHERE environment = 'live' "
+    "AND day >= ? GROUP BY account_pid"
+)
 EXPIRED_OF_DAYS = (
     f"SELECT expired_at / {DAY_S}, SUM(credits) FROM credit_expiries "
     f"WHERE expired_at >= ? AND expired_at < ? GROUP BY expired_at / {DAY_S}"
@@ -162,17 +179,16 @@ def iso_day(day_number: object) -> str:
     return utc_day(int(str(day_number)) * DAY_S)
 
 
-def _revenue(row: Row) -> RevenueEntry:
-    day, source, currency, kind, amount, known, credits, _ = row
-    return RevenueEntry(
-        entry_id="",
-        purchase_id="",
+def _revenue(row: Row) -> RevenueSum:
+    day, source, currency, kind, amount, known, credits, entries = row
+    return RevenueSum(
+        day=iso_day(day),
         source=str(source),
         currency=str(currency),
         kind=str(kind),
         amount=int(amount) if int(known or 0) else None,
         credits=int(credits or 0),
-        created_at=int(day) * DAY_S,
+        entries=int(entries),
     )
 
 
@@ -198,6 +214,10 @@ class BooksSQL(SQLCore):
 
         return await self._run(read(), Transaction.SNAPSHOT)
 
+    async def spend_by_account(self, since_day: str) -> dict[str, int]:
+        found = await self._rows(SPEND_BY_ACCOUNT, (since_day,))
+        return {str(pid): int(credits or 0) for pid, credits in found}
+
 
 def _seconds(day: str) -> int:
     start = day_start(day)
@@ -208,7 +228,7 @@ def _seconds(day: str) -> int:
 
 def _cost(row: Row) -> UpstreamCostRollup:
     values = dict(zip(UpstreamCostRollup.__struct_fields__, row, strict=True))
-    for name in _COST_SUMS:
+    for name in COST_SUMS:
         values[name] = int(values[name] or 0)  # PostgreSQL's BIGINT may come as Decimal
     return msgspec.convert(values, UpstreamCostRollup)
 
@@ -219,5 +239,6 @@ __all__: Sequence[str] = [
     "BooksSQL",
     "BooksSums",
     "RevenueEntry",
+    "RevenueSum",
     "UpstreamCostRollup",
 ]
