@@ -111,12 +111,13 @@ def revenue_lines(parts: Iterable[RevenueSum]) -> list[RevenueLine]:
     """The revenue per store and currency of ``parts`` (a day's sums, or all the days')."""
     lines: dict[tuple[str, str], RevenueLine] = {}
     for part in parts:
-        line = lines.get((part.source, part.currency))
+        currency = part.currency.upper()  # Stripe writes "usd", the App Store "USD"
+        line = lines.get((part.source, currency))
         if line is None:
-            known = 0 if part.currency else None
-            line = lines[part.source, part.currency] = RevenueLine(
+            known = 0 if currency else None
+            line = lines[part.source, currency] = RevenueLine(
                 store=part.source,
-                currency=part.currency or None,
+                currency=currency or None,
                 purchases=0,
                 refunds=0,
                 credits_sold=0,
