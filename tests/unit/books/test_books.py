@@ -136,7 +136,8 @@ async def test_the_books_of_a_day_equal_the_ledger_and_the_rollups(books: Books)
     assert figures.outstanding_change == sum(asked.values()) - 44 - 7
     # the usage rollups (live): spent, and the costs' credits
     totals = await books.store.usage_totals(pid)
-    assert totals is not None and totals.credits == figures.spent
+    assert totals is not None
+    assert totals.credits == figures.spent
     (line,) = day.costs
     assert (line.alias, line.provider, line.model, line.currency) == (
         "svc-fast",
