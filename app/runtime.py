@@ -232,7 +232,7 @@ class Services:
         self.spotlight_secrets = parse_secrets(settings.spotlight_secrets)
         self.verified_rewards = VerifiedRewards(self.spotlights, self.intents, store, clock=clock)
         simulated = SimulatedProvider(settings.sim_reply_tokens, settings.sim_delay_ms)
-        self.router = UpstreamRouter(build_providers(catalog), simulated)
+        self.router = UpstreamRouter(build_providers(catalog), simulated, catalog.aliases.values())
         # Background tasks talk to Redis on connections of their own, named so operators
         # (and the benchmark) can tell their commands from the requests'.
         self.background_redis = background_redis or redis

@@ -26,7 +26,8 @@ function the last user message names, else to the first one offered (arguments `
 same words as output text events, the same faults (``dropK`` ends in ``response.failed``
 instead), ``response.incomplete`` past ``max_output_tokens``, and a function call to the
 first tool instead of text when ``tool_choice`` is ``required`` or the model name says
-``calltool``; usage in the last event.
+``calltool``; usage in the last event (``cachedP`` and ``writesP`` as
+``input_tokens_details.cached_tokens`` and ``cache_write_tokens``).
 
 ``POST /messages`` speaks Anthropic's Messages API (for providers that serve it natively):
 ``message_start`` with the input usage (``cachedP`` and ``writesP`` as
@@ -600,9 +601,15 @@ class _Conn(asyncio.Protocol):
                 )
             output_tokens = plan.chunks
         input_text = json.dumps(request.get("input", "")) + str(request.get("instructions", ""))
+        input_tokens = len(input_text) // 4 + 4
+        details = {"cached_tokens": 0}
+        for pattern, name in ((_CACHED, "cached_tokens"), (_WRITES, "cache_write_tokens")):
+            share = pattern.search(plan.model)
+            if share:  # as on chat: P % of the input
+                details[name] = input_tokens * int(share.group(1)) // 100
         usage = {
-            "input_tokens": len(input_text) // 4 + 4,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens": input_tokens,
+            "input_tokens_details": details,
             "output_tokens": output_tokens,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": len(input_text) // 4 + 4 + output_tokens,

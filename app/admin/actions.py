@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 import msgspec
@@ -99,7 +99,13 @@ def _lookup_ops(args: argparse.Namespace) -> dict[str, AdminOp]:
     from app.ops.lookup import account_detail
 
     async def accounts(s: Services) -> Any:
-        return await s.accounts.find_accounts(parse_account_filter(accounts_params(args)))
+        from app.books.overview import account_overview, parse_overview
+
+        params = accounts_params(args)
+        overview = parse_overview(params)
+        if overview is not None:
+            return await account_overview(s.store, s.money, overview, s.clock())
+        return await s.accounts.find_accounts(parse_account_filter(params))
 
     async def account(s: Services) -> Any:
         return await account_detail(s.accounts, s.usage, args.account_pid, s.clock())
@@ -196,7 +202,28 @@ def _money_ops(args: argparse.Namespace) -> dict[str, AdminOp]:
         params = {k: v for k, v in named if v is not None}
         return await purchase_list(s.store, parse_purchase_filter(params))
 
-    return {"grant": grant, "debit": debit, "ledger": ledger, "purchases": purchases}
+    async def books(s: Services) -> Any:
+        from app.books.report import book_days, books_csv, read_books
+        from app.books.value import setting_value
+
+        named = (("from", args.from_day), ("to", args.to_day))
+        days = book_days({k: v for k, v in named if v is not None}, s.clock())
+        raw = s.settings.credit_value
+        found = await read_books(s.store, days, None if raw is None else setting_value(raw))
+        return CsvLines(_lines(books_csv(found))) if args.csv else found
+
+    return {
+        "grant": grant,
+        "debit": debit,
+        "ledger": ledger,
+        "purchases": purchases,
+        "books": books,
+    }
+
+
+async def _lines(lines: Iterable[str]) -> AsyncIterator[str]:
+    for line in lines:
+        yield line
 
 
 def _admin_op(args: argparse.Namespace) -> AdminOp:

@@ -99,6 +99,8 @@ _ACCOUNTS_OPTIONS = (
     ("limit", "accounts in the page (1-500; default 100)"),
     ("after", "the id of the last account of the previous page"),
     ("external_id", "only the account the app knows by this id"),
+    ("sort", "the overview: every account's balance, debt and spend, by spend, balance or created"),
+    ("days", "with --sort: the days the spend counts (1-366; default 30)"),
 )
 
 
@@ -204,6 +206,14 @@ def _add_lookup_commands(ops: argparse._SubParsersAction[argparse.ArgumentParser
 def _add_operator_commands(ops: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The usage flusher's and the ledger's: lag, flush, reconcile, rebuild-redis; and a
     Redis command of the operator's own."""
+    books = ops.add_parser(
+        "books", help="revenue, credits, upstream costs and margins of a range of UTC days"
+    )
+    books.add_argument(
+        "--from", dest="from_day", help="the first day, YYYY-MM-DD (default: 30 days)"
+    )
+    books.add_argument("--to", dest="to_day", help="the last day, YYYY-MM-DD (default: today)")
+    books.add_argument("--csv", action="store_true", help="CSV, one row per figure")
     ops.add_parser("usage-lag", help="usage events not yet flushed to the durable store")
     ops.add_parser("flush", help="flush pending usage events to the durable store now")
     rec = ops.add_parser(

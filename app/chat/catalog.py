@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import functools
-import re
 import tomllib
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 from msgspec import UNSET
 
+from app.chat.costs import CURRENCY, DEFAULT_CURRENCY, CostEntry, UpstreamCost, upstream_cost
+from app.chat.models_errors import convert, fail
 from app.core.errors import ModelsFileError
 from app.core.settings import HEARTBEATS_PER_DEADLINE
 from app.credits.outcomes import Rates
@@ -22,7 +23,6 @@ FAST, CODE, SMART = "svc-fast", "svc-code", "svc-smart"
 AUTO_ROUTES = (FAST, CODE, SMART)
 """What ``route_auto`` chooses from."""
 SIMULATED = "simulated"
-T = TypeVar("T")
 
 GATED_FIELDS: dict[str, tuple[str, ...]] = {
     "allow_service_tier": ("service_tier",),
@@ -48,10 +48,12 @@ in the usage report) and what identifies the client (``user``, ``safety_identifi
 
 
 class UpstreamRef(msgspec.Struct, frozen=True, kw_only=True):
-    """One place an alias can be served from: a provider and the real model name there."""
+    """One place an alias can be served from: a provider, the real model name there, and
+    what the provider charges for it (None: the models file names no cost)."""
 
     provider: str
     model: str
+    cost: UpstreamCost | None = None
 
 
 def quarter_up(price: int) -> int:
@@ -174,6 +176,7 @@ def key_model_ids(catalog: Catalog) -> tuple[str, ...]:
 class UpstreamEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     provider: str
     model: str
+    cost: CostEntry | None = None
 
 
 class AliasOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -209,54 +212,6 @@ def default_catalog() -> Catalog:
     return Catalog(aliases=dict(DEFAULT_ALIASES), providers={})
 
 
-def _line_of(text: str, path: list[str]) -> int | None:
-    """Best effort: the line where the field at ``path`` is written."""
-    lines = text.splitlines()
-    table_depth, start = 0, 0
-    for depth in range(len(path), 0, -1):
-        dotted = ".".join(path[:depth])
-        quoted = ".".join(f'"{p}"' if "-" in p else p for p in path[:depth])
-        for i, line in enumerate(lines):
-            if line.strip().strip("[]").replace(" ", "") in (dotted, quoted.replace(" ", "")):
-                table_depth, start = depth, i
-                break
-        if table_depth:
-            break
-    keys = path[table_depth:]
-    if not keys:
-        return start + 1 if table_depth else None
-    for i in range(start, len(lines)):
-        if i > start and lines[i].lstrip().startswith("[") and table_depth:
-            break
-        if re.match(rf"\s*\"?{re.escape(keys[0])}\"?\s*=", lines[i]):
-            return i + 1
-    return start + 1 if table_depth else None
-
-
-def _fail(path: Path, text: str, field: list[str], message: str) -> ModelsFileError:
-    line = _line_of(text, field)
-    where = f"{path}:{line}" if line else str(path)
-    return ModelsFileError(f"{where}: field '{'.'.join(field)}': {message}")
-
-
-def _field_path(error_text: str) -> list[str]:
-    unknown = re.search(r"unknown field `([^`]*)`", error_text)
-    if unknown:
-        return [unknown.group(1)]
-    match = re.search(r"at `\$(.*)`", error_text)
-    if not match:
-        return []
-    return [p for p in re.split(r"\.|\[\d+\]", match.group(1)) if p]
-
-
-def _convert(path: Path, text: str, value: object, kind: type[T], where: list[str]) -> T:
-    try:
-        return msgspec.convert(value, kind)
-    except msgspec.ValidationError as exc:
-        message = re.sub(r" - at `\$.*`", "", str(exc))
-        raise _fail(path, text, [*where, *_field_path(str(exc))], message) from exc
-
-
 def _check_timeouts(path: Path, text: str, spec: ModelsFile, deadline_s: float) -> None:
     """A stream still waiting on its upstream must never be swept as if its worker died.
 
@@ -272,7 +227,7 @@ def _check_timeouts(path: Path, text: str, spec: ModelsFile, deadline_s: float) 
         for setting in ("first_byte_timeout_s", "idle_timeout_s"):
             value = getattr(provider, setting)
             if value >= limit:
-                raise _fail(
+                raise fail(
                     path,
                     text,
                     ["providers", name, setting],
@@ -287,14 +242,16 @@ def _check(path: Path, text: str, spec: ModelsFile) -> None:
     for name, override in spec.aliases.items():
         field = ["aliases", name]
         if name not in ALIAS_IDS:
-            raise _fail(path, text, field, f"unknown alias; use one of {', '.join(ALIAS_IDS)}")
+            raise fail(path, text, field, f"unknown alias; use one of {', '.join(ALIAS_IDS)}")
         for ref in override.upstreams or []:
             if ref.provider != SIMULATED and ref.provider not in spec.providers:
-                raise _fail(
-                    path, text, [*field, "upstreams"], f"no provider named '{ref.provider}'"
-                )
+                raise fail(path, text, [*field, "upstreams"], f"no provider named '{ref.provider}'")
+            try:
+                _upstream_ref(ref, spec.providers)
+            except ValueError as exc:
+                raise fail(path, text, [*field, "upstreams", "cost"], str(exc)) from None
         if override.upstreams is not None and not override.upstreams:
-            raise _fail(path, text, [*field, "upstreams"], "needs at least one upstream")
+            raise fail(path, text, [*field, "upstreams"], "needs at least one upstream")
         for key in (
             "input_price",
             "cached_input_price",
@@ -305,13 +262,30 @@ def _check(path: Path, text: str, spec: ModelsFile) -> None:
         ):
             value = getattr(override, key)
             if value is not None and value < (0 if key.endswith("price") else 1):
-                raise _fail(path, text, [*field, key], "out of range")
+                raise fail(path, text, [*field, key], "out of range")
+    _check_providers(path, text, spec)
+
+
+def _check_providers(path: Path, text: str, spec: ModelsFile) -> None:
     for name, provider in spec.providers.items():
         if not provider.base_url.startswith(("http://", "https://")):
-            raise _fail(path, text, ["providers", name, "base_url"], "must be an http(s) URL")
+            raise fail(path, text, ["providers", name, "base_url"], "must be an http(s) URL")
+        if not CURRENCY.match(provider.cost_currency):
+            raise fail(path, text, ["providers", name, "cost_currency"], "not like USD or EUR")
+        if name.split() != [name]:  # a usage event names it between spaces (Served)
+            raise fail(path, text, ["providers", name], "a provider's name has no spaces")
 
 
-def _merge(base: Alias, o: AliasOverride) -> Alias:
+def _upstream_ref(entry: UpstreamEntry, providers: dict[str, ProviderConfig]) -> UpstreamRef:
+    """``entry`` with its cost as integers in its provider's currency (the simulated
+    provider's: ``DEFAULT_CURRENCY``); ``ValueError`` for a cost that cannot be one."""
+    provider = providers.get(entry.provider)
+    currency = DEFAULT_CURRENCY if provider is None else provider.cost_currency
+    cost = None if entry.cost is None else upstream_cost(entry.cost, currency)
+    return UpstreamRef(provider=entry.provider, model=entry.model, cost=cost)
+
+
+def _merge(base: Alias, o: AliasOverride, providers: dict[str, ProviderConfig]) -> Alias:
     # a new input price moves the cached-input and cache-write defaults with it
     new_input = o.input_price is not None
     cached_input = o.cached_input_price
@@ -334,7 +308,7 @@ def _merge(base: Alias, o: AliasOverride) -> Alias:
         default_output_tokens=o.default_output_tokens or base.default_output_tokens,
         max_output_tokens=o.max_output_tokens or base.max_output_tokens,
         **{flag: getattr(base if getattr(o, flag) is None else o, flag) for flag in GATED_FIELDS},
-        upstreams=tuple(UpstreamRef(provider=u.provider, model=u.model) for u in o.upstreams)
+        upstreams=tuple(_upstream_ref(u, providers) for u in o.upstreams)
         if o.upstreams
         else base.upstreams,
     )
@@ -353,20 +327,20 @@ def load_catalog(path: Path, *, reservation_deadline_s: float | None = None) -> 
         raise ModelsFileError(f"{path}: {exc}") from exc
     unknown = set(raw) - {"providers", "aliases"}
     if unknown:
-        raise _fail(path, text, [sorted(unknown)[0]], "unknown section")
+        raise fail(path, text, [sorted(unknown)[0]], "unknown section")
     sections: dict[str, dict[str, object]] = {}
     for section in ("providers", "aliases"):
         value = raw.get(section, {})
         if not isinstance(value, dict):
-            raise _fail(path, text, [section], "must be a table")
+            raise fail(path, text, [section], "must be a table")
         sections[section] = value
     spec = ModelsFile(
         providers={
-            name: _convert(path, text, value, ProviderConfig, ["providers", name])
+            name: convert(path, text, value, ProviderConfig, ["providers", name])
             for name, value in sections["providers"].items()
         },
         aliases={
-            name: _convert(path, text, value, AliasOverride, ["aliases", name])
+            name: convert(path, text, value, AliasOverride, ["aliases", name])
             for name, value in sections["aliases"].items()
         },
     )
@@ -375,9 +349,9 @@ def load_catalog(path: Path, *, reservation_deadline_s: float | None = None) -> 
         _check_timeouts(path, text, spec, reservation_deadline_s)
     aliases = dict(DEFAULT_ALIASES)
     for name, override in spec.aliases.items():
-        merged = _merge(aliases[name], override)
+        merged = _merge(aliases[name], override, spec.providers)
         if merged.price.cached_input > merged.price.input:
-            raise _fail(
+            raise fail(
                 path,
                 text,
                 ["aliases", name, "cached_input_price"],

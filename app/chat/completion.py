@@ -97,6 +97,8 @@ class Completion(Relay, Settling):
         self._unsent = b""
         self._settling = None
         self._provider_name = ""  # the upstream's, once connected (for its metrics and logs)
+        self._upstream_model = ""  # its model, and what its provider charges (connect)
+        self._cost = None
         self.failovers = 0  # the candidates that failed before the one that served (connect)
         self._stop = None
         self._left_at = 0.0
@@ -124,7 +126,7 @@ class Completion(Relay, Settling):
     async def connect(self) -> None:
         """Try the alias's upstreams in order until one yields its first piece."""
         candidates = self.service.router.candidates(self.params.alias, self.ident.environment)
-        for n, (provider_name, provider, model) in enumerate(candidates):
+        for n, (provider_name, provider, model, cost) in enumerate(candidates):
             if n:
                 METRICS.failover(self.params.alias.id)
             pieces = provider.stream(self._call(provider_name, model))
@@ -139,6 +141,8 @@ class Completion(Relay, Settling):
             METRICS.attempt_served(provider_name)
             self.failovers = n  # each candidate before this one failed and was passed over
             self._provider_name = provider_name
+            self._upstream_model = model
+            self._cost = cost
             self._pieces = pieces
             self._first = first
             self.first_output_at = time.monotonic()  # written out as it comes: the TTFB

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
+from app.chat.costs import UpstreamCost, cost_micros
 from app.chat.request import ChatParams
 from app.core.errors import LedgerUnreachable
 from app.core.metrics import METRICS, BilledTokens
@@ -122,6 +123,9 @@ class Settling:
     started: float
     first_output_at: float
     failovers: int  # the upstreams failed over from before the one that served
+    _provider_name: str  # the upstream that served, once connected ("": none yet)
+    _upstream_model: str
+    _cost: UpstreamCost | None  # what its provider charges (None: not known)
     usage: Usage | None
     tokens_received: int
     _texts: list[str]
@@ -190,13 +194,16 @@ class Settling:
 
     async def _settle(self, outcome: str) -> Settlement:
         tokens = self.billed_parts(*self.billed_tokens())
+        cost = self._cost
+        # what the provider charges for the tokens billed (a released request: nothing)
+        micros = 0 if cost is None or outcome == "released" else cost_micros(cost, tokens)
         settled = await self.service.money.settle(
             self.hold,
             now=self.service.clock(),
             rates=self.params.alias.price.rates,
             tokens=tokens,
             outcome=outcome,
-            served=self._served(),
+            served=self._served(micros),
             failovers=self.failovers,
             response=self._response,
         )
@@ -213,12 +220,17 @@ class Settling:
                     tokens.prompt, tokens.completion, tokens.cached, tokens.reasoning
                 ),
             )
+            if micros and cost is not None:
+                alias = self.params.alias.id
+                METRICS.upstream_cost(alias, self._provider_name, cost.currency, micros)
         return settled
 
-    def _served(self) -> Served:
+    def _served(self, upstream_cost: int) -> Served:
         """What the request's activity row tells: its response's id, times, usage source,
-        and the prices it is settled at (the ``rates`` ``_settle`` sends: its receipt names
-        them, whatever the alias costs later)."""
+        the prices it is settled at (the ``rates`` ``_settle`` sends: its receipt names
+        them, whatever the alias costs later), and (operators only) the upstream that
+        served and ``upstream_cost``, what it cost in micro-units of its currency."""
+        cost = self._cost
         return Served(
             response_id=self._response_id,
             created=self.created,
@@ -226,6 +238,10 @@ class Settling:
             duration_ms=_ms(time.monotonic() - self.started),
             usage_source=self.usage_source,
             prices=self.params.alias.price.rates,
+            provider=self._provider_name,
+            upstream_model=self._upstream_model,
+            cost_currency="" if cost is None else cost.currency,
+            upstream_cost=upstream_cost,
         )
 
 

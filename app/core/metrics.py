@@ -332,6 +332,14 @@ class Metrics:
             ["result"],
             registry=reg,
         )
+        self.upstream_costs = Counter(
+            "svc_upstream_cost",
+            "What providers charged for settled requests, in micro-units of their currency "
+            '(the models file\'s costs: docs/operations.md, "The books"), by alias, provider '
+            "and currency.",
+            ["model", "provider", "currency"],
+            registry=reg,
+        )
         self.background_errors = Counter(
             "svc_background_errors",
             "Failed sweeper, flusher or webhook rounds (retried next round), by task.",
@@ -436,6 +444,16 @@ class Metrics:
 
     def failover(self, model: str) -> None:
         self.labelled(self.failovers, model).inc()
+
+    def upstream_costs_known(self, series: Iterable[tuple[str, str, str]]) -> None:
+        """Make the cost series of each (alias, provider, currency) the models file prices,
+        at 0, so a scrape shows them before their first request."""
+        for label_set in series:
+            self.labelled(self.upstream_costs, *label_set)
+
+    def upstream_cost(self, model: str, provider: str, currency: str, micros: int) -> None:
+        """A settled request's upstream cost, in micro-units of ``currency``."""
+        self.labelled(self.upstream_costs, model, provider, currency).inc(micros)
 
 
 class RedisReadings(NamedTuple):

@@ -24,6 +24,11 @@ MAX_RATE_LIMIT_RPM = 1_000_000
 the last minute (about 10 bytes each in Redis), so a key at this limit may hold ~10 MB."""
 
 
+CREDIT_VALUE_FORM = r"^(?P<amount>[0-9]{1,12}(\.[0-9]{1,6})?) ?(?P<currency>[A-Z]{3})?$"
+"""``SVC_CREDIT_VALUE``: an amount with at most six decimals, then a currency (default
+USD): ``10``, ``9.5 EUR`` (``app.books.value``)."""
+
+
 MIN_ADMIN_TOKEN_CHARS = 32
 """The shortest SVC_ADMIN_TOKEN svc starts with: the token reaches every account, and the
 failed-auth throttle only slows guessing down (a generated one has 43 characters)."""
@@ -173,6 +178,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     apple_api_url: str = ""
     """Base URL of the App Store Server API; empty = Apple's for ``apple_environment``
     (a test's stand-in otherwise)."""
+    credit_value: Annotated[str, msgspec.Meta(pattern=CREDIT_VALUE_FORM)] | None = None
+    """What 1,000 credits are worth in the books (``GET /admin/v1/books``): an amount and a
+    currency (``10 USD``; USD when left out); unset = each currency's net revenue of the
+    period per credit sold in it."""
     earned_expiry_days: int = 30
     """The earned pool expires this long after its latest grant (rolling)."""
     sweep_interval_s: float = 10.0

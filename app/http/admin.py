@@ -29,6 +29,7 @@ from app.accounts.bodies import (
 from app.accounts.ledger_pages import LedgerList, ledger_list, parse_ledger_filter
 from app.accounts.lookup import parse_account_filter
 from app.accounts.rewards import SpotlightRequest, SpotlightReward
+from app.books.overview import AccountOverview, account_overview, parse_overview
 from app.core.errors import ErrorKind
 from app.core.validation import decode_json
 from app.credits import idempotency
@@ -46,13 +47,13 @@ from app.http.openapi import (
 )
 from app.http.openapi_lists import ACCOUNTS_PARAMS, ACTIVITY_PARAMS, AUDIT_PARAMS, LEDGER_PARAMS
 from app.http.purchases import PURCHASES_PARAMS
-from app.http.reports import activity_answer, receipt_answer
+from app.http.reports import activity_answer, operator_receipt_answer
 from app.ops.lookup import AccountDetail, account_detail
 from app.purchases.listing import PurchaseList, parse_purchase_filter, purchase_list
 from app.runtime import Services
 from app.usage.activity import parse_environment
 from app.usage.flusher import Lag
-from app.usage.receipts import Receipt
+from app.usage.receipts import OperatorReceipt
 from app.webhooks.registry import DeliveryList, WebhookList
 
 
@@ -87,11 +88,22 @@ class AdminController(Controller):
         responses=errors(*ADMIN_ERRORS, ErrorKind.INVALID_VALUE),
         operation_class=documented(parameters=ACCOUNTS_PARAMS),
     )
-    async def accounts(self, services: Services, request: Request[Any, Any, Any]) -> AccountList:
+    async def accounts(
+        self, services: Services, request: Request[Any, Any, Any]
+    ) -> AccountList | AccountOverview:
         """Accounts, newest first, a page at a time (``limit``, ``after``); ``query`` finds
         them by account id, key id (either form) or a key's last four characters;
-        ``external_id`` lists the one the app knows by that id."""
-        return await services.accounts.find_accounts(parse_account_filter(request.query_params))
+        ``external_id`` lists the one the app knows by that id. With ``sort`` (spend,
+        balance, created): the overview, every account's balance, debt and live spend over
+        the last ``days`` (default 30), the first ``limit`` of them, and the totals of the
+        credits outstanding and of the debt."""
+        params = request.query_params
+        overview = parse_overview(params)
+        if overview is not None:
+            return await account_overview(
+                services.store, services.money, overview, services.clock()
+            )
+        return await services.accounts.find_accounts(parse_account_filter(params))
 
     @get("/accounts/{pid:str}", responses=errors(*_ACCOUNT))
     async def account(self, services: Services, pid: str) -> AccountDetail:
@@ -259,10 +271,11 @@ class AdminController(Controller):
         "/accounts/{pid:str}/activity/{activity_id:str}",
         responses=errors(*_ACCOUNT, ErrorKind.ACTIVITY_NOT_FOUND),
     )
-    async def receipt(self, services: Services, pid: str, activity_id: str) -> Receipt:
-        """One settled request of the account, live or test (``GET /v1/activity/{id}``)."""
+    async def receipt(self, services: Services, pid: str, activity_id: str) -> OperatorReceipt:
+        """One settled request of the account, live or test (``GET /v1/activity/{id}``),
+        with the upstream that served it and what it cost (``upstream``: operators only)."""
         await services.accounts.require_account(pid)
-        return await receipt_answer(services, pid, activity_id, None)
+        return await operator_receipt_answer(services, pid, activity_id)
 
     @get("/accounts/{pid:str}/webhooks", responses=errors(*_ACCOUNT))
     async def webhooks(self, services: Services, pid: str) -> WebhookList:

@@ -16,6 +16,7 @@ from app.core.errors import StoreError
 from app.core.settings import Settings
 from app.http.admin import AdminController
 from app.http.api import V1Controller
+from app.http.books import BooksController
 from app.http.console import ConsoleController, root
 from app.http.errors import handle_exception
 from app.http.headers import SECURITY_HEADERS
@@ -70,6 +71,7 @@ def create_app(settings: Settings) -> Litestar:
             GooglePurchasesController,
             ApplePurchasesController,
             AdminController,
+            BooksController,
             HealthController,
             MetricsController,
             ConsoleController,

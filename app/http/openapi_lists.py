@@ -12,6 +12,9 @@ from app.accounts.ledger_pages import KINDS as LEDGER_KINDS
 from app.accounts.lookup import DEFAULT_LIMIT as ACCOUNTS_DEFAULT_LIMIT
 from app.accounts.lookup import MAX_LIMIT as ACCOUNTS_MAX_LIMIT
 from app.accounts.lookup import MAX_QUERY_CHARS as ACCOUNTS_MAX_QUERY
+from app.books.overview import DEFAULT_DAYS as OVERVIEW_DEFAULT_DAYS
+from app.books.overview import MAX_DAYS as OVERVIEW_MAX_DAYS
+from app.books.overview import SORTS as OVERVIEW_SORTS
 from app.usage.activity import DEFAULT_LIMIT as ACTIVITY_DEFAULT_LIMIT
 from app.usage.activity import MAX_LIMIT as ACTIVITY_MAX_LIMIT
 from app.usage.export import FORMATS
@@ -98,6 +101,25 @@ ACCOUNTS_PARAMS = [
         required=False,
         description="The `id` of the last account of the previous page (its `last_id`).",
         schema=Schema(type=OpenAPIType.STRING),
+    ),
+    Parameter(
+        name="sort",
+        param_in=ParamType.QUERY,
+        required=False,
+        description=(
+            "The overview instead of a page: every account's balance, debt and live spend "
+            "over `days`, the first `limit` by spend, balance or creation (largest, newest "
+            "first), with the totals of the credits outstanding and of the debt."
+        ),
+        schema=Schema(type=OpenAPIType.STRING, enum=list(OVERVIEW_SORTS)),
+    ),
+    Parameter(
+        name="days",
+        param_in=ParamType.QUERY,
+        required=False,
+        description=f"With `sort`: the UTC days the spend counts, today's included (default "
+        f"{OVERVIEW_DEFAULT_DAYS}).",
+        schema=Schema(type=OpenAPIType.INTEGER, minimum=1, maximum=OVERVIEW_MAX_DAYS),
     ),
 ]
 

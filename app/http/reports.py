@@ -12,7 +12,7 @@ from litestar.response import Stream
 from app.runtime import Services
 from app.usage.activity import parse_filter
 from app.usage.export import CSV_MEDIA_TYPE, activity_csv, parse_format
-from app.usage.receipts import Receipt, Receipts
+from app.usage.receipts import OperatorReceipt, Receipt, Receipts
 
 
 def csv_download(lines: Iterable[str] | AsyncIterable[str], filename: str) -> Stream:
@@ -41,9 +41,18 @@ async def activity_answer(
 
 
 async def receipt_answer(
-    services: Services, pid: str, activity_id: str, environment: str | None
+    services: Services, pid: str, activity_id: str, environment: str
 ) -> Receipt:
-    """``GET …/activity/{activity_id}``: the receipt of one of ``pid``'s requests (in
-    ``environment``; None: in either), durable or still on its way to the store."""
+    """``GET /v1/activity/{activity_id}``: the receipt of one of ``pid``'s requests in
+    ``environment``, durable or still on its way to the store."""
     receipts = Receipts(services.store, services.redis, services.layout)
     return await receipts.find(pid, activity_id, environment)
+
+
+async def operator_receipt_answer(
+    services: Services, pid: str, activity_id: str
+) -> OperatorReceipt:
+    """``GET /admin/v1/accounts/{pid}/activity/{activity_id}``: the receipt of one of
+    ``pid``'s requests, live or test, with its upstream and what it cost."""
+    receipts = Receipts(services.store, services.redis, services.layout)
+    return await receipts.find_for_operator(pid, activity_id)

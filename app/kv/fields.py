@@ -243,10 +243,18 @@ class Served(msgspec.Struct, frozen=True, kw_only=True):
     # the prices settle was sent with (what its receipt names); None: not known (a text
     # written before svc kept them has five fields, not nine)
     prices: Rates | None = None
+    # (operators only) the upstream that served: its provider (by its name in the models
+    # file, which has no spaces) and model, and what it cost in micro-units of
+    # ``cost_currency`` (app.chat.costs; "": the models file names no cost); "" and 0: not
+    # known (a text written before svc kept them has nine fields at most)
+    provider: str = ""
+    upstream_model: str = ""
+    cost_currency: str = ""
+    upstream_cost: int = 0
 
     def text(self) -> str:
-        """The form settle takes (``parse`` reads it back): space-separated, the prices
-        last."""
+        """The form settle takes (``parse`` reads it back): space-separated, the prices,
+        then the upstream (its model last: the only part that may hold a space)."""
         if not self.response_id:
             return ""
         text = (
@@ -255,25 +263,45 @@ class Served(msgspec.Struct, frozen=True, kw_only=True):
         )
         if self.prices is None:
             return text
-        return f"{text} {' '.join(str(price) for price in self.prices)}"
+        text = f"{text} {' '.join(str(price) for price in self.prices)}"
+        if not self.provider:
+            return text
+        return (
+            f"{text} {self.provider} {self.cost_currency or NO_CURRENCY} "
+            f"{self.upstream_cost} {self.upstream_model}"
+        )
 
     @classmethod
     def parse(cls, text: str) -> Served:
-        """``text()`` read back, with or without its prices; anything else is nothing
-        known."""
-        parts = text.split(" ")
-        numbers = parts[1:4] + parts[5:]
-        if len(parts) not in (5, 9) or not all(p.isdigit() for p in numbers):
+        """``text()`` read back, with or without its prices and upstream; anything else is
+        nothing known."""
+        parts = text.split(" ", 12)
+        numbers = parts[1:4] + parts[5:9] + parts[11:12]
+        if len(parts) not in (5, 9, 13) or not all(p.isdigit() for p in numbers):
             return NOTHING_SERVED
         source = USAGE_UPSTREAM if parts[4] == USAGE_UPSTREAM else USAGE_ESTIMATED
-        return cls(
+        served = cls(
             response_id=parts[0],
             created=int(parts[1]),
             ttfb_ms=int(parts[2]),
             duration_ms=int(parts[3]),
             usage_source=source,
-            prices=Rates(*map(int, parts[5:])) if len(parts) == 9 else None,
+            prices=Rates(*map(int, parts[5:9])) if len(parts) > 5 else None,
         )
+        if len(parts) < 13:
+            return served
+        currency = "" if parts[10] == NO_CURRENCY else parts[10]
+        return msgspec.structs.replace(
+            served,
+            provider=parts[9],
+            cost_currency=currency,
+            upstream_cost=int(parts[11]),
+            upstream_model=parts[12],
+        )
+
+
+NO_CURRENCY: Final = "-"
+"""``Served.text``'s currency of an upstream whose cost the models file does not name."""
 
 
 NOTHING_SERVED = Served()

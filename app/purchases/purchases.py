@@ -22,11 +22,13 @@ import msgspec
 from app.accounts.accounts import Accounts
 from app.accounts.ledger import Applied, Ledger
 from app.core.errors import ApiError, ErrorKind, service_unavailable
+from app.core.ids import random_id
 from app.credits.outcomes import ScriptStatus
 from app.purchases.events import PaymentEvent
-from app.purchases.refunds import credits_to_take
-from app.store import GrantRecord, KeptEvent, PurchaseChange, PurchaseRecord, Store
+from app.purchases.refunds import amount_refunded, credits_to_take
+from app.store import GrantRecord, KeptEvent, PurchaseChange, PurchaseRecord, RevenueEntry, Store
 from app.store.audit import new_seq
+from app.store.books import REVENUE_REFUND
 from app.store.purchases import PURCHASE_GRANTED, PURCHASE_UNMATCHED
 
 log = logging.getLogger("svc.purchases")
@@ -185,24 +187,34 @@ class Purchases:
         held, pid, now = purchase.dispute_taken, purchase.account_pid or "", int(self.clock())
         source, reversals = purchase.source, await self._reversals(purchase.purchase_id)
         if event.kind == "refund_reversed":
+            money = _refund_money(purchase, 0, purchase.refund_taken, now)
             if purchase.refund_taken <= 0:
-                return None
+                return None if money is None else PurchaseChange(0, held, None, 0, money)
             entry_id = f"{purchase.purchase_id}:refund_reversed:{reversals + 1}"
             give = purchase.refund_taken
             entry = _entry(entry_id, pid, give, "refund_reversed", source, event.event_id, now)
-            return PurchaseChange(0, held, entry)
+            return PurchaseChange(0, held, entry, 0, money)
         credits = purchase.credits or 0
         share = credits_to_take(credits, event.amount or 1, event.amount_refunded or 0, 0)
         take = share - purchase.refund_taken
-        if take <= 0:
-            return None
+        refunded = purchase.amount_refunded
+        if purchase.amount is not None:  # the money a refund of a share of it gave back
+            refunded = max(
+                refunded,
+                amount_refunded(purchase.amount, event.amount or 1, event.amount_refunded or 0),
+            )
+        money = _refund_money(purchase, refunded, -max(take, 0), now)
+        if take <= 0:  # no credit more to take: perhaps money (a refund of under a credit)
+            return (
+                None if money is None else PurchaseChange(share - take, held, None, refunded, money)
+            )
         from_pools = take - min(take, held)
         refund: GrantRecord | None = None
         if from_pools:
             entry_id = f"{purchase.purchase_id}:refund:{share}"
             entry_id += f":{reversals}" if reversals else ""
             refund = _entry(entry_id, pid, -from_pools, "refund", source, event.event_id, now)
-        return PurchaseChange(share, held - (take - from_pools), refund)
+        return PurchaseChange(share, held - (take - from_pools), refund, refunded, money)
 
     async def _keep(self, source: str, event: PaymentEvent) -> Result:
         payment = event.payment_intent or ""
@@ -251,6 +263,27 @@ class Purchases:
     async def _dispute_unseen(self, purchase: PurchaseRecord, event: PaymentEvent) -> bool:
         opened = f"{purchase.purchase_id}:dispute:{event.dispute_id}"
         return await self.store.get_grant(opened) is None
+
+
+def _refund_money(
+    purchase: PurchaseRecord, refunded: int, credits: int, now: int
+) -> RevenueEntry | None:
+    """The books' entry of a purchase's amount refunded becoming ``refunded`` (with
+    ``credits`` taken back, or given back), None when it does not change. Written once,
+    with the change that wins the purchase's compare-and-set (its id is random)."""
+    moved = refunded - purchase.amount_refunded
+    if moved == 0:
+        return None
+    return RevenueEntry(
+        entry_id=f"{purchase.purchase_id}:refunded:{random_id('', 12)}",
+        purchase_id=purchase.purchase_id,
+        source=purchase.source,
+        currency=purchase.currency or "",
+        kind=REVENUE_REFUND,
+        amount=-moved,
+        credits=credits,
+        created_at=now,
+    )
 
 
 def _entry(

@@ -24,3 +24,13 @@ def credits_to_take(credits: int, amount: int, amount_refunded: int, already_tak
         )
     refunded = min(amount_refunded, amount)
     return max(0, credits * refunded // amount - already_taken)
+
+
+def amount_refunded(amount: int, charged: int, refunded: int) -> int:
+    """The part of a purchase's ``amount`` a store's cumulative refund of ``refunded`` out
+    of ``charged`` is: ``floor(amount × min(refunded, charged) / charged)``; exactly
+    ``refunded`` when the store charged the purchase's amount (Stripe's charge), the share
+    of it a store reports as a share (the App Store's prorated refund, of ``WHOLE``)."""
+    if amount < 0 or charged <= 0 or refunded < 0:
+        raise ValueError("amount_refunded: amount and refunded must be >= 0, charged > 0")
+    return amount * min(refunded, charged) // charged

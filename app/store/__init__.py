@@ -13,6 +13,7 @@ from typing import Protocol
 
 from app.core.errors import StoreConflict, StoreError
 from app.store.audit import AuditQuery, AuditRecord
+from app.store.books import BooksSums, RevenueEntry, RevenueSum, UpstreamCostRollup
 from app.store.ledger import LedgerPosition
 from app.store.purchases import KeptEvent, PurchaseChange, PurchaseQuery, PurchaseRecord
 from app.store.records import (
@@ -42,6 +43,7 @@ __all__ = [
     "ActivityRecord",
     "AuditQuery",
     "AuditRecord",
+    "BooksSums",
     "CreditExpiry",
     "DeliveryRecord",
     "DueDelivery",
@@ -55,9 +57,12 @@ __all__ = [
     "PurchaseChange",
     "PurchaseQuery",
     "PurchaseRecord",
+    "RevenueEntry",
+    "RevenueSum",
     "Store",
     "StoreConflict",
     "StoreError",
+    "UpstreamCostRollup",
     "UsageRollup",
     "WebhookEventRecord",
     "WebhookRecord",
@@ -303,9 +308,11 @@ class Store(Protocol):
         expiries: Sequence[CreditExpiry] = (),
         activity: Sequence[ActivityRecord] = (),
         webhook_events: Sequence[WebhookEventRecord] = (),
+        costs: Sequence[UpstreamCostRollup] = (),
     ) -> bool:
-        """Add the rollups, the expiries, the activity rows and the webhook events'
-        deliveries (``add_webhook_events``; one already stored is skipped) and move the
+        """Add the rollups, the expiries, the activity rows, the upstream cost rollups and
+        the webhook events' deliveries (``add_webhook_events``; one already stored is
+        skipped) and move the
         shard's cursor to ``last_stream_id``, in one transaction. False (nothing written)
         when ``last_stream_id`` is at or below the cursor already, so a replayed batch is
         never counted twice, and, when ``after`` is given, unless the cursor is still
@@ -418,6 +425,17 @@ class Store(Protocol):
         """Sums (kid, alias and day empty) of the days before ``before_day``, all time by
         default; None when there is no such usage. One statement: consistent even while
         the flusher writes."""
+
+    async def books_sums(self, first_day: str, last_day: str) -> BooksSums:
+        """The sums the books of the UTC days ``first_day`` to ``last_day`` (``YYYY-MM-DD``,
+        both included) are made of, read in one transaction: live upstream costs per day,
+        alias, provider's model and currency; revenue per day, store, currency and kind;
+        what the applied ledger entries asked per day and kind; live credits charged and
+        earned credits lapsed per day."""
+
+    async def spend_by_account(self, since_day: str) -> dict[str, int]:
+        """The live credits each account was charged from ``since_day`` on (accounts that
+        were charged nothing are absent)."""
 
     async def last_usage_day(self) -> str | None:
         """The latest day any rollup covers (``YYYY-MM-DD``), or None when there are none."""

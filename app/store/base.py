@@ -15,6 +15,7 @@ from app.store import migrations as schema
 from app.store import statements as sql
 from app.store.accounts import AccountsSQL
 from app.store.audit import AuditRecord, AuditSQL, write_audit
+from app.store.books import UPSERT_COSTS, BooksSQL, UpstreamCostRollup
 from app.store.ledger import LedgerSQL
 from app.store.program import Program, Transaction, each, execute, row, rows, take
 from app.store.purchases import PurchasesSQL
@@ -37,7 +38,7 @@ from app.store.records import (
 from app.store.webhooks import WebhooksSQL, write_webhook_events
 
 
-class SQLStore(AccountsSQL, AuditSQL, LedgerSQL, PurchasesSQL, WebhooksSQL):
+class SQLStore(AccountsSQL, AuditSQL, BooksSQL, LedgerSQL, PurchasesSQL, WebhooksSQL):
     """``Store`` on a SQL database; what each method promises is in ``Store``'s docstrings.
 
     A subclass adds only its engine: ``_run``, ``close``, and the locks (``SQLCore``). The
@@ -183,9 +184,11 @@ class SQLStore(AccountsSQL, AuditSQL, LedgerSQL, PurchasesSQL, WebhooksSQL):
         expiries: Sequence[CreditExpiry] = (),
         activity: Sequence[ActivityRecord] = (),
         webhook_events: Sequence[WebhookEventRecord] = (),
+        costs: Sequence[UpstreamCostRollup] = (),
     ) -> bool:
         position = stream_id_key(last_stream_id)  # a bad id fails before any I/O
         usage_rows = [to_row(u) for u in rollups]
+        cost_rows = [to_row(c) for c in costs]
         expiry_rows = [to_row(e) for e in expiries]
         activity_rows = [to_row(a) for a in activity]
 
@@ -199,6 +202,7 @@ class SQLStore(AccountsSQL, AuditSQL, LedgerSQL, PurchasesSQL, WebhooksSQL):
             if after != ANY_CURSOR and (cursor[0] if cursor else None) != after:
                 return False
             yield from each(sql.UPSERT_USAGE, usage_rows)
+            yield from each(UPSERT_COSTS, cost_rows)
             yield from each(sql.INSERT_EXPIRY, expiry_rows)
             yield from each(sql.INSERT_ACTIVITY, activity_rows)
             yield from write_webhook_events(webhook_events, int(time.time()))

@@ -7,6 +7,7 @@ placeholders, as for every shared statement: ``app.store.statements``).
 from __future__ import annotations
 
 from app.core.clock import DAY_S
+from app.store.books import BOOKS_SCHEMA
 
 Migration = tuple[int, tuple[str, ...]]
 
@@ -376,6 +377,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         # failover may have lost is rechecked every few seconds, without a scan).
         ("CREATE INDEX credit_grants_applied ON credit_grants (applied_at, grant_id)",),
     ),
+    # The reseller's books: their tables, columns and indexes (``app.store.books``).
+    (24, BOOKS_SCHEMA),
 )
 
 CREATE_SCHEMA_MIGRATIONS = (

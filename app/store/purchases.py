@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from app.store.books import INSERT_REVENUE, REVENUE_PURCHASE, RevenueEntry
 from app.store.core import SQLCore
 from app.store.ledger import DELETE_GRANT, INSERT_GRANT
 from app.store.program import Program, execute, row
@@ -41,6 +42,7 @@ class PurchaseRecord(msgspec.Struct, frozen=True, kw_only=True):
     created_at: int
     refund_taken: int = 0  # credits refunds took back so far
     dispute_taken: int = 0  # credits open disputes hold back
+    amount_refunded: int = 0  # of amount, what the store refunded so far (its units)
 
 
 class KeptEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -72,8 +74,8 @@ GET_PURCHASE_BY_PAYMENT = (
     f"{_P_SELECT} WHERE source = ? AND payment = ? ORDER BY created_at LIMIT 1"
 )
 SET_TAKEN = (
-    "UPDATE purchases SET refund_taken = ?, dispute_taken = ? "
-    "WHERE purchase_id = ? AND refund_taken = ? AND dispute_taken = ?"
+    "UPDATE purchases SET refund_taken = ?, dispute_taken = ?, amount_refunded = ? "
+    "WHERE purchase_id = ? AND refund_taken = ? AND dispute_taken = ? AND amount_refunded = ?"
 )
 _K_COLUMNS = KeptEvent.__struct_fields__
 INSERT_KEPT = (
@@ -113,11 +115,29 @@ def purchase_page(query: PurchaseQuery) -> tuple[str, Row]:
 
 class PurchaseChange(msgspec.Struct, frozen=True):
     """What a refund or a dispute does to a purchase: its new totals and its entry (None:
-    the balance does not move, a refund of credits an open dispute holds back already)."""
+    the balance does not move, a refund of credits an open dispute holds back already); a
+    refund's (or its reversal's) new amount refunded (None: unchanged) and the money it
+    moved (``revenue``: the books)."""
 
     refund_taken: int
     dispute_taken: int
     entry: GrantRecord | None
+    amount_refunded: int | None = None
+    revenue: RevenueEntry | None = None
+
+
+def purchase_revenue(rec: PurchaseRecord) -> RevenueEntry:
+    """A granted purchase as the books' revenue: its amount, of its day."""
+    return RevenueEntry(
+        entry_id=rec.purchase_id,
+        purchase_id=rec.purchase_id,
+        source=rec.source,
+        currency=rec.currency or "",
+        kind=REVENUE_PURCHASE,
+        amount=rec.amount,
+        credits=rec.credits or 0,
+        created_at=rec.created_at,
+    )
 
 
 class PurchasesSQL(SQLCore):
@@ -130,6 +150,7 @@ class PurchasesSQL(SQLCore):
             inserted = (yield from execute(INSERT_PURCHASE, to_row(rec))) == 1
             if inserted and entry is not None:
                 yield from execute(INSERT_GRANT, to_row(entry))
+                yield from execute(INSERT_REVENUE, to_row(purchase_revenue(rec)))
             found = yield from row(GET_PURCHASE, (rec.source, rec.reference))
             return (rec if found is None else to_record(PurchaseRecord, found)), inserted
 
@@ -148,17 +169,22 @@ class PurchasesSQL(SQLCore):
             # the entry first: a twin's (the same id) makes this a duplicate, nothing written
             if entry is not None and (yield from execute(INSERT_GRANT, to_row(entry))) != 1:
                 return "duplicate"
+            refunded = change.amount_refunded
             args = (
                 change.refund_taken,
                 change.dispute_taken,
+                before.amount_refunded if refunded is None else refunded,
                 before.purchase_id,
                 before.refund_taken,
                 before.dispute_taken,
+                before.amount_refunded,
             )
             if (yield from execute(SET_TAKEN, args)) != 1:
                 if entry is not None:  # another event changed the purchase first: undo
                     yield from execute(DELETE_GRANT, (entry.grant_id,))
                 return "changed"
+            if change.revenue is not None:  # the compare-and-set passed: once
+                yield from execute(INSERT_REVENUE, to_row(change.revenue))
             return "written"
 
         return await self._write(write())

@@ -166,6 +166,12 @@ class ActivityRecord(msgspec.Struct, frozen=True, kw_only=True):
     cached_input_price: int | None = None
     cache_write_price: int | None = None
     output_price: int | None = None
+    # (operators only, never an account's) the upstream that served, and what it cost in
+    # micro-units of cost_currency; None: not known (its cost: not in the models file)
+    provider: str | None = None
+    upstream_model: str | None = None
+    cost_currency: str | None = None
+    upstream_cost_micros: int | None = None
 
 
 class ActivityQuery(msgspec.Struct, frozen=True, kw_only=True):

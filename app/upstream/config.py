@@ -18,6 +18,9 @@ class ProviderConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     idle_timeout_s: float = 60.0
     """Longest silence allowed between two chunks of a stream that has started."""
     max_connections: int = 4096
+    cost_currency: str = "USD"
+    """The ISO 4217 code of the currency the ``cost`` of this provider's upstreams is in
+    (docs/operations.md, "The books")."""
     responses_api: bool = False
     """The provider serves the Responses API (``POST <base_url>/responses``) itself: a
     request to svc's ``/v1/responses`` is forwarded to it as such (model and output cap

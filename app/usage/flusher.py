@@ -47,6 +47,7 @@ from app.store import (
     WebhookEventRecord,
     stream_id_key,
 )
+from app.usage.upstream_costs import upstream_costs
 from app.webhooks.events import cap_threshold, credits_low, earned_expired
 
 log = logging.getLogger("svc.flusher")
@@ -143,6 +144,10 @@ def activity_row(shard: int, e: UsageEvent) -> ActivityRecord:
         cached_input_price=None if prices is None else prices.cached_input,
         cache_write_price=None if prices is None else prices.cache_write,
         output_price=None if prices is None else prices.output,
+        provider=e.served.provider or None,
+        upstream_model=e.served.upstream_model if e.served.provider else None,
+        cost_currency=e.served.cost_currency or None,
+        upstream_cost_micros=e.served.upstream_cost if e.served.cost_currency else None,
     )
 
 
@@ -248,6 +253,7 @@ class Flusher:
                     expiries=expiries(shard, events),
                     activity=activity(shard, events),
                     webhook_events=notices(shard, events),
+                    costs=upstream_costs(events),
                 ):
                     applied += len(events)
                     cursor = last

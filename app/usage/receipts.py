@@ -134,6 +134,40 @@ def receipt(row: ActivityRecord) -> Receipt:
     )
 
 
+class UpstreamCharge(msgspec.Struct, frozen=True, kw_only=True):
+    """What served a request and what it cost svc: for operators only, never in an answer
+    an account's own keys can read."""
+
+    provider: str  # the provider's name in the models file
+    model: str  # its real model name
+    currency: str | None  # of cost_micros; None: the models file names no cost for it
+    cost_micros: int | None  # micro-units of currency (docs/operations.md, "The books")
+    cost_source: str  # upstream (the provider's usage report) | estimated (svc's count)
+
+
+class OperatorReceipt(Receipt, kw_only=True):
+    """A receipt as an operator reads it (``GET /admin/v1/accounts/{pid}/activity/{id}``):
+    with the upstream that served it and its cost (None: not known, a swept request or a
+    row written before svc kept them)."""
+
+    upstream: UpstreamCharge | None
+
+
+def operator_receipt(row: ActivityRecord) -> OperatorReceipt:
+    """``row`` as an operator's receipt."""
+    upstream = None
+    if row.provider is not None:
+        upstream = UpstreamCharge(
+            provider=row.provider,
+            model=row.upstream_model or "",
+            currency=row.cost_currency,
+            cost_micros=row.upstream_cost_micros,
+            cost_source=row.usage_source,
+        )
+    fields = msgspec.structs.asdict(receipt(row))
+    return OperatorReceipt(**fields, upstream=upstream)
+
+
 def activity_not_found(activity_id: str) -> ApiError:
     return ApiError(
         ErrorKind.ACTIVITY_NOT_FOUND,
@@ -195,6 +229,13 @@ class Receipts:
         if row is None or (environment is not None and row.environment != environment):
             raise activity_not_found(activity_id)
         return receipt(row)
+
+    async def find_for_operator(self, pid: str, activity_id: str) -> OperatorReceipt:
+        """``find`` in either environment, with what served the request and its cost."""
+        row = await self.row(pid, activity_id)
+        if row is None:
+            raise activity_not_found(activity_id)
+        return operator_receipt(row)
 
     async def row(self, pid: str, activity_id: str) -> ActivityRecord | None:
         """``pid``'s activity row ``activity_id``: durable, else still in the stream."""

@@ -39,6 +39,8 @@ TABLES = {
     "purchases",
     "account_tokens",
     "purchase_notices",
+    "upstream_costs_daily",
+    "revenue_entries",
 }
 
 

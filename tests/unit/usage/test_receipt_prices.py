@@ -181,7 +181,9 @@ async def test_migration_17_adds_the_price_columns_null_for_rows_already_there(
     await old.migrate()
     await old.close()
     row = activity_row(3, _event(SERVED.text()))
-    kept = [f for f in ActivityRecord.__struct_fields__ if f not in PRICES]
+    # the columns of version 16: those before the prices (later ones came after them)
+    fields = ActivityRecord.__struct_fields__
+    kept = list(fields[: fields.index(PRICES[0])])
     values = [getattr(row, f) for f in kept]
     literals = ", ".join(repr(v) if isinstance(v, int) else f"'{v}'" for v in values)
     await database.execute(f"INSERT INTO activity ({', '.join(kept)}) VALUES ({literals})")
