@@ -286,3 +286,16 @@ def test_the_readmes_prices_are_the_default_catalogues() -> None:
     *head, last = (str(p.cached_input) for p in prices)
     assert f"cached prompt tokens {', '.join(head)} and {last}" in text
     assert "quarter of the input price, rounded up" in text
+
+
+_TOML_BLOCK = re.compile(r"^```toml\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_toml_example_parses(doc: Path) -> None:
+    """An operator copies these into a models file: each must be TOML (an inline table, for
+    one, cannot go over two lines)."""
+    import tomllib
+
+    for block in _TOML_BLOCK.findall(doc.read_text()):
+        tomllib.loads(block)
