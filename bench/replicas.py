@@ -172,7 +172,7 @@ def markdown(figures: Sequence[ReplicaFigures], found: Sequence[ReplicaCost]) ->
             f"request {_times(cost.cpu_per_request_ratio)}, TTFB p50 "
             f"{_times(cost.ttfb_p50_ratio)}, latency p50 {_times(cost.latency_p50_ratio)}, "
             f"the primary's main thread per completion {_times(cost.main_thread_ratio)}; "
-            f"{cost.wait_calls:g} WAIT sent per completion, {cost.waits_per_completion:g} "
-            f"scripts waited for per completion, {cost.waits_short:,} waits short.",
+            f"WAITs sent per completion {cost.wait_calls:g}, scripts waited for per "
+            f"completion {cost.waits_per_completion:g}, short waits {cost.waits_short:,}.",
         ]
     return lines

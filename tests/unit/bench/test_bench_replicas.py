@@ -168,8 +168,8 @@ def test_the_report_section_lists_the_points_in_order_then_the_cost() -> None:
     (derived,) = [line for line in lines if line.startswith("The cost of")]
     assert "at C=1" in derived
     assert "req/s 0.900 x, server CPU per request 1.100 x, TTFB p50 1.000 x" in derived
-    assert "1 WAIT sent per completion, 1 scripts waited for per completion, 2 waits short" in (
-        derived
+    assert derived.endswith(
+        "WAITs sent per completion 1, scripts waited for per completion 1, short waits 2."
     )
     assert markdown([], []) == []
     # a ratio without its baseline is said so, not printed empty
