@@ -12,15 +12,15 @@ from bench.profiles import build_parser, run_plan
 
 
 def _run(args: argparse.Namespace) -> int:
-    from bench import report
+    from bench import replica_run, report
     from bench.orchestrate import run
 
-    result = run(*run_plan(args))
+    result = run(*run_plan(args), replicated=replica_run.measure)
     paths = report.write(result, args.out, png=not args.no_chart)
     print(report.markdown(result))
     print("written: " + ", ".join(str(p) for p in paths))
-    cluster = result.cluster_conservation
-    return 0 if result.conservation.ok and (cluster is None or cluster.ok) else 1
+    checks = (result.conservation, result.cluster_conservation, result.replica_conservation)
+    return 0 if all(c.ok for c in checks if c is not None) else 1
 
 
 def main(argv: list[str] | None = None) -> int:

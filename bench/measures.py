@@ -117,21 +117,29 @@ class RedisSnapshot(msgspec.Struct, frozen=True):
     script_usec: int = 0  # their usec (INFO commandstats), what they ran inside included
     main_thread_cpu_s: float = 0.0  # user+system CPU of the main thread (INFO cpu)
     process_cpu_s: float = 0.0  # user+system CPU of every thread (AOF, I/O threads too)
+    # calls of WAIT: svc sends one after its settles with SVC_REDIS_MIN_REPLICAS (a burst of
+    # pipelined settles shares one), none without
+    wait_calls: int = 0
 
 
 def redis_snapshot(commandstats: dict[str, Any], cpu: dict[str, Any]) -> RedisSnapshot:
     """A snapshot from ``INFO commandstats`` and ``INFO cpu`` of one server, as redis-py
     parses them (``{"cmdstat_evalsha": {"calls": …, "usec": …}, …}``)."""
-    calls = usec = 0
+    calls = usec = waits = 0
     for name, each in commandstats.items():
-        if isinstance(each, dict) and name.removeprefix("cmdstat_").lower() in SCRIPT_COMMANDS:
+        if not isinstance(each, dict):
+            continue
+        command = name.removeprefix("cmdstat_").lower()
+        if command in SCRIPT_COMMANDS:
             calls += int(each.get("calls", 0))
             usec += int(each.get("usec", 0))
+        elif command == "wait":
+            waits += int(each.get("calls", 0))
     main = float(cpu.get("used_cpu_user_main_thread", 0)) + float(
         cpu.get("used_cpu_sys_main_thread", 0)
     )
     whole = float(cpu.get("used_cpu_user", 0)) + float(cpu.get("used_cpu_sys", 0))
-    return RedisSnapshot(calls, usec, main, whole)
+    return RedisSnapshot(calls, usec, main, whole, waits)
 
 
 def summed(snapshots: Iterable[RedisSnapshot]) -> RedisSnapshot:
@@ -143,6 +151,7 @@ def summed(snapshots: Iterable[RedisSnapshot]) -> RedisSnapshot:
             out.script_usec + s.script_usec,
             out.main_thread_cpu_s + s.main_thread_cpu_s,
             out.process_cpu_s + s.process_cpu_s,
+            out.wait_calls + s.wait_calls,
         )
     return out
 
@@ -150,12 +159,14 @@ def summed(snapshots: Iterable[RedisSnapshot]) -> RedisSnapshot:
 class RedisCost(msgspec.Struct, frozen=True, kw_only=True):
     """Redis's own cost per completion over a point: its script time (``INFO commandstats``
     usec of the script calls), its main thread's CPU (what one primary is bound by: it runs
-    every command) and its whole process's CPU, in microseconds, and its script calls."""
+    every command) and its whole process's CPU, in microseconds, and its script and WAIT
+    calls."""
 
     script_us: float
     main_thread_cpu_us: float
     process_cpu_us: float
     script_calls: float
+    wait_calls: float = 0.0  # WAITs sent per completion (SVC_REDIS_MIN_REPLICAS)
     # of main_thread_cpu_us, what Redis spent at the rate it idled at just before the point
     # (timers, cluster bus, svc's background polling): a cost per second, not per completion
     idle_main_thread_cpu_us: float | None = None
@@ -172,6 +183,7 @@ def redis_cost(before: RedisSnapshot, after: RedisSnapshot, completions: int) ->
         ),
         process_cpu_us=round((after.process_cpu_s - before.process_cpu_s) * 1e6 / completions, 2),
         script_calls=round((after.script_calls - before.script_calls) / completions, 3),
+        wait_calls=round((after.wait_calls - before.wait_calls) / completions, 3),
     )
 
 

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ from bench.peers import PEER_API_KEY, RunningPeer, running_peer
 from bench.peers import unavailable as peer_unavailable
 from bench.peers import version as peer_version
 from bench.profiles import Profile, run_peers
+from bench.replicas import ReplicaCost, grown
 from bench.valkey_cluster import ValkeyCluster
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,6 +148,8 @@ class Point(msgspec.Struct, kw_only=True):
     # scale: the reservations still open once the level's load generator ended and svc had
     # a few seconds to settle (0: every one settled)
     reservations_open_after: int | None = None
+    # with SVC_REDIS_MIN_REPLICAS: svc's replica waits over the point by result (bench.replicas)
+    replica_waits: dict[str, int] | None = None
 
 
 def free_port() -> int:
@@ -415,10 +418,12 @@ def measure_svc_point(
     idle_rss: int | None = None,
     nodes: list[redis.Redis] | None = None,
     target: str = "svc",
+    replica_waits: Callable[[], dict[str, int]] | None = None,
 ) -> tuple[Point, str]:
     """One point through svc, with the server's CPU, RSS and Redis script calls around it;
     with ``idle_rss`` (svc's RSS before any stream), the RSS per open stream too. Redis's
-    cost is read from ``nodes`` (each primary of a cluster; default: ``r``)."""
+    cost is read from ``nodes`` (each primary of a cluster; default: ``r``); svc's replica
+    waits from ``replica_waits``, outside Redis's snapshots (reading them sends commands)."""
     nodes = nodes or [r]
     alias = scenario_model(scenario, profile)[0]
     pid, key = svc.new_funded_key()
@@ -433,6 +438,7 @@ def measure_svc_point(
         client=profile.client,
         api=scenario if scenario in PAIRED else "chat",
     )
+    waits_before = replica_waits() if replica_waits is not None else {}
     idle_before = _snapshot(nodes)
     idle_s = 0.0
     if scenario == "fast":  # the capacity model's points: Redis's idle rate first
@@ -463,6 +469,8 @@ def measure_svc_point(
         server_cpu_us_per_chunk=cpu_us_per_chunk(done.cpu_s, load.total_content_chunks),
         rss_kb_per_stream=_per_stream(idle_rss, done.peak_rss, concurrency),
     )
+    if replica_waits is not None:
+        point.replica_waits = grown(waits_before, replica_waits())
     return point, pid
 
 
@@ -716,6 +724,10 @@ class RunReport(msgspec.Struct, kw_only=True):
     conservation: Conservation
     # svc's points on the 3-primary cluster, their money checked on their own
     cluster_conservation: Conservation | None = None
+    # svc's points on a primary with one replica (bench.replica_run): their money, and what
+    # SVC_REDIS_MIN_REPLICAS=1 cost against 0 at each concurrency
+    replica_conservation: Conservation | None = None
+    replica_costs: list[ReplicaCost] = []
     peers: list[str] = []  # the peers measured
     peer_versions: dict[str, str] = {}  # the pinned version each peer ran, where pinned
     # each peer the run asked for but could not install, start or measure: why, in one line
@@ -742,9 +754,17 @@ def _cpu_model() -> str:
     return "unknown"
 
 
-def run(profile: Profile, peers: tuple[str, ...] = ()) -> RunReport:
-    """Start the stack, measure every point, check conservation, stop the stack; then the
-    profile's peers and ``peers`` (``run_peers``)."""
+ReplicaMeasure = Callable[
+    [Path, MockProcess, Profile], tuple[list[Point], Conservation, list[ReplicaCost]]
+]
+"""Measures svc on a primary with one replica: ``bench.replica_run.measure``, passed to ``run``
+by its caller (that module builds on this one)."""
+
+
+def run(profile: Profile, peers: tuple[str, ...] = (), *, replicated: ReplicaMeasure) -> RunReport:
+    """Start the stack, measure every point, check conservation, stop the stack; svc on the
+    cluster and on a primary with a replica (``replicated``); then the profile's peers and
+    ``peers`` (``run_peers``)."""
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     points: list[Point] = []
     seen: dict[str, LoadResult] = {}
@@ -753,7 +773,8 @@ def run(profile: Profile, peers: tuple[str, ...] = ()) -> RunReport:
     for peer, problem in skipped.items():
         print(f"peer {peer} skipped: {problem}", file=sys.stderr)
     ran_peers: list[str] = []
-    cluster_conservation = None
+    cluster_conservation = replica_conservation = None
+    replica_costs: list[ReplicaCost] = []
     with tempfile.TemporaryDirectory(prefix="svc-bench-") as tmp:
         work = Path(tmp)
         with running_stack(work, profile.workers) as stack:
@@ -781,6 +802,9 @@ def run(profile: Profile, peers: tuple[str, ...] = ()) -> RunReport:
             if profile.cluster_concurrency:
                 found, cluster_conservation = measure_cluster(work, mock, profile)
                 points += found
+            if profile.replica_concurrency:
+                found, replica_conservation, replica_costs = replicated(work, mock, profile)
+                points += found
             for peer in (p for p in peers if p not in skipped):
                 try:
                     points += measure_peer(peer, work, mock, profile, valkey)
@@ -797,6 +821,8 @@ def run(profile: Profile, peers: tuple[str, ...] = ()) -> RunReport:
         background_commands_per_s=wire.background_per_s,
         conservation=conservation,
         cluster_conservation=cluster_conservation,
+        replica_conservation=replica_conservation,
+        replica_costs=replica_costs,
         peers=ran_peers,
         peer_versions={p: v for p in ran_peers if (v := peer_version(p)) is not None},
         skipped_peers={p: skipped[p] for p in peers if p in skipped},

@@ -49,6 +49,10 @@ class Profile(msgspec.Struct, frozen=True, kw_only=True):
     # svc on a 3-primary Valkey Cluster, fast scenario at these concurrencies: Redis's cost
     # per completion there against the single Valkey's (empty: skipped)
     cluster_concurrency: tuple[int, ...] = (50,)
+    # svc on a Valkey primary with one replica (bench.replicas), fast scenario at these
+    # concurrencies with SVC_REDIS_MIN_REPLICAS 0 and 1: what waiting for the replica after
+    # each settle costs per completion (empty: skipped)
+    replica_concurrency: tuple[int, ...] = (1, 50)
     # scale (bench.scale): one instance holding this many slow streams at once, each level on
     # svc started afresh; a stream is scale_chunks content chunks scale_delay_ms apart, and
     # each level is measured for scale_duration_s once its streams are all open (empty: none)
@@ -94,6 +98,7 @@ PROFILES = {
         monitor_requests=5,
         floor=False,
         cluster_concurrency=(),
+        replica_concurrency=(4,),
         scale_streams=(8,),
         scale_chunks=3,
         scale_delay_ms=100,
@@ -150,6 +155,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="fast points of svc on a 3-primary Valkey Cluster, e.g. 50 (0: none)",
     )
     run.add_argument(
+        "--replica-concurrency",
+        type=_ints,
+        help="fast points of svc on a primary with one replica, SVC_REDIS_MIN_REPLICAS 0 "
+        "and 1, e.g. 1,50 (0: none)",
+    )
+    run.add_argument(
         "--peer",
         action="append",
         default=[],
@@ -197,6 +208,11 @@ def run_plan(args: argparse.Namespace) -> tuple[Profile, tuple[str, ...]]:
         "cluster_concurrency": (
             tuple(c for c in args.cluster_concurrency if c > 0)
             if args.cluster_concurrency is not None
+            else None
+        ),
+        "replica_concurrency": (
+            tuple(c for c in args.replica_concurrency if c > 0)
+            if args.replica_concurrency is not None
             else None
         ),
     }

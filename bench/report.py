@@ -6,7 +6,7 @@ from pathlib import Path
 
 import msgspec
 
-from bench import beside, goals
+from bench import beside, goals, replica_run, replicas
 from bench.floor import FLOOR
 from bench.measures import paired_ratio, rss_at_streams
 from bench.orchestrate import (
@@ -137,6 +137,12 @@ def targets(report: RunReport) -> list[Target]:
     if report.cluster_conservation is not None:
         out.append(
             conservation_target("conservation, 3-primary cluster", report.cluster_conservation)
+        )
+    if report.replica_conservation is not None:
+        out.append(
+            conservation_target(
+                "conservation, a primary with a replica", report.replica_conservation
+            )
         )
     return out
 
@@ -538,6 +544,7 @@ def markdown(report: RunReport) -> str:
     lines += scale_table(report)
     lines += peers_table(report)
     lines += redis_table(report)
+    lines += replicas.markdown(replica_run.figures(report.points), report.replica_costs)
     lines += ["", "| target | goal | measured | met |", "|---|---|---|---|"]
     for t in targets(report):
         lines.append(f"| {t.name} | {t.goal} | {t.measured} | {'yes' if t.met else '**no**'} |")

@@ -70,6 +70,23 @@ def test_bench_smoke_run(tmp_path: Path) -> None:
     paired = [p["scenario"] for p in points if p["scenario"].startswith("messages")]
     assert paired == ["messages-chat", "messages"]
     assert "| Messages API throughput, fast, C=4 | >= 0.9 x chat completions | " in markdown
+    # svc on a primary with one replica, SVC_REDIS_MIN_REPLICAS 0 then 1: a WAIT only with
+    # 1, every settle waited for once (a WAIT may answer for several), the money exact
+    replicated = {p["target"]: p for p in points if p["target"].startswith("svc-min-replicas-")}
+    without, with_wait = replicated["svc-min-replicas-0"], replicated["svc-min-replicas-1"]
+    assert [p["load"]["concurrency"] for p in (without, with_wait)] == [4, 4]
+    assert without["redis"]["wait_calls"] == 0
+    assert without["replica_waits"] == {"acked": 0, "short": 0}
+    assert 0 < with_wait["redis"]["wait_calls"] <= 1
+    waits = with_wait["replica_waits"]
+    assert waits["acked"] + waits["short"] == with_wait["load"]["total_requests"]
+    assert with_wait["script_calls_per_completion"] == 2.0
+    (cost,) = report["replica_costs"]
+    assert cost["concurrency"] == 4
+    assert cost["rps_ratio"] > 0
+    assert "The cost of SVC_REDIS_MIN_REPLICAS=1 at C=4" in markdown
+    assert report["replica_conservation"]["ok"] is True
+    assert report["replica_conservation"]["accounts"] == 2
     # on request connections: the two script calls and nothing else
     assert report["wire_commands_per_completion"] == {"evalsha": 2.0}
     conservation = report["conservation"]
