@@ -24,10 +24,11 @@ import pytest
 
 from tests.e2e.conftest import production_valkey
 from tests.support import postgres
-from tests.support.podman import ROOT, health, podman
+from tests.support.podman import BUILD_TIMEOUT_S, ROOT, health, podman
 from tests.support.processes import free_port
 
-pytestmark = pytest.mark.e2e
+# the first test to need an image builds it (minutes when nothing is cached)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(BUILD_TIMEOUT_S)]
 
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")

@@ -12,9 +12,10 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 from packaging.utils import canonicalize_name
 
-from tests.support.podman import podman
+from tests.support.podman import BUILD_TIMEOUT_S, podman
 
-pytestmark = pytest.mark.e2e
+# the first test to need an image builds it (minutes when nothing is cached)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(BUILD_TIMEOUT_S)]
 
 SBOM = "/opt/svc/sbom.cdx.json"
 INSTALLED = (

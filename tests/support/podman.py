@@ -6,7 +6,7 @@ kept in podman's store under a tag that is a digest of what went into them: a se
 with the same inputs builds nothing. The base of every image is Debian 12 made by
 ``debootstrap`` from the Debian archive apt uses here (no image registry is needed), kept as
 a tarball under ~/.cache/svc-tests as well. podman runs healthchecks from systemd timers;
-a machine without systemd runs none, so ``HealthTimer`` runs them instead.
+a machine without systemd runs none, so ``wait_healthy`` runs them itself.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -37,6 +36,9 @@ BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates")
 # The CA bundle of this machine, and where Debian's ca-certificates (the base's) keeps it.
 DEBIAN_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 HOST_CA_BUNDLE = Path(os.environ.get("SSL_CERT_FILE") or DEBIAN_CA_BUNDLE)
+# A test that builds the images may take this long when nothing is cached (about six
+# minutes on a 2-core machine).
+BUILD_TIMEOUT_S = 1800
 # An image another build made is removed only once it is this old (and unused): another
 # worktree's session may be about to run the image it built.
 STALE_S = 2 * 3600
@@ -100,7 +102,7 @@ def files_digest(paths: Iterable[Path], *extra: str) -> str:
 def debian_mirror(suite: str = BASE_SUITE) -> str:
     """The Debian archive apt is set up to read for ``suite`` here."""
     listed = subprocess.run(
-        ["apt-get", "indextargets", "--format", "$(REPO_URI) $(RELEASE) $(SITE)"],
+        ["apt-get", "indextargets", "--format", "$(REPO_URI) $(RELEASE)"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -170,49 +172,35 @@ def build(
     # the Docker format keeps HEALTHCHECK (the OCI format has no field for it)
     podman(
         "build", "--format=docker", "--layers", f"--tag={tag}", f"--file={containerfile}",
-        *args, str(context), timeout=1800, check=True,
+        *args, str(context), timeout=BUILD_TIMEOUT_S, check=True,
     )  # fmt: skip
     _remove_stale(repository, keep=tag)
     return tag
 
 
 def _remove_stale(repository: str, keep: str) -> None:
-    listed = podman(
-        "images", "--format", "{{.Repository}}:{{.Tag}} {{.CreatedAt}}", f"localhost/{repository}"
-    )
-    for line in listed.stdout.splitlines():
-        tag = line.split(" ", 1)[0]
+    listed = podman("images", "--format", "{{.Repository}}:{{.Tag}}", f"localhost/{repository}")
+    for tag in set(listed.stdout.split()) - {keep}:
         created = podman("image", "inspect", "--format", "{{.Created.Unix}}", tag).stdout.strip()
-        if tag != keep and created.isdigit() and time.time() - int(created) > STALE_S:
+        if created.isdigit() and time.time() - int(created) > STALE_S:
             podman("rmi", tag)  # refused while a container uses it
 
 
-class HealthTimer:
-    """Runs ``podman healthcheck run`` every ``interval_s`` on the running containers that
-    ``filters`` select (``podman ps --filter``), as podman's systemd timers would: each run
-    records the result in the container's health state, which counts its retries and start
-    period as usual."""
-
-    def __init__(self, filters: Sequence[str], interval_s: float = 3.0) -> None:
-        self.filters = filters
-        self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="health-timer", daemon=True)
-
-    def __enter__(self) -> HealthTimer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=60)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            filters = [f"--filter={f}" for f in self.filters]
-            running = podman("ps", "--quiet", *filters).stdout.split()
-            for container in running:
-                podman("healthcheck", "run", container, timeout=30)
+def wait_healthy(containers: Sequence[str], within_s: float) -> None:
+    """Run each container's healthcheck until it passes (podman's own runs, from systemd
+    timers, do not happen without systemd); each run is recorded in the container's health
+    state as the timer's would be. Fails with the last lines of their logs after
+    ``within_s``."""
+    deadline = time.monotonic() + within_s
+    waiting = list(containers)
+    while True:
+        waiting = [c for c in waiting if podman("healthcheck", "run", c).returncode != 0]
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            logs = {c: podman("logs", "--tail=20", c).stderr[-2000:] for c in waiting}
+            raise AssertionError(f"not healthy within {within_s} s: {logs}")
+        time.sleep(0.5)
 
 
 def health(container: str) -> str:
