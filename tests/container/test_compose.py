@@ -42,6 +42,7 @@ COMPOSE = ROOT / "deploy" / "compose.yaml"
 OVERRIDE = ROOT / "tests" / "container" / "compose.standins.yaml"
 PODMAN_COMPOSE = str(Path(sys.executable).parent / "podman-compose")  # the test venv's
 HEALTHY_WITHIN_S = 120
+PROJECT_PREFIX = "svc-test-"  # and the test session's process id
 CONNECT_TIMEOUT_S = int(  # the balancer's, deploy/nginx/svc.conf
     re.findall(r"proxy_connect_timeout (\d+)s;", (ROOT / "deploy/nginx/svc.conf").read_text())[0]
 )
@@ -138,6 +139,30 @@ class Kit:
         )
 
 
+def _remove_abandoned_kits() -> None:
+    """The containers, networks and volumes of a kit whose test session died before taking
+    it down (podman-compose names each PROJECT_…): its networks would hold the kit's fixed
+    subnet."""
+    abandoned = re.compile(rf"{PROJECT_PREFIX}(\d+)_")
+    for kind, name in (("container", "{{.Names}}"), ("network", "{{.Name}}"),
+                       ("volume", "{{.Name}}")):  # fmt: skip
+        every = ["--all"] if kind == "container" else []
+        for item in podman(kind, "ls", *every, "--format", name).stdout.split():
+            match = abandoned.match(item)
+            if match and not _alive(int(match.group(1))):
+                podman(kind, "rm", "--force", *(["--volumes"] if kind == "container" else []), item)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 @pytest.fixture(scope="module")
 def kit(
     svc_image: str, standins_image: str, tmp_path_factory: pytest.TempPathFactory
@@ -164,8 +189,9 @@ def kit(
         "PROMETHEUS_PUBLISH": f"127.0.0.1:{prometheus_port}",
         "SVC_WORKERS": "1",
     }
+    _remove_abandoned_kits()
     kit = Kit(
-        project=f"svc-test-{os.getpid()}",
+        project=f"{PROJECT_PREFIX}{os.getpid()}",
         env=env,
         balancer=f"http://127.0.0.1:{balancer_port}",
         prometheus=f"http://127.0.0.1:{prometheus_port}",
