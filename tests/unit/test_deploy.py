@@ -23,7 +23,7 @@ DEPLOY = ROOT / "deploy"
 SETTINGS = {ENV_PREFIX + field.name.upper() for field in msgspec.structs.fields(Settings)}
 SECRET_NAME = re.compile(r"TOKEN|PEPPER|PASSWORD|SECRET|_KEY$")
 REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
-SVC_PORT = 8000  # the image's GRANIAN_PORT
+SVC_PORT = 8000  # the image's SVC_PORT
 
 
 def _compose() -> dict[str, Any]:
@@ -264,3 +264,10 @@ def test_prometheus_scrapes_with_the_metrics_token_and_loads_the_rules() -> None
 @pytest.mark.parametrize("name", ["compose.yaml", "nginx/svc.conf", "prometheus/prometheus.yml"])
 def test_each_file_says_what_it_is(name: str) -> None:
     assert (DEPLOY / name).read_text().startswith("#")
+
+
+def test_the_readme_says_how_to_run_the_kit_with_docker_or_podman() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Several instances", 1)[1].split("\n## ", 1)[0]
+    assert "docker compose -f deploy/compose.yaml up" in section
+    assert "podman-compose -f deploy/compose.yaml up" in section

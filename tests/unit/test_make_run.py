@@ -119,6 +119,9 @@ def test_make_test_adds_the_test_lock_and_the_node_clients_then_runs_every_step(
         "bash tests/ensure-postgresql.sh",
         "bash tests/ensure-chromium.sh",
         "bash tests/ensure-tinyproxy.sh",
+        "bash tests/ensure-nginx.sh",
+        "bash tests/ensure-prometheus.sh",
+        "bash tests/ensure-podman.sh",
         '/bin/pytest -m "not faults" --cov',
         "/bin/pytest -m faults tests/faults --cov --cov-append",
     ):
