@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+import psutil
+
 from tests.e2e.conftest import Server
 from tests.faults.conftest import worker_pids
 from tests.support.valkey_cluster import (
@@ -40,6 +42,7 @@ from tests.support.valkey_cluster import (
 from tests.support.valkey_sentinel import ValkeySentinel
 
 FAULTS = ("kill", "zombie", "rollback", "worker")
+RESPAWN_GUARD_S = 8.0
 FAILOVERS = ("kill", "zombie")
 
 
@@ -124,6 +127,10 @@ class ClusterFaults:
         return slot, owner
 
 
+def _age_s(pid: int) -> float:
+    return time.time() - psutil.Process(pid).create_time()
+
+
 @dataclass
 class Nemesis:
     topology: Topology
@@ -144,9 +151,12 @@ class Nemesis:
             self.topology.rollback(self.folder / "aof-copy", restore=self.copied)
             fault, self.copied = ("rollback" if self.copied else "aof_copy"), not self.copied
         elif fault == "worker":
-            pids = worker_pids(self.server)
-            if pids:
-                os.kill(random.choice(pids), signal.SIGKILL)
+            # granian exits altogether when a worker dies within 5.5 s of its respawn (a
+            # crash loop): only a worker older than that is killed, as a crash would be
+            settled = [p for p in worker_pids(self.server) if _age_s(p) > RESPAWN_GUARD_S]
+            if not settled:
+                return  # the last one killed is not back long enough: no fault this time
+            os.kill(random.choice(settled), signal.SIGKILL)
             time.sleep(1.0)
         else:
             getattr(self.topology, fault)()

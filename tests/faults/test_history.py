@@ -123,6 +123,7 @@ def test_no_acknowledged_credit_is_lost_across_failovers(
         workload = Workload(server.root_url, server.admin_token, customers)
         started = time.monotonic()
         asyncio.run(_run(workload, nemesis))
+        assert server.process.poll() is None, "svc exited during the run: its server.log says why"
         repaired = _repair(server, nemesis)
         r = topology.client()
         wait_settled(r, timeout_s=30)
