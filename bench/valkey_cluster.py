@@ -120,9 +120,12 @@ class ValkeyCluster:
         primary until the cluster tells it otherwise)."""
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
-            settled = not roles or self._roles_settled()
-            if all(self._node_ready(port) for port in self.ports) and settled:
-                return
+            try:
+                settled = not roles or self._roles_settled()
+                if all(self._node_ready(port) for port in self.ports) and settled:
+                    return
+            except redis.RedisError:
+                pass  # a node restarting, or busy loading its data: not ready yet
             time.sleep(0.1)
         raise RuntimeError(f"the Valkey cluster on ports {self.ports} did not become ready")
 

@@ -103,11 +103,17 @@ class ValkeySentinel:
         os.kill(self.processes[self.sentinel_port].pid, signal.SIGCONT)
 
     def wait_linked(self) -> None:
-        """Wait until the replica (whichever node is not the primary) is in sync."""
-        primary = self.primary()
-        assert primary is not None
-        replica = self._new(primary)
-        self._wait(lambda: self._role(replica) == "slave" and self._linked(replica))
+        """Wait until the Sentinel names a primary and the other node is its replica, in
+        sync."""
+
+        def linked() -> bool:
+            primary = self.primary()
+            if primary is None:
+                return False
+            replica = self._new(primary)
+            return self._role(replica) == "slave" and self._linked(replica)
+
+        self._wait(linked)
 
     def restart(self, port: int) -> None:
         """Start the node on ``port`` again (the Sentinel makes it a replica of the new
@@ -179,9 +185,14 @@ class ValkeySentinel:
             return node.info("replication").get("master_link_status") == "up"
 
     def _wait(self, ready: object) -> None:
+        """Wait until ``ready()``; a node or the Sentinel that does not answer (restarting,
+        paused, busy with a sync) is not ready yet."""
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
-            if callable(ready) and ready():
-                return
+            try:
+                if callable(ready) and ready():
+                    return
+            except redis.RedisError:
+                pass
             time.sleep(0.05)
         raise RuntimeError(f"the Valkey Sentinel group in {self.folder} did not get ready")
