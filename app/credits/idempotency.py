@@ -39,9 +39,13 @@ TTL_S = DAY_S
 MAX_KEY_CHARS = 255
 OPERATOR = "operator"
 """The environment of the admin API's records: an operator's requests, apart from the keys'."""
-RUNNING_TTL_S = 300
+RUNNING_TTL_S = 60
 """How long a JSON route's claim lives while its request runs (closing it sets ``TTL_S``): a
-run whose close never reached Redis leaves its key taken this long at most, not a day."""
+run whose close never reached Redis (its worker killed, Redis failed over under it) leaves
+its key taken this long at most, so a client's or an operator's retry waits a minute, not a
+day. A JSON route's run is a few Redis and store calls, each bounded by its timeout, far
+inside it; and a grant or debit a retry ran beside a run still going is applied once by its
+entry id anyway."""
 ANSWER_MARGIN_BYTES = 65_536
 """What a JSON route's answer may hold beyond what its request sent (ids, secrets, times)."""
 

@@ -16,7 +16,7 @@ is over the bound), what the request did stands and its answer is sent: undoing 
 or webhook revoked, a grant taken back) could fail the same way, and a 503 for a request
 that did its work would leave a resource nobody knows the secret of. The key is freed
 instead, so the client is never left with a key that answers 409 for a day: at once when
-Redis answers, else when the claim lapses (``idempotency.RUNNING_TTL_S``, 5 minutes). A
+Redis answers, else when the claim lapses (``idempotency.RUNNING_TTL_S``, a minute). A
 retry with that key then runs again, as one without a key would.
 """
 

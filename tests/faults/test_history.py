@@ -36,6 +36,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster as ClusterClient
 
+from app.credits.idempotency import RUNNING_TTL_S
 from bench.mock_upstream import MockProcess, start_in_subprocess
 from tests.e2e.conftest import Server, start_server, stop_server
 from tests.e2e.test_admin_cli import svc_admin
@@ -227,7 +228,8 @@ async def _run(workload: Workload, nemesis: Nemesis) -> None:
         workload.stop.set()
         await asyncio.gather(faults, clients)
         await asyncio.to_thread(nemesis.topology.healthy)
-        await workload.drain(timeout_s=90)
+        # longer than an Idempotency-Key's claim lives (a run cut off by a fault holds it)
+        await workload.drain(timeout_s=RUNNING_TTL_S + 60)
         assert not workload.pending, [op.ref for op, _ in workload.pending][:5]
     finally:
         await workload.close()
