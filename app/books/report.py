@@ -26,8 +26,8 @@ def _day(params: Mapping[str, str], name: str, default: int) -> int:
     if raw is None or raw == "":
         return default
     start = day_start(raw)
-    if start is None:
-        raise invalid_value(name, f"'{name}' must be a UTC day, YYYY-MM-DD.")
+    if start is None or start < 0:  # nothing before 1970 was ever sold or served
+        raise invalid_value(name, f"'{name}' must be a UTC day, YYYY-MM-DD, from 1970 on.")
     return start
 
 

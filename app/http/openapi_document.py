@@ -17,6 +17,7 @@ from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
 from app import __version__
+from app.books.figures import Books
 from app.chat.chunks import ChatCompletionChunk
 from app.chat.request import CLAMPED_HEADER
 from app.core.errors import ErrorBody, ErrorKind
@@ -117,6 +118,7 @@ def complete_document(
         ErrorBody,
         UsageSummary,
         ActivityPage,
+        Books,
         *BODY_TYPES.values(),
     ]
     _, components = msgspec.json.schema_components(types, ref_template=COMPONENT)
@@ -139,6 +141,7 @@ def complete_document(
         ("/v1/usage", "UsageSummary"),
         ("/v1/activity", "ActivityPage"),
         ("/admin/v1/accounts/{pid}/activity", "ActivityPage"),
+        ("/admin/v1/books", "Books"),
     ):
         document["paths"][path]["get"]["responses"]["200"]["content"] = {
             "application/json": {"schema": {"$ref": COMPONENT.format(name=body)}},

@@ -79,7 +79,9 @@ def _models_file(path: Path, base_url: str) -> Path:
         f'base_url = "{base_url}"\n'
         "responses_api = true\n"
         "[aliases.svc-fast]\n"
-        'upstreams = [{ provider = "mock", model = "fast" }]\n'
+        # priced: its completions' upstream cost is counted (svc_upstream_cost_total)
+        'upstreams = [{ provider = "mock", model = "fast",'
+        " cost = { input = 0.4, output = 1.6 } }]\n"
         "[aliases.svc-code]\n"  # a 500, then the provider serving the Responses API
         'upstreams = [{ provider = "mock", model = "code-fail500" },'
         ' { provider = "native", model = "code-good" }]\n'

@@ -148,7 +148,9 @@ def _models_file(path: Path, mock: MockProcess) -> Path:
         "[providers.down]\n"
         f'base_url = "http://127.0.0.1:{dead}/v1"\n'
         "[aliases.svc-fast]\n"
-        'upstreams = [{ provider = "mock", model = "fast" }]\n'
+        # priced: the upstream cost panel has series to query
+        'upstreams = [{ provider = "mock", model = "fast",'
+        " cost = { input = 0.4, output = 1.6 } }]\n"
         "[aliases.svc-code]\n"  # fails over past the dead provider
         'upstreams = [{ provider = "down", model = "first" },'
         ' { provider = "mock", model = "fast" }]\n'

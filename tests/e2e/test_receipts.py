@@ -172,7 +172,7 @@ def test_a_receipt_is_there_as_the_stream_ends_and_is_the_activity_row(site: Ser
         k: v for k, v in row.items() if k != "object"
     }
     operator = site.admin("GET", f"/accounts/{pid}/activity/{activity_id}")
-    assert operator.json() == receipt
+    _is_receipt_and_upstream(operator.json(), receipt)
 
 
 def test_only_the_owner_sees_a_receipt_in_its_own_environment(site: Server) -> None:
@@ -196,7 +196,7 @@ def test_only_the_owner_sees_a_receipt_in_its_own_environment(site: Server) -> N
         assert (shown["environment"], shown["credits_used"]) == ("test", test_saw["credits_used"])
         assert (shown["earned_credits"], shown["purchased_credits"]) == (None, None)
         admin = site.admin("GET", f"/accounts/{pid}/activity/{test_id}")
-        assert admin.json() == shown
+        _is_receipt_and_upstream(admin.json(), shown)
         elsewhere = site.admin("GET", f"/accounts/{site.new_account(0)}/activity/{test_id}")
         assert elsewhere.json()["error"]["code"] == "activity_not_found"
         if not flushed:
@@ -289,7 +289,15 @@ def test_a_request_that_failed_over_says_so_before_and_after_the_flush(
     for activity_id, receipt in receipts.items():
         assert _receipt(failing_over, key, activity_id).json() == receipt  # from the store
         operator = failing_over.admin("GET", f"/accounts/{pid}/activity/{activity_id}")
-        assert operator.json() == receipt
+        _is_receipt_and_upstream(operator.json(), receipt)
+
+
+def _is_receipt_and_upstream(operator: dict[str, Any], receipt: dict[str, Any]) -> None:
+    """The operator's view of a request is its receipt and the upstream that served it
+    (issue 52: never in the account's own)."""
+    assert "upstream" not in receipt
+    assert {k: v for k, v in operator.items() if k != "upstream"} == receipt
+    assert operator["upstream"]["provider"]
 
 
 def _priced(path: Path, prices: tuple[int, int, int, int]) -> Path:
@@ -339,7 +347,7 @@ def test_a_receipt_keeps_the_prices_it_was_billed_at_when_they_change(tmp_path: 
         for activity_id, receipt in kept.items():
             assert _receipt(srv, key, activity_id).json() == receipt
             operator = srv.admin("GET", f"/accounts/{pid}/activity/{activity_id}")
-            assert operator.json() == receipt
+            _is_receipt_and_upstream(operator.json(), receipt)
         later, saw = _chat(srv, key, "svc-fast")
         assert saw["credits_used"] == _charge(saw["usage"], after)
         kept[later] = _receipt(srv, key, later).json()
