@@ -6,7 +6,6 @@ new primary, a purchase made during the switch is applied once, and reconcile is
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 
@@ -16,12 +15,12 @@ from redis.crc import key_slot
 
 from tests.e2e.conftest import Server, start_server, stop_server
 from tests.e2e.test_admin_cli import svc_admin
+from tests.e2e.test_sentinel import _chat, _credits
 from tests.faults.invariants import KEYS
 from tests.support import stripe_signing as stripe
 from tests.support.valkey_cluster import ValkeyCluster, kill_node, slot_owner, wait_for_promotion
 
 pytestmark = pytest.mark.e2e
-MSG = [{"role": "user", "content": "Say hello in five words."}]
 SWITCH_S = 90.0  # node timeout, election, and room for a slow machine
 STRIPE_SECRET = "whsec_cluster_failover"
 
@@ -59,19 +58,6 @@ def server(
         yield srv
     finally:
         stop_server(srv.process)
-
-
-def _chat(server: Server, key: str) -> httpx.Response:
-    return httpx.post(
-        f"{server.base_url}/chat/completions",
-        json={"model": "svc-fast", "messages": MSG, "stream": True},
-        headers={"authorization": f"Bearer {key}"},
-        timeout=30,
-    )
-
-
-def _credits(response: httpx.Response) -> int:
-    return int(json.loads(response.text.split("\n\n")[-3][6:])["svc"]["credits_used"])
 
 
 def _purchase(server: Server, body: bytes) -> httpx.Response:

@@ -18,7 +18,7 @@ from app.accounts.bodies import KeyCreateRequest
 from app.accounts.rewards import Spotlights
 from app.core.clock import day_tag, utc_day
 from app.core.errors import ApiError, ErrorKind
-from app.credits.outcomes import Hold
+from app.credits.outcomes import Hold, Identity
 from app.keys.auth import Authenticator
 from app.kv.client import RedisClient
 from app.kv.fields import AccountField
@@ -193,28 +193,7 @@ async def test_a_recompute_under_concurrent_spending_converges(loss: Loss) -> No
         # then take at most 3,000 of the 5,000 credits Redis kept, however long it runs
         while (not finished.is_set() or i < 3) and i < SPENDS_PER_WORKER:
             i += 1
-            hold = await loss.ledger.money.reserve(
-                ident,
-                rid=f"r{worker}-{i}",
-                now=loss.clock(),
-                prompt_units=1000,
-                output_price=1000,
-                max_out=10,
-                min_out=1,
-                deadline=loss.clock() + 600,
-                alias="svc-fast",
-                requested="svc-fast",
-                models="svc-fast",
-            )
-            assert isinstance(hold, Hold), hold
-            await loss.ledger.money.settle(
-                hold,
-                now=loss.clock(),
-                credits_used=3,
-                prompt_tokens=1,
-                completion_tokens=1,
-                outcome="completed",
-            )
+            await _spend(loss, ident, f"r{worker}-{i}", 3, completion_tokens=1)
             spent += 3
             await asyncio.sleep(0.002)  # busy, not flat out: reconcile's reads need a gap
 
@@ -301,28 +280,7 @@ async def test_settles_redis_lost_after_their_flush_are_charged_again_by_the_reb
     auth = Authenticator(loss.ledger.keys, loss.ledger.throttle, loss.store, b"p", clock=loss.clock)
     ident = await auth.identify(f"Bearer {created.key}")
     for i in range(4):
-        hold = await loss.ledger.money.reserve(
-            ident,
-            rid=f"r{i}",
-            now=loss.clock(),
-            prompt_units=1000,
-            output_price=1000,
-            max_out=10,
-            min_out=1,
-            deadline=loss.clock() + 600,
-            alias="svc-fast",
-            requested="svc-fast",
-            models="svc-fast",
-        )
-        assert isinstance(hold, Hold), hold
-        await loss.ledger.money.settle(
-            hold,
-            now=loss.clock(),
-            credits_used=5,
-            prompt_tokens=1,
-            completion_tokens=2,
-            outcome="completed",
-        )
+        await _spend(loss, ident, f"r{i}", 5, completion_tokens=2)
     await Flusher(loss.redis, loss.layout, loss.store, clock=loss.clock).flush_all()
     # what an older copy of Redis holds: the last two settles never happened there
     shard = loss.layout.shard(pid)
@@ -358,4 +316,32 @@ async def rebuild_with_usage(loss: Loss) -> RebuildReport:
         force=True,
         confirm_s=0.01,
         usage_retention_s=USAGE_TTL,
+    )
+
+
+async def _spend(
+    loss: Loss, ident: Identity, rid: str, credits: int, *, completion_tokens: int
+) -> None:
+    """One request of ``ident`` reserved and settled at ``credits``."""
+    hold = await loss.ledger.money.reserve(
+        ident,
+        rid=rid,
+        now=loss.clock(),
+        prompt_units=1000,
+        output_price=1000,
+        max_out=10,
+        min_out=1,
+        deadline=loss.clock() + 600,
+        alias="svc-fast",
+        requested="svc-fast",
+        models="svc-fast",
+    )
+    assert isinstance(hold, Hold), hold
+    await loss.ledger.money.settle(
+        hold,
+        now=loss.clock(),
+        credits_used=credits,
+        prompt_tokens=1,
+        completion_tokens=completion_tokens,
+        outcome="completed",
     )
