@@ -15,9 +15,9 @@ from app.accounts.accounts import Accounts
 from app.accounts.bodies import KeyCreateRequest
 from app.accounts.ledger import Ledger, LedgerConfig
 from app.accounts.rewards import Spotlights
-from app.chat.catalog import Alias, Catalog, default_catalog, key_model_ids, load_catalog
-from app.chat.router import UpstreamRouter
-from app.chat.service import CompletionService
+from app.completion.catalog import Alias, Catalog, default_catalog, key_model_ids, load_catalog
+from app.completion.router import UpstreamRouter
+from app.completion.service import CompletionService
 from app.core import tracing
 from app.core.clock import DAY_S
 from app.core.data_dir import DEV_KEY_FILE, write_private
@@ -278,7 +278,7 @@ class Services:
         traces = tracing.ACTIVE
         if traces is not None:
             # chosen once: a completion of this worker then records spans without asking
-            from app.chat.traced import TracedCompletionService
+            from app.completion.traced import TracedCompletionService
 
             base_urls = {name: config.base_url for name, config in catalog.providers.items()}
             self.completions = TracedCompletionService(self.completions, traces, base_urls)

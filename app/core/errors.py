@@ -43,7 +43,7 @@ Raised and caught inside one module, never past it, and so kept there: the upstr
 client's ``ServerDisconnected`` and ``ProxyRefused`` (``ConnectionError``s, caught with
 every other failed connection, ``app.upstream.http11``), the RSGI lifespan's
 ``LifespanFailed`` (``app.http.rsgi.lifespan``) and the relay's ``ClientLeft``
-(``app.chat.relay``). Redis's and the database drivers' own exceptions are turned into
+(``app.completion.relay``). Redis's and the database drivers' own exceptions are turned into
 these at their one client (``app.kv``, ``app.store``).
 """
 

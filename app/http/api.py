@@ -18,9 +18,9 @@ from app.accounts.answers import (
     credit_balance,
 )
 from app.accounts.ledger_pages import LedgerList, ledger_list, parse_ledger_filter
-from app.chat.catalog import AUTO, Alias
-from app.chat.pricing import PriceList, price_list
-from app.chat.request import enabled_alias, key_may_use
+from app.completion.catalog import AUTO, Alias
+from app.completion.pricing import PriceList, price_list
+from app.completion.request import enabled_alias, key_may_use
 from app.core.errors import ErrorKind, model_not_allowed
 from app.core.validation import decode_json
 from app.credits.outcomes import Identity

@@ -10,8 +10,8 @@ from contextlib import asynccontextmanager
 from litestar import Litestar
 from litestar.datastructures import ResponseHeader
 
-from app.chat.lifecycle import GracePeriod
-from app.chat.settlement import drain_background
+from app.completion.lifecycle import GracePeriod
+from app.completion.settlement import drain_background
 from app.core.errors import StoreError
 from app.core.settings import Settings
 from app.http.admin import AdminController

@@ -18,8 +18,8 @@ from litestar.openapi.spec import Components, SecurityScheme
 
 from app import __version__
 from app.books.figures import Books
-from app.chat.chunks import ChatCompletionChunk
-from app.chat.request import CLAMPED_HEADER
+from app.completion.chunks import ChatCompletionChunk
+from app.completion.request import CLAMPED_HEADER
 from app.core.errors import ErrorBody, ErrorKind
 from app.http.headers import SECURITY_HEADERS
 from app.http.openapi import BODY_TYPES, COMPONENT, ERROR_HEADERS, PRINTABLE, error_response

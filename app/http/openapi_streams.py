@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, get_args
 
-from app.chat.request import CLAMPED_HEADER
+from app.completion.request import CLAMPED_HEADER
 from app.http.openapi import (
     ANTHROPIC_PARAMS,
     API_KEY,

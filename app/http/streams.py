@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from app.chat.request import Identify, parse_chat_request
+from app.completion.request import Identify, parse_chat_request
 from app.core import tracing
 from app.core.errors import ApiError, ClientDisconnected, ErrorKind
 from app.core.metrics import METRICS
@@ -38,9 +38,9 @@ from app.responses.stream import ResponsesStream
 if TYPE_CHECKING:
     from prometheus_client import Histogram
 
-    from app.chat.completion import Completion
-    from app.chat.output import StreamOutput
-    from app.chat.request import ChatParams
+    from app.completion.completion import Completion
+    from app.completion.output import StreamOutput
+    from app.completion.request import CompletionRequest
     from app.credits.outcomes import Identity
     from app.runtime import Services
 
@@ -156,7 +156,7 @@ class Parsed(NamedTuple):
     """A request body read by its API: the completion to run, and how its stream is
     written (``None``: as Chat Completions chunks)."""
 
-    params: ChatParams
+    params: CompletionRequest
     output: Callable[[Completion], StreamOutput] | None
 
 

@@ -41,9 +41,9 @@ from __future__ import annotations
 import msgspec
 from msgspec import UNSET
 
-from app.chat.catalog import Alias
-from app.chat.request import (
-    ChatParams,
+from app.completion.catalog import Alias
+from app.completion.request import (
+    CompletionRequest,
     Identify,
     check_streamed,
     check_tool_choice,
@@ -116,7 +116,7 @@ def parse_messages_request(
     image_token_bound: int,
     identify: Identify | None = None,
     streamed_only: bool = False,
-) -> ChatParams:
+) -> CompletionRequest:
     """Decode, check and translate a ``POST /v1/messages`` body, or raise the ``ApiError``
     saying why not (nothing is reserved before). ``identify``: the requesting account's
     ``safety_identifier``, given the client's ``metadata.user_id`` (as on chat);
@@ -210,7 +210,7 @@ def parse_count_tokens_request(
     max_messages: int,
     max_message_chars: int,
     image_token_bound: int,
-) -> ChatParams:
+) -> CompletionRequest:
     """A ``POST /v1/messages/count_tokens`` body, checked and translated as a Messages
     request is (the output settings aside: ``max_tokens`` is not needed)."""
     req = decode_json(body, CountTokensRequest)
@@ -227,7 +227,7 @@ def parse_count_tokens_request(
     )
 
 
-def count_tokens(params: ChatParams) -> CountTokensResponse:
+def count_tokens(params: CompletionRequest) -> CountTokensResponse:
     """What ``count_tokens`` answers: the prompt tokens svc reserves for (and bills at the
     most), the bound of the request's prompt."""
     return CountTokensResponse(input_tokens=params.prompt_token_bound)
@@ -242,7 +242,7 @@ def _resolve(
     output_limit: int | None,
     image_token_bound: int,
     identify: Identify | None,
-) -> ChatParams:
+) -> CompletionRequest:
     return resolve_params(
         chat,
         aliases,

@@ -25,9 +25,9 @@ import re
 import msgspec
 from msgspec import UNSET
 
-from app.chat.chunks import SvcMetadata
-from app.chat.output import SHUT_DOWN, UNSETTLED, UPSTREAM_FAILED, StreamEnd
-from app.chat.settlement import CACHE_WRITE_DETAILS
+from app.completion.chunks import SvcMetadata
+from app.completion.output import SHUT_DOWN, UNSETTLED, UPSTREAM_FAILED, StreamEnd
+from app.completion.settlement import CACHE_WRITE_DETAILS
 from app.core.ids import hex_id
 from app.messages.wire import (
     DeltaUsage,

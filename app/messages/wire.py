@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from app.chat.chunks import SvcMetadata
+from app.completion.chunks import SvcMetadata
 from app.upstream.wire import OutputTokens, TopP
 
 AnthropicTemperature = Annotated[float, msgspec.Meta(ge=0, le=1)]

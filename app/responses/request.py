@@ -16,9 +16,9 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from app.chat.catalog import Alias
-from app.chat.request import (
-    ChatParams,
+from app.completion.catalog import Alias
+from app.completion.request import (
+    CompletionRequest,
     Identify,
     check_streamed,
     check_tool_choice,
@@ -75,7 +75,7 @@ NO_STORED_STATE = (
 class ResponsesParams(msgspec.Struct, frozen=True, kw_only=True):
     """A Responses request: the chat completion it runs as, and what its response echoes."""
 
-    chat: ChatParams
+    chat: CompletionRequest
     settings: ResponseSettings
     tools: ChatTools = NO_TOOLS
     """The tools as the chat upstream is offered them, and its calls' names mapped back."""

@@ -11,9 +11,9 @@ from typing import Any, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from app.chat.chunks import SvcMetadata
-from app.chat.output import StreamEnd
-from app.chat.request import ChatParams
+from app.completion.chunks import SvcMetadata
+from app.completion.output import StreamEnd
+from app.completion.request import CompletionRequest
 from app.responses.wire import ResponsesRequest, ResponsesTool, TextConfig, ToolChoiceObject
 
 Status = Literal["in_progress", "completed", "incomplete", "failed"]
@@ -102,7 +102,7 @@ class ResponseSettings(msgspec.Struct, frozen=True, kw_only=True):
     safety_identifier: str | None
 
     @classmethod
-    def of(cls, req: ResponsesRequest, params: ChatParams) -> ResponseSettings:
+    def of(cls, req: ResponsesRequest, params: CompletionRequest) -> ResponseSettings:
         chat = params.request
         text: dict[str, Any] = {"format": {"type": "text"}}
         if isinstance(req.text, TextConfig) and req.text.format is not UNSET:

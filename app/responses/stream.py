@@ -19,8 +19,8 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from app.chat.chunks import SvcMetadata
-from app.chat.output import SHUT_DOWN, UNSETTLED, UPSTREAM_FAILED, StreamEnd
+from app.completion.chunks import SvcMetadata
+from app.completion.output import SHUT_DOWN, UNSETTLED, UPSTREAM_FAILED, StreamEnd
 from app.core.ids import hex_id, hex_ids
 from app.responses.response import (
     FunctionCallItem,

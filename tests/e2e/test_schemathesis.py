@@ -28,7 +28,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from app.chat.chunks import DONE, ChunkEncoder, SvcMetadata, chunk_usage, error_event
+from app.completion.chunks import DONE, ChunkEncoder, SvcMetadata, chunk_usage, error_event
 from app.http.headers import SECURITY_HEADERS
 from app.messages import stream as messages_stream
 from tests.e2e.conftest import Server

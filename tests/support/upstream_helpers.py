@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import Any, cast
 
-from app.chat.catalog import Alias
-from app.chat.service import CompletionService
+from app.completion.catalog import Alias
+from app.completion.service import CompletionService
 from app.credits.outcomes import Identity
 from app.runtime import Services
 from app.upstream.base import UpstreamCall

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from app.chat.output import StreamEnd
+from app.completion.output import StreamEnd
 from app.messages.stream import MessagesStream, error_event
 from app.upstream.base import Usage
 from bench.loadgen import (

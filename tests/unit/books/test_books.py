@@ -16,7 +16,7 @@ from app.accounts.accounts import Accounts
 from app.accounts.ledger import Ledger
 from app.books.report import book_days, books_csv, read_books
 from app.books.value import setting_value
-from app.chat.costs import CostEntry, cost_micros, upstream_cost
+from app.completion.costs import CostEntry, cost_micros, upstream_cost
 from app.core.clock import day_start
 from app.core.errors import ApiError
 from app.credits.outcomes import Tokens

@@ -12,10 +12,10 @@ from pathlib import Path
 import fakeredis
 import pytest
 
-from app.chat.catalog import Alias, load_catalog
-from app.chat.router import UpstreamRouter
-from app.chat.service import CompletionService
-from app.chat.settlement import drain_background
+from app.completion.catalog import Alias, load_catalog
+from app.completion.router import UpstreamRouter
+from app.completion.service import CompletionService
+from app.completion.settlement import drain_background
 from app.core.errors import UpstreamError, UpstreamOutcome
 from app.core.metrics import METRICS, exposition
 from app.http.rsgi.exchange import RSGIExchange

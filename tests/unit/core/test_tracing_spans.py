@@ -23,8 +23,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from app.accounts.bodies import KeyCreateRequest
-from app.chat.service import CompletionService
-from app.chat.traced import TracedCompletionService
+from app.completion.service import CompletionService
+from app.completion.traced import TracedCompletionService
 from app.core import tracing
 from app.core.settings import Settings
 from app.core.tracing import otel

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from app.accounts.bodies import KeyCreateRequest
-from app.chat.catalog import default_catalog
+from app.completion.catalog import default_catalog
 from app.credits.ceilings import HEADER as CEILING
 from app.messages.request import parse_count_tokens_request
 from tests.unit.http.test_http_routes import Svc, models_file, svc  # noqa: F401

@@ -15,8 +15,8 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from app.chat.chunks import SvcMetadata
-from app.chat.request import CLAMPED_HEADER
+from app.completion.chunks import SvcMetadata
+from app.completion.request import CLAMPED_HEADER
 from app.core.errors import ApiError, ErrorKind
 from app.core.settings import Settings
 from app.credits import ceilings

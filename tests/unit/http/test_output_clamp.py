@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from app.accounts.bodies import KeyCreateRequest
-from app.chat.request import CLAMPED_HEADER
+from app.completion.request import CLAMPED_HEADER
 from tests.unit.http.test_http_routes import Svc, models_file, svc  # noqa: F401
 
 pytestmark = pytest.mark.filterwarnings(

@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator
 import fakeredis
 import pytest
 
-from app.chat.catalog import default_catalog
-from app.chat.router import UpstreamRouter
-from app.chat.service import CompletionService
+from app.completion.catalog import default_catalog
+from app.completion.router import UpstreamRouter
+from app.completion.service import CompletionService
 from app.credits.outcomes import Identity
 from app.http.rsgi.exchange import RSGIExchange
 from app.http.streams import CHAT, MESSAGES, RESPONSES, Api, serve_stream

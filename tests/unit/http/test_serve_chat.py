@@ -16,10 +16,10 @@ import fakeredis
 import pytest
 import redis.exceptions
 
-from app.chat.catalog import default_catalog
-from app.chat.router import UpstreamRouter
-from app.chat.service import CompletionService
-from app.chat.settlement import drain_background
+from app.completion.catalog import default_catalog
+from app.completion.router import UpstreamRouter
+from app.completion.service import CompletionService
+from app.completion.settlement import drain_background
 from app.core.logs import JsonFormatter, request_id
 from app.core.metrics import METRICS
 from app.credits.outcomes import Identity

@@ -13,8 +13,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from app.chat.catalog import default_catalog, load_catalog
-from app.chat.request import ChatParams
+from app.completion.catalog import default_catalog, load_catalog
+from app.completion.request import CompletionRequest
 from app.core.errors import ApiError
 from app.messages.errors import error_body
 from app.messages.output_format import OUTPUT_FORMAT_NAME
@@ -40,7 +40,7 @@ OUTPUT_CONFIG = {"format": {"type": "json_schema", "schema": CITY}, "effort": "l
 
 def _parse(
     body: dict[str, Any], aliases: dict[str, Any] = ALIASES, max_message_chars: int = 100_000
-) -> ChatParams:
+) -> CompletionRequest:
     request = {
         "model": "svc-fast",
         "max_tokens": 256,
@@ -56,7 +56,7 @@ def _parse(
     )
 
 
-def _forwarded(params: ChatParams) -> dict[str, Any]:
+def _forwarded(params: CompletionRequest) -> dict[str, Any]:
     """The chat request as it goes upstream."""
     return dict(msgspec.to_builtins(params.request))
 

@@ -10,8 +10,8 @@ import msgspec
 import pytest
 from msgspec import UNSET
 
-from app.chat.catalog import default_catalog
-from app.chat.request import CLAMPED_HEADER, ChatParams, parse_chat_request
+from app.completion.catalog import default_catalog
+from app.completion.request import CLAMPED_HEADER, CompletionRequest, parse_chat_request
 from app.core.errors import ApiError
 from app.kv.fields import API_MESSAGES, APIS
 from app.messages import request as request_module
@@ -31,7 +31,7 @@ WEATHER = {
 PNG = "iVBORw0KGgo="  # base64 of a few bytes
 
 
-def _parse(body: dict[str, Any], **limits: Any) -> ChatParams:
+def _parse(body: dict[str, Any], **limits: Any) -> CompletionRequest:
     request = {"model": "svc-fast", "max_tokens": 256, **body}
     return parse_messages_request(
         json.dumps(request).encode(),

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from app.chat.output import (
+from app.completion.output import (
     BALANCE_MARK,
     CREDITS_MARK,
     UNSETTLED,

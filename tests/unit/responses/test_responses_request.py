@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from msgspec import UNSET
 
-from app.chat.catalog import default_catalog
-from app.chat.request import CLAMPED_HEADER, parse_chat_request
+from app.completion.catalog import default_catalog
+from app.completion.request import CLAMPED_HEADER, parse_chat_request
 from app.core.errors import ApiError
 from app.responses.request import ResponsesParams, parse_responses_request
 from app.responses.tools import OMITTED_TOOLS_HEADER

@@ -12,8 +12,8 @@ import pytest
 from openai.types.responses import ResponseStreamEvent
 from pydantic import BaseModel
 
-from app.chat.catalog import default_catalog
-from app.chat.output import StreamEnd
+from app.completion.catalog import default_catalog
+from app.completion.output import StreamEnd
 from app.responses import stream as stream_module
 from app.responses.request import parse_responses_request
 from app.responses.response import MessageItem, OutputTextPart, RefusalPart

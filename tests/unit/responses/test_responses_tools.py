@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from app.chat.catalog import default_catalog
+from app.completion.catalog import default_catalog
 from app.core.errors import ApiError
 from app.responses.request import ResponsesParams, parse_responses_request
 from app.responses.stream import ResponsesStream

@@ -14,8 +14,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from app.chat.catalog import Alias, load_catalog
-from app.chat.request import ChatParams, parse_chat_request
+from app.completion.catalog import Alias, load_catalog
+from app.completion.request import CompletionRequest, parse_chat_request
 from app.core.errors import ModelsFileError
 from app.responses.request import parse_responses_request
 from app.upstream.base import UpstreamCall
@@ -41,7 +41,9 @@ def _aliases(tmp_path: Path, base_url: str, flags: str = "") -> dict[str, Alias]
     return load_catalog(path).aliases
 
 
-async def _sent(mock: MockUpstream, params: ChatParams, *, responses_api: bool) -> dict[str, Any]:
+async def _sent(
+    mock: MockUpstream, params: CompletionRequest, *, responses_api: bool
+) -> dict[str, Any]:
     """The request the mock received for ``params``, sent as the relay sends it."""
     call = UpstreamCall(model="m", request=params.request, max_tokens=50, responses=params.native)
     provider = StreamingProvider(

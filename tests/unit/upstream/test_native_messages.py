@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from app.chat.catalog import DEFAULT_ALIASES, Alias, load_catalog
+from app.completion.catalog import DEFAULT_ALIASES, Alias, load_catalog
 from app.core.errors import UpstreamError
 from app.messages.request import native_request, parse_messages_request
 from app.messages.stream import TOOL_USE_PREFIX, MessagesStream

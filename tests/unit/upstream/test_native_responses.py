@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from app.chat.catalog import DEFAULT_ALIASES, load_catalog
+from app.completion.catalog import DEFAULT_ALIASES, load_catalog
 from app.core.errors import UpstreamError
 from app.responses.request import native_request, parse_responses_request
 from app.responses.wire import ResponsesRequest

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import msgspec
 from msgspec import UNSET
 
-from app.chat.catalog import AUTO, AUTO_ROUTES, FAST, Alias, route_auto
+from app.completion.catalog import AUTO, AUTO_ROUTES, FAST, Alias, route_auto
 from app.core.errors import ApiError, ErrorKind, invalid_value, stream_required
 from app.core.tokens import (
     IMAGE_TOKENS_ESTIMATE,
@@ -48,14 +48,14 @@ own identifier of its end user, or None (``app.upstream.safety.SafetyIdentifiers
 bound to the account)."""
 
 
-class ChatParams(msgspec.Struct, frozen=True, kw_only=True):
+class CompletionRequest(msgspec.Struct, frozen=True, kw_only=True):
     """A validated request, resolved against the alias catalog."""
 
     requested: str
     alias: Alias
     request: ChatRequest
     """What is forwarded upstream (the contract's sampling defaults filled in, the fields
-    the alias does not allow left out: ``app.chat.catalog.GATED_FIELDS``, svc's
+    the alias does not allow left out: ``app.completion.catalog.GATED_FIELDS``, svc's
     ``safety_identifier`` in place of the client's)."""
     max_tokens: int | None
     """The client's output limit (at most the alias's), or None when it set none."""
@@ -210,7 +210,7 @@ def parse_chat_request(
     image_token_bound: int = DEFAULT_IMAGE_TOKEN_BOUND,
     identify: Identify | None = None,
     streamed_only: bool = False,
-) -> ChatParams:
+) -> CompletionRequest:
     """Decode and validate a request body, or raise the ``ApiError`` that explains why not.
     ``identify``: the requesting account's (the gateway's requests always have one; without,
     the client's ``safety_identifier`` is forwarded as it came); ``streamed_only``: a
@@ -252,7 +252,7 @@ def resolve_params(
     image_token_bound: int,
     api: str = API_CHAT,
     identify: Identify | None = None,
-) -> ChatParams:
+) -> CompletionRequest:
     """A well-formed chat request (``alias`` its enabled model; a Responses request after
     translation), its prompt estimated and bounded (``body_size``: the bytes of the body it
     came in), svc-auto resolved, its ``output_limit`` lowered to the alias's, the sampling
@@ -281,7 +281,7 @@ def resolve_params(
     if identify is not None:
         # ``user`` is forwarded as it came; the client's safety_identifier never is
         safety_identifier = identify(client_identifier(req.user, req.safety_identifier))
-    return ChatParams(
+    return CompletionRequest(
         requested=req.model,
         alias=alias,
         request=msgspec.structs.replace(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.chat.catalog import DEFAULT_ALIASES, UpstreamRef, load_catalog, price
+from app.completion.catalog import DEFAULT_ALIASES, UpstreamRef, load_catalog, price
 from app.core.errors import ModelsFileError
 
 MINIMAL = """\

@@ -11,10 +11,10 @@ import logging
 import time
 from collections.abc import Callable
 
-from app.chat.completion import Completion
-from app.chat.request import ChatParams
-from app.chat.router import UpstreamRouter
-from app.chat.settlement import in_background
+from app.completion.completion import Completion
+from app.completion.request import CompletionRequest
+from app.completion.router import UpstreamRouter
+from app.completion.settlement import in_background
 from app.core.ids import random_id
 from app.core.metrics import METRICS
 from app.credits.ceilings import NO_CEILING
@@ -36,7 +36,7 @@ class CompletionService:
     """Opens completions: validates affordability, reserves, connects upstream."""
 
     completion_type: type[Completion] = Completion
-    """What a completion is made as (with traces on: ``app.chat.traced``'s)."""
+    """What a completion is made as (with traces on: ``app.completion.traced``'s)."""
 
     def __init__(
         self,
@@ -57,7 +57,7 @@ class CompletionService:
     async def open(
         self,
         ident: Identity,
-        params: ChatParams,
+        params: CompletionRequest,
         claim: IdempotencyClaim | None = None,
         *,
         ceiling: int = NO_CEILING,

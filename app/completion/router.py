@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from app.chat.catalog import SIMULATED, Alias
-from app.chat.costs import UpstreamCost
+from app.completion.catalog import SIMULATED, Alias
+from app.completion.costs import UpstreamCost
 from app.core.metrics import METRICS
 from app.upstream.base import Provider
 from app.upstream.simulated import SimulatedProvider

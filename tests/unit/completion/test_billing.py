@@ -13,12 +13,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from app.chat.catalog import default_catalog
-from app.chat.completion import Completion
-from app.chat.request import ChatParams, parse_chat_request
-from app.chat.router import UpstreamRouter
-from app.chat.service import CompletionService
-from app.chat.settlement import Settling, drain_background
+from app.completion.catalog import default_catalog
+from app.completion.completion import Completion
+from app.completion.request import CompletionRequest, parse_chat_request
+from app.completion.router import UpstreamRouter
+from app.completion.service import CompletionService
+from app.completion.settlement import Settling, drain_background
 from app.core.clock import day_tag, utc_day
 from app.core.tokens import utf8_length
 from app.credits.outcomes import Identity, Tokens
@@ -207,7 +207,7 @@ async def test_hostile_usage_is_clamped_to_the_hold(
     counters agree (10^30 used to fail settle.lua half-way)."""
     provider = ReportingProvider(Usage(prompt_tokens=prompt, completion_tokens=completion))
     ident, completion_ = await _open(ledger, clock, provider, _messages("hello there"))
-    params: ChatParams = completion_.params
+    params: CompletionRequest = completion_.params
     meta = await _relay(completion_)
     billed_prompt = min(max(prompt, 0), params.prompt_token_bound)
     billed_completion = min(max(completion, 5), completion_.hold.out_tokens)
@@ -247,7 +247,7 @@ async def test_a_reserve_answered_too_late_is_released_in_the_background(
     """Redis ran the reserve, but its reply came after the caller's timeout (a paused
     Redis answering its backlog): the request fails with the timeout, and the hold it could
     not learn of is released by its id, not left for the sweeper."""
-    from app.chat import service as service_module
+    from app.completion import service as service_module
     from app.kv.client import REDIS_TIMEOUT
 
     monkeypatch.setattr(service_module, "RELEASE_FIRST_PAUSE_S", 0.01)

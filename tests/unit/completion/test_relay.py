@@ -8,13 +8,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.chat.catalog import default_catalog
-from app.chat.chunks import ChatStream
-from app.chat.output import StreamEnd
-from app.chat.request import parse_chat_request
-from app.chat.router import UpstreamRouter
-from app.chat.service import CompletionService
-from app.chat.settlement import drain_background
+from app.completion.catalog import default_catalog
+from app.completion.chunks import ChatStream
+from app.completion.output import StreamEnd
+from app.completion.request import parse_chat_request
+from app.completion.router import UpstreamRouter
+from app.completion.service import CompletionService
+from app.completion.settlement import drain_background
 from app.core.errors import UpstreamError
 from app.upstream.base import CHOICE_END, ChoiceEnd, Piece, UpstreamCall, Usage
 from app.upstream.simulated import SimulatedProvider

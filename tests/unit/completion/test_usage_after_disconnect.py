@@ -19,11 +19,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from app.chat.catalog import Alias, default_catalog
-from app.chat.relay import USAGE_WAIT_S
-from app.chat.router import UpstreamRouter
-from app.chat.service import CompletionService
-from app.chat.settlement import drain_background
+from app.completion.catalog import Alias, default_catalog
+from app.completion.relay import USAGE_WAIT_S
+from app.completion.router import UpstreamRouter
+from app.completion.service import CompletionService
+from app.completion.settlement import drain_background
 from app.core.clock import day_tag, utc_day
 from app.credits.outcomes import Identity, Tokens
 from app.credits.sweeper import Sweeper

@@ -28,11 +28,11 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind
 from opentelemetry.util.types import AttributeValue
 
-from app.chat.completion import Completion, CompletionTerms
-from app.chat.output import StreamOutput
-from app.chat.relay import SendBytes
-from app.chat.request import ChatParams
-from app.chat.service import CompletionService
+from app.completion.completion import Completion, CompletionTerms
+from app.completion.output import StreamOutput
+from app.completion.relay import SendBytes
+from app.completion.request import CompletionRequest
+from app.completion.service import CompletionService
 from app.core.errors import UpstreamError
 from app.core.tracing.otel import (
     API,
@@ -127,7 +127,7 @@ class TracedCompletion(Completion):
         self,
         service: CompletionTerms,
         ident: Identity,
-        params: ChatParams,
+        params: CompletionRequest,
         hold: Hold,
         *,
         started: float,
@@ -251,7 +251,7 @@ class TracedCompletionService(CompletionService):
     async def open(
         self,
         ident: Identity,
-        params: ChatParams,
+        params: CompletionRequest,
         claim: IdempotencyClaim | None = None,
         *,
         ceiling: int = NO_CEILING,
@@ -263,7 +263,7 @@ class TracedCompletionService(CompletionService):
         return await super().open(ident, params, claim, ceiling=ceiling)
 
 
-def request_attributes(ident: Identity, params: ChatParams) -> Attributes:
+def request_attributes(ident: Identity, params: CompletionRequest) -> Attributes:
     """What a request asked for: the model requested, the alias that serves it (svc-auto's
     choice; the upstream's own model name is never told), the API, the key's environment,
     the output cap the client set and the sampling settings sent upstream."""

@@ -15,12 +15,12 @@ from collections.abc import AsyncIterator
 import msgspec
 import pytest
 
-from app.chat.catalog import UpstreamRef, default_catalog
-from app.chat.completion import Completion
-from app.chat.request import parse_chat_request
-from app.chat.router import UpstreamRouter
-from app.chat.service import CompletionService
-from app.chat.settlement import drain_background
+from app.completion.catalog import UpstreamRef, default_catalog
+from app.completion.completion import Completion
+from app.completion.request import parse_chat_request
+from app.completion.router import UpstreamRouter
+from app.completion.service import CompletionService
+from app.completion.settlement import drain_background
 from app.core.errors import ApiError, ErrorKind, UpstreamError
 from app.credits.outcomes import Identity
 from app.kv.stream_events import EventField

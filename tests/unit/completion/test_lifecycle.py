@@ -11,12 +11,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.chat.catalog import default_catalog
-from app.chat.completion import Completion
-from app.chat.lifecycle import STREAMS, GracePeriod, OpenStreams
-from app.chat.request import parse_chat_request
-from app.chat.router import UpstreamRouter
-from app.chat.service import CompletionService
+from app.completion.catalog import default_catalog
+from app.completion.completion import Completion
+from app.completion.lifecycle import STREAMS, GracePeriod, OpenStreams
+from app.completion.request import parse_chat_request
+from app.completion.router import UpstreamRouter
+from app.completion.service import CompletionService
 from app.credits.outcomes import Identity
 from app.upstream.base import Piece, UpstreamCall
 from app.upstream.simulated import SimulatedProvider

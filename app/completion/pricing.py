@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
-from app.chat.catalog import AUTO, AUTO_ROUTES, Alias
+from app.completion.catalog import AUTO, AUTO_ROUTES, Alias
 
 UNIT = "credits per 1,000 tokens"
 FORMULA = (

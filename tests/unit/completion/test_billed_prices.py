@@ -10,11 +10,11 @@ import json
 
 import msgspec
 
-from app.chat.catalog import UpstreamRef, default_catalog, price
-from app.chat.completion import Completion
-from app.chat.request import parse_chat_request
-from app.chat.router import UpstreamRouter
-from app.chat.service import CompletionService
+from app.completion.catalog import UpstreamRef, default_catalog, price
+from app.completion.completion import Completion
+from app.completion.request import parse_chat_request
+from app.completion.router import UpstreamRouter
+from app.completion.service import CompletionService
 from app.kv.fields import Served
 from app.kv.stream_events import EventField
 from app.store import Store
@@ -25,7 +25,7 @@ from tests.conftest import Clock
 from tests.support.ledgers import Ledgers
 from tests.support.pricing import charge
 from tests.support.scripts_helpers import account, key
-from tests.unit.chat.test_failover_receipts import Answering, _fields, _relay
+from tests.unit.completion.test_failover_receipts import Answering, _fields, _relay
 
 PID = "acct_BP"
 KID = "kidBP0000000"

@@ -14,8 +14,8 @@ from functools import partial
 import msgspec
 import pytest
 
-from app.chat.catalog import DEFAULT_ALIASES, Alias
-from app.chat.request import client_identifier, parse_chat_request
+from app.completion.catalog import DEFAULT_ALIASES, Alias
+from app.completion.request import client_identifier, parse_chat_request
 from app.core.pepper import derive_key
 from app.responses.request import parse_responses_request
 from app.upstream.base import UpstreamCall

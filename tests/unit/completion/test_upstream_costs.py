@@ -19,11 +19,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from app.chat.catalog import load_catalog
-from app.chat.costs import CostEntry, UpstreamCost, cost_micros, upstream_cost
-from app.chat.router import UpstreamRouter
-from app.chat.service import CompletionService
-from app.chat.settlement import drain_background
+from app.completion.catalog import load_catalog
+from app.completion.costs import CostEntry, UpstreamCost, cost_micros, upstream_cost
+from app.completion.router import UpstreamRouter
+from app.completion.service import CompletionService
+from app.completion.settlement import drain_background
 from app.core.errors import ModelsFileError
 from app.credits.outcomes import Identity, Tokens
 from app.http.rsgi.exchange import RSGIExchange

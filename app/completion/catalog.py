@@ -10,8 +10,8 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
-from app.chat.costs import CURRENCY, DEFAULT_CURRENCY, CostEntry, UpstreamCost, upstream_cost
-from app.chat.models_errors import convert, fail
+from app.completion.costs import CURRENCY, DEFAULT_CURRENCY, CostEntry, UpstreamCost, upstream_cost
+from app.completion.models_errors import convert, fail
 from app.core.errors import ModelsFileError
 from app.core.settings import HEARTBEATS_PER_DEADLINE
 from app.credits.outcomes import Rates

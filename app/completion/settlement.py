@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
-from app.chat.costs import UpstreamCost, cost_micros
-from app.chat.request import ChatParams
+from app.completion.costs import UpstreamCost, cost_micros
+from app.completion.request import CompletionRequest
 from app.core.errors import LedgerUnreachable
 from app.core.metrics import METRICS, BilledTokens
 from app.core.settings import HEARTBEATS_PER_DEADLINE
@@ -40,7 +40,7 @@ its cache, for providers that report (and price) those apart: Anthropic-style
 
 class SettlementTerms(Protocol):
     """What keeping a hold and settling it use of the service that opened the completion
-    (``app.chat.service.CompletionService``)."""
+    (``app.completion.service.CompletionService``)."""
 
     money: Money
     deadline_s: int
@@ -84,7 +84,7 @@ def report_abandoned_settlement(task: asyncio.Task[Settlement]) -> None:
 
 
 class Held(Protocol):
-    """What a heartbeat reads of its completion (``app.chat.relay.Relay``)."""
+    """What a heartbeat reads of its completion (``app.completion.relay.Relay``)."""
 
     service: SettlementTerms
     hold: Hold
@@ -117,7 +117,7 @@ class Settling:
 
     service: SettlementTerms
     ident: Identity
-    params: ChatParams
+    params: CompletionRequest
     hold: Hold
     created: int
     started: float

@@ -3,8 +3,8 @@ import json
 import msgspec
 import pytest
 
-from app.chat.catalog import DEFAULT_ALIASES, price, route_auto
-from app.chat.request import CLAMPED_HEADER, parse_chat_request
+from app.completion.catalog import DEFAULT_ALIASES, price, route_auto
+from app.completion.request import CLAMPED_HEADER, parse_chat_request
 from app.core.errors import ApiError, ErrorKind
 from app.core.tokens import estimate_prompt_tokens
 from app.upstream.wire import message_text

@@ -1,5 +1,5 @@
 """What a completion's stream is written as: the contract between the relay
-(``app.chat.relay``) and an API's wire format (Chat Completions chunks, or the
+(``app.completion.relay``) and an API's wire format (Chat Completions chunks, or the
 Responses API's events).
 
 The relay decides what is output and when (the cap, where the choice ends, settlement); a

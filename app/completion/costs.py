@@ -87,7 +87,7 @@ def upstream_cost(entry: CostEntry, currency: str) -> UpstreamCost:
 
 def cost_micros(cost: UpstreamCost, tokens: Tokens) -> int:
     """What ``tokens`` cost at ``cost``, in micro-units rounded up (their parts as billed:
-    cached and cache writes within the prompt, as ``app.chat.settlement`` clamps them)."""
+    cached and cache writes within the prompt, as ``app.completion.settlement`` clamps them)."""
     uncached = tokens.prompt - tokens.cached - tokens.cache_writes
     units = (
         uncached * cost.input

@@ -1,10 +1,10 @@
 """One chat completion from its upstream's first piece to its stream's ending, independent
 of the HTTP server.
 
-``app.chat.service.CompletionService.open`` reserves credits and makes a ``Completion``,
+``app.completion.service.CompletionService.open`` reserves credits and makes a ``Completion``,
 which connects to an upstream (``connect``); the HTTP layer then sends the response head
-and calls ``Completion.relay``: the relay loop (``app.chat.relay``), then settlement
-(``app.chat.settlement``: in a task of its own that cancellation cannot interrupt, so a
+and calls ``Completion.relay``: the relay loop (``app.completion.relay``), then settlement
+(``app.completion.settlement``: in a task of its own that cancellation cannot interrupt, so a
 dropped client or a cancelled handler can never leave a reservation open), then the
 stream's ending with settlement's numbers in it.
 """
@@ -18,9 +18,9 @@ import time
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from app.chat.chunks import ChatStream, ChunkEncoder
-from app.chat.lifecycle import STREAMS
-from app.chat.output import (
+from app.completion.chunks import ChatStream, ChunkEncoder
+from app.completion.lifecycle import STREAMS
+from app.completion.output import (
     BALANCE_MARK,
     CREDITS_MARK,
     Outcome,
@@ -28,11 +28,11 @@ from app.chat.output import (
     StreamOutput,
     settled_ending,
 )
-from app.chat.record import StreamRecord
-from app.chat.relay import ClientLeft, Relay, SendBytes
-from app.chat.request import ChatParams
-from app.chat.router import UpstreamRouter
-from app.chat.settlement import SettlementTerms, Settling, report_abandoned_settlement
+from app.completion.record import StreamRecord
+from app.completion.relay import ClientLeft, Relay, SendBytes
+from app.completion.request import CompletionRequest
+from app.completion.router import UpstreamRouter
+from app.completion.settlement import SettlementTerms, Settling, report_abandoned_settlement
 from app.core.errors import ApiError, ErrorKind, LedgerUnreachable, StreamCut, UpstreamError
 from app.core.ids import completion_ids
 from app.core.interrupts import Interruptible
@@ -65,7 +65,7 @@ class Completion(Relay, Settling):
         self,
         service: CompletionTerms,
         ident: Identity,
-        params: ChatParams,
+        params: CompletionRequest,
         hold: Hold,
         *,
         started: float,

@@ -20,10 +20,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from app.chat.catalog import price
-from app.chat.router import UpstreamRouter
-from app.chat.service import CompletionService
-from app.chat.settlement import drain_background
+from app.completion.catalog import price
+from app.completion.router import UpstreamRouter
+from app.completion.service import CompletionService
+from app.completion.settlement import drain_background
 from app.credits.outcomes import Identity, Tokens
 from app.credits.sweeper import Sweeper
 from app.http.rsgi.exchange import RSGIExchange
@@ -40,7 +40,7 @@ from tests.support.pricing import charge
 from tests.support.rsgi_transport import FakeHeaders, FakeProtocol, FakeScope
 from tests.support.scripts_helpers import account, key
 from tests.support.upstream_helpers import stream_services
-from tests.unit.chat.test_usage_after_disconnect import (
+from tests.unit.completion.test_usage_after_disconnect import (
     ALIASES,
     FUNDS,
     ScriptedProvider,

@@ -6,8 +6,8 @@ balance, so a replay is byte for byte what the client got).
 
 from __future__ import annotations
 
-from app.chat.output import ending_parts
-from app.chat.relay import SendBytes
+from app.completion.output import ending_parts
+from app.completion.relay import SendBytes
 from app.credits.idempotency import SEALED_STREAM_OVERHEAD, AnswerSeal, RecordedResponse
 
 NUMBERS_ROOM = 32

@@ -3,7 +3,7 @@ choice's end goes, the heartbeat, and the stops that end a stream at a chunk bou
 cut at shutdown, a client that left), after which the upstream's usage report is still read
 for at most ``USAGE_WAIT_S``.
 
-``Relay`` is a base of ``app.chat.completion.Completion`` rather than an object it holds:
+``Relay`` is a base of ``app.completion.completion.Completion`` rather than an object it holds:
 the per-chunk code reads and writes the completion's own attributes, with no object in
 between to look up on every chunk.
 """
@@ -18,8 +18,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import msgspec
 from msgspec import UNSET
 
-from app.chat.output import StreamOutput
-from app.chat.settlement import Heartbeat, SettlementTerms
+from app.completion.output import StreamOutput
+from app.completion.settlement import Heartbeat, SettlementTerms
 from app.core.errors import LedgerUnreachable, StreamCut, UpstreamError
 from app.core.interrupts import Interruptible
 from app.credits.outcomes import Hold
@@ -145,7 +145,7 @@ class Relay:
                 self._upstream_wait.leave()
 
     def cut(self) -> None:
-        """End the stream at the next chunk boundary (graceful shutdown, app.chat.lifecycle):
+        """End the stream at the next chunk boundary (graceful shutdown, app.completion.lifecycle):
         a read in progress is interrupted, a write in progress finishes first."""
         if self._stop is None:
             self._stop = StreamCut
