@@ -119,8 +119,7 @@ class Completion(Relay, Settling):
             model=model,
             request=self.params.request,
             max_tokens=self.hold.out_tokens,
-            responses=self.params.native,
-            messages=self.params.native_messages,
+            native=self.params.native,
         )
 
     async def connect(self) -> None:

@@ -29,8 +29,7 @@ from app.upstream.wire import (
     ImagePart,
     Message,
     NamedToolChoice,
-    NativeMessages,
-    NativeResponses,
+    NativeRequest,
     TextPart,
     message_text,
 )
@@ -70,10 +69,9 @@ class CompletionRequest(msgspec.Struct, frozen=True, kw_only=True):
     models: str
     """The aliases the key must allow (space-separated): the one asked for, or every one
     svc-auto may route to."""
-    native: NativeResponses | None = None
-    """A Responses request as the client sent it, for providers that serve that API."""
-    native_messages: NativeMessages | None = None
-    """A Messages request as the client sent it, for providers that serve that API."""
+    native: NativeRequest | None = None
+    """The request in its own API as the client sent it (Responses or Messages), for
+    providers that serve that API."""
     headers: tuple[tuple[str, str], ...] = ()
     """Headers the stream's response carries about how its request was read (the Responses
     API's ``svc-omitted-tools``, every API's ``CLAMPED_HEADER``)."""

@@ -156,7 +156,7 @@ def parse_messages_request(
         native = native_request(
             body, req, params.alias, user_id if isinstance(user_id, str) else None
         )
-        params = msgspec.structs.replace(params, native_messages=native)
+        params = msgspec.structs.replace(params, native=native)
     return params
 
 

@@ -8,7 +8,7 @@ from typing import Protocol
 import msgspec
 
 from app.core.errors import UpstreamError
-from app.upstream.wire import ChatRequest, Delta, NativeMessages, NativeResponses
+from app.upstream.wire import ChatRequest, Delta, NativeRequest
 
 
 class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -35,12 +35,10 @@ class UpstreamCall(msgspec.Struct, frozen=True, kw_only=True):
     model: str
     request: ChatRequest
     max_tokens: int
-    responses: NativeResponses | None = None
-    """A Responses API request as the client sent it: what a provider that serves that API
-    itself (``responses_api``) is sent instead of ``request``, its translation."""
-    messages: NativeMessages | None = None
-    """A Messages API request as the client sent it: what a provider that serves that API
-    itself (``messages_api``) is sent instead of ``request``, its translation."""
+    native: NativeRequest | None = None
+    """The request in its own API as the client sent it (Responses or Messages): what a
+    provider that serves that API itself (``responses_api``, ``messages_api``) is sent
+    instead of ``request``, its translation."""
     headers: bytes = b""
     """Header lines sent besides the provider's own, each ending in CRLF: the W3C trace
     context of the attempt (``traceparent``, ``tracestate``) when traces are on, else none."""

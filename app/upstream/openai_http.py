@@ -16,7 +16,7 @@ from app.upstream.config import ProviderConfig
 from app.upstream.messages_sse import MessagesEvents
 from app.upstream.responses_sse import ResponsesEvents
 from app.upstream.sse import LineParser, parse_data_line
-from app.upstream.wire import StreamOptions
+from app.upstream.wire import NativeMessages, NativeResponses, StreamOptions
 
 log = logging.getLogger("svc.upstream")
 _encode = msgspec.json.encode
@@ -64,11 +64,12 @@ def exchange(call: UpstreamCall, config: ProviderConfig) -> Exchange:
     """A Responses request to a provider that serves the Responses API goes as one, a
     Messages request to a provider that serves the Messages API as one; anything else as a
     chat completion (a Responses or Messages request in its translation)."""
-    if call.messages is not None and config.messages_api:
-        body = call.messages.body(call.model, call.max_tokens)
+    native = call.native
+    if isinstance(native, NativeMessages) and config.messages_api:
+        body = native.body(call.model, call.max_tokens)
         return Exchange(MESSAGES_PATH, body, MessagesEvents().parse)
-    if call.responses is not None and config.responses_api:
-        body = call.responses.body(call.model, call.max_tokens)
+    if isinstance(native, NativeResponses) and config.responses_api:
+        body = native.body(call.model, call.max_tokens)
         return Exchange(RESPONSES_PATH, body, ResponsesEvents().parse)
     return Exchange(CHAT_PATH, request_body(call), parse_data_line)
 

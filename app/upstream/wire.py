@@ -315,3 +315,8 @@ class Delta(msgspec.Struct, frozen=True, omit_defaults=True):
             or self.reasoning_content
             or self.reasoning
         )
+
+
+NativeRequest = NativeResponses | NativeMessages
+"""A request in an API other than Chat Completions, kept as the client sent it for a
+provider that serves that API itself."""

@@ -134,8 +134,8 @@ def test_a_messages_provider_is_sent_output_config_as_written(tmp_path: Path) ->
         '{ provider = "claude", model = "c" }, { provider = "chat", model = "x" }]\n'
     )
     params = _parse({"output_config": OUTPUT_CONFIG}, load_catalog(path).aliases)
-    assert params.native_messages is not None
-    native = msgspec.json.decode(params.native_messages.body("c", 100))
+    assert params.native is not None
+    native = msgspec.json.decode(params.native.body("c", 100))
     assert native["output_config"] == OUTPUT_CONFIG  # effort too: the provider reads it
     assert "response_format" not in native
     # the translation keeps the format, for a failover to the chat provider

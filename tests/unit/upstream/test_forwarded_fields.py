@@ -45,7 +45,7 @@ async def _sent(
     mock: MockUpstream, params: CompletionRequest, *, responses_api: bool
 ) -> dict[str, Any]:
     """The request the mock received for ``params``, sent as the relay sends it."""
-    call = UpstreamCall(model="m", request=params.request, max_tokens=50, responses=params.native)
+    call = UpstreamCall(model="m", request=params.request, max_tokens=50, native=params.native)
     provider = StreamingProvider(
         ProviderConfig(base_url=mock.base_url, responses_api=responses_api)
     )

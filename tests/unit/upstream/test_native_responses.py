@@ -67,7 +67,7 @@ def test_the_forwarded_request_is_the_clients_with_what_svc_sets_replaced() -> N
 def test_only_a_provider_that_serves_responses_is_sent_one() -> None:
     native = native_request(ResponsesRequest(model="svc-fast", input="hi"), FAST)
     chat = ChatRequest(model="svc-fast", messages=[Message(role="user", content="hi")])
-    call = UpstreamCall(model="m", request=chat, max_tokens=9, responses=native)
+    call = UpstreamCall(model="m", request=chat, max_tokens=9, native=native)
     speaks = ProviderConfig(base_url="http://x/v1", responses_api=True)
     plain = ProviderConfig(base_url="http://x/v1")
     assert exchange(call, speaks).path == RESPONSES_PATH
