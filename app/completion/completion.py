@@ -1,4 +1,4 @@
-"""One chat completion from its upstream's first piece to its stream's ending, independent
+"""One completion, of any API, from its upstream's first piece to its stream's ending, independent
 of the HTTP server.
 
 ``app.completion.service.CompletionService.open`` reserves credits and makes a ``Completion``,
@@ -18,7 +18,6 @@ import time
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from app.completion.chunks import ChatStream, ChunkEncoder
 from app.completion.lifecycle import STREAMS
 from app.completion.output import (
     BALANCE_MARK,
@@ -34,7 +33,6 @@ from app.completion.request import CompletionRequest
 from app.completion.router import UpstreamRouter
 from app.completion.settlement import SettlementTerms, Settling, report_abandoned_settlement
 from app.core.errors import ApiError, ErrorKind, LedgerUnreachable, StreamCut, UpstreamError
-from app.core.ids import completion_ids
 from app.core.interrupts import Interruptible
 from app.core.metrics import FIRST_TOKEN, METRICS, MID_STREAM
 from app.credits.idempotency import AnswerSeal, RecordedResponse
@@ -113,6 +111,13 @@ class Completion(Relay, Settling):
             self.record = StreamRecord(service.recorded_bytes, seal)
         self._response: RecordedResponse | None = None  # what settle keeps of it
 
+    @property
+    def stops_when_client_leaves(self) -> bool:
+        """Whether the relay stops when its client leaves (``client_left``): a completion
+        with an Idempotency-Key runs to its end (its record keeps the whole stream for the
+        retry); the others stop there."""
+        return self.record is None
+
     def _call(self, provider_name: str, model: str) -> UpstreamCall:
         """What an attempt sends to ``provider_name`` (its ``model``)."""
         return UpstreamCall(
@@ -164,13 +169,12 @@ class Completion(Relay, Settling):
             },
         )
 
-    def chat_stream(self) -> ChatStream:
-        """The Chat Completions stream of this completion (``relay``'s default output)."""
-        encoder = ChunkEncoder(completion_ids.next(), self.created, self.params.alias.id)
-        return ChatStream(encoder, requested=self.params.requested)
+    def stream_output(self) -> StreamOutput:
+        """This completion's stream as its API writes it (``relay``'s default output)."""
+        return self.params.output(self.params, self.created)
 
     async def relay(self, send: SendBytes, output: StreamOutput | None = None) -> None:
-        """Stream the output (as ``output`` writes it: Chat Completions chunks unless told
+        """Stream the output (as ``output`` writes it: the request's API's unless told
         otherwise), settle, then send the stream's ending.
 
         A failing upstream ends the stream with the output's failure. A client that left
@@ -180,7 +184,7 @@ class Completion(Relay, Settling):
         the upstream is closed: closing may suspend (httpx's ``aclose``), and a cancellation
         landing there must not be able to skip it.
         """
-        self._output = output if output is not None else self.chat_stream()
+        self._output = output if output is not None else self.stream_output()
         self._response_id = self._output.id
         outcome: Outcome = "completed"
         last = ending = b""

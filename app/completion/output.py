@@ -1,6 +1,6 @@
 """What a completion's stream is written as: the contract between the relay
-(``app.completion.relay``) and an API's wire format (Chat Completions chunks, or the
-Responses API's events).
+(``app.completion.relay``) and an API's wire format (each dialect's, ``app.apis``: Chat
+Completions chunks, the Responses API's events, Anthropic's Messages events).
 
 The relay decides what is output and when (the cap, where the choice ends, settlement); a
 ``StreamOutput`` only turns that into bytes, one object per response.
@@ -31,6 +31,15 @@ UNSETTLED = (
     "charged at most once: credits held for it and not settled are returned automatically. "
     "Please retry the request."
 )
+
+
+class SvcMetadata(msgspec.Struct, forbid_unknown_fields=True):
+    """The ``svc`` object every API's stream ends with: the alias asked for, what was
+    charged and the balance after."""
+
+    requested_model: str
+    credits_used: int
+    balance_remaining: int
 
 
 class StreamEnd(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,9 +1,10 @@
-"""The chat completion request: decoding, validation and prompt estimates.
+"""The engine's request (``CompletionRequest``), whichever API it came through: what every
+API's request is checked with (the alias, the tool choice, the stream), and its resolution
+against the catalog: svc-auto routed, an output limit above the alias's lowered to it, the
+prompt's estimate and bound for the reservation worked out.
 
-The request is the OpenAI wire format (``app.upstream.wire``), forwarded as it came; here
-svc checks what decoding cannot (roles and their fields, a named tool that exists), lowers
-an output limit above the alias's to it, and works out the prompt's estimate and bound for
-the reservation."""
+Each API's dialect (``app.apis``) reads its own body into the OpenAI wire format
+(``app.upstream.wire``), which is forwarded upstream, and hands it to ``resolve_params``."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import msgspec
 from msgspec import UNSET
 
 from app.completion.catalog import AUTO, AUTO_ROUTES, FAST, Alias, route_auto
+from app.completion.output import StreamOutput
 from app.core.errors import ApiError, ErrorKind, invalid_value, stream_required
 from app.core.tokens import (
     IMAGE_TOKENS_ESTIMATE,
@@ -20,8 +22,6 @@ from app.core.tokens import (
     estimate_prompt_tokens,
     prompt_token_bound,
 )
-from app.core.validation import decode_json
-from app.kv.fields import API_CHAT
 from app.upstream.wire import (
     AudioPart,
     ChatRequest,
@@ -30,7 +30,6 @@ from app.upstream.wire import (
     Message,
     NamedToolChoice,
     NativeRequest,
-    TextPart,
     message_text,
 )
 
@@ -45,6 +44,11 @@ Identify = Callable[[str | None], str]
 """The ``safety_identifier`` sent upstream for the requesting account, given the client's
 own identifier of its end user, or None (``app.upstream.safety.SafetyIdentifiers.of``
 bound to the account)."""
+
+
+OpenOutput = Callable[["CompletionRequest", int], StreamOutput]
+"""How an API writes a request's stream: its ``StreamOutput`` for the request, given the
+completion's ``created`` (each API's dialect, ``app.apis``)."""
 
 
 class CompletionRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -64,7 +68,7 @@ class CompletionRequest(msgspec.Struct, frozen=True, kw_only=True):
     """Prompt tokens its images, audio and files are billed as when no usage is reported."""
     prompt_token_bound: int
     """Reserved for, and the most of an upstream's prompt_tokens that is billed."""
-    api: str = API_CHAT
+    api: str
     """The API the request came through (``app.kv.fields.APIS``), recorded with its usage."""
     models: str
     """The aliases the key must allow (space-separated): the one asked for, or every one
@@ -72,6 +76,9 @@ class CompletionRequest(msgspec.Struct, frozen=True, kw_only=True):
     native: NativeRequest | None = None
     """The request in its own API as the client sent it (Responses or Messages), for
     providers that serve that API."""
+    output: OpenOutput
+    """How its stream is written: the API's ``StreamOutput``, made when the relay starts
+    (given the request and the completion's ``created``)."""
     headers: tuple[tuple[str, str], ...] = ()
     """Headers the stream's response carries about how its request was read (the Responses
     API's ``svc-omitted-tools``, every API's ``CLAMPED_HEADER``)."""
@@ -90,26 +97,6 @@ class _Prompt(msgspec.Struct):
     media_chars: int = 0  # characters of image URLs, audio and file data in the body
     media_bound: int = 0  # prompt tokens those may count, at the most
     media_estimate: int = 0  # and as estimated when an upstream reports none
-
-
-def _check_message(message: Message, index: int, max_chars: int) -> None:
-    where = f"messages[{index}]"
-    if message.role == "tool" and message.tool_call_id is UNSET:
-        raise invalid_value(f"{where}.tool_call_id", "A tool message needs 'tool_call_id'.")
-    if message.content in (None, UNSET) and message.role != "assistant":
-        raise invalid_value(f"{where}.content", "Message content is required.")
-    if message.tool_calls is not UNSET and message.role != "assistant":
-        raise invalid_value(f"{where}.tool_calls", "Only assistant messages carry tool calls.")
-    if (
-        isinstance(message.content, list)
-        and message.role in ("system", "developer")
-        and not all(isinstance(part, TextPart) for part in message.content)
-    ):
-        raise invalid_value(f"{where}.content", "System messages take text parts only.")
-    if len(message_text(message)) > max_chars:
-        raise invalid_value(
-            f"{where}.content", f"A message may hold at most {max_chars} characters."
-        )
 
 
 def _count_prompt(messages: list[Message], image_token_bound: int) -> _Prompt:
@@ -199,47 +186,6 @@ def check_streamed(stream: object, streamed_only: bool) -> None:
         raise stream_required()
 
 
-def parse_chat_request(
-    body: bytes,
-    aliases: dict[str, Alias],
-    *,
-    max_messages: int = 2048,
-    max_message_chars: int = 1_000_000,
-    image_token_bound: int = DEFAULT_IMAGE_TOKEN_BOUND,
-    identify: Identify | None = None,
-    streamed_only: bool = False,
-) -> CompletionRequest:
-    """Decode and validate a request body, or raise the ``ApiError`` that explains why not.
-    ``identify``: the requesting account's (the gateway's requests always have one; without,
-    the client's ``safety_identifier`` is forwarded as it came); ``streamed_only``: a
-    request without ``stream: true`` is refused (``check_streamed``)."""
-    req = decode_json(body, ChatRequest)
-    check_streamed(req.stream, streamed_only)
-    alias = enabled_alias(aliases, req.model)
-    if not req.messages:
-        raise invalid_value("messages", "'messages' must contain at least one message.")
-    if len(req.messages) > max_messages:
-        raise invalid_value("messages", f"'messages' may hold at most {max_messages} messages.")
-    for i, message in enumerate(req.messages):
-        _check_message(message, i, max_message_chars)
-    if req.n not in (UNSET, None, 1):
-        raise invalid_value("n", "svc streams one choice per request: 'n' must be 1.")
-    check_tool_choice(req)
-    max_tokens = req.max_tokens
-    if req.max_completion_tokens not in (UNSET, None):
-        max_tokens = req.max_completion_tokens
-    limit = max_tokens if isinstance(max_tokens, int) else None
-    return resolve_params(
-        req,
-        aliases,
-        alias,
-        body_size=len(body),
-        output_limit=limit,
-        image_token_bound=image_token_bound,
-        identify=identify,
-    )
-
-
 def resolve_params(
     req: ChatRequest,
     aliases: dict[str, Alias],
@@ -248,7 +194,8 @@ def resolve_params(
     body_size: int,
     output_limit: int | None,
     image_token_bound: int,
-    api: str = API_CHAT,
+    api: str,
+    output: OpenOutput,
     identify: Identify | None = None,
 ) -> CompletionRequest:
     """A well-formed chat request (``alias`` its enabled model; a Responses request after
@@ -297,5 +244,6 @@ def resolve_params(
             body_size - prompt.media_chars, len(req.messages), prompt.media_bound
         ),
         api=api,
+        output=output,
         models=models,
     )

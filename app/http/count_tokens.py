@@ -16,19 +16,14 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from app.apis.messages.errors import anthropic_error, bearer_or_api_key
+from app.apis.messages.request import count_tokens, parse_count_tokens_request
+from app.apis.messages.wire import CountTokensResponse
 from app.core.errors import ApiError, ClientDisconnected, ErrorKind, model_not_allowed
 from app.core.metrics import METRICS
 from app.http.errors import CLIENT_CLOSED_REQUEST, as_api_error
 from app.http.headers import SECURITY_HEADERS
-from app.http.streams import (
-    StreamExchange,
-    anthropic_error,
-    bearer_or_api_key,
-    request_limits,
-    send_error,
-)
-from app.messages.request import count_tokens, parse_count_tokens_request
-from app.messages.wire import CountTokensResponse
+from app.http.streams import StreamExchange, request_limits, send_error
 
 if TYPE_CHECKING:
     from app.credits.outcomes import Identity
@@ -79,5 +74,5 @@ async def _count(services: Services, exchange: StreamExchange) -> CountTokensRes
         return count_tokens(params)
 
     return await services.auth.authenticated(
-        bearer_or_api_key(exchange), exchange.address(services), count
+        bearer_or_api_key(exchange.header), exchange.address(services), count
     )

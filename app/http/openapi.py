@@ -28,11 +28,11 @@ from litestar.openapi.spec import (
     SecurityRequirement,
 )
 
+from app.apis.messages.errors import error_type
 from app.core.errors import ErrorBody, ErrorKind
 from app.credits import ceilings
 from app.keys.format import ENVIRONMENTS
 from app.keys.refusals import CAP_RESETS_HEADER
-from app.messages.errors import error_type
 from app.usage.export import FORMATS
 from app.usage.reader import DEFAULT_DAYS, GROUP_BY, MAX_DAYS
 

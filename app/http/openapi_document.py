@@ -17,8 +17,11 @@ from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
 from app import __version__
+from app.apis.chat.chunks import ChatCompletionChunk
+from app.apis.messages import wire as messages
+from app.apis.messages.request import MAX_STOP_SEQUENCES
+from app.apis.responses.wire import ResponsesRequest
 from app.books.figures import Books
-from app.completion.chunks import ChatCompletionChunk
 from app.completion.request import CLAMPED_HEADER
 from app.core.errors import ErrorBody, ErrorKind
 from app.http.headers import SECURITY_HEADERS
@@ -29,9 +32,6 @@ from app.http.openapi_streams import (
     messages_operation,
     responses_operation,
 )
-from app.messages import wire as messages
-from app.messages.request import MAX_STOP_SEQUENCES
-from app.responses.wire import ResponsesRequest
 from app.upstream.wire import ChatRequest
 from app.usage.activity import ActivityPage
 from app.usage.export import CSV_MEDIA_TYPE
@@ -268,7 +268,7 @@ TURN_BLOCKS = {
     "assistant": ("TextBlock", "ToolUseBlock", "ThinkingBlock", "RedactedThinkingBlock"),
     "system": ("TextBlock",),
 }
-"""The blocks ``app.messages.request`` reads in a turn of each role (any other is a 400)."""
+"""The blocks ``app.apis.messages.request`` reads in a turn of each role (any other is a 400)."""
 
 
 def _turn(role: str, blocks: list[str], max_chars: int) -> dict[str, Any]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, get_args
 
+from app.apis.messages.wire import StreamEvent
+from app.apis.responses.tools import OMITTED_TOOLS_HEADER
 from app.completion.request import CLAMPED_HEADER
 from app.http.openapi import (
     ANTHROPIC_PARAMS,
@@ -23,8 +25,6 @@ from app.http.openapi import (
     error_response,
     request_id_header,
 )
-from app.messages.wire import StreamEvent
-from app.responses.tools import OMITTED_TOOLS_HEADER
 
 _DONE = {"const": "[DONE]", "description": "The last event."}
 _JSON_EVENT = {

@@ -34,7 +34,8 @@ from collections.abc import AsyncIterator
 
 import msgspec
 
-from app.completion.chunks import DONE, ChunkEncoder, error_event
+from app.apis.chat import CHAT
+from app.apis.chat.chunks import DONE, ChunkEncoder, error_event
 from app.core.errors import ClientDisconnected, UpstreamError
 from app.core.ids import completion_ids
 from app.http.rsgi.protocol import (
@@ -44,7 +45,7 @@ from app.http.rsgi.protocol import (
     StreamTransport,
     body_chunks,
 )
-from app.http.streams import CHAT, SSE_HEADERS, STREAM_ROUTES
+from app.http.streams import SSE_HEADERS, STREAM_ROUTES
 from app.kv.pipelined import PipelinedRedis
 from app.upstream.base import Piece, UpstreamCall
 from app.upstream.config import ProviderConfig

@@ -1,4 +1,5 @@
-"""The RSGI app granian serves: chat completions natively, everything else through Litestar.
+"""The RSGI app granian serves: the streaming APIs (``app.http.streams.STREAM_ROUTES``)
+and the Messages API's token count natively, everything else through Litestar.
 
 Every HTTP request gets a request id (the client's ``x-request-id`` when it is a sane one,
 else a new one): it is sent back in ``x-request-id`` and tags the request's logs.

@@ -10,9 +10,9 @@ import json
 
 import msgspec
 
+from app.apis.chat.request import parse_chat_request
 from app.completion.catalog import UpstreamRef, default_catalog, price
 from app.completion.completion import Completion
-from app.completion.request import parse_chat_request
 from app.completion.router import UpstreamRouter
 from app.completion.service import CompletionService
 from app.kv.fields import Served

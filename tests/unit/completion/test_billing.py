@@ -13,9 +13,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from app.apis.chat.request import parse_chat_request
 from app.completion.catalog import default_catalog
 from app.completion.completion import Completion
-from app.completion.request import CompletionRequest, parse_chat_request
+from app.completion.request import CompletionRequest
 from app.completion.router import UpstreamRouter
 from app.completion.service import CompletionService
 from app.completion.settlement import Settling, drain_background

@@ -15,9 +15,9 @@ from collections.abc import AsyncIterator
 import msgspec
 import pytest
 
+from app.apis.chat.request import parse_chat_request
 from app.completion.catalog import UpstreamRef, default_catalog
 from app.completion.completion import Completion
-from app.completion.request import parse_chat_request
 from app.completion.router import UpstreamRouter
 from app.completion.service import CompletionService
 from app.completion.settlement import drain_background

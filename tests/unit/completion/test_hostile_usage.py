@@ -20,6 +20,10 @@ from typing import Any
 import msgspec
 import pytest
 
+from app.apis.chat import CHAT
+from app.apis.dialect import Dialect
+from app.apis.messages import MESSAGES
+from app.apis.responses import RESPONSES
 from app.completion.catalog import price
 from app.completion.router import UpstreamRouter
 from app.completion.service import CompletionService
@@ -27,7 +31,7 @@ from app.completion.settlement import drain_background
 from app.credits.outcomes import Identity, Tokens
 from app.credits.sweeper import Sweeper
 from app.http.rsgi.exchange import RSGIExchange
-from app.http.streams import CHAT, MESSAGES, RESPONSES, Api, serve_stream
+from app.http.streams import serve_stream
 from app.runtime import Services
 from app.upstream.base import Piece, UpstreamCall
 from app.upstream.messages_sse import MessagesEvents
@@ -80,7 +84,7 @@ class WholeProvider:
 
 async def _served(
     ledger: Ledgers,
-    api: Api,
+    api: Dialect,
     body: dict[str, Any],
     provider: WholeProvider,
     clock: Clock,
@@ -105,7 +109,7 @@ async def _served(
     return ident, b"".join(c for c in protocol.stream.chunks if c)
 
 
-def _chat(value: object, where: str) -> tuple[Api, dict[str, Any], WholeProvider, bytes]:
+def _chat(value: object, where: str) -> tuple[Dialect, dict[str, Any], WholeProvider, bytes]:
     usage: dict[str, Any] = {"prompt_tokens": 40, "completion_tokens": 2}
     if where == "details":
         usage["prompt_tokens_details"] = {"cached_tokens": value}
@@ -125,7 +129,7 @@ def _chat(value: object, where: str) -> tuple[Api, dict[str, Any], WholeProvider
     return CHAT, body, WholeProvider(sse + b"data: [DONE]\n\n", parse_data_line), b"[DONE]"
 
 
-def _responses(value: object, where: str) -> tuple[Api, dict[str, Any], WholeProvider, bytes]:
+def _responses(value: object, where: str) -> tuple[Dialect, dict[str, Any], WholeProvider, bytes]:
     usage: dict[str, Any] = {"input_tokens": 40, "output_tokens": 2}
     if where == "details":
         usage["input_tokens_details"] = {"cached_tokens": value}
@@ -139,7 +143,7 @@ def _responses(value: object, where: str) -> tuple[Api, dict[str, Any], WholePro
     return RESPONSES, body, WholeProvider(sse, ResponsesEvents().parse), b"response.completed"
 
 
-def _messages(value: object, where: str) -> tuple[Api, dict[str, Any], WholeProvider, bytes]:
+def _messages(value: object, where: str) -> tuple[Dialect, dict[str, Any], WholeProvider, bytes]:
     start = {"input_tokens": 40, "output_tokens": 1}
     end: dict[str, Any] = {"output_tokens": 2}
     if where == "details":
@@ -275,7 +279,7 @@ async def test_hostile_reports_and_start_counts_settle_right_at_once(
     assert balance.total == FUNDS - counted["live:credits"]
 
 
-def _messages_without_their_end() -> tuple[Api, dict[str, Any], WholeProvider, bytes]:
+def _messages_without_their_end() -> tuple[Dialect, dict[str, Any], WholeProvider, bytes]:
     """A Messages stream that ends at message_stop without message_delta: message_start's
     counts are its report (1,201 prompt tokens, 480 of them cached, 700 written)."""
     start = {

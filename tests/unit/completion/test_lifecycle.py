@@ -11,10 +11,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from app.apis.chat.request import parse_chat_request
 from app.completion.catalog import default_catalog
 from app.completion.completion import Completion
 from app.completion.lifecycle import STREAMS, GracePeriod, OpenStreams
-from app.completion.request import parse_chat_request
 from app.completion.router import UpstreamRouter
 from app.completion.service import CompletionService
 from app.credits.outcomes import Identity

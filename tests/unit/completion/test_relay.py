@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from app.apis.chat.chunks import ChatStream
+from app.apis.chat.request import parse_chat_request
 from app.completion.catalog import default_catalog
-from app.completion.chunks import ChatStream
 from app.completion.output import StreamEnd
-from app.completion.request import parse_chat_request
 from app.completion.router import UpstreamRouter
 from app.completion.service import CompletionService
 from app.completion.settlement import drain_background
@@ -301,7 +301,7 @@ async def test_a_failing_ending_still_settles(ledger: Ledgers, clock: Clock) -> 
         return None
 
     with pytest.raises(RuntimeError):
-        await completion.relay(send, _BrokenEnding(completion.chat_stream()))
+        await completion.relay(send, _BrokenEnding(completion.stream_output()))
     await drain_background()  # the settlement the relay started
     assert await ledger.redis.zcard(ledger.layout.reservations(ident.shard)) == 0
     _status, balance = await ledger.money.balance(ident, clock())
@@ -336,7 +336,7 @@ async def _end_of(
         body["stop"] = stop
     params = parse_chat_request(json.dumps(body).encode(), default_catalog().aliases)
     completion = await service.open(ident, params)
-    output = _EndSeen(completion.chat_stream())
+    output = _EndSeen(completion.stream_output())
     writes: list[bytes] = []
 
     async def send(data: bytes, more: bool) -> None:

@@ -14,10 +14,11 @@ from functools import partial
 import msgspec
 import pytest
 
+from app.apis.chat.request import parse_chat_request
+from app.apis.responses.request import parse_responses_request
 from app.completion.catalog import DEFAULT_ALIASES, Alias
-from app.completion.request import client_identifier, parse_chat_request
+from app.completion.request import client_identifier
 from app.core.pepper import derive_key
-from app.responses.request import parse_responses_request
 from app.upstream.base import UpstreamCall
 from app.upstream.openai_http import request_body
 from app.upstream.safety import CACHED_VALUE_CHARS, PREFIX, SafetyIdentifiers

@@ -19,6 +19,10 @@ from typing import Any
 import msgspec
 import pytest
 
+from app.apis.chat import CHAT
+from app.apis.dialect import Dialect
+from app.apis.messages import MESSAGES
+from app.apis.responses import RESPONSES
 from app.completion.catalog import load_catalog
 from app.completion.costs import CostEntry, UpstreamCost, cost_micros, upstream_cost
 from app.completion.router import UpstreamRouter
@@ -27,7 +31,7 @@ from app.completion.settlement import drain_background
 from app.core.errors import ModelsFileError
 from app.credits.outcomes import Identity, Tokens
 from app.http.rsgi.exchange import RSGIExchange
-from app.http.streams import CHAT, MESSAGES, RESPONSES, Api, serve_stream
+from app.http.streams import serve_stream
 from app.kv.fields import Served
 from app.kv.stream_events import UsageEvent, parse_event
 from app.runtime import build_providers
@@ -74,7 +78,7 @@ def _models(tmp_path: Path, base_url: str) -> Path:
     return path
 
 
-REQUESTS: list[tuple[Api, str, dict[str, Any]]] = [
+REQUESTS: list[tuple[Dialect, str, dict[str, Any]]] = [
     (CHAT, "chat", {"model": "svc-fast", "messages": [{"role": "user", "content": "hi " * 90}]}),
     (RESPONSES, "resp", {"model": "svc-code", "input": "hello " * 80, "stream": True}),
     (
@@ -100,7 +104,7 @@ class Site:
         self.service = CompletionService(ledger.money, router, deadline_s=900, clock=clock)
         self.aliases = catalog.aliases
 
-    async def serve(self, ident: Identity, api: Api, body: dict[str, Any]) -> UsageEvent:
+    async def serve(self, ident: Identity, api: Dialect, body: dict[str, Any]) -> UsageEvent:
         raw = json.dumps(body).encode()
         scope = FakeScope("POST", api.path, FakeHeaders([("content-length", str(len(raw)))]))
         services = stream_services(self.service, ident, self.aliases)

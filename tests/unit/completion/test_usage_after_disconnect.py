@@ -19,6 +19,9 @@ from typing import Any
 import msgspec
 import pytest
 
+from app.apis.chat import CHAT
+from app.apis.dialect import Dialect
+from app.apis.responses import RESPONSES
 from app.completion.catalog import Alias, default_catalog
 from app.completion.relay import USAGE_WAIT_S
 from app.completion.router import UpstreamRouter
@@ -28,7 +31,7 @@ from app.core.clock import day_tag, utc_day
 from app.credits.outcomes import Identity, Tokens
 from app.credits.sweeper import Sweeper
 from app.http.rsgi.exchange import RSGIExchange
-from app.http.streams import CHAT, RESPONSES, Api, serve_stream
+from app.http.streams import serve_stream
 from app.runtime import Services
 from app.upstream.base import CHOICE_END, Piece, UpstreamCall, Usage
 from app.upstream.responses_sse import ResponsesEvents
@@ -101,7 +104,7 @@ def _services(
 async def _served_until(
     ledger: Ledgers,
     clock: Clock,
-    api: Api,
+    api: Dialect,
     body: dict[str, Any],
     provider: ScriptedProvider,
     leave_when: Callable[[bytes], bool],

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from app.accounts.bodies import KeyCreateRequest
+from app.apis.messages.request import parse_count_tokens_request
 from app.completion.catalog import default_catalog
 from app.credits.ceilings import HEADER as CEILING
-from app.messages.request import parse_count_tokens_request
 from tests.unit.http.test_http_routes import Svc, models_file, svc  # noqa: F401
 
 pytestmark = pytest.mark.filterwarnings(

@@ -14,10 +14,11 @@ from typing import Any
 import msgspec
 import pytest
 
+from app.apis.chat.request import parse_chat_request
+from app.apis.responses.request import parse_responses_request
 from app.completion.catalog import Alias, load_catalog
-from app.completion.request import CompletionRequest, parse_chat_request
+from app.completion.request import CompletionRequest
 from app.core.errors import ModelsFileError
-from app.responses.request import parse_responses_request
 from app.upstream.base import UpstreamCall
 from app.upstream.config import ProviderConfig
 from app.upstream.http11 import StreamingProvider

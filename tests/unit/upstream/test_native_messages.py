@@ -12,11 +12,11 @@ from typing import Any
 import msgspec
 import pytest
 
+from app.apis.messages.request import native_request, parse_messages_request
+from app.apis.messages.stream import TOOL_USE_PREFIX, MessagesStream
+from app.apis.messages.wire import MessagesRequest
 from app.completion.catalog import DEFAULT_ALIASES, Alias, load_catalog
 from app.core.errors import UpstreamError
-from app.messages.request import native_request, parse_messages_request
-from app.messages.stream import TOOL_USE_PREFIX, MessagesStream
-from app.messages.wire import MessagesRequest
 from app.upstream.base import CHOICE_END, ChoiceEnd, StartUsage, UpstreamCall, Usage
 from app.upstream.config import ProviderConfig
 from app.upstream.http11 import StreamingProvider

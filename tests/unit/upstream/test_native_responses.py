@@ -6,10 +6,10 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from app.apis.responses.request import native_request, parse_responses_request
+from app.apis.responses.wire import ResponsesRequest
 from app.completion.catalog import DEFAULT_ALIASES, load_catalog
 from app.core.errors import UpstreamError
-from app.responses.request import native_request, parse_responses_request
-from app.responses.wire import ResponsesRequest
 from app.upstream.base import CHOICE_END, UpstreamCall, Usage
 from app.upstream.config import ProviderConfig
 from app.upstream.openai_http import CHAT_PATH, RESPONSES_PATH, exchange, request_body

@@ -26,8 +26,8 @@ import re
 
 import msgspec
 
+from app.apis.responses.wire import ResponsesTool
 from app.core.errors import invalid_value
-from app.responses.wire import ResponsesTool
 from app.upstream.tool_names import namespaced
 from app.upstream.wire import FunctionDefinition, Tool
 

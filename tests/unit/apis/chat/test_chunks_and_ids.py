@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from app.completion.chunks import DONE, ChunkEncoder, chunk_usage, error_event
+from app.apis.chat.chunks import DONE, ChunkEncoder, chunk_usage, error_event
 from app.core.ids import CompletionIds, hex_ids
 
 
@@ -69,7 +69,7 @@ def test_the_documented_chunk_type_matches_the_encoder() -> None:
     writes, and refuses a field the encoder never writes."""
     import msgspec
 
-    from app.completion.chunks import ChatCompletionChunk
+    from app.apis.chat.chunks import ChatCompletionChunk
 
     enc = ChunkEncoder(9, 1_700_000_000, "svc-smart")
     decode = msgspec.json.Decoder(ChatCompletionChunk).decode

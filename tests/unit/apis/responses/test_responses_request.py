@@ -1,5 +1,5 @@
 """A Responses API request read and translated into svc's chat completion
-(``app.responses.request``): what reaches the upstream, and what is refused by name."""
+(``app.apis.responses.request``): what reaches the upstream, and what is refused by name."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 from msgspec import UNSET
 
+from app.apis.chat.request import parse_chat_request
+from app.apis.responses.request import ResponsesParams, parse_responses_request
+from app.apis.responses.tools import OMITTED_TOOLS_HEADER
 from app.completion.catalog import default_catalog
-from app.completion.request import CLAMPED_HEADER, parse_chat_request
+from app.completion.request import CLAMPED_HEADER
 from app.core.errors import ApiError
-from app.responses.request import ResponsesParams, parse_responses_request
-from app.responses.tools import OMITTED_TOOLS_HEADER
 from app.upstream.wire import (
     FilePart,
     ImagePart,

@@ -1,4 +1,4 @@
-"""The Responses API's events (``app.responses.stream``), checked against the openai SDK's
+"""The Responses API's events (``app.apis.responses.stream``), checked against the openai SDK's
 own event types: what OpenAI's clients parse is what svc writes."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import pytest
 from openai.types.responses import ResponseStreamEvent
 from pydantic import BaseModel
 
+from app.apis.responses import stream as stream_module
+from app.apis.responses.request import parse_responses_request
+from app.apis.responses.response import MessageItem, OutputTextPart, RefusalPart
+from app.apis.responses.stream import ResponsesStream
 from app.completion.catalog import default_catalog
 from app.completion.output import StreamEnd
-from app.responses import stream as stream_module
-from app.responses.request import parse_responses_request
-from app.responses.response import MessageItem, OutputTextPart, RefusalPart
-from app.responses.stream import ResponsesStream
 from app.upstream.base import Usage
 from app.upstream.wire import Delta, ToolCallDelta, ToolCallFunctionDelta
 

@@ -1,7 +1,7 @@
 """The Responses API's response object, as its lifecycle events carry it: its state (the
 output items closed so far, the usage billed, why it failed or is incomplete, svc's
 metadata) and the settings it echoes of its request (``ResponseSettings``, decided once
-per request). Its stream is written by ``app.responses.stream.ResponsesStream``.
+per request). Its stream is written by ``app.apis.responses.stream.ResponsesStream``.
 """
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ from typing import Any, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from app.completion.chunks import SvcMetadata
-from app.completion.output import StreamEnd
+from app.apis.responses.wire import ResponsesRequest, ResponsesTool, TextConfig, ToolChoiceObject
+from app.completion.output import StreamEnd, SvcMetadata
 from app.completion.request import CompletionRequest
-from app.responses.wire import ResponsesRequest, ResponsesTool, TextConfig, ToolChoiceObject
 
 Status = Literal["in_progress", "completed", "incomplete", "failed"]
 

@@ -1,4 +1,4 @@
-"""svc's errors in Anthropic's shape (``app.messages.errors``): the type by status, the
+"""svc's errors in Anthropic's shape (``app.apis.messages.errors``): the type by status, the
 body, the headers kept, and what the anthropic SDK makes of them."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from app.apis.messages.errors import error_body, error_response, error_type
 from app.core.errors import ApiError, ErrorKind, invalid_value, service_unavailable
-from app.messages.errors import error_body, error_response, error_type
 
 ANTHROPIC_TYPES = {
     "invalid_request_error",

@@ -7,7 +7,7 @@ read only to be refused by name; a field svc does not know is ignored, as in Cha
 Completions.
 
 Input items come with a ``type`` or, for a plain message, without one: an item is read as
-one struct whose ``type`` defaults to ``message``, and ``app.responses.request`` checks the
+one struct whose ``type`` defaults to ``message``, and ``app.apis.responses.request`` checks the
 fields each type needs.
 """
 
@@ -88,7 +88,7 @@ class InputItem(msgspec.Struct, omit_defaults=True):
 
 class ResponsesTool(msgspec.Struct, omit_defaults=True):
     """A tool: a ``function``, a ``namespace`` of functions (its ``tools``), or another
-    type, hosted or not (``app.responses.tools`` says which are served, left out or
+    type, hosted or not (``app.apis.responses.tools`` says which are served, left out or
     refused)."""
 
     type: str

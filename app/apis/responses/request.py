@@ -3,7 +3,7 @@
 Every provider svc knows speaks Chat Completions, so a Responses request becomes one: the
 instructions a system message, the input items messages (a ``function_call`` an assistant
 message's tool call, a ``function_call_output`` a tool message), tools
-(``app.responses.tools``: hosted ones left out) and the text format their Chat Completions
+(``app.apis.responses.tools``: hosted ones left out) and the text format their Chat Completions
 forms. From there the request takes the chat path (the same alias, limits, prompt bound and
 reservation). What svc cannot serve statelessly, or
 at all, is refused by name before anything is reserved.
@@ -11,26 +11,21 @@ at all, is refused by name before anything is reserved.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from app.completion.catalog import Alias
-from app.completion.request import (
-    CompletionRequest,
-    Identify,
-    check_streamed,
-    check_tool_choice,
-    enabled_alias,
-    resolve_params,
+from app.apis.responses.response import ResponseSettings
+from app.apis.responses.stream import responses_stream
+from app.apis.responses.tools import (
+    NO_TOOLS,
+    OMITTED_TOOLS_HEADER,
+    ChatTools,
+    chat_tools,
 )
-from app.core.errors import invalid_value
-from app.core.validation import decode_json
-from app.kv.fields import API_RESPONSES
-from app.responses.response import ResponseSettings
-from app.responses.tools import NO_TOOLS, OMITTED_TOOLS_HEADER, ChatTools, chat_tools
-from app.responses.wire import (
+from app.apis.responses.wire import (
     InputFile,
     InputImage,
     InputItem,
@@ -43,6 +38,18 @@ from app.responses.wire import (
     TextConfig,
     ToolChoiceObject,
 )
+from app.completion.catalog import Alias
+from app.completion.request import (
+    CompletionRequest,
+    Identify,
+    check_streamed,
+    check_tool_choice,
+    enabled_alias,
+    resolve_params,
+)
+from app.core.errors import invalid_value
+from app.core.validation import decode_json
+from app.kv.fields import API_RESPONSES
 from app.upstream.wire import (
     ChatRequest,
     ContentPart,
@@ -141,6 +148,7 @@ def parse_responses_request(
         output_limit=limit,
         image_token_bound=image_token_bound,
         api=API_RESPONSES,
+        output=functools.partial(responses_stream, req, served.names),
         identify=identify,
     )
     if params.alias.native_responses:
@@ -152,6 +160,28 @@ def parse_responses_request(
         headers = (*params.headers, (OMITTED_TOOLS_HEADER, ",".join(served.omitted)))
         params = msgspec.structs.replace(params, headers=headers)
     return ResponsesParams(chat=params, settings=ResponseSettings.of(req, params), tools=served)
+
+
+def parse_responses_completion(
+    body: bytes,
+    aliases: dict[str, Alias],
+    *,
+    max_messages: int,
+    max_message_chars: int,
+    image_token_bound: int,
+    identify: Identify | None = None,
+    streamed_only: bool = False,
+) -> CompletionRequest:
+    """``parse_responses_request``'s completion (the Responses dialect's ``Parse``)."""
+    return parse_responses_request(
+        body,
+        aliases,
+        max_messages=max_messages,
+        max_message_chars=max_message_chars,
+        image_token_bound=image_token_bound,
+        identify=identify,
+        streamed_only=streamed_only,
+    ).chat
 
 
 # What svc sets in a request it forwards as a Responses request, for each upstream it tries.

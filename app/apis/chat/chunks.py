@@ -11,18 +11,12 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from app.completion.output import SHUT_DOWN, UNSETTLED, UPSTREAM_FAILED, StreamEnd
+from app.completion.output import SHUT_DOWN, UNSETTLED, UPSTREAM_FAILED, StreamEnd, SvcMetadata
 from app.upstream.base import Usage
 from app.upstream.wire import Delta, ToolCallDelta
 
 DONE = b"data: [DONE]\n\n"
 _encode = msgspec.json.encode
-
-
-class SvcMetadata(msgspec.Struct, forbid_unknown_fields=True):
-    requested_model: str
-    credits_used: int
-    balance_remaining: int
 
 
 FinishReason = Literal["stop", "tool_calls"]

@@ -1,5 +1,5 @@
 """Anthropic's structured outputs (``output_config.format``) as svc forwards them
-(``app.messages.output_format``): a strict ``json_schema`` response format on the chat
+(``app.apis.messages.output_format``): a strict ``json_schema`` response format on the chat
 path, ``output_config`` as written to a provider that serves the Messages API, the
 simulated upstream's reply JSON that fits the schema, and a schema svc cannot take refused
 by name in Anthropic's shape."""
@@ -13,12 +13,12 @@ from typing import Any
 import msgspec
 import pytest
 
+from app.apis.messages.errors import error_body
+from app.apis.messages.output_format import OUTPUT_FORMAT_NAME
+from app.apis.messages.request import parse_messages_request
 from app.completion.catalog import default_catalog, load_catalog
 from app.completion.request import CompletionRequest
 from app.core.errors import ApiError
-from app.messages.errors import error_body
-from app.messages.output_format import OUTPUT_FORMAT_NAME
-from app.messages.request import parse_messages_request
 from app.upstream.base import UpstreamCall
 from app.upstream.json_schema import SchemaDocument
 from app.upstream.simulated import SimulatedProvider

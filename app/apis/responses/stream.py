@@ -7,7 +7,7 @@ each opened with ``response.output_item.added`` and closed with its ``.done`` ev
 ``response.completed`` (``response.incomplete`` when the output was cut at its cap,
 ``response.failed`` when the upstream failed or the server shut down), whose response
 carries the usage billed and svc's metadata (the response object and its parts are in
-``app.responses.response``). Every event has the next ``sequence_number``; ids are svc's
+``app.apis.responses.response``). Every event has the next ``sequence_number``; ids are svc's
 own (no upstream id appears).
 """
 
@@ -19,10 +19,7 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from app.completion.chunks import SvcMetadata
-from app.completion.output import SHUT_DOWN, UNSETTLED, UPSTREAM_FAILED, StreamEnd
-from app.core.ids import hex_id, hex_ids
-from app.responses.response import (
+from app.apis.responses.response import (
     FunctionCallItem,
     IncompleteDetails,
     MessageItem,
@@ -33,7 +30,11 @@ from app.responses.response import (
     Status,
     billed_usage,
 )
-from app.responses.tools import ClientName
+from app.apis.responses.tools import ClientName
+from app.apis.responses.wire import ResponsesRequest
+from app.completion.output import SHUT_DOWN, UNSETTLED, UPSTREAM_FAILED, StreamEnd, SvcMetadata
+from app.completion.request import CompletionRequest
+from app.core.ids import hex_id, hex_ids
 from app.upstream.base import Usage
 from app.upstream.wire import Delta, ToolCallDelta
 
@@ -107,7 +108,7 @@ class ResponsesStream:
         names: Mapping[str, ClientName] | None = None,
     ) -> None:
         """``names``: the client's (namespace, name) of each function the upstream was
-        offered under another name (``app.responses.tools.ChatTools.names``)."""
+        offered under another name (``app.apis.responses.tools.ChatTools.names``)."""
         # the id of the message most responses have is drawn with the response's
         self.id, self._message_id = hex_ids("resp_svc_", "msg_", random_bytes=ID_BYTES)
         self._created_at = created_at
@@ -347,3 +348,17 @@ class ResponsesStream:
         self._seq += 1
         body = _encode({"type": event, "sequence_number": seq, **fields})
         return b"event: " + event.encode() + b"\ndata: " + body + b"\n\n"
+
+
+def responses_stream(
+    req: ResponsesRequest, names: Mapping[str, ClientName], params: CompletionRequest, created: int
+) -> ResponsesStream:
+    """A Responses request's stream (its ``OpenOutput``): the response it writes echoes the
+    request's settings as they were served."""
+    return ResponsesStream(
+        created_at=created,
+        model=params.alias.id,
+        requested=params.requested,
+        settings=ResponseSettings.of(req, params),
+        names=names,
+    )

@@ -22,7 +22,7 @@ takes the chat path from there (the same alias, output limit, prompt bound, rese
   servers that take it have it as an extension); ``metadata.user_id`` is the client's
   identifier of its end user, which the account's ``safety_identifier`` is made from;
 - ``output_config.format`` (structured outputs) is a strict ``json_schema``
-  ``response_format`` (``app.messages.output_format``).
+  ``response_format`` (``app.apis.messages.output_format``).
 
 Accepted and not forwarded: ``thinking`` (no thinking is shown: an upstream's reasoning is
 billed, as on the other APIs), ``output_config``'s other fields (``effort``), ``is_error``
@@ -41,20 +41,9 @@ from __future__ import annotations
 import msgspec
 from msgspec import UNSET
 
-from app.completion.catalog import Alias
-from app.completion.request import (
-    CompletionRequest,
-    Identify,
-    check_streamed,
-    check_tool_choice,
-    enabled_alias,
-    resolve_params,
-)
-from app.core.errors import invalid_value
-from app.core.validation import decode_json
-from app.kv.fields import API_MESSAGES
-from app.messages.output_format import response_format
-from app.messages.wire import (
+from app.apis.messages.output_format import response_format
+from app.apis.messages.stream import MessagesStream
+from app.apis.messages.wire import (
     Base64Image,
     Base64Pdf,
     Block,
@@ -77,6 +66,18 @@ from app.messages.wire import (
     ToolUseBlock,
     UrlSource,
 )
+from app.completion.catalog import Alias
+from app.completion.request import (
+    CompletionRequest,
+    Identify,
+    check_streamed,
+    check_tool_choice,
+    enabled_alias,
+    resolve_params,
+)
+from app.core.errors import invalid_value
+from app.core.validation import decode_json
+from app.kv.fields import API_MESSAGES
 from app.upstream.wire import (
     ChatRequest,
     ContentPart,
@@ -251,8 +252,14 @@ def _resolve(
         output_limit=output_limit,
         image_token_bound=image_token_bound,
         api=API_MESSAGES,
+        output=_stream,
         identify=identify,
     )
+
+
+def _stream(params: CompletionRequest, _created: int) -> MessagesStream:
+    """A Messages request's stream (its ``OpenOutput``)."""
+    return MessagesStream(model=params.alias.id, requested=params.requested)
 
 
 def _chat_request(

@@ -8,7 +8,7 @@ true}}``: strict, as Anthropic's constrained decoding is; named after the schema
 requires one), else ``OUTPUT_FORMAT_NAME``. A schema that is not a JSON object is refused
 when the body is decoded; one longer, as JSON, than a message may be (``max_message_chars``)
 is refused here, naming ``output_config.format.schema``. A provider that serves the
-Messages API is sent ``output_config`` as the client wrote it (``app.messages.request``).
+Messages API is sent ``output_config`` as the client wrote it (``app.apis.messages.request``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import re
 import msgspec
 from msgspec import UNSET
 
+from app.apis.messages.wire import JsonOutputFormat, OutputConfig
 from app.core.errors import invalid_value
-from app.messages.wire import JsonOutputFormat, OutputConfig
 from app.upstream.wire import JsonSchemaFormat, JsonSchemaResponseFormat
 
 OUTPUT_FORMAT_NAME = "output"

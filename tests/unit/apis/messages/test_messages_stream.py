@@ -1,4 +1,4 @@
-"""The Messages API's events (``app.messages.stream``): Anthropic's sequence, checked event
+"""The Messages API's events (``app.apis.messages.stream``): Anthropic's sequence, checked event
 by event against svc's event types and the anthropic SDK's own, and read whole by the SDK's
 stream accumulator (what Anthropic's clients build from it is what svc meant)."""
 
@@ -10,17 +10,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from app.completion.output import (
-    BALANCE_MARK,
-    CREDITS_MARK,
-    UNSETTLED,
-    StreamEnd,
-    ending_parts,
-    settled_ending,
-)
-from app.messages import stream as stream_module
-from app.messages.stream import MessagesStream, billed_usage, stop_reason
-from app.messages.wire import (
+from app.apis.messages import stream as stream_module
+from app.apis.messages.stream import MessagesStream, billed_usage, stop_reason
+from app.apis.messages.wire import (
     ContentBlockDelta,
     ContentBlockStart,
     ContentBlockStop,
@@ -30,6 +22,14 @@ from app.messages.wire import (
     TextContent,
     TextDelta,
     ToolUseContent,
+)
+from app.completion.output import (
+    BALANCE_MARK,
+    CREDITS_MARK,
+    UNSETTLED,
+    StreamEnd,
+    ending_parts,
+    settled_ending,
 )
 from app.upstream.base import StartUsage, Usage
 from app.upstream.wire import Delta, ToolCallDelta, ToolCallFunctionDelta

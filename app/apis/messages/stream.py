@@ -25,11 +25,7 @@ import re
 import msgspec
 from msgspec import UNSET
 
-from app.completion.chunks import SvcMetadata
-from app.completion.output import SHUT_DOWN, UNSETTLED, UPSTREAM_FAILED, StreamEnd
-from app.completion.settlement import CACHE_WRITE_DETAILS
-from app.core.ids import hex_id
-from app.messages.wire import (
+from app.apis.messages.wire import (
     DeltaUsage,
     ErrorDetail,
     ErrorEvent,
@@ -41,6 +37,9 @@ from app.messages.wire import (
     StopDelta,
     StopReason,
 )
+from app.completion.output import SHUT_DOWN, UNSETTLED, UPSTREAM_FAILED, StreamEnd, SvcMetadata
+from app.completion.settlement import CACHE_WRITE_DETAILS
+from app.core.ids import hex_id
 from app.upstream.base import Usage
 from app.upstream.wire import Delta, ToolCallDelta, ToolUseDelta
 

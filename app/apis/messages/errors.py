@@ -14,8 +14,9 @@ from typing import NamedTuple
 
 import msgspec
 
+from app.apis.dialect import ErrorAnswer, Header
+from app.apis.messages.wire import ErrorBody, ErrorDetail
 from app.core.errors import ApiError
-from app.messages.wire import ErrorBody, ErrorDetail
 
 ERROR_TYPES: dict[int, str] = {
     400: "invalid_request_error",
@@ -71,3 +72,20 @@ def error_response(error: ApiError, request_id: str) -> ErrorResponse:
         *error.headers.items(),
     ]
     return ErrorResponse(error.status, headers, body)
+
+
+def anthropic_error(error: ApiError, rid: str) -> ErrorAnswer:
+    """Anthropic's error shape, with its ``request-id`` header (the Messages API's routes)."""
+    answer = error_response(error, rid)
+    return ErrorAnswer(answer.body, answer.headers)
+
+
+def bearer_or_api_key(header: Header) -> str | None:
+    """``Authorization``, or else ``x-api-key`` (what Anthropic's SDKs, the Vercel AI SDK's
+    provider and Claude Code send) read as the bearer of the same key."""
+    authorization = header("authorization")
+    if authorization is None:
+        api_key = header("x-api-key")
+        if api_key is not None:
+            return "Bearer " + api_key
+    return authorization

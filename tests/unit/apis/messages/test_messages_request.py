@@ -1,5 +1,5 @@
 """A Messages API request read and translated into svc's chat completion
-(``app.messages.request``): what reaches the upstream, and what is refused by name."""
+(``app.apis.messages.request``): what reaches the upstream, and what is refused by name."""
 
 from __future__ import annotations
 
@@ -10,16 +10,17 @@ import msgspec
 import pytest
 from msgspec import UNSET
 
-from app.completion.catalog import default_catalog
-from app.completion.request import CLAMPED_HEADER, CompletionRequest, parse_chat_request
-from app.core.errors import ApiError
-from app.kv.fields import API_MESSAGES, APIS
-from app.messages import request as request_module
-from app.messages.request import (
+from app.apis.chat.request import parse_chat_request
+from app.apis.messages import request as request_module
+from app.apis.messages.request import (
     count_tokens,
     parse_count_tokens_request,
     parse_messages_request,
 )
+from app.completion.catalog import default_catalog
+from app.completion.request import CLAMPED_HEADER, CompletionRequest
+from app.core.errors import ApiError
+from app.kv.fields import API_MESSAGES, APIS
 from app.upstream.wire import FilePart, ImagePart, ImageUrl, Message, NamedToolChoice, TextPart
 
 ALIASES = default_catalog().aliases

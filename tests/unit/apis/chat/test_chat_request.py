@@ -3,8 +3,9 @@ import json
 import msgspec
 import pytest
 
+from app.apis.chat.request import parse_chat_request
 from app.completion.catalog import DEFAULT_ALIASES, price, route_auto
-from app.completion.request import CLAMPED_HEADER, parse_chat_request
+from app.completion.request import CLAMPED_HEADER
 from app.core.errors import ApiError, ErrorKind
 from app.core.tokens import estimate_prompt_tokens
 from app.upstream.wire import message_text

@@ -4,12 +4,12 @@
 The request is modelled field by field as Anthropic documents it, so decoding checks what
 svc serves and a wrong type or value is a 400 naming its path (``messages[2].content[0]
 .source.media_type``, ``output_config.format.schema``). What svc cannot serve is modelled
-only to be refused by name in ``app.messages.request``: server tools, MCP servers,
+only to be refused by name in ``app.apis.messages.request``: server tools, MCP servers,
 containers, files by id. Fields svc does not know are ignored, as in Chat Completions
 (``cache_control``, ``citations``, ``service_tier``, ``context_management``…).
 
 The stream's events are modelled too (``MessageStart`` … ``MessageStop``, ``ErrorEvent``):
-``app.messages.stream`` encodes the rare ones with them and writes the per-token ones from
+``app.apis.messages.stream`` encodes the rare ones with them and writes the per-token ones from
 byte templates the unit tests hold equal to them.
 """
 
@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from app.completion.chunks import SvcMetadata
+from app.completion.output import SvcMetadata
 from app.upstream.wire import OutputTokens, TopP
 
 AnthropicTemperature = Annotated[float, msgspec.Meta(ge=0, le=1)]
@@ -146,7 +146,7 @@ class Metadata(msgspec.Struct, omit_defaults=True):
 
 
 class ThinkingParam(msgspec.Struct, omit_defaults=True):
-    """Extended thinking: accepted and not forwarded (``app.messages.request``)."""
+    """Extended thinking: accepted and not forwarded (``app.apis.messages.request``)."""
 
     type: Literal["enabled", "disabled", "adaptive"]
     budget_tokens: int | UnsetType | None = UNSET
@@ -161,7 +161,7 @@ class JsonOutputFormat(msgspec.Struct, tag="json_schema", tag_field="type"):
 
 class OutputConfig(msgspec.Struct, omit_defaults=True):
     """``output_config``: its ``format`` becomes the chat request's ``response_format``
-    (``app.messages.request``); its other fields (``effort``, ...) are not read, and reach
+    (``app.apis.messages.request``); its other fields (``effort``, ...) are not read, and reach
     only a provider that serves the Messages API, with the rest of ``output_config``."""
 
     format: JsonOutputFormat | UnsetType | None = UNSET
@@ -325,7 +325,7 @@ it)."""
 
 
 class ErrorBody(msgspec.Struct, tag="error", tag_field="type"):
-    """The body of a refused request on this route (``app.messages.errors``)."""
+    """The body of a refused request on this route (``app.apis.messages.errors``)."""
 
     error: ErrorDetail
     request_id: str | None = None

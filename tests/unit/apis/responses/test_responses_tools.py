@@ -1,5 +1,5 @@
 """Namespace tools offered to a chat upstream under names of their own and mapped back, and
-hosted tools left out (``app.responses.tools``): Codex CLI's requests, as it sends them."""
+hosted tools left out (``app.apis.responses.tools``): Codex CLI's requests, as it sends them."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ from typing import Any
 import msgspec
 import pytest
 
+from app.apis.responses.request import ResponsesParams, parse_responses_request
+from app.apis.responses.stream import ResponsesStream
+from app.apis.responses.tools import OMITTED_TOOLS_HEADER, chat_tools
+from app.apis.responses.wire import ResponsesTool
 from app.completion.catalog import default_catalog
 from app.core.errors import ApiError
-from app.responses.request import ResponsesParams, parse_responses_request
-from app.responses.stream import ResponsesStream
-from app.responses.tools import OMITTED_TOOLS_HEADER, chat_tools
-from app.responses.wire import ResponsesTool
 from app.upstream.responses_sse import ResponsesEvents
 from app.upstream.wire import Delta, ToolCallDelta, ToolCallFunctionDelta
-from tests.unit.responses.test_responses_stream import _end, _events
+from tests.unit.apis.responses.test_responses_stream import _end, _events
 
 ALIASES = default_catalog().aliases
 SHELL = {

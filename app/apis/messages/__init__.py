@@ -1,0 +1,10 @@
+"""Anthropic's Messages API (``POST /v1/messages``): requests translated into svc's
+completions, and their streams written as Anthropic's events."""
+
+from app.apis.dialect import Dialect
+from app.apis.messages.errors import anthropic_error, bearer_or_api_key
+from app.apis.messages.request import parse_messages_request
+
+MESSAGES = Dialect("/v1/messages", parse_messages_request, bearer_or_api_key, anthropic_error)
+
+__all__ = ["MESSAGES"]
