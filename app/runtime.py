@@ -31,7 +31,7 @@ from app.core.errors import (
     service_unavailable,
 )
 from app.core.settings import Settings
-from app.credits.idempotency import IdempotencyRecords
+from app.credits.idempotency import Claims, IdempotencyRecords
 from app.credits.key_records import KeyRecords
 from app.credits.money import Money
 from app.credits.scripts import RedisClock, Scripts
@@ -147,6 +147,7 @@ class Services:
         self.script_calls = script_calls
         pepper = settings.key_pepper.encode()
         self.pepper = pepper  # keys' digests, and the seals of Idempotency-Key answers
+        self.idempotency_claims = Claims(self.layout, pepper)
         self.auth_throttle = FailedAuthThrottle(
             settings.failed_auth_limit,
             settings.failed_auth_window_s,

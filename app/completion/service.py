@@ -7,6 +7,7 @@ in the background, so a caller that was told 503 holds nothing.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from app.credits.ceilings import NO_CEILING
 from app.credits.idempotency import IdempotencyClaim
 from app.credits.money import Money
 from app.credits.outcomes import Identity, Refusal, Replay, ScriptStatus
+from app.keys.auth import PresentedKey
 from app.keys.refusals import refusal_error
 from app.kv.client import REDIS_ERRORS, REDIS_TIMEOUT
 
@@ -108,6 +110,21 @@ class CompletionService:
             await completion.settle(outcome="released")
             raise
         return completion
+
+    async def open_presented(
+        self,
+        key: PresentedKey,
+        params: CompletionRequest,
+        claim: IdempotencyClaim | None = None,
+        *,
+        ceiling: int = NO_CEILING,
+    ) -> Completion | Replay:
+        """``open`` for the request's key (``claim``: its Idempotency-Key's, made by
+        ``app.credits.idempotency.Claims``): tried again once with the key's record
+        restored when Redis lost it (``PresentedKey.use``)."""
+        return await key.use(
+            functools.partial(self.open, params=params, claim=claim, ceiling=ceiling)
+        )
 
     async def _release_unanswered(self, ident: Identity, rid: str, *, reserved_at: float) -> None:
         """Try a few times, further apart each time; past that (Redis still not answering)

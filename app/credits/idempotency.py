@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from app.core.clock import DAY_S
 from app.core.errors import invalid_value
-from app.credits.outcomes import Refusal, ScriptStatus
+from app.credits.outcomes import Identity, Refusal, ScriptStatus
 from app.credits.scripts import Scripts
 from app.kv.layout import KeySpace
 
@@ -187,6 +187,27 @@ def claim(
     return IdempotencyClaim(
         record, fingerprint(environment, route, body), AnswerSeal(pepper, pid, key)
     )
+
+
+class Claims(NamedTuple):
+    """The claims of requests' Idempotency-Keys, made by their owner: the layout their
+    records are kept in, and the pepper their answers are sealed with."""
+
+    layout: KeySpace
+    pepper: bytes
+
+    def of(self, ident: Identity, key: str, route: str, body: bytes) -> IdempotencyClaim:
+        """``claim`` of ``ident``'s request to ``route`` with ``body`` on ``key`` (the
+        header's value), or the 400 when ``key`` is not one."""
+        return claim(
+            self.layout,
+            ident.pid,
+            key,
+            route,
+            body,
+            environment=ident.environment,
+            pepper=self.pepper,
+        )
 
 
 def grant_id(pid: str, key: str | None, kind: str = "grant") -> str | None:

@@ -26,7 +26,6 @@ from app.http.headers import SECURITY_HEADERS
 from app.http.streams import StreamExchange, request_limits, send_error
 
 if TYPE_CHECKING:
-    from app.credits.outcomes import Identity
     from app.runtime import Services
 
 PATH = "/v1/messages/count_tokens"
@@ -63,16 +62,13 @@ async def _count(services: Services, exchange: StreamExchange) -> CountTokensRes
     if exchange.method != "POST":
         raise ApiError(ErrorKind.METHOD_NOT_ALLOWED, f"Use POST for {PATH}.")
 
-    async def count(ident: Identity) -> CountTokensResponse:
-        allowed = await services.auth.allowed_models(ident)
+    credentials = bearer_or_api_key(exchange.header)
+    async with services.auth.presented(credentials, exchange.address(services)) as key:
+        allowed = await key.use(services.auth.allowed_models)
         body = await exchange.body(services.settings.max_body_bytes)
         params = parse_count_tokens_request(body, services.aliases, **request_limits(services))
         if allowed is not None and not allowed.issuperset(params.models.split()):
             raise model_not_allowed(params.requested, routed=params.requested != params.alias.id)
         # after every check of the request, so a refused one is not counted
-        await services.auth.start_uncharged(ident)
+        await key.use(services.auth.start_uncharged)
         return count_tokens(params)
-
-    return await services.auth.authenticated(
-        bearer_or_api_key(exchange.header), exchange.address(services), count
-    )

@@ -38,8 +38,6 @@ if TYPE_CHECKING:
     from prometheus_client import Histogram
 
     from app.completion.completion import Completion
-    from app.completion.request import CompletionRequest
-    from app.credits.outcomes import Identity
     from app.runtime import Services
 
 log = logging.getLogger("svc.http")
@@ -152,41 +150,23 @@ async def _open(
 ) -> Completion | Replay:
     if exchange.method != "POST":
         raise ApiError(ErrorKind.METHOD_NOT_ALLOWED, f"Use POST for {api.path}.")
-    parsed: CompletionRequest | None = None
-
-    key = exchange.single_header(idempotency.HEADER, idempotency.SHOWN)
+    idempotency_key = exchange.single_header(idempotency.HEADER, idempotency.SHOWN)
     ceiling = requested_ceiling(exchange.single_header(ceilings.HEADER, ceilings.HEADER))
-    body = b""
-
-    async def reserve(ident: Identity) -> Completion | Replay:
-        # The body is read once the key is known (a bad key is refused unread), and once
-        # only: when Redis lost the key's record, the reservation is tried again with it.
-        nonlocal parsed, body
-        if parsed is None:
-            body = await exchange.body(services.settings.max_body_bytes)
-            parsed = api.parse(
-                body,
-                services.aliases,
-                identify=_identify(services, ident.pid),
-                **_stream_limits(services),
-            )
-            opening.model = parsed.alias.id
+    credentials = api.credentials(exchange.header)
+    async with services.auth.presented(credentials, exchange.address(services)) as key:
+        # the body is read once the key is known: a bad key is refused unread
+        body = await exchange.body(services.settings.max_body_bytes)
+        request = api.parse(
+            body,
+            services.aliases,
+            identify=_identify(services, key.ident.pid),
+            **_stream_limits(services),
+        )
+        opening.model = request.alias.id
         claim = None
-        if key is not None:
-            claim = idempotency.claim(
-                services.layout,
-                ident.pid,
-                key,
-                api.path,
-                body,
-                environment=ident.environment,
-                pepper=services.pepper,
-            )
-        return await services.completions.open(ident, parsed, claim, ceiling=ceiling)
-
-    return await services.auth.authenticated(
-        api.credentials(exchange.header), exchange.address(services), reserve
-    )
+        if idempotency_key is not None:
+            claim = services.idempotency_claims.of(key.ident, idempotency_key, api.path, body)
+        return await services.completions.open_presented(key, request, claim, ceiling=ceiling)
 
 
 class _Body:
