@@ -22,6 +22,7 @@ from app.core.tokens import (
     estimate_prompt_tokens,
     prompt_token_bound,
 )
+from app.upstream.base import NativeRequest
 from app.upstream.wire import (
     AudioPart,
     ChatRequest,
@@ -29,7 +30,6 @@ from app.upstream.wire import (
     ImagePart,
     Message,
     NamedToolChoice,
-    NativeRequest,
     message_text,
 )
 
@@ -118,6 +118,22 @@ def _count_prompt(messages: list[Message], image_token_bound: int) -> _Prompt:
                 # a file's text counts as its bytes at the most (a bound, as for text)
                 prompt.media_estimate += len(part.file.file_data) // 4
     return prompt
+
+
+def check_message_count(
+    count: int, most: int, param: str, items: str = "messages", note: str = ""
+) -> None:
+    """The request limit on a conversation's length (``SVC_MAX_MESSAGES``), on every API:
+    the 400 naming ``param``, the API's list of ``items``, past ``most``."""
+    if count > most:
+        raise invalid_value(param, f"'{param}' may hold at most {most} {items}{note}.")
+
+
+def check_message_chars(message: Message, most: int, param: str, what: str = "A message") -> None:
+    """The request limit on a message's text (``SVC_MAX_MESSAGE_CHARS``), on every API:
+    the 400 naming ``param`` past ``most`` characters."""
+    if len(message_text(message)) > most:
+        raise invalid_value(param, f"{what} may hold at most {most} characters.")
 
 
 def check_tool_choice(req: ChatRequest) -> None:

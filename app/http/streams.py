@@ -5,8 +5,10 @@ Litestar routes everything else; these skip the framework's response machinery p
 (measured: docs/architecture.md, "Why the chat route writes its own bytes"). What they do
 is here, free of any server: a request comes as a ``StreamExchange``, which
 ``app.http.rsgi`` implements over granian's RSGI, the one place that knows the server.
-Every endpoint runs the same completion (reserve, stream, settle); an ``Api`` says how its
-request is read, its key found, its errors answered and its stream written.
+Every endpoint runs the same completion (reserve, stream, settle); its API's ``Dialect``
+(``app.apis``) says how its request is read, its key found and its errors answered, and
+the request it reads says how its stream is written. This module only routes: the key is
+presented, the body read and parsed, the completion opened and relayed to the socket.
 """
 
 from __future__ import annotations

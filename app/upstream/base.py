@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
 from app.core.errors import UpstreamError
-from app.upstream.wire import ChatRequest, Delta, NativeRequest
+from app.upstream.wire import ChatRequest, Delta
+
+if TYPE_CHECKING:
+    from app.upstream.config import ProviderConfig
 
 
 class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -26,6 +29,24 @@ class StartUsage(Usage, frozen=True):
     the prompt's are the provider's own, the completion's is not final. The relay keeps it
     and reads on for the report at the end; a stream that ends without one (a client that
     left first) bills the prompt from it and the output by svc's estimate."""
+
+
+class NativeRequest(Protocol):
+    """A request in an API other than Chat Completions, kept as the client sent it for a
+    provider that serves that API itself: what it is sent to (``path`` under the
+    provider's ``base_url``), which providers take it, its body, and the parser of the
+    stream that answers it (``app.upstream.native_responses``, ``native_messages``)."""
+
+    @property
+    def path(self) -> str: ...
+
+    def served_by(self, config: ProviderConfig) -> bool: ...
+
+    def body(self, model: str, max_tokens: int) -> bytes: ...
+
+    def events(self) -> Callable[[bytes], object]:
+        """A new parser of the answering stream's lines (an ``app.upstream.sse.LineParser``)."""
+        ...
 
 
 class UpstreamCall(msgspec.Struct, frozen=True, kw_only=True):

@@ -201,73 +201,6 @@ class ChatRequest(msgspec.Struct, omit_defaults=True):
     store: bool | UnsetType | None = UNSET
 
 
-class NativeResponses(msgspec.Struct, frozen=True):
-    """A Responses API request (``POST /v1/responses``), kept for a provider that serves that
-    API itself: the client's request as svc checked it, encoded once as a JSON object
-    without the fields svc sets for each upstream it tries."""
-
-    fields: bytes  # a JSON object without model, max_output_tokens, stream and store
-    store: bool = False
-    """Whether the provider keeps the response: always sent, as the Responses API keeps
-    every response it is not told to drop; true only when the client asked and the alias
-    allows it (``allow_store``)."""
-
-    def body(self, model: str, max_output_tokens: int) -> bytes:
-        """The request as forwarded: the upstream's model name, the output cap the
-        reservation affords, streaming, and ``store``."""
-        head = b'{"model":%s,"max_output_tokens":%d,"stream":true,"store":%s' % (
-            msgspec.json.encode(model),
-            max_output_tokens,
-            b"true" if self.store else b"false",
-        )
-        if self.fields == b"{}":
-            return head + b"}"
-        return head + b"," + self.fields[1:]
-
-
-MIN_THINKING_BUDGET = 1024
-"""The least ``thinking.budget_tokens`` the Messages API takes."""
-
-
-class NativeMessages(msgspec.Struct, frozen=True, kw_only=True):
-    """A Messages API request (``POST /v1/messages``), kept for a provider that serves that
-    API itself: the client's request as svc checked it, its fields as the client wrote them
-    (``cache_control``, ``citations``, thinking blocks and the rest inside them included),
-    encoded once as a JSON object without the fields svc sets for each upstream it tries."""
-
-    fields: bytes
-    """A JSON object without model, max_tokens, stream, metadata and thinking."""
-    user_id: str | None = None
-    """``metadata.user_id``: svc's safety identifier of the account (and of the client's own
-    ``user_id``, hashed in), never the client's value."""
-    thinking: bytes | None = None
-    """The client's ``thinking``, as sent."""
-    thinking_budget: int | None = None
-    """Its ``budget_tokens``, when it sets one: kept below the output cap (the API refuses a
-    budget that is not), which the reservation may have lowered."""
-
-    def body(self, model: str, max_tokens: int) -> bytes:
-        """The request as forwarded: the upstream's model name, the output cap the
-        reservation affords, streaming, svc's ``metadata.user_id``, and the thinking budget
-        lowered under the cap when it is not (thinking left out when no budget the API takes
-        fits under it)."""
-        head = b'{"model":%s,"max_tokens":%d,"stream":true' % (
-            msgspec.json.encode(model),
-            max_tokens,
-        )
-        if self.user_id is not None:
-            head += b',"metadata":{"user_id":%s}' % msgspec.json.encode(self.user_id)
-        if self.thinking is not None:
-            budget = self.thinking_budget
-            if budget is None or budget < max_tokens:
-                head += b',"thinking":' + self.thinking
-            elif max_tokens - 1 >= MIN_THINKING_BUDGET:
-                head += b',"thinking":{"type":"enabled","budget_tokens":%d}' % (max_tokens - 1)
-        if self.fields == b"{}":
-            return head + b"}"
-        return head + b"," + self.fields[1:]
-
-
 # -- the stream -----------------------------------------------------------------------------
 
 
@@ -315,8 +248,3 @@ class Delta(msgspec.Struct, frozen=True, omit_defaults=True):
             or self.reasoning_content
             or self.reasoning
         )
-
-
-NativeRequest = NativeResponses | NativeMessages
-"""A request in an API other than Chat Completions, kept as the client sent it for a
-provider that serves that API itself."""

@@ -13,6 +13,8 @@ from app.completion.request import (
     DEFAULT_IMAGE_TOKEN_BOUND,
     CompletionRequest,
     Identify,
+    check_message_chars,
+    check_message_count,
     check_streamed,
     check_tool_choice,
     enabled_alias,
@@ -22,7 +24,7 @@ from app.core.errors import invalid_value
 from app.core.ids import completion_ids
 from app.core.validation import decode_json
 from app.kv.fields import API_CHAT
-from app.upstream.wire import ChatRequest, Message, TextPart, message_text
+from app.upstream.wire import ChatRequest, Message, TextPart
 
 
 def chat_stream(params: CompletionRequest, created: int) -> ChatStream:
@@ -45,10 +47,7 @@ def _check_message(message: Message, index: int, max_chars: int) -> None:
         and not all(isinstance(part, TextPart) for part in message.content)
     ):
         raise invalid_value(f"{where}.content", "System messages take text parts only.")
-    if len(message_text(message)) > max_chars:
-        raise invalid_value(
-            f"{where}.content", f"A message may hold at most {max_chars} characters."
-        )
+    check_message_chars(message, max_chars, f"{where}.content")
 
 
 def parse_chat_request(
@@ -70,8 +69,7 @@ def parse_chat_request(
     alias = enabled_alias(aliases, req.model)
     if not req.messages:
         raise invalid_value("messages", "'messages' must contain at least one message.")
-    if len(req.messages) > max_messages:
-        raise invalid_value("messages", f"'messages' may hold at most {max_messages} messages.")
+    check_message_count(len(req.messages), max_messages, "messages")
     for i, message in enumerate(req.messages):
         _check_message(message, i, max_message_chars)
     if req.n not in (UNSET, None, 1):

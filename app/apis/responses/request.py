@@ -42,6 +42,8 @@ from app.completion.catalog import Alias
 from app.completion.request import (
     CompletionRequest,
     Identify,
+    check_message_chars,
+    check_message_count,
     check_streamed,
     check_tool_choice,
     enabled_alias,
@@ -50,6 +52,7 @@ from app.completion.request import (
 from app.core.errors import invalid_value
 from app.core.validation import decode_json
 from app.kv.fields import API_RESPONSES
+from app.upstream.native_responses import NativeResponses
 from app.upstream.wire import (
     ChatRequest,
     ContentPart,
@@ -63,13 +66,11 @@ from app.upstream.wire import (
     Message,
     NamedFunction,
     NamedToolChoice,
-    NativeResponses,
     ResponseFormat,
     TextFormat,
     TextPart,
     ToolCall,
     ToolChoice,
-    message_text,
 )
 from app.upstream.wire import FilePart as ChatFilePart
 
@@ -110,13 +111,9 @@ def parse_responses_request(
     messages = _messages(req, served)
     if not messages:
         raise invalid_value("input", "'input' must contain at least one message.")
-    if len(messages) > max_messages:
-        raise invalid_value("input", f"'input' may hold at most {max_messages} items.")
+    check_message_count(len(messages), max_messages, "input", "items")
     for message in messages:
-        if len(message_text(message)) > max_message_chars:
-            raise invalid_value(
-                "input", f"A message may hold at most {max_message_chars} characters."
-            )
+        check_message_chars(message, max_message_chars, "input")
     chat = ChatRequest(
         model=req.model,
         messages=messages,

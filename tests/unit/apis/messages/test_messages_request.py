@@ -11,7 +11,7 @@ import pytest
 from msgspec import UNSET
 
 from app.apis.chat.request import parse_chat_request
-from app.apis.messages import request as request_module
+from app.apis.messages import conversation
 from app.apis.messages.request import (
     count_tokens,
     parse_count_tokens_request,
@@ -724,7 +724,7 @@ def test_the_model_not_found_is_a_404() -> None:
 
 
 def test_an_image_over_the_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(request_module, "MAX_IMAGE_BYTES", 1024)
+    monkeypatch.setattr(conversation, "MAX_IMAGE_BYTES", 1024)
     image = {"type": "base64", "media_type": "image/png", "data": "A" * 1368}  # 1,026 bytes
     error = _refused(
         {"messages": [_user({"type": "image", "source": image})]},
