@@ -160,25 +160,10 @@ def parse_responses_request(
 
 
 def parse_responses_completion(
-    body: bytes,
-    aliases: dict[str, Alias],
-    *,
-    max_messages: int,
-    max_message_chars: int,
-    image_token_bound: int,
-    identify: Identify | None = None,
-    streamed_only: bool = False,
+    body: bytes, aliases: dict[str, Alias], **options: Any
 ) -> CompletionRequest:
     """``parse_responses_request``'s completion (the Responses dialect's ``Parse``)."""
-    return parse_responses_request(
-        body,
-        aliases,
-        max_messages=max_messages,
-        max_message_chars=max_message_chars,
-        image_token_bound=image_token_bound,
-        identify=identify,
-        streamed_only=streamed_only,
-    ).chat
+    return parse_responses_request(body, aliases, **options).chat
 
 
 # What svc sets in a request it forwards as a Responses request, for each upstream it tries.
