@@ -31,7 +31,6 @@ from litestar.openapi.spec import (
 from app.core.errors import ErrorBody, ErrorKind
 from app.credits import ceilings
 from app.keys.format import ENVIRONMENTS
-from app.keys.refusals import CAP_RESETS_HEADER
 from app.messages.errors import error_type
 from app.usage.export import FORMATS
 from app.usage.reader import DEFAULT_DAYS, GROUP_BY, MAX_DAYS
@@ -95,36 +94,6 @@ PRINTABLE = (
     "\\ue000-\\uf8ff\\ufeff]*$"
 )
 BODY_TYPES: dict[str, type[msgspec.Struct]] = {}  # filled by ``documented``
-
-# Headers an error may carry besides the security headers (docs/api.md, Errors).
-ERROR_HEADERS: dict[ErrorKind, dict[str, str]] = {
-    ErrorKind.INSUFFICIENT_CREDITS: {"x-should-retry": "Always `false`."},
-    ErrorKind.ACCOUNT_IN_DEBT: {"x-should-retry": "Always `false`."},
-    ErrorKind.CREDIT_CEILING_TOO_LOW: {"x-should-retry": "Always `false`."},
-    ErrorKind.DAILY_CAP_EXCEEDED: {
-        "x-should-retry": "Always `false`.",
-        CAP_RESETS_HEADER: "When the key's cap resets (RFC 3339, the next 00:00 UTC); no "
-        "`retry-after`, which clients would sleep for hours.",
-    },
-    ErrorKind.DAILY_CAP_HELD: {
-        "x-should-retry": "Always `true`.",
-        "retry-after": "Seconds to wait before retrying (a few: the holds settle).",
-    },
-    ErrorKind.SPOTLIGHT_LIMIT: {"x-should-retry": "Always `false`."},
-    ErrorKind.UPSTREAM_UNAVAILABLE: {"x-should-retry": "Always `true`: retry the request."},
-    ErrorKind.SERVICE_UNAVAILABLE: {"retry-after": "Seconds to wait before retrying."},
-    ErrorKind.AUTH_RATE_LIMITED: {
-        "retry-after": "Seconds to wait before retrying.",
-        "x-should-retry": "`false` when the client address failed authentication too often.",
-    },
-    ErrorKind.IDEMPOTENCY_IN_PROGRESS: {"retry-after": "Seconds to wait before retrying."},
-    ErrorKind.IDEMPOTENCY_UNAVAILABLE: {"x-should-retry": "Always `false`."},
-    ErrorKind.KEY_RATE_LIMITED: {
-        "retry-after": "Seconds (rounded up) until the oldest of the key's starts in the last "
-        "minute is a minute old.",
-        "retry-after-ms": "The same, in milliseconds.",
-    },
-}
 
 
 def by_status(kinds: Iterable[ErrorKind]) -> dict[int, list[ErrorKind]]:
