@@ -1,7 +1,7 @@
 """What the handlers say of themselves in the OpenAPI document at ``/schema`` and
-``/schema/openapi.json``: their error responses, security, and the bodies and parameters
-they decode themselves (so Litestar, which generates the document from the routes, cannot
-infer them).
+``/schema/openapi.json``: their error responses, security, and the bodies and headers they
+decode themselves (so Litestar, which generates the document from the routes, cannot infer
+them; the query parameters it documents from ``app.http.queries``).
 
 ``app.http.openapi_document`` adds the rest once per worker (the routes served over RSGI,
 described in ``app.http.openapi_streams``; the msgspec schemas; the headers every response
@@ -30,10 +30,7 @@ from litestar.openapi.spec import (
 
 from app.core.errors import ErrorBody, ErrorKind
 from app.credits import ceilings
-from app.keys.format import ENVIRONMENTS
 from app.messages.errors import error_type
-from app.usage.export import FORMATS
-from app.usage.reader import DEFAULT_DAYS, GROUP_BY, MAX_DAYS
 
 API_KEY: list[SecurityRequirement] = [{"apiKey": []}]
 # The Messages API's routes take the key as Anthropic's clients send it, or as a bearer.
@@ -154,8 +151,8 @@ def errors(*kinds: ErrorKind) -> dict[int, ResponseSpec]:
 def documented(
     *, body: type[msgspec.Struct] | None = None, parameters: Sequence[Parameter] = ()
 ) -> type[Operation]:
-    """An ``operation_class`` for a handler that decodes its own body, query or headers (so
-    its errors stay OpenAI-shaped and name the field): documents what it reads."""
+    """An ``operation_class`` for a handler that decodes its own body or headers (so its
+    errors stay OpenAI-shaped and name the field): documents what it reads."""
     if body is not None:
         BODY_TYPES[body.__name__] = body
 
@@ -172,13 +169,6 @@ def documented(
     return DocumentedOperation
 
 
-DAYS = Parameter(
-    name="days",
-    param_in=ParamType.QUERY,
-    required=False,
-    description=f"Days in the `daily` window, newest first (default {DEFAULT_DAYS}).",
-    schema=Schema(type=OpenAPIType.INTEGER, minimum=1, maximum=MAX_DAYS, default=DEFAULT_DAYS),
-)
 IDEMPOTENCY_KEY = Parameter(
     name="Idempotency-Key",
     param_in=ParamType.HEADER,
@@ -225,33 +215,3 @@ ANTHROPIC_PARAMS = [
         schema=Schema(type=OpenAPIType.BOOLEAN),
     ),
 ]
-GROUP_BY_PARAM = Parameter(
-    name="group_by",
-    param_in=ParamType.QUERY,
-    required=False,
-    description=(
-        "Break each day down: every `daily` item gains `groups`, its usage by that value "
-        "(`key`: `key_id`, each API key that was used; `model`: `model`, each model "
-        "served; `api`: `chat` for chat completions, `responses` for the Responses API, "
-        "`messages` for Anthropic's Messages API); the groups sum to the day."
-    ),
-    schema=Schema(type=OpenAPIType.STRING, enum=list(GROUP_BY)),
-)
-FORMAT_PARAM = Parameter(
-    name="format",
-    param_in=ParamType.QUERY,
-    required=False,
-    description=(
-        "`csv`: the days as `text/csv` rows (`day`, the `group_by` column when given, "
-        "`requests_count`, `total_tokens`, `credits_spent`), newest first."
-    ),
-    schema=Schema(type=OpenAPIType.STRING, enum=list(FORMATS), default="json"),
-)
-
-ENVIRONMENT_PARAM = Parameter(
-    name="environment",
-    param_in=ParamType.QUERY,
-    required=False,
-    description="The requests of the account's live keys (default) or of its test keys.",
-    schema=Schema(type=OpenAPIType.STRING, enum=list(ENVIRONMENTS), default="live"),
-)
