@@ -6,7 +6,8 @@ owner (``app.usage.activity``, ``app.accounts.lookup``, ``app.accounts.audit``,
 ``app.accounts.ledger_pages``, ``app.purchases.listing``, ``app.books``), which checks it and
 answers a bad one with its own ``invalid_value`` naming the parameter, where the handler read
 it before (after the key or the account is known). What the document states of each (type,
-range, values) is built from that owner's constants; the owners' unit tests hold the rules.
+range, values) is built from that owner's constants, and tests/unit/http/test_query_parameters.py
+holds each route to it: the documented bounds and values taken, one past them refused.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ INTEGER, DATE = OpenAPIType.INTEGER, OpenAPIFormat.DATE
 def query(description: str, name: str | None = None, **schema: Any) -> Any:
     """A query parameter, declared as the handler gets it (``str | None``) and documented
     as its rule accepts it: ``schema`` (a string unless it says otherwise)."""
+    # Litestar would document ``str | None`` as string-or-null: an absent parameter is not
+    # sent at all, so the schema is the value's alone
     documented = {"one_of": None, "type": OpenAPIType.STRING, **schema}
     return QueryParameter(
         name=name, description=description, required=False, schema_extra=documented
