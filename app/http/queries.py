@@ -12,6 +12,7 @@ holds each route to it: the documented bounds and values taken, one past them re
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Any
 
 from litestar.openapi.spec import OpenAPIFormat, OpenAPIType
@@ -43,6 +44,15 @@ def query(description: str, name: str | None = None, **schema: Any) -> Any:
     )
 
 
+def whole(description: str, maximum: int, **schema: Any) -> Any:
+    """A whole number from 1 to ``maximum``."""
+    return query(description, type=INTEGER, minimum=1, maximum=maximum, **schema)
+
+
+def one_of(description: str, values: Iterable[str], **schema: Any) -> Any:
+    return query(description, enum=list(values), **schema)
+
+
 def given(**values: str | None) -> Query:
     return {name: value for name, value in values.items() if value is not None}
 
@@ -50,51 +60,44 @@ def given(**values: str | None) -> Query:
 Text = str | None
 EntryLimit = Annotated[
     Text,
-    query(
-        f"Entries in the page (default {DEFAULT_LIMIT}).",
-        type=INTEGER,
-        minimum=1,
-        maximum=MAX_LIMIT,
-    ),
+    whole(f"Entries in the page (default {DEFAULT_LIMIT}).", MAX_LIMIT),
 ]
 EntryAfter = Annotated[
     Text, query("The `id` of the last entry of the previous page (its `last_id`).")
 ]
 Days = Annotated[
     Text,
-    query(
+    whole(
         f"Days in the `daily` window, newest first (default {reader.DEFAULT_DAYS}).",
-        type=INTEGER,
-        minimum=1,
-        maximum=reader.MAX_DAYS,
+        reader.MAX_DAYS,
         default=reader.DEFAULT_DAYS,
     ),
 ]
 GroupBy = Annotated[
     Text,
-    query(
+    one_of(
         "Break each day down: every `daily` item gains `groups`, its usage by that value "
         "(`key`: `key_id`, each API key that was used; `model`: `model`, each model "
         "served; `api`: `chat` for chat completions, `responses` for the Responses API, "
         "`messages` for Anthropic's Messages API); the groups sum to the day.",
-        enum=list(reader.GROUP_BY),
+        reader.GROUP_BY,
     ),
 ]
 UsageFormat = Annotated[
     Text,
-    query(
+    one_of(
         "`csv`: the days as `text/csv` rows (`day`, the `group_by` column when given, "
         "`requests_count`, `total_tokens`, `credits_spent`), newest first.",
-        "format",
-        enum=list(FORMATS),
+        FORMATS,
+        name="format",
         default="json",
     ),
 ]
 Environment = Annotated[
     Text,
-    query(
+    one_of(
         "The requests of the account's live keys (default) or of its test keys.",
-        enum=list(ENVIRONMENTS),
+        ENVIRONMENTS,
         default="live",
     ),
 ]
@@ -109,10 +112,10 @@ AuditAccount = Annotated[
 ]
 PurchaseStatus = Annotated[
     Text,
-    query(
+    one_of(
         "Only the purchases of this status: granted, or unmatched (paid, and not granted: "
         "the account or the credits were unknown).",
-        enum=list(STATUSES),
+        STATUSES,
     ),
 ]
 
@@ -155,33 +158,26 @@ async def accounts_query(
     ] = None,
     limit: Annotated[
         Text,
-        query(
-            f"Accounts in the page (default {DEFAULT_LIMIT}).",
-            type=INTEGER,
-            minimum=1,
-            maximum=MAX_LIMIT,
-        ),
+        whole(f"Accounts in the page (default {DEFAULT_LIMIT}).", MAX_LIMIT),
     ] = None,
     after: Annotated[
         Text, query("The `id` of the last account of the previous page (its `last_id`).")
     ] = None,
     sort: Annotated[
         Text,
-        query(
+        one_of(
             "The overview instead of a page: every account's balance, debt and live spend "
             "over `days`, the first `limit` by spend, balance or creation (largest, newest "
             "first), with the totals of the credits outstanding and of the debt.",
-            enum=list(overview.SORTS),
+            overview.SORTS,
         ),
     ] = None,
     days: Annotated[
         Text,
-        query(
+        whole(
             "With `sort`: the UTC days the spend counts, today's included (default "
             f"{overview.DEFAULT_DAYS}).",
-            type=INTEGER,
-            minimum=1,
-            maximum=overview.MAX_DAYS,
+            overview.MAX_DAYS,
         ),
     ] = None,
 ) -> Query:
@@ -193,12 +189,10 @@ async def accounts_query(
 async def activity_query(
     limit: Annotated[
         Text,
-        query(
+        whole(
             f"Rows in the page (default {activity.DEFAULT_LIMIT}); with `format=csv`, rows "
             "in the export (default: all of them).",
-            type=INTEGER,
-            minimum=1,
-            maximum=activity.MAX_LIMIT,
+            activity.MAX_LIMIT,
         ),
     ] = None,
     after: Annotated[
@@ -211,11 +205,11 @@ async def activity_query(
     ] = None,
     format_: Annotated[
         Text,
-        query(
+        one_of(
             "`csv`: the rows as `text/csv` (a header row, then one row per request, newest "
             "first, `created` as an ISO 8601 UTC time).",
-            "format",
-            enum=list(FORMATS),
+            FORMATS,
+            name="format",
             default="json",
         ),
     ] = None,
@@ -238,10 +232,10 @@ async def books_query(
     ] = None,
     format_: Annotated[
         Text,
-        query(
+        one_of(
             "`csv`: a CSV file, one row per figure (`day` is `total` for the range).",
-            "format",
-            enum=list(FORMATS),
+            FORMATS,
+            name="format",
         ),
     ] = None,
 ) -> Query:

@@ -19,7 +19,7 @@ from app.http.body_routes import body_route
 from app.http.deps import live_only, provide_identity, provide_services
 from app.http.headers import NO_STORE
 from app.http.openapi import API_KEY, KEY_ERRORS, errors
-from app.http.queries import INTEGER, query
+from app.http.queries import whole
 from app.runtime import Services
 from app.spotlights.admob import reward_callback as reward_admob
 from app.spotlights.applovin import reward_callback as reward_applovin
@@ -44,11 +44,9 @@ NETWORK_ERRORS = (
 )
 RewardsLimit = Annotated[
     str | None,
-    query(
+    whole(
         f"Rewards in the list, newest first (default {REWARDS_LIMIT}).",
-        type=INTEGER,
-        minimum=1,
-        maximum=MAX_REWARDS_LIMIT,
+        MAX_REWARDS_LIMIT,
         default=REWARDS_LIMIT,
     ),
 ]
