@@ -29,7 +29,7 @@ from litestar.openapi.spec import (
 )
 
 from app.core.errors import ErrorBody, ErrorKind
-from app.credits import ceilings
+from app.credits import ceilings, idempotency
 from app.messages.errors import error_type
 
 API_KEY: list[SecurityRequirement] = [{"apiKey": []}]
@@ -177,7 +177,12 @@ IDEMPOTENCY_KEY = Parameter(
         "Run the request at most once for this key (per account, 24 hours); sent again "
         "with the same body, the first answer is replayed (`idempotent-replayed: true`)."
     ),
-    schema=Schema(type=OpenAPIType.STRING, min_length=1, max_length=255, pattern="^[ -~]+$"),
+    schema=Schema(
+        type=OpenAPIType.STRING,
+        min_length=1,
+        max_length=idempotency.MAX_KEY_CHARS,
+        pattern="^[ -~]+$",
+    ),
 )
 MAX_CREDITS = Parameter(
     name=ceilings.HEADER,
