@@ -28,16 +28,8 @@ from app.http import key_routes
 from app.http.body_routes import body_route, decoded_once
 from app.http.deps import live_only, provide_identity, provide_services, request_address
 from app.http.headers import NO_STORE
-from app.http.openapi import (
-    API_KEY,
-    DAYS,
-    FORMAT_PARAM,
-    GROUP_BY_PARAM,
-    KEY_ERRORS,
-    documented,
-    errors,
-)
-from app.http.openapi_lists import ACTIVITY_PARAMS, LEDGER_PARAMS
+from app.http.openapi import API_KEY, KEY_ERRORS, errors
+from app.http.queries import Days, GroupBy, Query, UsageFormat, activity_query, ledger_query
 from app.http.reports import activity_answer, csv_download, receipt_answer
 from app.keys.refusals import key_refusal
 from app.keys.roles import require_manager
@@ -163,55 +155,50 @@ class V1Controller(Controller):
 
     @get(
         "/credits/ledger",
-        dependencies=_IDENT,
+        dependencies={**_IDENT, "params": Provide(ledger_query)},
         responses=errors(*KEY_ERRORS, ErrorKind.INVALID_VALUE),
-        operation_class=documented(parameters=LEDGER_PARAMS),
     )
-    async def ledger(
-        self, services: Services, ident: Identity, request: Request[Any, Any, Any]
-    ) -> LedgerList:
+    async def ledger(self, services: Services, ident: Identity, params: Query) -> LedgerList:
         """Every credit into or out of the account's pools outside a request (purchases,
         rewards, grants, refunds, disputes, debits, expiries), newest first, a page at a
         time (``limit``, ``after``)."""
-        wanted = parse_ledger_filter(request.query_params)
-        return await ledger_list(services.store, ident.pid, wanted)
+        return await ledger_list(services.store, ident.pid, parse_ledger_filter(params))
 
     @get(
         "/usage",
         dependencies=_IDENT,
         responses=errors(*KEY_ERRORS, ErrorKind.INVALID_VALUE),
-        operation_class=documented(parameters=[DAYS, GROUP_BY_PARAM, FORMAT_PARAM]),
     )
     async def usage(
-        self, services: Services, ident: Identity, request: Request[Any, Any, Any]
+        self,
+        services: Services,
+        ident: Identity,
+        days: Days = None,
+        group_by: GroupBy = None,
+        format_: UsageFormat = None,
     ) -> Response[Any]:
         """All-time usage and the last ``days`` (1-366, default 30) UTC days, newest first,
         for the key's environment (spec 2.6); ``group_by`` (key, model, api) breaks each day down;
         ``format=csv``: the days as CSV rows."""
-        query = request.query_params
-        days = parse_days(query.get("days"))
-        group_by = parse_group_by(query.get("group_by"))
-        csv_wanted = parse_format(query.get("format")) == "csv"
+        window, grouped = parse_days(days), parse_group_by(group_by)
+        csv_wanted = parse_format(format_) == "csv"
         summary = await services.usage.summary(
-            ident.pid, ident.environment, services.clock(), days, group_by
+            ident.pid, ident.environment, services.clock(), window, grouped
         )
         if not csv_wanted:
             return Response(summary)
-        return csv_download(usage_rows(summary, group_by), "usage.csv")
+        return csv_download(usage_rows(summary, grouped), "usage.csv")
 
     @get(
         "/activity",
-        dependencies=_IDENT,
+        dependencies={**_IDENT, "params": Provide(activity_query)},
         responses=errors(*KEY_ERRORS, ErrorKind.INVALID_VALUE),
-        operation_class=documented(parameters=ACTIVITY_PARAMS),
     )
-    async def activity(
-        self, services: Services, ident: Identity, request: Request[Any, Any, Any]
-    ) -> Response[Any]:
+    async def activity(self, services: Services, ident: Identity, params: Query) -> Response[Any]:
         """The account's settled requests in the key's environment, newest first, a page
         at a time (``limit``, ``after``), by ``key_id``, ``model`` or ``day``;
         ``format=csv``: every row the filters name, as CSV."""
-        return await activity_answer(services, ident.pid, ident.environment, request)
+        return await activity_answer(services, ident.pid, ident.environment, params)
 
     @get(
         "/activity/{activity_id:str}",

@@ -1,7 +1,7 @@
 """What the handlers say of themselves in the OpenAPI document at ``/schema`` and
-``/schema/openapi.json``: their error responses, security, and the bodies and parameters
-they decode themselves (so Litestar, which generates the document from the routes, cannot
-infer them).
+``/schema/openapi.json``: their error responses, security, and the bodies and headers they
+decode themselves (so Litestar, which generates the document from the routes, cannot infer
+them; the query parameters it documents from ``app.http.queries``).
 
 ``app.http.openapi_document`` adds the rest once per worker (the routes served over RSGI,
 described in ``app.http.openapi_streams``; the msgspec schemas; the headers every response
@@ -30,11 +30,7 @@ from litestar.openapi.spec import (
 
 from app.apis.messages.errors import error_type
 from app.core.errors import ErrorBody, ErrorKind
-from app.credits import ceilings
-from app.keys.format import ENVIRONMENTS
-from app.keys.refusals import CAP_RESETS_HEADER
-from app.usage.export import FORMATS
-from app.usage.reader import DEFAULT_DAYS, GROUP_BY, MAX_DAYS
+from app.credits import ceilings, idempotency
 
 API_KEY: list[SecurityRequirement] = [{"apiKey": []}]
 # The Messages API's routes take the key as Anthropic's clients send it, or as a bearer.
@@ -96,36 +92,6 @@ PRINTABLE = (
 )
 BODY_TYPES: dict[str, type[msgspec.Struct]] = {}  # filled by ``documented``
 
-# Headers an error may carry besides the security headers (docs/api.md, Errors).
-ERROR_HEADERS: dict[ErrorKind, dict[str, str]] = {
-    ErrorKind.INSUFFICIENT_CREDITS: {"x-should-retry": "Always `false`."},
-    ErrorKind.ACCOUNT_IN_DEBT: {"x-should-retry": "Always `false`."},
-    ErrorKind.CREDIT_CEILING_TOO_LOW: {"x-should-retry": "Always `false`."},
-    ErrorKind.DAILY_CAP_EXCEEDED: {
-        "x-should-retry": "Always `false`.",
-        CAP_RESETS_HEADER: "When the key's cap resets (RFC 3339, the next 00:00 UTC); no "
-        "`retry-after`, which clients would sleep for hours.",
-    },
-    ErrorKind.DAILY_CAP_HELD: {
-        "x-should-retry": "Always `true`.",
-        "retry-after": "Seconds to wait before retrying (a few: the holds settle).",
-    },
-    ErrorKind.SPOTLIGHT_LIMIT: {"x-should-retry": "Always `false`."},
-    ErrorKind.UPSTREAM_UNAVAILABLE: {"x-should-retry": "Always `true`: retry the request."},
-    ErrorKind.SERVICE_UNAVAILABLE: {"retry-after": "Seconds to wait before retrying."},
-    ErrorKind.AUTH_RATE_LIMITED: {
-        "retry-after": "Seconds to wait before retrying.",
-        "x-should-retry": "`false` when the client address failed authentication too often.",
-    },
-    ErrorKind.IDEMPOTENCY_IN_PROGRESS: {"retry-after": "Seconds to wait before retrying."},
-    ErrorKind.IDEMPOTENCY_UNAVAILABLE: {"x-should-retry": "Always `false`."},
-    ErrorKind.KEY_RATE_LIMITED: {
-        "retry-after": "Seconds (rounded up) until the oldest of the key's starts in the last "
-        "minute is a minute old.",
-        "retry-after-ms": "The same, in milliseconds.",
-    },
-}
-
 
 def by_status(kinds: Iterable[ErrorKind]) -> dict[int, list[ErrorKind]]:
     grouped: dict[int, list[ErrorKind]] = {}
@@ -185,8 +151,8 @@ def errors(*kinds: ErrorKind) -> dict[int, ResponseSpec]:
 def documented(
     *, body: type[msgspec.Struct] | None = None, parameters: Sequence[Parameter] = ()
 ) -> type[Operation]:
-    """An ``operation_class`` for a handler that decodes its own body, query or headers (so
-    its errors stay OpenAI-shaped and name the field): documents what it reads."""
+    """An ``operation_class`` for a handler that decodes its own body or headers (so its
+    errors stay OpenAI-shaped and name the field): documents what it reads."""
     if body is not None:
         BODY_TYPES[body.__name__] = body
 
@@ -203,13 +169,6 @@ def documented(
     return DocumentedOperation
 
 
-DAYS = Parameter(
-    name="days",
-    param_in=ParamType.QUERY,
-    required=False,
-    description=f"Days in the `daily` window, newest first (default {DEFAULT_DAYS}).",
-    schema=Schema(type=OpenAPIType.INTEGER, minimum=1, maximum=MAX_DAYS, default=DEFAULT_DAYS),
-)
 IDEMPOTENCY_KEY = Parameter(
     name="Idempotency-Key",
     param_in=ParamType.HEADER,
@@ -218,7 +177,12 @@ IDEMPOTENCY_KEY = Parameter(
         "Run the request at most once for this key (per account, 24 hours); sent again "
         "with the same body, the first answer is replayed (`idempotent-replayed: true`)."
     ),
-    schema=Schema(type=OpenAPIType.STRING, min_length=1, max_length=255, pattern="^[ -~]+$"),
+    schema=Schema(
+        type=OpenAPIType.STRING,
+        min_length=1,
+        max_length=idempotency.MAX_KEY_CHARS,
+        pattern="^[ -~]+$",
+    ),
 )
 MAX_CREDITS = Parameter(
     name=ceilings.HEADER,
@@ -256,33 +220,3 @@ ANTHROPIC_PARAMS = [
         schema=Schema(type=OpenAPIType.BOOLEAN),
     ),
 ]
-GROUP_BY_PARAM = Parameter(
-    name="group_by",
-    param_in=ParamType.QUERY,
-    required=False,
-    description=(
-        "Break each day down: every `daily` item gains `groups`, its usage by that value "
-        "(`key`: `key_id`, each API key that was used; `model`: `model`, each model "
-        "served; `api`: `chat` for chat completions, `responses` for the Responses API, "
-        "`messages` for Anthropic's Messages API); the groups sum to the day."
-    ),
-    schema=Schema(type=OpenAPIType.STRING, enum=list(GROUP_BY)),
-)
-FORMAT_PARAM = Parameter(
-    name="format",
-    param_in=ParamType.QUERY,
-    required=False,
-    description=(
-        "`csv`: the days as `text/csv` rows (`day`, the `group_by` column when given, "
-        "`requests_count`, `total_tokens`, `credits_spent`), newest first."
-    ),
-    schema=Schema(type=OpenAPIType.STRING, enum=list(FORMATS), default="json"),
-)
-
-ENVIRONMENT_PARAM = Parameter(
-    name="environment",
-    param_in=ParamType.QUERY,
-    required=False,
-    description="The requests of the account's live keys (default) or of its test keys.",
-    schema=Schema(type=OpenAPIType.STRING, enum=list(ENVIRONMENTS), default="live"),
-)

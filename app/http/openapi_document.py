@@ -25,7 +25,7 @@ from app.books.figures import Books
 from app.completion.request import CLAMPED_HEADER
 from app.core.errors import ErrorBody, ErrorKind
 from app.http.headers import SECURITY_HEADERS
-from app.http.openapi import BODY_TYPES, COMPONENT, ERROR_HEADERS, PRINTABLE, error_response
+from app.http.openapi import BODY_TYPES, COMPONENT, PRINTABLE, error_response
 from app.http.openapi_streams import (
     chat_operation,
     count_tokens_operation,
@@ -320,9 +320,9 @@ def _headers(status: int, documented: dict[str, Any]) -> dict[str, Any]:
     headers = dict(documented)
     for name, value in SECURITY_HEADERS:
         headers[name] = {"required": True, "schema": {"type": "string", "const": value}}
-    for kind, extra in ERROR_HEADERS.items():
+    for kind in ErrorKind:
         if kind.status == status:
-            for name, text in extra.items():
-                headers.setdefault(name, {"required": False, "description": text})
-                headers[name]["schema"] = {"type": "string"}
+            for header in kind.headers:
+                documented_header = {"required": False, "description": header.description}
+                headers.setdefault(header.name, documented_header)["schema"] = {"type": "string"}
     return headers
