@@ -143,10 +143,10 @@ class Services:
         self.key_records = KeyRecords(self.scripts, self.layout)
         self.usage_counts = UsageCounts(self.scripts, self.layout)
         self.throttle_counts = ThrottleCounts(self.scripts, self.layout)
-        self.idempotency_records = IdempotencyRecords(self.scripts)
         self.script_calls = script_calls
         pepper = settings.key_pepper.encode()
         self.pepper = pepper  # keys' digests, and the seals of Idempotency-Key answers
+        self.idempotency_records = IdempotencyRecords(self.scripts, self.layout, pepper)
         self.auth_throttle = FailedAuthThrottle(
             settings.failed_auth_limit,
             settings.failed_auth_window_s,

@@ -9,7 +9,8 @@ operator's request never takes an account's key.
 
 For completions the check and the record ride in the reserve and settle scripts
 (``reserve.lua``, ``settle.lua``: their headers say how); this module names the record,
-says what identifies a request, and claims and closes the records of the other routes
+says what identifies a request (``IdempotencyRecords.claim_for``, for the streams and the
+other routes alike), and claims and closes the records of the other routes
 (``IdempotencyRecords``).
 """
 
@@ -211,11 +212,24 @@ def answer_limit(max_body_bytes: int) -> int:
 
 
 class IdempotencyRecords:
-    """The Idempotency-Key records of the routes other than the streams: claimed before a
-    request runs, closed with its answer after."""
+    """The Idempotency-Key records: where a request's record is and what seals it
+    (``claim_for``, every route's), and, for the routes other than the streams, the record
+    claimed before a request runs and closed with its answer after."""
 
-    def __init__(self, scripts: Scripts) -> None:
+    def __init__(self, scripts: Scripts, layout: KeySpace, pepper: bytes) -> None:
         self._run = scripts.run
+        self._layout = layout
+        self._pepper = pepper
+
+    def claim_for(
+        self, pid: str, key: str, route: str, body: bytes, *, environment: str
+    ) -> IdempotencyClaim:
+        """``claim`` in this deployment's key space and under its pepper: the claim of a
+        request to ``route`` with ``body`` on the Idempotency-Key ``key`` of the account
+        ``pid`` in ``environment``, or the 400 when ``key`` is not one."""
+        return claim(
+            self._layout, pid, key, route, body, environment=environment, pepper=self._pepper
+        )
 
     async def claim(self, claim: IdempotencyClaim, token: str) -> RecordedAnswer | Refusal | None:
         """Claim ``claim``'s key for the run ``token`` (None; the claim lapses after
