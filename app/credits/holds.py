@@ -17,6 +17,7 @@ from app.credits.outcomes import (
     NO_TOKENS,
     Hold,
     Identity,
+    OpenReservations,
     Rates,
     Refusal,
     Replay,
@@ -263,3 +264,14 @@ class Holds:
             [hold.rid, int(deadline)],
         )
         return Written(ScriptStatus.OK if extended else ScriptStatus.NOT_FOUND)
+
+    async def open_reservations(self, now: float) -> OpenReservations:
+        """The reservations open over every shard, and those whose deadline is before ``now``
+        (in whole seconds, as the scripts write deadlines): one pipelined round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in self.layout.all_shards():
+            reservations = self.layout.reservations(shard)
+            pipe.zcard(reservations)
+            pipe.zcount(reservations, "-inf", f"({int(now)}")  # deadline before now
+        replies = [int(n) for n in await pipe.execute()]
+        return OpenReservations(open=sum(replies[0::2]), past_deadline=sum(replies[1::2]))
