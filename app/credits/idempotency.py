@@ -20,7 +20,7 @@ import hashlib
 import hmac
 import logging
 import os
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from app.core.clock import DAY_S
 from app.core.errors import invalid_value
 from app.credits.outcomes import Refusal, ScriptStatus
+from app.credits.script_args import ScriptArgs
 from app.credits.scripts import Scripts
 from app.kv.layout import KeySpace
 
@@ -47,6 +48,8 @@ its key taken this long at most, so a client's or an operator's retry waits a mi
 day. A JSON route's run is a few Redis and store calls, each bounded by its timeout, far
 inside it; and a grant or debit a retry ran beside a run still going is applied once by its
 entry id anyway."""
+IDEMPOTENCY_CLAIM = ScriptArgs("idempotency_claim", "fp", "token", "ttl")
+IDEMPOTENCY_CLOSE = ScriptArgs("idempotency_close", "token", "outcome", "status", "body", "ttl")
 ANSWER_MARGIN_BYTES = 65_536
 """What a JSON route's answer may hold beyond what its request sent (ids, secrets, times)."""
 
@@ -236,9 +239,11 @@ class IdempotencyRecords:
         ``RUNNING_TTL_S`` unless closed), or the answer its first request recorded, or the
         ``Refusal`` when it is running or was another request's."""
         state, *answer = await self._run(
-            "idempotency_claim", [claim.record], [claim.fingerprint, token, RUNNING_TTL_S]
+            "idempotency_claim",
+            [claim.record],
+            IDEMPOTENCY_CLAIM(fp=claim.fingerprint, token=token, ttl=RUNNING_TTL_S),
         )
-        if state == 0:
+        if state == ScriptStatus.OK:
             return None
         if state == ScriptStatus.REPLAY:
             body, status = answer
@@ -250,7 +255,9 @@ class IdempotencyRecords:
     ) -> None:
         """Record the answer of the run ``token`` for ``claim``'s key, or (None: it failed)
         free the key."""
-        args: list[Any] = [token, "failed"]
+        args = IDEMPOTENCY_CLOSE(token=token, outcome="failed")
         if answer is not None:
-            args = [token, "done", answer.status, answer.body, TTL_S]
+            args = IDEMPOTENCY_CLOSE(
+                token=token, outcome="done", status=answer.status, body=answer.body, ttl=TTL_S
+            )
         await self._run("idempotency_close", [claim.record], args)
