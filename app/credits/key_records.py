@@ -46,12 +46,14 @@ def _key_fields(record: KeyRecord) -> list[Any]:
     return [cap, record.name, expires, models, rpm, record.max_credits_per_request or NO_CEILING]
 
 
+KEY_SETTINGS = "settings*6"
+"""``_key_fields``'s six values, spread into the key scripts' ARGV (their ``ARGV[a..b]``)."""
 PUT_KEY = ScriptArgs(
     "put_key",
     "acct",
     "status",
     "env",
-    "settings*6",
+    KEY_SETTINGS,
     replies={1: ScriptStatus.OK, 0: ScriptStatus.DUPLICATE},
 )
 UPDATE_KEY = ScriptArgs(
@@ -59,14 +61,14 @@ UPDATE_KEY = ScriptArgs(
     "acct",
     "status",
     "env",
-    "settings*6",
+    KEY_SETTINGS,
     replies={1: ScriptStatus.OK, -1: ScriptStatus.KEY_UNKNOWN},
 )
 REVOKE_KEY = ScriptArgs(
     "revoke_key",
     "acct",
     "env",
-    "settings*6",
+    KEY_SETTINGS,
     replies={1: ScriptStatus.OK, 0: ScriptStatus.DUPLICATE, -1: ScriptStatus.KEY_UNKNOWN},
 )
 RATE_START = ScriptArgs("rate_start", "now_ms")
