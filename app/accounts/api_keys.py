@@ -86,7 +86,7 @@ class ApiKeys:
         clock: Callable[[], float] = time.time,
     ) -> None:
         """``accounts``: whose ``require_account`` answers the 404 of an unknown account;
-        ``pepper``: the keys' digests'; ``default_rate_limit_rpm``: a new key's when its
+        ``pepper``: the keys' digests' secret; ``default_rate_limit_rpm``: a new key's when its
         creator sets none; ``model_ids``: the aliases a key's ``allowed_models`` may name;
         ``webhooks``: where key events go (revoked, rotated)."""
         self.store = store
