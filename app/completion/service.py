@@ -120,8 +120,8 @@ class CompletionService:
         ceiling: int = NO_CEILING,
     ) -> Completion | Replay:
         """``open`` for the request's key (``claim``: its Idempotency-Key's, made by
-        ``app.credits.idempotency.Claims``): tried again once with the key's record
-        restored when Redis lost it (``PresentedKey.use``)."""
+        ``IdempotencyRecords.claim_for``): tried again once with the key's record restored
+        when Redis lost it (``PresentedKey.use``)."""
         return await key.use(
             functools.partial(self.open, params=params, claim=claim, ceiling=ceiling)
         )

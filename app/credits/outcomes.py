@@ -118,6 +118,14 @@ class Balance(msgspec.Struct, frozen=True):
         return self.earned + self.purchased
 
 
+class OpenReservations(NamedTuple):
+    """The reservations not yet settled, over every shard, and how many of them are past
+    their deadline (the sweeper's to refund)."""
+
+    open: int
+    past_deadline: int
+
+
 class Written(NamedTuple):
     """A write that happens once: OK when this call made it, DUPLICATE when it was there
     already (``open_account``, ``put_key``, ``revoke_key``: revoked before), KEY_UNKNOWN when

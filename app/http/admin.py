@@ -107,7 +107,9 @@ class AdminController(Controller):
     async def account(self, services: Services, pid: str) -> AccountDetail:
         """The account: status, balance (as ``/v1/credits``), keys (as ``/v1/api-keys``,
         never a secret), usage today."""
-        return await account_detail(services.accounts, services.usage, pid, services.clock())
+        return await account_detail(
+            services.accounts, services.api_keys, services.usage, pid, services.clock()
+        )
 
     @body_route(
         patch, "/accounts/{pid:str}", AccountUpdateRequest, *_ACCOUNT, *_TAKEN, status_code=200
@@ -123,7 +125,9 @@ class AdminController(Controller):
             await services.accounts.set_external_id(pid, req.external_id)
         if not isinstance(req.status, UnsetType):
             await services.accounts.set_status(pid, req.status)
-        return await account_detail(services.accounts, services.usage, pid, services.clock())
+        return await account_detail(
+            services.accounts, services.api_keys, services.usage, pid, services.clock()
+        )
 
     @delete(
         "/accounts/{pid:str}/api-keys/{key_id:str}",
@@ -134,7 +138,7 @@ class AdminController(Controller):
         """Revoke any key of the account, at once on every worker (as ``DELETE
         /v1/api-keys/{id}``)."""
         await services.accounts.require_account(pid)
-        return await services.accounts.revoke_key(pid, key_id)
+        return await services.api_keys.revoke_key(pid, key_id)
 
     @body_route(
         post,

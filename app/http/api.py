@@ -52,7 +52,7 @@ from app.webhooks.registry import (
 async def provide_manager(services: Services, ident: Identity) -> KeyRecord:
     """The record of the request's key when it may manage keys and webhooks (a live
     ``admin`` key; 403 otherwise): its limits bound what it may grant (app.keys.roles)."""
-    return require_manager(await services.accounts.caller(ident.pid, ident.kid))
+    return require_manager(await services.api_keys.caller(ident.pid, ident.kid))
 
 
 class ModelItem(msgspec.Struct):
@@ -218,7 +218,7 @@ class V1Controller(Controller):
     @get("/api-keys", dependencies=_IDENT, responses=errors(*KEY_ERRORS))
     async def list_keys(self, services: Services, ident: Identity) -> ApiKeyList:
         """The account's keys, newest first; secrets are never included (spec 4.5)."""
-        return await services.accounts.list_keys(ident.pid)
+        return await services.api_keys.list_keys(ident.pid)
 
     @key_routes.create_route("/api-keys", *_MANAGER_ERRORS, dependencies=_MANAGER)
     async def create_key(
@@ -261,7 +261,7 @@ class V1Controller(Controller):
     )
     async def revoke_key(self, services: Services, caller: KeyRecord, key_id: str) -> ApiKeyDeleted:
         """Revoke a key at once on every worker (spec 4.7). Needs an ``admin`` key."""
-        return await services.accounts.revoke_key(caller.account_pid, key_id, granter=caller)
+        return await services.api_keys.revoke_key(caller.account_pid, key_id, granter=caller)
 
     @body_route(
         post,

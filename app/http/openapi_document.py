@@ -90,7 +90,7 @@ class CompleteJson(JsonRenderPlugin):
             document = complete_document(
                 openapi_schema,
                 models=aliases,
-                key_models=list(services.accounts.model_ids),
+                key_models=list(services.api_keys.model_ids),
                 max_messages=settings.max_messages,
                 max_message_chars=settings.max_message_chars,
             )

@@ -167,7 +167,9 @@ async def _open(
         opening.model = request.alias.id
         claim = None
         if idempotency_key is not None:
-            claim = services.idempotency_claims.of(key.ident, idempotency_key, api.path, body)
+            claim = services.idempotency_records.claim_for(
+                key.ident.pid, idempotency_key, api.path, body, environment=key.ident.environment
+            )
         return await services.completions.open_presented(key, request, claim, ceiling=ceiling)
 
 

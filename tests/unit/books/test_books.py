@@ -44,9 +44,7 @@ class Books:
         self.clock = Clock(NOON)
         ledgers = Ledgers(redis, KeySpace("svc", 8), cap_ttl_s=172_800, usage_ttl_s=3_456_000)
         self.ledger = Ledger(store, ledgers.money, clock=self.clock)
-        self.accounts = Accounts(
-            store, ledgers.money, ledgers.keys, b"p", ledger=self.ledger, clock=self.clock
-        )
+        self.accounts = Accounts(store, ledgers.money, ledger=self.ledger, clock=self.clock)
         self.purchases = Purchases(store, self.ledger, self.accounts, self.clock)
 
     async def stripe(self, body: bytes) -> str:

@@ -1,189 +1,35 @@
-"""Prometheus metrics, shared across granian's worker processes.
-
-Each worker writes its counters and histograms to memory-mapped files in one directory
-(prometheus-client's multiprocess mode); whichever worker answers ``GET /metrics`` sums
-them. The RSGI entry point (``app.rsgi``) switches its worker over with
-``share_across_workers`` before serving; granian forks workers from a process that already
-imported this module, so the switch rebuilds the metrics in place. A process that never
-switches (tests, admin commands) keeps its metrics in memory.
-
-Recording costs an mmap write (a microsecond or two), so the hot path records every request,
-never a chunk: the series a stream writes are bound once per alias (``Metrics.stream``,
-``Metrics.model``: a request finds a group of them with one dictionary lookup, and builds
-no label tuple), and a stream's tokens are counted when it settles. Numbers that live in
-Redis — open reservations, unflushed usage events — are read when scraped instead of
-counted, and so is ``svc_build_info`` (what runs: the same in every worker, so no worker
-writes it to the shared files). Gauges across workers: ``svc_open_streams`` is summed over
-the live workers (``livesum``: a dead worker's streams are dropped at the next scrape); the
-others are made at scrape time by whichever worker answers.
-"""
+"""``Metrics``: every metric svc records, and ``METRICS``, this process's, which every module
+records through."""
 
 from __future__ import annotations
 
-import functools
-import glob
-import os
-import platform
-import re
-from collections.abc import Awaitable, Callable, Iterable
-from importlib import metadata
-from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import Iterable
+from typing import Any, TypeVar
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-    multiprocess,
-    values,
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from app.core.metrics import workers
+from app.core.metrics.labels import (
+    BACKGROUND_TASKS,
+    ENVIRONMENTS,
+    FIRST_TOKEN,
+    PURCHASE_EVENTS,
+    PURCHASE_RESULTS,
+    PURCHASE_STORES,
+    REPLICA_WAIT_RESULTS,
+    SETTLEMENT_OUTCOMES,
+    SPOTLIGHT_NETWORKS,
+    SPOTLIGHT_RESULTS,
+    WEBHOOK_STATES,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from app.core.metrics.series import BilledTokens, ModelMetrics, StreamMetrics
 
 M = TypeVar("M", Counter, Histogram)
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # Seconds. Time to first byte is dominated by the upstream; the low buckets resolve svc's
 # own share (about a millisecond), the high ones a slow model's first token.
 TTFB_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
-
-# The label values known in advance. Their series are made when the metrics are (at 0), so
-# a scrape shows every one before it first happens: ``rate()`` and alerts see a 0, not a
-# missing series.
-ENVIRONMENTS = ("live", "test")
-SETTLEMENT_OUTCOMES = (
-    "completed",
-    "client_disconnect",
-    "upstream_error",
-    "released",
-    "shutdown",
-    "swept",
-)
-BACKGROUND_TASKS = ("sweeper", "flusher", "webhooks", "ledger_repair")
-WEBHOOK_STATES = ("delivered", "pending", "failed")
-REPLICA_WAIT_RESULTS = ("acked", "short")
-SPOTLIGHT_NETWORKS = ("admob", "applovin", "levelplay", "signed")
-PURCHASE_STORES = ("stripe", "apple", "google")
-PURCHASE_EVENTS = (  # app.purchases.events.EventKind, and a refused signature's
-    "paid",
-    "pending",
-    "failed",
-    "refunded",
-    "dispute_opened",
-    "dispute_won",
-    "dispute_lost",
-    "ignored",
-    "refund_reversed",
-    "consumption_request",
-    "invalid",
-)
-PURCHASE_RESULTS = (  # app.purchases.purchases.Result, and the two refusals
-    "applied",
-    "duplicate",
-    "kept",
-    "ignored",
-    "unmatched",
-    "invalid_signature",
-    "unavailable",
-)
-SPOTLIGHT_RESULTS = (
-    "rewarded",
-    "duplicate",
-    "daily_limit",
-    "account_disabled",
-    "intent_used",
-    "invalid_intent",
-    "invalid_signature",
-    "unavailable",
-)
-# svc_upstream_errors_total's phases: before the attempt's first token, or after it
-FIRST_TOKEN = "first_token"
-MID_STREAM = "stream"
-
-
-def multiprocess_enabled() -> bool:
-    """Whether this process writes its metrics to the shared directory."""
-    return bool(getattr(values.ValueClass, "_multiprocess", False))
-
-
-class StreamMetrics:
-    """The series one streamed answer of one alias on one route records, bound once per
-    (route, alias) by ``Metrics.stream``: a request looks them up once, not per series."""
-
-    __slots__ = ("answered", "duration", "ttfb")
-
-    def __init__(self, metrics: Metrics, route: str, model: str) -> None:
-        self.answered = metrics.requests.labels(route, "200", model)
-        self.duration = metrics.duration.labels(route, model)
-        self.ttfb = metrics.ttfb.labels(route, model)
-
-    def done(self, duration_s: float) -> None:
-        """The stream ended (its 200 is counted with its duration)."""
-        self.answered.inc()
-        self.duration.observe(duration_s)
-
-
-class CreditSeries(NamedTuple):
-    """``svc_credits_total``'s three movements for one alias and environment."""
-
-    reserved: Counter
-    settled: Counter
-    refunded: Counter
-
-
-class ModelMetrics:
-    """An alias's credits (per environment) and tokens, bound once per alias by
-    ``Metrics.model``; its series exist, at 0, from the alias's first request on."""
-
-    __slots__ = ("_counter", "_credits", "_model", "cached", "input", "output", "reasoning")
-
-    def __init__(self, metrics: Metrics, model: str) -> None:
-        self.input = metrics.tokens.labels(model, "input")
-        self.output = metrics.tokens.labels(model, "output")
-        self.cached = metrics.token_details.labels(model, "cached_tokens")
-        self.reasoning = metrics.token_details.labels(model, "reasoning_tokens")
-        self._counter = metrics.credits
-        self._model = model
-        self._credits = {environment: self._series(environment) for environment in ENVIRONMENTS}
-
-    def credits(self, environment: str) -> CreditSeries:
-        series = self._credits.get(environment)
-        if series is None:
-            series = self._credits[environment] = self._series(environment)
-        return series
-
-    def _series(self, environment: str) -> CreditSeries:
-        credits, model = self._counter, self._model
-        return CreditSeries(
-            reserved=credits.labels("reserved", environment, model),
-            settled=credits.labels("settled", environment, model),
-            refunded=credits.labels("refunded", environment, model),
-        )
-
-    def billed(self, tokens: BilledTokens) -> None:
-        """One completion's tokens (a 0 writes nothing)."""
-        if tokens.input:
-            self.input.inc(tokens.input)
-        if tokens.output:
-            self.output.inc(tokens.output)
-        if tokens.cached:
-            self.cached.inc(tokens.cached)
-        if tokens.reasoning:
-            self.reasoning.inc(tokens.reasoning)
-
-
-class BilledTokens(NamedTuple):
-    """The tokens a settled completion was billed for, and the parts of them its upstream
-    reported as cached (of the input) and as reasoning (of the output)."""
-
-    input: int
-    output: int
-    cached: int = 0
-    reasoning: int = 0
 
 
 class Metrics:
@@ -196,7 +42,7 @@ class Metrics:
     def build(self) -> None:
         """(Re)create every metric on the storage prometheus-client uses now."""
         # In multiprocess mode the live values are in the files, not in a registry.
-        reg = None if multiprocess_enabled() else CollectorRegistry()
+        reg = None if workers.multiprocess_enabled() else CollectorRegistry()
         self.registry = reg
         self.requests = Counter(
             "svc_requests",
@@ -456,145 +302,11 @@ class Metrics:
         self.labelled(self.upstream_costs, model, provider, currency).inc(micros)
 
 
-class RedisReadings(NamedTuple):
-    """What a scrape reads from Redis (``app.http.metrics.redis_gauges``)."""
-
-    open_reservations: int  # not yet settled, over every shard
-    reservations_past_deadline: int  # of those, the ones the sweeper should have refunded
-    pending_events: int  # usage events in the streams, not yet flushed to the store
-    oldest_event_age_s: float  # the oldest of them (0 when none)
-
-
-class RedisGauges(Collector):
-    """Gauges read from Redis at scrape time: open reservations, those past their deadline,
-    and unflushed usage events. ``None`` when Redis does not answer: the gauges are then
-    left out of that scrape."""
-
-    def __init__(self, readings: RedisReadings | None) -> None:
-        self.readings = readings
-
-    def collect(self) -> Iterable[Metric]:
-        read = self.readings
-        if read is None:
-            return
-        yield GaugeMetricFamily(
-            "svc_open_reservations",
-            "Reservations not yet settled, over every shard.",
-            read.open_reservations,
-        )
-        yield GaugeMetricFamily(
-            "svc_reservations_past_deadline",
-            "Open reservations whose deadline has passed (the sweeper's to refund), over every "
-            "shard.",
-            read.reservations_past_deadline,
-        )
-        yield GaugeMetricFamily(
-            "svc_usage_stream_pending_events",
-            "Usage events in the Redis streams not yet flushed to the durable store.",
-            read.pending_events,
-        )
-        yield GaugeMetricFamily(
-            "svc_usage_stream_lag_seconds",
-            "Age of the oldest unflushed usage event (0 when none).",
-            read.oldest_event_age_s,
-        )
-
-
-def installed_version(distribution: str = "svc") -> str:
-    """The version of an installed distribution (``svc --version``, ``svc_build_info``);
-    ``unknown`` when it is not installed (the source tree run as it is)."""
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
-@functools.cache
-def build_labels() -> tuple[tuple[str, str], ...]:
-    """``svc_build_info``'s labels: svc's, Python's and granian's versions (read from the
-    installed packages' metadata: granian is not imported)."""
-    return (
-        ("version", installed_version()),
-        ("python", platform.python_version()),
-        ("granian", installed_version("granian")),
-    )
-
-
-class BuildInfo(Collector):
-    """``svc_build_info``: always 1, its labels say what runs (one series per build)."""
-
-    def collect(self) -> Iterable[Metric]:
-        labels = build_labels()
-        family = GaugeMetricFamily(
-            "svc_build_info",
-            "What runs: svc's, Python's and granian's versions (always 1).",
-            labels=[name for name, _ in labels],
-        )
-        family.add_metric([value for _, value in labels], 1)
-        yield family
-
-
-_PID_FILE = re.compile(r"gauge_live\w+?_(\d+)\.db$")
-
-
-def _forget_dead_workers(path: str) -> None:
-    """Drop the live gauges of workers that are gone (a crashed worker's open streams)."""
-    for name in glob.glob(os.path.join(path, "gauge_live*_*.db")):
-        match = _PID_FILE.search(name)
-        if match is None:
-            continue
-        pid = int(match.group(1))
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            multiprocess.mark_process_dead(pid, path)  # type: ignore[no-untyped-call]
-        except PermissionError:
-            pass  # alive, owned by someone else
-
-
-async def exposition(
-    metrics: Metrics, read_redis: Callable[[], Awaitable[RedisReadings | None]]
-) -> bytes:
-    """The text every worker's metrics add up to, plus the build and the Redis gauges."""
-    registry = CollectorRegistry()
-    if metrics.registry is None:
-        path = os.environ[MULTIPROC_ENV]
-        _forget_dead_workers(path)
-        multiprocess.MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
-        body = generate_latest(registry)
-    else:
-        body = generate_latest(metrics.registry)
-    gauges = CollectorRegistry()
-    gauges.register(BuildInfo())
-    gauges.register(RedisGauges(await read_redis()))
-    return body + generate_latest(gauges)
-
-
 METRICS = Metrics()
 """This process's metrics; every module records through this one object."""
 
 
 def share_across_workers(path: str) -> None:
     """Keep this process's metrics in ``path``, summed with every other process's there."""
-    Path(path).mkdir(parents=True, exist_ok=True)
-    os.environ[MULTIPROC_ENV] = path
-    values.ValueClass = values.MultiProcessValue(process_identifier=_process_id)  # type: ignore[no-untyped-call]
+    workers.write_to(path)
     METRICS.build()
-
-
-class _ProcessId:
-    """This process's id, asked of the kernel once per process instead of on every metric
-    update (prometheus-client checks it each time, to notice a fork): a fork updates it."""
-
-    value = os.getpid()
-
-    @classmethod
-    def refresh(cls) -> None:
-        cls.value = os.getpid()
-
-
-os.register_at_fork(after_in_child=_ProcessId.refresh)
-
-
-def _process_id() -> int:
-    return _ProcessId.value
