@@ -3,10 +3,10 @@ of the HTTP server.
 
 ``app.completion.service.CompletionService.open`` reserves credits and makes a ``Completion``,
 which connects to an upstream (``connect``); the HTTP layer then sends the response head
-and calls ``Completion.relay``: the relay loop (``app.completion.relay``), then settlement
-(``app.completion.settlement``: in a task of its own that cancellation cannot interrupt, so a
-dropped client or a cancelled handler can never leave a reservation open), then the
-stream's ending with settlement's numbers in it.
+and calls ``Completion.relay``: the relay loop (its ``app.completion.relay.Relay``), then
+settlement (its ``app.completion.settlement.HoldSettlement``: in a task of its own that
+cancellation cannot interrupt, so a dropped client or a cancelled handler can never leave a
+reservation open), then the stream's ending with settlement's numbers in it.
 """
 
 from __future__ import annotations
@@ -31,12 +31,21 @@ from app.completion.record import StreamRecord
 from app.completion.relay import ClientLeft, Relay, SendBytes
 from app.completion.request import CompletionRequest
 from app.completion.router import UpstreamRouter
-from app.completion.settlement import SettlementTerms, Settling, report_abandoned_settlement
+from app.completion.settlement import (
+    NOTHING_RELAYED,
+    Heartbeat,
+    HoldSettlement,
+    Relayed,
+    ServedBy,
+    SettlementTerms,
+    in_background,
+    report_abandoned_settlement,
+    usage_source,
+)
 from app.core.errors import ApiError, ErrorKind, LedgerUnreachable, StreamCut, UpstreamError
-from app.core.interrupts import Interruptible
 from app.core.metrics import FIRST_TOKEN, METRICS, MID_STREAM
 from app.credits.idempotency import AnswerSeal, RecordedResponse
-from app.credits.outcomes import Hold, Identity
+from app.credits.outcomes import Hold, Identity, Settlement
 from app.kv.client import REDIS_ERRORS
 from app.upstream.base import Piece, UpstreamCall
 
@@ -54,8 +63,9 @@ class CompletionTerms(SettlementTerms, Protocol):
     recorded_bytes: int
 
 
-class Completion(Relay, Settling):
-    """A reserved request with a connected upstream, ready to relay."""
+class Completion:
+    """A reserved request with a connected upstream, ready to relay: it holds its settlement
+    (``HoldSettlement``, made with it) and, once its stream starts, its relay (``Relay``)."""
 
     service: CompletionTerms
 
@@ -74,35 +84,20 @@ class Completion(Relay, Settling):
         sealed with."""
         self.service = service
         self.started = started
-        self.first_output_at = started  # when the upstream's first piece came (connect)
-        self._response_id = ""  # the output's, once it relays
         self.ident = ident
         self.params = params
         self.hold = hold
         self.created = int(service.clock())
-        # the bases' state (declared, with what each holds, in Relay and Settling)
-        self.tokens_received = 0
-        self.usage = None
-        self._pieces = None
-        self._first = []
-        self._upstream_wait = Interruptible()
-        self._pending = None
-        self._choice_ended = False
-        self._tool_calls = False
-        self._cut_short = False
-        self._finish_reason = None
-        self._stop_sequence = None
-        self._unsent = b""
-        self._settling = None
-        self._provider_name = ""  # the upstream's, once connected (for its metrics and logs)
-        self._upstream_model = ""  # its model, and what its provider charges (connect)
-        self._cost = None
-        self.failovers = 0  # the candidates that failed before the one that served (connect)
-        self._stop = None
-        self._left_at = 0.0
-        self._left_timer = None
-        self._texts = []
-        self._estimated = None
+        self.settlement = HoldSettlement(
+            service, ident, params, hold, started=started, created=self.created
+        )
+        # the upstream that serves, its stream and that stream's first read (connect)
+        self.served_by: ServedBy | None = None
+        self._pieces: AsyncIterator[list[Piece]] | None = None
+        self._first: list[Piece] = []
+        self._relay: Relay | None = None  # the stream's relay, once it runs
+        self._response_id = ""  # the output's, once it relays
+        self._settling: asyncio.Task[Settlement] | None = None  # once begun (begin_settle)
         # an Idempotency-Key's request: its stream is kept for replays, and runs to its end
         # whether or not the client stays
         self.record = None
@@ -117,6 +112,21 @@ class Completion(Relay, Settling):
         with an Idempotency-Key runs to its end (its record keeps the whole stream for the
         retry); the others stop there."""
         return self.record is None
+
+    @property
+    def failovers(self) -> int:
+        """The upstreams failed over from before the one that served."""
+        return 0 if self.served_by is None else self.served_by.failovers
+
+    @property
+    def first_output_at(self) -> float:
+        """When the upstream's first piece came (``time.monotonic()``; unconnected: the start)."""
+        return self.started if self.served_by is None else self.served_by.first_output_at
+
+    @property
+    def relayed(self) -> Relayed:
+        """What the relay counted (before it ran: nothing)."""
+        return NOTHING_RELAYED if self._relay is None else self._relay
 
     def _call(self, provider_name: str, model: str) -> UpstreamCall:
         """What an attempt sends to ``provider_name`` (its ``model``)."""
@@ -143,13 +153,13 @@ class Completion(Relay, Settling):
                     raise ApiError(ErrorKind.INVALID_VALUE, exc.reason) from exc
                 continue
             METRICS.attempt_served(provider_name)
-            self.failovers = n  # each candidate before this one failed and was passed over
-            self._provider_name = provider_name
-            self._upstream_model = model
-            self._cost = cost
+            # each candidate before this one failed and was passed over; the first piece
+            # is written out as it comes: its time is the TTFB
+            self.served_by = ServedBy(
+                provider_name, model, cost, failovers=n, first_output_at=time.monotonic()
+            )
             self._pieces = pieces
             self._first = first
-            self.first_output_at = time.monotonic()  # written out as it comes: the TTFB
             return
         raise ApiError(
             ErrorKind.UPSTREAM_UNAVAILABLE,
@@ -173,6 +183,18 @@ class Completion(Relay, Settling):
         """This completion's stream as its API writes it (``relay``'s default output)."""
         return self.params.output(self.params, self.created)
 
+    def cut(self) -> None:
+        """End the stream at the next chunk boundary (``Relay.cut``; graceful shutdown)."""
+        if self._relay is not None:
+            self._relay.cut()
+
+    def client_left(self) -> None:
+        """The client went away (``Relay.client_left``). Only a relay that runs is told:
+        the HTTP layer starts watching for this after the relay started, and the relay is
+        made before the relay task's first suspension."""
+        if self._relay is not None:
+            self._relay.client_left()
+
     async def relay(self, send: SendBytes, output: StreamOutput | None = None) -> None:
         """Stream the output (as ``output`` writes it: the request's API's unless told
         otherwise), settle, then send the stream's ending.
@@ -184,8 +206,18 @@ class Completion(Relay, Settling):
         the upstream is closed: closing may suspend (httpx's ``aclose``), and a cancellation
         landing there must not be able to skip it.
         """
-        self._output = output if output is not None else self.stream_output()
-        self._response_id = self._output.id
+        served_by = self.served_by
+        assert self._pieces is not None, "relayed once connected"
+        assert served_by is not None
+        output = output if output is not None else self.stream_output()
+        self._response_id = output.id
+        relay = self._relay = Relay(
+            self._pieces,
+            self._first,
+            output,
+            out_tokens=self.hold.out_tokens,
+            heartbeat=Heartbeat(self.service, self.hold),
+        )
         outcome: Outcome = "completed"
         last = ending = b""
         if self.record is not None:
@@ -194,12 +226,12 @@ class Completion(Relay, Settling):
         left = False
         STREAMS.add(self)
         try:
-            last = await self._relay_content(send)
+            last = await relay.run(send)
         except LedgerUnreachable as exc:
             lost = exc
         except UpstreamError as exc:
             outcome = "upstream_error"
-            self._upstream_failed(self._provider_name, MID_STREAM, exc)
+            self._upstream_failed(served_by.provider, MID_STREAM, exc)
         except StreamCut:
             outcome = "shutdown"
         except ClientLeft:
@@ -213,8 +245,8 @@ class Completion(Relay, Settling):
             STREAMS.discard(self)
             try:
                 if self._settling is None and lost is None:  # the stream is written whole
-                    ending = self._marked_ending(outcome)
-                    self._response = self._recorded(self._unsent + last, ending)
+                    ending = self._marked_ending(relay, output, outcome)
+                    self._response = self._recorded(relay.unsent + last, ending)
             finally:  # whatever writing the ending did, settlement starts
                 if lost is None:
                     settling = self.begin_settle(outcome)
@@ -224,30 +256,30 @@ class Completion(Relay, Settling):
         if lost is not None:
             # the hold could not be kept alive: no settlement is tried, the sweeper
             # refunds it whole once Redis answers again
-            await self._end_unsettled(send, b"", lost)
+            await self._end_unsettled(send, relay.unsent + output.unsettled(), lost)
             return
         try:
             settled = await asyncio.shield(settling)
         except REDIS_ERRORS as exc:
-            await self._end_unsettled(send, last, exc)
+            await self._end_unsettled(send, relay.unsent + last + output.unsettled(), exc)
             return
         ending = settled_ending(ending, settled.credits_used, settled.balance)
-        await send(self._unsent + last + ending, False)
+        await send(relay.unsent + last + ending, False)
 
-    async def _end_unsettled(self, send: SendBytes, last: bytes, exc: BaseException) -> None:
+    async def _end_unsettled(self, send: SendBytes, rest: bytes, exc: BaseException) -> None:
         """End a stream Redis failed under (its heartbeat or its settlement) with an error the
         client's SDK raises, instead of a broken connection. Charged at most once: a
         settlement that did run kept its charge; otherwise the hold passes its deadline and
-        the sweeper refunds it."""
+        the sweeper refunds it. ``rest``: what is left to write, the output's failure last."""
         cause = exc.__cause__ if isinstance(exc, LedgerUnreachable) else exc
         log.warning(
             "stream ended unsettled on a Redis failure (%s); the sweeper refunds a "
             "reservation left open",
             type(cause).__name__,
         )
-        await send(self._unsent + last + self._output.unsettled(), False)
+        await send(rest, False)
 
-    def _marked_ending(self, outcome: Outcome) -> bytes:
+    def _marked_ending(self, relay: Relay, output: StreamOutput, outcome: Outcome) -> bytes:
         """The stream's last write, with marks for settlement's numbers (``settled_ending``)."""
         prompt, completion = self.billed_tokens()
         end = StreamEnd(
@@ -256,13 +288,12 @@ class Completion(Relay, Settling):
             balance=BALANCE_MARK,
             prompt_tokens=prompt,
             completion_tokens=completion,
-            reported=self.usage,
-            capped=self._cut_short
-            or (self.tokens_received >= self.hold.out_tokens and not self._choice_ended),
-            finish_reason=self._finish_reason,
-            stop_sequence=_sent_stop(self._stop_sequence, self.params.request.stop),
+            reported=relay.usage,
+            capped=relay.capped,
+            finish_reason=relay.finish_reason,
+            stop_sequence=_sent_stop(relay.stop_sequence, self.params.request.stop),
         )
-        return self._output.ending(end)
+        return output.ending(end)
 
     def _recorded(self, rest: bytes, ending: bytes) -> RecordedResponse | None:
         """What the Idempotency-Key's record keeps of this stream (None: no key)."""
@@ -272,6 +303,35 @@ class Completion(Relay, Settling):
         """Close the upstream's stream (a read it was cancelled in has already ended it)."""
         if self._pieces is not None:
             await _close(self._pieces)
+
+    def billed_tokens(self) -> tuple[int, int]:
+        """Prompt and completion tokens to bill (``HoldSettlement.billed_tokens``)."""
+        return self.settlement.billed_tokens(self.relayed)
+
+    @property
+    def usage_source(self) -> str:
+        """Whose counts were billed: the upstream's, or svc's estimate."""
+        return usage_source(self.relayed.usage)
+
+    def begin_settle(self, outcome: str) -> asyncio.Task[Settlement]:
+        """Start closing the reservation for what was generated, in a task no cancellation
+        reaches; the first call decides, later ones return the same task."""
+        if self._settling is None:
+            self._settling = in_background(self._settle(outcome))
+        return self._settling
+
+    async def settle(self, *, outcome: str) -> Settlement:
+        """Close the reservation and wait for it (idempotent per completion)."""
+        return await asyncio.shield(self.begin_settle(outcome))
+
+    async def _settle(self, outcome: str) -> Settlement:
+        return await self.settlement.settle(
+            outcome,
+            self.relayed,
+            self.served_by,
+            response_id=self._response_id,
+            response=self._response,
+        )
 
 
 def _sent_stop(matched: str | None, stop: object) -> str | None:

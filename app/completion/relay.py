@@ -3,9 +3,8 @@ choice's end goes, the heartbeat, and the stops that end a stream at a chunk bou
 cut at shutdown, a client that left), after which the upstream's usage report is still read
 for at most ``USAGE_WAIT_S``.
 
-``Relay`` is a base of ``app.completion.completion.Completion`` rather than an object it holds:
-the per-chunk code reads and writes the completion's own attributes, with no object in
-between to look up on every chunk.
+``app.completion.completion.Completion`` holds one ``Relay`` per stream; the per-chunk code
+reads and writes the relay's own slots, with no object in between to look up on every chunk.
 """
 
 from __future__ import annotations
@@ -19,10 +18,9 @@ import msgspec
 from msgspec import UNSET
 
 from app.completion.output import StreamOutput
-from app.completion.settlement import Heartbeat, SettlementTerms
+from app.completion.settlement import Heartbeat
 from app.core.errors import LedgerUnreachable, StreamCut, UpstreamError
 from app.core.interrupts import Interruptible
-from app.credits.outcomes import Hold
 from app.upstream.base import ChoiceEnd, Piece, StartUsage, Usage
 from app.upstream.wire import Delta
 
@@ -40,38 +38,79 @@ class ClientLeft(Exception):
 
 
 class Relay:
-    """The relaying half of a ``Completion``: what was relayed (the tokens against the cap,
-    their text for an estimate, the upstream's usage report) and how the relay stops.
+    """The relay of one connected upstream's stream (``Completion.relay`` makes it, once the
+    stream's output is chosen): what was relayed (the tokens against the cap, their text for
+    an estimate, the upstream's usage report, how the choice ended) and how the relay stops.
 
-    Its state is declared here and given its first values by ``Completion.__init__``, in
-    the one constructor a request runs (no base constructor is called per request)."""
+    The per-chunk loop reads and writes this object's own slots only: what it needs of the
+    completion (its output cap, its heartbeat) is given here, once."""
 
-    service: SettlementTerms  # the completion's (the heartbeat extends its hold)
-    hold: Hold
-    tokens_received: int  # output pieces relayed, against the hold's output cap
-    usage: Usage | None  # the upstream's usage report, once read (or its StartUsage)
-    # the upstream's stream and its first read, once connected (Completion.connect)
-    _pieces: AsyncIterator[list[Piece]] | None
-    _first: list[Piece]
-    _upstream_wait: Interruptible  # ``cut`` interrupts a read in progress
-    _pending: str | Delta | None  # output held for the closing chunk
-    _choice_ended: bool  # the upstream's finish or usage arrived
-    _tool_calls: bool  # the upstream called tools: the stream ends "tool_calls"
-    _cut_short: bool  # output was cut at the cap (by svc, or by the upstream)
-    # how the upstream said the choice ended, when it said more than "stop": its
-    # finish_reason (a Delta's), and the stop sequence it named (a ChoiceEnd's)
-    _finish_reason: str | None
-    _stop_sequence: str | None
-    _unsent: bytes  # the output's opening, until it goes out with the first write
-    # why the stream ends at the next chunk boundary: the shutdown's grace period ran out
-    # (StreamCut), or the client left (ClientLeft); the first reason stays
-    _stop: type[StreamCut | ClientLeft] | None
-    _left_at: float  # when the client left (the event loop's clock; 0: it has not)
-    _left_timer: asyncio.TimerHandle | None  # interrupts a read that outlives USAGE_WAIT_S
-    _texts: list[str]  # the output relayed (its estimate bills a stream unreported)
-    _output: StreamOutput  # what the stream is written as: set by Completion.relay
+    __slots__ = (
+        "_cap",
+        "_first",
+        "_heartbeat",
+        "_left_at",
+        "_left_timer",
+        "_output",
+        "_pending",
+        "_pieces",
+        "_stop",
+        "_upstream_wait",
+        "choice_ended",
+        "cut_short",
+        "finish_reason",
+        "stop_sequence",
+        "texts",
+        "tokens_received",
+        "tool_calls",
+        "unsent",
+        "usage",
+    )
 
-    async def _relay_content(self, send: SendBytes) -> bytes:
+    def __init__(
+        self,
+        pieces: AsyncIterator[list[Piece]],
+        first: list[Piece],
+        output: StreamOutput,
+        *,
+        out_tokens: int,
+        heartbeat: Heartbeat,
+    ) -> None:
+        """``pieces``: the upstream's stream, after its ``first`` read (``Completion.connect``);
+        ``output``: what the stream is written as; ``out_tokens``: the hold's output cap."""
+        self._pieces = pieces
+        self._first = first
+        self._output = output
+        self._cap = out_tokens
+        self._heartbeat = heartbeat
+        self.tokens_received = 0  # output pieces relayed, against the cap
+        # the upstream's usage report, once read (or the StartUsage it began with)
+        self.usage: Usage | None = None
+        self.texts: list[str] = []  # the output relayed (its estimate bills a stream unreported)
+        self._upstream_wait = Interruptible()  # ``cut`` interrupts a read in progress
+        self._pending: str | Delta | None = None  # output held for the closing chunk
+        self.choice_ended = False  # the upstream's finish or usage arrived
+        self.tool_calls = False  # the upstream called tools: the stream ends "tool_calls"
+        self.cut_short = False  # output was cut at the cap (by svc, or by the upstream)
+        # how the upstream said the choice ended, when it said more than "stop": its
+        # finish_reason (a Delta's), and the stop sequence it named (a ChoiceEnd's)
+        self.finish_reason: str | None = None
+        self.stop_sequence: str | None = None
+        self.unsent = b""  # the output's opening (``run``), until it goes out with the first write
+        # why the stream ends at the next chunk boundary: the shutdown's grace period ran out
+        # (StreamCut), or the client left (ClientLeft); the first reason stays
+        self._stop: type[StreamCut | ClientLeft] | None = None
+        self._left_at = 0.0  # when the client left (the event loop's clock; 0: it has not)
+        # interrupts a read that outlives USAGE_WAIT_S after the client left
+        self._left_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def capped(self) -> bool:
+        """Whether the output was cut at the cap (by svc, or by the upstream), or reached it
+        before the choice's end."""
+        return self.cut_short or (self.tokens_received >= self._cap and not self.choice_ended)
+
+    async def run(self, send: SendBytes) -> bytes:
         """Send the output as it arrives (``_relay_reads``) and return the closing bytes
         (they go out with the ending, after settlement); end it as it was stopped.
 
@@ -81,10 +120,9 @@ class Relay:
         streams.
         """
         pieces = self._pieces
-        assert pieces is not None
         first = self._first  # a StartUsage comes first in the first read, if at all
         started = first[0] if first and type(first[0]) is StartUsage else None
-        self._unsent = self._output.opening(started)
+        self.unsent = self._output.opening(started)
         try:
             await self._relay_reads(send, pieces)
         except asyncio.CancelledError:
@@ -106,7 +144,7 @@ class Relay:
         finally:
             if self._left_timer is not None:
                 self._left_timer.cancel()
-        return self._output.closing(self._pending, tool_calls=self._tool_calls)
+        return self._output.closing(self._pending, tool_calls=self.tool_calls)
 
     async def _relay_reads(self, send: SendBytes, pieces: AsyncIterator[list[Piece]]) -> None:
         """One write per upstream read, until the upstream's end, the output cap, or a stop
@@ -115,19 +153,19 @@ class Relay:
         Nothing waits on a timer and no task is made per read: the relay awaits its
         upstream directly.
         """
-        heartbeat = Heartbeat(self)
+        heartbeat, cap, upstream_wait = self._heartbeat, self._cap, self._upstream_wait
         batch = self._first
         while True:
             out = self._take(batch)
-            if self._unsent:
-                out, self._unsent = self._unsent + out, b""
+            if self.unsent:
+                out, self.unsent = self.unsent + out, b""
             if out:
                 try:
                     await send(out, True)
                 except Exception as exc:  # the client went away
                     self._leave()
                     raise ClientLeft from exc
-            if self.tokens_received >= self.hold.out_tokens:
+            if self.tokens_received >= cap:
                 # generation stops at the reserved output tokens; the usage report that
                 # follows them is still read, to bill the upstream's counts
                 await self._read_usage(pieces, self._loop_time() + USAGE_WAIT_S)
@@ -136,13 +174,13 @@ class Relay:
                 await heartbeat.beat()
             if self._stop is not None:
                 raise self._stop
-            self._upstream_wait.enter()
+            upstream_wait.enter()
             try:
                 batch = await pieces.__anext__()
             except StopAsyncIteration:
                 return
             finally:
-                self._upstream_wait.leave()
+                upstream_wait.leave()
 
     def cut(self) -> None:
         """End the stream at the next chunk boundary (graceful shutdown, app.completion.lifecycle):
@@ -180,7 +218,7 @@ class Relay:
 
     async def _send_pending(self, send: SendBytes) -> None:
         if self._pending is not None:
-            out, self._unsent = self._unsent + self._flush_pending(), b""
+            out, self.unsent = self.unsent + self._flush_pending(), b""
             await send(out, True)
 
     def _take(self, batch: list[Piece]) -> bytes:
@@ -190,23 +228,23 @@ class Relay:
         if len(batch) == 1 and self._pending is None:
             piece = batch[0]
             if type(piece) is str:  # one token in one read: the common case, first
-                if not piece or self.tokens_received >= self.hold.out_tokens:
+                if not piece or self.tokens_received >= self._cap:
                     return b""
                 self.tokens_received += 1
-                self._texts.append(piece)
+                self.texts.append(piece)
                 return self._output.piece(piece)
         out: list[bytes] = []
         for piece in batch:
             if isinstance(piece, str):
-                if piece and self.tokens_received < self.hold.out_tokens:
+                if piece and self.tokens_received < self._cap:
                     self._keep_pending(piece, out)
                 elif piece:
-                    self._cut_short = True
+                    self.cut_short = True
             elif isinstance(piece, Delta):
                 self._take_delta(piece, out)
             else:
                 self._take_report(piece)
-        if self._pending is not None and not self._choice_ended:
+        if self._pending is not None and not self.choice_ended:
             out.append(self._flush_pending())
         return b"".join(out)
 
@@ -216,25 +254,25 @@ class Relay:
         if type(piece) is StartUsage:
             self.usage = piece
             return
-        self._choice_ended = True
+        self.choice_ended = True
         if isinstance(piece, Usage):
             self.usage = piece
         elif piece.stop_sequence is not None:
-            self._stop_sequence = piece.stop_sequence
+            self.stop_sequence = piece.stop_sequence
 
     def _take_delta(self, delta: Delta, out: list[bytes]) -> None:
         finish = delta.finish_reason
         if delta.tool_calls is not UNSET or finish == "tool_calls":
-            self._tool_calls = True
+            self.tool_calls = True
         if finish is not UNSET:
-            self._finish_reason = finish
+            self.finish_reason = finish
             if finish == "length":
-                self._cut_short = True  # the upstream stopped at the output cap it was sent
+                self.cut_short = True  # the upstream stopped at the output cap it was sent
         relayed = delta.carries_output() or delta.logprobs is not UNSET
-        if relayed and self.tokens_received < self.hold.out_tokens:
+        if relayed and self.tokens_received < self._cap:
             self._keep_pending(msgspec.structs.replace(delta, finish_reason=UNSET), out)
         elif relayed:
-            self._cut_short = True
+            self.cut_short = True
 
     def _keep_pending(self, piece: str | Delta, out: list[bytes]) -> None:
         """``piece`` becomes the pending one; the one it replaces is written out."""
@@ -242,7 +280,7 @@ class Relay:
             out.append(self._flush_pending())
         self._pending = piece
         self.tokens_received += 1
-        self._texts.append(piece if isinstance(piece, str) else _delta_text(piece))
+        self.texts.append(piece if isinstance(piece, str) else _delta_text(piece))
 
     def _flush_pending(self) -> bytes:
         pending = self._pending
@@ -256,11 +294,11 @@ class Relay:
         choice's end is dropped and reading goes on; other output means the upstream is
         still generating (for a client that left): the report is not near, reading stops."""
         usage = self.usage
-        if (usage is not None and type(usage) is not StartUsage) or self._pieces is None:
+        if usage is not None and type(usage) is not StartUsage:
             return
         # what comes after the relay stopped does not change how the stream ended (a choice
         # end read here past the cap must not turn a cut answer into a complete one)
-        ended = self._choice_ended
+        ended = self.choice_ended
         with contextlib.suppress(TimeoutError, UpstreamError):
             async with asyncio.timeout_at(deadline):
                 async for batch in pieces:
@@ -272,7 +310,7 @@ class Relay:
                             return
                         elif isinstance(piece, ChoiceEnd):
                             ended = True
-                        elif ended or self.tokens_received >= self.hold.out_tokens:
+                        elif ended or self.tokens_received >= self._cap:
                             continue
                         elif isinstance(piece, str) or piece.carries_output():
                             return

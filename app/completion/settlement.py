@@ -1,5 +1,5 @@
 """A completion's hold on credits: kept alive while its stream lives (``Heartbeat``), closed
-for what was generated (``Settling``) in a task no cancellation reaches, and the registry of
+for what was generated (``HoldSettlement``) in a task no cancellation reaches, and the registry of
 those tasks that graceful shutdown waits for (``drain_background``).
 
 A heartbeat Redis does not answer ends the stream (``LedgerUnreachable``); a settlement
@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol, TypeVar
 
 from app.completion.costs import UpstreamCost, cost_micros
@@ -83,58 +83,100 @@ def report_abandoned_settlement(task: asyncio.Task[Settlement]) -> None:
         log.error("settlement failed", exc_info=exc)
 
 
-class Held(Protocol):
-    """What a heartbeat reads of its completion (``app.completion.relay.Relay``)."""
-
-    service: SettlementTerms
-    hold: Hold
-
-
 class Heartbeat:
     """Extends the reservation's deadline while the stream lives: at most once a third of it."""
 
-    def __init__(self, completion: Held) -> None:
-        self.completion = completion
-        self.every = completion.service.deadline_s / HEARTBEATS_PER_DEADLINE
+    __slots__ = ("every", "hold", "next", "service")
+
+    def __init__(self, service: SettlementTerms, hold: Hold) -> None:
+        self.service = service
+        self.hold = hold
+        self.every = service.deadline_s / HEARTBEATS_PER_DEADLINE
         self.next = time.monotonic() + self.every
 
     async def beat(self) -> None:
         self.next = time.monotonic() + self.every
-        service = self.completion.service
+        service = self.service
         try:
-            await service.money.extend(self.completion.hold, service.clock() + service.deadline_s)
+            await service.money.extend(self.hold, service.clock() + service.deadline_s)
         except REDIS_ERRORS as exc:
             raise LedgerUnreachable from exc
 
 
-class Settling:
-    """The settlement of a ``Completion`` (one of its bases, beside ``Relay``): what it
-    bills, and the shielded task that closes its hold.
+class ServedBy:
+    """The upstream that served a completion (``Completion.connect``): its provider, model and
+    prices, the candidates failed over from before it, and when its first piece came."""
 
-    The attributes declared here are the completion's: its request and hold (set when it
-    opens), what the relay counted (``Relay``), and settlement's own two, given their first
-    values by ``Completion.__init__`` (no base constructor is called per request)."""
+    __slots__ = ("cost", "failovers", "first_output_at", "model", "provider")
 
-    service: SettlementTerms
-    ident: Identity
-    params: CompletionRequest
-    hold: Hold
-    created: int
-    started: float
-    first_output_at: float
-    failovers: int  # the upstreams failed over from before the one that served
-    _provider_name: str  # the upstream that served, once connected ("": none yet)
-    _upstream_model: str
-    _cost: UpstreamCost | None  # what its provider charges (None: not known)
-    usage: Usage | None
-    tokens_received: int
-    _texts: list[str]
-    _response_id: str
-    _response: RecordedResponse | None
-    _settling: asyncio.Task[Settlement] | None  # the settlement, once begun (begin_settle)
-    _estimated: int | None  # the output's token estimate, once made (billed_tokens)
+    def __init__(
+        self,
+        provider: str,
+        model: str,
+        cost: UpstreamCost | None,
+        *,
+        failovers: int,
+        first_output_at: float,
+    ) -> None:
+        """``cost``: what its provider charges (None: not known); ``first_output_at``:
+        ``time.monotonic()`` when its first piece came (the TTFB)."""
+        self.provider = provider
+        self.model = model
+        self.cost = cost
+        self.failovers = failovers
+        self.first_output_at = first_output_at
 
-    def billed_tokens(self) -> tuple[int, int]:
+
+class Relayed(Protocol):
+    """What settlement bills of a relay (``app.completion.relay.Relay``) once it has stopped."""
+
+    @property
+    def usage(self) -> Usage | None: ...
+    @property
+    def tokens_received(self) -> int: ...
+    @property
+    def texts(self) -> Sequence[str]: ...
+
+
+class NothingRelayed:
+    """A completion's relay before it ran (a request released before its stream began)."""
+
+    usage: Usage | None = None
+    tokens_received = 0
+    texts: Sequence[str] = ()
+
+
+NOTHING_RELAYED = NothingRelayed()
+
+
+class HoldSettlement:
+    """The settlement of one completion's hold: what it bills for what was relayed (the
+    upstream's report, or svc's estimate), and closing the hold for that (``settle``, which
+    ``Completion`` runs in a task no cancellation reaches)."""
+
+    __slots__ = ("_estimated", "created", "hold", "ident", "params", "service", "started")
+
+    def __init__(
+        self,
+        service: SettlementTerms,
+        ident: Identity,
+        params: CompletionRequest,
+        hold: Hold,
+        *,
+        started: float,
+        created: int,
+    ) -> None:
+        """``started``: the request's start (``time.monotonic()``), and ``created``: its
+        output's (the clock's seconds), for its activity row."""
+        self.service = service
+        self.ident = ident
+        self.params = params
+        self.hold = hold
+        self.started = started
+        self.created = created
+        self._estimated: int | None = None  # the output's token estimate, once made
+
+    def billed_tokens(self, relayed: Relayed) -> tuple[int, int]:
         """Prompt and completion tokens to bill: the upstream's report, each count clamped
         to 0 .. what the reservation held for (the prompt's bound, the output cap), so
         whatever an upstream reports, the charge stays within the hold; without a report,
@@ -142,59 +184,33 @@ class Settling:
         least a token per piece relayed), clamped the same way. With only the counts the
         stream began with (``StartUsage``), the prompt is the upstream's, the output svc's
         estimate."""
-        usage = self.usage
+        usage = relayed.usage
         if usage is not None and type(usage) is not StartUsage:
             prompt = min(max(usage.prompt_tokens, 0), self.params.prompt_token_bound)
             completion = min(
-                max(usage.completion_tokens, self.tokens_received), self.hold.out_tokens
+                max(usage.completion_tokens, relayed.tokens_received), self.hold.out_tokens
             )
             return prompt, completion
         if self._estimated is None:  # once: the ending and the settlement both ask
-            self._estimated = estimate_tokens("".join(self._texts))
+            self._estimated = estimate_tokens("".join(relayed.texts))
         prompt = self.params.prompt_tokens if usage is None else max(usage.prompt_tokens, 0)
-        completion = min(max(self.tokens_received, self._estimated), self.hold.out_tokens)
+        completion = min(max(relayed.tokens_received, self._estimated), self.hold.out_tokens)
         return min(prompt, self.params.prompt_token_bound), completion
 
-    @property
-    def usage_source(self) -> str:
-        """Whose counts were billed: the upstream's, or svc's estimate (of the whole, or of
-        the output of a stream that reported only its start)."""
-        usage = self.usage
-        if usage is None or type(usage) is StartUsage:
-            return USAGE_ESTIMATED
-        return USAGE_UPSTREAM
-
-    def begin_settle(self, outcome: str) -> asyncio.Task[Settlement]:
-        """Start closing the reservation for what was generated, in a task no cancellation
-        reaches; the first call decides, later ones return the same task."""
-        if self._settling is None:
-            self._settling = in_background(self._settle(outcome))
-        return self._settling
-
-    async def settle(self, *, outcome: str) -> Settlement:
-        """Close the reservation and wait for it (idempotent per completion)."""
-        return await asyncio.shield(self.begin_settle(outcome))
-
-    def billed_parts(self, prompt: int, completion: int) -> Tokens:
-        """The tokens billed with the parts the upstream's report names, each clamped to
-        what it is a part of: cached prompt tokens, prompt tokens written to the provider's
-        cache (at most the prompt's uncached rest), reasoning tokens of the completion.
-        (settle.lua clamps them the same way again.)"""
-        usage = self.usage
-        if usage is None:
-            return Tokens(prompt, completion)
-        prompt_details = usage.prompt_tokens_details or _NONE
-        cached = min(max(prompt_details.get("cached_tokens", 0), 0), prompt)
-        writes = 0
-        for name in CACHE_WRITE_DETAILS:
-            writes = max(writes, prompt_details.get(name, 0))
-        writes = min(writes, prompt - cached)
-        reasoning = (usage.completion_tokens_details or _NONE).get("reasoning_tokens", 0)
-        return Tokens(prompt, completion, cached, writes, min(max(reasoning, 0), completion))
-
-    async def _settle(self, outcome: str) -> Settlement:
-        tokens = self.billed_parts(*self.billed_tokens())
-        cost = self._cost
+    async def settle(
+        self,
+        outcome: str,
+        relayed: Relayed,
+        served_by: ServedBy | None,
+        *,
+        response_id: str,
+        response: RecordedResponse | None,
+    ) -> Settlement:
+        """Close the hold for what was relayed (``served_by``: the upstream that served,
+        None: none did; ``response_id``: the output's, "" before it relayed; ``response``:
+        what an Idempotency-Key's record keeps of the stream)."""
+        tokens = billed_parts(relayed.usage, *self.billed_tokens(relayed))
+        cost = None if served_by is None else served_by.cost
         # what the provider charges for the tokens billed (a released request: nothing)
         micros = 0 if cost is None or outcome == "released" else cost_micros(cost, tokens)
         settled = await self.service.money.settle(
@@ -203,9 +219,9 @@ class Settling:
             rates=self.params.alias.price.rates,
             tokens=tokens,
             outcome=outcome,
-            served=self._served(micros),
-            failovers=self.failovers,
-            response=self._response,
+            served=self._served(relayed, served_by, micros, response_id),
+            failovers=0 if served_by is None else served_by.failovers,
+            response=response,
         )
         if settled.status is ScriptStatus.OK:
             METRICS.settled(
@@ -220,29 +236,57 @@ class Settling:
                     tokens.prompt, tokens.completion, tokens.cached, tokens.reasoning
                 ),
             )
-            if micros and cost is not None:
+            if micros and served_by is not None and cost is not None:
                 alias = self.params.alias.id
-                METRICS.upstream_cost(alias, self._provider_name, cost.currency, micros)
+                METRICS.upstream_cost(alias, served_by.provider, cost.currency, micros)
         return settled
 
-    def _served(self, upstream_cost: int) -> Served:
+    def _served(
+        self, relayed: Relayed, served_by: ServedBy | None, upstream_cost: int, response_id: str
+    ) -> Served:
         """What the request's activity row tells: its response's id, times, usage source,
-        the prices it is settled at (the ``rates`` ``_settle`` sends: its receipt names
+        the prices it is settled at (the ``rates`` ``settle`` sends: its receipt names
         them, whatever the alias costs later), and (operators only) the upstream that
         served and ``upstream_cost``, what it cost in micro-units of its currency."""
-        cost = self._cost
+        cost = None if served_by is None else served_by.cost
+        first_output_at = self.started if served_by is None else served_by.first_output_at
         return Served(
-            response_id=self._response_id,
+            response_id=response_id,
             created=self.created,
-            ttfb_ms=_ms(self.first_output_at - self.started),
+            ttfb_ms=_ms(first_output_at - self.started),
             duration_ms=_ms(time.monotonic() - self.started),
-            usage_source=self.usage_source,
+            usage_source=usage_source(relayed.usage),
             prices=self.params.alias.price.rates,
-            provider=self._provider_name,
-            upstream_model=self._upstream_model,
+            provider="" if served_by is None else served_by.provider,
+            upstream_model="" if served_by is None else served_by.model,
             cost_currency="" if cost is None else cost.currency,
             upstream_cost=upstream_cost,
         )
+
+
+def usage_source(usage: Usage | None) -> str:
+    """Whose counts were billed: the upstream's, or svc's estimate (of the whole, or of the
+    output of a stream that reported only its start)."""
+    if usage is None or type(usage) is StartUsage:
+        return USAGE_ESTIMATED
+    return USAGE_UPSTREAM
+
+
+def billed_parts(usage: Usage | None, prompt: int, completion: int) -> Tokens:
+    """The tokens billed with the parts the upstream's report (``usage``) names, each clamped
+    to what it is a part of: cached prompt tokens, prompt tokens written to the provider's
+    cache (at most the prompt's uncached rest), reasoning tokens of the completion.
+    (settle.lua clamps them the same way again.)"""
+    if usage is None:
+        return Tokens(prompt, completion)
+    prompt_details = usage.prompt_tokens_details or _NONE
+    cached = min(max(prompt_details.get("cached_tokens", 0), 0), prompt)
+    writes = 0
+    for name in CACHE_WRITE_DETAILS:
+        writes = max(writes, prompt_details.get(name, 0))
+    writes = min(writes, prompt - cached)
+    reasoning = (usage.completion_tokens_details or _NONE).get("reasoning_tokens", 0)
+    return Tokens(prompt, completion, cached, writes, min(max(reasoning, 0), completion))
 
 
 def _ms(seconds: float) -> int:

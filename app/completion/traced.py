@@ -165,7 +165,7 @@ class TracedCompletion(Completion):
     def _upstream_failed(self, provider_name: str, phase: str, exc: UpstreamError) -> None:
         super()._upstream_failed(provider_name, phase, exc)
         # a stream that failed mid-way had been answered 200
-        self._end_attempt(exc.outcome, served=self._pieces is not None)
+        self._end_attempt(exc.outcome, served=self.served_by is not None)
 
     def _end_attempt(self, error: str | None, *, served: bool) -> None:
         span, self._attempt = self._attempt, None
@@ -191,7 +191,7 @@ class TracedCompletion(Completion):
 
     async def _settle(self, outcome: str) -> Settlement:
         # the upstream that served is done with (or, unconnected, one never answered)
-        connected = self._pieces is not None
+        connected = self.served_by is not None
         self._end_attempt(None if connected else "interrupted", served=connected)
         try:
             settled = await super()._settle(outcome)
@@ -210,7 +210,7 @@ class TracedCompletion(Completion):
         attributes: Attributes = {OUTCOME: outcome, ATTEMPTS: self._attempts}
         if self._response_id:
             attributes[RESPONSE_ID] = self._response_id
-        if self._pieces is not None and outcome != "released":
+        if self.served_by is not None and outcome != "released":
             prompt, completion = self.billed_tokens()
             attributes[INPUT_TOKENS] = prompt
             attributes[OUTPUT_TOKENS] = completion

@@ -15,6 +15,7 @@ from app.completion.catalog import UpstreamRef, default_catalog, price
 from app.completion.completion import Completion
 from app.completion.router import UpstreamRouter
 from app.completion.service import CompletionService
+from app.completion.settlement import billed_parts
 from app.kv.fields import Served
 from app.kv.stream_events import EventField
 from app.store import Store
@@ -50,7 +51,7 @@ async def test_the_receipt_names_the_prices_the_alias_was_billed_at(
     assert isinstance(completion, Completion)
     activity_id, svc = await _relay(completion)
     assert answering.calls == 1
-    assert svc["credits_used"] == charge(PRICE, completion.billed_parts(7, 2))
+    assert svc["credits_used"] == charge(PRICE, billed_parts(completion.relayed.usage, 7, 2))
     served = Served.parse((await _fields(ledger, ident))[EventField.SERVED])
     assert (served.response_id, served.prices) == (activity_id, PRICE.rates)
     billed = ReceiptPrices(input=7, cached_input=3, cache_write=9, output=21)

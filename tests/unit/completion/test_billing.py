@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from types import SimpleNamespace
 
 import pytest
 
@@ -19,7 +18,7 @@ from app.completion.completion import Completion
 from app.completion.request import CompletionRequest
 from app.completion.router import UpstreamRouter
 from app.completion.service import CompletionService
-from app.completion.settlement import Settling, drain_background
+from app.completion.settlement import billed_parts, drain_background
 from app.core.clock import day_tag, utc_day
 from app.core.tokens import utf8_length
 from app.credits.outcomes import Identity, Tokens
@@ -282,6 +281,5 @@ async def test_a_reserve_answered_too_late_is_released_in_the_background(
 def test_the_parts_billed_are_clamped_to_their_whole(
     usage: Usage, parts: tuple[int, int, int]
 ) -> None:
-    completion = SimpleNamespace(usage=usage)
-    billed = Settling.billed_parts(completion, 100, 10)  # type: ignore[arg-type]
+    billed = billed_parts(usage, 100, 10)
     assert billed == Tokens(100, 10, *parts)
