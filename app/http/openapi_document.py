@@ -124,9 +124,9 @@ def complete_document(
     _, components = msgspec.json.schema_components(types, ref_template=COMPONENT)
     for name, schema in components.items():
         schemas.setdefault(name, schema)
-    names = _add_messages_components(schemas)
+    _add_messages_components(schemas)
     _constrain(schemas, models, max_messages, max_message_chars)
-    _constrain_messages(schemas, names, models, max_messages, max_message_chars)
+    _constrain_messages(schemas, models, max_messages, max_message_chars)
     for body in ("KeyCreateRequest", "KeyUpdateRequest"):
         allowed = schemas[body]["properties"]["allowed_models"]["anyOf"][0]
         allowed["items"]["enum"] = key_models
@@ -156,8 +156,8 @@ def complete_document(
                     response.update(error_response([ErrorKind.INVALID_VALUE]))
     document["paths"]["/v1/chat/completions"] = {"post": chat_operation()}
     document["paths"]["/v1/responses"] = {"post": responses_operation()}
-    document["paths"]["/v1/messages"] = {"post": messages_operation(names)}
-    document["paths"]["/v1/messages/count_tokens"] = {"post": count_tokens_operation(names)}
+    document["paths"]["/v1/messages"] = {"post": messages_operation()}
+    document["paths"]["/v1/messages/count_tokens"] = {"post": count_tokens_operation()}
     for path_item in document["paths"].values():
         for operation in path_item.values():
             for status, response in operation.get("responses", {}).items():
@@ -165,46 +165,28 @@ def complete_document(
     return document
 
 
-MESSAGES_PREFIX = "Anthropic"
-"""Before the name of a Messages API struct whose name a chat struct's component holds
-(``ErrorBody``, ``ErrorDetail``)."""
-
-
-def _add_messages_components(schemas: dict[str, Any]) -> dict[str, str]:
+def _add_messages_components(schemas: dict[str, Any]) -> None:
     """The components of the Messages API's bodies, answers and events, added to
-    ``schemas``; the component name of each struct (its own, or prefixed where another
-    schema holds that name). The answers and events, which svc writes, are closed: a field
-    svc does not write (an upstream's) fails the document."""
-    written = [*get_args(messages.StreamEvent), messages.CountTokensResponse, messages.ErrorBody]
+    ``schemas`` (the structs whose names chat's hold are named ``Anthropic…``). The answers
+    and events, which svc writes, are closed: a field svc does not write (an upstream's)
+    fails the document."""
+    written = [
+        *get_args(messages.StreamEvent),
+        messages.CountTokensResponse,
+        messages.AnthropicErrorBody,
+    ]
     types = [messages.MessagesRequest, messages.CountTokensRequest, *written]
     _, components = msgspec.json.schema_components(types, ref_template=COMPONENT)
-    names = {
-        name: name if schemas.get(name, schema) == schema else MESSAGES_PREFIX + name
-        for name, schema in components.items()
-    }
-    refs = {COMPONENT.format(name=old): COMPONENT.format(name=new) for old, new in names.items()}
     for name, schema in components.items():
-        schemas.setdefault(names[name], _renamed(schema, refs))
+        schemas.setdefault(name, schema)
     closed: set[str] = set()
-    pending = [names[struct.__name__] for struct in written]
+    pending = [struct.__name__ for struct in written]
     while pending:
         name = pending.pop()
         if name not in closed:
             closed.add(name)
             schemas[name].setdefault("additionalProperties", False)
             pending.extend(_referenced(schemas[name]))
-    return names
-
-
-def _renamed(schema: Any, refs: Mapping[str, str]) -> Any:
-    """``schema`` with its references (``$ref``, a discriminator's mapping) renamed."""
-    if isinstance(schema, dict):
-        return {key: _renamed(value, refs) for key, value in schema.items()}
-    if isinstance(schema, list):
-        return [_renamed(item, refs) for item in schema]
-    if isinstance(schema, str):
-        return refs.get(schema, schema)
-    return schema
 
 
 def _referenced(schema: Any) -> Iterator[str]:
@@ -222,30 +204,24 @@ def _referenced(schema: Any) -> Iterator[str]:
 
 
 def _constrain_messages(
-    schemas: dict[str, Any],
-    names: Mapping[str, str],
-    models: list[str],
-    max_messages: int,
-    max_message_chars: int,
+    schemas: dict[str, Any], models: list[str], max_messages: int, max_message_chars: int
 ) -> None:
     """The Messages API's limits checked after decoding, as ``_constrain`` states chat's;
     a public description where a struct's docstring names svc's modules."""
     for body in ("MessagesRequest", "CountTokensRequest"):
-        properties = schemas[names[body]]["properties"]
+        properties = schemas[body]["properties"]
         properties["model"] = {"type": "string", "enum": models, "description": "A model alias."}
         properties["messages"].update(minItems=1, maxItems=max_messages)
-    schemas[names["ErrorBody"]]["description"] = (
+    schemas["AnthropicErrorBody"]["description"] = (
         "Anthropic's error body: a refused request on the Messages API's routes."
     )
-    schemas[names["ThinkingParam"]]["description"] = (
-        "Extended thinking (docs/api.md, Anthropic Messages)."
-    )
-    request = schemas[names["MessagesRequest"]]["properties"]
+    schemas["ThinkingParam"]["description"] = "Extended thinking (docs/api.md, Anthropic Messages)."
+    request = schemas["MessagesRequest"]["properties"]
     request["max_tokens"]["description"] = OUTPUT_LIMIT_DOC
     request["stop_sequences"]["anyOf"][0]["maxItems"] = MAX_STOP_SEQUENCES
     # read only to be refused: what the document allows of them is what svc serves
     for body in ("MessagesRequest", "CountTokensRequest"):
-        properties = schemas[names[body]]["properties"]
+        properties = schemas[body]["properties"]
         properties["mcp_servers"] = {
             "anyOf": [{"type": "array", "maxItems": 0}, {"type": "null"}],
             "description": "svc connects to no MCP servers: any is a 400.",
@@ -255,11 +231,10 @@ def _constrain_messages(
             "description": "svc runs no containers: any is a 400.",
         }
     # the blocks a turn of each role may hold; a user turn's text must not be empty
-    turn = schemas[names["MessageParam"]]
+    turn = schemas["MessageParam"]
     del turn["properties"]
     turn["oneOf"] = [
-        _turn(role, [names[block] for block in blocks], max_message_chars)
-        for role, blocks in TURN_BLOCKS.items()
+        _turn(role, list(blocks), max_message_chars) for role, blocks in TURN_BLOCKS.items()
     ]
 
 

@@ -5,7 +5,6 @@ events of their streams, and the errors they answer before the first byte."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, get_args
 
 from app.apis.messages.wire import StreamEvent
@@ -110,10 +109,6 @@ def responses_operation() -> dict[str, Any]:
     )
 
 
-Components = Mapping[str, str]
-"""The component name of each Messages API struct (``app.http.openapi_document`` renames the
-ones whose names chat's structs already hold)."""
-
 _MESSAGES_STREAM_DOC = (
     "A Server-Sent Events stream of Anthropic's events (docs/api.md, Anthropic Messages), "
     "each an `event:` line naming its type and a JSON `data` of that type: "
@@ -124,7 +119,7 @@ _MESSAGES_STREAM_DOC = (
 )
 
 
-def _messages_events(names: Components) -> dict[str, Any]:
+def _messages_events() -> dict[str, Any]:
     """One event of the Messages stream: the ``event`` line names the type of its ``data``."""
     events = []
     for struct in get_args(StreamEvent):
@@ -132,7 +127,7 @@ def _messages_events(names: Components) -> dict[str, Any]:
         data = {
             "type": "string",
             "contentMediaType": "application/json",
-            "contentSchema": {"$ref": COMPONENT.format(name=names[struct.__name__])},
+            "contentSchema": {"$ref": COMPONENT.format(name=struct.__name__)},
         }
         events.append(
             {
@@ -144,7 +139,7 @@ def _messages_events(names: Components) -> dict[str, Any]:
     return {"oneOf": events}
 
 
-def messages_operation(names: Components) -> dict[str, Any]:
+def messages_operation() -> dict[str, Any]:
     """``POST /v1/messages``, Anthropic's Messages API, served outside Litestar as chat
     completions are."""
     operation = _stream_operation(
@@ -158,20 +153,20 @@ def messages_operation(names: Components) -> dict[str, Any]:
             "before the first byte are JSON in Anthropic's shape."
         ),
         operation_id="CreateMessage",
-        body=names["MessagesRequest"],
+        body="MessagesRequest",
         stream=_MESSAGES_STREAM_DOC,
-        event=_messages_events(names),
-        error_body=names["ErrorBody"],
+        event=_messages_events(),
+        error_body="AnthropicErrorBody",
     )
     operation["security"] = API_KEY_OR_X_API_KEY
     operation["parameters"].extend(param.to_schema() for param in ANTHROPIC_PARAMS)
     return operation
 
 
-def count_tokens_operation(names: Components) -> dict[str, Any]:
+def count_tokens_operation() -> dict[str, Any]:
     """``POST /v1/messages/count_tokens``, served beside the streams (it takes the key and
     answers errors as ``POST /v1/messages`` does)."""
-    answer = {"$ref": COMPONENT.format(name=names["CountTokensResponse"])}
+    answer = {"$ref": COMPONENT.format(name="CountTokensResponse")}
     responses: dict[str, Any] = {
         "200": {
             "description": (
@@ -183,7 +178,7 @@ def count_tokens_operation(names: Components) -> dict[str, Any]:
         }
     }
     for status, group in by_status(COUNT_TOKENS_ERRORS).items():
-        responses[str(status)] = anthropic_error_response(group, names["ErrorBody"])
+        responses[str(status)] = anthropic_error_response(group, "AnthropicErrorBody")
     return {
         "summary": "Count a Messages request's input tokens",
         "description": (
@@ -199,7 +194,7 @@ def count_tokens_operation(names: Components) -> dict[str, Any]:
             "required": True,
             "content": {
                 "application/json": {
-                    "schema": {"$ref": COMPONENT.format(name=names["CountTokensRequest"])}
+                    "schema": {"$ref": COMPONENT.format(name="CountTokensRequest")}
                 }
             },
         },

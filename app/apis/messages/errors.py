@@ -15,7 +15,7 @@ from typing import NamedTuple
 import msgspec
 
 from app.apis.dialect import ErrorAnswer, Header
-from app.apis.messages.wire import ErrorBody, ErrorDetail
+from app.apis.messages.wire import AnthropicErrorBody, AnthropicErrorDetail
 from app.core.errors import ApiError
 
 ERROR_TYPES: dict[int, str] = {
@@ -57,8 +57,8 @@ def error_body(error: ApiError, request_id: str | None = None) -> bytes:
     message = error.message
     if error.param and error.param not in message:
         message = f"{error.param}: {message}"
-    detail = ErrorDetail(type=error_type(error.status), message=message)
-    return msgspec.json.encode(ErrorBody(error=detail, request_id=request_id))
+    detail = AnthropicErrorDetail(type=error_type(error.status), message=message)
+    return msgspec.json.encode(AnthropicErrorBody(error=detail, request_id=request_id))
 
 
 def error_response(error: ApiError, request_id: str) -> ErrorResponse:

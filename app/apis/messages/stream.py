@@ -26,8 +26,8 @@ import msgspec
 from msgspec import UNSET
 
 from app.apis.messages.wire import (
+    AnthropicErrorDetail,
     DeltaUsage,
-    ErrorDetail,
     ErrorEvent,
     MessageDelta,
     MessageStart,
@@ -139,7 +139,7 @@ def start_usage(started: Usage | None) -> StartUsage:
 
 def error_event(err_type: str, message: str, svc: SvcMetadata | None = None) -> bytes:
     """An ``error`` event: a failure after the stream began, which the SDKs raise."""
-    event = ErrorEvent(ErrorDetail(err_type, message), svc if svc is not None else UNSET)
+    event = ErrorEvent(AnthropicErrorDetail(err_type, message), svc if svc is not None else UNSET)
     return b"event: error\ndata: " + _encode(event) + b"\n\n"
 
 

@@ -297,7 +297,7 @@ class MessageStop(msgspec.Struct, tag="message_stop", tag_field="type"):
     svc: SvcMetadata
 
 
-class ErrorDetail(msgspec.Struct):
+class AnthropicErrorDetail(msgspec.Struct):
     type: str
     message: str
 
@@ -306,7 +306,7 @@ class ErrorEvent(msgspec.Struct, tag="error", tag_field="type", omit_defaults=Tr
     """A failure after the stream began (``event: error``): the SDKs raise it. ``svc`` is
     there when the stream was settled (charged for what was delivered)."""
 
-    error: ErrorDetail
+    error: AnthropicErrorDetail
     svc: SvcMetadata | UnsetType = UNSET
 
 
@@ -324,8 +324,8 @@ StreamEvent = (
 it)."""
 
 
-class ErrorBody(msgspec.Struct, tag="error", tag_field="type"):
+class AnthropicErrorBody(msgspec.Struct, tag="error", tag_field="type"):
     """The body of a refused request on this route (``app.apis.messages.errors``)."""
 
-    error: ErrorDetail
+    error: AnthropicErrorDetail
     request_id: str | None = None
