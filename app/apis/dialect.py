@@ -6,7 +6,7 @@ streaming API is one more package and one more name in ``routes``."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from app.completion.catalog import Alias
 from app.completion.request import CompletionRequest, Identify
@@ -58,13 +58,19 @@ class Parse(Protocol):
     ) -> CompletionRequest: ...
 
 
+Operation = Callable[[], dict[str, Any]]
+"""A route's operation in the OpenAPI document, as the document's dict (``app.apis.operation``
+has the pieces): granian serves the streams, so Litestar cannot generate theirs."""
+
+
 class Dialect(NamedTuple):
     """A streaming API: its path, how it reads a request body (its stream's writer comes
-    with the request, ``CompletionRequest.output``), where its key is, and its errors'
-    shape."""
+    with the request, ``CompletionRequest.output``), its operation in the OpenAPI document,
+    where its key is, and its errors' shape."""
 
     path: str
     parse: Parse
+    operation: Operation
     credentials: Callable[[Header], str | None] = bearer
     error_shape: ErrorShape = openai_error
 

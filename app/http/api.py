@@ -18,6 +18,7 @@ from app.accounts.answers import (
     credit_balance,
 )
 from app.accounts.ledger_pages import LedgerList, ledger_list, parse_ledger_filter
+from app.apis.operation import API_KEY, KEY_ERRORS
 from app.completion.catalog import AUTO, Alias
 from app.completion.pricing import PriceList, price_list
 from app.completion.request import enabled_alias, key_may_use
@@ -28,7 +29,7 @@ from app.http import key_routes
 from app.http.body_routes import body_route, decoded_once
 from app.http.deps import live_only, provide_identity, provide_services, request_address
 from app.http.headers import NO_STORE
-from app.http.openapi import API_KEY, KEY_ERRORS, errors
+from app.http.openapi import errors
 from app.http.queries import Days, GroupBy, Query, UsageFormat, activity_query, ledger_query
 from app.http.reports import activity_answer, csv_download, receipt_answer
 from app.keys.refusals import key_refusal

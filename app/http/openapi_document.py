@@ -1,8 +1,8 @@
 """The OpenAPI document as served: Litestar's generated one, completed once per worker with
 what it cannot see (the routes served over RSGI, the streams and the Messages API's token
-count: ``app.http.openapi_streams``; the msgspec schemas of the request bodies, stream
-chunks and events; the limits the handlers check after decoding; the headers every response
-carries)."""
+count, whose operations their dialects write; the msgspec schemas of the request bodies,
+stream chunks and events; the limits the handlers check after decoding; the headers every
+response carries)."""
 
 from __future__ import annotations
 
@@ -18,20 +18,18 @@ from litestar.openapi.spec import Components, SecurityScheme
 
 from app import __version__
 from app.apis.chat.chunks import ChatCompletionChunk
+from app.apis.messages import count_tokens_operation
 from app.apis.messages import wire as messages
 from app.apis.messages.request import MAX_STOP_SEQUENCES
+from app.apis.operation import COMPONENT, error_response
 from app.apis.responses.wire import ResponsesRequest
 from app.books.figures import Books
 from app.completion.request import CLAMPED_HEADER
 from app.core.errors import ErrorBody, ErrorKind
+from app.http.count_tokens import PATH as COUNT_TOKENS_PATH
 from app.http.headers import SECURITY_HEADERS
-from app.http.openapi import BODY_TYPES, COMPONENT, PRINTABLE, error_response
-from app.http.openapi_streams import (
-    chat_operation,
-    count_tokens_operation,
-    messages_operation,
-    responses_operation,
-)
+from app.http.openapi import BODY_TYPES, PRINTABLE
+from app.http.streams import STREAMS
 from app.upstream.wire import ChatRequest
 from app.usage.activity import ActivityPage
 from app.usage.export import CSV_MEDIA_TYPE
@@ -154,15 +152,19 @@ def complete_document(
                 # answers those in the OpenAI shape, so the document says that instead.
                 if int(status) == 400 and "$ref" not in _json_schema(response):
                     response.update(error_response([ErrorKind.INVALID_VALUE]))
-    document["paths"]["/v1/chat/completions"] = {"post": chat_operation()}
-    document["paths"]["/v1/responses"] = {"post": responses_operation()}
-    document["paths"]["/v1/messages"] = {"post": messages_operation()}
-    document["paths"]["/v1/messages/count_tokens"] = {"post": count_tokens_operation()}
+    document["paths"].update(_served_over_rsgi())
     for path_item in document["paths"].values():
         for operation in path_item.values():
             for status, response in operation.get("responses", {}).items():
                 response["headers"] = _headers(int(status), response.get("headers", {}))
     return document
+
+
+def _served_over_rsgi() -> dict[str, Any]:
+    """The paths granian serves, which Litestar cannot see: each as its dialect writes it."""
+    paths = {dialect.path: {"post": dialect.operation()} for dialect in STREAMS}
+    paths[COUNT_TOKENS_PATH] = {"post": count_tokens_operation()}
+    return paths
 
 
 def _add_messages_components(schemas: dict[str, Any]) -> None:

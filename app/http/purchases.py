@@ -10,12 +10,13 @@ from litestar import Controller, Request, get, post
 from litestar.datastructures import ResponseHeader
 from litestar.di import Provide
 
+from app.apis.operation import API_KEY, KEY_ERRORS
 from app.core.errors import ApiError, ErrorKind, StoreError
 from app.core.metrics import METRICS
 from app.credits.outcomes import Identity
 from app.http.deps import live_only, provide_identity, provide_services
 from app.http.headers import NO_STORE
-from app.http.openapi import API_KEY, KEY_ERRORS, errors
+from app.http.openapi import errors
 from app.purchases.account_token import AccountToken
 from app.purchases.purchases import Result
 from app.purchases.stripe_events import payment_event

@@ -12,13 +12,14 @@ from litestar.datastructures import ResponseHeader
 from litestar.di import Provide
 
 from app.accounts.rewards import RewardList
+from app.apis.operation import API_KEY, KEY_ERRORS
 from app.core.errors import ErrorKind
 from app.core.validation import query_int
 from app.credits.outcomes import Identity
 from app.http.body_routes import body_route
 from app.http.deps import live_only, provide_identity, provide_services
 from app.http.headers import NO_STORE
-from app.http.openapi import API_KEY, KEY_ERRORS, errors
+from app.http.openapi import errors
 from app.http.queries import whole
 from app.runtime import Services
 from app.spotlights.admob import reward_callback as reward_admob

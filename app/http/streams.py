@@ -132,7 +132,8 @@ def _identify(services: Services, pid: str) -> Identify:
     return functools.partial(services.safety_identifiers.of, pid)
 
 
-STREAM_ROUTES = routes(CHAT, RESPONSES, MESSAGES)
+STREAMS = (CHAT, RESPONSES, MESSAGES)
+STREAM_ROUTES = routes(*STREAMS)
 """The paths the RSGI gateway serves the streams on (same handler, same request id, same
 metric series with or without a trailing slash)."""
 

@@ -3,8 +3,15 @@ completions, and their streams written as Anthropic's events."""
 
 from app.apis.dialect import Dialect
 from app.apis.messages.errors import anthropic_error, bearer_or_api_key
+from app.apis.messages.operation import count_tokens_operation, messages_operation
 from app.apis.messages.request import parse_messages_request
 
-MESSAGES = Dialect("/v1/messages", parse_messages_request, bearer_or_api_key, anthropic_error)
+MESSAGES = Dialect(
+    "/v1/messages",
+    parse_messages_request,
+    messages_operation,
+    credentials=bearer_or_api_key,
+    error_shape=anthropic_error,
+)
 
-__all__ = ["MESSAGES"]
+__all__ = ["MESSAGES", "count_tokens_operation"]
