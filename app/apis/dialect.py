@@ -66,13 +66,15 @@ has the pieces): granian serves the streams, so Litestar cannot generate theirs.
 class Dialect(NamedTuple):
     """A streaming API: its path, how it reads a request body (its stream's writer comes
     with the request, ``CompletionRequest.output``), its operation in the OpenAPI document,
-    where its key is, and its errors' shape."""
+    where its key is, and its errors' shape; ``beside``: the other POST routes its package
+    answers (served beside the stream, with its key and errors), each path's operation."""
 
     path: str
     parse: Parse
     operation: Operation
     credentials: Callable[[Header], str | None] = bearer
     error_shape: ErrorShape = openai_error
+    beside: tuple[tuple[str, Operation], ...] = ()
 
 
 def routes(*dialects: Dialect) -> Mapping[str, Dialect]:

@@ -18,7 +18,6 @@ from litestar.openapi.spec import Components, SecurityScheme
 
 from app import __version__
 from app.apis.chat.chunks import ChatCompletionChunk
-from app.apis.messages import count_tokens_operation
 from app.apis.messages import wire as messages
 from app.apis.messages.request import MAX_STOP_SEQUENCES
 from app.apis.operation import COMPONENT, error_response
@@ -26,7 +25,6 @@ from app.apis.responses.wire import ResponsesRequest
 from app.books.figures import Books
 from app.completion.request import CLAMPED_HEADER
 from app.core.errors import ErrorBody, ErrorKind
-from app.http.count_tokens import PATH as COUNT_TOKENS_PATH
 from app.http.headers import SECURITY_HEADERS
 from app.http.openapi import BODY_TYPES, PRINTABLE
 from app.http.streams import STREAMS
@@ -162,8 +160,10 @@ def complete_document(
 
 def _served_over_rsgi() -> dict[str, Any]:
     """The paths granian serves, which Litestar cannot see: each as its dialect writes it."""
-    paths = {dialect.path: {"post": dialect.operation()} for dialect in STREAMS}
-    paths[COUNT_TOKENS_PATH] = {"post": count_tokens_operation()}
+    paths = {}
+    for dialect in STREAMS:
+        for path, operation in ((dialect.path, dialect.operation), *dialect.beside):
+            paths[path] = {"post": operation()}
     return paths
 
 

@@ -62,7 +62,7 @@ from app.completion.request import (
     enabled_alias,
     resolve_params,
 )
-from app.core.errors import invalid_value
+from app.core.errors import invalid_value, model_not_allowed
 from app.core.validation import decode_json
 from app.kv.fields import API_MESSAGES
 from app.upstream.native_messages import NativeMessages
@@ -179,13 +179,15 @@ def parse_count_tokens_request(
     max_messages: int,
     max_message_chars: int,
     image_token_bound: int,
+    allowed: frozenset[str] | None = None,
 ) -> CompletionRequest:
     """A ``POST /v1/messages/count_tokens`` body, checked and translated as a Messages
-    request is (the output settings aside: ``max_tokens`` is not needed)."""
+    request is (the output settings aside: ``max_tokens`` is not needed); ``allowed``: the
+    models the key may use (None: all), held to as for the request it counts."""
     req = decode_json(body, CountTokensRequest)
     alias = enabled_alias(aliases, req.model)
     chat = _chat_request(req, max_messages=max_messages, max_message_chars=max_message_chars)
-    return _resolve(
+    params = _resolve(
         chat,
         aliases,
         alias,
@@ -194,6 +196,9 @@ def parse_count_tokens_request(
         image_token_bound=image_token_bound,
         identify=None,
     )
+    if allowed is not None and not allowed.issuperset(params.models.split()):
+        raise model_not_allowed(params.requested, routed=params.requested != params.alias.id)
+    return params
 
 
 def count_tokens(params: CompletionRequest) -> CountTokensResponse:

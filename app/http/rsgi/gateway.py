@@ -16,6 +16,7 @@ from typing import cast
 
 from litestar import Litestar
 
+from app.apis.messages import COUNT_TOKENS_PATH
 from app.core.logs import request_id
 from app.core.metrics import METRICS
 from app.http import count_tokens
@@ -75,7 +76,7 @@ class Gateway:
             if api is not None:
                 services = self.app.state.services
                 await serve_stream(api, services, RSGIExchange(scope, protocol), rid)
-            elif path == count_tokens.PATH:
+            elif path == COUNT_TOKENS_PATH:
                 services = self.app.state.services
                 exchange = RSGIExchange(scope, protocol)
                 await count_tokens.serve_count_tokens(services, exchange, rid)
