@@ -122,7 +122,7 @@ def complete_document(
         schemas.setdefault(name, schema)
     _add_messages_components(schemas)
     _constrain(schemas, models, max_messages, max_message_chars)
-    _constrain_messages(schemas, models, max_messages, max_message_chars)
+    _constrain_messages(schemas, max_message_chars)
     for body in ("KeyCreateRequest", "KeyUpdateRequest"):
         allowed = schemas[body]["properties"]["allowed_models"]["anyOf"][0]
         allowed["items"]["enum"] = key_models
@@ -205,19 +205,8 @@ def _referenced(schema: Any) -> Iterator[str]:
             yield from _referenced(item)
 
 
-def _constrain_messages(
-    schemas: dict[str, Any], models: list[str], max_messages: int, max_message_chars: int
-) -> None:
-    """The Messages API's limits checked after decoding, as ``_constrain`` states chat's;
-    a public description where a struct's docstring names svc's modules."""
-    for body in ("MessagesRequest", "CountTokensRequest"):
-        properties = schemas[body]["properties"]
-        properties["model"] = {"type": "string", "enum": models, "description": "A model alias."}
-        properties["messages"].update(minItems=1, maxItems=max_messages)
-    schemas["AnthropicErrorBody"]["description"] = (
-        "Anthropic's error body: a refused request on the Messages API's routes."
-    )
-    schemas["ThinkingParam"]["description"] = "Extended thinking (docs/api.md, Anthropic Messages)."
+def _constrain_messages(schemas: dict[str, Any], max_message_chars: int) -> None:
+    """The Messages API's limits checked after decoding, as ``_constrain`` states chat's."""
     request = schemas["MessagesRequest"]["properties"]
     request["max_tokens"]["description"] = OUTPUT_LIMIT_DOC
     request["stop_sequences"]["anyOf"][0]["maxItems"] = MAX_STOP_SEQUENCES
@@ -267,11 +256,12 @@ def _constrain(
     schemas: dict[str, Any], models: list[str], max_messages: int, max_message_chars: int
 ) -> None:
     """Limits the handlers check after decoding, so the schema states them too."""
-    chat = schemas["ChatRequest"]["properties"]
-    for body in ("ChatRequest", "ResponsesRequest"):
+    for body in ("ChatRequest", "ResponsesRequest", "MessagesRequest", "CountTokensRequest"):
         model = {"type": "string", "enum": models, "description": "A model alias."}
         schemas[body]["properties"]["model"] = model
-    chat["messages"].update(minItems=1, maxItems=max_messages)
+        if body != "ResponsesRequest":  # its input is not a list of messages
+            schemas[body]["properties"]["messages"].update(minItems=1, maxItems=max_messages)
+    chat = schemas["ChatRequest"]["properties"]
     for field in ("max_tokens", "max_completion_tokens"):
         chat[field]["description"] = OUTPUT_LIMIT_DOC
     schemas["ResponsesRequest"]["properties"]["max_output_tokens"]["description"] = OUTPUT_LIMIT_DOC

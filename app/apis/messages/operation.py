@@ -25,24 +25,17 @@ from app.core.errors import ErrorKind
 # The key as Anthropic's clients send it, or as a bearer.
 _SECURITY: list[dict[str, list[str]]] = [*API_KEY, {"xApiKey": []}]
 _PARAMETERS = [
-    parameter(
-        "anthropic-version",
-        "header",
-        "Anthropic's API version (the SDKs send `2023-06-01`): accepted, ignored.",
-        {"type": "string"},
-    ),
-    parameter(
-        "anthropic-beta",
-        "header",
-        "Anthropic's beta features, comma-separated: accepted, ignored.",
-        {"type": "string"},
-    ),
-    parameter(
-        "beta",
-        "query",
-        "What the SDKs' beta clients add (`beta=true`): accepted, ignored.",
-        {"type": "boolean"},
-    ),
+    parameter(name, where, f"{text}: accepted, ignored.", {"type": kind})
+    for name, where, kind, text in (
+        (
+            "anthropic-version",
+            "header",
+            "string",
+            "Anthropic's API version (the SDKs send `2023-06-01`)",
+        ),
+        ("anthropic-beta", "header", "string", "Anthropic's beta features, comma-separated"),
+        ("beta", "query", "boolean", "What the SDKs' beta clients add (`beta=true`)"),
+    )
 ]
 # The key, the body, its model and the key's rate limit; nothing is reserved.
 COUNT_TOKENS_ERRORS = (

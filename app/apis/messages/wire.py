@@ -145,8 +145,9 @@ class Metadata(msgspec.Struct, omit_defaults=True):
     user_id: str | UnsetType | None = UNSET
 
 
+# accepted and not forwarded (``app.apis.messages.request``); the docstring is the document's
 class ThinkingParam(msgspec.Struct, omit_defaults=True):
-    """Extended thinking: accepted and not forwarded (``app.apis.messages.request``)."""
+    """Extended thinking (docs/api.md, Anthropic Messages)."""
 
     type: Literal["enabled", "disabled", "adaptive"]
     budget_tokens: int | UnsetType | None = UNSET
@@ -324,8 +325,9 @@ StreamEvent = (
 it)."""
 
 
+# written by ``app.apis.messages.errors``; the docstring is the document's
 class AnthropicErrorBody(msgspec.Struct, tag="error", tag_field="type"):
-    """The body of a refused request on this route (``app.apis.messages.errors``)."""
+    """Anthropic's error body: a refused request on the Messages API's routes."""
 
     error: AnthropicErrorDetail
     request_id: str | None = None
