@@ -7,7 +7,7 @@ response carries)."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, get_args
 
 import msgspec
@@ -169,40 +169,17 @@ def _served_over_rsgi() -> dict[str, Any]:
 
 def _add_messages_components(schemas: dict[str, Any]) -> None:
     """The components of the Messages API's bodies, answers and events, added to
-    ``schemas`` (the structs whose names chat's hold are named ``Anthropic…``). The answers
-    and events, which svc writes, are closed: a field svc does not write (an upstream's)
-    fails the document."""
-    written = [
+    ``schemas`` (the structs whose names chat's hold are named ``Anthropic…``)."""
+    types = [
+        messages.MessagesRequest,
+        messages.CountTokensRequest,
         *get_args(messages.StreamEvent),
         messages.CountTokensResponse,
         messages.AnthropicErrorBody,
     ]
-    types = [messages.MessagesRequest, messages.CountTokensRequest, *written]
     _, components = msgspec.json.schema_components(types, ref_template=COMPONENT)
     for name, schema in components.items():
         schemas.setdefault(name, schema)
-    closed: set[str] = set()
-    pending = [struct.__name__ for struct in written]
-    while pending:
-        name = pending.pop()
-        if name not in closed:
-            closed.add(name)
-            schemas[name].setdefault("additionalProperties", False)
-            pending.extend(_referenced(schemas[name]))
-
-
-def _referenced(schema: Any) -> Iterator[str]:
-    """The names of the components ``schema`` refers to."""
-    prefix = COMPONENT.format(name="")
-    if isinstance(schema, dict):
-        ref = schema.get("$ref")
-        if isinstance(ref, str) and ref.startswith(prefix):
-            yield ref.removeprefix(prefix)
-        for value in schema.values():
-            yield from _referenced(value)
-    elif isinstance(schema, list):
-        for item in schema:
-            yield from _referenced(item)
 
 
 def _constrain_messages(schemas: dict[str, Any], max_message_chars: int) -> None:

@@ -199,7 +199,12 @@ class MessagesRequest(CountTokensRequest, kw_only=True, omit_defaults=True):
     output_config: OutputConfig | UnsetType | None = UNSET
 
 
-class CountTokensResponse(msgspec.Struct):
+class _Written(msgspec.Struct, forbid_unknown_fields=True):
+    """What svc writes (the answers and events): its components are closed, so a field svc
+    does not write (an upstream's) fails the OpenAPI document."""
+
+
+class CountTokensResponse(_Written):
     """The answer of ``POST /v1/messages/count_tokens``."""
 
     input_tokens: int
@@ -210,7 +215,7 @@ class CountTokensResponse(msgspec.Struct):
 StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "refusal"]
 
 
-class StartUsage(msgspec.Struct):
+class StartUsage(_Written):
     """The usage ``message_start`` carries: the input counts of a provider that serves the
     Messages API, as its own ``message_start`` gave them, else nothing counted yet (a chat
     upstream reports at the end); ``message_delta`` carries every count billed."""
@@ -221,7 +226,7 @@ class StartUsage(msgspec.Struct):
     output_tokens: int = 0
 
 
-class StartMessage(msgspec.Struct, kw_only=True):
+class StartMessage(_Written, kw_only=True):
     """The message as ``message_start`` tells it (in Anthropic's field order)."""
 
     id: str
@@ -234,52 +239,52 @@ class StartMessage(msgspec.Struct, kw_only=True):
     usage: StartUsage = msgspec.field(default_factory=StartUsage)
 
 
-class MessageStart(msgspec.Struct, tag="message_start", tag_field="type"):
+class MessageStart(_Written, tag="message_start", tag_field="type"):
     message: StartMessage
 
 
-class Ping(msgspec.Struct, tag="ping", tag_field="type"):
+class Ping(_Written, tag="ping", tag_field="type"):
     pass
 
 
-class TextContent(msgspec.Struct, tag="text", tag_field="type"):
+class TextContent(_Written, tag="text", tag_field="type"):
     text: str = ""
 
 
-class ToolUseContent(msgspec.Struct, tag="tool_use", tag_field="type"):
+class ToolUseContent(_Written, tag="tool_use", tag_field="type"):
     id: str
     name: str
     input: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
-class ContentBlockStart(msgspec.Struct, tag="content_block_start", tag_field="type"):
+class ContentBlockStart(_Written, tag="content_block_start", tag_field="type"):
     index: int
     content_block: TextContent | ToolUseContent
 
 
-class TextDelta(msgspec.Struct, tag="text_delta", tag_field="type"):
+class TextDelta(_Written, tag="text_delta", tag_field="type"):
     text: str
 
 
-class InputJsonDelta(msgspec.Struct, tag="input_json_delta", tag_field="type"):
+class InputJsonDelta(_Written, tag="input_json_delta", tag_field="type"):
     partial_json: str
 
 
-class ContentBlockDelta(msgspec.Struct, tag="content_block_delta", tag_field="type"):
+class ContentBlockDelta(_Written, tag="content_block_delta", tag_field="type"):
     index: int
     delta: TextDelta | InputJsonDelta
 
 
-class ContentBlockStop(msgspec.Struct, tag="content_block_stop", tag_field="type"):
+class ContentBlockStop(_Written, tag="content_block_stop", tag_field="type"):
     index: int
 
 
-class StopDelta(msgspec.Struct):
+class StopDelta(_Written):
     stop_reason: StopReason
     stop_sequence: str | None = None
 
 
-class DeltaUsage(msgspec.Struct, kw_only=True):
+class DeltaUsage(_Written, kw_only=True):
     """The usage billed: ``input_tokens`` are the prompt's uncached tokens, as Anthropic
     counts them (the three input counts add up to the prompt tokens billed)."""
 
@@ -289,21 +294,21 @@ class DeltaUsage(msgspec.Struct, kw_only=True):
     output_tokens: int
 
 
-class MessageDelta(msgspec.Struct, tag="message_delta", tag_field="type"):
+class MessageDelta(_Written, tag="message_delta", tag_field="type"):
     delta: StopDelta
     usage: DeltaUsage
 
 
-class MessageStop(msgspec.Struct, tag="message_stop", tag_field="type"):
+class MessageStop(_Written, tag="message_stop", tag_field="type"):
     svc: SvcMetadata
 
 
-class AnthropicErrorDetail(msgspec.Struct):
+class AnthropicErrorDetail(_Written):
     type: str
     message: str
 
 
-class ErrorEvent(msgspec.Struct, tag="error", tag_field="type", omit_defaults=True):
+class ErrorEvent(_Written, tag="error", tag_field="type", omit_defaults=True):
     """A failure after the stream began (``event: error``): the SDKs raise it. ``svc`` is
     there when the stream was settled (charged for what was delivered)."""
 
@@ -326,7 +331,7 @@ it)."""
 
 
 # written by ``app.apis.messages.errors``; the docstring is the document's
-class AnthropicErrorBody(msgspec.Struct, tag="error", tag_field="type"):
+class AnthropicErrorBody(_Written, tag="error", tag_field="type"):
     """Anthropic's error body: a refused request on the Messages API's routes."""
 
     error: AnthropicErrorDetail
