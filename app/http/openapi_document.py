@@ -112,6 +112,11 @@ def complete_document(
         ResponsesRequest,
         ChatCompletionChunk,
         ErrorBody,
+        messages.MessagesRequest,
+        messages.CountTokensRequest,
+        *get_args(messages.StreamEvent),
+        messages.CountTokensResponse,
+        messages.AnthropicErrorBody,
         UsageSummary,
         ActivityPage,
         Books,
@@ -120,7 +125,6 @@ def complete_document(
     _, components = msgspec.json.schema_components(types, ref_template=COMPONENT)
     for name, schema in components.items():
         schemas.setdefault(name, schema)
-    _add_messages_components(schemas)
     _constrain(schemas, models, max_messages, max_message_chars)
     _constrain_messages(schemas, max_message_chars)
     for body in ("KeyCreateRequest", "KeyUpdateRequest"):
@@ -165,21 +169,6 @@ def _served_over_rsgi() -> dict[str, Any]:
         for path, operation in ((dialect.path, dialect.operation), *dialect.beside):
             paths[path] = {"post": operation()}
     return paths
-
-
-def _add_messages_components(schemas: dict[str, Any]) -> None:
-    """The components of the Messages API's bodies, answers and events, added to
-    ``schemas`` (the structs whose names chat's hold are named ``Anthropic…``)."""
-    types = [
-        messages.MessagesRequest,
-        messages.CountTokensRequest,
-        *get_args(messages.StreamEvent),
-        messages.CountTokensResponse,
-        messages.AnthropicErrorBody,
-    ]
-    _, components = msgspec.json.schema_components(types, ref_template=COMPONENT)
-    for name, schema in components.items():
-        schemas.setdefault(name, schema)
 
 
 def _constrain_messages(schemas: dict[str, Any], max_message_chars: int) -> None:
