@@ -126,7 +126,6 @@ def complete_document(
     for name, schema in components.items():
         schemas.setdefault(name, schema)
     _constrain(schemas, models, max_messages, max_message_chars)
-    _constrain_messages(schemas, max_message_chars)
     for body in ("KeyCreateRequest", "KeyUpdateRequest"):
         allowed = schemas[body]["properties"]["allowed_models"]["anyOf"][0]
         allowed["items"]["enum"] = key_models
@@ -169,30 +168,6 @@ def _served_over_rsgi() -> dict[str, Any]:
         for path, operation in ((dialect.path, dialect.operation), *dialect.beside):
             paths[path] = {"post": operation()}
     return paths
-
-
-def _constrain_messages(schemas: dict[str, Any], max_message_chars: int) -> None:
-    """The Messages API's limits checked after decoding, as ``_constrain`` states chat's."""
-    request = schemas["MessagesRequest"]["properties"]
-    request["max_tokens"]["description"] = OUTPUT_LIMIT_DOC
-    request["stop_sequences"]["anyOf"][0]["maxItems"] = MAX_STOP_SEQUENCES
-    # read only to be refused: what the document allows of them is what svc serves
-    for body in ("MessagesRequest", "CountTokensRequest"):
-        properties = schemas[body]["properties"]
-        properties["mcp_servers"] = {
-            "anyOf": [{"type": "array", "maxItems": 0}, {"type": "null"}],
-            "description": "svc connects to no MCP servers: any is a 400.",
-        }
-        properties["container"] = {
-            "type": "null",
-            "description": "svc runs no containers: any is a 400.",
-        }
-    # the blocks a turn of each role may hold; a user turn's text must not be empty
-    turn = schemas["MessageParam"]
-    del turn["properties"]
-    turn["oneOf"] = [
-        _turn(role, list(blocks), max_message_chars) for role, blocks in TURN_BLOCKS.items()
-    ]
 
 
 TURN_BLOCKS = {
@@ -239,6 +214,26 @@ def _constrain(
     message["if"] = {"properties": {"role": {"const": "assistant"}}}
     not_null = {"content": {"not": {"type": "null"}}}
     message["else"] = {"required": ["content"], "properties": not_null}
+    request = schemas["MessagesRequest"]["properties"]
+    request["max_tokens"]["description"] = OUTPUT_LIMIT_DOC
+    request["stop_sequences"]["anyOf"][0]["maxItems"] = MAX_STOP_SEQUENCES
+    # read only to be refused: what the document allows of them is what svc serves
+    for body in ("MessagesRequest", "CountTokensRequest"):
+        properties = schemas[body]["properties"]
+        properties["mcp_servers"] = {
+            "anyOf": [{"type": "array", "maxItems": 0}, {"type": "null"}],
+            "description": "svc connects to no MCP servers: any is a 400.",
+        }
+        properties["container"] = {
+            "type": "null",
+            "description": "svc runs no containers: any is a 400.",
+        }
+    # the blocks a turn of each role may hold; a user turn's text must not be empty
+    turn = schemas["MessageParam"]
+    del turn["properties"]
+    turn["oneOf"] = [
+        _turn(role, list(blocks), max_message_chars) for role, blocks in TURN_BLOCKS.items()
+    ]
     # str.isprintable, which no annotation states, as a pattern (the lengths are in the types)
     for body in ("KeyCreateRequest", "KeyUpdateRequest"):
         name = schemas[body]["properties"]["name"]

@@ -47,9 +47,11 @@ COUNT_TOKENS_ERRORS = (
 )
 
 
-def _request_id() -> dict[str, Any]:
-    text = "The request's id (as `x-request-id`), where Anthropic's SDKs read it."
-    return {"request-id": {"required": True, "description": text, "schema": {"type": "string"}}}
+_REQUEST_ID = {
+    "required": True,
+    "description": "The request's id (as `x-request-id`), where Anthropic's SDKs read it.",
+    "schema": {"type": "string"},
+}
 
 
 def _error_response(kinds: Sequence[ErrorKind]) -> dict[str, Any]:
@@ -60,7 +62,7 @@ def _error_response(kinds: Sequence[ErrorKind]) -> dict[str, Any]:
     codes = ", ".join(f"`{kind.code}`" for kind in kinds)
     return {
         "description": f"Anthropic-shaped error of type `{kind_type}`; svc's reasons: {codes}.",
-        "headers": _request_id(),
+        "headers": {"request-id": _REQUEST_ID},
         "content": json_content({"allOf": [ref("AnthropicErrorBody"), typed]}),
     }
 
@@ -118,7 +120,7 @@ def count_tokens_operation() -> dict[str, Any]:
             "The prompt tokens svc reserves for this body as a Messages request (its "
             "prompt bound): never fewer than a provider would count."
         ),
-        "headers": _request_id(),
+        "headers": {"request-id": _REQUEST_ID},
         "content": json_content(ref("CountTokensResponse")),
     }
     return operation(
