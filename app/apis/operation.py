@@ -10,7 +10,8 @@ from typing import Any
 
 from app.completion.request import CLAMPED_HEADER
 from app.core.errors import ErrorKind
-from app.credits import ceilings, idempotency
+from app.credits import ceilings
+from app.credits.idempotency import MAX_KEY_CHARS
 
 COMPONENT = "#/components/schemas/{name}"
 
@@ -63,12 +64,7 @@ IDEMPOTENCY_KEY = parameter(
     "header",
     "Run the request at most once for this key (per account, 24 hours); sent again with the "
     "same body, the first answer is replayed (`idempotent-replayed: true`).",
-    {
-        "type": "string",
-        "minLength": 1,
-        "maxLength": idempotency.MAX_KEY_CHARS,
-        "pattern": "^[ -~]+$",
-    },
+    {"type": "string", "minLength": 1, "maxLength": MAX_KEY_CHARS, "pattern": "^[ -~]+$"},
 )
 MAX_CREDITS = parameter(
     ceilings.HEADER,
@@ -109,9 +105,6 @@ def error_response(kinds: Sequence[ErrorKind]) -> dict[str, Any]:
     return {"description": describe_errors(kinds), "content": json_content(ref("ErrorBody"))}
 
 
-ErrorResponse = Callable[[Sequence[ErrorKind]], dict[str, Any]]
-"""A documented error response in an API's shape (``kinds``: of one status)."""
-
 _CLAMPED = {
     "required": False,
     "description": (
@@ -131,12 +124,13 @@ def operation(
     body: str,
     responses: dict[str, Any],
     errors: Sequence[ErrorKind],
-    error_response: ErrorResponse = error_response,
+    error_response: Callable[[Sequence[ErrorKind]], dict[str, Any]] = error_response,
     security: list[dict[str, list[str]]] = API_KEY,
     parameters: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """An operation taking the JSON body of component ``body``: its answers (``responses``)
-    and those of ``errors``, one per status, in the API's shape (``error_response``)."""
+    and those of ``errors``, one per status, in the API's shape (``error_response``: the
+    response of the kinds of one status)."""
     answers = dict(responses)
     for status, group in by_status(errors).items():
         answers[str(status)] = error_response(group)

@@ -20,7 +20,7 @@ from app import __version__
 from app.apis.chat.chunks import ChatCompletionChunk
 from app.apis.messages import wire as messages
 from app.apis.messages.request import MAX_STOP_SEQUENCES
-from app.apis.operation import COMPONENT, error_response
+from app.apis.operation import COMPONENT, error_response, ref
 from app.apis.responses.wire import ResponsesRequest
 from app.books.figures import Books
 from app.completion.request import CLAMPED_HEADER
@@ -143,7 +143,7 @@ def complete_document(
         ("/admin/v1/books", "Books"),
     ):
         document["paths"][path]["get"]["responses"]["200"]["content"] = {
-            "application/json": {"schema": {"$ref": COMPONENT.format(name=body)}},
+            "application/json": {"schema": ref(body)},
             CSV_MEDIA_TYPE: {"schema": {"type": "string"}},
         }
     for path_item in document["paths"].values():
@@ -151,7 +151,8 @@ def complete_document(
             for status, response in operation.get("responses", {}).items():
                 # Litestar documents its own validation error body; the exception handler
                 # answers those in the OpenAI shape, so the document says that instead.
-                if int(status) == 400 and "$ref" not in _json_schema(response):
+                content = response.get("content", {}).get("application/json", {})
+                if int(status) == 400 and "$ref" not in content.get("schema", {}):
                     response.update(error_response([ErrorKind.INVALID_VALUE]))
     document["paths"].update(_served_over_rsgi())
     for path_item in document["paths"].values():
@@ -180,14 +181,9 @@ TURN_BLOCKS = {
 
 def _turn(role: str, blocks: list[str], max_chars: int) -> dict[str, Any]:
     text = {"type": "string", "minLength": int(role == "user"), "maxLength": max_chars}
-    items = {"anyOf": [{"$ref": COMPONENT.format(name=block)} for block in blocks]}
+    items = {"anyOf": [ref(block) for block in blocks]}
     content = {"anyOf": [text, {"type": "array", "minItems": 1, "items": items}]}
     return {"properties": {"role": {"const": role}, "content": content}}
-
-
-def _json_schema(response: Mapping[str, Any]) -> Mapping[str, Any]:
-    schema: Mapping[str, Any] = response.get("content", {}).get("application/json", {})
-    return schema.get("schema", {})  # type: ignore[no-any-return]
 
 
 OUTPUT_LIMIT_DOC = f"Above the alias's output limit, lowered to it (`{CLAMPED_HEADER}` says so)."

@@ -200,8 +200,7 @@ class MessagesRequest(CountTokensRequest, kw_only=True, omit_defaults=True):
 
 
 class _Written(msgspec.Struct, forbid_unknown_fields=True):
-    """What svc writes (the answers and events): its components are closed, so a field svc
-    does not write (an upstream's) fails the OpenAPI document."""
+    """What svc writes: closed components (an upstream's extra field fails the document)."""
 
 
 class CountTokensResponse(_Written):
