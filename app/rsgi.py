@@ -1,4 +1,5 @@
-"""RSGI entry point for granian workers: ``app.rsgi:app``.
+"""RSGI entry point for granian workers: ``app.rsgi:app``, the gateway
+(``app.http.rsgi.gateway``) over Litestar's app and svc's services.
 
 Reads resolved settings from the environment (``svc serve`` exports them; a container
 sets ``SVC_REDIS_URL``, ``SVC_DATABASE_URL``, ``SVC_KEY_PEPPER``, ``SVC_ADMIN_TOKEN``).

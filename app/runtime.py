@@ -12,12 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.accounts.accounts import Accounts
+from app.accounts.api_keys import ApiKeys
 from app.accounts.bodies import KeyCreateRequest
 from app.accounts.ledger import Ledger, LedgerConfig
 from app.accounts.rewards import Spotlights
-from app.chat.catalog import Alias, Catalog, default_catalog, key_model_ids, load_catalog
-from app.chat.router import UpstreamRouter
-from app.chat.service import CompletionService
+from app.completion.catalog import Alias, Catalog, default_catalog, key_model_ids, load_catalog
+from app.completion.router import UpstreamRouter
+from app.completion.service import CompletionService
 from app.core import tracing
 from app.core.clock import DAY_S
 from app.core.data_dir import DEV_KEY_FILE, write_private
@@ -143,10 +144,10 @@ class Services:
         self.key_records = KeyRecords(self.scripts, self.layout)
         self.usage_counts = UsageCounts(self.scripts, self.layout)
         self.throttle_counts = ThrottleCounts(self.scripts, self.layout)
-        self.idempotency_records = IdempotencyRecords(self.scripts)
         self.script_calls = script_calls
         pepper = settings.key_pepper.encode()
         self.pepper = pepper  # keys' digests, and the seals of Idempotency-Key answers
+        self.idempotency_records = IdempotencyRecords(self.scripts, self.layout, pepper)
         self.auth_throttle = FailedAuthThrottle(
             settings.failed_auth_limit,
             settings.failed_auth_window_s,
@@ -189,16 +190,16 @@ class Services:
             earned_ttl_s=settings.earned_expiry_days * DAY_S,
         )
         self.ledger = Ledger(store, self.money, ledger_config, clock)
-        self.accounts = Accounts(
+        self.accounts = Accounts(store, self.money, ledger=self.ledger, clock=clock)
+        self.api_keys = ApiKeys(
             store,
-            self.money,
             self.key_records,
+            self.accounts,
             pepper,
             max_active_keys=settings.max_active_keys,
             default_rate_limit_rpm=settings.key_rate_limit or None,
             model_ids=key_model_ids(catalog),
             webhooks=self.webhooks,
-            ledger=self.ledger,
             clock=clock,
         )
         self.spotlights = Spotlights(
@@ -278,7 +279,7 @@ class Services:
         traces = tracing.ACTIVE
         if traces is not None:
             # chosen once: a completion of this worker then records spans without asking
-            from app.chat.traced import TracedCompletionService
+            from app.completion.traced import TracedCompletionService
 
             base_urls = {name: config.base_url for name, config in catalog.providers.items()}
             self.completions = TracedCompletionService(self.completions, traces, base_urls)
@@ -365,7 +366,7 @@ async def bootstrap_dev(services: Services) -> str | None:
     await accounts.grant_purchased(pid, services.settings.dev_credits, source="dev")
     # admin: the one key a new deployment starts with manages the others
     dev = KeyCreateRequest(name="dev", environment="live", daily_cap_credits=None, role="admin")
-    created = await accounts.create_key(pid, dev)
+    created = await services.api_keys.create_key(pid, dev)
     write_private(path, created.key + "\n")
     return created.key
 

@@ -1,11 +1,11 @@
 """Accounts and what their owners and operators do with them: the operations the admin API,
 the CLI and ``/v1`` share. The money moves through ``app.credits``.
 
-- ``accounts``: ``Accounts``, the one object callers hold: creating, finding and
-  disabling an account, its purchased grants and balance, and (inherited) its keys'
-  operations.
-- ``api_keys``: ``ApiKeys``, an account's keys: creation, listing, updates, rotation,
-  revocation, the limit on active keys, and the key events sent to webhooks.
+- ``accounts``: ``Accounts``: creating, finding and disabling an account, its purchased
+  grants and balance.
+- ``api_keys``: ``ApiKeys``, an account's keys (on an account ``Accounts`` finds):
+  creation, listing, updates, rotation, revocation, the limit on active keys, and the key
+  events sent to webhooks.
 - ``bodies``: the request bodies of these operations, their limits, and the checks
   decoding cannot make.
 - ``answers``: what they answer (a balance, a key as created, listed or revoked) and the

@@ -1,6 +1,5 @@
 """Accounts: their creation, their purchased credits and their balance, finding them and
-disabling them; with their keys' operations (``ApiKeys``), the one object the admin API,
-the CLI and ``/v1`` call.
+disabling them (their keys are ``app.accounts.api_keys.ApiKeys``'s).
 
 Creating an account or a grant, or changing its status, writes the durable store first (the
 record of truth), then Redis. Redis's writes are idempotent, so a retried call converges.
@@ -14,7 +13,6 @@ from collections.abc import Callable, Mapping
 
 from app.accounts import audit
 from app.accounts.answers import AccountList, CreditBalance, account_list, credit_balance
-from app.accounts.api_keys import ApiKeys
 from app.accounts.external import ACCOUNT_ID_PREFIX, is_account_id
 from app.accounts.ledger import OPERATOR_SOURCE, Ledger
 from app.accounts.lookup import AccountFilter
@@ -26,44 +24,27 @@ from app.core.errors import (
     service_unavailable,
 )
 from app.core.ids import random_id
-from app.credits.key_records import KeyRecords
 from app.credits.money import Money
 from app.credits.outcomes import Balance, ScriptStatus
 from app.store import AccountQuery, AccountRecord, GrantRecord, Store
-from app.webhooks.registry import Webhooks
 
 log = logging.getLogger("svc.accounts")
 _STATUS_SYNC_ROUNDS = 5  # writes of a status to Redis, racing other changes, before a 503
 
 
-class Accounts(ApiKeys):
-    """Operations on accounts, their credits and their keys."""
+class Accounts:
+    """Operations on accounts and their credits."""
 
     def __init__(
         self,
         store: Store,
         money: Money,
-        key_records: KeyRecords,
-        pepper: bytes,
         *,
-        max_active_keys: int = 100,
-        default_rate_limit_rpm: int | None = None,
-        model_ids: tuple[str, ...] = (),
-        webhooks: Webhooks | None = None,
         ledger: Ledger | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """``default_rate_limit_rpm``: a new key's when its creator sets none;
-        ``model_ids``: the aliases a key's ``allowed_models`` may name; ``webhooks``:
-        where key events go (revoked, rotated)."""
         self.store = store
         self.money = money
-        self.key_records = key_records
-        self.pepper = pepper
-        self.max_active_keys = max_active_keys
-        self.default_rate_limit_rpm = default_rate_limit_rpm
-        self.model_ids = model_ids
-        self.webhooks = webhooks
         self.ledger = ledger or Ledger(store, money, clock=clock)
         self.clock = clock
 

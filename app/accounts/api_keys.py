@@ -6,20 +6,22 @@ writes the store, then Redis, until Redis holds what the store says. A revocatio
 Redis first, so every worker refuses the key from that moment, then the durable record.
 Redis's writes are idempotent, so a retried call converges.
 
-``ApiKeys`` is the key half of ``Accounts`` (``app.accounts.accounts``), which sets what it
-reads: the store, the Redis key records, the pepper of the digests, the limits on keys.
+A key is made, listed and changed only on an account that exists: ``ApiKeys`` asks the
+account's owner (``app.accounts.accounts.Accounts``) for its record.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
 from app.accounts import audit
+from app.accounts.accounts import Accounts
 from app.accounts.answers import (
     ApiKeyCreated,
     ApiKeyDeleted,
@@ -48,7 +50,7 @@ from app.keys.format import (
     public_id,
 )
 from app.keys.roles import DEFAULT_ROLE, Role, check_within, lineage_of_keys_made_by
-from app.store import AccountRecord, KeyRecord, KeyRotation, Store, WebhookEventRecord
+from app.store import KeyRecord, KeyRotation, Store, WebhookEventRecord
 from app.webhooks.events import KEY_REVOKED, KEY_ROTATED, encode_data, event_id
 from app.webhooks.registry import Webhooks
 
@@ -70,16 +72,32 @@ def _hot_fields(rec: KeyRecord) -> tuple[str | int | None, ...]:
 class ApiKeys:
     """Operations on an account's keys."""
 
-    store: Store
-    key_records: KeyRecords
-    pepper: bytes
-    max_active_keys: int
-    default_rate_limit_rpm: int | None  # a new key's when its creator sets none
-    model_ids: tuple[str, ...]  # the aliases a key's allowed_models may name
-    webhooks: Webhooks | None  # where key events go (revoked, rotated)
-    clock: Callable[[], float]
-    # The account's record, or its 404: a key is made only on an account that exists.
-    require_account: Callable[[str], Awaitable[AccountRecord]]
+    def __init__(
+        self,
+        store: Store,
+        key_records: KeyRecords,
+        accounts: Accounts,
+        pepper: bytes,
+        *,
+        max_active_keys: int = 100,
+        default_rate_limit_rpm: int | None = None,
+        model_ids: tuple[str, ...] = (),
+        webhooks: Webhooks | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """``accounts``: whose ``require_account`` answers the 404 of an unknown account;
+        ``pepper``: the keys' digests' secret; ``default_rate_limit_rpm``: a new key's when its
+        creator sets none; ``model_ids``: the aliases a key's ``allowed_models`` may name;
+        ``webhooks``: where key events go (revoked, rotated)."""
+        self.store = store
+        self.key_records = key_records
+        self.require_account = accounts.require_account
+        self.pepper = pepper
+        self.max_active_keys = max_active_keys
+        self.default_rate_limit_rpm = default_rate_limit_rpm
+        self.model_ids = model_ids
+        self.webhooks = webhooks
+        self.clock = clock
 
     async def caller(self, pid: str, kid: str) -> KeyRecord:
         """The durable record of the key a ``/v1`` request was made with (its role and

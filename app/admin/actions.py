@@ -77,16 +77,16 @@ def _key_ops(args: argparse.Namespace) -> dict[str, AdminOp]:
     async def create_key(s: Services) -> Any:
         fields = {"daily_cap_credits": None, **key_fields(args), "environment": args.environment}
         req = convert_fields(fields, KeyCreateRequest)
-        return await s.accounts.create_key(args.account_pid, req)
+        return await s.api_keys.create_key(args.account_pid, req)
 
     async def update_key(s: Services) -> Any:
         req = convert_fields(key_fields(args), KeyUpdateRequest)
-        return await s.accounts.update_key(args.account_pid, args.key_id, req)
+        return await s.api_keys.update_key(args.account_pid, args.key_id, req)
 
     async def rotate_key(s: Services) -> Any:
         fields = {"grace_seconds": args.grace_seconds, **key_fields(args)}
         req = convert_fields(fields, KeyRotateRequest)
-        return await s.accounts.rotate_key(
+        return await s.api_keys.rotate_key(
             args.account_pid, args.key_id, req.grace_seconds, role=req.role
         )
 
@@ -108,18 +108,20 @@ def _lookup_ops(args: argparse.Namespace) -> dict[str, AdminOp]:
         return await s.accounts.find_accounts(parse_account_filter(params))
 
     async def account(s: Services) -> Any:
-        return await account_detail(s.accounts, s.usage, args.account_pid, s.clock())
+        return await account_detail(s.accounts, s.api_keys, s.usage, args.account_pid, s.clock())
 
     def set_status(status: str) -> AdminOp:
         async def change(s: Services) -> Any:
             await s.accounts.set_status(args.account_pid, status)
-            return await account_detail(s.accounts, s.usage, args.account_pid, s.clock())
+            return await account_detail(
+                s.accounts, s.api_keys, s.usage, args.account_pid, s.clock()
+            )
 
         return change
 
     async def revoke_key(s: Services) -> Any:
         await s.accounts.require_account(args.account_pid)
-        return await s.accounts.revoke_key(args.account_pid, args.key_id)
+        return await s.api_keys.revoke_key(args.account_pid, args.key_id)
 
     return {
         "accounts": accounts,

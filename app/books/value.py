@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import msgspec
 
-from app.chat.costs import DEFAULT_CURRENCY, MICRO
+from app.completion.costs import DEFAULT_CURRENCY, MICRO
 from app.core.settings import CREDIT_VALUE_FORM
 
 PER_CREDITS = 1_000

@@ -43,74 +43,18 @@ Raised and caught inside one module, never past it, and so kept there: the upstr
 client's ``ServerDisconnected`` and ``ProxyRefused`` (``ConnectionError``s, caught with
 every other failed connection, ``app.upstream.http11``), the RSGI lifespan's
 ``LifespanFailed`` (``app.http.rsgi.lifespan``) and the relay's ``ClientLeft``
-(``app.chat.relay``). Redis's and the database drivers' own exceptions are turned into
+(``app.completion.relay``). Redis's and the database drivers' own exceptions are turned into
 these at their one client (``app.kv``, ``app.store``).
 """
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Literal
 
 import msgspec
 
-
-class ErrorKind(Enum):
-    """(status, type, code) of every error the API returns."""
-
-    INVALID_API_KEY = (401, "authentication_error", "invalid_api_key")
-    API_KEY_REVOKED = (401, "authentication_error", "api_key_revoked")
-    API_KEY_EXPIRED = (401, "authentication_error", "api_key_expired")
-    ADMIN_UNAUTHORIZED = (401, "authentication_error", "invalid_admin_token")
-    TEST_KEY_FORBIDDEN = (403, "permission_error", "test_key_forbidden")
-    MODEL_NOT_ALLOWED = (403, "permission_error", "model_not_allowed")
-    PERMISSION_DENIED = (403, "permission_error", "permission_denied")
-    ACCOUNT_DISABLED = (403, "permission_error", "account_disabled")
-    INVALID_VALUE = (400, "invalid_request_error", "invalid_value")
-    STREAM_REQUIRED = (400, "invalid_request_error", "stream_required")
-    KEY_LIMIT = (400, "invalid_request_error", "api_key_limit_reached")
-    WEBHOOK_LIMIT = (400, "invalid_request_error", "webhook_limit_reached")
-    MODEL_NOT_FOUND = (404, "invalid_request_error", "model_not_found")
-    NOT_FOUND = (404, "not_found_error", "not_found")
-    ACCOUNT_NOT_FOUND = (404, "not_found_error", "account_not_found")
-    API_KEY_NOT_FOUND = (404, "not_found_error", "api_key_not_found")
-    WEBHOOK_NOT_FOUND = (404, "not_found_error", "webhook_not_found")
-    ACTIVITY_NOT_FOUND = (404, "not_found_error", "activity_not_found")
-    REDIS_NOT_EMPTY = (409, "invalid_request_error", "redis_not_empty")
-    KEY_NOT_ROTATABLE = (409, "invalid_request_error", "api_key_not_rotatable")
-    EXTERNAL_ID_TAKEN = (409, "invalid_request_error", "external_id_taken")
-    IDEMPOTENCY_IN_PROGRESS = (409, "invalid_request_error", "idempotency_in_progress")
-    IDEMPOTENCY_UNAVAILABLE = (409, "invalid_request_error", "idempotency_response_unavailable")
-    IDEMPOTENCY_KEY_REUSED = (422, "invalid_request_error", "idempotency_key_reused")
-    METHOD_NOT_ALLOWED = (405, "invalid_request_error", "method_not_allowed")
-    REQUEST_TOO_LARGE = (413, "invalid_request_error", "request_too_large")
-    INSUFFICIENT_CREDITS = (402, "insufficient_credits", "insufficient_credits")
-    ACCOUNT_IN_DEBT = (402, "insufficient_credits", "account_in_debt")
-    CREDIT_CEILING_TOO_LOW = (402, "invalid_request_error", "credit_ceiling_too_low")
-    DAILY_CAP_EXCEEDED = (429, "rate_limit_error", "daily_cap_exceeded")
-    DAILY_CAP_HELD = (429, "rate_limit_error", "daily_cap_held")
-    AUTH_RATE_LIMITED = (429, "rate_limit_error", "auth_rate_limited")
-    KEY_RATE_LIMITED = (429, "rate_limit_error", "rate_limit_exceeded")
-    SPOTLIGHT_LIMIT = (429, "rate_limit_error", "spotlight_limit_reached")
-    INVALID_SIGNATURE = (401, "authentication_error", "invalid_signature")
-    INVALID_STRIPE_SIGNATURE = (400, "invalid_request_error", "invalid_stripe_signature")
-    INVALID_PUSH_TOKEN = (401, "authentication_error", "invalid_push_token")
-    INVALID_GOOGLE_PURCHASE = (400, "invalid_request_error", "invalid_google_purchase")
-    INVALID_APPLE_SIGNATURE = (400, "invalid_request_error", "invalid_apple_signature")
-    ACCOUNT_TOKEN_MISMATCH = (400, "invalid_request_error", "account_token_mismatch")
-    INVALID_INTENT = (400, "invalid_request_error", "invalid_intent")
-    INTENT_USED = (400, "invalid_request_error", "intent_used")
-    UPSTREAM_UNAVAILABLE = (502, "upstream_error", "upstream_unavailable")
-    SERVICE_UNAVAILABLE = (503, "server_error", "service_unavailable")
-    INTERNAL = (500, "server_error", "internal_error")
-
-    @property
-    def status(self) -> int:
-        return self.value[0]
-
-    @property
-    def code(self) -> str:
-        return self.value[2]
+from app.core.error_kinds import CAP_HELD_RETRY_AFTER_S as CAP_HELD_RETRY_AFTER_S
+from app.core.error_kinds import ErrorKind as ErrorKind
 
 
 class ErrorDetail(msgspec.Struct, omit_defaults=False):
@@ -122,30 +66,6 @@ class ErrorDetail(msgspec.Struct, omit_defaults=False):
 
 class ErrorBody(msgspec.Struct):
     error: ErrorDetail
-
-
-CAP_HELD_RETRY_AFTER_S = 3
-"""The ``retry-after`` of ``daily_cap_held``: the key's cap is taken by holds of requests in
-flight, which settle (and give back what they did not use) within seconds as a rule."""
-
-_DEFAULT_HEADERS: dict[ErrorKind, dict[str, str]] = {
-    ErrorKind.INSUFFICIENT_CREDITS: {"x-should-retry": "false"},
-    ErrorKind.ACCOUNT_IN_DEBT: {"x-should-retry": "false"},
-    ErrorKind.CREDIT_CEILING_TOO_LOW: {"x-should-retry": "false"},
-    ErrorKind.DAILY_CAP_EXCEEDED: {"x-should-retry": "false"},
-    ErrorKind.DAILY_CAP_HELD: {
-        "x-should-retry": "true",
-        "retry-after": str(CAP_HELD_RETRY_AFTER_S),
-    },
-    ErrorKind.SPOTLIGHT_LIMIT: {"x-should-retry": "false"},
-    # the SDKs retry a 409: the running request is worth waiting for, the other is final
-    ErrorKind.IDEMPOTENCY_IN_PROGRESS: {"retry-after": "1"},
-    ErrorKind.IDEMPOTENCY_UNAVAILABLE: {"x-should-retry": "false"},
-    ErrorKind.EXTERNAL_ID_TAKEN: {"x-should-retry": "false"},
-    ErrorKind.UPSTREAM_UNAVAILABLE: {"x-should-retry": "true"},
-    ErrorKind.SERVICE_UNAVAILABLE: {"retry-after": "1"},
-    ErrorKind.AUTH_RATE_LIMITED: {"retry-after": "1"},
-}
 
 
 class ApiError(Exception):
@@ -163,7 +83,7 @@ class ApiError(Exception):
         self.kind = kind
         self.message = message
         self.param = param
-        self.headers = {**_DEFAULT_HEADERS.get(kind, {}), **(headers or {})}
+        self.headers = {**kind.fixed_headers, **(headers or {})}
 
     @property
     def status(self) -> int:

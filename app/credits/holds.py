@@ -17,6 +17,7 @@ from app.credits.outcomes import (
     NO_TOKENS,
     Hold,
     Identity,
+    OpenReservations,
     Rates,
     Refusal,
     Replay,
@@ -25,11 +26,60 @@ from app.credits.outcomes import (
     Tokens,
     Written,
 )
+from app.credits.script_args import ScriptArgs
 from app.credits.scripts import RedisClock, Scripts
 from app.kv.client import REDIS_TIMEOUT
 from app.kv.fields import API_CHAT, NOTHING_SERVED, Served
 from app.kv.layout import KeySpace
 
+RESERVE = ScriptArgs(
+    "reserve",
+    "now",
+    "rid",
+    "pid",
+    "kid",
+    "prompt_units",
+    "output_price",
+    "max_out",
+    "min_out",
+    "deadline",
+    "cap_ttl",
+    "alias",
+    "requested",
+    "day",
+    "now_ms",
+    "models",
+    "give_up_ms",
+    "api",
+    "ceiling",
+    "fingerprint",
+    "idem_ttl",
+)
+SETTLE = ScriptArgs(
+    "settle",
+    "now",
+    "rid",
+    "input_price",
+    "prompt_tokens",
+    "completion_tokens",
+    "outcome",
+    "only_if_expired",
+    "usage_ttl",
+    "served",
+    "give_up_ms",
+    "cached_price",
+    "cache_write_price",
+    "output_price",
+    "cached_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "failovers",
+    "record",
+    "parts*3",
+)
+EXTEND = ScriptArgs(
+    "extend", "rid", "deadline", replies={1: ScriptStatus.OK, 0: ScriptStatus.NOT_FOUND}
+)
 REPLY_MARGIN = 0.1  # the part of the Redis timeout a reserve's reply may take to come back
 _HELD = (ScriptStatus.OK, ScriptStatus.DUPLICATE)
 
@@ -115,35 +165,32 @@ class Holds:
             self.layout.rate(shard, ident.cap_kid),
             self.layout.cap_held(cap_key),
         ]
-        extra: list[Any] = []
+        idempotent: dict[str, Any] = {}
         if claim is not None:
             keys.append(claim.record)
-            extra = [claim.fingerprint, idempotency.TTL_S]
-        status, amount, out_tokens, balance, *replayed = await self._run(
-            "reserve",
-            keys,
-            [
-                int(now),
-                rid,
-                ident.pid,
-                ident.kid,
-                prompt_units,
-                output_price,
-                max_out,
-                min_out,
-                int(deadline),
-                self._cap_ttl,
-                alias,
-                requested,
-                day,
-                round(now * 1000),
-                models,
-                self._give_up_ms(),
-                api,
-                ceiling,
-                *extra,
-            ],
+            idempotent = {"fingerprint": claim.fingerprint, "idem_ttl": idempotency.TTL_S}
+        args = RESERVE(
+            now=int(now),
+            rid=rid,
+            pid=ident.pid,
+            kid=ident.kid,
+            prompt_units=prompt_units,
+            output_price=output_price,
+            max_out=max_out,
+            min_out=min_out,
+            deadline=int(deadline),
+            cap_ttl=self._cap_ttl,
+            alias=alias,
+            requested=requested,
+            day=day,
+            now_ms=round(now * 1000),
+            models=models,
+            give_up_ms=self._give_up_ms(),
+            api=api,
+            ceiling=ceiling,
+            **idempotent,
         )
+        status, amount, out_tokens, balance, *replayed = await self._run("reserve", keys, args)
         if status == ScriptStatus.REPLAY and claim is not None:
             opened = claim.seal.open_stream_or_none(bytes(replayed[0]))
             if opened is not None:
@@ -202,29 +249,33 @@ class Holds:
             self.layout.events(shard),
             self.layout.cap_held(hold.cap_key),
         ]
-        args: list[Any] = [
-            int(now),
-            hold.rid,
-            rates.input,
-            tokens.prompt,
-            tokens.completion,
-            outcome,
-            1 if only_if_expired else 0,
-            self._usage_ttl,
-            served.text(),
-            0 if only_if_expired else self._give_up_ms(),
-            rates.cached_input,
-            rates.cache_write,
-            rates.output,
-            tokens.cached,
-            tokens.cache_writes,
-            tokens.reasoning,
-            failovers,
-        ]
+        recorded: dict[str, Any] = {}
         if hold.idempotency is not None:
             keys.append(hold.idempotency)
             parts = response.parts if response is not None else None
-            args += ["unrecorded"] if parts is None else ["body", *parts]
+            recorded = (
+                {"record": "unrecorded"} if parts is None else {"record": "body", "parts": parts}
+            )
+        args = SETTLE(
+            now=int(now),
+            rid=hold.rid,
+            input_price=rates.input,
+            prompt_tokens=tokens.prompt,
+            completion_tokens=tokens.completion,
+            outcome=outcome,
+            only_if_expired=1 if only_if_expired else 0,
+            usage_ttl=self._usage_ttl,
+            served=served.text(),
+            give_up_ms=0 if only_if_expired else self._give_up_ms(),
+            cached_price=rates.cached_input,
+            cache_write_price=rates.cache_write,
+            output_price=rates.output,
+            cached_tokens=tokens.cached,
+            cache_write_tokens=tokens.cache_writes,
+            reasoning_tokens=tokens.reasoning,
+            failovers=failovers,
+            **recorded,
+        )
         status, used, balance = await self._run("settle", keys, args)
         if status == ScriptStatus.GAVE_UP:
             # the reply came within the timeout, but the script ran past the give-up time:
@@ -260,6 +311,17 @@ class Holds:
         extended = await self._run(
             "extend",
             [self.layout.reservation(hold.shard, hold.rid), self.layout.reservations(hold.shard)],
-            [hold.rid, int(deadline)],
+            EXTEND(rid=hold.rid, deadline=int(deadline)),
         )
-        return Written(ScriptStatus.OK if extended else ScriptStatus.NOT_FOUND)
+        return Written(EXTEND.replies[int(extended)])
+
+    async def open_reservations(self, now: float) -> OpenReservations:
+        """The reservations open over every shard, and those whose deadline is before ``now``
+        (in whole seconds, as the scripts write deadlines): one pipelined round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in self.layout.all_shards():
+            reservations = self.layout.reservations(shard)
+            pipe.zcard(reservations)
+            pipe.zcount(reservations, "-inf", f"({int(now)}")  # deadline before now
+        replies = [int(n) for n in await pipe.execute()]
+        return OpenReservations(open=sum(replies[0::2]), past_deadline=sum(replies[1::2]))

@@ -9,7 +9,8 @@ operator's request never takes an account's key.
 
 For completions the check and the record ride in the reserve and settle scripts
 (``reserve.lua``, ``settle.lua``: their headers say how); this module names the record,
-says what identifies a request, and claims and closes the records of the other routes
+says what identifies a request (``IdempotencyRecords.claim_for``, for the streams and the
+other routes alike), and claims and closes the records of the other routes
 (``IdempotencyRecords``).
 """
 
@@ -19,7 +20,7 @@ import hashlib
 import hmac
 import logging
 import os
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -27,6 +28,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from app.core.clock import DAY_S
 from app.core.errors import invalid_value
 from app.credits.outcomes import Refusal, ScriptStatus
+from app.credits.script_args import ScriptArgs
 from app.credits.scripts import Scripts
 from app.kv.layout import KeySpace
 
@@ -46,6 +48,8 @@ its key taken this long at most, so a client's or an operator's retry waits a mi
 day. A JSON route's run is a few Redis and store calls, each bounded by its timeout, far
 inside it; and a grant or debit a retry ran beside a run still going is applied once by its
 entry id anyway."""
+IDEMPOTENCY_CLAIM = ScriptArgs("idempotency_claim", "fp", "token", "ttl")
+IDEMPOTENCY_CLOSE = ScriptArgs("idempotency_close", "token", "outcome", "status", "body", "ttl")
 ANSWER_MARGIN_BYTES = 65_536
 """What a JSON route's answer may hold beyond what its request sent (ids, secrets, times)."""
 
@@ -211,20 +215,35 @@ def answer_limit(max_body_bytes: int) -> int:
 
 
 class IdempotencyRecords:
-    """The Idempotency-Key records of the routes other than the streams: claimed before a
-    request runs, closed with its answer after."""
+    """The Idempotency-Key records: where a request's record is and what seals it
+    (``claim_for``, every route's), and, for the routes other than the streams, the record
+    claimed before a request runs and closed with its answer after."""
 
-    def __init__(self, scripts: Scripts) -> None:
+    def __init__(self, scripts: Scripts, layout: KeySpace, pepper: bytes) -> None:
         self._run = scripts.run
+        self._layout = layout
+        self._pepper = pepper
+
+    def claim_for(
+        self, pid: str, key: str, route: str, body: bytes, *, environment: str
+    ) -> IdempotencyClaim:
+        """``claim`` in this deployment's key space and under its pepper: the claim of a
+        request to ``route`` with ``body`` on the Idempotency-Key ``key`` of the account
+        ``pid`` in ``environment``, or the 400 when ``key`` is not one."""
+        return claim(
+            self._layout, pid, key, route, body, environment=environment, pepper=self._pepper
+        )
 
     async def claim(self, claim: IdempotencyClaim, token: str) -> RecordedAnswer | Refusal | None:
         """Claim ``claim``'s key for the run ``token`` (None; the claim lapses after
         ``RUNNING_TTL_S`` unless closed), or the answer its first request recorded, or the
         ``Refusal`` when it is running or was another request's."""
         state, *answer = await self._run(
-            "idempotency_claim", [claim.record], [claim.fingerprint, token, RUNNING_TTL_S]
+            "idempotency_claim",
+            [claim.record],
+            IDEMPOTENCY_CLAIM(fp=claim.fingerprint, token=token, ttl=RUNNING_TTL_S),
         )
-        if state == 0:
+        if state == ScriptStatus.OK:
             return None
         if state == ScriptStatus.REPLAY:
             body, status = answer
@@ -236,7 +255,9 @@ class IdempotencyRecords:
     ) -> None:
         """Record the answer of the run ``token`` for ``claim``'s key, or (None: it failed)
         free the key."""
-        args: list[Any] = [token, "failed"]
+        args = IDEMPOTENCY_CLOSE(token=token, outcome="failed")
         if answer is not None:
-            args = [token, "done", answer.status, answer.body, TTL_S]
+            args = IDEMPOTENCY_CLOSE(
+                token=token, outcome="done", status=answer.status, body=answer.body, ttl=TTL_S
+            )
         await self._run("idempotency_close", [claim.record], args)

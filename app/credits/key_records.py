@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 from app.core.clock import day_tag, utc_day
 from app.credits.ceilings import NO_CEILING
 from app.credits.outcomes import Identity, KeyAccess, ScriptStatus, Written
+from app.credits.script_args import ScriptArgs
 from app.credits.scripts import Scripts
 from app.kv.fields import (
     ACCOUNT_DISABLED,
@@ -43,6 +44,34 @@ def _key_fields(record: KeyRecord) -> list[Any]:
     models = models_field(record.allowed_models)
     rpm = record.rate_limit_rpm or NO_RATE_LIMIT
     return [cap, record.name, expires, models, rpm, record.max_credits_per_request or NO_CEILING]
+
+
+KEY_SETTINGS = "settings*6"
+"""``_key_fields``'s six values, spread into the key scripts' ARGV (their ``ARGV[a..b]``)."""
+PUT_KEY = ScriptArgs(
+    "put_key",
+    "acct",
+    "status",
+    "env",
+    KEY_SETTINGS,
+    replies={1: ScriptStatus.OK, 0: ScriptStatus.DUPLICATE},
+)
+UPDATE_KEY = ScriptArgs(
+    "update_key",
+    "acct",
+    "status",
+    "env",
+    KEY_SETTINGS,
+    replies={1: ScriptStatus.OK, -1: ScriptStatus.KEY_UNKNOWN},
+)
+REVOKE_KEY = ScriptArgs(
+    "revoke_key",
+    "acct",
+    "env",
+    KEY_SETTINGS,
+    replies={1: ScriptStatus.OK, 0: ScriptStatus.DUPLICATE, -1: ScriptStatus.KEY_UNKNOWN},
+)
+RATE_START = ScriptArgs("rate_start", "now_ms")
 
 
 class KeyUse(NamedTuple):
@@ -126,7 +155,7 @@ class KeyRecords:
                 self.layout.api_key(ident.shard, ident.kid),
                 self.layout.rate(ident.shard, ident.cap_kid),
             ],
-            [round(now * 1000)],
+            RATE_START(now_ms=round(now * 1000)),
         )
         return 0 if status == ScriptStatus.OK else int(wait_ms)
 
@@ -136,9 +165,14 @@ class KeyRecords:
         written = await self._run(
             "put_key",
             [self.layout.api_key(ident.shard, ident.kid)],
-            [ident.pid, record.status, ident.environment, *_key_fields(record)],
+            PUT_KEY(
+                acct=ident.pid,
+                status=record.status,
+                env=ident.environment,
+                settings=_key_fields(record),
+            ),
         )
-        return Written(ScriptStatus.OK if written else ScriptStatus.DUPLICATE)
+        return Written(PUT_KEY.replies[int(written)])
 
     async def update_key(self, ident: Identity, record: KeyRecord) -> Written:
         """Set a key's name, daily cap and expiry to ``record``'s (its status stays as Redis
@@ -148,10 +182,15 @@ class KeyRecords:
             await self._run(
                 "update_key",
                 [self.layout.api_key(ident.shard, ident.kid)],
-                [ident.pid, record.status, ident.environment, *_key_fields(record)],
+                UPDATE_KEY(
+                    acct=ident.pid,
+                    status=record.status,
+                    env=ident.environment,
+                    settings=_key_fields(record),
+                ),
             )
         )
-        return Written(ScriptStatus.OK if result == 1 else ScriptStatus.KEY_UNKNOWN)
+        return Written(UPDATE_KEY.replies.get(result, ScriptStatus.KEY_UNKNOWN))
 
     async def revoke_key(self, ident: Identity, record: KeyRecord) -> Written:
         """Mark a key revoked: OK now, DUPLICATE when it was already, KEY_UNKNOWN when the
@@ -160,8 +199,7 @@ class KeyRecords:
             await self._run(
                 "revoke_key",
                 [self.layout.api_key(ident.shard, ident.kid)],
-                [ident.pid, ident.environment, *_key_fields(record)],
+                REVOKE_KEY(acct=ident.pid, env=ident.environment, settings=_key_fields(record)),
             )
         )
-        statuses = {1: ScriptStatus.OK, 0: ScriptStatus.DUPLICATE}
-        return Written(statuses.get(result, ScriptStatus.KEY_UNKNOWN))
+        return Written(REVOKE_KEY.replies.get(result, ScriptStatus.KEY_UNKNOWN))

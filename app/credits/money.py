@@ -7,7 +7,6 @@ answered with the typed results of ``outcomes``."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from app.core.clock import DAY_S, day_tag, utc_day
 from app.credits.holds import Holds
@@ -20,6 +19,7 @@ from app.credits.outcomes import (
     TakenBack,
     Written,
 )
+from app.credits.script_args import ScriptArgs
 from app.kv.fields import (
     ACCOUNT_ACTIVE,
     ACCOUNT_POOLS,
@@ -34,6 +34,35 @@ GRANT_MARKER_TTL_S = 400 * DAY_S
 """How long a grant id is remembered (a grant retried within it is applied once)."""
 SPOTLIGHT_COUNTER_TTL_S = 2 * DAY_S
 """How long a day's reward counter lives (its day and the next, for late readers)."""
+OPEN_ACCOUNT = ScriptArgs(
+    "open_account",
+    "earned",
+    "earned_exp",
+    "purchased",
+    "status",
+    "debt",
+    replies={1: ScriptStatus.OK, 0: ScriptStatus.DUPLICATE},
+)
+CORRECT_POOLS = ScriptArgs(
+    "correct_pools", "sign", "credits", "earned_part", "earned_exp", "now", "pid"
+)
+ACCOUNT_STATUS = ScriptArgs("account_status", "status")
+BALANCE = ScriptArgs("balance", "now", "pid")
+EXPIRE_EARNED = ScriptArgs("expire_earned", "now", "pid")
+LOW_BALANCE = ScriptArgs("low_balance", "now", "low")
+GRANT = ScriptArgs(
+    "grant",
+    "now",
+    "pool",
+    "credits",
+    "earned_ttl",
+    "daily_limit",
+    "marker_ttl",
+    "counter_ttl",
+    "pid",
+    "intent_ttl",
+)
+TAKE_BACK = ScriptArgs("take_back", "now", "credits", "marker_ttl", "pid")
 
 
 def ledger_marker(entry: GrantRecord) -> str:
@@ -66,9 +95,15 @@ class Money(Holds):
         created = await self._run(
             "open_account",
             [self.layout.account(shard, pid)],
-            [earned, earned_exp, purchased, status, debt],
+            OPEN_ACCOUNT(
+                earned=earned,
+                earned_exp=earned_exp,
+                purchased=purchased,
+                status=status,
+                debt=debt,
+            ),
         )
-        return Written(ScriptStatus.OK if created else ScriptStatus.DUPLICATE)
+        return Written(OPEN_ACCOUNT.replies[int(created)])
 
     async def correct_pools(
         self, pid: str, credits: int, *, earned_part: int, earned_exp: int, now: float
@@ -82,7 +117,14 @@ class Money(Holds):
         status, _earned, _purchased = await self._run(
             "correct_pools",
             [self.layout.account(shard, pid), self.layout.events(shard)],
-            [sign, abs(credits), earned_part, earned_exp, int(now), pid],
+            CORRECT_POOLS(
+                sign=sign,
+                credits=abs(credits),
+                earned_part=earned_part,
+                earned_exp=earned_exp,
+                now=int(now),
+                pid=pid,
+            ),
         )
         return Written(ScriptStatus(int(status)))
 
@@ -91,7 +133,9 @@ class Money(Holds):
         is refused from the next request on, by every worker; ``ACCOUNT_MISSING`` (nothing
         written) when Redis has no balance hash of it."""
         shard = self.layout.shard(pid)
-        written = await self._run("account_status", [self.layout.account(shard, pid)], [status])
+        written = await self._run(
+            "account_status", [self.layout.account(shard, pid)], ACCOUNT_STATUS(status=status)
+        )
         return Written(ScriptStatus(int(written)))
 
     async def balance(self, ident: Identity, now: float) -> BalanceRead:
@@ -103,7 +147,7 @@ class Money(Holds):
                 self.layout.api_key(ident.shard, ident.kid),
                 self.layout.account(ident.shard, ident.pid),
             ],
-            [int(now), ident.pid],
+            BALANCE(now=int(now), pid=ident.pid),
         )
         balance = Balance(int(earned), int(earned_exp), int(purchased), int(debt))
         return BalanceRead(ScriptStatus(status), balance)
@@ -159,7 +203,7 @@ class Money(Holds):
         _, lapsed = await self._run(
             "expire_earned",
             [self.layout.account(shard, pid), self.layout.events(shard)],
-            [int(now), pid],
+            EXPIRE_EARNED(now=int(now), pid=pid),
         )
         return int(lapsed)
 
@@ -170,7 +214,7 @@ class Money(Holds):
         status, _ = await self._run(
             "low_balance",
             [self.layout.account(shard, pid)],
-            [int(now), NO_CAP if low is None else low],
+            LOW_BALANCE(now=int(now), low=NO_CAP if low is None else low),
         )
         return Written(ScriptStatus(status))
 
@@ -214,20 +258,22 @@ class Money(Holds):
             self.layout.spotlight(shard, pid, day),
             self.layout.events(shard),
         ]
-        args: list[Any] = [
-            int(now),
-            pool,
-            credits,
-            earned_ttl_s,
-            daily_limit,
-            marker_ttl_s,
-            SPOTLIGHT_COUNTER_TTL_S,
-            pid,
-        ]
+        consumed: dict[str, int] = {}
         if intent is not None:
             intent_id, life_s = intent
             keys.append(self.layout.spotlight_intent(shard, intent_id))
-            args.append(max(1, life_s))
+            consumed = {"intent_ttl": max(1, life_s)}
+        args = GRANT(
+            now=int(now),
+            pool=pool,
+            credits=credits,
+            earned_ttl=earned_ttl_s,
+            daily_limit=daily_limit,
+            marker_ttl=marker_ttl_s,
+            counter_ttl=SPOTLIGHT_COUNTER_TTL_S,
+            pid=pid,
+            **consumed,
+        )
         status, earned, earned_exp, purchased, granted_at, debt, paid = await self._run(
             "grant", keys, args
         )
@@ -252,7 +298,9 @@ class Money(Holds):
             self.layout.events(shard),
         ]
         status, earned, earned_exp, purchased, debt, taken, owed, applied_at = await self._run(
-            "take_back", keys, [int(now), credits, marker_ttl_s, pid]
+            "take_back",
+            keys,
+            TAKE_BACK(now=int(now), credits=credits, marker_ttl=marker_ttl_s, pid=pid),
         )
         balance = Balance(int(earned), int(earned_exp), int(purchased), int(debt))
         return TakenBack(ScriptStatus(status), balance, int(taken), int(owed), int(applied_at))

@@ -88,7 +88,7 @@ NO_RATES = Rates(0, 0, 0, 0)
 
 class Tokens(NamedTuple):
     """The tokens a request is billed for: the counts settle is sent (each already clamped
-    to what the hold covers: ``app.chat.settlement``) and the parts of them the upstream
+    to what the hold covers: ``app.completion.settlement``) and the parts of them the upstream
     named (cached and cache writes of the prompt, reasoning of the completion)."""
 
     prompt: int
@@ -116,6 +116,14 @@ class Balance(msgspec.Struct, frozen=True):
     @property
     def total(self) -> int:
         return self.earned + self.purchased
+
+
+class OpenReservations(NamedTuple):
+    """The reservations not yet settled, over every shard, and how many of them are past
+    their deadline (the sweeper's to refund)."""
+
+    open: int
+    past_deadline: int
 
 
 class Written(NamedTuple):

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from app.credits.script_args import ScriptArgs
 from app.credits.scripts import Scripts
 from app.kv.layout import KeySpace
+
+WINDOW_COUNT = ScriptArgs("window_count", "window_ms")
 
 
 class WindowCount(NamedTuple):
@@ -50,6 +53,6 @@ class ThrottleCounts:
 
     async def _window_count(self, counter: str, window_s: float) -> WindowCount:
         attempts, ms_left = await self._run(
-            "window_count", [counter], [max(1, round(window_s * 1000))]
+            "window_count", [counter], WINDOW_COUNT(window_ms=max(1, round(window_s * 1000)))
         )
         return WindowCount(int(attempts), int(ms_left) / 1000)

@@ -1,2 +1,4 @@
-"""The HTTP surface: the RSGI app granian serves (``gateway``), its native streaming
-endpoint (``chat``), and the Litestar routes behind an ASGI adapter (``asgi_bridge``)."""
+"""The HTTP surface, which only routes: the RSGI app granian serves (``rsgi.gateway``), the
+streaming endpoints it serves natively, one per API's dialect (``streams``, and the Messages
+API's ``count_tokens``), and the Litestar routes behind an ASGI adapter (``app``, over
+``rsgi.asgi_bridge``)."""

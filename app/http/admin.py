@@ -38,15 +38,16 @@ from app.http.body_routes import body_route, decoded_once
 from app.http.deps import admin_guard, operator_middleware, provide_services
 from app.http.headers import NO_STORE
 from app.http.idempotent import idempotency_key, once
-from app.http.openapi import (
-    ADMIN_ERRORS,
-    ADMIN_TOKEN,
-    ENVIRONMENT_PARAM,
-    documented,
-    errors,
+from app.http.openapi import ADMIN_ERRORS, ADMIN_TOKEN, errors
+from app.http.queries import (
+    Environment,
+    Query,
+    accounts_query,
+    activity_query,
+    audit_query,
+    ledger_query,
+    purchases_query,
 )
-from app.http.openapi_lists import ACCOUNTS_PARAMS, ACTIVITY_PARAMS, AUDIT_PARAMS, LEDGER_PARAMS
-from app.http.purchases import PURCHASES_PARAMS
 from app.http.reports import activity_answer, operator_receipt_answer
 from app.ops.lookup import AccountDetail, account_detail
 from app.purchases.listing import PurchaseList, parse_purchase_filter, purchase_list
@@ -85,19 +86,16 @@ class AdminController(Controller):
 
     @get(
         "/accounts",
+        dependencies={"params": Provide(accounts_query)},
         responses=errors(*ADMIN_ERRORS, ErrorKind.INVALID_VALUE),
-        operation_class=documented(parameters=ACCOUNTS_PARAMS),
     )
-    async def accounts(
-        self, services: Services, request: Request[Any, Any, Any]
-    ) -> AccountList | AccountOverview:
+    async def accounts(self, services: Services, params: Query) -> AccountList | AccountOverview:
         """Accounts, newest first, a page at a time (``limit``, ``after``); ``query`` finds
         them by account id, key id (either form) or a key's last four characters;
         ``external_id`` lists the one the app knows by that id. With ``sort`` (spend,
         balance, created): the overview, every account's balance, debt and live spend over
         the last ``days`` (default 30), the first ``limit`` of them, and the totals of the
         credits outstanding and of the debt."""
-        params = request.query_params
         overview = parse_overview(params)
         if overview is not None:
             return await account_overview(
@@ -109,7 +107,9 @@ class AdminController(Controller):
     async def account(self, services: Services, pid: str) -> AccountDetail:
         """The account: status, balance (as ``/v1/credits``), keys (as ``/v1/api-keys``,
         never a secret), usage today."""
-        return await account_detail(services.accounts, services.usage, pid, services.clock())
+        return await account_detail(
+            services.accounts, services.api_keys, services.usage, pid, services.clock()
+        )
 
     @body_route(
         patch, "/accounts/{pid:str}", AccountUpdateRequest, *_ACCOUNT, *_TAKEN, status_code=200
@@ -125,7 +125,9 @@ class AdminController(Controller):
             await services.accounts.set_external_id(pid, req.external_id)
         if not isinstance(req.status, UnsetType):
             await services.accounts.set_status(pid, req.status)
-        return await account_detail(services.accounts, services.usage, pid, services.clock())
+        return await account_detail(
+            services.accounts, services.api_keys, services.usage, pid, services.clock()
+        )
 
     @delete(
         "/accounts/{pid:str}/api-keys/{key_id:str}",
@@ -136,7 +138,7 @@ class AdminController(Controller):
         """Revoke any key of the account, at once on every worker (as ``DELETE
         /v1/api-keys/{id}``)."""
         await services.accounts.require_account(pid)
-        return await services.accounts.revoke_key(pid, key_id)
+        return await services.api_keys.revoke_key(pid, key_id)
 
     @body_route(
         post,
@@ -190,16 +192,14 @@ class AdminController(Controller):
 
     @get(
         "/accounts/{pid:str}/ledger",
+        dependencies={"params": Provide(ledger_query)},
         responses=errors(*_ACCOUNT, ErrorKind.INVALID_VALUE),
-        operation_class=documented(parameters=LEDGER_PARAMS),
     )
-    async def ledger(
-        self, services: Services, pid: str, request: Request[Any, Any, Any]
-    ) -> LedgerList:
+    async def ledger(self, services: Services, pid: str, params: Query) -> LedgerList:
         """The account's credit ledger, newest first, a page at a time (``limit``,
         ``after``): every purchase, reward, grant, refund, dispute, debit and expiry."""
         await services.accounts.require_account(pid)
-        return await ledger_list(services.store, pid, parse_ledger_filter(request.query_params))
+        return await ledger_list(services.store, pid, parse_ledger_filter(params))
 
     @get("/accounts/{pid:str}/credits", responses=errors(*_ACCOUNT))
     async def credits(self, services: Services, pid: str) -> CreditBalance:
@@ -255,17 +255,16 @@ class AdminController(Controller):
 
     @get(
         "/accounts/{pid:str}/activity",
+        dependencies={"params": Provide(activity_query)},
         responses=errors(*_ACCOUNT, ErrorKind.INVALID_VALUE),
-        operation_class=documented(parameters=[*ACTIVITY_PARAMS, ENVIRONMENT_PARAM]),
     )
     async def activity(
-        self, services: Services, pid: str, request: Request[Any, Any, Any]
+        self, services: Services, pid: str, params: Query, environment: Environment = None
     ) -> Response[Any]:
         """The account's settled requests (``GET /v1/activity``), in ``environment``
         (live unless told)."""
         await services.accounts.require_account(pid)
-        environment = parse_environment(request.query_params.get("environment"))
-        return await activity_answer(services, pid, environment, request)
+        return await activity_answer(services, pid, parse_environment(environment), params)
 
     @get(
         "/accounts/{pid:str}/activity/{activity_id:str}",
@@ -296,23 +295,23 @@ class AdminController(Controller):
 
     @get(
         "/audit",
+        dependencies={"params": Provide(audit_query)},
         responses=errors(*ADMIN_ERRORS, ErrorKind.INVALID_VALUE),
-        operation_class=documented(parameters=AUDIT_PARAMS),
     )
-    async def audit(self, services: Services, request: Request[Any, Any, Any]) -> AuditPage:
+    async def audit(self, services: Services, params: Query) -> AuditPage:
         """The operators' actions on money, keys and accounts' status, newest first, a page
         at a time (``limit``, ``after``); ``account``: one account's."""
-        return await audit_page(services.store, parse_audit_filter(request.query_params))
+        return await audit_page(services.store, parse_audit_filter(params))
 
     @get(
         "/purchases",
+        dependencies={"params": Provide(purchases_query)},
         responses=errors(*ADMIN_ERRORS, ErrorKind.INVALID_VALUE),
-        operation_class=documented(parameters=PURCHASES_PARAMS),
     )
-    async def purchases(self, services: Services, request: Request[Any, Any, Any]) -> PurchaseList:
+    async def purchases(self, services: Services, params: Query) -> PurchaseList:
         """The purchases the stores confirmed, newest first, a page at a time (``limit``,
         ``after``); ``status=unmatched``: those paid and not granted, for an operator."""
-        return await purchase_list(services.store, parse_purchase_filter(request.query_params))
+        return await purchase_list(services.store, parse_purchase_filter(params))
 
     @get("/usage-lag", responses=errors(*ADMIN_ERRORS))
     async def usage_lag(self, services: Services) -> Lag:

@@ -18,9 +18,10 @@ from app.accounts.answers import (
     credit_balance,
 )
 from app.accounts.ledger_pages import LedgerList, ledger_list, parse_ledger_filter
-from app.chat.catalog import AUTO, Alias
-from app.chat.pricing import PriceList, price_list
-from app.chat.request import enabled_alias, key_may_use
+from app.apis.operation import API_KEY, KEY_ERRORS
+from app.completion.catalog import AUTO, Alias
+from app.completion.pricing import PriceList, price_list
+from app.completion.request import enabled_alias, key_may_use
 from app.core.errors import ErrorKind, model_not_allowed
 from app.core.validation import decode_json
 from app.credits.outcomes import Identity
@@ -28,16 +29,8 @@ from app.http import key_routes
 from app.http.body_routes import body_route, decoded_once
 from app.http.deps import live_only, provide_identity, provide_services, request_address
 from app.http.headers import NO_STORE
-from app.http.openapi import (
-    API_KEY,
-    DAYS,
-    FORMAT_PARAM,
-    GROUP_BY_PARAM,
-    KEY_ERRORS,
-    documented,
-    errors,
-)
-from app.http.openapi_lists import ACTIVITY_PARAMS, LEDGER_PARAMS
+from app.http.openapi import errors
+from app.http.queries import Days, GroupBy, Query, UsageFormat, activity_query, ledger_query
 from app.http.reports import activity_answer, csv_download, receipt_answer
 from app.keys.refusals import key_refusal
 from app.keys.roles import require_manager
@@ -60,7 +53,7 @@ from app.webhooks.registry import (
 async def provide_manager(services: Services, ident: Identity) -> KeyRecord:
     """The record of the request's key when it may manage keys and webhooks (a live
     ``admin`` key; 403 otherwise): its limits bound what it may grant (app.keys.roles)."""
-    return require_manager(await services.accounts.caller(ident.pid, ident.kid))
+    return require_manager(await services.api_keys.caller(ident.pid, ident.kid))
 
 
 class ModelItem(msgspec.Struct):
@@ -163,55 +156,50 @@ class V1Controller(Controller):
 
     @get(
         "/credits/ledger",
-        dependencies=_IDENT,
+        dependencies={**_IDENT, "params": Provide(ledger_query)},
         responses=errors(*KEY_ERRORS, ErrorKind.INVALID_VALUE),
-        operation_class=documented(parameters=LEDGER_PARAMS),
     )
-    async def ledger(
-        self, services: Services, ident: Identity, request: Request[Any, Any, Any]
-    ) -> LedgerList:
+    async def ledger(self, services: Services, ident: Identity, params: Query) -> LedgerList:
         """Every credit into or out of the account's pools outside a request (purchases,
         rewards, grants, refunds, disputes, debits, expiries), newest first, a page at a
         time (``limit``, ``after``)."""
-        wanted = parse_ledger_filter(request.query_params)
-        return await ledger_list(services.store, ident.pid, wanted)
+        return await ledger_list(services.store, ident.pid, parse_ledger_filter(params))
 
     @get(
         "/usage",
         dependencies=_IDENT,
         responses=errors(*KEY_ERRORS, ErrorKind.INVALID_VALUE),
-        operation_class=documented(parameters=[DAYS, GROUP_BY_PARAM, FORMAT_PARAM]),
     )
     async def usage(
-        self, services: Services, ident: Identity, request: Request[Any, Any, Any]
+        self,
+        services: Services,
+        ident: Identity,
+        days: Days = None,
+        group_by: GroupBy = None,
+        format_: UsageFormat = None,
     ) -> Response[Any]:
         """All-time usage and the last ``days`` (1-366, default 30) UTC days, newest first,
         for the key's environment (spec 2.6); ``group_by`` (key, model, api) breaks each day down;
         ``format=csv``: the days as CSV rows."""
-        query = request.query_params
-        days = parse_days(query.get("days"))
-        group_by = parse_group_by(query.get("group_by"))
-        csv_wanted = parse_format(query.get("format")) == "csv"
+        window, grouped = parse_days(days), parse_group_by(group_by)
+        csv_wanted = parse_format(format_) == "csv"
         summary = await services.usage.summary(
-            ident.pid, ident.environment, services.clock(), days, group_by
+            ident.pid, ident.environment, services.clock(), window, grouped
         )
         if not csv_wanted:
             return Response(summary)
-        return csv_download(usage_rows(summary, group_by), "usage.csv")
+        return csv_download(usage_rows(summary, grouped), "usage.csv")
 
     @get(
         "/activity",
-        dependencies=_IDENT,
+        dependencies={**_IDENT, "params": Provide(activity_query)},
         responses=errors(*KEY_ERRORS, ErrorKind.INVALID_VALUE),
-        operation_class=documented(parameters=ACTIVITY_PARAMS),
     )
-    async def activity(
-        self, services: Services, ident: Identity, request: Request[Any, Any, Any]
-    ) -> Response[Any]:
+    async def activity(self, services: Services, ident: Identity, params: Query) -> Response[Any]:
         """The account's settled requests in the key's environment, newest first, a page
         at a time (``limit``, ``after``), by ``key_id``, ``model`` or ``day``;
         ``format=csv``: every row the filters name, as CSV."""
-        return await activity_answer(services, ident.pid, ident.environment, request)
+        return await activity_answer(services, ident.pid, ident.environment, params)
 
     @get(
         "/activity/{activity_id:str}",
@@ -231,7 +219,7 @@ class V1Controller(Controller):
     @get("/api-keys", dependencies=_IDENT, responses=errors(*KEY_ERRORS))
     async def list_keys(self, services: Services, ident: Identity) -> ApiKeyList:
         """The account's keys, newest first; secrets are never included (spec 4.5)."""
-        return await services.accounts.list_keys(ident.pid)
+        return await services.api_keys.list_keys(ident.pid)
 
     @key_routes.create_route("/api-keys", *_MANAGER_ERRORS, dependencies=_MANAGER)
     async def create_key(
@@ -274,7 +262,7 @@ class V1Controller(Controller):
     )
     async def revoke_key(self, services: Services, caller: KeyRecord, key_id: str) -> ApiKeyDeleted:
         """Revoke a key at once on every worker (spec 4.7). Needs an ``admin`` key."""
-        return await services.accounts.revoke_key(caller.account_pid, key_id, granter=caller)
+        return await services.api_keys.revoke_key(caller.account_pid, key_id, granter=caller)
 
     @body_route(
         post,

@@ -1,4 +1,6 @@
-"""The Litestar app factory: routes, error handling, and the lifespan that owns the clients."""
+"""The Litestar app factory: the routes the RSGI gateway does not serve itself, error
+handling, and the lifespan that opens the services, runs the background tasks (sweeper,
+ledger repair, flusher, webhooks) and, at shutdown, drains the settlements and closes."""
 
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ from contextlib import asynccontextmanager
 from litestar import Litestar
 from litestar.datastructures import ResponseHeader
 
-from app.chat.lifecycle import GracePeriod
-from app.chat.settlement import drain_background
+from app.completion.lifecycle import GracePeriod
+from app.completion.settlement import drain_background
 from app.core.errors import StoreError
 from app.core.settings import Settings
 from app.http.admin import AdminController
@@ -32,8 +34,8 @@ from app.runtime import open_services
 
 
 def create_app(settings: Settings) -> Litestar:
-    """A Litestar app for resolved settings (``app.ops.resolve``): every route but chat
-    completions, which ``app.http.gateway.Gateway`` serves itself."""
+    """A Litestar app for resolved settings (``app.ops.resolve``): every route but the
+    streams, which the RSGI gateway (``app.http.rsgi.gateway.Gateway``) serves itself."""
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:

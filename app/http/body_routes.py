@@ -13,16 +13,11 @@ import msgspec
 from litestar import Request, Response
 from litestar.handlers import HTTPRouteHandler
 
+from app.apis.operation import BODY_ERRORS, IDEMPOTENCY_KEY, IDEMPOTENT_ERRORS
 from app.core.errors import ErrorKind
 from app.core.validation import decode_json
 from app.http.idempotent import once
-from app.http.openapi import (
-    BODY_ERRORS,
-    IDEMPOTENCY_KEY,
-    IDEMPOTENT_ERRORS,
-    documented,
-    errors,
-)
+from app.http.openapi import documented, errors
 from app.runtime import Services
 
 B = TypeVar("B", bound=msgspec.Struct)

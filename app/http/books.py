@@ -5,48 +5,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Controller, Request, Response, get
+from litestar import Controller, Response, get
 from litestar.datastructures import ResponseHeader
 from litestar.di import Provide
-from litestar.enums import ParamType
-from litestar.openapi.spec import OpenAPIFormat, OpenAPIType, Parameter, Schema
 
-from app.books.report import DEFAULT_DAYS, MAX_DAYS, book_days, books_csv, read_books
+from app.books.report import book_days, books_csv, read_books
 from app.books.value import setting_value
 from app.core.errors import ErrorKind
 from app.http.deps import admin_guard, operator_middleware, provide_services
 from app.http.headers import NO_STORE
-from app.http.openapi import ADMIN_ERRORS, ADMIN_TOKEN, documented, errors
+from app.http.openapi import ADMIN_ERRORS, ADMIN_TOKEN, errors
+from app.http.queries import Query, books_query
 from app.http.reports import csv_download
 from app.runtime import Services
-from app.usage.export import FORMATS, parse_format
-
-BOOKS_PARAMS = [
-    Parameter(
-        name="from",
-        param_in=ParamType.QUERY,
-        required=False,
-        description=(
-            f"The first UTC day (default: the {DEFAULT_DAYS} days that end on `to`); at most "
-            f"{MAX_DAYS} days at once."
-        ),
-        schema=Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.DATE),
-    ),
-    Parameter(
-        name="to",
-        param_in=ParamType.QUERY,
-        required=False,
-        description="The last UTC day, included (default: today).",
-        schema=Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.DATE),
-    ),
-    Parameter(
-        name="format",
-        param_in=ParamType.QUERY,
-        required=False,
-        description="`csv`: a CSV file, one row per figure (`day` is `total` for the range).",
-        schema=Schema(type=OpenAPIType.STRING, enum=list(FORMATS)),
-    ),
-]
+from app.usage.export import parse_format
 
 
 class BooksController(Controller):
@@ -60,15 +32,14 @@ class BooksController(Controller):
 
     @get(
         "/books",
+        dependencies={"params": Provide(books_query)},
         responses=errors(*ADMIN_ERRORS, ErrorKind.INVALID_VALUE),
-        operation_class=documented(parameters=BOOKS_PARAMS),
     )
-    async def books(self, services: Services, request: Request[Any, Any, Any]) -> Response[Any]:
+    async def books(self, services: Services, params: Query) -> Response[Any]:
         """Per day and in total: revenue from purchases by store and currency (gross,
         refunded, net, in micro-units), credits sold, earned, granted, returned, taken back,
         spent and expired, upstream cost by alias, provider and model, and the margin per
         alias (docs/operations.md, "The books")."""
-        params = request.query_params
         csv_wanted = parse_format(params.get("format")) == "csv"
         days = book_days(params, services.clock())
         raw = services.settings.credit_value

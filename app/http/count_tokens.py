@@ -16,25 +16,18 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from app.core.errors import ApiError, ClientDisconnected, ErrorKind, model_not_allowed
+from app.apis.messages import COUNT_TOKENS_PATH as PATH
+from app.apis.messages.errors import anthropic_error, bearer_or_api_key
+from app.apis.messages.request import count_tokens, parse_count_tokens_request
+from app.apis.messages.wire import CountTokensResponse
+from app.core.errors import ApiError, ClientDisconnected, ErrorKind
 from app.core.metrics import METRICS
 from app.http.errors import CLIENT_CLOSED_REQUEST, as_api_error
 from app.http.headers import SECURITY_HEADERS
-from app.http.streams import (
-    StreamExchange,
-    anthropic_error,
-    bearer_or_api_key,
-    request_limits,
-    send_error,
-)
-from app.messages.request import count_tokens, parse_count_tokens_request
-from app.messages.wire import CountTokensResponse
+from app.http.streams import StreamExchange, request_limits, send_error
 
 if TYPE_CHECKING:
-    from app.credits.outcomes import Identity
     from app.runtime import Services
-
-PATH = "/v1/messages/count_tokens"
 
 
 async def serve_count_tokens(services: Services, exchange: StreamExchange, rid: str) -> None:
@@ -68,16 +61,12 @@ async def _count(services: Services, exchange: StreamExchange) -> CountTokensRes
     if exchange.method != "POST":
         raise ApiError(ErrorKind.METHOD_NOT_ALLOWED, f"Use POST for {PATH}.")
 
-    async def count(ident: Identity) -> CountTokensResponse:
-        allowed = await services.auth.allowed_models(ident)
+    credentials = bearer_or_api_key(exchange.header)
+    async with services.auth.presented(credentials, exchange.address(services)) as key:
+        allowed = await key.use(services.auth.allowed_models)
         body = await exchange.body(services.settings.max_body_bytes)
-        params = parse_count_tokens_request(body, services.aliases, **request_limits(services))
-        if allowed is not None and not allowed.issuperset(params.models.split()):
-            raise model_not_allowed(params.requested, routed=params.requested != params.alias.id)
+        limits = request_limits(services)
+        params = parse_count_tokens_request(body, services.aliases, allowed=allowed, **limits)
         # after every check of the request, so a refused one is not counted
-        await services.auth.start_uncharged(ident)
+        await key.use(services.auth.start_uncharged)
         return count_tokens(params)
-
-    return await services.auth.authenticated(
-        bearer_or_api_key(exchange), exchange.address(services), count
-    )

@@ -70,17 +70,10 @@ async def once(
     key = idempotency_key(request)
     if key is None:
         return Response(await run(), status_code=status)
-    body = await request.body()
-    claim = idempotency.claim(
-        services.layout,
-        pid,
-        key,
-        request.url.path,
-        body,
-        environment=environment,
-        pepper=services.pepper,
-    )
     records = services.idempotency_records
+    claim = records.claim_for(
+        pid, key, request.url.path, await request.body(), environment=environment
+    )
     token = random_id("run_", 16)
     recorded = await records.claim(claim, token)
     if isinstance(recorded, Refusal):

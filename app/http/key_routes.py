@@ -66,7 +66,7 @@ async def create_key(
         pid,
         environment,
         (201, ApiKeyCreated),
-        lambda req: services.accounts.create_key(pid, req, granter=granter),
+        lambda req: services.api_keys.create_key(pid, req, granter=granter),
     )
 
 
@@ -80,7 +80,7 @@ async def update_key(
 ) -> ApiKeyItem:
     """The key ``key_id`` of ``pid`` changed as the body says."""
     req = decode_json(await request.body(), KeyUpdateRequest)
-    return await services.accounts.update_key(pid, key_id, req, granter=granter)
+    return await services.api_keys.update_key(pid, key_id, req, granter=granter)
 
 
 async def rotate_key(
@@ -94,6 +94,6 @@ async def rotate_key(
     """A successor of the key ``key_id`` of ``pid`` (the body, optional, sets its grace and
     role)."""
     req = rotate_request(await request.body())
-    return await services.accounts.rotate_key(
+    return await services.api_keys.rotate_key(
         pid, key_id, req.grace_seconds, role=req.role, granter=granter
     )

@@ -20,22 +20,16 @@ REDIS_READ_TIMEOUT_S = 1.0
 
 
 async def redis_gauges(services: Services) -> RedisReadings | None:
-    """Open reservations over every shard and those past their deadline (one pipelined round
-    trip), then the usage streams' backlog (two more), or ``None`` when Redis does not
+    """The open reservations and those past their deadline (``Holds.open_reservations``),
+    then the usage streams' backlog (``Flusher.lag``), or ``None`` when Redis does not
     answer in time."""
     with contextlib.suppress(*REDIS_ERRORS, OSError, TimeoutError):
         async with asyncio.timeout(REDIS_READ_TIMEOUT_S):
-            now = int(services.clock())
-            pipe = services.redis.pipeline(transaction=False)
-            for shard in services.layout.all_shards():
-                reservations = services.layout.reservations(shard)
-                pipe.zcard(reservations)
-                pipe.zcount(reservations, "-inf", f"({now}")  # deadline before now
-            replies = [int(n) for n in await pipe.execute()]
+            reservations = await services.money.open_reservations(services.clock())
             lag = await services.flusher.lag()
             return RedisReadings(
-                open_reservations=sum(replies[0::2]),
-                reservations_past_deadline=sum(replies[1::2]),
+                open_reservations=reservations.open,
+                reservations_past_deadline=reservations.past_deadline,
                 pending_events=lag.pending_events,
                 oldest_event_age_s=lag.oldest_event_age_s,
             )

@@ -1,93 +1,42 @@
 """What the handlers say of themselves in the OpenAPI document at ``/schema`` and
-``/schema/openapi.json``: their error responses, security, and the bodies and parameters
-they decode themselves (so Litestar, which generates the document from the routes, cannot
-infer them).
+``/schema/openapi.json``: their error responses, security, and the bodies and headers they
+decode themselves (so Litestar, which generates the document from the routes, cannot infer
+them; the query parameters it documents from ``app.http.queries``).
 
 ``app.http.openapi_document`` adds the rest once per worker (the routes served over RSGI,
-described in ``app.http.openapi_streams``; the msgspec schemas; the headers every response
-carries). The schemathesis suite (tests/e2e/test_schemathesis.py) holds the server to it.
+whose operations their dialects write; the msgspec schemas; the headers every response
+carries). The errors and headers the routes share are ``app.apis.operation``'s. The
+schemathesis suite (tests/e2e/test_schemathesis.py) holds the server to it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import msgspec
-from litestar.enums import ParamType
 from litestar.openapi import ResponseSpec
 from litestar.openapi.spec import (
     OpenAPIMediaType,
-    OpenAPIType,
     Operation,
     Parameter,
     Reference,
     RequestBody,
-    Schema,
     SecurityRequirement,
 )
 
+from app.apis.operation import COMPONENT, by_status, describe_errors
 from app.core.errors import ErrorBody, ErrorKind
-from app.credits import ceilings
-from app.keys.format import ENVIRONMENTS
-from app.keys.refusals import CAP_RESETS_HEADER
-from app.messages.errors import error_type
-from app.usage.export import FORMATS
-from app.usage.reader import DEFAULT_DAYS, GROUP_BY, MAX_DAYS
 
-API_KEY: list[SecurityRequirement] = [{"apiKey": []}]
-# The Messages API's routes take the key as Anthropic's clients send it, or as a bearer.
-API_KEY_OR_X_API_KEY: list[SecurityRequirement] = [{"apiKey": []}, {"xApiKey": []}]
 ADMIN_TOKEN: list[SecurityRequirement] = [{"adminToken": []}]
 
-# Errors any authenticated /v1 route can return before its own work.
-KEY_ERRORS = (
-    ErrorKind.INVALID_API_KEY,
-    ErrorKind.API_KEY_REVOKED,
-    ErrorKind.API_KEY_EXPIRED,
-    ErrorKind.ACCOUNT_DISABLED,
-    ErrorKind.AUTH_RATE_LIMITED,
-    ErrorKind.SERVICE_UNAVAILABLE,
-    ErrorKind.INTERNAL,
-)
 ADMIN_ERRORS = (
     ErrorKind.ADMIN_UNAUTHORIZED,
     ErrorKind.AUTH_RATE_LIMITED,
     ErrorKind.SERVICE_UNAVAILABLE,
     ErrorKind.INTERNAL,
 )
-BODY_ERRORS = (ErrorKind.INVALID_VALUE, ErrorKind.REQUEST_TOO_LARGE)
-# A route that takes an Idempotency-Key: its own run still going, or the key another body's.
-IDEMPOTENT_ERRORS = (ErrorKind.IDEMPOTENCY_IN_PROGRESS, ErrorKind.IDEMPOTENCY_KEY_REUSED)
-CHAT_ERRORS = (
-    *KEY_ERRORS,
-    *BODY_ERRORS,
-    ErrorKind.STREAM_REQUIRED,
-    ErrorKind.MODEL_NOT_FOUND,
-    ErrorKind.MODEL_NOT_ALLOWED,
-    ErrorKind.INSUFFICIENT_CREDITS,
-    ErrorKind.ACCOUNT_IN_DEBT,
-    ErrorKind.CREDIT_CEILING_TOO_LOW,
-    ErrorKind.DAILY_CAP_EXCEEDED,
-    ErrorKind.DAILY_CAP_HELD,
-    ErrorKind.KEY_RATE_LIMITED,
-    ErrorKind.UPSTREAM_UNAVAILABLE,
-    *IDEMPOTENT_ERRORS,
-    ErrorKind.IDEMPOTENCY_UNAVAILABLE,
-)
-# ``POST /v1/messages/count_tokens``: the key, the body, its model and the key's rate limit;
-# nothing is reserved.
-COUNT_TOKENS_ERRORS = (
-    *KEY_ERRORS,
-    *BODY_ERRORS,
-    ErrorKind.MODEL_NOT_FOUND,
-    ErrorKind.MODEL_NOT_ALLOWED,
-    ErrorKind.KEY_RATE_LIMITED,
-)
-
-
-COMPONENT = "#/components/schemas/{name}"
 # No control, separator (but space) or format characters; str.isprintable, as a regex both
 # ECMA 262 and Python read (no \\p{...}); unassigned code points still get a 400.
 PRINTABLE = (
@@ -95,81 +44,6 @@ PRINTABLE = (
     "\\ue000-\\uf8ff\\ufeff]*$"
 )
 BODY_TYPES: dict[str, type[msgspec.Struct]] = {}  # filled by ``documented``
-
-# Headers an error may carry besides the security headers (docs/api.md, Errors).
-ERROR_HEADERS: dict[ErrorKind, dict[str, str]] = {
-    ErrorKind.INSUFFICIENT_CREDITS: {"x-should-retry": "Always `false`."},
-    ErrorKind.ACCOUNT_IN_DEBT: {"x-should-retry": "Always `false`."},
-    ErrorKind.CREDIT_CEILING_TOO_LOW: {"x-should-retry": "Always `false`."},
-    ErrorKind.DAILY_CAP_EXCEEDED: {
-        "x-should-retry": "Always `false`.",
-        CAP_RESETS_HEADER: "When the key's cap resets (RFC 3339, the next 00:00 UTC); no "
-        "`retry-after`, which clients would sleep for hours.",
-    },
-    ErrorKind.DAILY_CAP_HELD: {
-        "x-should-retry": "Always `true`.",
-        "retry-after": "Seconds to wait before retrying (a few: the holds settle).",
-    },
-    ErrorKind.SPOTLIGHT_LIMIT: {"x-should-retry": "Always `false`."},
-    ErrorKind.UPSTREAM_UNAVAILABLE: {"x-should-retry": "Always `true`: retry the request."},
-    ErrorKind.SERVICE_UNAVAILABLE: {"retry-after": "Seconds to wait before retrying."},
-    ErrorKind.AUTH_RATE_LIMITED: {
-        "retry-after": "Seconds to wait before retrying.",
-        "x-should-retry": "`false` when the client address failed authentication too often.",
-    },
-    ErrorKind.IDEMPOTENCY_IN_PROGRESS: {"retry-after": "Seconds to wait before retrying."},
-    ErrorKind.IDEMPOTENCY_UNAVAILABLE: {"x-should-retry": "Always `false`."},
-    ErrorKind.KEY_RATE_LIMITED: {
-        "retry-after": "Seconds (rounded up) until the oldest of the key's starts in the last "
-        "minute is a minute old.",
-        "retry-after-ms": "The same, in milliseconds.",
-    },
-}
-
-
-def by_status(kinds: Iterable[ErrorKind]) -> dict[int, list[ErrorKind]]:
-    grouped: dict[int, list[ErrorKind]] = {}
-    for kind in kinds:
-        if kind not in grouped.setdefault(kind.status, []):
-            grouped[kind.status].append(kind)
-    return dict(sorted(grouped.items()))
-
-
-def describe_errors(kinds: Sequence[ErrorKind]) -> str:
-    codes = ", ".join(f"`{kind.value[1]}` / `{kind.value[2]}`" for kind in kinds)
-    return f"OpenAI-shaped error; type / code: {codes}."
-
-
-def error_response(kinds: Sequence[ErrorKind]) -> dict[str, Any]:
-    """A documented error response, as a document's dict: the OpenAI error body."""
-    schema = {"$ref": COMPONENT.format(name="ErrorBody")}
-    content = {"application/json": {"schema": schema}}
-    return {"description": describe_errors(kinds), "content": content}
-
-
-def request_id_header() -> dict[str, Any]:
-    """Anthropic's ``request-id`` header, which the Messages API's routes answer with."""
-    text = "The request's id (as `x-request-id`), where Anthropic's SDKs read it."
-    return {"request-id": {"required": True, "description": text, "schema": {"type": "string"}}}
-
-
-def anthropic_error_response(kinds: Sequence[ErrorKind], body: str) -> dict[str, Any]:
-    """A documented error response of the Messages API's routes (``kinds``: of one status):
-    Anthropic's error body (component ``body``), its ``error.type`` the one of that status,
-    and Anthropic's ``request-id`` header."""
-    kind_type = error_type(kinds[0].status)
-    schema = {
-        "allOf": [
-            {"$ref": COMPONENT.format(name=body)},
-            {"properties": {"error": {"properties": {"type": {"const": kind_type}}}}},
-        ]
-    }
-    codes = ", ".join(f"`{kind.code}`" for kind in kinds)
-    return {
-        "description": f"Anthropic-shaped error of type `{kind_type}`; svc's reasons: {codes}.",
-        "headers": request_id_header(),
-        "content": {"application/json": {"schema": schema}},
-    }
 
 
 def errors(*kinds: ErrorKind) -> dict[int, ResponseSpec]:
@@ -183,10 +57,12 @@ def errors(*kinds: ErrorKind) -> dict[int, ResponseSpec]:
 
 
 def documented(
-    *, body: type[msgspec.Struct] | None = None, parameters: Sequence[Parameter] = ()
+    *, body: type[msgspec.Struct] | None = None, parameters: Sequence[Mapping[str, Any]] = ()
 ) -> type[Operation]:
-    """An ``operation_class`` for a handler that decodes its own body, query or headers (so
-    its errors stay OpenAI-shaped and name the field): documents what it reads."""
+    """An ``operation_class`` for a handler that decodes its own body or headers (so its
+    errors stay OpenAI-shaped and name the field): documents what it reads (``parameters``:
+    as the document's dicts, ``app.apis.operation``'s, which the streams' operations share;
+    Litestar writes a dict into the document as it is)."""
     if body is not None:
         BODY_TYPES[body.__name__] = body
 
@@ -198,91 +74,7 @@ def documented(
                 content = {"application/json": OpenAPIMediaType(schema=ref)}
                 self.request_body = RequestBody(content=content, required=True)
             if parameters:
-                self.parameters = [*(self.parameters or []), *parameters]
+                given = cast("list[Parameter | Reference]", list(parameters))
+                self.parameters = [*(self.parameters or []), *given]
 
     return DocumentedOperation
-
-
-DAYS = Parameter(
-    name="days",
-    param_in=ParamType.QUERY,
-    required=False,
-    description=f"Days in the `daily` window, newest first (default {DEFAULT_DAYS}).",
-    schema=Schema(type=OpenAPIType.INTEGER, minimum=1, maximum=MAX_DAYS, default=DEFAULT_DAYS),
-)
-IDEMPOTENCY_KEY = Parameter(
-    name="Idempotency-Key",
-    param_in=ParamType.HEADER,
-    required=False,
-    description=(
-        "Run the request at most once for this key (per account, 24 hours); sent again "
-        "with the same body, the first answer is replayed (`idempotent-replayed: true`)."
-    ),
-    schema=Schema(type=OpenAPIType.STRING, min_length=1, max_length=255, pattern="^[ -~]+$"),
-)
-MAX_CREDITS = Parameter(
-    name=ceilings.HEADER,
-    param_in=ParamType.HEADER,
-    required=False,
-    description=(
-        "This request's credit ceiling: the most it may hold and be charged. The output cap "
-        "is lowered to fit; a request whose prompt alone may cost more is 402 "
-        "`credit_ceiling_too_low`. With the key's `max_credits_per_request`, the lower "
-        f"holds. Not a whole number from 1 to {ceilings.MAX_CEILING:,}: 400 `invalid_value` "
-        f"(`param` `{ceilings.HEADER}`)."
-    ),
-    schema=Schema(type=OpenAPIType.INTEGER, minimum=1, maximum=ceilings.MAX_CEILING),
-)
-ANTHROPIC_PARAMS = [
-    Parameter(
-        name="anthropic-version",
-        param_in=ParamType.HEADER,
-        required=False,
-        description="Anthropic's API version (the SDKs send `2023-06-01`): accepted, ignored.",
-        schema=Schema(type=OpenAPIType.STRING),
-    ),
-    Parameter(
-        name="anthropic-beta",
-        param_in=ParamType.HEADER,
-        required=False,
-        description="Anthropic's beta features, comma-separated: accepted, ignored.",
-        schema=Schema(type=OpenAPIType.STRING),
-    ),
-    Parameter(
-        name="beta",
-        param_in=ParamType.QUERY,
-        required=False,
-        description="What the SDKs' beta clients add (`beta=true`): accepted, ignored.",
-        schema=Schema(type=OpenAPIType.BOOLEAN),
-    ),
-]
-GROUP_BY_PARAM = Parameter(
-    name="group_by",
-    param_in=ParamType.QUERY,
-    required=False,
-    description=(
-        "Break each day down: every `daily` item gains `groups`, its usage by that value "
-        "(`key`: `key_id`, each API key that was used; `model`: `model`, each model "
-        "served; `api`: `chat` for chat completions, `responses` for the Responses API, "
-        "`messages` for Anthropic's Messages API); the groups sum to the day."
-    ),
-    schema=Schema(type=OpenAPIType.STRING, enum=list(GROUP_BY)),
-)
-FORMAT_PARAM = Parameter(
-    name="format",
-    param_in=ParamType.QUERY,
-    required=False,
-    description=(
-        "`csv`: the days as `text/csv` rows (`day`, the `group_by` column when given, "
-        "`requests_count`, `total_tokens`, `credits_spent`), newest first."
-    ),
-    schema=Schema(type=OpenAPIType.STRING, enum=list(FORMATS), default="json"),
-)
-
-ENVIRONMENT_PARAM = Parameter(
-    name="environment",
-    param_in=ParamType.QUERY,
-    required=False,
-    description="The requests of the account's live keys (default) or of its test keys.",
-    schema=Schema(type=OpenAPIType.STRING, enum=list(ENVIRONMENTS), default="live"),
-)

@@ -1,13 +1,13 @@
 """The OpenAPI document as served: Litestar's generated one, completed once per worker with
 what it cannot see (the routes served over RSGI, the streams and the Messages API's token
-count: ``app.http.openapi_streams``; the msgspec schemas of the request bodies, stream
-chunks and events; the limits the handlers check after decoding; the headers every response
-carries)."""
+count, whose operations their dialects write; the msgspec schemas of the request bodies,
+stream chunks and events; the limits the handlers check after decoding; the headers every
+response carries)."""
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, get_args
 
 import msgspec
@@ -17,21 +17,17 @@ from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
 from app import __version__
+from app.apis.chat.chunks import ChatCompletionChunk
+from app.apis.messages import wire as messages
+from app.apis.messages.request import MAX_STOP_SEQUENCES
+from app.apis.operation import COMPONENT, error_response, ref
+from app.apis.responses.wire import ResponsesRequest
 from app.books.figures import Books
-from app.chat.chunks import ChatCompletionChunk
-from app.chat.request import CLAMPED_HEADER
+from app.completion.request import CLAMPED_HEADER
 from app.core.errors import ErrorBody, ErrorKind
 from app.http.headers import SECURITY_HEADERS
-from app.http.openapi import BODY_TYPES, COMPONENT, ERROR_HEADERS, PRINTABLE, error_response
-from app.http.openapi_streams import (
-    chat_operation,
-    count_tokens_operation,
-    messages_operation,
-    responses_operation,
-)
-from app.messages import wire as messages
-from app.messages.request import MAX_STOP_SEQUENCES
-from app.responses.wire import ResponsesRequest
+from app.http.openapi import BODY_TYPES, PRINTABLE
+from app.http.streams import STREAMS
 from app.upstream.wire import ChatRequest
 from app.usage.activity import ActivityPage
 from app.usage.export import CSV_MEDIA_TYPE
@@ -90,7 +86,7 @@ class CompleteJson(JsonRenderPlugin):
             document = complete_document(
                 openapi_schema,
                 models=aliases,
-                key_models=list(services.accounts.model_ids),
+                key_models=list(services.api_keys.model_ids),
                 max_messages=settings.max_messages,
                 max_message_chars=settings.max_message_chars,
             )
@@ -116,6 +112,11 @@ def complete_document(
         ResponsesRequest,
         ChatCompletionChunk,
         ErrorBody,
+        messages.MessagesRequest,
+        messages.CountTokensRequest,
+        *get_args(messages.StreamEvent),
+        messages.CountTokensResponse,
+        messages.AnthropicErrorBody,
         UsageSummary,
         ActivityPage,
         Books,
@@ -124,9 +125,7 @@ def complete_document(
     _, components = msgspec.json.schema_components(types, ref_template=COMPONENT)
     for name, schema in components.items():
         schemas.setdefault(name, schema)
-    names = _add_messages_components(schemas)
     _constrain(schemas, models, max_messages, max_message_chars)
-    _constrain_messages(schemas, names, models, max_messages, max_message_chars)
     for body in ("KeyCreateRequest", "KeyUpdateRequest"):
         allowed = schemas[body]["properties"]["allowed_models"]["anyOf"][0]
         allowed["items"]["enum"] = key_models
@@ -144,7 +143,7 @@ def complete_document(
         ("/admin/v1/books", "Books"),
     ):
         document["paths"][path]["get"]["responses"]["200"]["content"] = {
-            "application/json": {"schema": {"$ref": COMPONENT.format(name=body)}},
+            "application/json": {"schema": ref(body)},
             CSV_MEDIA_TYPE: {"schema": {"type": "string"}},
         }
     for path_item in document["paths"].values():
@@ -152,12 +151,10 @@ def complete_document(
             for status, response in operation.get("responses", {}).items():
                 # Litestar documents its own validation error body; the exception handler
                 # answers those in the OpenAI shape, so the document says that instead.
-                if int(status) == 400 and "$ref" not in _json_schema(response):
+                content = response.get("content", {}).get("application/json", {})
+                if int(status) == 400 and "$ref" not in content.get("schema", {}):
                     response.update(error_response([ErrorKind.INVALID_VALUE]))
-    document["paths"]["/v1/chat/completions"] = {"post": chat_operation()}
-    document["paths"]["/v1/responses"] = {"post": responses_operation()}
-    document["paths"]["/v1/messages"] = {"post": messages_operation(names)}
-    document["paths"]["/v1/messages/count_tokens"] = {"post": count_tokens_operation(names)}
+    document["paths"].update(_served_over_rsgi())
     for path_item in document["paths"].values():
         for operation in path_item.values():
             for status, response in operation.get("responses", {}).items():
@@ -165,102 +162,13 @@ def complete_document(
     return document
 
 
-MESSAGES_PREFIX = "Anthropic"
-"""Before the name of a Messages API struct whose name a chat struct's component holds
-(``ErrorBody``, ``ErrorDetail``)."""
-
-
-def _add_messages_components(schemas: dict[str, Any]) -> dict[str, str]:
-    """The components of the Messages API's bodies, answers and events, added to
-    ``schemas``; the component name of each struct (its own, or prefixed where another
-    schema holds that name). The answers and events, which svc writes, are closed: a field
-    svc does not write (an upstream's) fails the document."""
-    written = [*get_args(messages.StreamEvent), messages.CountTokensResponse, messages.ErrorBody]
-    types = [messages.MessagesRequest, messages.CountTokensRequest, *written]
-    _, components = msgspec.json.schema_components(types, ref_template=COMPONENT)
-    names = {
-        name: name if schemas.get(name, schema) == schema else MESSAGES_PREFIX + name
-        for name, schema in components.items()
-    }
-    refs = {COMPONENT.format(name=old): COMPONENT.format(name=new) for old, new in names.items()}
-    for name, schema in components.items():
-        schemas.setdefault(names[name], _renamed(schema, refs))
-    closed: set[str] = set()
-    pending = [names[struct.__name__] for struct in written]
-    while pending:
-        name = pending.pop()
-        if name not in closed:
-            closed.add(name)
-            schemas[name].setdefault("additionalProperties", False)
-            pending.extend(_referenced(schemas[name]))
-    return names
-
-
-def _renamed(schema: Any, refs: Mapping[str, str]) -> Any:
-    """``schema`` with its references (``$ref``, a discriminator's mapping) renamed."""
-    if isinstance(schema, dict):
-        return {key: _renamed(value, refs) for key, value in schema.items()}
-    if isinstance(schema, list):
-        return [_renamed(item, refs) for item in schema]
-    if isinstance(schema, str):
-        return refs.get(schema, schema)
-    return schema
-
-
-def _referenced(schema: Any) -> Iterator[str]:
-    """The names of the components ``schema`` refers to."""
-    prefix = COMPONENT.format(name="")
-    if isinstance(schema, dict):
-        ref = schema.get("$ref")
-        if isinstance(ref, str) and ref.startswith(prefix):
-            yield ref.removeprefix(prefix)
-        for value in schema.values():
-            yield from _referenced(value)
-    elif isinstance(schema, list):
-        for item in schema:
-            yield from _referenced(item)
-
-
-def _constrain_messages(
-    schemas: dict[str, Any],
-    names: Mapping[str, str],
-    models: list[str],
-    max_messages: int,
-    max_message_chars: int,
-) -> None:
-    """The Messages API's limits checked after decoding, as ``_constrain`` states chat's;
-    a public description where a struct's docstring names svc's modules."""
-    for body in ("MessagesRequest", "CountTokensRequest"):
-        properties = schemas[names[body]]["properties"]
-        properties["model"] = {"type": "string", "enum": models, "description": "A model alias."}
-        properties["messages"].update(minItems=1, maxItems=max_messages)
-    schemas[names["ErrorBody"]]["description"] = (
-        "Anthropic's error body: a refused request on the Messages API's routes."
-    )
-    schemas[names["ThinkingParam"]]["description"] = (
-        "Extended thinking (docs/api.md, Anthropic Messages)."
-    )
-    request = schemas[names["MessagesRequest"]]["properties"]
-    request["max_tokens"]["description"] = OUTPUT_LIMIT_DOC
-    request["stop_sequences"]["anyOf"][0]["maxItems"] = MAX_STOP_SEQUENCES
-    # read only to be refused: what the document allows of them is what svc serves
-    for body in ("MessagesRequest", "CountTokensRequest"):
-        properties = schemas[names[body]]["properties"]
-        properties["mcp_servers"] = {
-            "anyOf": [{"type": "array", "maxItems": 0}, {"type": "null"}],
-            "description": "svc connects to no MCP servers: any is a 400.",
-        }
-        properties["container"] = {
-            "type": "null",
-            "description": "svc runs no containers: any is a 400.",
-        }
-    # the blocks a turn of each role may hold; a user turn's text must not be empty
-    turn = schemas[names["MessageParam"]]
-    del turn["properties"]
-    turn["oneOf"] = [
-        _turn(role, [names[block] for block in blocks], max_message_chars)
-        for role, blocks in TURN_BLOCKS.items()
-    ]
+def _served_over_rsgi() -> dict[str, Any]:
+    """The paths granian serves, which Litestar cannot see: each as its dialect writes it."""
+    paths = {}
+    for dialect in STREAMS:
+        for path, operation in ((dialect.path, dialect.operation), *dialect.beside):
+            paths[path] = {"post": operation()}
+    return paths
 
 
 TURN_BLOCKS = {
@@ -268,19 +176,14 @@ TURN_BLOCKS = {
     "assistant": ("TextBlock", "ToolUseBlock", "ThinkingBlock", "RedactedThinkingBlock"),
     "system": ("TextBlock",),
 }
-"""The blocks ``app.messages.request`` reads in a turn of each role (any other is a 400)."""
+"""The blocks ``app.apis.messages.request`` reads in a turn of each role (any other is a 400)."""
 
 
 def _turn(role: str, blocks: list[str], max_chars: int) -> dict[str, Any]:
     text = {"type": "string", "minLength": int(role == "user"), "maxLength": max_chars}
-    items = {"anyOf": [{"$ref": COMPONENT.format(name=block)} for block in blocks]}
+    items = {"anyOf": [ref(block) for block in blocks]}
     content = {"anyOf": [text, {"type": "array", "minItems": 1, "items": items}]}
     return {"properties": {"role": {"const": role}, "content": content}}
-
-
-def _json_schema(response: Mapping[str, Any]) -> Mapping[str, Any]:
-    schema: Mapping[str, Any] = response.get("content", {}).get("application/json", {})
-    return schema.get("schema", {})  # type: ignore[no-any-return]
 
 
 OUTPUT_LIMIT_DOC = f"Above the alias's output limit, lowered to it (`{CLAMPED_HEADER}` says so)."
@@ -290,11 +193,12 @@ def _constrain(
     schemas: dict[str, Any], models: list[str], max_messages: int, max_message_chars: int
 ) -> None:
     """Limits the handlers check after decoding, so the schema states them too."""
-    chat = schemas["ChatRequest"]["properties"]
-    for body in ("ChatRequest", "ResponsesRequest"):
+    for body in ("ChatRequest", "ResponsesRequest", "MessagesRequest", "CountTokensRequest"):
         model = {"type": "string", "enum": models, "description": "A model alias."}
         schemas[body]["properties"]["model"] = model
-    chat["messages"].update(minItems=1, maxItems=max_messages)
+        if body != "ResponsesRequest":  # its input is not a list of messages
+            schemas[body]["properties"]["messages"].update(minItems=1, maxItems=max_messages)
+    chat = schemas["ChatRequest"]["properties"]
     for field in ("max_tokens", "max_completion_tokens"):
         chat[field]["description"] = OUTPUT_LIMIT_DOC
     schemas["ResponsesRequest"]["properties"]["max_output_tokens"]["description"] = OUTPUT_LIMIT_DOC
@@ -306,6 +210,26 @@ def _constrain(
     message["if"] = {"properties": {"role": {"const": "assistant"}}}
     not_null = {"content": {"not": {"type": "null"}}}
     message["else"] = {"required": ["content"], "properties": not_null}
+    request = schemas["MessagesRequest"]["properties"]
+    request["max_tokens"]["description"] = OUTPUT_LIMIT_DOC
+    request["stop_sequences"]["anyOf"][0]["maxItems"] = MAX_STOP_SEQUENCES
+    # read only to be refused: what the document allows of them is what svc serves
+    for body in ("MessagesRequest", "CountTokensRequest"):
+        properties = schemas[body]["properties"]
+        properties["mcp_servers"] = {
+            "anyOf": [{"type": "array", "maxItems": 0}, {"type": "null"}],
+            "description": "svc connects to no MCP servers: any is a 400.",
+        }
+        properties["container"] = {
+            "type": "null",
+            "description": "svc runs no containers: any is a 400.",
+        }
+    # the blocks a turn of each role may hold; a user turn's text must not be empty
+    turn = schemas["MessageParam"]
+    del turn["properties"]
+    turn["oneOf"] = [
+        _turn(role, list(blocks), max_message_chars) for role, blocks in TURN_BLOCKS.items()
+    ]
     # str.isprintable, which no annotation states, as a pattern (the lengths are in the types)
     for body in ("KeyCreateRequest", "KeyUpdateRequest"):
         name = schemas[body]["properties"]["name"]
@@ -320,9 +244,9 @@ def _headers(status: int, documented: dict[str, Any]) -> dict[str, Any]:
     headers = dict(documented)
     for name, value in SECURITY_HEADERS:
         headers[name] = {"required": True, "schema": {"type": "string", "const": value}}
-    for kind, extra in ERROR_HEADERS.items():
+    for kind in ErrorKind:
         if kind.status == status:
-            for name, text in extra.items():
-                headers.setdefault(name, {"required": False, "description": text})
-                headers[name]["schema"] = {"type": "string"}
+            for header in kind.headers:
+                documented_header = {"required": False, "description": header.description}
+                headers.setdefault(header.name, documented_header)["schema"] = {"type": "string"}
     return headers

@@ -9,18 +9,15 @@ import msgspec
 from litestar import Controller, Request, get, post
 from litestar.datastructures import ResponseHeader
 from litestar.di import Provide
-from litestar.enums import ParamType
-from litestar.openapi.spec import OpenAPIType, Parameter, Schema
 
+from app.apis.operation import API_KEY, KEY_ERRORS
 from app.core.errors import ApiError, ErrorKind, StoreError
 from app.core.metrics import METRICS
 from app.credits.outcomes import Identity
 from app.http.deps import live_only, provide_identity, provide_services
 from app.http.headers import NO_STORE
-from app.http.openapi import API_KEY, KEY_ERRORS, errors
-from app.http.openapi_lists import LEDGER_PARAMS
+from app.http.openapi import errors
 from app.purchases.account_token import AccountToken
-from app.purchases.listing import STATUSES
 from app.purchases.purchases import Result
 from app.purchases.stripe_events import payment_event
 from app.purchases.stripe_signature import SIGNATURE_HEADER, verify
@@ -31,17 +28,6 @@ _LIVE = {
     "ident": Provide(provide_identity),
     "live": Provide(live_only("Purchases belong to live traffic")),
 }
-PURCHASES_PARAMS = [
-    Parameter(
-        name="status",
-        param_in=ParamType.QUERY,
-        required=False,
-        description="Only the purchases of this status: granted, or unmatched (paid, and "
-        "not granted: the account or the credits were unknown).",
-        schema=Schema(type=OpenAPIType.STRING, enum=list(STATUSES)),
-    ),
-    *LEDGER_PARAMS,
-]
 
 
 class EventReceived(msgspec.Struct):

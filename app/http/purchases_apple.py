@@ -10,13 +10,13 @@ from litestar import Controller, Request, post
 from litestar.datastructures import ResponseHeader
 from litestar.di import Provide
 
+from app.apis.operation import API_KEY, KEY_ERRORS
 from app.core.errors import ApiError, ErrorKind, StoreError
 from app.core.metrics import METRICS
 from app.credits.outcomes import Identity
 from app.http.body_routes import body_route
 from app.http.deps import live_only, provide_identity, provide_services
 from app.http.headers import NO_STORE
-from app.http.openapi import API_KEY, KEY_ERRORS
 from app.http.purchases import EventReceived
 from app.purchases.apple_wire import APPLE, ApplePurchase, NotificationBody, TransactionBody
 from app.runtime import Services

@@ -9,12 +9,13 @@ from litestar import Controller, Request, Response, post
 from litestar.datastructures import ResponseHeader
 from litestar.di import Provide
 
+from app.apis.operation import API_KEY, KEY_ERRORS
 from app.core.errors import ApiError, ErrorKind, StoreError
 from app.core.metrics import METRICS
 from app.credits.outcomes import Identity
 from app.http.deps import live_only, provide_identity, provide_services
 from app.http.headers import NO_STORE
-from app.http.openapi import API_KEY, KEY_ERRORS, documented, errors
+from app.http.openapi import documented, errors
 from app.http.purchases import EventReceived
 from app.purchases.google import GOOGLE, Claimed, GoogleClaim, GooglePlay
 from app.runtime import Services

@@ -3,10 +3,10 @@ written (``format=csv``)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Iterable
+from collections.abc import AsyncIterable, Iterable, Mapping
 from typing import Any
 
-from litestar import Request, Response
+from litestar import Response
 from litestar.response import Stream
 
 from app.runtime import Services
@@ -26,12 +26,11 @@ def csv_download(lines: Iterable[str] | AsyncIterable[str], filename: str) -> St
 
 
 async def activity_answer(
-    services: Services, pid: str, environment: str, request: Request[Any, Any, Any]
+    services: Services, pid: str, environment: str, params: Mapping[str, str]
 ) -> Response[Any]:
     """``GET …/activity``: a page of ``pid``'s activity in ``environment``, or (with
     ``format=csv``) every row the filters name. The parameters are checked, and ``after``
     found, before anything is sent: a bad one is a 400, never a cut CSV."""
-    params = request.query_params
     csv_wanted = parse_format(params.get("format")) == "csv"
     wanted = parse_filter(params, csv_export=csv_wanted)
     if not csv_wanted:

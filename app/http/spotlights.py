@@ -5,22 +5,22 @@ or a verifier's signature). Each callback's whole sequence is its network's modu
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Controller, MediaType, Request, get, post
 from litestar.datastructures import ResponseHeader
 from litestar.di import Provide
-from litestar.enums import ParamType
-from litestar.openapi.spec import OpenAPIType, Parameter, Schema
 
 from app.accounts.rewards import RewardList
+from app.apis.operation import API_KEY, KEY_ERRORS
 from app.core.errors import ErrorKind
 from app.core.validation import query_int
 from app.credits.outcomes import Identity
 from app.http.body_routes import body_route
 from app.http.deps import live_only, provide_identity, provide_services
 from app.http.headers import NO_STORE
-from app.http.openapi import API_KEY, KEY_ERRORS, documented, errors
+from app.http.openapi import errors
+from app.http.queries import whole
 from app.runtime import Services
 from app.spotlights.admob import reward_callback as reward_admob
 from app.spotlights.applovin import reward_callback as reward_applovin
@@ -43,16 +43,13 @@ NETWORK_ERRORS = (
     ErrorKind.NOT_FOUND,
     ErrorKind.SERVICE_UNAVAILABLE,
 )
-REWARDS_PARAMS = [
-    Parameter(
-        name="limit",
-        param_in=ParamType.QUERY,
-        required=False,
-        description=f"Rewards in the list, newest first (default {REWARDS_LIMIT}).",
-        schema=Schema(
-            type=OpenAPIType.INTEGER, minimum=1, maximum=MAX_REWARDS_LIMIT, default=REWARDS_LIMIT
-        ),
-    )
+RewardsLimit = Annotated[
+    str | None,
+    whole(
+        f"Rewards in the list, newest first (default {REWARDS_LIMIT}).",
+        MAX_REWARDS_LIMIT,
+        default=REWARDS_LIMIT,
+    ),
 ]
 
 
@@ -79,17 +76,15 @@ class SpotlightController(Controller):
         dependencies=_IDENT,
         security=API_KEY,
         responses=errors(*KEY_ERRORS, ErrorKind.INVALID_VALUE),
-        operation_class=documented(parameters=REWARDS_PARAMS),
     )
     async def rewards(
-        self, services: Services, ident: Identity, request: Request[Any, Any, Any]
+        self, services: Services, ident: Identity, limit: RewardsLimit = None
     ) -> RewardList:
         """The account's latest spotlight rewards, newest first (any key of the account):
         each one's network, view, credits and the expiry it gave the earned pool, and
         today's count against the daily limit."""
-        raw = request.query_params.get("limit")
-        limit = query_int(raw, "limit", low=1, high=MAX_REWARDS_LIMIT, default=REWARDS_LIMIT)
-        return await services.spotlights.history(ident.pid, limit, services.clock())
+        wanted = query_int(limit, "limit", low=1, high=MAX_REWARDS_LIMIT, default=REWARDS_LIMIT)
+        return await services.spotlights.history(ident.pid, wanted, services.clock())
 
     @body_route(
         post,

@@ -5,8 +5,10 @@ Litestar routes everything else; these skip the framework's response machinery p
 (measured: docs/architecture.md, "Why the chat route writes its own bytes"). What they do
 is here, free of any server: a request comes as a ``StreamExchange``, which
 ``app.http.rsgi`` implements over granian's RSGI, the one place that knows the server.
-Every endpoint runs the same completion (reserve, stream, settle); an ``Api`` says how its
-request is read, its key found, its errors answered and its stream written.
+Every endpoint runs the same completion (reserve, stream, settle); its API's ``Dialect``
+(``app.apis``) says how its request is read, its key found and its errors answered, and
+the request it reads says how its stream is written. This module only routes: the key is
+presented, the body read and parsed, the completion opened and relayed to the socket.
 """
 
 from __future__ import annotations
@@ -17,9 +19,13 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from app.chat.request import Identify, parse_chat_request
+from app.apis.chat import CHAT
+from app.apis.dialect import Dialect, ErrorShape, Headers, openai_error, routes
+from app.apis.messages import MESSAGES
+from app.apis.responses import RESPONSES
+from app.completion.request import Identify
 from app.core import tracing
 from app.core.errors import ApiError, ClientDisconnected, ErrorKind
 from app.core.metrics import METRICS
@@ -29,19 +35,11 @@ from app.credits.ceilings import requested_ceiling
 from app.credits.outcomes import Replay
 from app.http.errors import CLIENT_CLOSED_REQUEST, as_api_error
 from app.http.headers import SECURITY_HEADERS
-from app.messages import errors as messages_errors
-from app.messages.request import parse_messages_request
-from app.messages.stream import MessagesStream
-from app.responses.request import parse_responses_request
-from app.responses.stream import ResponsesStream
 
 if TYPE_CHECKING:
     from prometheus_client import Histogram
 
-    from app.chat.completion import Completion
-    from app.chat.output import StreamOutput
-    from app.chat.request import ChatParams
-    from app.credits.outcomes import Identity
+    from app.completion.completion import Completion
     from app.runtime import Services
 
 log = logging.getLogger("svc.http")
@@ -51,7 +49,6 @@ SSE_HEADERS = [
     ("x-accel-buffering", "no"),
     *SECURITY_HEADERS,
 ]
-Headers = list[tuple[str, str]]
 UNREADABLE_HEADER = "\ufffd"
 WriteBody = Callable[[bytes], Awaitable[None]]
 
@@ -101,28 +98,6 @@ class StreamExchange(Protocol):
         ...
 
 
-class ErrorAnswer(NamedTuple):
-    """An error as a route answers it: its body and the headers that go with that body."""
-
-    body: bytes
-    headers: Headers
-
-
-def openai_error(error: ApiError, _rid: str) -> ErrorAnswer:
-    """OpenAI's error shape (every route but the Messages API's)."""
-    body = error.body()
-    return ErrorAnswer(body, [("content-type", "application/json"), *error.headers.items()])
-
-
-def anthropic_error(error: ApiError, rid: str) -> ErrorAnswer:
-    """Anthropic's error shape, with its ``request-id`` header (the Messages API's routes)."""
-    answer = messages_errors.error_response(error, rid)
-    return ErrorAnswer(answer.body, answer.headers)
-
-
-ErrorShape = Callable[[ApiError, str], ErrorAnswer]
-
-
 def send_error(
     exchange: StreamExchange, error: ApiError, rid: str, shape: ErrorShape = openai_error
 ) -> None:
@@ -134,40 +109,6 @@ def send_error(
         *SECURITY_HEADERS,
     ]
     exchange.answer(error.status, headers, answer.body)
-
-
-def bearer(exchange: StreamExchange) -> str | None:
-    """The request's ``Authorization`` header (``Bearer <key>``), as OpenAI's clients send it."""
-    return exchange.header("authorization")
-
-
-def bearer_or_api_key(exchange: StreamExchange) -> str | None:
-    """``Authorization``, or else ``x-api-key`` (what Anthropic's SDKs, the Vercel AI SDK's
-    provider and Claude Code send) read as the bearer of the same key."""
-    authorization = exchange.header("authorization")
-    if authorization is None:
-        api_key = exchange.header("x-api-key")
-        if api_key is not None:
-            return "Bearer " + api_key
-    return authorization
-
-
-class Parsed(NamedTuple):
-    """A request body read by its API: the completion to run, and how its stream is
-    written (``None``: as Chat Completions chunks)."""
-
-    params: ChatParams
-    output: Callable[[Completion], StreamOutput] | None
-
-
-class Api(NamedTuple):
-    """A streaming endpoint: its path, how it reads a request body of an account (or
-    raises the ``ApiError`` saying why not), where its key is, and its errors' shape."""
-
-    path: str
-    parse: Callable[[Services, bytes, str], Parsed]
-    credentials: Callable[[StreamExchange], str | None] = bearer
-    error_shape: ErrorShape = openai_error
 
 
 def request_limits(services: Services) -> dict[str, int]:
@@ -191,52 +132,10 @@ def _identify(services: Services, pid: str) -> Identify:
     return functools.partial(services.safety_identifiers.of, pid)
 
 
-def _parse_chat(services: Services, body: bytes, pid: str) -> Parsed:
-    params = parse_chat_request(
-        body, services.aliases, identify=_identify(services, pid), **_stream_limits(services)
-    )
-    return Parsed(params, None)
-
-
-def _parse_responses(services: Services, body: bytes, pid: str) -> Parsed:
-    request = parse_responses_request(
-        body, services.aliases, identify=_identify(services, pid), **_stream_limits(services)
-    )
-
-    def output(completion: Completion) -> StreamOutput:
-        return ResponsesStream(
-            created_at=completion.created,
-            model=completion.params.alias.id,
-            requested=completion.params.requested,
-            settings=request.settings,
-            names=request.tools.names,
-        )
-
-    return Parsed(request.chat, output)
-
-
-def _parse_messages(services: Services, body: bytes, pid: str) -> Parsed:
-    params = parse_messages_request(
-        body, services.aliases, identify=_identify(services, pid), **_stream_limits(services)
-    )
-
-    def output(completion: Completion) -> StreamOutput:
-        return MessagesStream(
-            model=completion.params.alias.id, requested=completion.params.requested
-        )
-
-    return Parsed(params, output)
-
-
-CHAT = Api("/v1/chat/completions", _parse_chat)
-RESPONSES = Api("/v1/responses", _parse_responses)
-MESSAGES = Api("/v1/messages", _parse_messages, bearer_or_api_key, anthropic_error)
-# The paths the RSGI gateway serves the streams on. Litestar answers every other route with or
-# without a trailing slash, so these do too (the SDKs never send one): same handler, same
-# request id, same metric series.
-STREAM_ROUTES = {
-    path: api for api in (CHAT, RESPONSES, MESSAGES) for path in (api.path, api.path + "/")
-}
+STREAMS = (CHAT, RESPONSES, MESSAGES)
+STREAM_ROUTES = routes(*STREAMS)
+"""The paths the RSGI gateway serves the streams on (same handler, same request id, same
+metric series with or without a trailing slash)."""
 
 
 class _Opening:
@@ -250,43 +149,29 @@ class _Opening:
 
 
 async def _open(
-    api: Api, services: Services, exchange: StreamExchange, opening: _Opening
-) -> tuple[Completion, StreamOutput | None] | Replay:
+    api: Dialect, services: Services, exchange: StreamExchange, opening: _Opening
+) -> Completion | Replay:
     if exchange.method != "POST":
         raise ApiError(ErrorKind.METHOD_NOT_ALLOWED, f"Use POST for {api.path}.")
-    parsed: Parsed | None = None
-
-    key = exchange.single_header(idempotency.HEADER, idempotency.SHOWN)
+    idempotency_key = exchange.single_header(idempotency.HEADER, idempotency.SHOWN)
     ceiling = requested_ceiling(exchange.single_header(ceilings.HEADER, ceilings.HEADER))
-    body = b""
-
-    async def reserve(ident: Identity) -> tuple[Completion, StreamOutput | None] | Replay:
-        # The body is read once the key is known (a bad key is refused unread), and once
-        # only: when Redis lost the key's record, the reservation is tried again with it.
-        nonlocal parsed, body
-        if parsed is None:
-            body = await exchange.body(services.settings.max_body_bytes)
-            parsed = api.parse(services, body, ident.pid)
-            opening.model = parsed.params.alias.id
+    credentials = api.credentials(exchange.header)
+    async with services.auth.presented(credentials, exchange.address(services)) as key:
+        # the body is read once the key is known: a bad key is refused unread
+        body = await exchange.body(services.settings.max_body_bytes)
+        request = api.parse(
+            body,
+            services.aliases,
+            identify=_identify(services, key.ident.pid),
+            **_stream_limits(services),
+        )
+        opening.model = request.alias.id
         claim = None
-        if key is not None:
-            claim = idempotency.claim(
-                services.layout,
-                ident.pid,
-                key,
-                api.path,
-                body,
-                environment=ident.environment,
-                pepper=services.pepper,
+        if idempotency_key is not None:
+            claim = services.idempotency_records.claim_for(
+                key.ident.pid, idempotency_key, api.path, body, environment=key.ident.environment
             )
-        completion = await services.completions.open(ident, parsed.params, claim, ceiling=ceiling)
-        if isinstance(completion, Replay):
-            return completion
-        return completion, parsed.output(completion) if parsed.output else None
-
-    return await services.auth.authenticated(
-        api.credentials(exchange), exchange.address(services), reserve
-    )
+        return await services.completions.open_presented(key, request, claim, ceiling=ceiling)
 
 
 class _Body:
@@ -341,7 +226,9 @@ async def _watch_disconnect(exchange: StreamExchange, completion: Completion) ->
     completion.client_left()  # not a cancellation: the relay may still read the usage report
 
 
-async def serve_stream(api: Api, services: Services, exchange: StreamExchange, rid: str) -> None:
+async def serve_stream(
+    api: Dialect, services: Services, exchange: StreamExchange, rid: str
+) -> None:
     """Reserve, stream, settle. Errors before the first byte are plain JSON responses.
 
     With traces on (``app.core.tracing``) the request is a span, which continues the
@@ -357,7 +244,7 @@ async def serve_stream(api: Api, services: Services, exchange: StreamExchange, r
 
 
 async def _serve(
-    api: Api, services: Services, exchange: StreamExchange, rid: str
+    api: Dialect, services: Services, exchange: StreamExchange, rid: str
 ) -> tuple[int, str]:
     """Serve the request; the status answered, and the error code answered with ("": a
     stream, or a replay)."""
@@ -382,18 +269,16 @@ async def _serve(
         METRICS.request_done(api.path, 200, opening.model, time.perf_counter() - started)
         return 200, ""
 
-    completion, output = opened
+    completion = opened
     metrics = METRICS.stream(api.path, completion.params.alias.id)
     closed = exchange.closed
     # the writer goes straight to its one owner: a reference kept here would hold the body open
     headers = [*SSE_HEADERS, ("x-request-id", rid), *completion.params.headers]
     body = _Body(exchange.stream(headers), closed[0], metrics.ttfb, started)
     METRICS.open_streams.inc()
-    relay = asyncio.ensure_future(completion.relay(body.send, output))
-    # A completion with an Idempotency-Key runs to its end even when its client leaves
-    # (its record keeps the whole stream for the retry); the others stop there.
+    relay = asyncio.ensure_future(completion.relay(body.send))
     watcher = None
-    if completion.record is None:
+    if completion.stops_when_client_leaves:
         watcher = asyncio.ensure_future(_watch_disconnect(exchange, completion))
     try:
         await relay  # its last write ended the response

@@ -8,16 +8,18 @@ Cold path (Redis lost the mapping): find the key by the id embedded in it, verif
 secret against its argon2id hash, re-warm Redis. Unknown digests are negative-cached and
 verifications are rate-limited, so a flood of fake keys cannot burn CPU.
 
-``Authenticator.authenticated`` is the one way a request's key is checked, on every route
-that takes one (chat completions included).
+``Authenticator.presented`` is the one way a request's key is checked, on every route that
+takes one: the streams use the key it yields (``PresentedKey``), the other routes through
+``Authenticator.authenticated``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 from app.core.errors import ApiError, ErrorKind, KeyRecordMissing, invalid_api_key
@@ -50,6 +52,32 @@ class TokenBucket:
             return False
         self.tokens -= 1
         return True
+
+
+class PresentedKey:
+    """A request's key once identified (``Authenticator.presented``): its identity, and
+    the one retry when Redis lost the key's record."""
+
+    __slots__ = ("_address", "_auth", "_authorization", "ident")
+
+    def __init__(
+        self, auth: Authenticator, authorization: str | None, address: str, ident: Identity
+    ) -> None:
+        self._auth = auth
+        self._authorization = authorization
+        self._address = address
+        self.ident = ident
+
+    async def use(self, use: Callable[[Identity], Awaitable[T]]) -> T:
+        """What ``use`` makes of the key; ``use`` checks the key's status in Redis
+        (revocation) with its own work. When Redis lost the key's record
+        (``KeyRecordMissing``) the record is restored once from the durable store and
+        ``use`` runs again."""
+        try:
+            return await use(self.ident)
+        except KeyRecordMissing:
+            self.ident = await self._auth.restore(self._authorization, self._address)
+            return await use(self.ident)
 
 
 class Authenticator:
@@ -108,6 +136,19 @@ class Authenticator:
         self._remember(key_digest, ident)
         return ident
 
+    @contextlib.asynccontextmanager
+    async def presented(
+        self, authorization: str | None, address: str
+    ) -> AsyncIterator[PresentedKey]:
+        """The request's key, identified (401 when missing, malformed or unknown), for the
+        block inside to use (``PresentedKey.use``). A wrong key, identified here or refused
+        by the block's own work (revoked, expired), counts against ``address``, and is
+        answered 429 once ``address`` is over its failed-authentication limit; a valid key
+        is served whatever else came from its address."""
+        async with self.throttle.guarding(address):
+            ident = await self.identify(authorization, address)
+            yield PresentedKey(self, authorization, address, ident)
+
     async def authenticated(
         self, authorization: str | None, address: str, use: Callable[[Identity], Awaitable[T]]
     ) -> T:
@@ -121,12 +162,8 @@ class Authenticator:
         of these steps, counts against ``address``, and is answered 429 once ``address``
         is over its failed-authentication limit; a valid key is served whatever else came
         from its address."""
-        async with self.throttle.guarding(address):
-            ident = await self.identify(authorization, address)
-            try:
-                return await use(ident)
-            except KeyRecordMissing:
-                return await use(await self._restore(authorization, address))
+        async with self.presented(authorization, address) as key:
+            return await key.use(use)
 
     async def key_active(self, ident: Identity) -> Identity:
         """``ident`` once Redis says its key is active (a ``use`` for ``authenticated``, for
@@ -154,7 +191,7 @@ class Authenticator:
         if wait_ms > 0:
             raise refusal_error(Refusal(ScriptStatus.RATE_LIMITED, wait_ms, now))
 
-    async def _restore(self, authorization: str | None, address: str) -> Identity:
+    async def restore(self, authorization: str | None, address: str) -> Identity:
         """Re-create a key's Redis records from the durable store (cold path: argon2,
         rate-limited), for a key whose record Redis lost while this worker cached it."""
         secret = bearer_secret(authorization)

@@ -7,9 +7,9 @@ authenticator), so that every route above it uses the same one."""
 from __future__ import annotations
 
 import math
-from typing import Final
 
 from app.core.clock import iso_utc, seconds_to_utc_midnight
+from app.core.error_kinds import CAP_RESETS_HEADER as CAP_RESETS_HEADER
 from app.core.errors import (
     ApiError,
     ErrorKind,
@@ -20,11 +20,6 @@ from app.core.errors import (
 )
 from app.credits.ceilings import HEADER
 from app.credits.outcomes import Refusal, ScriptStatus
-
-CAP_RESETS_HEADER: Final = "svc-cap-resets-at"
-"""On a ``daily_cap_exceeded`` refusal: when the key's cap resets (RFC 3339, the next 00:00
-UTC). It stands in for a ``retry-after``, which clients obey: hours of it froze coding
-agents (Codex, opencode, DSPy) or slept them for minutes."""
 
 
 def refusal_error(refusal: Refusal) -> ApiError:

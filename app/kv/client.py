@@ -1,12 +1,16 @@
-"""The Redis client svc talks through: one server (``Redis``) or a Redis Cluster.
+"""The Redis client svc talks through: one server (``Redis``: named by its URL, or the
+primary the Sentinels name, ``app.kv.sentinel``) or a Redis Cluster (``RedisCluster``).
 
-Both clients offer the same commands, so the rest of svc takes either (``RedisClient``).
-What works on both unchanged: every script call names keys of one hash tag (one slot, see
-``redis_keys``), and redis-py's cluster client routes it to that slot's primary; the
-untagged keys are read and written one key per command; a pipeline without a transaction
-may span slots (the cluster client splits it per node). ``SCRIPT LOAD``/``EXISTS``/
-``FLUSH`` go to every primary. What needs care is a server-wide question (``INFO``),
-which a cluster client would ask one node only: ``primaries_info`` asks each primary.
+Both clients offer the same commands, so the rest of svc takes either (``RedisClient``);
+on one server the hot path's script calls go out on a pipelined connection of their own
+instead (``app.kv.pipelined``). What works on both unchanged: every script call names keys
+of one hash tag (one slot, see ``app.kv.layout``), and redis-py's cluster client routes it
+to that slot's primary; the untagged keys are read and written one key per command; a
+pipeline without a transaction may span slots (the cluster client splits it per node).
+``SCRIPT LOAD``/``EXISTS``/``FLUSH`` go to every primary. What needs care is a server-wide question
+(``INFO``), which a cluster client would ask one node only: ``primaries_info`` asks each
+primary. An operator's command (``run_command``, ``svc admin redis``) comes back as Redis
+sent it.
 """
 
 from __future__ import annotations

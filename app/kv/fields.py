@@ -245,7 +245,7 @@ class Served(msgspec.Struct, frozen=True, kw_only=True):
     prices: Rates | None = None
     # (operators only) the upstream that served: its provider (by its name in the models
     # file, which has no spaces) and model, and what it cost in micro-units of
-    # ``cost_currency`` (app.chat.costs; "": the models file names no cost); "" and 0: not
+    # ``cost_currency`` (app.completion.costs; "": the models file names no cost); "" and 0: not
     # known (a text written before svc kept them has nine fields at most)
     provider: str = ""
     upstream_model: str = ""

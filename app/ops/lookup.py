@@ -12,6 +12,7 @@ import msgspec
 
 from app.accounts.accounts import Accounts
 from app.accounts.answers import ApiKeyItem, CreditBalance
+from app.accounts.api_keys import ApiKeys
 from app.usage.reader import DailyUsage, UsageReader
 
 
@@ -29,12 +30,12 @@ class AccountDetail(msgspec.Struct):
 
 
 async def account_detail(
-    accounts: Accounts, usage: UsageReader, pid: str, now: float
+    accounts: Accounts, api_keys: ApiKeys, usage: UsageReader, pid: str, now: float
 ) -> AccountDetail:
     """``pid`` as ``AccountDetail`` shows it at ``now``; 404 for an unknown account."""
     record = await accounts.require_account(pid)
     credits = await accounts.balance(pid)
-    keys = await accounts.list_keys(pid)
+    keys = await api_keys.list_keys(pid)
     today = await usage.summary(pid, "live", now, 1)
     return AccountDetail(
         id=record.pid,

@@ -10,12 +10,12 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
-from app.store import ANY_CURSOR, END_OF_TIME, stream_id_key
 from app.store import migrations as schema
 from app.store import statements as sql
 from app.store.accounts import AccountsSQL
 from app.store.audit import AuditRecord, AuditSQL, write_audit
 from app.store.books import UPSERT_COSTS, BooksSQL, UpstreamCostRollup
+from app.store.contract import ANY_CURSOR, END_OF_TIME, stream_id_key
 from app.store.ledger import LedgerSQL
 from app.store.program import Program, Transaction, each, execute, row, rows, take
 from app.store.purchases import PurchasesSQL

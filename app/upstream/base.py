@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
 from app.core.errors import UpstreamError
-from app.upstream.wire import ChatRequest, Delta, NativeMessages, NativeResponses
+from app.upstream.wire import ChatRequest, Delta
+
+if TYPE_CHECKING:
+    from app.upstream.config import ProviderConfig
 
 
 class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -28,6 +31,24 @@ class StartUsage(Usage, frozen=True):
     left first) bills the prompt from it and the output by svc's estimate."""
 
 
+class NativeRequest(Protocol):
+    """A request in an API other than Chat Completions, kept as the client sent it for a
+    provider that serves that API itself: what it is sent to (``path`` under the
+    provider's ``base_url``), which providers take it, its body, and the parser of the
+    stream that answers it (``app.upstream.native_responses``, ``native_messages``)."""
+
+    @property
+    def path(self) -> str: ...
+
+    def served_by(self, config: ProviderConfig) -> bool: ...
+
+    def body(self, model: str, max_tokens: int) -> bytes: ...
+
+    def events(self) -> Callable[[bytes], object]:
+        """A new parser of the answering stream's lines (an ``app.upstream.sse.LineParser``)."""
+        ...
+
+
 class UpstreamCall(msgspec.Struct, frozen=True, kw_only=True):
     """What is sent upstream: the client's request with the real model name and the output
     cap the reservation affords."""
@@ -35,12 +56,10 @@ class UpstreamCall(msgspec.Struct, frozen=True, kw_only=True):
     model: str
     request: ChatRequest
     max_tokens: int
-    responses: NativeResponses | None = None
-    """A Responses API request as the client sent it: what a provider that serves that API
-    itself (``responses_api``) is sent instead of ``request``, its translation."""
-    messages: NativeMessages | None = None
-    """A Messages API request as the client sent it: what a provider that serves that API
-    itself (``messages_api``) is sent instead of ``request``, its translation."""
+    native: NativeRequest | None = None
+    """The request in its own API as the client sent it (Responses or Messages): what a
+    provider that serves that API itself (``responses_api``, ``messages_api``) is sent
+    instead of ``request``, its translation."""
     headers: bytes = b""
     """Header lines sent besides the provider's own, each ending in CRLF: the W3C trace
     context of the attempt (``traceparent``, ``tracestate``) when traces are on, else none."""

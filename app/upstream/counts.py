@@ -6,7 +6,7 @@ there (``true``, which Python would take for 1, a float, a string, a negative nu
 number no JSON client reads exactly) is no count: a report whose prompt or completion count
 is not one is no report (svc's estimate bills, as for a stream that reported nothing), and
 a detail that is not one is left out. A count above what the reservation held for is still
-a count: settlement clamps it to the hold (``app.chat.settlement``).
+a count: settlement clamps it to the hold (``app.completion.settlement``).
 """
 
 from __future__ import annotations

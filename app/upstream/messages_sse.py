@@ -12,7 +12,7 @@ stream's end, an ``error`` event as the upstream's failure.
 The usage is the prompt as Chat Completions counts it: Anthropic's ``input_tokens`` are only
 the prompt's uncached part, so the prompt is those plus the tokens read from the cache
 (``cached_tokens``, priced as cached input) and those written to it
-(``cache_creation_input_tokens``, priced as cache writes: ``app.chat.settlement``).
+(``cache_creation_input_tokens``, priced as cache writes: ``app.completion.settlement``).
 ``message_start`` reports the input counts; ``message_delta`` the output tokens so far
 (cumulative) and, from newer API versions, the input counts again: the last count of each
 wins. ``message_start``'s counts also come, as a ``StartUsage``, with the stream's first

@@ -11,10 +11,9 @@ import msgspec
 from msgspec import UNSET
 
 from app.core.errors import UpstreamError, UpstreamOutcome
+from app.upstream import native_messages, native_responses
 from app.upstream.base import UpstreamCall
 from app.upstream.config import ProviderConfig
-from app.upstream.messages_sse import MessagesEvents
-from app.upstream.responses_sse import ResponsesEvents
 from app.upstream.sse import LineParser, parse_data_line
 from app.upstream.wire import StreamOptions
 
@@ -52,8 +51,8 @@ class Exchange(msgspec.Struct, frozen=True):
 
 
 CHAT_PATH = "/chat/completions"
-RESPONSES_PATH = "/responses"
-MESSAGES_PATH = "/messages"
+RESPONSES_PATH = native_responses.PATH
+MESSAGES_PATH = native_messages.PATH
 PATHS = (CHAT_PATH, RESPONSES_PATH, MESSAGES_PATH)
 ANTHROPIC_VERSION = "2023-06-01"
 """The ``anthropic-version`` a Messages request is sent with: the API's version whose events
@@ -64,12 +63,9 @@ def exchange(call: UpstreamCall, config: ProviderConfig) -> Exchange:
     """A Responses request to a provider that serves the Responses API goes as one, a
     Messages request to a provider that serves the Messages API as one; anything else as a
     chat completion (a Responses or Messages request in its translation)."""
-    if call.messages is not None and config.messages_api:
-        body = call.messages.body(call.model, call.max_tokens)
-        return Exchange(MESSAGES_PATH, body, MessagesEvents().parse)
-    if call.responses is not None and config.responses_api:
-        body = call.responses.body(call.model, call.max_tokens)
-        return Exchange(RESPONSES_PATH, body, ResponsesEvents().parse)
+    native = call.native
+    if native is not None and native.served_by(config):
+        return Exchange(native.path, native.body(call.model, call.max_tokens), native.events())
     return Exchange(CHAT_PATH, request_body(call), parse_data_line)
 
 

@@ -3,7 +3,7 @@
 A Chat Completions upstream knows plain function names only, so svc offers a namespaced
 function (``multi_agent_v1`` / ``spawn_agent``) under one name joining the two; a provider
 that serves the Responses API itself names its calls' namespace apart, and its calls are
-read back into the same joined name, so one mapping (``app.responses.tools``) turns every
+read back into the same joined name, so one mapping (``app.apis.responses.tools``) turns every
 call into the client's own namespace and name.
 """
 

@@ -16,8 +16,8 @@ import httpx
 import openai
 import pytest
 
-from app.chat.catalog import DEFAULT_ALIASES
-from app.chat.request import CLAMPED_HEADER
+from app.completion.catalog import DEFAULT_ALIASES
+from app.completion.request import CLAMPED_HEADER
 from app.core.clock import DAY_S, parse_iso_utc
 from app.keys.refusals import CAP_RESETS_HEADER
 from tests.e2e.conftest import Server

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from app.chat.catalog import Rates
+from app.completion.catalog import Rates
 from app.credits.outcomes import Tokens
 from tests.e2e.conftest import ROOT, Server, start_server, stop_server
 from tests.support.pricing import charge

@@ -13,10 +13,10 @@ import httpx
 import openai
 import pytest
 
-from app.chat.catalog import default_catalog
-from app.chat.request import parse_chat_request
+from app.apis.chat.request import parse_chat_request
+from app.apis.responses.request import parse_responses_request
+from app.completion.catalog import default_catalog
 from app.credits.ceilings import HEADER
-from app.responses.request import parse_responses_request
 from tests.e2e.conftest import Server
 
 pytestmark = pytest.mark.e2e

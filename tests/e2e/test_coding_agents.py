@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.chat.catalog import DEFAULT_ALIASES
+from app.completion.catalog import DEFAULT_ALIASES
 from app.credits.outcomes import Tokens
 from tests.e2e.conftest import ROOT, Server, start_server, stop_server
 from tests.support.agent_upstream import (

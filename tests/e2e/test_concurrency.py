@@ -8,8 +8,8 @@ import json
 import httpx
 import pytest
 
-from app.chat.catalog import default_catalog
-from app.chat.request import parse_chat_request
+from app.apis.chat.request import parse_chat_request
+from app.completion.catalog import default_catalog
 from tests.e2e.conftest import Server
 
 pytestmark = pytest.mark.e2e

@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from app.responses.tools import OMITTED_TOOLS_HEADER
+from app.apis.responses.tools import OMITTED_TOOLS_HEADER
 from bench.mock_upstream import MockProcess, start_in_subprocess
 from tests.e2e.conftest import Server, start_server, stop_server
 from tests.e2e.test_upstreams import models_file

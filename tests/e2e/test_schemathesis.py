@@ -28,9 +28,10 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from app.chat.chunks import DONE, ChunkEncoder, SvcMetadata, chunk_usage, error_event
+from app.apis.chat.chunks import DONE, ChunkEncoder, chunk_usage, error_event
+from app.apis.messages import stream as messages_stream
+from app.completion.output import SvcMetadata
 from app.http.headers import SECURITY_HEADERS
-from app.messages import stream as messages_stream
 from tests.e2e.conftest import Server
 from tests.e2e.leaks import INTERNALS
 

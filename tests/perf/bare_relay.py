@@ -7,7 +7,7 @@ request: the body read with svc's ``body_chunks`` and decoded into svc's ``ChatR
 upstream stream opened with svc's ``StreamingProvider`` (one per worker, made on the worker's
 first request, in its loop); the response head sent with ``response_stream``; the relay, in a
 task a watcher cancels when the client leaves (as ``serve_chat``'s). Per upstream read, as
-svc's relay (``app.chat.relay.Relay._relay_content``): the read's text pieces encoded by svc's
+svc's relay (``app.completion.relay.Relay.run``): the read's text pieces encoded by svc's
 ``ChunkEncoder`` and written with one ``send_bytes``; at the end one write with the closing
 chunk (finish_reason stop) and ``data: [DONE]``, where svc also puts its metadata chunk.
 
@@ -34,7 +34,8 @@ from collections.abc import AsyncIterator
 
 import msgspec
 
-from app.chat.chunks import DONE, ChunkEncoder, error_event
+from app.apis.chat import CHAT
+from app.apis.chat.chunks import DONE, ChunkEncoder, error_event
 from app.core.errors import ClientDisconnected, UpstreamError
 from app.core.ids import completion_ids
 from app.http.rsgi.protocol import (
@@ -44,7 +45,7 @@ from app.http.rsgi.protocol import (
     StreamTransport,
     body_chunks,
 )
-from app.http.streams import CHAT, SSE_HEADERS, STREAM_ROUTES
+from app.http.streams import SSE_HEADERS, STREAM_ROUTES
 from app.kv.pipelined import PipelinedRedis
 from app.upstream.base import Piece, UpstreamCall
 from app.upstream.config import ProviderConfig

@@ -51,6 +51,7 @@ class Ledgers:
         command_timeout_s: float | None = None,
         redis_clock: RedisClock | None = None,
         script_calls: PipelinedRedis | None = None,
+        pepper: bytes = b"pepper",
     ) -> None:
         self.redis = redis
         self.layout = layout
@@ -66,4 +67,4 @@ class Ledgers:
         self.keys = KeyRecords(self.scripts, layout)
         self.usage = UsageCounts(self.scripts, layout)
         self.throttle = ThrottleCounts(self.scripts, layout)
-        self.idempotency = IdempotencyRecords(self.scripts)
+        self.idempotency = IdempotencyRecords(self.scripts, layout, pepper)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from app.chat.catalog import Price
+from app.completion.catalog import Price
 from app.credits.outcomes import NO_RATES, Rates, Tokens
 
 

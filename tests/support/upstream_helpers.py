@@ -3,13 +3,15 @@ fixture in conftest.py runs it in process), and services enough for ``serve_stre
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import AsyncIterator, Mapping
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import cast
 
-from app.chat.catalog import Alias
-from app.chat.service import CompletionService
+from app.completion.catalog import Alias
+from app.completion.service import CompletionService
 from app.credits.outcomes import Identity
+from app.keys.auth import Authenticator, PresentedKey
 from app.runtime import Services
 from app.upstream.base import UpstreamCall
 from app.upstream.safety import SafetyIdentifiers
@@ -33,8 +35,9 @@ def stream_services(
     (and ``SVC_NON_STREAMING``), the aliases, an authentication that always answers
     ``ident``, the safety identifiers and ``completions``."""
 
-    async def authenticated(_authorization: str | None, _address: str, use: Any) -> Any:
-        return await use(ident)
+    @contextlib.asynccontextmanager
+    async def presented(authorization: str | None, address: str) -> AsyncIterator[PresentedKey]:
+        yield PresentedKey(cast(Authenticator, None), authorization, address, ident)
 
     services = SimpleNamespace(
         settings=SimpleNamespace(
@@ -45,7 +48,7 @@ def stream_services(
             non_streaming=non_streaming,
         ),
         aliases=aliases,
-        auth=SimpleNamespace(authenticated=authenticated),
+        auth=SimpleNamespace(presented=presented),
         safety_identifiers=SafetyIdentifiers(b"the stream tests' pepper"),
         completions=completions,
         trusted_proxies=[],

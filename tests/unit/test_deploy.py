@@ -15,7 +15,7 @@ import msgspec
 import pytest
 import yaml  # type: ignore[import-untyped]  # PyYAML, pinned in requirements/test.lock
 
-from app.chat.catalog import load_catalog
+from app.completion.catalog import load_catalog
 from app.core.settings import ENV_PREFIX, HEARTBEATS_PER_DEADLINE, Settings
 
 ROOT = Path(__file__).resolve().parents[2]

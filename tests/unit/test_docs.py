@@ -12,7 +12,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from app.chat.catalog import AUTO_ROUTES, DEFAULT_ALIASES
+from app.completion.catalog import AUTO_ROUTES, DEFAULT_ALIASES
 from app.core.settings import ENV_PREFIX, Settings
 from app.http.streams import STREAM_ROUTES
 from app.kv.fields import AccountField, KeyField

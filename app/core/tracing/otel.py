@@ -118,7 +118,7 @@ class Tracing:
         upstream attempts and settlement are its children, tasks started meanwhile
         included). It continues the client's trace when the request carries a W3C
         ``traceparent`` (and ``tracestate``); otherwise it starts one. Named "chat" until
-        the request's model is known (``app.chat.traced``)."""
+        the request's model is known (``app.completion.traced``)."""
         carrier = {name: value for name in _CONTEXT_HEADERS if (value := header(name))}
         parent = _TRACE_CONTEXT.extract(carrier, Context()) if carrier else Context()
         span = self.tracer.start_span(

@@ -11,9 +11,10 @@ ARGV[2]  token               this run's id (only it may close the claim)
 ARGV[3]  ttl                 seconds the claim lives while its request runs (closing it
                              sets the record's own)
 
-Returns {0} when claimed (state running), else {status, body, http status} as
-lib/checks.lua recorded() says: 14 another request, 15 running, 16 finished with its answer
-(the body and HTTP status to send again), 17 finished without one.
+Returns {0 OK} when claimed (state running), else {status, body, http status} as
+lib/checks.lua recorded() says: 14 IDEMPOTENCY_REUSED (another request), 15
+IDEMPOTENCY_RUNNING (running), 16 REPLAY (finished with its answer: the body and HTTP status
+to send again), 17 UNRECORDED (finished without one).
 ]]
 --- @include "lib/checks.lua"
 local fp = label(1, 'fp')

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING
 
+from app.apis.dialect import Headers
 from app.core.errors import ClientDisconnected, repeated_header
 from app.http.errors import request_too_large
 from app.http.rsgi.protocol import (
@@ -16,7 +17,7 @@ from app.http.rsgi.protocol import (
     content_length,
     parse_address,
 )
-from app.http.streams import UNREADABLE_HEADER, Headers, WriteBody
+from app.http.streams import UNREADABLE_HEADER, WriteBody
 from app.keys.throttle import client_address
 
 if TYPE_CHECKING:

@@ -1,4 +1,5 @@
-"""The RSGI app granian serves: chat completions natively, everything else through Litestar.
+"""The RSGI app granian serves: the streaming APIs (``app.http.streams.STREAM_ROUTES``)
+and the Messages API's token count natively, everything else through Litestar.
 
 Every HTTP request gets a request id (the client's ``x-request-id`` when it is a sane one,
 else a new one): it is sent back in ``x-request-id`` and tags the request's logs.
@@ -15,6 +16,7 @@ from typing import cast
 
 from litestar import Litestar
 
+from app.apis.messages import COUNT_TOKENS_PATH
 from app.core.logs import request_id
 from app.core.metrics import METRICS
 from app.http import count_tokens
@@ -74,7 +76,7 @@ class Gateway:
             if api is not None:
                 services = self.app.state.services
                 await serve_stream(api, services, RSGIExchange(scope, protocol), rid)
-            elif path == count_tokens.PATH:
+            elif path == COUNT_TOKENS_PATH:
                 services = self.app.state.services
                 exchange = RSGIExchange(scope, protocol)
                 await count_tokens.serve_count_tokens(services, exchange, rid)

@@ -9,6 +9,7 @@ import pytest
 
 from app.accounts.accounts import Accounts
 from app.accounts.answers import ApiKeyCreated
+from app.accounts.api_keys import ApiKeys
 from app.accounts.bodies import KeyCreateRequest, KeyUpdateRequest
 from app.core.clock import parse_iso_utc
 from app.core.errors import ApiError, ErrorKind
@@ -19,39 +20,41 @@ from tests.support.ledgers import Ledgers
 
 
 async def test_active_key_limit(store: Store, ledger: Ledgers) -> None:
-    accounts = Accounts(store, ledger.money, ledger.keys, b"p", max_active_keys=2)
+    accounts = Accounts(store, ledger.money)
+    api_keys = ApiKeys(store, ledger.keys, accounts, b"p", max_active_keys=2)
     pid = await accounts.create_account()
-    first = await accounts.create_key(
+    first = await api_keys.create_key(
         pid, KeyCreateRequest(name="a", environment="live", daily_cap_credits=None)
     )
-    await accounts.create_key(
+    await api_keys.create_key(
         pid, KeyCreateRequest(name="b", environment="test", daily_cap_credits=5)
     )
     with pytest.raises(ApiError) as info:
-        await accounts.create_key(
+        await api_keys.create_key(
             pid, KeyCreateRequest(name="c", environment="live", daily_cap_credits=None)
         )
     assert info.value.kind is ErrorKind.KEY_LIMIT
-    await accounts.revoke_key(pid, first.id)
-    await accounts.create_key(
+    await api_keys.revoke_key(pid, first.id)
+    await api_keys.create_key(
         pid, KeyCreateRequest(name="c", environment="live", daily_cap_credits=None)
     )
-    listed = await accounts.list_keys(pid)
+    listed = await api_keys.list_keys(pid)
     assert [k.name for k in listed.data] == ["c", "b", "a"]
     assert [k.status for k in listed.data] == ["active", "active", "revoked"]
 
 
 async def test_revoke_is_scoped_and_immediate(store: Store, ledger: Ledgers) -> None:
-    accounts = Accounts(store, ledger.money, ledger.keys, b"p")
+    accounts = Accounts(store, ledger.money)
+    api_keys = ApiKeys(store, ledger.keys, accounts, b"p")
     a, b = await accounts.create_account(), await accounts.create_account()
-    key = await accounts.create_key(
+    key = await api_keys.create_key(
         a, KeyCreateRequest(name="a", environment="live", daily_cap_credits=None)
     )
     for pid, key_id in [(b, key.id), (a, "key_unknownunkn"), (a, "bad")]:
         with pytest.raises(ApiError) as info:
-            await accounts.revoke_key(pid, key_id)
+            await api_keys.revoke_key(pid, key_id)
         assert info.value.kind is ErrorKind.API_KEY_NOT_FOUND
-    deleted = await accounts.revoke_key(a, key.id)
+    deleted = await api_keys.revoke_key(a, key.id)
     assert (deleted.id, deleted.deleted) == (key.id, True)
     ident = await ledger.keys.lookup_digest(digest(b"p", key.key))
     assert ident is not None
@@ -62,7 +65,7 @@ async def test_revoke_is_scoped_and_immediate(store: Store, ledger: Ledgers) -> 
 
 
 async def test_grants_need_an_account(store: Store, ledger: Ledgers) -> None:
-    accounts = Accounts(store, ledger.money, ledger.keys, b"p")
+    accounts = Accounts(store, ledger.money)
     with pytest.raises(ApiError) as info:
         await accounts.grant_purchased("acct_missing", 5)
     assert info.value.kind is ErrorKind.ACCOUNT_NOT_FOUND
@@ -76,14 +79,15 @@ async def test_grants_need_an_account(store: Store, ledger: Ledgers) -> None:
 async def test_concurrent_updates_lose_no_field_and_leave_redis_as_the_store(
     store: Store, ledger: Ledgers
 ) -> None:
-    accounts = Accounts(store, ledger.money, ledger.keys, b"p")
+    accounts = Accounts(store, ledger.money)
+    api_keys = ApiKeys(store, ledger.keys, accounts, b"p")
     pid = await accounts.create_account()
-    key = await accounts.create_key(
+    key = await api_keys.create_key(
         pid, KeyCreateRequest(name="a", environment="live", daily_cap_credits=None)
     )
     names = [KeyUpdateRequest(name=f"n{i}") for i in range(10)]
     caps = [KeyUpdateRequest(daily_cap_credits=i) for i in range(10)]
-    await asyncio.gather(*(accounts.update_key(pid, key.id, u) for u in names + caps))
+    await asyncio.gather(*(api_keys.update_key(pid, key.id, u) for u in names + caps))
     record = await store.get_key(key.id.removeprefix("key_"))
     assert record is not None
     assert record.name.startswith("n")  # a name and a cap were both kept
@@ -93,7 +97,7 @@ async def test_concurrent_updates_lose_no_field_and_leave_redis_as_the_store(
     hot = await ledger.redis.hgetall(ledger.layout.api_key(ident.shard, ident.kid))
     assert (hot[b"name"].decode(), int(hot[b"cap"])) == (record.name, record.daily_cap_credits)
     with pytest.raises(ApiError) as other:
-        await accounts.update_key(await accounts.create_account(), key.id, names[0])
+        await api_keys.update_key(await accounts.create_account(), key.id, names[0])
     assert other.value.kind is ErrorKind.API_KEY_NOT_FOUND
 
 
@@ -102,10 +106,11 @@ async def test_a_rotation_keeps_the_expiry(store: Store, ledger: Ledgers) -> Non
     lift it, and an admin key with an expiry may rotate itself (its successor stays within
     it)."""
     now = 1_780_000_000.0  # 2026-05-28
-    accounts = Accounts(store, ledger.money, ledger.keys, b"p", clock=lambda: now)
+    accounts = Accounts(store, ledger.money, clock=lambda: now)
+    api_keys = ApiKeys(store, ledger.keys, accounts, b"p", clock=lambda: now)
     pid = await accounts.create_account()
     expiry = "2026-06-30T00:00:00Z"
-    made = await accounts.create_key(
+    made = await api_keys.create_key(
         pid,
         KeyCreateRequest(
             name="a", environment="live", daily_cap_credits=None, expires_at=expiry, role="admin"
@@ -123,10 +128,10 @@ async def test_a_rotation_keeps_the_expiry(store: Store, ledger: Ledgers) -> Non
         assert await ledger.keys.key_status(ident, at_expiry - 1) is ScriptStatus.OK
         assert await ledger.keys.key_status(ident, at_expiry) is ScriptStatus.KEY_EXPIRED
 
-    by_operator = await accounts.rotate_key(pid, made.id, 60)
+    by_operator = await api_keys.rotate_key(pid, made.id, 60)
     await check(by_operator)
-    own = await accounts.caller(pid, by_operator.id.removeprefix("key_"))
-    await check(await accounts.rotate_key(pid, by_operator.id, 0, granter=own))
+    own = await api_keys.caller(pid, by_operator.id.removeprefix("key_"))
+    await check(await api_keys.rotate_key(pid, by_operator.id, 0, granter=own))
 
 
 def made_expiry(text: str) -> int:

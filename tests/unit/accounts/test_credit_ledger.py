@@ -42,9 +42,7 @@ class World:
         self.ledgers = Ledgers(redis, self.layout, cap_ttl_s=2 * DAY, usage_ttl_s=USAGE_TTL)
         config = LedgerConfig(reward_daily_limit=2, earned_ttl_s=2 * DAY)
         self.ledger = Ledger(store, self.ledgers.money, config, self.clock)
-        self.accounts = Accounts(
-            store, self.ledgers.money, self.ledgers.keys, b"p", ledger=self.ledger, clock=self.clock
-        )
+        self.accounts = Accounts(store, self.ledgers.money, ledger=self.ledger, clock=self.clock)
         self.spotlights = Spotlights(
             store,
             self.ledgers.money,

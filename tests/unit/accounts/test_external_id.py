@@ -77,7 +77,7 @@ def test_bodies_may_leave_it_out_or_clear_it() -> None:
 
 
 async def test_a_taken_external_id_is_409_and_opens_nothing(store: Store, ledger: Ledgers) -> None:
-    accounts = Accounts(store, ledger.money, ledger.keys, b"p")
+    accounts = Accounts(store, ledger.money)
     pid = await accounts.create_account("user-1")
     assert (await accounts.require_account(pid)).external_id == "user-1"
     before = await store.list_accounts()
@@ -92,7 +92,7 @@ async def test_a_taken_external_id_is_409_and_opens_nothing(store: Store, ledger
 
 
 async def test_set_change_clear_and_a_taken_one(store: Store, ledger: Ledgers) -> None:
-    accounts = Accounts(store, ledger.money, ledger.keys, b"p")
+    accounts = Accounts(store, ledger.money)
     a, b = await accounts.create_account("u1"), await accounts.create_account()
     assert (await accounts.set_external_id(b, "u2")).external_id == "u2"
     with pytest.raises(ApiError) as info:
@@ -109,7 +109,7 @@ async def test_set_change_clear_and_a_taken_one(store: Store, ledger: Ledgers) -
 async def test_an_account_reference_is_its_id_or_its_external_id(
     store: Store, ledger: Ledgers
 ) -> None:
-    accounts = Accounts(store, ledger.money, ledger.keys, b"p")
+    accounts = Accounts(store, ledger.money)
     a, b = await accounts.create_account("user-1"), await accounts.create_account()
     assert await accounts.account_reference(a) == a
     assert await accounts.account_reference(b) == b

@@ -12,6 +12,7 @@ import pytest
 
 from app.accounts.accounts import Accounts
 from app.accounts.answers import ApiKeyCreated
+from app.accounts.api_keys import ApiKeys
 from app.accounts.bodies import KeyCreateRequest
 from app.core.clock import day_tag, utc_day
 from app.credits.outcomes import Hold, Identity, Refusal, ScriptStatus
@@ -37,17 +38,18 @@ async def _ident(ledger: Ledgers, made: ApiKeyCreated) -> Identity:
     return ident
 
 
-async def _record(accounts: Accounts, pid: str, made: ApiKeyCreated) -> KeyRecord:
+async def _record(api_keys: ApiKeys, pid: str, made: ApiKeyCreated) -> KeyRecord:
     kid = kid_from_public_id(made.id)
     assert kid is not None
-    return await accounts.caller(pid, kid)
+    return await api_keys.caller(pid, kid)
 
 
-async def _setup(store: Store, ledger: Ledgers, clock: Clock) -> tuple[Accounts, str]:
-    accounts = Accounts(store, ledger.money, ledger.keys, PEPPER, max_active_keys=20, clock=clock)
+async def _setup(store: Store, ledger: Ledgers, clock: Clock) -> tuple[ApiKeys, str]:
+    accounts = Accounts(store, ledger.money, clock=clock)
+    api_keys = ApiKeys(store, ledger.keys, accounts, PEPPER, max_active_keys=20, clock=clock)
     pid = await accounts.create_account()
     await accounts.grant_purchased(pid, 100_000)
-    return accounts, pid
+    return api_keys, pid
 
 
 CAP_REFUSALS = frozenset({ScriptStatus.DAILY_CAP_EXCEEDED})
@@ -78,11 +80,11 @@ async def _spend(
 async def test_keys_made_by_a_capped_key_spend_its_cap_together_at_most(
     store: Store, ledger: Ledgers, clock: Clock
 ) -> None:
-    accounts, pid = await _setup(store, ledger, clock)
-    creator = await accounts.create_key(pid, _request("ops", CAP, role="admin"))
-    granter = await _record(accounts, pid, creator)
+    api_keys, pid = await _setup(store, ledger, clock)
+    creator = await api_keys.create_key(pid, _request("ops", CAP, role="admin"))
+    granter = await _record(api_keys, pid, creator)
     children = [
-        await accounts.create_key(pid, _request(f"app {n}", CAP), granter=granter)
+        await api_keys.create_key(pid, _request(f"app {n}", CAP), granter=granter)
         for n in range(CHILDREN)
     ]
     idents = [await _ident(ledger, made) for made in (creator, *children)]
@@ -106,7 +108,7 @@ async def test_keys_made_by_a_capped_key_spend_its_cap_together_at_most(
     counter = ledger.layout.cap(idents[0].shard, granter.kid, day_tag(utc_day(now)))
     assert int(await ledger.redis.get(counter) or 0) == CAP
     # the key list shows each key's lineage's count: the cap they share
-    listed = await accounts.list_keys(pid)
+    listed = await api_keys.list_keys(pid)
     assert {item.name: item.used_today_credits for item in listed.data} == {
         "ops": CAP,
         **{f"app {n}": CAP for n in range(CHILDREN)},
@@ -116,17 +118,17 @@ async def test_keys_made_by_a_capped_key_spend_its_cap_together_at_most(
 async def test_a_child_s_rotation_and_its_own_children_stay_in_the_lineage(
     store: Store, ledger: Ledgers, clock: Clock
 ) -> None:
-    accounts, pid = await _setup(store, ledger, clock)
-    creator = await accounts.create_key(pid, _request("ops", CAP, role="admin"))
-    granter = await _record(accounts, pid, creator)
-    child = await accounts.create_key(pid, _request("app", 50, role="admin"), granter=granter)
-    rotated = await accounts.rotate_key(pid, child.id, 0, granter=granter)
-    grandchild = await accounts.create_key(
-        pid, _request("app's app", 10), granter=await _record(accounts, pid, rotated)
+    api_keys, pid = await _setup(store, ledger, clock)
+    creator = await api_keys.create_key(pid, _request("ops", CAP, role="admin"))
+    granter = await _record(api_keys, pid, creator)
+    child = await api_keys.create_key(pid, _request("app", 50, role="admin"), granter=granter)
+    rotated = await api_keys.rotate_key(pid, child.id, 0, granter=granter)
+    grandchild = await api_keys.create_key(
+        pid, _request("app's app", 10), granter=await _record(api_keys, pid, rotated)
     )
     for made in (child, rotated, grandchild):
         assert (await _ident(ledger, made)).cap_kid == granter.kid
-        assert (await _record(accounts, pid, made)).cap_kid == granter.kid
+        assert (await _record(api_keys, pid, made)).cap_kid == granter.kid
 
 
 @pytest.mark.parametrize(
@@ -142,29 +144,29 @@ async def test_only_a_capped_or_rate_limited_creator_shares_its_lineage(
     creator_rpm: int | None,
     shared: bool,
 ) -> None:
-    accounts, pid = await _setup(store, ledger, clock)
-    creator = await accounts.create_key(
+    api_keys, pid = await _setup(store, ledger, clock)
+    creator = await api_keys.create_key(
         pid, _request("ops", creator_cap, role="admin", rate_limit_rpm=creator_rpm)
     )
-    granter = await _record(accounts, pid, creator)
-    child = await accounts.create_key(
+    granter = await _record(api_keys, pid, creator)
+    child = await api_keys.create_key(
         pid, _request("app", 10, rate_limit_rpm=creator_rpm), granter=granter
     )
     kid = kid_from_public_id(child.id)
     assert (await _ident(ledger, child)).cap_kid == (granter.kid if shared else kid)
     # an operator's keys always start a lineage of their own
-    operator_made = await accounts.create_key(pid, _request("op", CAP))
+    operator_made = await api_keys.create_key(pid, _request("op", CAP))
     assert (await _ident(ledger, operator_made)).cap_kid == kid_from_public_id(operator_made.id)
 
 
 async def test_keys_made_by_a_rate_limited_key_share_its_rate_limit(
     store: Store, ledger: Ledgers, clock: Clock
 ) -> None:
-    accounts, pid = await _setup(store, ledger, clock)
-    creator = await accounts.create_key(pid, _request("ops", None, role="admin", rate_limit_rpm=3))
-    granter = await _record(accounts, pid, creator)
+    api_keys, pid = await _setup(store, ledger, clock)
+    creator = await api_keys.create_key(pid, _request("ops", None, role="admin", rate_limit_rpm=3))
+    granter = await _record(api_keys, pid, creator)
     children = [
-        await accounts.create_key(
+        await api_keys.create_key(
             pid, _request(f"app {n}", None, rate_limit_rpm=3), granter=granter
         )
         for n in range(3)

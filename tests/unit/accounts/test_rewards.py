@@ -18,7 +18,7 @@ DAY = 86_400
 
 @pytest.fixture
 async def pid(store: Store, ledger: Ledgers, clock: Clock) -> str:
-    return await Accounts(store, ledger.money, ledger.keys, b"pepper", clock=clock).create_account()
+    return await Accounts(store, ledger.money, clock=clock).create_account()
 
 
 def _spotlights(store: Store, ledger: Ledgers, clock: Clock) -> Spotlights:

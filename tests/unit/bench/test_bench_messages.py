@@ -10,8 +10,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from app.chat.output import StreamEnd
-from app.messages.stream import MessagesStream, error_event
+from app.apis.messages.stream import MessagesStream, error_event
+from app.completion.output import StreamEnd
 from app.upstream.base import Usage
 from bench.loadgen import (
     MESSAGES_MAX_TOKENS,
@@ -162,7 +162,7 @@ def test_a_stream_breaking_a_rule_is_refused(events: list[tuple[str, str]], rule
 
 
 def _svc_stream(end: StreamEnd | None = None) -> bytes:
-    """A message as svc's own writer (``app.messages.stream``) writes it."""
+    """A message as svc's own writer (``app.apis.messages.stream``) writes it."""
     stream = MessagesStream(model="svc-fast", requested="svc-fast")
     raw = stream.opening()
     for piece in ("Hel", "lo", " there"):

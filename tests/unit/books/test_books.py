@@ -16,7 +16,7 @@ from app.accounts.accounts import Accounts
 from app.accounts.ledger import Ledger
 from app.books.report import book_days, books_csv, read_books
 from app.books.value import setting_value
-from app.chat.costs import CostEntry, cost_micros, upstream_cost
+from app.completion.costs import CostEntry, cost_micros, upstream_cost
 from app.core.clock import day_start
 from app.core.errors import ApiError
 from app.credits.outcomes import Tokens
@@ -44,9 +44,7 @@ class Books:
         self.clock = Clock(NOON)
         ledgers = Ledgers(redis, KeySpace("svc", 8), cap_ttl_s=172_800, usage_ttl_s=3_456_000)
         self.ledger = Ledger(store, ledgers.money, clock=self.clock)
-        self.accounts = Accounts(
-            store, ledgers.money, ledgers.keys, b"p", ledger=self.ledger, clock=self.clock
-        )
+        self.accounts = Accounts(store, ledgers.money, ledger=self.ledger, clock=self.clock)
         self.purchases = Purchases(store, self.ledger, self.accounts, self.clock)
 
     async def stripe(self, body: bytes) -> str:

@@ -68,7 +68,7 @@ def test_the_process_id_metrics_files_are_named_by_follows_a_fork() -> None:
     process rather than per update: a forked worker must still get its own file."""
     import os
 
-    from app.core.metrics import _process_id
+    from app.core.metrics.workers import _process_id
 
     assert _process_id() == os.getpid()
     read_end, write_end = os.pipe()

@@ -12,14 +12,17 @@ from pathlib import Path
 import fakeredis
 import pytest
 
-from app.chat.catalog import Alias, load_catalog
-from app.chat.router import UpstreamRouter
-from app.chat.service import CompletionService
-from app.chat.settlement import drain_background
+from app.apis.chat import CHAT
+from app.apis.dialect import Dialect
+from app.apis.responses import RESPONSES
+from app.completion.catalog import Alias, load_catalog
+from app.completion.router import UpstreamRouter
+from app.completion.service import CompletionService
+from app.completion.settlement import drain_background
 from app.core.errors import UpstreamError, UpstreamOutcome
 from app.core.metrics import METRICS, exposition
 from app.http.rsgi.exchange import RSGIExchange
-from app.http.streams import CHAT, RESPONSES, Api, serve_stream
+from app.http.streams import serve_stream
 from app.kv.layout import KeySpace
 from app.runtime import Services
 from app.upstream.base import Piece, Provider, UpstreamCall, Usage
@@ -151,7 +154,7 @@ def _delta(after: Samples, before: Samples, name: str, **labels: str) -> float:
     return after.get(sample, 0.0) - before.get(sample, 0.0)
 
 
-async def _serve(api: Api, body: bytes, services: Services) -> bytes:
+async def _serve(api: Dialect, body: bytes, services: Services) -> bytes:
     scope = FakeScope("POST", api.path, FakeHeaders([("content-length", str(len(body)))]))
     protocol = FakeProtocol([body])
     await serve_stream(api, services, RSGIExchange(scope, protocol), "req_metrics")

@@ -155,7 +155,7 @@ def test_traces_off_import_nothing_of_the_sdks_traces() -> None:
         "import app.cli, app.http.app, app.http.rsgi.gateway, app.runtime\n"
         "from app.core import tracing\n"
         "assert tracing.start() is None\n"
-        "traces = ('app.core.tracing.otel', 'app.chat.traced', 'opentelemetry.sdk.trace',\n"
+        "traces = ('app.core.tracing.otel', 'app.completion.traced', 'opentelemetry.sdk.trace',\n"
         "          'opentelemetry.exporter', 'opentelemetry.trace.propagation.tracecontext')\n"
         "loaded = sorted(m for m in sys.modules if m.startswith(traces))\n"
         "assert loaded == [], loaded\n"

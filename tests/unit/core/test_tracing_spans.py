@@ -23,8 +23,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from app.accounts.bodies import KeyCreateRequest
-from app.chat.service import CompletionService
-from app.chat.traced import TracedCompletionService
+from app.completion.service import CompletionService
+from app.completion.traced import TracedCompletionService
 from app.core import tracing
 from app.core.settings import Settings
 from app.core.tracing import otel
@@ -111,11 +111,11 @@ async def svc(
     accounts = services.accounts
     pid = await accounts.create_account()
     await accounts.grant_purchased(pid, 100_000, source="test")
-    live = await accounts.create_key(
+    live = await services.api_keys.create_key(
         pid, KeyCreateRequest(name="live", environment="live", daily_cap_credits=None)
     )
     poor = await accounts.create_account()
-    broke = await accounts.create_key(
+    broke = await services.api_keys.create_key(
         poor, KeyCreateRequest(name="broke", environment="live", daily_cap_credits=None)
     )
     client = httpx.AsyncClient(transport=RSGITransport(Gateway(app)), base_url="http://svc")
@@ -454,7 +454,7 @@ async def test_traces_off_send_no_trace_context_and_record_nothing(
     app.state.services = services
     pid = await services.accounts.create_account()
     await services.accounts.grant_purchased(pid, 100_000, source="test")
-    created = await services.accounts.create_key(
+    created = await services.api_keys.create_key(
         pid, KeyCreateRequest(name="live", environment="live", daily_cap_credits=None)
     )
     async with httpx.AsyncClient(transport=RSGITransport(Gateway(app)), base_url="http://svc") as c:

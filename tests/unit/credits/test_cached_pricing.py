@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.chat.catalog import price
+from app.completion.catalog import price
 from app.credits.outcomes import Rates, ScriptStatus, Tokens
 from app.kv.stream_events import UsageEvent, parse_event
 from tests.conftest import Clock

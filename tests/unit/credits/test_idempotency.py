@@ -289,3 +289,16 @@ def test_sealed_answers_open_only_with_their_key() -> None:
     for pepper, pid, idem_key in others:
         with pytest.raises(InvalidTag):
             AnswerSeal(pepper, pid, idem_key).unseal(sealed)
+
+
+def test_the_records_claim_a_request_in_their_key_space_under_their_pepper(
+    ledger: Ledgers,
+) -> None:
+    """What HTTP (and the streams) hand over: the account, the key, the route and the body;
+    the records add the key space and the pepper themselves."""
+    made = ledger.idempotency.claim_for("acct_A", "k", "/v1/api-keys", b"{}", environment="live")
+    expected = _json_claim(ledger, b"{}")
+    assert made[:2] == expected[:2]
+    assert made.seal.unseal(expected.seal.seal(b"answer")) == b"answer"
+    with pytest.raises(ApiError):
+        ledger.idempotency.claim_for("acct_A", "", "/v1/api-keys", b"{}", environment="live")

@@ -141,3 +141,18 @@ async def test_swept_holds_are_counted_as_refunded_credits(ledger: Ledgers, cloc
             moved["reserved", environment]
             == moved["settled", environment] + moved["refunded", environment]
         )
+
+
+async def test_open_reservations_are_counted_with_those_the_sweeper_is_owed(
+    ledger: Ledgers, clock: Clock
+) -> None:
+    for i in range(4):  # accounts land on different shards
+        pid = f"acct_O{i}"
+        await account(ledger, pid, purchased=100)
+        ident = await key(ledger, pid, f"kid{i:09d}")
+        await reserve(ledger, ident, f"r{i}", clock(), deadline=clock() + 10 * (i + 1))
+    counted = await ledger.money.open_reservations(clock())
+    assert counted.open == 4
+    assert counted.past_deadline == 0
+    clock.advance(25)  # two deadlines passed: 10 and 20 seconds on
+    assert tuple(await ledger.money.open_reservations(clock())) == (4, 2)

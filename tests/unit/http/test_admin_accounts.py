@@ -72,7 +72,7 @@ async def test_accounts_are_listed_newest_first_a_page_at_a_time(svc: Svc) -> No
 async def test_a_query_finds_an_account_by_its_id_a_key_id_or_last4(svc: Svc) -> None:
     pid, spare = svc.account.pid, svc.account.spare_key_id
     other = await svc.services.accounts.create_account()
-    listed = (await svc.services.accounts.list_keys(pid)).data
+    listed = (await svc.services.api_keys.list_keys(pid)).data
     last4 = next(k.last4 for k in listed if k.id == spare)
     async with svc.client() as client:
         for query in (pid, spare, kid_from_public_id(spare), last4):
@@ -238,11 +238,11 @@ async def test_wrong_api_keys_never_lock_the_admin_token_out(svc: Svc) -> None:
 
 async def test_an_operator_revokes_any_key_of_the_account_at_once(svc: Svc) -> None:
     accounts, pid = svc.services.accounts, svc.account.pid
-    made = await accounts.create_key(
+    made = await svc.services.api_keys.create_key(
         pid, KeyCreateRequest(name="leaked", environment="live", daily_cap_credits=None)
     )
     other_pid = await accounts.create_account()
-    other = await accounts.create_key(
+    other = await svc.services.api_keys.create_key(
         other_pid, KeyCreateRequest(name="theirs", environment="live", daily_cap_credits=None)
     )
     async with svc.client() as client:

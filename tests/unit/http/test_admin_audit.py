@@ -204,7 +204,7 @@ async def test_the_client_address_is_the_trusted_proxy_s_forwarded_one(svc: Svc)
 
 
 async def test_keys_made_by_the_fixture_are_not_audited(svc: Svc) -> None:
-    await svc.services.accounts.create_key(
+    await svc.services.api_keys.create_key(
         svc.account.pid, KeyCreateRequest(name="direct", environment="live", daily_cap_credits=None)
     )
     async with svc.client() as client:

@@ -95,17 +95,17 @@ async def svc(tmp_path: Path, store: Store, models_file: str | None) -> AsyncIte
     services = Services(settings, fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()), store)
     app = create_app(settings)
     app.state.services = services  # what the lifespan does; it is not run here
-    accounts = services.accounts
+    accounts, keys = services.accounts, services.api_keys
     pid = await accounts.create_account()
     await accounts.grant_purchased(pid, 100_000, source="test")
-    live = await accounts.create_key(  # manages the account's keys: asks for admin
+    live = await keys.create_key(  # manages the account's keys: asks for admin
         pid,
         KeyCreateRequest(name="live", environment="live", daily_cap_credits=None, role="admin"),
     )
-    test = await accounts.create_key(
+    test = await keys.create_key(
         pid, KeyCreateRequest(name="test", environment="test", daily_cap_credits=None)
     )
-    spare = await accounts.create_key(
+    spare = await keys.create_key(
         pid, KeyCreateRequest(name="spare", environment="live", daily_cap_credits=None)
     )
     try:
@@ -246,7 +246,7 @@ async def test_failed_keys_are_counted_on_every_route_and_then_refused_with_429(
 
 async def test_a_revoked_key_is_401_api_key_revoked(svc: Svc) -> None:
     async with svc.client() as client:
-        spare = await svc.services.accounts.create_key(
+        spare = await svc.services.api_keys.create_key(
             svc.account.pid,
             KeyCreateRequest(name="gone", environment="live", daily_cap_credits=None),
         )
@@ -398,7 +398,7 @@ async def test_a_streamed_body_over_the_limit_is_413_without_a_content_length(sv
 async def test_not_enough_credits_is_402_and_tells_sdks_not_to_retry(svc: Svc) -> None:
     accounts = svc.services.accounts
     pid = await accounts.create_account()  # no credits
-    poor = await accounts.create_key(
+    poor = await svc.services.api_keys.create_key(
         pid, KeyCreateRequest(name="poor", environment="live", daily_cap_credits=None)
     )
     async with svc.client() as client:

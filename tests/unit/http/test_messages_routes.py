@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from app.accounts.bodies import KeyCreateRequest
-from app.chat.catalog import default_catalog
+from app.apis.messages.request import parse_count_tokens_request
+from app.completion.catalog import default_catalog
 from app.credits.ceilings import HEADER as CEILING
-from app.messages.request import parse_count_tokens_request
 from tests.unit.http.test_http_routes import Svc, models_file, svc  # noqa: F401
 
 pytestmark = pytest.mark.filterwarnings(
@@ -160,7 +160,7 @@ async def test_count_tokens_answers_the_reserved_bound_and_charges_nothing(svc: 
 
 
 async def test_count_tokens_holds_a_key_to_its_models(svc: Svc) -> None:
-    scoped = await svc.services.accounts.create_key(
+    scoped = await svc.services.api_keys.create_key(
         svc.account.pid,
         KeyCreateRequest(
             name="fast only",
@@ -183,7 +183,7 @@ async def test_count_tokens_counts_against_the_keys_rate_limit(svc: Svc) -> None
     """Issue 44, item 13: a count is one of the requests a key's rate_limit_rpm allows, in
     the log its completions start in; over it, the completions' 429 in Anthropic's shape.
     A count refused for its body is not counted."""
-    limited = await svc.services.accounts.create_key(
+    limited = await svc.services.api_keys.create_key(
         svc.account.pid,
         KeyCreateRequest(
             name="two a minute", environment="live", daily_cap_credits=None, rate_limit_rpm=2

@@ -15,17 +15,17 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from app.chat.chunks import SvcMetadata
-from app.chat.request import CLAMPED_HEADER
+from app.apis.messages import stream as messages_stream
+from app.apis.messages.errors import error_body, error_type
+from app.apis.messages.wire import CountTokensResponse, StreamEvent
+from app.completion.output import SvcMetadata
+from app.completion.request import CLAMPED_HEADER
 from app.core.errors import ApiError, ErrorKind
 from app.core.settings import Settings
 from app.credits import ceilings
 from app.http.app import create_app
 from app.http.openapi_document import complete_document
 from app.keys.refusals import CAP_RESETS_HEADER
-from app.messages import stream as messages_stream
-from app.messages.errors import error_body, error_type
-from app.messages.wire import CountTokensResponse, StreamEvent
 
 # create_app registers routes whose parameters use spellings Litestar 2.23+ deprecates.
 pytestmark = pytest.mark.filterwarnings(

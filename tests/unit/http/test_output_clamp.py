@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from app.accounts.bodies import KeyCreateRequest
-from app.chat.request import CLAMPED_HEADER
+from app.completion.request import CLAMPED_HEADER
 from tests.unit.http.test_http_routes import Svc, models_file, svc  # noqa: F401
 
 pytestmark = pytest.mark.filterwarnings(
@@ -67,7 +67,7 @@ async def test_a_lowered_limit_the_balance_cannot_hold_is_a_402_as_the_clients_o
     accounts = svc.services.accounts
     pid = await accounts.create_account()
     await accounts.grant_purchased(pid, 100, source="test")
-    created = await accounts.create_key(
+    created = await svc.services.api_keys.create_key(
         pid, KeyCreateRequest(name="poor", environment="live", daily_cap_credits=None)
     )
     headers = {"authorization": f"Bearer {created.key}"}

@@ -12,12 +12,16 @@ from collections.abc import AsyncIterator
 import fakeredis
 import pytest
 
-from app.chat.catalog import default_catalog
-from app.chat.router import UpstreamRouter
-from app.chat.service import CompletionService
+from app.apis.chat import CHAT
+from app.apis.dialect import Dialect
+from app.apis.messages import MESSAGES
+from app.apis.responses import RESPONSES
+from app.completion.catalog import default_catalog
+from app.completion.router import UpstreamRouter
+from app.completion.service import CompletionService
 from app.credits.outcomes import Identity
 from app.http.rsgi.exchange import RSGIExchange
-from app.http.streams import CHAT, MESSAGES, RESPONSES, Api, serve_stream
+from app.http.streams import serve_stream
 from app.kv.layout import KeySpace
 from app.runtime import Services
 from app.upstream.simulated import SimulatedProvider
@@ -53,7 +57,9 @@ async def served(clock: Clock) -> AsyncIterator[tuple[Ledgers, Identity, Service
     await redis_client.aclose()
 
 
-async def _serve(services: Services, api: Api, headers: list[tuple[str, str]]) -> tuple[int, bytes]:
+async def _serve(
+    services: Services, api: Dialect, headers: list[tuple[str, str]]
+) -> tuple[int, bytes]:
     body = json.dumps(BODIES[api]).encode()
     pairs = [("content-length", str(len(body))), *headers]
     protocol = FakeProtocol([body])
@@ -68,7 +74,11 @@ async def _serve(services: Services, api: Api, headers: list[tuple[str, str]]) -
 @pytest.mark.parametrize(("name", "values", "param"), REPEATED)
 @pytest.mark.parametrize("api", [CHAT, RESPONSES, MESSAGES], ids=lambda api: api.path)
 async def test_a_repeated_header_is_a_400_naming_it_and_nothing_is_reserved(
-    served: tuple[Ledgers, Identity, Services], api: Api, name: str, values: list[str], param: str
+    served: tuple[Ledgers, Identity, Services],
+    api: Dialect,
+    name: str,
+    values: list[str],
+    param: str,
 ) -> None:
     ledger, _ident, services = served
     before = await snapshot(ledger)
@@ -88,7 +98,7 @@ async def test_a_repeated_header_is_a_400_naming_it_and_nothing_is_reserved(
 
 @pytest.mark.parametrize("api", [CHAT, RESPONSES, MESSAGES], ids=lambda api: api.path)
 async def test_a_ceiling_sent_once_is_served(
-    served: tuple[Ledgers, Identity, Services], api: Api
+    served: tuple[Ledgers, Identity, Services], api: Dialect
 ) -> None:
     _ledger, _ident, services = served
     status, body = await _serve(services, api, [("svc-max-credits", "500")])

@@ -205,7 +205,7 @@ async def test_rotation_chains_never_pass_the_active_key_limit(svc: Svc, grace: 
     """Issue 30, item 6: keys in their grace period count toward SVC_MAX_ACTIVE_KEYS. A
     rotation with a grace at the limit is refused (400 api_key_limit_reached); one without
     a grace ends the old key as the new one starts, so it is always possible."""
-    limit = svc.services.accounts.max_active_keys = 6
+    limit = svc.services.api_keys.max_active_keys = 6
     owner = svc.account.live_key
     async with svc.client() as client:
         made = (await _create(client, owner, name="rotated")).json()

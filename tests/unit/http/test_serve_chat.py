@@ -16,16 +16,17 @@ import fakeredis
 import pytest
 import redis.exceptions
 
-from app.chat.catalog import default_catalog
-from app.chat.router import UpstreamRouter
-from app.chat.service import CompletionService
-from app.chat.settlement import drain_background
+from app.apis.chat import CHAT
+from app.completion.catalog import default_catalog
+from app.completion.router import UpstreamRouter
+from app.completion.service import CompletionService
+from app.completion.settlement import drain_background
 from app.core.logs import JsonFormatter, request_id
 from app.core.metrics import METRICS
 from app.credits.outcomes import Identity
 from app.credits.sweeper import Sweeper
 from app.http.rsgi.exchange import RSGIExchange
-from app.http.streams import CHAT, serve_stream
+from app.http.streams import serve_stream
 from app.kv.layout import KeySpace
 from app.runtime import Services
 from app.upstream.simulated import SimulatedProvider

@@ -13,12 +13,16 @@ from typing import Any
 import fakeredis
 import pytest
 
-from app.chat.catalog import default_catalog
-from app.chat.router import UpstreamRouter
-from app.chat.service import CompletionService
+from app.apis.chat import CHAT
+from app.apis.dialect import Dialect
+from app.apis.messages import MESSAGES
+from app.apis.responses import RESPONSES
+from app.completion.catalog import default_catalog
+from app.completion.router import UpstreamRouter
+from app.completion.service import CompletionService
 from app.core.settings import Settings
 from app.http.rsgi.exchange import RSGIExchange
-from app.http.streams import CHAT, MESSAGES, RESPONSES, Api, serve_stream
+from app.http.streams import serve_stream
 from app.kv.layout import KeySpace
 from app.upstream.simulated import SimulatedProvider
 from tests.conftest import Clock
@@ -28,7 +32,7 @@ from tests.support.scripts_helpers import account, key, snapshot
 from tests.support.upstream_helpers import stream_services
 
 MSG = [{"role": "user", "content": "hi"}]
-BODIES: dict[Api, dict[str, Any]] = {
+BODIES: dict[Dialect, dict[str, Any]] = {
     CHAT: {"model": "svc-fast", "messages": MSG},
     RESPONSES: {"model": "svc-fast", "input": "hi"},
     MESSAGES: {"model": "svc-fast", "messages": MSG, "max_tokens": 16},
@@ -47,7 +51,7 @@ async def ledger_() -> AsyncIterator[Ledgers]:
 
 
 async def _serve(
-    ledger: Ledgers, clock: Clock, api: Api, body: dict[str, Any], non_streaming: str
+    ledger: Ledgers, clock: Clock, api: Dialect, body: dict[str, Any], non_streaming: str
 ) -> tuple[int, bytes]:
     ident = await key(ledger, "acct_N", "kidN00000000")
     service = CompletionService(
@@ -69,7 +73,7 @@ async def _serve(
 @APIS
 @pytest.mark.parametrize("stream", ["left out", False, None])
 async def test_a_request_not_asking_for_a_stream_is_refused_before_anything_is_held(
-    ledger_: Ledgers, clock: Clock, api: Api, stream: object
+    ledger_: Ledgers, clock: Clock, api: Dialect, stream: object
 ) -> None:
     body = dict(BODIES[api])
     if stream != "left out":
@@ -90,7 +94,7 @@ async def test_a_request_not_asking_for_a_stream_is_refused_before_anything_is_h
 
 @APIS
 async def test_a_streamed_request_is_served_when_others_are_refused(
-    ledger_: Ledgers, clock: Clock, api: Api
+    ledger_: Ledgers, clock: Clock, api: Dialect
 ) -> None:
     status, answer = await _serve(ledger_, clock, api, {**BODIES[api], "stream": True}, "refuse")
     assert status == 200, answer
@@ -99,7 +103,7 @@ async def test_a_streamed_request_is_served_when_others_are_refused(
 
 @APIS
 async def test_by_default_a_request_not_asking_for_a_stream_is_streamed(
-    ledger_: Ledgers, clock: Clock, api: Api
+    ledger_: Ledgers, clock: Clock, api: Dialect
 ) -> None:
     assert Settings().non_streaming == "stream"
     status, answer = await _serve(ledger_, clock, api, BODIES[api], "stream")

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from app.accounts.accounts import Accounts
+from app.accounts.api_keys import ApiKeys
 from app.accounts.bodies import KeyCreateRequest
 from app.core.errors import ApiError, ErrorKind, KeyRecordMissing, invalid_api_key
 from app.credits.outcomes import Identity, ScriptStatus
@@ -24,7 +25,12 @@ ADDRESS = "192.0.2.1"
 
 @pytest.fixture
 def accounts(store: Store, ledger: Ledgers) -> Accounts:
-    return Accounts(store, ledger.money, ledger.keys, PEPPER)
+    return Accounts(store, ledger.money)
+
+
+@pytest.fixture
+def api_keys(store: Store, ledger: Ledgers, accounts: Accounts) -> ApiKeys:
+    return ApiKeys(store, ledger.keys, accounts, PEPPER)
 
 
 def _auth(ledger: Ledgers, store: Store, clock: Clock, per_s: float = 5.0) -> Authenticator:
@@ -40,10 +46,10 @@ def _auth(ledger: Ledgers, store: Store, clock: Clock, per_s: float = 5.0) -> Au
 
 
 async def test_hot_path_uses_cache_after_first_lookup(
-    accounts: Accounts, ledger: Ledgers, store: Store, clock: Clock
+    accounts: Accounts, api_keys: ApiKeys, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
-    created = await accounts.create_key(
+    created = await api_keys.create_key(
         pid, KeyCreateRequest(name="k", environment="live", daily_cap_credits=None)
     )
     auth = _auth(ledger, store, clock)
@@ -55,10 +61,10 @@ async def test_hot_path_uses_cache_after_first_lookup(
 
 
 async def test_cold_path_rewarms_redis(
-    accounts: Accounts, ledger: Ledgers, store: Store, clock: Clock
+    accounts: Accounts, api_keys: ApiKeys, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
-    created = await accounts.create_key(
+    created = await api_keys.create_key(
         pid, KeyCreateRequest(name="k", environment="test", daily_cap_credits=7)
     )
     key_digest = digest(PEPPER, created.key)
@@ -71,10 +77,10 @@ async def test_cold_path_rewarms_redis(
 
 
 async def test_cold_path_restores_a_lost_key_record_with_its_status(
-    accounts: Accounts, ledger: Ledgers, store: Store, clock: Clock
+    accounts: Accounts, api_keys: ApiKeys, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
-    created = await accounts.create_key(
+    created = await api_keys.create_key(
         pid, KeyCreateRequest(name="k", environment="live", daily_cap_credits=None)
     )
     kid = created.id.removeprefix("key_")
@@ -88,10 +94,10 @@ async def test_cold_path_restores_a_lost_key_record_with_its_status(
 
 
 async def test_wrong_secret_with_a_real_key_id_is_refused_and_negative_cached(
-    accounts: Accounts, ledger: Ledgers, store: Store, clock: Clock
+    accounts: Accounts, api_keys: ApiKeys, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
-    created = await accounts.create_key(
+    created = await api_keys.create_key(
         pid, KeyCreateRequest(name="k", environment="live", daily_cap_credits=None)
     )
     forged = generate_key("live", kid=created.id.removeprefix("key_"))
@@ -108,7 +114,7 @@ async def test_wrong_secret_with_a_real_key_id_is_refused_and_negative_cached(
 
 
 async def test_fake_keys_cost_no_argon2_and_cold_path_is_rate_limited(
-    accounts: Accounts, ledger: Ledgers, store: Store, clock: Clock
+    accounts: Accounts, api_keys: ApiKeys, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     auth = _auth(ledger, store, clock, per_s=2)
     for _ in range(50):  # unknown key ids: a database miss, never argon2
@@ -116,7 +122,7 @@ async def test_fake_keys_cost_no_argon2_and_cold_path_is_rate_limited(
             await auth.identify(f"Bearer {generate_key('live')}")
     assert auth.cold_verifications == 0
     pid = await accounts.create_account()
-    created = await accounts.create_key(
+    created = await api_keys.create_key(
         pid, KeyCreateRequest(name="k", environment="live", daily_cap_credits=None)
     )
     kid = created.id.removeprefix("key_")
@@ -130,7 +136,7 @@ async def test_fake_keys_cost_no_argon2_and_cold_path_is_rate_limited(
 
 
 async def test_an_addresss_cold_path_budget_is_shared_by_every_worker(
-    accounts: Accounts, ledger: Ledgers, store: Store, clock: Clock
+    accounts: Accounts, api_keys: ApiKeys, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     workers = [
         Authenticator(
@@ -145,7 +151,7 @@ async def test_an_addresss_cold_path_budget_is_shared_by_every_worker(
         for _ in range(3)
     ]
     pid = await accounts.create_account()
-    created = await accounts.create_key(
+    created = await api_keys.create_key(
         pid, KeyCreateRequest(name="k", environment="live", daily_cap_credits=None)
     )
     kid = created.id.removeprefix("key_")
@@ -185,10 +191,10 @@ async def test_malformed_keys_never_reach_redis(
 
 
 async def test_a_burst_of_1000_fake_keys_costs_a_bounded_number_of_argon2_checks(
-    accounts: Accounts, ledger: Ledgers, store: Store, clock: Clock
+    accounts: Accounts, api_keys: ApiKeys, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
-    created = await accounts.create_key(
+    created = await api_keys.create_key(
         pid, KeyCreateRequest(name="k", environment="live", daily_cap_credits=None)
     )
     real_kid = created.id.removeprefix("key_")
@@ -220,10 +226,10 @@ async def test_a_burst_of_1000_fake_keys_costs_a_bounded_number_of_argon2_checks
 
 
 async def test_a_cached_key_whose_redis_record_was_lost_is_restored(
-    accounts: Accounts, ledger: Ledgers, store: Store, clock: Clock
+    accounts: Accounts, api_keys: ApiKeys, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
-    created = await accounts.create_key(
+    created = await api_keys.create_key(
         pid, KeyCreateRequest(name="k", environment="live", daily_cap_credits=5)
     )
     auth = _auth(ledger, store, clock)
@@ -238,10 +244,10 @@ async def test_a_cached_key_whose_redis_record_was_lost_is_restored(
 
 
 async def test_authenticated_restores_a_lost_record_once_and_counts_a_wrong_key_at_any_step(
-    accounts: Accounts, ledger: Ledgers, store: Store, clock: Clock
+    accounts: Accounts, api_keys: ApiKeys, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
     pid = await accounts.create_account()
-    created = await accounts.create_key(
+    created = await api_keys.create_key(
         pid, KeyCreateRequest(name="k", environment="live", daily_cap_credits=None)
     )
     throttle = FailedAuthThrottle(2, 60.0, ledger.throttle.count_failed_auth, clock=clock)

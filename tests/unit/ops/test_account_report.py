@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.accounts.accounts import Accounts
+from app.accounts.api_keys import ApiKeys
 from app.accounts.bodies import KeyCreateRequest
 from app.core.errors import ApiError, ErrorKind
 from app.credits.outcomes import Identity
@@ -18,16 +19,17 @@ from tests.support.scripts_helpers import reserve
 async def test_the_report_shows_pools_keys_caps_reservations_and_usage(
     store: Store, ledger: Ledgers, clock: Clock
 ) -> None:
-    accounts = Accounts(store, ledger.money, ledger.keys, b"pepper", clock=clock)
+    accounts = Accounts(store, ledger.money, clock=clock)
+    api_keys = ApiKeys(store, ledger.keys, accounts, b"pepper", clock=clock)
     pid = await accounts.create_account()
     await accounts.grant_purchased(pid, 1000)
-    capped = await accounts.create_key(
+    capped = await api_keys.create_key(
         pid, KeyCreateRequest(name="a", environment="live", daily_cap_credits=300)
     )
-    other = await accounts.create_key(
+    other = await api_keys.create_key(
         pid, KeyCreateRequest(name="b", environment="test", daily_cap_credits=None)
     )
-    await accounts.revoke_key(pid, other.id)
+    await api_keys.revoke_key(pid, other.id)
     shard = ledger.layout.shard(pid)
     ident = Identity(pid, capped.id.removeprefix("key_"), "live", shard)
     done = await reserve(ledger, ident, "r1", clock())

@@ -10,6 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from app.accounts.accounts import Accounts
+from app.accounts.api_keys import ApiKeys
 from app.accounts.bodies import KeyCreateRequest
 from app.accounts.rewards import Spotlights
 from app.core.clock import day_tag, utc_day
@@ -52,6 +53,7 @@ class World:
     store: Store
     ledger: Ledgers
     accounts: Accounts
+    api_keys: ApiKeys
     spotlights: Spotlights
     flusher: Flusher
     clock: Clock
@@ -67,12 +69,14 @@ async def world(real_redis: Redis, store: Store) -> World:
     ledger = Ledgers(real_redis, layout, cap_ttl_s=TTL, usage_ttl_s=USAGE_TTL)
     # as a server does at start-up: Redis holds every day's counters from its epoch on
     await UsageReader(ledger.usage, store, retention_s=USAGE_TTL).epoch()
+    accounts = Accounts(store, ledger.money, clock=clock)
     return World(
         redis=real_redis,
         layout=layout,
         store=store,
         ledger=ledger,
-        accounts=Accounts(store, ledger.money, ledger.keys, PEPPER, clock=clock),
+        accounts=accounts,
+        api_keys=ApiKeys(store, ledger.keys, accounts, PEPPER, clock=clock),
         spotlights=Spotlights(store, ledger.money, credits=500, expiry_days=2, clock=clock),
         flusher=Flusher(real_redis, layout, store, clock=clock),
         clock=clock,
@@ -128,7 +132,7 @@ async def _request(
 
 
 async def _key(w: World, pid: str, name: str, environment: str = "live") -> None:
-    created = await w.accounts.create_key(
+    created = await w.api_keys.create_key(
         pid, KeyCreateRequest(name=name, environment=environment, daily_cap_credits=None)
     )
     w.secrets[name] = created.key
@@ -266,7 +270,7 @@ async def test_a_lost_balance_is_reported_and_restored(world: World) -> None:
 async def test_flushall_then_rebuild(world: World) -> None:
     await mixed_load(world)
     a, b, c = world.pids
-    await world.accounts.revoke_key(a, "key_" + world.secrets["a-test"][9:21])
+    await world.api_keys.revoke_key(a, "key_" + world.secrets["a-test"][9:21])
     await world.store.set_low_balance(b, 123)  # a webhooks' credits.low threshold
     await world.ledger.money.set_low_balance(b, 123, world.clock())
     before = {c.account_pid: c for c in (await _reconcile(world)).accounts}
@@ -321,7 +325,7 @@ async def test_rebuild_restores_todays_cap_counters_so_no_key_spends_its_cap_twi
 ) -> None:
     pid = await world.accounts.create_account()
     await world.accounts.grant_purchased(pid, 10_000)
-    capped = await world.accounts.create_key(
+    capped = await world.api_keys.create_key(
         pid, KeyCreateRequest(name="capped", environment="live", daily_cap_credits=100)
     )
     world.secrets["capped"] = capped.key
@@ -329,7 +333,7 @@ async def test_rebuild_restores_todays_cap_counters_so_no_key_spends_its_cap_twi
     await _request(world, "capped", "yesterday", 50, explicit=True)
     world.clock.advance(DAY)  # yesterday's spend is not today's
     await _request(world, "capped", "today-1", 25, explicit=True)
-    successor = await world.accounts.rotate_key(pid, capped.id, 3600)
+    successor = await world.api_keys.rotate_key(pid, capped.id, 3600)
     world.secrets["capped-2"] = successor.key
     await _request(world, "capped-2", "today-2", 20, explicit=True)  # one counter: the lineage's
     await _request(world, "free", "today-3", 9)

@@ -14,6 +14,7 @@ import pytest
 from redis.exceptions import TimeoutError as RedisTimeout
 
 from app.accounts.accounts import Accounts
+from app.accounts.api_keys import ApiKeys
 from app.accounts.bodies import KeyCreateRequest
 from app.accounts.rewards import Spotlights
 from app.core.clock import day_tag, utc_day
@@ -48,7 +49,8 @@ class Loss:
         self.layout = KeySpace("svc", 8)
         self.clock = Clock()
         self.ledger = Ledgers(redis, self.layout, cap_ttl_s=2 * DAY, usage_ttl_s=USAGE_TTL)
-        self.accounts = Accounts(store, self.ledger.money, self.ledger.keys, b"p", clock=self.clock)
+        self.accounts = Accounts(store, self.ledger.money, clock=self.clock)
+        self.api_keys = ApiKeys(store, self.ledger.keys, self.accounts, b"p", clock=self.clock)
         self.spotlights = Spotlights(
             store, self.ledger.money, credits=REWARD, expiry_days=2, clock=self.clock
         )
@@ -174,7 +176,7 @@ async def test_a_recompute_under_concurrent_spending_converges(loss: Loss) -> No
     moves on both sides alike, so no credit is lost or made."""
     pid = await loss.accounts.create_account()
     await loss.accounts.grant_purchased(pid, PURCHASED)
-    created = await loss.accounts.create_key(
+    created = await loss.api_keys.create_key(
         pid, KeyCreateRequest(name="k", environment="live", daily_cap_credits=None)
     )
     name = loss.layout.account(loss.layout.shard(pid), pid)
@@ -274,7 +276,7 @@ async def test_settles_redis_lost_after_their_flush_are_charged_again_by_the_reb
     and the day's) to the rollups', so reconcile is clean."""
     pid = await loss.accounts.create_account()
     await loss.accounts.grant_purchased(pid, PURCHASED)
-    created = await loss.accounts.create_key(
+    created = await loss.api_keys.create_key(
         pid, KeyCreateRequest(name="k", environment="live", daily_cap_credits=None)
     )
     auth = Authenticator(loss.ledger.keys, loss.ledger.throttle, loss.store, b"p", clock=loss.clock)

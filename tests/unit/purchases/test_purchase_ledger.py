@@ -45,8 +45,7 @@ class Shop:
         self.clock = Clock()
         self.ledgers = Ledgers(redis, self.layout, cap_ttl_s=2 * DAY, usage_ttl_s=40 * DAY)
         self.ledger = Ledger(store, self.ledgers.money, clock=self.clock)
-        money, keys = self.ledgers.money, self.ledgers.keys
-        self.accounts = Accounts(store, money, keys, b"p", ledger=self.ledger, clock=self.clock)
+        self.accounts = Accounts(store, self.ledgers.money, ledger=self.ledger, clock=self.clock)
         self.purchases = Purchases(store, self.ledger, self.accounts, self.clock)
 
     async def send(self, body: bytes) -> str:

@@ -14,10 +14,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from app.chat.catalog import Alias, load_catalog
-from app.chat.request import ChatParams, parse_chat_request
+from app.apis.chat.request import parse_chat_request
+from app.apis.responses.request import parse_responses_request
+from app.completion.catalog import Alias, load_catalog
+from app.completion.request import CompletionRequest
 from app.core.errors import ModelsFileError
-from app.responses.request import parse_responses_request
 from app.upstream.base import UpstreamCall
 from app.upstream.config import ProviderConfig
 from app.upstream.http11 import StreamingProvider
@@ -41,9 +42,11 @@ def _aliases(tmp_path: Path, base_url: str, flags: str = "") -> dict[str, Alias]
     return load_catalog(path).aliases
 
 
-async def _sent(mock: MockUpstream, params: ChatParams, *, responses_api: bool) -> dict[str, Any]:
+async def _sent(
+    mock: MockUpstream, params: CompletionRequest, *, responses_api: bool
+) -> dict[str, Any]:
     """The request the mock received for ``params``, sent as the relay sends it."""
-    call = UpstreamCall(model="m", request=params.request, max_tokens=50, responses=params.native)
+    call = UpstreamCall(model="m", request=params.request, max_tokens=50, native=params.native)
     provider = StreamingProvider(
         ProviderConfig(base_url=mock.base_url, responses_api=responses_api)
     )

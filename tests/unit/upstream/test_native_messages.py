@@ -12,15 +12,16 @@ from typing import Any
 import msgspec
 import pytest
 
-from app.chat.catalog import DEFAULT_ALIASES, Alias, load_catalog
+from app.apis.messages.request import native_request, parse_messages_request
+from app.apis.messages.stream import TOOL_USE_PREFIX, MessagesStream
+from app.apis.messages.wire import MessagesRequest
+from app.completion.catalog import DEFAULT_ALIASES, Alias, load_catalog
 from app.core.errors import UpstreamError
-from app.messages.request import native_request, parse_messages_request
-from app.messages.stream import TOOL_USE_PREFIX, MessagesStream
-from app.messages.wire import MessagesRequest
 from app.upstream.base import CHOICE_END, ChoiceEnd, StartUsage, UpstreamCall, Usage
 from app.upstream.config import ProviderConfig
 from app.upstream.http11 import StreamingProvider
 from app.upstream.messages_sse import MessagesEvents
+from app.upstream.native_messages import NativeMessages
 from app.upstream.openai_http import (
     ANTHROPIC_VERSION,
     CHAT_PATH,
@@ -35,7 +36,6 @@ from app.upstream.wire import (
     ChatRequest,
     Delta,
     Message,
-    NativeMessages,
     ToolCallDelta,
     ToolCallFunctionDelta,
     ToolUseDelta,
@@ -118,7 +118,7 @@ def test_the_forwarded_request_is_the_clients_with_what_svc_sets_replaced(
     tmp_path: Path,
 ) -> None:
     params = _parse(_aliases(tmp_path))
-    native = params.native_messages
+    native = params.native
     assert isinstance(native, NativeMessages)
     forwarded = msgspec.json.decode(native.body("claude-real", 3000))
     kept = ("system", "messages", "tools", "tool_choice", "top_k", "top_p", "temperature")
@@ -142,13 +142,13 @@ def test_top_k_reaches_a_messages_provider_always_and_the_translation_where_allo
 ) -> None:
     for flags, translated in (("", None), ("allow_top_k = true", 40)):
         params = _parse(_aliases(tmp_path, flags=flags))
-        assert msgspec.json.decode(params.native_messages.body("m", 100))["top_k"] == 40
+        assert msgspec.json.decode(params.native.body("m", 100))["top_k"] == 40
         assert msgspec.to_builtins(params.request).get("top_k") == translated
 
 
 def test_service_tier_goes_on_where_the_alias_allows_it(tmp_path: Path) -> None:
     params = _parse(_aliases(tmp_path, flags="allow_service_tier = true"))
-    assert msgspec.json.decode(params.native_messages.body("m", 10))["service_tier"] == "auto"
+    assert msgspec.json.decode(params.native.body("m", 10))["service_tier"] == "auto"
 
 
 def test_the_request_is_forwarded_byte_for_byte_inside_its_fields(tmp_path: Path) -> None:
@@ -157,7 +157,7 @@ def test_the_request_is_forwarded_byte_for_byte_inside_its_fields(tmp_path: Path
         b'[{"role": "user", "content": "caf\\u00e9  \\"q\\""}]}'
     )
     params = parse_messages_request(body, _aliases(tmp_path), **LIMITS)
-    assert params.native_messages.body("m", 7) == (
+    assert params.native.body("m", 7) == (
         b'{"model":"m","max_tokens":7,"stream":true,'
         b'"messages":[{"role": "user", "content": "caf\\u00e9  \\"q\\""}]}'
     )
@@ -168,7 +168,7 @@ def test_only_an_alias_with_a_messages_provider_keeps_the_request(tmp_path: Path
     assert aliases["svc-fast"].native_messages
     assert not aliases["svc-fast"].native_responses
     assert not aliases["svc-code"].native_messages
-    assert _parse(aliases, {**SENT, "model": "svc-code"}).native_messages is None
+    assert _parse(aliases, {**SENT, "model": "svc-code"}).native is None
 
 
 @pytest.mark.parametrize(
@@ -205,9 +205,9 @@ def test_a_thinking_budget_stays_under_the_output_cap(
 
 
 def test_only_a_messages_provider_is_sent_one(tmp_path: Path) -> None:
-    native = _parse(_aliases(tmp_path)).native_messages
+    native = _parse(_aliases(tmp_path)).native
     chat = ChatRequest(model="svc-fast", messages=[Message(role="user", content="hi")])
-    call = UpstreamCall(model="m", request=chat, max_tokens=9, messages=native)
+    call = UpstreamCall(model="m", request=chat, max_tokens=9, native=native)
     speaks = ProviderConfig(base_url="http://x/v1", messages_api=True)
     both = ProviderConfig(base_url="http://x/v1", messages_api=True, responses_api=True)
     plain = ProviderConfig(base_url="http://x/v1")
@@ -286,7 +286,7 @@ async def test_the_provider_gets_the_request_and_headers_and_svc_reads_its_event
     sent = {**SENT, "tool_choice": {"type": "auto"}, "thinking": {"type": "disabled"}}
     params = _parse(_aliases(tmp_path, mock.base_url), sent)
     call = UpstreamCall(
-        model="claude-real", request=params.request, max_tokens=50, messages=params.native_messages
+        model="claude-real", request=params.request, max_tokens=50, native=params.native
     )
     pieces = await _stream(mock, call)
     # message_start's counts come with the first output, the report at the end last
@@ -318,9 +318,7 @@ async def test_the_mock_stops_before_a_stop_sequence_and_names_it_either_way(
     read as a ``ChoiceEnd`` naming it either way."""
     sent = {**SENT, "stop_sequences": ["zulu", "harlie"]}
     params = _parse(_aliases(tmp_path, mock.base_url), sent)
-    native = UpstreamCall(
-        model=model, request=params.request, max_tokens=50, messages=params.native_messages
-    )
+    native = UpstreamCall(model=model, request=params.request, max_tokens=50, native=params.native)
     chat = UpstreamCall(model=model, request=params.request, max_tokens=50)
     for call in (native, chat):
         pieces = await _stream(mock, call)
@@ -335,7 +333,7 @@ async def test_the_mock_stops_before_a_stop_sequence_and_names_it_either_way(
 async def test_a_provider_error_event_fails_the_stream(mock: MockUpstream, tmp_path: Path) -> None:
     params = _parse(_aliases(tmp_path, mock.base_url), {**SENT, "model": "svc-fast"})
     call = UpstreamCall(
-        model="m-drop2", request=params.request, max_tokens=50, messages=params.native_messages
+        model="m-drop2", request=params.request, max_tokens=50, native=params.native
     )
     with pytest.raises(UpstreamError, match="overloaded_error"):
         await _stream(mock, call)

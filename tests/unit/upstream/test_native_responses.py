@@ -6,10 +6,10 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from app.chat.catalog import DEFAULT_ALIASES, load_catalog
+from app.apis.responses.request import native_request, parse_responses_request
+from app.apis.responses.wire import ResponsesRequest
+from app.completion.catalog import DEFAULT_ALIASES, load_catalog
 from app.core.errors import UpstreamError
-from app.responses.request import native_request, parse_responses_request
-from app.responses.wire import ResponsesRequest
 from app.upstream.base import CHOICE_END, UpstreamCall, Usage
 from app.upstream.config import ProviderConfig
 from app.upstream.openai_http import CHAT_PATH, RESPONSES_PATH, exchange, request_body
@@ -67,7 +67,7 @@ def test_the_forwarded_request_is_the_clients_with_what_svc_sets_replaced() -> N
 def test_only_a_provider_that_serves_responses_is_sent_one() -> None:
     native = native_request(ResponsesRequest(model="svc-fast", input="hi"), FAST)
     chat = ChatRequest(model="svc-fast", messages=[Message(role="user", content="hi")])
-    call = UpstreamCall(model="m", request=chat, max_tokens=9, responses=native)
+    call = UpstreamCall(model="m", request=chat, max_tokens=9, native=native)
     speaks = ProviderConfig(base_url="http://x/v1", responses_api=True)
     plain = ProviderConfig(base_url="http://x/v1")
     assert exchange(call, speaks).path == RESPONSES_PATH

@@ -7,7 +7,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from app.chat.catalog import price
+from app.completion.catalog import price
 from app.core.errors import ApiError, ErrorKind
 from app.credits.outcomes import Identity, Tokens
 from app.kv.client import RedisClient
