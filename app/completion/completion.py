@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 from app.completion.lifecycle import STREAMS
+from app.completion.observer import AnsweredHook, CompletionObserver, CompletionObservers
 from app.completion.output import (
     BALANCE_MARK,
     CREDITS_MARK,
@@ -54,6 +55,7 @@ _FAILED = {
     FIRST_TOKEN: "upstream failed before its first token",
     MID_STREAM: "upstream failed mid-stream",
 }
+_UNOBSERVED: tuple[bytes, AnsweredHook | None] = (b"", None)  # an attempt's call, unwatched
 
 
 class CompletionTerms(SettlementTerms, Protocol):
@@ -61,6 +63,7 @@ class CompletionTerms(SettlementTerms, Protocol):
 
     router: UpstreamRouter
     recorded_bytes: int
+    observers: CompletionObservers | None
 
 
 class Completion:
@@ -105,6 +108,12 @@ class Completion:
             assert seal is not None, "an Idempotency-Key's hold comes with its seal"
             self.record = StreamRecord(service.recorded_bytes, seal)
         self._response: RecordedResponse | None = None  # what settle keeps of it
+        # its watcher (traces on), asked for once: without one, each step it would be told
+        # of costs a check of None
+        observers = service.observers
+        self.observer: CompletionObserver | None = (
+            None if observers is None else observers.observe(self)
+        )
 
     @property
     def stops_when_client_leaves(self) -> bool:
@@ -124,17 +133,29 @@ class Completion:
         return self.started if self.served_by is None else self.served_by.first_output_at
 
     @property
+    def response_id(self) -> str:
+        """The id of the output it relays ("" before the relay starts)."""
+        return self._response_id
+
+    @property
     def relayed(self) -> Relayed:
         """What the relay counted (before it ran: nothing)."""
         return NOTHING_RELAYED if self._relay is None else self._relay
 
     def _call(self, provider_name: str, model: str) -> UpstreamCall:
-        """What an attempt sends to ``provider_name`` (its ``model``)."""
+        """What an attempt sends to ``provider_name`` (its ``model``); an observer is told
+        the attempt starts, and gives the headers it carries."""
+        observer = self.observer
+        headers, answered = (
+            _UNOBSERVED if observer is None else observer.attempt_started(provider_name)
+        )
         return UpstreamCall(
             model=model,
             request=self.params.request,
             max_tokens=self.hold.out_tokens,
             native=self.params.native,
+            headers=headers,
+            answered=answered,
         )
 
     async def connect(self) -> None:
@@ -178,6 +199,8 @@ class Completion:
                 "reason": exc.reason[:200],
             },
         )
+        if self.observer is not None:
+            self.observer.attempt_failed(exc.outcome)
 
     def stream_output(self) -> StreamOutput:
         """This completion's stream as its API writes it (``relay``'s default output)."""
@@ -220,8 +243,7 @@ class Completion:
         )
         outcome: Outcome = "completed"
         last = ending = b""
-        if self.record is not None:
-            send = self.record.tee(send)
+        send = send if self.record is None else self.record.tee(send)
         lost: LedgerUnreachable | None = None
         left = False
         STREAMS.add(self)
@@ -248,23 +270,23 @@ class Completion:
                     ending = self._marked_ending(relay, output, outcome)
                     self._response = self._recorded(relay.unsent + last, ending)
             finally:  # whatever writing the ending did, settlement starts
-                if lost is None:
-                    settling = self.begin_settle(outcome)
+                settling = None if lost is not None else self.begin_settle(outcome)
                 await self._stop_upstream()
-        if left:
-            return  # nobody to write the ending to
         if lost is not None:
             # the hold could not be kept alive: no settlement is tried, the sweeper
             # refunds it whole once Redis answers again
             await self._end_unsettled(send, relay.unsent + output.unsettled(), lost)
-            return
-        try:
-            settled = await asyncio.shield(settling)
-        except REDIS_ERRORS as exc:
-            await self._end_unsettled(send, relay.unsent + last + output.unsettled(), exc)
-            return
-        ending = settled_ending(ending, settled.credits_used, settled.balance)
-        await send(relay.unsent + last + ending, False)
+        elif not left:  # a client that left has nobody to write the ending to
+            assert settling is not None, "begun: the hold was kept alive"
+            try:
+                settled = await asyncio.shield(settling)
+            except REDIS_ERRORS as exc:
+                await self._end_unsettled(send, relay.unsent + last + output.unsettled(), exc)
+            else:
+                ending = settled_ending(ending, settled.credits_used, settled.balance)
+                await send(relay.unsent + last + ending, False)
+        if self.observer is not None:
+            await self.observer.relay_ended(self._settling)
 
     async def _end_unsettled(self, send: SendBytes, rest: bytes, exc: BaseException) -> None:
         """End a stream Redis failed under (its heartbeat or its settlement) with an error the
@@ -317,7 +339,12 @@ class Completion:
         """Start closing the reservation for what was generated, in a task no cancellation
         reaches; the first call decides, later ones return the same task."""
         if self._settling is None:
-            self._settling = in_background(self._settle(outcome))
+            observer = self.observer
+            self._settling = in_background(
+                self._settle(outcome)
+                if observer is None
+                else self._observed_settle(observer, outcome)
+            )
         return self._settling
 
     async def settle(self, *, outcome: str) -> Settlement:
@@ -332,6 +359,17 @@ class Completion:
             response_id=self._response_id,
             response=self._response,
         )
+
+    async def _observed_settle(self, observer: CompletionObserver, outcome: str) -> Settlement:
+        """``_settle``, with ``observer`` told when it starts and what it closed."""
+        observer.settling()
+        try:
+            settled = await self._settle(outcome)
+        except BaseException:
+            observer.settled(outcome, None)
+            raise
+        observer.settled(outcome, settled)
+        return settled
 
 
 def _sent_stop(matched: str | None, stop: object) -> str | None:

@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 
 from app.completion.completion import Completion
+from app.completion.hold_calls import HoldCalls
+from app.completion.observer import CompletionObservers
 from app.completion.request import CompletionRequest
 from app.completion.router import UpstreamRouter
 from app.completion.settlement import in_background
@@ -20,7 +22,6 @@ from app.core.ids import random_id
 from app.core.metrics import METRICS
 from app.credits.ceilings import NO_CEILING
 from app.credits.idempotency import IdempotencyClaim
-from app.credits.money import Money
 from app.credits.outcomes import Identity, Refusal, Replay, ScriptStatus
 from app.keys.auth import PresentedKey
 from app.keys.refusals import refusal_error
@@ -37,24 +38,25 @@ log = logging.getLogger("svc.completions")
 class CompletionService:
     """Opens completions: validates affordability, reserves, connects upstream."""
 
-    completion_type: type[Completion] = Completion
-    """What a completion is made as (with traces on: ``app.completion.traced``'s)."""
-
     def __init__(
         self,
-        money: Money,
+        money: HoldCalls,
         router: UpstreamRouter,
         *,
         deadline_s: int,
         recorded_bytes: int = 1 << 20,
         clock: Callable[[], float] = time.time,
+        observers: CompletionObservers | None = None,
     ) -> None:
-        """``recorded_bytes``: the largest stream an Idempotency-Key's record keeps."""
+        """``recorded_bytes``: the largest stream an Idempotency-Key's record keeps;
+        ``observers``: what watches its requests and their completions (traces on:
+        ``app.completion.traced``), None for nothing."""
         self.money = money
         self.router = router
         self.deadline_s = deadline_s
         self.recorded_bytes = recorded_bytes
         self.clock = clock
+        self.observers = observers
 
     async def open(
         self,
@@ -67,6 +69,8 @@ class CompletionService:
         """Reserve credits and start the upstream stream, or raise the ``ApiError`` of the
         reserve's refusal (with ``claim``, an Idempotency-Key: the ``Replay`` of its
         request when that has finished; ``ceiling``: the request's ``svc-max-credits``)."""
+        if self.observers is not None:
+            self.observers.opening(ident, params)
         alias = params.alias
         max_out = params.max_tokens or alias.default_output_tokens
         min_out = max_out if params.max_tokens else min(MIN_OUTPUT_TOKENS, max_out)
@@ -103,7 +107,7 @@ class CompletionService:
         hold = reserved
         METRICS.reserved(ident.environment, alias.id, hold.amount)
         seal = None if claim is None else claim.seal
-        completion = self.completion_type(self, ident, params, hold, started=started, seal=seal)
+        completion = Completion(self, ident, params, hold, started=started, seal=seal)
         try:
             await completion.connect()
         except BaseException:

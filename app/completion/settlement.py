@@ -15,13 +15,13 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol, TypeVar
 
 from app.completion.costs import UpstreamCost, cost_micros
+from app.completion.hold_calls import HoldCalls
 from app.completion.request import CompletionRequest
 from app.core.errors import LedgerUnreachable
 from app.core.metrics import METRICS, BilledTokens
 from app.core.settings import HEARTBEATS_PER_DEADLINE
 from app.core.tokens import estimate_tokens
 from app.credits.idempotency import RecordedResponse
-from app.credits.money import Money
 from app.credits.outcomes import Hold, Identity, ScriptStatus, Settlement, Tokens
 from app.kv.client import REDIS_ERRORS
 from app.kv.fields import USAGE_ESTIMATED, USAGE_UPSTREAM, Served
@@ -42,7 +42,7 @@ class SettlementTerms(Protocol):
     """What keeping a hold and settling it use of the service that opened the completion
     (``app.completion.service.CompletionService``)."""
 
-    money: Money
+    money: HoldCalls
     deadline_s: int
     clock: Callable[[], float]
 

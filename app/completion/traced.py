@@ -1,6 +1,8 @@
-"""Traced completions: the variants of a completion's parts that record OpenTelemetry spans,
-chosen once per worker when traces are on (``app.runtime``, ``app.core.tracing``). With
-traces off nothing here is imported, and completions run the plain classes.
+"""Traced completions: the watcher of a completion service's requests that records their
+OpenTelemetry spans (``CompletionTracing``, a ``CompletionObservers``) and the wrapper of its
+ledger calls that records theirs (``TracedMoney``), chosen once per worker when traces are on
+(``app.runtime``, ``app.core.tracing``). With traces off nothing here is imported, and
+completions are watched by nothing.
 
 The spans of one completion, under the span of its request (``app.http.streams``)::
 
@@ -23,17 +25,14 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-import msgspec
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind
 from opentelemetry.util.types import AttributeValue
 
-from app.completion.completion import Completion, CompletionTerms
-from app.completion.output import StreamOutput
-from app.completion.relay import SendBytes
+from app.completion.hold_calls import HoldCalls
+from app.completion.observer import AnsweredHook, ObservedCompletion
 from app.completion.request import CompletionRequest
 from app.completion.service import CompletionService
-from app.core.errors import UpstreamError
 from app.core.tracing.otel import (
     API,
     ATTEMPT,
@@ -68,11 +67,7 @@ from app.core.tracing.otel import (
     context_headers,
     failed,
 )
-from app.credits.ceilings import NO_CEILING
-from app.credits.idempotency import AnswerSeal, IdempotencyClaim
-from app.credits.money import Money
 from app.credits.outcomes import Hold, Identity, Refusal, Replay, ScriptStatus, Settlement
-from app.upstream.base import UpstreamCall
 
 Attributes = dict[str, AttributeValue]
 
@@ -91,17 +86,20 @@ def _script(name: str) -> Attributes:
 _RESERVE, _SETTLE = _script("reserve"), _script("settle")
 
 
-class TracedMoney(Money):
-    """The completions' ledger with a span for each script call a completion makes (reserve,
-    settle): the same ledger as the one it is made from, whose state it shares."""
+class TracedMoney:
+    """The completions' ledger calls with a span for each script call a completion makes
+    (reserve, settle) around the ledger's own; its other calls are the ledger's."""
 
-    def __init__(self, money: Money, tracing: Tracing) -> None:
-        vars(self).update(vars(money))
+    def __init__(self, money: HoldCalls, tracing: Tracing) -> None:
+        self.money = money
         self._tracing = tracing
+        # not traced: the same bound methods, so calling them costs what it did
+        self.extend = money.extend
+        self.release_unanswered = money.release_unanswered
 
     async def reserve(self, *args: Any, **kwargs: Any) -> Hold | Refusal | Replay:
         with self._tracing.child("reserve", SpanKind.CLIENT, _RESERVE) as span:
-            reserved = await super().reserve(*args, **kwargs)
+            reserved = await self.money.reserve(*args, **kwargs)
             if isinstance(reserved, Hold):
                 span.set_attribute(CREDITS_RESERVED, reserved.amount)
             elif isinstance(reserved, Refusal):
@@ -112,60 +110,49 @@ class TracedMoney(Money):
 
     async def settle(self, *args: Any, **kwargs: Any) -> Settlement:
         with self._tracing.child("settle", SpanKind.CLIENT, _SETTLE) as span:
-            settled = await super().settle(*args, **kwargs)
+            settled = await self.money.settle(*args, **kwargs)
             span.set_attribute(SCRIPT_STATUS, settled.status.name.lower())
             return settled
 
 
-class TracedCompletion(Completion):
-    """A completion that records its upstream attempts as spans, sends each its trace
-    context, and tells its request's span what it served and cost."""
+class CompletionSpans:
+    """The spans of one completion (its ``CompletionObserver``): each upstream attempt's,
+    a span of the request's whose trace context the attempt sends, and what the completion
+    served and cost, told to its request's span."""
 
-    service: TracedCompletionService
-
-    def __init__(
-        self,
-        service: CompletionTerms,
-        ident: Identity,
-        params: CompletionRequest,
-        hold: Hold,
-        *,
-        started: float,
-        seal: AnswerSeal | None = None,
-    ) -> None:
-        super().__init__(service, ident, params, hold, started=started, seal=seal)
+    def __init__(self, tracing: CompletionTracing, completion: ObservedCompletion) -> None:
+        self._tracing = tracing
+        self._completion = completion
         # made while its request is served: the current span is the request's
         self._request_span = trace.get_current_span()
-        self._request_span.set_attribute(CREDITS_RESERVED, hold.amount)
+        self._request_span.set_attribute(CREDITS_RESERVED, completion.hold.amount)
         self._attempt: Span | None = None
         self._attempt_http = False  # whether the attempt's upstream is an HTTP server
         self._attempts = 0
 
-    def _call(self, provider_name: str, model: str) -> UpstreamCall:
+    def attempt_started(self, provider_name: str) -> tuple[bytes, AnsweredHook]:
         """Each attempt is a span of the request's; what it sends names it as the parent."""
         self._attempts += 1
         attributes: Attributes = {OPERATION: CHAT, PROVIDER: provider_name, ATTEMPT: self._attempts}
-        address = self.service.upstreams.get(provider_name)
+        address = self._tracing.upstreams.get(provider_name)
         if address is not None:
             attributes[SERVER_ADDRESS], attributes[SERVER_PORT] = address
         self._attempt_http = address is not None
-        self._attempt = span = self.service.tracing.tracer.start_span(
+        self._attempt = span = self._tracing.tracing.tracer.start_span(
             f"upstream {provider_name}",
             trace.set_span_in_context(self._request_span),
             SpanKind.CLIENT,
             attributes,
         )
-        call = super()._call(provider_name, model)
-        return msgspec.structs.replace(call, headers=context_headers(span), answered=self._answered)
+        return context_headers(span), self._answered
 
     def _answered(self, status: int) -> None:
         if self._attempt is not None:
             self._attempt.set_attribute(HTTP_STATUS, status)
 
-    def _upstream_failed(self, provider_name: str, phase: str, exc: UpstreamError) -> None:
-        super()._upstream_failed(provider_name, phase, exc)
+    def attempt_failed(self, error: str) -> None:
         # a stream that failed mid-way had been answered 200
-        self._end_attempt(exc.outcome, served=self.served_by is not None)
+        self._end_attempt(error, served=self._completion.served_by is not None)
 
     def _end_attempt(self, error: str | None, *, served: bool) -> None:
         span, self._attempt = self._attempt, None
@@ -177,90 +164,86 @@ class TracedCompletion(Completion):
             failed(span, error)
         span.end()
 
-    async def relay(self, send: SendBytes, output: StreamOutput | None = None) -> None:
-        await super().relay(send, output)
-        settling = self._settling
+    def settling(self) -> None:
+        # the upstream that served is done with (or, unconnected, one never answered)
+        connected = self._completion.served_by is not None
+        self._end_attempt(None if connected else "interrupted", served=connected)
+
+    async def relay_ended(self, settling: asyncio.Task[Settlement] | None) -> None:
         if settling is None:
             # Redis failed under the stream: nothing was settled
             self._end_attempt(None, served=True)
-            self._record(UNSETTLED, None)
+            self.settled(UNSETTLED, None)
         elif not settling.done():
             # the client left: the request's span ends once the settlement has
             with contextlib.suppress(Exception):
                 await asyncio.shield(settling)
 
-    async def _settle(self, outcome: str) -> Settlement:
-        # the upstream that served is done with (or, unconnected, one never answered)
-        connected = self.served_by is not None
-        self._end_attempt(None if connected else "interrupted", served=connected)
-        try:
-            settled = await super()._settle(outcome)
-        except BaseException:
-            self._record(outcome, None)
-            raise
-        self._record(outcome, settled)
-        return settled
-
-    def _record(self, outcome: str, settled: Settlement | None) -> None:
+    def settled(self, outcome: str, settlement: Settlement | None) -> None:
         """What the completion served and cost, on its request's span (once it has ended,
         as a cancelled request's has, nothing: the settle span still tells)."""
         span = self._request_span
         if not span.is_recording():
             return
+        completion = self._completion
         attributes: Attributes = {OUTCOME: outcome, ATTEMPTS: self._attempts}
-        if self._response_id:
-            attributes[RESPONSE_ID] = self._response_id
-        if self.served_by is not None and outcome != "released":
-            prompt, completion = self.billed_tokens()
+        if completion.response_id:
+            attributes[RESPONSE_ID] = completion.response_id
+        if completion.served_by is not None and outcome != "released":
+            prompt, output = completion.billed_tokens()
             attributes[INPUT_TOKENS] = prompt
-            attributes[OUTPUT_TOKENS] = completion
-            attributes[USAGE_SOURCE] = self.usage_source
-            attributes[TTFB_MS] = round((self.first_output_at - self.started) * 1000)
-        if settled is not None and settled.status is ScriptStatus.OK:
-            attributes[CREDITS_CHARGED] = settled.credits_used
+            attributes[OUTPUT_TOKENS] = output
+            attributes[USAGE_SOURCE] = completion.usage_source
+            attributes[TTFB_MS] = round((completion.first_output_at - completion.started) * 1000)
+        if settlement is not None and settlement.status is ScriptStatus.OK:
+            attributes[CREDITS_CHARGED] = settlement.credits_used
         span.set_attributes(attributes)
-        if settled is None:
+        if settlement is None:
             failed(span, "ledger_unreachable" if outcome == UNSETTLED else "settlement_failed")
         elif outcome in FAILED_OUTCOMES:
             failed(span, outcome)
 
 
-class TracedCompletionService(CompletionService):
-    """Opens traced completions: the request's span is named for its model and told what
-    was asked; the reserve and settle script calls are spans of their own."""
+class CompletionTracing:
+    """The watcher of a service's requests (its ``CompletionObservers``): a request's span
+    is named for its model and told what was asked; each completion's spans are its
+    ``CompletionSpans``."""
 
-    completion_type = TracedCompletion
+    def __init__(self, tracing: Tracing, upstreams: Mapping[str, tuple[str, int]]) -> None:
+        """``upstreams``: each provider's host and port, by name (``server``)."""
+        self.tracing = tracing
+        self.upstreams = upstreams
+
+    def opening(self, ident: Identity, params: CompletionRequest) -> None:
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.update_name(f"{CHAT} {params.requested}")
+            span.set_attributes(request_attributes(ident, params))
+
+    def observe(self, completion: ObservedCompletion) -> CompletionSpans:
+        return CompletionSpans(self, completion)
+
+
+class TracedCompletionService(CompletionService):
+    """The plain service, built with its ledger calls traced (``TracedMoney``) and its
+    requests watched by ``CompletionTracing``."""
 
     def __init__(
         self, service: CompletionService, tracing: Tracing, base_urls: Mapping[str, str]
     ) -> None:
         """``service``: the plain one it replaces; ``base_urls``: each provider's, by name,
         for its attempts' ``server.address`` and ``server.port`` (never its credentials)."""
+        self.upstreams = {
+            name: address for name, url in base_urls.items() if (address := server(url))
+        }
         super().__init__(
             TracedMoney(service.money, tracing),
             service.router,
             deadline_s=service.deadline_s,
             recorded_bytes=service.recorded_bytes,
             clock=service.clock,
+            observers=CompletionTracing(tracing, self.upstreams),
         )
-        self.tracing = tracing
-        self.upstreams = {
-            name: address for name, url in base_urls.items() if (address := server(url))
-        }
-
-    async def open(
-        self,
-        ident: Identity,
-        params: CompletionRequest,
-        claim: IdempotencyClaim | None = None,
-        *,
-        ceiling: int = NO_CEILING,
-    ) -> Completion | Replay:
-        span = trace.get_current_span()
-        if span.is_recording():
-            span.update_name(f"{CHAT} {params.requested}")
-            span.set_attributes(request_attributes(ident, params))
-        return await super().open(ident, params, claim, ceiling=ceiling)
 
 
 def request_attributes(ident: Identity, params: CompletionRequest) -> Attributes:

@@ -10,8 +10,8 @@ has forked (``app.runtime.open_services``) and stops it last when it stops
 
 Off, nothing has imported opentelemetry, and all the hot path asks is ``ACTIVE is None``
 (``app.http.streams.serve_stream``, once per request). The SDK is imported by ``start`` alone,
-and the traced variants of a completion's parts (``app.completion.traced``) are chosen once per
-worker, when its services are built.
+and the watcher of the completions that records their spans (``app.completion.traced``) is
+given to the completion service once per worker, when its services are built.
 """
 
 from __future__ import annotations
