@@ -32,6 +32,7 @@ from app.core.errors import (
     service_unavailable,
 )
 from app.core.settings import Settings
+from app.credits.holds import Holds
 from app.credits.idempotency import IdempotencyRecords
 from app.credits.key_records import KeyRecords
 from app.credits.money import Money
@@ -133,7 +134,7 @@ class Services:
         redis_clock = RedisClock()
         # the requests' scripts, shared by every owner of Redis data below
         self.scripts = Scripts(redis, script_calls, **replica_wait(settings))
-        self.money = Money(
+        self.holds = Holds(
             self.scripts,
             self.layout,
             cap_ttl_s=settings.cap_counter_ttl_s,
@@ -141,6 +142,7 @@ class Services:
             command_timeout_s=settings.redis_timeout_s,
             redis_clock=redis_clock,
         )
+        self.money = Money(self.scripts, self.layout, cap_ttl_s=settings.cap_counter_ttl_s)
         self.key_records = KeyRecords(self.scripts, self.layout)
         self.usage_counts = UsageCounts(self.scripts, self.layout)
         self.throttle_counts = ThrottleCounts(self.scripts, self.layout)
@@ -237,12 +239,16 @@ class Services:
         # Background tasks talk to Redis on connections of their own, named so operators
         # (and the benchmark) can tell their commands from the requests'.
         self.background_redis = background_redis or redis
-        background_money = Money(
-            Scripts(self.background_redis, None, **replica_wait(settings)),
+        background_scripts = Scripts(self.background_redis, None, **replica_wait(settings))
+        background_holds = Holds(
+            background_scripts,
             self.layout,
             cap_ttl_s=settings.cap_counter_ttl_s,
             usage_ttl_s=settings.usage_day_ttl_s,
             redis_clock=redis_clock,  # the sweeper's rounds keep it in step with Redis's
+        )
+        background_money = Money(
+            background_scripts, self.layout, cap_ttl_s=settings.cap_counter_ttl_s
         )
         self.scanner = Scanner(
             store,
@@ -254,7 +260,7 @@ class Services:
             keep_days=settings.activity_days,
             clock=clock,
         )
-        self.sweeper = Sweeper(background_money, interval_s=settings.sweep_interval_s, clock=clock)
+        self.sweeper = Sweeper(background_holds, interval_s=settings.sweep_interval_s, clock=clock)
         # pending ledger entries (a crash or a Redis failure between the store and Redis)
         self.ledger_repair = Ledger(store, background_money, ledger_config, clock)
         self.flusher = Flusher(
@@ -270,7 +276,7 @@ class Services:
         self.usage = UsageReader(self.usage_counts, store, retention_s=settings.usage_day_ttl_s)
         self.activity = ActivityReader(store)
         self.completions = CompletionService(
-            self.money,
+            self.holds,
             self.router,
             deadline_s=settings.reservation_deadline_s,
             recorded_bytes=settings.idempotent_response_bytes,
@@ -351,7 +357,7 @@ async def open_services(
         raise
     with contextlib.suppress(*REDIS_ERRORS):
         await services.scripts.load()  # EVALSHA reloads them later anyway
-        await services.money.sync_clock()  # the sweeper measures it again every round
+        await services.holds.sync_clock()  # the sweeper measures it again every round
     return services
 
 

@@ -10,9 +10,9 @@ from app.credits.outcomes import Hold, Refusal, Replay, Settlement, Written
 
 
 class HoldCalls(Protocol):
-    """The ledger calls a completion makes, with the arguments of ``app.credits.money.Money``'s
-    (its holds'): its own methods, or with traces on a wrapper's that records each
-    (``app.completion.traced.TracedMoney``)."""
+    """The ledger calls a completion makes, with the arguments of ``app.credits.holds.Holds``':
+    its own methods, or with traces on a wrapper's that records each
+    (``app.completion.traced.TracedHolds``)."""
 
     @property
     def reserve(self) -> Callable[..., Awaitable[Hold | Refusal | Replay]]: ...

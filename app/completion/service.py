@@ -40,7 +40,7 @@ class CompletionService:
 
     def __init__(
         self,
-        money: HoldCalls,
+        holds: HoldCalls,
         router: UpstreamRouter,
         *,
         deadline_s: int,
@@ -51,7 +51,7 @@ class CompletionService:
         """``recorded_bytes``: the largest stream an Idempotency-Key's record keeps;
         ``observers``: what watches its requests and their completions (traces on:
         ``app.completion.traced``), None for nothing."""
-        self.money = money
+        self.holds = holds
         self.router = router
         self.deadline_s = deadline_s
         self.recorded_bytes = recorded_bytes
@@ -78,7 +78,7 @@ class CompletionService:
         now = self.clock()
         rid = random_id("rsv_", 16)
         try:
-            reserved = await self.money.reserve(
+            reserved = await self.holds.reserve(
                 ident,
                 rid=rid,
                 now=now,
@@ -137,7 +137,7 @@ class CompletionService:
         for _ in range(RELEASE_ATTEMPTS):
             await asyncio.sleep(pause_s)
             try:
-                released = await self.money.release_unanswered(
+                released = await self.holds.release_unanswered(
                     ident, rid, reserved_at=reserved_at, now=self.clock()
                 )
             except REDIS_ERRORS:

@@ -42,7 +42,7 @@ class SettlementTerms(Protocol):
     """What keeping a hold and settling it use of the service that opened the completion
     (``app.completion.service.CompletionService``)."""
 
-    money: HoldCalls
+    holds: HoldCalls
     deadline_s: int
     clock: Callable[[], float]
 
@@ -98,7 +98,7 @@ class Heartbeat:
         self.next = time.monotonic() + self.every
         service = self.service
         try:
-            await service.money.extend(self.hold, service.clock() + service.deadline_s)
+            await service.holds.extend(self.hold, service.clock() + service.deadline_s)
         except REDIS_ERRORS as exc:
             raise LedgerUnreachable from exc
 
@@ -213,7 +213,7 @@ class HoldSettlement:
         cost = None if served_by is None else served_by.cost
         # what the provider charges for the tokens billed (a released request: nothing)
         micros = 0 if cost is None or outcome == "released" else cost_micros(cost, tokens)
-        settled = await self.service.money.settle(
+        settled = await self.service.holds.settle(
             self.hold,
             now=self.service.clock(),
             rates=self.params.alias.price.rates,

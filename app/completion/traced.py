@@ -1,6 +1,6 @@
 """Traced completions: the watcher of a completion service's requests that records their
 OpenTelemetry spans (``CompletionTracing``, a ``CompletionObservers``) and the wrapper of its
-ledger calls that records theirs (``TracedMoney``), chosen once per worker when traces are on
+ledger calls that records theirs (``TracedHolds``), chosen once per worker when traces are on
 (``app.runtime``, ``app.core.tracing``). With traces off nothing here is imported, and
 completions are watched by nothing.
 
@@ -86,20 +86,20 @@ def _script(name: str) -> Attributes:
 _RESERVE, _SETTLE = _script("reserve"), _script("settle")
 
 
-class TracedMoney:
+class TracedHolds:
     """The completions' ledger calls with a span for each script call a completion makes
     (reserve, settle) around the ledger's own; its other calls are the ledger's."""
 
-    def __init__(self, money: HoldCalls, tracing: Tracing) -> None:
-        self.money = money
+    def __init__(self, holds: HoldCalls, tracing: Tracing) -> None:
+        self.holds = holds
         self._tracing = tracing
         # not traced: the same bound methods, so calling them costs what it did
-        self.extend = money.extend
-        self.release_unanswered = money.release_unanswered
+        self.extend = holds.extend
+        self.release_unanswered = holds.release_unanswered
 
     async def reserve(self, *args: Any, **kwargs: Any) -> Hold | Refusal | Replay:
         with self._tracing.child("reserve", SpanKind.CLIENT, _RESERVE) as span:
-            reserved = await self.money.reserve(*args, **kwargs)
+            reserved = await self.holds.reserve(*args, **kwargs)
             if isinstance(reserved, Hold):
                 span.set_attribute(CREDITS_RESERVED, reserved.amount)
             elif isinstance(reserved, Refusal):
@@ -110,7 +110,7 @@ class TracedMoney:
 
     async def settle(self, *args: Any, **kwargs: Any) -> Settlement:
         with self._tracing.child("settle", SpanKind.CLIENT, _SETTLE) as span:
-            settled = await self.money.settle(*args, **kwargs)
+            settled = await self.holds.settle(*args, **kwargs)
             span.set_attribute(SCRIPT_STATUS, settled.status.name.lower())
             return settled
 
@@ -225,7 +225,7 @@ class CompletionTracing:
 
 
 class TracedCompletionService(CompletionService):
-    """The plain service, built with its ledger calls traced (``TracedMoney``) and its
+    """The plain service, built with its ledger calls traced (``TracedHolds``) and its
     requests watched by ``CompletionTracing``."""
 
     def __init__(
@@ -237,7 +237,7 @@ class TracedCompletionService(CompletionService):
             name: address for name, url in base_urls.items() if (address := server(url))
         }
         super().__init__(
-            TracedMoney(service.money, tracing),
+            TracedHolds(service.holds, tracing),
             service.router,
             deadline_s=service.deadline_s,
             recorded_bytes=service.recorded_bytes,

@@ -86,7 +86,7 @@ _HELD = (ScriptStatus.OK, ScriptStatus.DUPLICATE)
 
 class Holds:
     """The holds of one set of connections (``scripts``: the requests' or the background
-    tasks'): reserve, extend, settle. ``money.Money`` is made on it, and owns the rest."""
+    tasks'): reserve, extend, settle; the accounts' pools are ``money.Money``'s."""
 
     def __init__(
         self,

@@ -1,15 +1,14 @@
-"""Every credit movement of an account's pools beside a request's holds (``holds.Holds``,
-its base: reserve, extend, settle): opening an account, grants, corrections, its status and
-low-balance threshold, reads of the pools, and the cap counters a rebuild restores. One call
-into a Lua script (``scripts``) per movement, made with the key names of ``KeySpace`` and
-answered with the typed results of ``outcomes``."""
+"""Every credit movement of an account's pools that is not a request's hold (those are
+``holds.Holds``: reserve, extend, settle): opening an account, grants, corrections, its status
+and low-balance threshold, reads of the pools, and the cap counters a rebuild restores. One
+call into a Lua script (``scripts``) per movement, made with the key names of ``KeySpace``
+and answered with the typed results of ``outcomes``."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
 from app.core.clock import DAY_S, day_tag, utc_day
-from app.credits.holds import Holds
 from app.credits.outcomes import (
     Balance,
     BalanceRead,
@@ -20,6 +19,7 @@ from app.credits.outcomes import (
     Written,
 )
 from app.credits.script_args import ScriptArgs
+from app.credits.scripts import Scripts
 from app.kv.fields import (
     ACCOUNT_ACTIVE,
     ACCOUNT_POOLS,
@@ -28,6 +28,7 @@ from app.kv.fields import (
     earned_expired,
     pools,
 )
+from app.kv.layout import KeySpace
 from app.store import GrantRecord
 
 GRANT_MARKER_TTL_S = 400 * DAY_S
@@ -75,9 +76,18 @@ def ledger_marker(entry: GrantRecord) -> str:
     return f"{at}:{-entry.debt_change}"
 
 
-class Money(Holds):
-    """The credit movements of one set of connections (``scripts``: the requests' or the
-    background tasks'): the holds of its base, and the accounts' pools here."""
+class Money:
+    """The accounts' pools over one set of connections (``scripts``: the requests' or the
+    background tasks'), beside the ``Holds`` the same connections keep."""
+
+    def __init__(self, scripts: Scripts, layout: KeySpace, *, cap_ttl_s: int) -> None:
+        """``cap_ttl_s``: how long a daily cap counter lives (the reserve's own, which
+        ``restore_cap_counters`` writes the counters with)."""
+        self.scripts = scripts
+        self.redis = scripts.redis
+        self.layout = layout
+        self._cap_ttl = cap_ttl_s
+        self._run = scripts.run
 
     async def open_account(
         self,

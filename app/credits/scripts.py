@@ -170,8 +170,8 @@ class Scripts:
 
 
 class RedisClock:
-    """Redis's clock as this host sees it: the offset ``Money.sync_clock`` last measured.
-    Shared by the ``Money`` of one process (the requests' and the background tasks')."""
+    """Redis's clock as this host sees it: the offset ``Holds.sync_clock`` last measured.
+    Shared by the ``Holds`` of one process (the requests' and the background tasks')."""
 
     def __init__(self) -> None:
         self.offset_s = 0.0  # Redis's TIME minus this host's clock

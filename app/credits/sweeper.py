@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from app.core.clock import day_tag
 from app.core.metrics import METRICS
-from app.credits.money import Money
+from app.credits.holds import Holds
 from app.credits.outcomes import NO_RATES, NO_TOKENS, Hold, ScriptStatus
 from app.kv.client import REDIS_ERRORS
 from app.kv.fields import ReservationField
@@ -48,12 +48,12 @@ class Sweeper:
 
     def __init__(
         self,
-        money: Money,
+        holds: Holds,
         *,
         interval_s: float,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.money = money
+        self.holds = holds
         self.interval_s = interval_s
         self.clock = clock
 
@@ -62,7 +62,7 @@ class Sweeper:
         now = self.clock()
         done = 0
         for hold, alias in await self._expired(now):
-            settled = await self.money.settle(
+            settled = await self.holds.settle(
                 hold,
                 now=now,
                 rates=NO_RATES,
@@ -93,7 +93,7 @@ class Sweeper:
 
         Two round trips whatever the number of shards: the ids of every shard, then the
         reservations they name."""
-        redis, layout = self.money.redis, self.money.layout
+        redis, layout = self.holds.redis, self.holds.layout
         shards = layout.all_shards()
         pipe = redis.pipeline(transaction=False)
         for shard in shards:
@@ -142,8 +142,8 @@ class Sweeper:
     async def _forget(self, orphans: list[tuple[int, str]]) -> None:
         """Drop reservation ids whose hash is gone from their shard's deadline index (a
         no-op for one settle removed meanwhile)."""
-        layout = self.money.layout
-        pipe = self.money.redis.pipeline(transaction=False)
+        layout = self.holds.layout
+        pipe = self.holds.redis.pipeline(transaction=False)
         for shard, rid in orphans:
             pipe.zrem(layout.reservations(shard), rid)
         await pipe.execute()
@@ -154,7 +154,7 @@ class Sweeper:
             await asyncio.sleep(self.interval_s * random.uniform(0.5, 1.5))
             try:
                 # the reserve script's give-up time is in Redis's clock: follow its drift
-                await self.money.sync_clock()
+                await self.holds.sync_clock()
                 swept = await self.sweep_once()
             except (*REDIS_ERRORS, OSError) as exc:
                 METRICS.labelled(METRICS.background_errors, "sweeper").inc()

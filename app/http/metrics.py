@@ -25,7 +25,7 @@ async def redis_gauges(services: Services) -> RedisReadings | None:
     answer in time."""
     with contextlib.suppress(*REDIS_ERRORS, OSError, TimeoutError):
         async with asyncio.timeout(REDIS_READ_TIMEOUT_S):
-            reservations = await services.money.open_reservations(services.clock())
+            reservations = await services.holds.open_reservations(services.clock())
             lag = await services.flusher.lag()
             return RedisReadings(
                 open_reservations=reservations.open,

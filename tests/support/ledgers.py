@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.credits.holds import Holds
 from app.credits.idempotency import IdempotencyRecords
 from app.credits.key_records import KeyRecords
 from app.credits.money import Money
@@ -18,10 +19,10 @@ from app.kv.pipelined import PipelinedRedis
 from tests.support.pricing import rates_for
 
 
-class ChargingMoney(Money):
-    """``Money`` whose ``settle`` also takes what a test wants charged (``credits_used``,
+class ChargingHolds(Holds):
+    """``Holds`` whose ``settle`` also takes what a test wants charged (``credits_used``,
     with ``prompt_tokens`` and ``completion_tokens``) and sends settle.lua rates that charge
-    exactly that (``tests.support.pricing.rates_for``); without it, ``Money.settle``."""
+    exactly that (``tests.support.pricing.rates_for``); without it, ``Holds.settle``."""
 
     async def settle(  # type: ignore[override]
         self,
@@ -39,7 +40,8 @@ class ChargingMoney(Money):
 
 
 class Ledgers:
-    """``money``, ``keys``, ``usage``, ``throttle`` and ``idempotency`` over one ``Scripts``."""
+    """``holds``, ``money``, ``keys``, ``usage``, ``throttle`` and ``idempotency`` over one
+    ``Scripts``."""
 
     def __init__(
         self,
@@ -56,7 +58,7 @@ class Ledgers:
         self.redis = redis
         self.layout = layout
         self.scripts = Scripts(redis, script_calls)
-        self.money = ChargingMoney(
+        self.holds = ChargingHolds(
             self.scripts,
             layout,
             cap_ttl_s=cap_ttl_s,
@@ -64,6 +66,7 @@ class Ledgers:
             command_timeout_s=command_timeout_s,
             redis_clock=redis_clock,
         )
+        self.money = Money(self.scripts, layout, cap_ttl_s=cap_ttl_s)
         self.keys = KeyRecords(self.scripts, layout)
         self.usage = UsageCounts(self.scripts, layout)
         self.throttle = ThrottleCounts(self.scripts, layout)

@@ -63,7 +63,7 @@ async def reserved(
     ceiling: int = NO_CEILING,
 ) -> Hold | Refusal | Replay:
     """Defaults make the arithmetic plain: one credit per output token."""
-    return await ledger.money.reserve(
+    return await ledger.holds.reserve(
         ident,
         rid=rid,
         now=now,

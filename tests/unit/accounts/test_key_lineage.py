@@ -71,7 +71,7 @@ async def _spend(
         assert hold.status in refusals, hold
         return 0
     assert isinstance(hold, Hold)
-    settled = await ledger.money.settle(
+    settled = await ledger.holds.settle(
         hold, now=now, credits_used=hold.amount, completion_tokens=10, outcome="completed"
     )
     return settled.credits_used

@@ -45,7 +45,7 @@ async def test_the_receipt_names_the_prices_the_alias_was_billed_at(
     )
     answering = Answering()  # 7 prompt and 2 completion tokens, as the upstream reports
     router = UpstreamRouter({"up": answering}, SimulatedProvider())  # type: ignore[dict-item]
-    service = CompletionService(ledger.money, router, deadline_s=900, clock=clock)
+    service = CompletionService(ledger.holds, router, deadline_s=900, clock=clock)
     body = {"model": ALIAS, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16}
     completion = await service.open(ident, parse_chat_request(json.dumps(body).encode(), aliases))
     assert isinstance(completion, Completion)

@@ -83,7 +83,7 @@ async def _open(
     await account(ledger, "acct_B", purchased=FUNDS)
     ident = await key(ledger, "acct_B", "kidB00000000")
     router = UpstreamRouter({"simulated": provider}, SimulatedProvider())  # type: ignore[dict-item]
-    service = CompletionService(ledger.money, router, deadline_s=900, clock=clock)
+    service = CompletionService(ledger.holds, router, deadline_s=900, clock=clock)
     params = parse_chat_request(json.dumps(body).encode(), ALIASES)
     return ident, await service.open(ident, params)
 
@@ -251,13 +251,13 @@ async def test_a_reserve_answered_too_late_is_released_in_the_background(
     from app.kv.client import REDIS_TIMEOUT
 
     monkeypatch.setattr(service_module, "RELEASE_FIRST_PAUSE_S", 0.01)
-    reserve = ledger.money.reserve
+    reserve = ledger.holds.reserve
 
     async def reserve_then_time_out(*args: object, **kwargs: object) -> object:
         await reserve(*args, **kwargs)  # type: ignore[arg-type]
         raise REDIS_TIMEOUT("Timeout reading from Redis")
 
-    monkeypatch.setattr(ledger.money, "reserve", reserve_then_time_out)
+    monkeypatch.setattr(ledger.holds, "reserve", reserve_then_time_out)
     with pytest.raises(REDIS_TIMEOUT):
         await _open(ledger, clock, ReportingProvider(None), _messages("hi"))
     ident = Identity("acct_B", "kidB00000000", "live", ledger.layout.shard("acct_B"))

@@ -82,7 +82,7 @@ async def _completion(
         upstreams=tuple(UpstreamRef(provider=name, model=f"{name}-model") for name, _ in upstreams),
     )
     router = UpstreamRouter(dict(upstreams), SimulatedProvider())  # type: ignore[arg-type]
-    service = CompletionService(ledger.money, router, deadline_s=900, clock=clock)
+    service = CompletionService(ledger.holds, router, deadline_s=900, clock=clock)
     body = {"model": ALIAS, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16}
     params = parse_chat_request(json.dumps(body).encode(), aliases)
     opened = await service.open(ident, params)

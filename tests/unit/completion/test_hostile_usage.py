@@ -97,7 +97,7 @@ async def _served(
         await account(ledger, "acct_H", purchased=FUNDS)
     ident = await key(ledger, "acct_H", "kidH00000000")
     router = UpstreamRouter({"simulated": provider}, SimulatedProvider())  # type: ignore[dict-item]
-    completions = CompletionService(ledger.money, router, deadline_s=900, clock=clock)
+    completions = CompletionService(ledger.holds, router, deadline_s=900, clock=clock)
     services: Services = stream_services(completions, ident, {"svc-fast": PRICED})
     raw = json.dumps(body).encode()
     scope = FakeScope("POST", api.path, FakeHeaders([("content-length", str(len(raw)))]))
@@ -271,7 +271,7 @@ async def test_hostile_reports_and_start_counts_settle_right_at_once(
     ident = served[0][0]
     assert await ledger.redis.zcard(ledger.layout.reservations(ident.shard)) == 0
     clock.advance(901)
-    assert await Sweeper(ledger.money, interval_s=1, clock=clock).sweep_once() == 0
+    assert await Sweeper(ledger.holds, interval_s=1, clock=clock).sweep_once() == 0
     total = await ledger.redis.hgetall(ledger.layout.usage_total(ident.shard, ident.pid))
     counted = {k.decode(): int(v) for k, v in total.items()}
     assert counted["live:requests"] == len(cases)

@@ -47,7 +47,7 @@ async def _open(ledger: Ledgers, clock: Clock, provider: Stalling) -> tuple[Iden
     await account(ledger, "acct_S", purchased=100_000)
     ident = await key(ledger, "acct_S", "kidS00000000")
     router = UpstreamRouter({"simulated": provider}, SimulatedProvider())  # type: ignore[dict-item]
-    service = CompletionService(ledger.money, router, deadline_s=900, clock=clock)
+    service = CompletionService(ledger.holds, router, deadline_s=900, clock=clock)
     body = b'{"model": "svc-smart", "messages": [{"role": "user", "content": "hi"}]}'
     return ident, await service.open(ident, parse_chat_request(body, default_catalog().aliases))
 

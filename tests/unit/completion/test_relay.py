@@ -48,7 +48,7 @@ async def _relay(
     ident = await key(ledger, "acct_R", "kidR00000000")
     aliases = default_catalog().aliases
     router = UpstreamRouter({"simulated": ScriptedProvider(script)}, SimulatedProvider())  # type: ignore[dict-item]
-    service = CompletionService(ledger.money, router, deadline_s=900, clock=clock)
+    service = CompletionService(ledger.holds, router, deadline_s=900, clock=clock)
     body = body or {"model": "svc-fast", "messages": [{"role": "user", "content": "hi"}]}
     completion = await service.open(ident, parse_chat_request(json.dumps(body).encode(), aliases))
     writes: list[bytes] = []
@@ -159,7 +159,7 @@ async def test_cancelling_mid_read_settles_and_closes(
             return None
 
     router = UpstreamRouter({"simulated": Stalling()}, SimulatedProvider())  # type: ignore[dict-item]
-    service = CompletionService(ledger.money, router, deadline_s=900, clock=clock)
+    service = CompletionService(ledger.holds, router, deadline_s=900, clock=clock)
     body = b'{"model": "svc-fast", "messages": [{"role": "user", "content": "hi"}]}'
     completion = await service.open(ident, parse_chat_request(body, default_catalog().aliases))
 
@@ -293,7 +293,7 @@ async def test_a_failing_ending_still_settles(ledger: Ledgers, clock: Clock) -> 
     ident = await key(ledger, "acct_E", "kidE00000000")
     provider = ScriptedProvider([(0, ["a", Usage(4, 4)])])
     router = UpstreamRouter({"simulated": provider}, SimulatedProvider())  # type: ignore[dict-item]
-    service = CompletionService(ledger.money, router, deadline_s=900, clock=clock)
+    service = CompletionService(ledger.holds, router, deadline_s=900, clock=clock)
     body = b'{"model":"svc-fast","messages":[{"role":"user","content":"hi"}]}'
     completion = await service.open(ident, parse_chat_request(body, default_catalog().aliases))
 
@@ -330,7 +330,7 @@ async def _end_of(
     ident = await key(ledger, f"acct_{name}", f"kid{name}".ljust(12, "0"))
     provider = ScriptedProvider([(0, batch)])
     router = UpstreamRouter({"simulated": provider}, SimulatedProvider())  # type: ignore[dict-item]
-    service = CompletionService(ledger.money, router, deadline_s=900, clock=clock)
+    service = CompletionService(ledger.holds, router, deadline_s=900, clock=clock)
     body: dict[str, object] = {"model": "svc-fast", "messages": [{"role": "user", "content": "hi"}]}
     if stop is not None:
         body["stop"] = stop

@@ -101,7 +101,7 @@ class Site:
             build_providers(catalog), SimulatedProvider(), catalog.aliases.values()
         )
         self.ledger, self.store, self.clock = ledger, store, clock
-        self.service = CompletionService(ledger.money, router, deadline_s=900, clock=clock)
+        self.service = CompletionService(ledger.holds, router, deadline_s=900, clock=clock)
         self.aliases = catalog.aliases
 
     async def serve(self, ident: Identity, api: Dialect, body: dict[str, Any]) -> UsageEvent:

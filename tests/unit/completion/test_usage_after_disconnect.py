@@ -97,7 +97,7 @@ def _services(
     aliases: dict[str, Alias] = ALIASES,
 ) -> Services:
     router = UpstreamRouter({"simulated": provider}, SimulatedProvider())  # type: ignore[dict-item]
-    completions = CompletionService(ledger.money, router, deadline_s=900, clock=clock)
+    completions = CompletionService(ledger.holds, router, deadline_s=900, clock=clock)
     return stream_services(completions, ident, aliases)
 
 
@@ -145,7 +145,7 @@ async def _check_money(ledger: Ledgers, clock: Clock, ident: Identity) -> dict[s
     shard = ident.shard
     assert await ledger.redis.zcard(ledger.layout.reservations(shard)) == 0
     clock.advance(901)
-    assert await Sweeper(ledger.money, interval_s=1, clock=clock).sweep_once() == 0
+    assert await Sweeper(ledger.holds, interval_s=1, clock=clock).sweep_once() == 0
     total = _counters(await ledger.redis.hgetall(ledger.layout.usage_total(shard, ident.pid)))
     day_key = ledger.layout.usage_day(shard, ident.pid, day_tag(utc_day(clock() - 901)))
     day = _counters(await ledger.redis.hgetall(day_key))

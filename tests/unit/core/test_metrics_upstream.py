@@ -173,7 +173,7 @@ async def test_a_completion_records_each_attempt_its_failovers_stream_tokens_and
     mock_provider = StreamingProvider(ProviderConfig(base_url=mock.base_url))
     providers: dict[str, Provider] = {"mock": mock_provider, "reporting": _Reporting()}
     router = UpstreamRouter(providers, SimulatedProvider())
-    service = CompletionService(ledger.money, router, deadline_s=900, clock=clock)
+    service = CompletionService(ledger.holds, router, deadline_s=900, clock=clock)
     services = stream_services(service, ident, _aliases(tmp_path, mock.base_url))
     before = await _samples()
     try:

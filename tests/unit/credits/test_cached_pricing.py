@@ -30,7 +30,7 @@ async def _settle(ledger: Ledgers, clock: Clock, rates: Rates, tokens: Tokens) -
     ident = await key(ledger, "acct_C", "kidC00000000")
     rid = f"rC{next(_rids)}"
     hold = await reserve(ledger, ident, rid, clock(), max_out=10**9)
-    done = await ledger.money.settle(
+    done = await ledger.holds.settle(
         hold, now=clock(), rates=rates, tokens=tokens, outcome="completed"
     )
     assert done.status is ScriptStatus.OK
@@ -89,7 +89,7 @@ async def test_the_charge_never_exceeds_the_hold(ledger: Ledgers, clock: Clock) 
     await account(ledger, "acct_H", purchased=1000)
     ident = await key(ledger, "acct_H", "kidH00000000")
     hold = await reserve(ledger, ident, "rH", clock(), max_out=7)
-    done = await ledger.money.settle(
+    done = await ledger.holds.settle(
         hold,
         now=clock(),
         rates=WRITES_DEARER.rates,

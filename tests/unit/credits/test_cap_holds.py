@@ -69,7 +69,7 @@ async def test_200_concurrent_requests_on_a_held_cap_are_told_to_retry_soon(
     }
     # each settles at 1 credit: 17-odd of 100 spent, and the next request is served
     for hold in holds:
-        done = await ledger.money.settle(
+        done = await ledger.holds.settle(
             hold, now=clock(), credits_used=1, completion_tokens=1, outcome="completed"
         )
         assert done.status is ScriptStatus.OK
@@ -91,7 +91,7 @@ async def test_exceeded_once_settled_spend_leaves_no_room(ledger: Ledgers, clock
         await reserve(ledger, ident, "r3", clock(), max_out=31)
     assert info.value.kind is ErrorKind.DAILY_CAP_EXCEEDED
     assert info.value.headers["x-should-retry"] == "false"
-    await ledger.money.settle(
+    await ledger.holds.settle(
         first, now=clock(), credits_used=20, completion_tokens=20, outcome="completed"
     )
     # 20 settled: 25 no longer fits, and no hold is left to wait for
@@ -111,9 +111,9 @@ async def test_the_sweepers_refund_and_a_release_take_the_hold_out(
     await reserve(ledger, ident, "lost", clock(), max_out=15)
     assert await _int(ledger, held_key) == 45
     clock.advance(10)
-    assert await Sweeper(ledger.money, interval_s=1, clock=clock).sweep_once() == 1
+    assert await Sweeper(ledger.holds, interval_s=1, clock=clock).sweep_once() == 1
     assert (await _int(ledger, held_key), await _int(ledger, cap_key)) == (15, 15)
-    released = await ledger.money.release_unanswered(
+    released = await ledger.holds.release_unanswered(
         ident, "lost", reserved_at=clock() - 10, now=clock()
     )
     assert released.status is ScriptStatus.OK
@@ -144,11 +144,11 @@ async def test_counters_of_the_old_code_keep_working_across_the_upgrade(
     with pytest.raises(ApiError) as info:  # would fit beside those 90: "new" will go
         await reserve(ledger, ident, "r3", clock(), max_out=5)
     assert info.value.kind is ErrorKind.DAILY_CAP_HELD
-    await ledger.money.settle(
+    await ledger.holds.settle(
         old, now=clock(), credits_used=5, completion_tokens=5, outcome="completed"
     )
     assert (await _int(ledger, held_key), await _int(ledger, cap_key)) == (10, 45)
-    await ledger.money.settle(
+    await ledger.holds.settle(
         new, now=clock(), credits_used=10, completion_tokens=10, outcome="completed"
     )
     assert await ledger.redis.exists(held_key) == 0
@@ -189,7 +189,7 @@ async def test_a_rate_limited_creator_s_hold_leaves_its_capped_child_a_retry(
         await reserve(ledger, child, "small", clock(), max_out=20)
     assert info.value.kind is ErrorKind.DAILY_CAP_HELD
     assert info.value.headers["x-should-retry"] == "true"
-    await ledger.money.settle(
+    await ledger.holds.settle(
         stream, now=clock(), credits_used=10, completion_tokens=10, outcome="completed"
     )
     assert await ledger.redis.exists(held_key) == 0
@@ -215,7 +215,7 @@ async def test_concurrent_reserves_and_settles_keep_the_counters_exact(
                 await asyncio.sleep(0)
                 used = rng.randint(1, got.amount)
                 outcome = rng.choice(["completed", "client_disconnect", "released"])
-                done = await ledger.money.settle(
+                done = await ledger.holds.settle(
                     got, now=clock(), credits_used=used, completion_tokens=used, outcome=outcome
                 )
                 settled.append(done.credits_used)

@@ -199,7 +199,7 @@ async def test_300_requests_at_once_never_cost_more_than_their_ceilings(
             ceiling=ceiling,
         )
         # reported: far more than the hold covers, as a hostile upstream may claim
-        done = await ledger.money.settle(
+        done = await ledger.holds.settle(
             hold,
             now=clock(),
             rates=rates,

@@ -114,7 +114,7 @@ async def test_credits_a_settle_returns_pay_a_debt_made_while_they_were_held(
     hold = await reserve(ledger, ident, "rsv", clock(), max_out=60)  # 60 held, 40 left
     await ledger.money.take_back("acct_a", credits=70, entry_id="r", now=clock())
     assert await _debt(ledger, "acct_a") == 30
-    await ledger.money.settle(
+    await ledger.holds.settle(
         hold, now=clock(), credits_used=20, completion_tokens=20, outcome="completed"
     )
     assert await pools(ledger, "acct_a") == (0, 10)  # 40 back: 30 paid the debt

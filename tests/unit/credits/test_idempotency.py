@@ -41,7 +41,7 @@ def _claim(
 async def _settle(
     ledger: Ledgers, hold: Hold, now: float, *, used: int, response: RecordedResponse | None
 ) -> int:
-    settled = await ledger.money.settle(
+    settled = await ledger.holds.settle(
         hold,
         now=now,
         credits_used=used,
@@ -180,7 +180,7 @@ async def test_a_request_that_charged_nothing_frees_its_key(ledger: Ledgers, clo
     ident = await key(ledger, "acct_A", "k1")
     claim = _claim(ledger, ident)
     hold = await reserve(ledger, ident, "r1", clock(), claim=claim)
-    await ledger.money.settle(
+    await ledger.holds.settle(
         hold, now=clock(), credits_used=0, prompt_tokens=0, completion_tokens=0, outcome="released"
     )
     assert await ledger.redis.exists(claim.record) == 0
@@ -196,7 +196,7 @@ async def test_the_sweeper_frees_the_key_of_a_request_whose_worker_died(
     claim = _claim(ledger, ident)
     await reserve(ledger, ident, "r1", clock(), claim=claim, deadline=clock() + 5)
     clock.advance(10)
-    assert await Sweeper(ledger.money, interval_s=1, clock=clock).sweep_once() == 1
+    assert await Sweeper(ledger.holds, interval_s=1, clock=clock).sweep_once() == 1
     assert await ledger.redis.exists(claim.record) == 0
     assert await pools(ledger, "acct_A") == (0, 1_000)
     await reserve(ledger, ident, "r2", clock(), claim=claim)

@@ -46,7 +46,7 @@ async def _served(ledger: Ledgers, ident: Identity, rid: str, now: float, used: 
     """Reserve with the key ``k-1`` (its record must not answer: a replay fails), and
     settle at ``used`` credits, the response kept."""
     hold = await reserve(ledger, ident, rid, now, max_out=10, claim=_claim(ledger, ident))
-    await ledger.money.settle(
+    await ledger.holds.settle(
         hold,
         now=now,
         credits_used=used,

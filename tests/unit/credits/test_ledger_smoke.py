@@ -21,7 +21,7 @@ async def test_reserve_settle_round_trip(ledger: Ledgers, clock: Clock) -> None:
     assert (
         await ledger.keys.put_key(ident, rec(ident, status="active", cap=None, name="k"))
     ).status is ScriptStatus.OK
-    hold = await ledger.money.reserve(
+    hold = await ledger.holds.reserve(
         ident,
         rid="r1",
         now=clock(),
@@ -37,7 +37,7 @@ async def test_reserve_settle_round_trip(ledger: Ledgers, clock: Clock) -> None:
     assert isinstance(hold, Hold), hold
     assert hold.amount == 3  # ceil((1000 + 1500) / 1000)
     assert hold.balance == 997
-    done = await ledger.money.settle(
+    done = await ledger.holds.settle(
         hold,
         now=clock(),
         credits_used=2,
@@ -47,7 +47,7 @@ async def test_reserve_settle_round_trip(ledger: Ledgers, clock: Clock) -> None:
     )
     assert done.status is ScriptStatus.OK
     assert (done.credits_used, done.balance) == (2, 998)
-    again = await ledger.money.settle(
+    again = await ledger.holds.settle(
         hold,
         now=clock(),
         credits_used=2,

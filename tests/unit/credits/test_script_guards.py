@@ -220,7 +220,7 @@ async def test_a_reserve_redis_runs_after_its_caller_gave_up_holds_nothing(
         await reserve(ledger, ident, "r1", clock())
     assert info.value.kind is ErrorKind.SERVICE_UNAVAILABLE
     assert await snapshot(ledger) == before
-    await ledger.money.sync_clock()  # measured: within the timeout again
+    await ledger.holds.sync_clock()  # measured: within the timeout again
     hold = await reserve(ledger, ident, "r1", clock())
     assert hold.amount == 10
 
@@ -260,13 +260,13 @@ async def test_an_unanswered_reserve_is_released_by_its_id(ledger: Ledgers, cloc
     await reserve(ledger, ident, "r1", reserved_at)
     assert await snapshot(ledger) != before
     clock.advance(3)
-    released = await ledger.money.release_unanswered(
+    released = await ledger.holds.release_unanswered(
         ident, "r1", reserved_at=reserved_at, now=clock()
     )
     assert (released.status, released.credits_used) == (ScriptStatus.OK, 0)
     after = await _without_empty_caps(ledger)
     assert after == before  # the day's cap counter stays, at 0
-    never = await ledger.money.release_unanswered(ident, "r2", reserved_at=reserved_at, now=clock())
+    never = await ledger.holds.release_unanswered(ident, "r2", reserved_at=reserved_at, now=clock())
     assert never.status is ScriptStatus.NOT_FOUND
     assert await _without_empty_caps(ledger) == before
 
@@ -290,7 +290,7 @@ async def _reward(ledger: Ledgers, pid: str, grant_id: str, now: float) -> None:
 
 
 async def _settle_one_credit(ledger: Ledgers, hold: Hold, now: float) -> Settlement:
-    return await ledger.money.settle(
+    return await ledger.holds.settle(
         hold, now=now, credits_used=1, prompt_tokens=1, completion_tokens=1, outcome="completed"
     )
 
@@ -346,7 +346,7 @@ async def test_a_settle_redis_runs_after_its_caller_gave_up_changes_nothing(
     )
     before = await snapshot(stalled)
     with pytest.raises(REDIS_TIMEOUT):  # as a reply that came too late
-        await stalled.money.settle(
+        await stalled.holds.settle(
             hold,
             now=clock(),
             credits_used=4,
@@ -357,6 +357,6 @@ async def test_a_settle_redis_runs_after_its_caller_gave_up_changes_nothing(
     assert await snapshot(stalled) == before  # nothing charged, nothing counted
     refunded = METRICS.credits.labels("refunded", "live", "svc-fast")._value.get()
     clock.advance(3_600)  # past the reservation's deadline
-    assert await Sweeper(on_time.money, interval_s=1, clock=clock).sweep_once() == 1
+    assert await Sweeper(on_time.holds, interval_s=1, clock=clock).sweep_once() == 1
     assert await pools(on_time, "acct_G") == (0, 1_000)
     assert METRICS.credits.labels("refunded", "live", "svc-fast")._value.get() - refunded == 10

@@ -164,7 +164,7 @@ async def test_daily_cap_counts_holds_and_refuses_past_it(ledger: Ledgers, clock
     assert info.value.kind is ErrorKind.DAILY_CAP_HELD
     assert info.value.headers["x-should-retry"] == "true"
     for hold in (r1, r2):  # spent in full: settled spend leaves 5, too few for r3
-        await ledger.money.settle(
+        await ledger.holds.settle(
             hold, now=clock(), credits_used=10, completion_tokens=10, outcome="completed"
         )
     with pytest.raises(ApiError) as info:
@@ -252,7 +252,7 @@ async def test_test_keys_hold_against_the_cap_only(ledger: Ledgers, clock: Clock
     hold = await reserve(ledger, ident, "r1", clock(), max_out=50)
     assert (hold.amount, hold.balance) == (50, 3)
     assert await pools(ledger, "acct_A") == (0, 3)
-    done = await ledger.money.settle(
+    done = await ledger.holds.settle(
         hold,
         now=clock(),
         credits_used=40,
@@ -292,7 +292,7 @@ async def test_settle_spends_earned_first_and_refunds_each_pool(
 ) -> None:
     ident, hold = await _held(ledger, clock, earned=60, purchased=100, amount=100)
     assert await pools(ledger, "acct_A") == (0, 60)
-    done = await ledger.money.settle(
+    done = await ledger.holds.settle(
         hold,
         now=clock(),
         credits_used=used,
@@ -339,7 +339,7 @@ async def test_settle_counts_an_api_other_than_chat_apart_as_well(
     ident, hold = await _held(ledger, clock, earned=0, purchased=100, amount=50, api="responses")
     chat = await reserve(ledger, ident, "r2", clock(), max_out=5)
     for held, (used, prompt, completion) in ((hold, (12, 30, 40)), (chat, (5, 1, 5))):
-        await ledger.money.settle(
+        await ledger.holds.settle(
             held,
             now=clock(),
             credits_used=used,
@@ -375,7 +375,7 @@ async def test_settle_counts_an_api_other_than_chat_apart_as_well(
 
 async def test_settle_records_usage_and_one_event(ledger: Ledgers, clock: Clock) -> None:
     ident, hold = await _held(ledger, clock, earned=0, purchased=100, amount=50)
-    await ledger.money.settle(
+    await ledger.holds.settle(
         hold,
         now=clock(),
         credits_used=12,
@@ -428,7 +428,7 @@ async def test_settle_records_usage_and_one_event(ledger: Ledgers, clock: Clock)
 
 async def test_released_records_no_usage(ledger: Ledgers, clock: Clock) -> None:
     ident, hold = await _held(ledger, clock, earned=0, purchased=100, amount=50)
-    done = await ledger.money.settle(
+    done = await ledger.holds.settle(
         hold,
         now=clock(),
         credits_used=0,
@@ -443,7 +443,7 @@ async def test_released_records_no_usage(ledger: Ledgers, clock: Clock) -> None:
 
 async def test_second_settle_changes_nothing(ledger: Ledgers, clock: Clock) -> None:
     _, hold = await _held(ledger, clock, earned=0, purchased=100, amount=50)
-    await ledger.money.settle(
+    await ledger.holds.settle(
         hold,
         now=clock(),
         credits_used=10,
@@ -452,7 +452,7 @@ async def test_second_settle_changes_nothing(ledger: Ledgers, clock: Clock) -> N
         outcome="completed",
     )
     before = await snapshot(ledger)
-    again = await ledger.money.settle(
+    again = await ledger.holds.settle(
         hold,
         now=clock(),
         credits_used=40,
@@ -469,7 +469,7 @@ async def test_earned_expiring_during_a_request_is_not_refunded(
 ) -> None:
     _, hold = await _held(ledger, clock, earned=60, purchased=100, amount=100)
     clock.advance(30 * DAY)  # the earned pool expires exactly now
-    done = await ledger.money.settle(
+    done = await ledger.holds.settle(
         hold,
         now=clock(),
         credits_used=30,
@@ -484,7 +484,7 @@ async def test_earned_expiring_during_a_request_is_not_refunded(
 
 async def test_sweeper_guard_and_heartbeat(ledger: Ledgers, clock: Clock) -> None:
     ident, hold = await _held(ledger, clock, earned=0, purchased=100, amount=50)
-    early = await ledger.money.settle(
+    early = await ledger.holds.settle(
         hold,
         now=clock(),
         credits_used=0,
@@ -494,16 +494,16 @@ async def test_sweeper_guard_and_heartbeat(ledger: Ledgers, clock: Clock) -> Non
         only_if_expired=True,
     )
     assert early.status is ScriptStatus.NOT_EXPIRED
-    assert (await ledger.money.extend(hold, clock() + 600)).status is ScriptStatus.OK
+    assert (await ledger.holds.extend(hold, clock() + 600)).status is ScriptStatus.OK
     assert await ledger.redis.zscore(ledger.layout.reservations(ident.shard), "r1") == int(
         clock() + 600
     )
     clock.advance(120)
-    assert await Sweeper(ledger.money, interval_s=1).expired_holds(clock()) == []
+    assert await Sweeper(ledger.holds, interval_s=1).expired_holds(clock()) == []
     clock.advance(600)
-    (expired,) = await Sweeper(ledger.money, interval_s=1).expired_holds(clock())
+    (expired,) = await Sweeper(ledger.holds, interval_s=1).expired_holds(clock())
     assert (expired.rid, expired.pid, expired.kid, expired.amount) == ("r1", "acct_A", "k1", 50)
-    swept = await ledger.money.settle(
+    swept = await ledger.holds.settle(
         expired,
         now=clock(),
         credits_used=0,
@@ -513,7 +513,7 @@ async def test_sweeper_guard_and_heartbeat(ledger: Ledgers, clock: Clock) -> Non
         only_if_expired=True,
     )
     assert (swept.status, swept.balance) == (ScriptStatus.OK, 100)
-    assert (await ledger.money.extend(hold, clock() + 600)).status is ScriptStatus.NOT_FOUND
+    assert (await ledger.holds.extend(hold, clock() + 600)).status is ScriptStatus.NOT_FOUND
 
 
 # -- grants and balances --------------------------------------------------------------------
@@ -662,7 +662,7 @@ async def test_an_update_sets_name_and_cap_at_once_and_never_the_status(
     with pytest.raises(ApiError) as capped:  # held only: r1 may still use less than 50
         await reserve(ledger, ident, "r2", clock(), max_out=1)
     assert capped.value.kind is ErrorKind.DAILY_CAP_HELD
-    await ledger.money.settle(
+    await ledger.holds.settle(
         r1, now=clock(), credits_used=60, completion_tokens=60, outcome="completed"
     )
     with pytest.raises(ApiError) as capped:  # settled past it
@@ -714,7 +714,7 @@ async def test_scripts_survive_script_flush(
     await real_redis.script_flush()
     hold = await reserve(ledger, ident, "r1", clock())
     await real_redis.script_flush()
-    done = await ledger.money.settle(
+    done = await ledger.holds.settle(
         hold,
         now=clock(),
         credits_used=4,
@@ -777,7 +777,7 @@ async def test_settle_lapses_held_earned_credits_of_an_expired_pool(
 ) -> None:
     ident, hold = await _held(ledger, clock, earned=60, purchased=100, amount=100)
     clock.advance(30 * DAY)
-    await ledger.money.settle(
+    await ledger.holds.settle(
         hold,
         now=clock(),
         credits_used=20,
@@ -801,7 +801,7 @@ async def test_settle_lapses_held_earned_credits_of_a_pool_zeroed_meanwhile(
     first = await reserve(ledger, ident, "r1", clock(), max_out=50)  # 50 earned held
     clock.advance(30 * DAY)
     await reserve(ledger, ident, "r2", clock(), max_out=5)  # zeroes the 10 left
-    await ledger.money.settle(
+    await ledger.holds.settle(
         first, now=clock(), credits_used=0, prompt_tokens=0, completion_tokens=0, outcome="released"
     )
     assert await _expiries(ledger, "acct_A") == [("acct_A", 10), ("acct_A", 50)]

@@ -92,7 +92,7 @@ async def _reserve(ledger: Ledgers, m: Model, op: tuple, n: int) -> None:  # typ
 
     available = m.earned + m.purchased
     cap_left = None if cap is None else max(0, cap - m.cap_used.get((kid, day), 0))
-    hold = await ledger.money.reserve(
+    hold = await ledger.holds.reserve(
         ident,
         rid=f"r{n}",
         now=m.now,
@@ -173,7 +173,7 @@ async def _settle(
     tokens: Tokens = NO_TOKENS,
 ) -> None:
     hold, fe, fp, env = m.holds[rid]
-    settle = ledger.money.settle(
+    settle = ledger.holds.settle(
         hold,
         now=m.now,
         rates=rates,

@@ -26,12 +26,12 @@ async def test_expired_reservations_are_refunded_exactly_once_by_racing_sweepers
         ident = await key(ledger, pid, f"kid{i:09d}")
         holds.append(await reserve(ledger, ident, f"r{i}", clock(), deadline=clock() + 60))
     alive = holds[0]
-    sweepers = [Sweeper(ledger.money, interval_s=1, clock=clock) for _ in range(3)]
+    sweepers = [Sweeper(ledger.holds, interval_s=1, clock=clock) for _ in range(3)]
 
     assert await sweepers[0].sweep_once() == 0  # nothing is past its deadline yet
     clock.advance(30)
     assert (
-        await ledger.money.extend(alive, clock() + 60)
+        await ledger.holds.extend(alive, clock() + 60)
     ).status is ScriptStatus.OK  # a live stream's heartbeat
     clock.advance(31)
     counts = await asyncio.gather(*(s.sweep_once() for s in sweepers))
@@ -52,11 +52,11 @@ async def test_a_settled_reservation_is_never_swept(ledger: Ledgers, clock: Cloc
     await account(ledger, "acct_A", purchased=100)
     ident = await key(ledger, "acct_A", "kidA00000000")
     hold = await reserve(ledger, ident, "r1", clock(), deadline=clock() + 10)
-    await ledger.money.settle(
+    await ledger.holds.settle(
         hold, now=clock(), credits_used=4, prompt_tokens=1, completion_tokens=4, outcome="completed"
     )
     clock.advance(11)
-    assert await Sweeper(ledger.money, interval_s=1, clock=clock).sweep_once() == 0
+    assert await Sweeper(ledger.holds, interval_s=1, clock=clock).sweep_once() == 0
     assert await pools(ledger, "acct_A") == (0, 96)
 
 
@@ -71,7 +71,7 @@ async def test_ids_whose_hash_was_lost_do_not_hide_the_expired_behind_them(
     index = ledger.layout.reservations(hold.shard)
     await ledger.redis.zadd(index, {f"r-lost-{n}": clock() + 10 for n in range(3)})
     clock.advance(30)
-    sweeper = Sweeper(ledger.money, interval_s=1, clock=clock)
+    sweeper = Sweeper(ledger.holds, interval_s=1, clock=clock)
     assert await sweeper._expired(clock(), limit=3) == []  # a page of lost ids only
     assert await ledger.redis.zrange(index, 0, -1) == [b"r-real"]
     assert await sweeper.sweep_once() == 1
@@ -109,7 +109,7 @@ async def test_swept_holds_are_counted_as_refunded_credits(ledger: Ledgers, cloc
         abandoned = await reserve(ledger, ident, f"dead-{environment}", clock(), max_out=7)
         for hold in (completed, abandoned):
             METRICS.reserved(environment, ALIAS, hold.amount)  # as the chat route records it
-        settled = await ledger.money.settle(
+        settled = await ledger.holds.settle(
             completed,
             now=clock(),
             credits_used=4,
@@ -123,7 +123,7 @@ async def test_swept_holds_are_counted_as_refunded_credits(ledger: Ledgers, cloc
         swept.append(abandoned.amount)
     clock.advance(61)  # past the deadlines: the abandoned holds' workers are gone
 
-    assert await Sweeper(ledger.money, interval_s=1, clock=clock).sweep_once() == 2
+    assert await Sweeper(ledger.holds, interval_s=1, clock=clock).sweep_once() == 2
 
     after = await _credit_totals()
     moved = {
@@ -151,8 +151,8 @@ async def test_open_reservations_are_counted_with_those_the_sweeper_is_owed(
         await account(ledger, pid, purchased=100)
         ident = await key(ledger, pid, f"kid{i:09d}")
         await reserve(ledger, ident, f"r{i}", clock(), deadline=clock() + 10 * (i + 1))
-    counted = await ledger.money.open_reservations(clock())
+    counted = await ledger.holds.open_reservations(clock())
     assert counted.open == 4
     assert counted.past_deadline == 0
     clock.advance(25)  # two deadlines passed: 10 and 20 seconds on
-    assert tuple(await ledger.money.open_reservations(clock())) == (4, 2)
+    assert tuple(await ledger.holds.open_reservations(clock())) == (4, 2)

@@ -22,7 +22,7 @@ async def _notices(ledger: Ledgers, shard: int) -> list[object]:
 
 async def _spend(ledger: Ledgers, ident: object, rid: str, clock: Clock, used: int) -> int:
     hold = await reserve(ledger, ident, rid, clock(), max_out=used)  # type: ignore[arg-type]
-    settled = await ledger.money.settle(
+    settled = await ledger.holds.settle(
         hold,
         now=clock(),
         credits_used=used,

@@ -28,15 +28,15 @@ BODIES = {
 
 def _recording_reserve(svc: Svc, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     """The output bounds of each reserve the completions make."""
-    money = svc.services.completions.money
-    reserve = money.reserve
+    holds = svc.services.completions.holds
+    reserve = holds.reserve
     seen: list[dict[str, Any]] = []
 
     async def recorded(*args: Any, **kwargs: Any) -> Any:
         seen.append({"max_out": kwargs["max_out"], "min_out": kwargs["min_out"]})
         return await reserve(*args, **kwargs)
 
-    monkeypatch.setattr(money, "reserve", recorded)
+    monkeypatch.setattr(holds, "reserve", recorded)
     return seen
 
 

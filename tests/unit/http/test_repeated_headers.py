@@ -51,7 +51,7 @@ async def served(clock: Clock) -> AsyncIterator[tuple[Ledgers, Identity, Service
     await account(ledger, "acct_R", purchased=10_000)
     ident = await key(ledger, "acct_R", "kidR00000000")
     service = CompletionService(
-        ledger.money, UpstreamRouter({}, SimulatedProvider()), deadline_s=900, clock=clock
+        ledger.holds, UpstreamRouter({}, SimulatedProvider()), deadline_s=900, clock=clock
     )
     yield ledger, ident, stream_services(service, ident, default_catalog().aliases)
     await redis_client.aclose()

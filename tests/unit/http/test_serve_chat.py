@@ -61,7 +61,7 @@ async def chat(clock: Clock, request: pytest.FixtureRequest) -> AsyncIterator[Ch
     ident = await key(ledger, "acct_S", "kidS00000000")
     upstream = SimulatedProvider(delay_ms=getattr(request, "param", 0))
     service = CompletionService(
-        ledger.money, UpstreamRouter({}, upstream), deadline_s=900, clock=clock
+        ledger.holds, UpstreamRouter({}, upstream), deadline_s=900, clock=clock
     )
     yield Chat(ledger, ident, stream_services(service, ident, default_catalog().aliases))
     await redis_client.aclose()
@@ -106,7 +106,7 @@ async def test_a_settlement_redis_times_out_ends_the_stream_with_an_error_and_is
     async def settle_timing_out(*_args: Any, **_kwargs: Any) -> Any:
         raise redis.exceptions.TimeoutError("Timeout reading from socket")
 
-    monkeypatch.setattr(chat.ledger.money, "settle", settle_timing_out)
+    monkeypatch.setattr(chat.ledger.holds, "settle", settle_timing_out)
     protocol = FakeProtocol([BODY])  # the client stays connected
     (line,) = await _serve_logged(chat, protocol, caplog, "req_settle")
     _ends_unsettled(protocol)
@@ -119,7 +119,7 @@ async def test_a_settlement_redis_times_out_ends_the_stream_with_an_error_and_is
     monkeypatch.undo()
     assert await chat.total(clock) < CREDITS
     clock.advance(901)
-    assert await Sweeper(chat.ledger.money, interval_s=1, clock=clock).sweep_once() == 1
+    assert await Sweeper(chat.ledger.holds, interval_s=1, clock=clock).sweep_once() == 1
     assert await chat.total(clock) == CREDITS
 
 
@@ -137,8 +137,8 @@ async def test_a_heartbeat_redis_fails_ends_the_stream_unsettled_and_is_swept(
         settles.append(args)
         raise AssertionError("no settlement is tried once the hold could not be kept")
 
-    monkeypatch.setattr(chat.ledger.money, "extend", extend_failing)
-    monkeypatch.setattr(chat.ledger.money, "settle", settle_counted)
+    monkeypatch.setattr(chat.ledger.holds, "extend", extend_failing)
+    monkeypatch.setattr(chat.ledger.holds, "settle", settle_counted)
     protocol = FakeProtocol([BODY])
     (line,) = await _serve_logged(chat, protocol, caplog, "req_beat")
     _ends_unsettled(protocol)
@@ -147,7 +147,7 @@ async def test_a_heartbeat_redis_fails_ends_the_stream_unsettled_and_is_swept(
     assert any('"content"' in event for event in _events(list(protocol.stream.chunks)))
     monkeypatch.undo()
     clock.advance(901)
-    assert await Sweeper(chat.ledger.money, interval_s=1, clock=clock).sweep_once() == 1
+    assert await Sweeper(chat.ledger.holds, interval_s=1, clock=clock).sweep_once() == 1
     assert await chat.total(clock) == CREDITS
 
 

@@ -55,7 +55,7 @@ async def _serve(
 ) -> tuple[int, bytes]:
     ident = await key(ledger, "acct_N", "kidN00000000")
     service = CompletionService(
-        ledger.money, UpstreamRouter({}, SimulatedProvider()), deadline_s=900, clock=clock
+        ledger.holds, UpstreamRouter({}, SimulatedProvider()), deadline_s=900, clock=clock
     )
     services = stream_services(
         service, ident, default_catalog().aliases, non_streaming=non_streaming

@@ -83,7 +83,6 @@ async def test_money_in_waits_for_the_replica(client: Redis, pipelined: bool) ->
         Scripts(client, calls, min_replicas=1, wait_ms=1000),
         LAYOUT,
         cap_ttl_s=86_400,
-        usage_ttl_s=86_400,
     )
     await _open(money, "p1")
     acked, short = _waits("acked"), _waits("short")
@@ -99,7 +98,6 @@ async def test_too_few_replicas_is_counted_after_the_wait(client: Redis) -> None
         Scripts(client, None, min_replicas=2, wait_ms=200),
         LAYOUT,
         cap_ttl_s=86_400,
-        usage_ttl_s=86_400,
     )
     await _open(money, "p2")
     short = _waits("short")
@@ -117,7 +115,6 @@ async def test_a_burst_on_the_pipelined_connection_shares_its_waits(client: Redi
         Scripts(client, calls, min_replicas=1, wait_ms=1000),
         LAYOUT,
         cap_ttl_s=86_400,
-        usage_ttl_s=86_400,
     )
     for n in range(50):
         await _open(money, f"b{n}")
@@ -137,7 +134,6 @@ async def test_other_scripts_do_not_wait(client: Redis) -> None:
         Scripts(client, None, min_replicas=1, wait_ms=1000),
         LAYOUT,
         cap_ttl_s=86_400,
-        usage_ttl_s=86_400,
     )
     await _open(money, "p3")
     before = await _waits_sent(client)

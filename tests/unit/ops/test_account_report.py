@@ -33,7 +33,7 @@ async def test_the_report_shows_pools_keys_caps_reservations_and_usage(
     shard = ledger.layout.shard(pid)
     ident = Identity(pid, capped.id.removeprefix("key_"), "live", shard)
     done = await reserve(ledger, ident, "r1", clock())
-    await ledger.money.settle(
+    await ledger.holds.settle(
         done, now=clock(), credits_used=4, prompt_tokens=2, completion_tokens=4, outcome="completed"
     )
     open_hold = await reserve(ledger, ident, "r2", clock(), deadline=clock() + 60)

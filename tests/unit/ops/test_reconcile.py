@@ -100,7 +100,7 @@ async def _request(
     ``explicit``: the client chose max_out (held in full, never lowered)."""
     auth = Authenticator(w.ledger.keys, w.ledger.throttle, w.store, PEPPER, clock=w.clock)
     ident = await auth.identify(f"Bearer {w.secrets[name]}")
-    hold = await w.ledger.money.reserve(
+    hold = await w.ledger.holds.reserve(
         ident,
         rid=rid,
         now=w.clock(),
@@ -120,7 +120,7 @@ async def _request(
     if used is None:
         w.open_holds.append(hold)
     else:
-        await w.ledger.money.settle(
+        await w.ledger.holds.settle(
             hold,
             now=w.clock(),
             credits_used=used,
@@ -163,7 +163,7 @@ async def mixed_load(w: World) -> None:
     await _request(w, "a-test", "r6", None, api=API_RESPONSES)
     w.clock.advance(3 * DAY)  # every earned pool is past its expiry now
     await _request(w, "c-live", "r7", 3)  # reserve expires c's pool
-    await w.ledger.money.settle(  # settle lapses what a's hold kept of the expired pool
+    await w.ledger.holds.settle(  # settle lapses what a's hold kept of the expired pool
         held_across_expiry,
         now=w.clock(),
         credits_used=5,

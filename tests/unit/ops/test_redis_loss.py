@@ -325,7 +325,7 @@ async def _spend(
     loss: Loss, ident: Identity, rid: str, credits: int, *, completion_tokens: int
 ) -> None:
     """One request of ``ident`` reserved and settled at ``credits``."""
-    hold = await loss.ledger.money.reserve(
+    hold = await loss.ledger.holds.reserve(
         ident,
         rid=rid,
         now=loss.clock(),
@@ -339,7 +339,7 @@ async def _spend(
         models="svc-fast",
     )
     assert isinstance(hold, Hold), hold
-    await loss.ledger.money.settle(
+    await loss.ledger.holds.settle(
         hold,
         now=loss.clock(),
         credits_used=credits,

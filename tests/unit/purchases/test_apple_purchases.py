@@ -183,7 +183,7 @@ async def test_a_refund_after_spending_is_debt_reversed_and_refunded_again(
     _, signed = _tx(token)
     await apple_shop.send(pid, signed)
     hold = await reserve(shop.ledgers, ident, "rsv1", shop.clock(), max_out=700)
-    await shop.ledgers.money.settle(
+    await shop.ledgers.holds.settle(
         hold, now=shop.clock(), credits_used=700, completion_tokens=700, outcome="completed"
     )
     refund = apple.notification(CA, "REFUND", signed)
@@ -256,7 +256,7 @@ async def test_a_consumption_request_sends_the_spent_share(
     tx_id, signed = _tx(token, product_id="credits.large")
     await apple_shop.send(pid, signed)
     hold = await reserve(shop.ledgers, ident, "rsv1", shop.clock(), max_out=1250)
-    await shop.ledgers.money.settle(
+    await shop.ledgers.holds.settle(
         hold, now=shop.clock(), credits_used=1250, completion_tokens=1000, outcome="completed"
     )
     asked = apple.notification(CA, "CONSUMPTION_REQUEST", signed, consumptionRequestReason="OTHER")

@@ -299,7 +299,7 @@ async def test_voided_after_spending_is_debt(seller: Play) -> None:
     seller.sell("tok-void", token, "GPA.0012")
     await seller.claim(pid, "tok-void")
     hold = await reserve(shop.ledgers, ident, "rsv1", shop.clock(), max_out=600)
-    await shop.ledgers.money.settle(
+    await shop.ledgers.holds.settle(
         hold, now=shop.clock(), credits_used=600, completion_tokens=600, outcome="completed"
     )
     assert await seller.notify(_voided("GPA.0012", product_type=1)) == ("ignored", "ignored")

@@ -128,7 +128,7 @@ async def test_a_refund_of_spent_credits_is_debt_and_the_next_purchase_pays_it(
     ident = await key(shop.ledgers, pid, "k1")
     await shop.send(_paid(pid))
     hold = await reserve(shop.ledgers, ident, "rsv1", shop.clock(), max_out=700)
-    await shop.ledgers.money.settle(
+    await shop.ledgers.holds.settle(
         hold, now=shop.clock(), credits_used=700, completion_tokens=700, outcome="completed"
     )
     await shop.send(stripe.charge_refunded(amount=1000, amount_refunded=1000))

@@ -32,7 +32,7 @@ async def _traffic(ledger: Ledgers, clock: Clock, accounts: int, each: int) -> i
         for i in range(each):
             hold = await reserve(ledger, ident, f"r{a}-{i}", clock())
             used = 1 + i % 3
-            settled = await ledger.money.settle(
+            settled = await ledger.holds.settle(
                 hold,
                 now=clock(),
                 credits_used=used,
@@ -173,7 +173,7 @@ async def test_activity_rows_tell_what_settle_was_told_and_old_days_are_pruned(
         ]
     ):
         hold = await reserve(ledger, ident, f"r{n}", clock())
-        await ledger.money.settle(
+        await ledger.holds.settle(
             hold,
             now=clock(),
             credits_used=4,
@@ -278,7 +278,7 @@ async def _traffic_more(ledger: Ledgers, clock: Clock, rid: str = "more") -> Non
     for a in (0, 1):
         ident = await key(ledger, f"acct_F{a}", f"kidF{a:08d}")
         hold = await reserve(ledger, ident, f"{rid}-{a}", clock())
-        await ledger.money.settle(
+        await ledger.holds.settle(
             hold,
             now=clock(),
             credits_used=1,

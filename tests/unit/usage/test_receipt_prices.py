@@ -133,7 +133,7 @@ async def test_a_receipt_names_its_prices_from_the_stream_and_from_the_store(
         served = msgspec.structs.replace(
             SERVED, response_id=f"chatcmpl-svc-pr{n}", created=int(clock()), prices=prices
         )
-        done = await ledger.money.settle(
+        done = await ledger.holds.settle(
             hold,
             now=clock(),
             rates=RATES,
@@ -146,7 +146,7 @@ async def test_a_receipt_names_its_prices_from_the_stream_and_from_the_store(
     assert settled == [8, 8]
     swept = await reserve(ledger, ident, "rsv_PRswept", clock(), deadline=clock() + 5)
     clock.advance(10)
-    await ledger.money.settle(
+    await ledger.holds.settle(
         swept, now=clock(), credits_used=0, outcome="swept", only_if_expired=True
     )
     ids = ("chatcmpl-svc-pr0", "chatcmpl-svc-pr1", "rsv_PRswept")

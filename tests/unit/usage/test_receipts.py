@@ -53,7 +53,7 @@ async def _settled(
             usage_source="upstream",
         )
     hold = await reserve(ledger, ident, f"rsv_R{n:06d}", clock())
-    await ledger.money.settle(
+    await ledger.holds.settle(
         hold,
         now=clock(),
         credits_used=used,
@@ -130,7 +130,7 @@ async def test_a_receipt_keeps_the_cached_cache_write_and_reasoning_tokens(
         duration_ms=9,
         usage_source="upstream",
     )
-    done = await ledger.money.settle(
+    done = await ledger.holds.settle(
         hold,
         now=clock(),
         rates=price(20, 60, cache_write=25).rates,
@@ -218,7 +218,7 @@ async def test_a_swept_request_is_found_by_its_reservation_and_a_served_one_is_n
     served = await _settled(ledger, ident, clock, 1)
     hold = await reserve(ledger, ident, "rsv_Swept0000001", clock(), deadline=clock() + 5)
     clock.advance(10)  # its worker died: the sweeper refunds it past its deadline
-    settled = await ledger.money.settle(
+    settled = await ledger.holds.settle(
         hold,
         now=clock(),
         credits_used=0,

@@ -135,7 +135,7 @@ async def test_the_flusher_writes_a_settled_request_s_failovers(
     ident = await key(ledger, "acct_FS", "kidFS0000000")
     for n, failovers in enumerate((3, 0)):
         hold = await reserve(ledger, ident, f"rsv_FS{n}", clock())
-        await ledger.money.settle(
+        await ledger.holds.settle(
             hold,
             now=clock(),
             credits_used=2,
@@ -147,7 +147,7 @@ async def test_the_flusher_writes_a_settled_request_s_failovers(
         )
     swept = await reserve(ledger, ident, "rsv_FSswept", clock(), deadline=clock() + 5)
     clock.advance(10)
-    await ledger.money.settle(
+    await ledger.holds.settle(
         swept,
         now=clock(),
         credits_used=0,
