@@ -6,7 +6,8 @@ issue 37); they are imported where they are used. Litestar's plugins for pydanti
 routes are msgspec's. Nor cryptography's primitives (about 8 MB: the Idempotency-Key's seal,
 the spotlights' intents and AdMob's keys, Apple's certificates, issue 53): the first request
 that needs them imports them (redis-py imports the package's top alone, to see it is
-there)."""
+there). Nor OpenTelemetry's metrics SDK with psutil (2.6 MB), which redis-py imports for a
+feature svc never turns on: a worker imports redis-py with it hidden (app.kv.redis_import)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ UNUSED = (
     "attrs",
     "cryptography.hazmat",
     "cryptography.x509",
+    "opentelemetry.sdk.metrics",
+    "psutil",
 )
 
 
@@ -107,3 +110,14 @@ def test_apples_library_is_loaded_only_by_a_server_that_sells_in_the_app_store(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[-2:] == ["None", "False"]
+
+
+def test_the_metrics_sdk_is_hidden_from_redis_alone(tmp_path: Path) -> None:
+    """What a worker imports after redis-py (svc's traces) still finds the SDK installed."""
+    code = (
+        "import app.rsgi\n"
+        "import redis.observability.providers as providers\n"
+        "assert not providers.OTEL_AVAILABLE\n"
+        "import opentelemetry.sdk.metrics\n"
+    )
+    assert "opentelemetry.sdk.metrics" in _loaded_after(code, tmp_path)
