@@ -5,6 +5,9 @@ Reads resolved settings from the environment (``svc serve`` exports them; a cont
 sets ``SVC_REDIS_URL``, ``SVC_DATABASE_URL``, ``SVC_KEY_PEPPER``, ``SVC_ADMIN_TOKEN``).
 """
 
+from app.kv import redis_import  # noqa: F401  # first: redis-py without OpenTelemetry's metrics
+
+# isort: split
 from app.core.logs import configure_logging
 from app.core.metrics import share_across_workers
 from app.core.settings import Settings

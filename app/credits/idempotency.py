@@ -20,10 +20,7 @@ import hashlib
 import hmac
 import logging
 import os
-from typing import NamedTuple
-
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from typing import TYPE_CHECKING, NamedTuple
 
 from app.core.clock import DAY_S
 from app.core.errors import invalid_value
@@ -31,6 +28,9 @@ from app.credits.outcomes import Refusal, ScriptStatus
 from app.credits.script_args import ScriptArgs
 from app.credits.scripts import Scripts
 from app.kv.layout import KeySpace
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 log = logging.getLogger("svc.idempotency")
 
@@ -65,8 +65,12 @@ class AnswerSeal:
     __slots__ = ("_cipher",)
 
     def __init__(self, pepper: bytes, pid: str, key: str) -> None:
+        # imported by the first request with an Idempotency-Key, not by every worker at
+        # start: cryptography costs about 7 MB of RSS per worker (bench/CHANGELOG.md, issue 53)
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         material = hmac.new(pepper, f"idempotency\0{pid}\0{key}".encode(), hashlib.sha256)
-        self._cipher = AESGCM(material.digest())
+        self._cipher: AESGCM = AESGCM(material.digest())
 
     def seal(self, answer: bytes) -> bytes:
         nonce = os.urandom(12)
@@ -85,6 +89,8 @@ class AnswerSeal:
     def open_stream_or_none(self, recorded: bytes) -> bytes | None:
         """``open_stream``, or None for a record that does not open (changed, or sealed
         under another pepper): a replay is then answered as if none had been kept."""
+        from cryptography.exceptions import InvalidTag  # loaded by __init__'s import
+
         try:
             return self.open_stream(recorded)
         except (InvalidTag, ValueError):

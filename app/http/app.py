@@ -11,6 +11,8 @@ from contextlib import asynccontextmanager
 
 from litestar import Litestar
 from litestar.datastructures import ResponseHeader
+from litestar.plugins import PluginProtocol
+from litestar.plugins.core import MsgspecDIPlugin
 
 from app.completion.lifecycle import GracePeriod
 from app.completion.settlement import drain_background
@@ -31,6 +33,18 @@ from app.http.purchases_google import GooglePurchasesController
 from app.http.spotlights import SpotlightController
 from app.kv.client import REDIS_ERRORS
 from app.runtime import open_services
+
+
+class _App(Litestar):
+    """Litestar without the plugins it adds for pydantic and attrs when they are installed:
+    svc's routes take and give msgspec Structs only. pydantic's plugin costs about 8 MB of
+    RSS per worker (pydantic and pydantic-core imported, bench/CHANGELOG.md, issue 53) where
+    a test client installed it, attrs' about 1 MB (cattrs, Apple's library, installs it)."""
+
+    @staticmethod
+    def _get_default_plugins(plugins: list[PluginProtocol]) -> list[PluginProtocol]:
+        plugins.append(MsgspecDIPlugin())
+        return plugins
 
 
 def create_app(settings: Settings) -> Litestar:
@@ -65,7 +79,7 @@ def create_app(settings: Settings) -> Litestar:
                 await services.flusher.final_flush(settings.flush_lease_s)
             await services.close()
 
-    return Litestar(
+    return _App(
         route_handlers=[
             V1Controller,
             SpotlightController,

@@ -9,8 +9,6 @@ from pathlib import Path
 from typing import Literal
 
 import msgspec
-from cryptography import x509
-from cryptography.hazmat.primitives.serialization import Encoding
 
 from app.core.errors import SettingsError
 from app.core.settings import Settings
@@ -81,6 +79,11 @@ def root_certificates(paths: str) -> tuple[bytes, ...]:
 
 
 def _certificates(data: bytes, name: str) -> tuple[bytes, ...]:
+    # imported here, by a server that sells in the App Store: cryptography costs about
+    # 7 MB of RSS per worker (bench/CHANGELOG.md, issue 53)
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+
     try:
         if b"-----BEGIN CERTIFICATE-----" in data:
             certs = x509.load_pem_x509_certificates(data)

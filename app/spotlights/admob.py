@@ -16,15 +16,9 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from typing import TYPE_CHECKING
 
 import msgspec
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric.ec import (
-    ECDSA,
-    SECP256R1,
-    EllipticCurvePublicKey,
-)
 
 from app.core.errors import (
     AdMobRejected,
@@ -43,6 +37,9 @@ from app.spotlights.callbacks import (
     signature_refused,
 )
 from app.spotlights.rewards import CallbackAnswer, VerifiedRewards
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePublicKey
 
 NETWORK = "admob"
 MAX_FUTURE_MS = 300_000  # a callback's timestamp may run this far ahead of svc's clock
@@ -161,6 +158,13 @@ def parse_callback(raw_query: bytes) -> AdMobCallback:
 def verify(callback: AdMobCallback, key: EllipticCurvePublicKey) -> bool:
     """Whether ``key`` signed the callback's message (ECDSA P-256, SHA-256, DER); a bad or
     malformed signature is False, never an exception."""
+    # imported by a worker's first callback (reading the keys imported them), not by every
+    # worker at start: cryptography costs about 7 MB of RSS per worker (bench/CHANGELOG.md,
+    # issue 53)
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric.ec import ECDSA, SECP256R1
+
     if not isinstance(key.curve, SECP256R1):
         return False
     try:

@@ -25,10 +25,6 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import msgspec
-from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives.asymmetric.ec import SECP256R1, EllipticCurvePublicKey
-from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
-from cryptography.hazmat.primitives.serialization import load_der_public_key, load_pem_public_key
 
 from app import __version__
 from app.core.errors import ConfigError, KeysUnavailable
@@ -40,14 +36,16 @@ from app.upstream.outbound import OutboundClients
 
 if TYPE_CHECKING:
     import httpx
+    from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePublicKey
+    from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
+
+    KeySet = dict[int, EllipticCurvePublicKey]
 
 log = logging.getLogger("svc.spotlights")
 
 KEYS_TTL_S = 24 * 3600  # the longest the keys are trusted without asking Google again
 MAX_KEYS_BYTES = 1_048_576  # Google's file is a few hundred bytes
 USER_AGENT = f"svc-spotlights/{__version__}"
-
-KeySet = dict[int, EllipticCurvePublicKey]
 
 
 class _KeyEntry(msgspec.Struct):
@@ -61,6 +59,11 @@ class _KeyFile(msgspec.Struct):
 
 
 def _public_key(entry: _KeyEntry) -> PublicKeyTypes:
+    from cryptography.hazmat.primitives.serialization import (
+        load_der_public_key,
+        load_pem_public_key,
+    )
+
     if entry.der:
         return load_der_public_key(base64.b64decode(entry.der, validate=True))
     return load_pem_public_key(entry.pem.encode())
@@ -70,6 +73,11 @@ def parse_keys(raw: bytes) -> KeySet:
     """The P-256 keys of a verifier-keys JSON by key id; an entry that is not one is
     skipped with a warning. Raises ``KeysUnavailable`` when the JSON is broken or holds no
     usable key."""
+    # imported by the first keys read (a worker's first AdMob callback), not by every worker
+    # at start: cryptography costs about 7 MB of RSS per worker (bench/CHANGELOG.md, issue 53)
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives.asymmetric.ec import SECP256R1, EllipticCurvePublicKey
+
     try:
         entries = msgspec.json.decode(raw, type=_KeyFile).keys
     except msgspec.DecodeError as exc:

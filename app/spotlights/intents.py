@@ -15,11 +15,9 @@ import base64
 import binascii
 import os
 import secrets
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from app.core.errors import ApiError, ErrorKind
 from app.core.pepper import derive_key
@@ -28,6 +26,9 @@ INTENT_TTL_S = 3600
 TOKEN_PREFIX = "spi_"
 MAX_TOKEN_CHARS = 512
 _AAD = b"svc spotlight intent v1"
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 
 class Intent(NamedTuple):
@@ -56,15 +57,25 @@ def invalid_intent(reason: str) -> ApiError:
 class Intents:
     """Makes and opens intent tokens."""
 
-    __slots__ = ("_cipher",)
+    __slots__ = ("_cipher", "_key")
 
     def __init__(self, pepper: bytes) -> None:
-        self._cipher = AESGCM(derive_key(pepper, "spotlight-intent"))
+        self._key = derive_key(pepper, "spotlight-intent")
+        self._cipher: AESGCM | None = None
+
+    def _sealer(self) -> AESGCM:
+        """The cipher, made by the first intent issued or opened, not by every worker at
+        start: cryptography costs about 7 MB of RSS per worker (bench/CHANGELOG.md, issue 53)."""
+        if self._cipher is None:
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+            self._cipher = AESGCM(self._key)
+        return self._cipher
 
     def issue(self, pid: str, now: float) -> IntentIssued:
         intent = Intent(pid, secrets.token_hex(16), int(now) + INTENT_TTL_S)
         nonce = os.urandom(12)
-        sealed = self._cipher.encrypt(nonce, msgspec.json.encode(intent), _AAD)
+        sealed = self._sealer().encrypt(nonce, msgspec.json.encode(intent), _AAD)
         token = TOKEN_PREFIX + base64.urlsafe_b64encode(nonce + sealed).decode().rstrip("=")
         return IntentIssued(object="spotlight.intent", token=token, expires_at=intent.expires_at)
 
@@ -74,9 +85,12 @@ class Intents:
         if not token.startswith(TOKEN_PREFIX) or len(token) > MAX_TOKEN_CHARS:
             raise invalid_intent("is not one svc issued")
         text = token[len(TOKEN_PREFIX) :]
+        cipher = self._sealer()
+        from cryptography.exceptions import InvalidTag  # loaded by _sealer's import
+
         try:
             raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-            opened = self._cipher.decrypt(raw[:12], raw[12:], _AAD)
+            opened = cipher.decrypt(raw[:12], raw[12:], _AAD)
             intent = Intent(*msgspec.json.decode(opened, type=tuple[str, str, int]))
         except (binascii.Error, ValueError, InvalidTag, msgspec.DecodeError):
             raise invalid_intent("is not one svc issued") from None

@@ -78,6 +78,9 @@ class StreamingProvider:
         except _Failure as exc:
             outcome = _failure_outcome(exc, 0)
             raise UpstreamError(f"connect failed: {type(exc).__name__}", outcome=outcome) from exc
+        # sent: not held by this frame through the stream (the request's bytes twice over, its
+        # body's size each: a long conversation's tens of KB per open stream)
+        del request, ex
         idle: IdleTimeout | None = None
         clean = False
         try:
