@@ -14,7 +14,6 @@ presented, the body read and parsed, the completion opened and relayed to the so
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -93,8 +92,10 @@ class StreamExchange(Protocol):
         exchange keeps none)."""
         ...
 
-    async def client_disconnect(self) -> None:
-        """Return once the client has gone."""
+    def watch_disconnect(self, left: Callable[[], object]) -> Callable[[], object]:
+        """Call ``left`` once the client has gone, from the event loop, never before the
+        caller's next suspension; returns what stops the watch. No task of its own: the
+        server's own future is watched where it has one (granian's)."""
         ...
 
 
@@ -221,11 +222,6 @@ def _send_replay(exchange: StreamExchange, body: bytes, rid: str) -> None:
     exchange.answer(200, headers, body)
 
 
-async def _watch_disconnect(exchange: StreamExchange, completion: Completion) -> None:
-    await exchange.client_disconnect()
-    completion.client_left()  # not a cancellation: the relay may still read the usage report
-
-
 async def serve_stream(
     api: Dialect, services: Services, exchange: StreamExchange, rid: str
 ) -> None:
@@ -276,12 +272,15 @@ async def _serve(
     headers = [*SSE_HEADERS, ("x-request-id", rid), *completion.params.headers]
     body = _Body(exchange.stream(headers), closed[0], metrics.ttfb, started)
     METRICS.open_streams.inc()
-    relay = asyncio.ensure_future(completion.relay(body.send))
-    watcher = None
+    # The relay runs in this handler's task and the client's departure is a callback, so a
+    # stream costs the server's one task (issue 53). The callback cannot come before the
+    # relay's first suspension, by which time its Relay exists (Completion.client_left).
+    # It is no cancellation: the relay may still read the usage report.
+    stop_watching = None
     if completion.stops_when_client_leaves:
-        watcher = asyncio.ensure_future(_watch_disconnect(exchange, completion))
+        stop_watching = exchange.watch_disconnect(completion.client_left)
     try:
-        await relay  # its last write ended the response
+        await completion.relay(body.send)  # its last write ended the response
     except asyncio.CancelledError:
         pass  # this handler was cancelled: the relay settles in its own shielded task
     except closed:
@@ -291,10 +290,8 @@ async def _serve(
         pass
     finally:
         body.end()
-        if watcher is not None:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+        if stop_watching is not None:
+            stop_watching()
         METRICS.open_streams.dec()
         metrics.done(time.perf_counter() - started)
     return 200, ""

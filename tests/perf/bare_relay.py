@@ -132,11 +132,6 @@ async def _relay(
     await transport.send_bytes(last)
 
 
-async def _watch_disconnect(protocol: HTTPProtocol, relay: asyncio.Future[None]) -> None:
-    await protocol.client_disconnect()
-    relay.cancel()
-
-
 class BareRelay:
     """The RSGI app: chat completions relayed; every other request a 404."""
 
@@ -177,18 +172,20 @@ class BareRelay:
             _json(protocol, 502, exc.reason)
             return
         chunks = _Chunks(ChunkEncoder(completion_ids.next(), int(time.time()), request.model))
-        relay = asyncio.ensure_future(
-            _relay(protocol.response_stream(200, SSE_HEADERS), chunks, first, pieces, self._redis)
-        )
-        watcher = asyncio.ensure_future(_watch_disconnect(protocol, relay))
+        # one task per stream, as svc's (app.http.streams): the relay runs in this one, and
+        # the client's departure cancels it from a callback on granian's disconnect future
+        task = asyncio.current_task()
+        assert task is not None
+        gone = asyncio.ensure_future(protocol.client_disconnect())
+        gone.add_done_callback(lambda done: done.cancelled() or task.cancel())
         try:
-            await relay
+            await _relay(
+                protocol.response_stream(200, SSE_HEADERS), chunks, first, pieces, self._redis
+            )
         except (asyncio.CancelledError, ProtocolClosed):
             pass  # the client went away
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            gone.cancel()
 
 
 app = BareRelay()

@@ -3,7 +3,9 @@ objects (the ``StreamExchange`` that ``app.http.streams`` serves)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from app.apis.dialect import Headers
@@ -91,5 +93,8 @@ class RSGIExchange:
         # reference, through this bound method
         return self._protocol.response_stream(200, headers).send_bytes
 
-    async def client_disconnect(self) -> None:
-        await self._protocol.client_disconnect()
+    def watch_disconnect(self, left: Callable[[], object]) -> Callable[[], object]:
+        # granian's disconnect is a future already: ensure_future hands it back as it is
+        gone = asyncio.ensure_future(self._protocol.client_disconnect())
+        gone.add_done_callback(lambda done: done.cancelled() or left())
+        return gone.cancel
