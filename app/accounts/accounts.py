@@ -25,7 +25,8 @@ from app.core.errors import (
 )
 from app.core.ids import random_id
 from app.credits.money import Money
-from app.credits.outcomes import Balance, ScriptStatus
+from app.credits.outcomes import Balance, Identity, ScriptStatus
+from app.keys.refusals import key_refusal
 from app.store import AccountQuery, AccountRecord, GrantRecord, Store
 
 log = logging.getLogger("svc.accounts")
@@ -162,6 +163,16 @@ class Accounts:
             raise service_unavailable()
         balance = done.balance or await self.money.account_balance(pid, self.clock())
         return credit_balance(balance or Balance(0, 0, 0))
+
+    async def key_balance(self, ident: Identity) -> CreditBalance:
+        """The pools of ``ident``'s account, read through its key (a use for
+        ``Authenticator.authenticated``): one script call checks the key too, and a key
+        that may not be used is refused as on every route."""
+        status, balance = await self.money.balance(ident, self.clock())
+        refusal = key_refusal(status)
+        if refusal is not None:
+            raise refusal
+        return credit_balance(balance)
 
     async def balance(self, pid: str) -> CreditBalance:
         """An account's pools, read straight from Redis."""
