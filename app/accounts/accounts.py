@@ -11,8 +11,11 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
+from msgspec import UnsetType
+
 from app.accounts import audit
 from app.accounts.answers import AccountList, CreditBalance, account_list, credit_balance
+from app.accounts.bodies import AccountUpdateRequest
 from app.accounts.external import ACCOUNT_ID_PREFIX, is_account_id
 from app.accounts.ledger import OPERATOR_SOURCE, Ledger
 from app.accounts.lookup import AccountFilter
@@ -198,6 +201,14 @@ class Accounts:
             after=after,
         )
         return account_list(await self.store.list_accounts_page(query), wanted.limit)
+
+    async def update(self, pid: str, req: AccountUpdateRequest) -> None:
+        """What an operator's ``PATCH`` of the account sets (fields left out keep theirs):
+        the external id first, so that its 409 changes nothing, then the status."""
+        if not isinstance(req.external_id, UnsetType):
+            await self.set_external_id(pid, req.external_id)
+        if not isinstance(req.status, UnsetType):
+            await self.set_status(pid, req.status)
 
     async def set_status(self, pid: str, status: str) -> AccountRecord:
         """Disable an account (every key of it refused, 403 ``account_disabled``, from the
