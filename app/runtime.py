@@ -149,7 +149,9 @@ class Services:
         self.script_calls = script_calls
         pepper = settings.key_pepper.encode()
         self.pepper = pepper  # keys' digests, and the seals of Idempotency-Key answers
-        self.idempotency_records = IdempotencyRecords(self.scripts, self.layout, pepper)
+        self.idempotency_records = IdempotencyRecords(
+            self.scripts, self.layout, pepper, max_body_bytes=settings.max_body_bytes
+        )
         self.auth_throttle = FailedAuthThrottle(
             settings.failed_auth_limit,
             settings.failed_auth_window_s,

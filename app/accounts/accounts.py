@@ -11,8 +11,11 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
+from msgspec import UnsetType
+
 from app.accounts import audit
 from app.accounts.answers import AccountList, CreditBalance, account_list, credit_balance
+from app.accounts.bodies import AccountUpdateRequest
 from app.accounts.external import ACCOUNT_ID_PREFIX, is_account_id
 from app.accounts.ledger import OPERATOR_SOURCE, Ledger
 from app.accounts.lookup import AccountFilter
@@ -25,7 +28,8 @@ from app.core.errors import (
 )
 from app.core.ids import random_id
 from app.credits.money import Money
-from app.credits.outcomes import Balance, ScriptStatus
+from app.credits.outcomes import Balance, Identity, ScriptStatus
+from app.keys.refusals import key_refusal
 from app.store import AccountQuery, AccountRecord, GrantRecord, Store
 
 log = logging.getLogger("svc.accounts")
@@ -163,6 +167,16 @@ class Accounts:
         balance = done.balance or await self.money.account_balance(pid, self.clock())
         return credit_balance(balance or Balance(0, 0, 0))
 
+    async def key_balance(self, ident: Identity) -> CreditBalance:
+        """The pools of ``ident``'s account, read through its key (a use for
+        ``Authenticator.authenticated``): one script call checks the key too, and a key
+        that may not be used is refused as on every route."""
+        status, balance = await self.money.balance(ident, self.clock())
+        refusal = key_refusal(status)
+        if refusal is not None:
+            raise refusal
+        return credit_balance(balance)
+
     async def balance(self, pid: str) -> CreditBalance:
         """An account's pools, read straight from Redis."""
         await self.require_account(pid)
@@ -187,6 +201,14 @@ class Accounts:
             after=after,
         )
         return account_list(await self.store.list_accounts_page(query), wanted.limit)
+
+    async def update(self, pid: str, req: AccountUpdateRequest) -> None:
+        """What an operator's ``PATCH`` of the account sets (fields left out keep theirs):
+        the external id first, so that its 409 changes nothing, then the status."""
+        if not isinstance(req.external_id, UnsetType):
+            await self.set_external_id(pid, req.external_id)
+        if not isinstance(req.status, UnsetType):
+            await self.set_status(pid, req.status)
 
     async def set_status(self, pid: str, status: str) -> AccountRecord:
         """Disable an account (every key of it refused, 403 ``account_disabled``, from the

@@ -5,12 +5,15 @@ streaming API is one more package and one more name in ``routes``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, NamedTuple, Protocol
+
+import msgspec
 
 from app.completion.catalog import Alias
 from app.completion.request import CompletionRequest, Identify
 from app.core.errors import ApiError
+from app.keys.auth import Authenticator, PresentedKey
 
 Headers = list[tuple[str, str]]
 
@@ -60,21 +63,51 @@ class Parse(Protocol):
 
 Operation = Callable[[], dict[str, Any]]
 """A route's operation in the OpenAPI document, as the document's dict (``app.apis.operation``
-has the pieces): granian serves the streams, so Litestar cannot generate theirs."""
+has the pieces): granian serves the streams, so Litestar cannot generate theirs, and an
+API's own error shape is more than Litestar's response specs can state."""
+
+ReadBody = Callable[[], Awaitable[bytes]]
+"""The request body, read when called: the 413 past the request-size limit, unread."""
+
+
+class Answer(Protocol):
+    """A JSON route's work once its key is presented (``Authenticator.presented``, by the
+    HTTP layer, with the key where its dialect reads it): what it answers, or the
+    ``ApiError`` saying why not. ``body`` is read when the route's checks of the key allow
+    it; ``limits``: the configured limits every request is read with (``max_messages``,
+    ``max_message_chars``, ``image_token_bound``)."""
+
+    def __call__(
+        self,
+        auth: Authenticator,
+        key: PresentedKey,
+        body: ReadBody,
+        aliases: dict[str, Alias],
+        limits: Mapping[str, int],
+    ) -> Awaitable[msgspec.Struct]: ...
+
+
+class JsonRoute(NamedTuple):
+    """A POST route a dialect's package answers in JSON beside its stream, with its key and
+    its errors' shape: its path, its work, and its operation in the OpenAPI document."""
+
+    path: str
+    answer: Answer
+    operation: Operation
 
 
 class Dialect(NamedTuple):
     """A streaming API: its path, how it reads a request body (its stream's writer comes
     with the request, ``CompletionRequest.output``), its operation in the OpenAPI document,
-    where its key is, and its errors' shape; ``beside``: the other POST routes its package
-    answers (served beside the stream, with its key and errors), each path's operation."""
+    where its key is, and its errors' shape; ``beside``: the JSON routes its package answers
+    beside the stream, with its key and errors."""
 
     path: str
     parse: Parse
     operation: Operation
     credentials: Callable[[Header], str | None] = bearer
     error_shape: ErrorShape = openai_error
-    beside: tuple[tuple[str, Operation], ...] = ()
+    beside: tuple[JsonRoute, ...] = ()
 
 
 def routes(*dialects: Dialect) -> Mapping[str, Dialect]:

@@ -15,7 +15,7 @@ from msgspec import UNSET
 
 from app.completion.catalog import AUTO, AUTO_ROUTES, FAST, Alias, route_auto
 from app.completion.output import StreamOutput
-from app.core.errors import ApiError, ErrorKind, invalid_value, stream_required
+from app.core.errors import ApiError, ErrorKind, invalid_value, model_not_allowed, stream_required
 from app.core.tokens import (
     IMAGE_TOKENS_ESTIMATE,
     audio_token_bound,
@@ -193,6 +193,21 @@ def key_may_use(alias_id: str, allowed: frozenset[str] | None, aliases: dict[str
         return True
     needed = auto_models(aliases).split() if alias_id == AUTO else [alias_id]
     return allowed.issuperset(needed)
+
+
+def usable_aliases(aliases: dict[str, Alias], allowed: frozenset[str] | None) -> list[Alias]:
+    """The enabled aliases a key that allows ``allowed`` (None: all) may use, in the
+    catalogue's order: what ``GET /v1/models`` lists and ``GET /v1/pricing`` prices."""
+    return [a for a in aliases.values() if a.enabled and key_may_use(a.id, allowed, aliases)]
+
+
+def usable_alias(aliases: dict[str, Alias], model: str, allowed: frozenset[str] | None) -> Alias:
+    """The enabled alias ``model`` (else ``enabled_alias``'s 404) when a key that allows
+    ``allowed`` may use it; else the 403 ``model_not_allowed``."""
+    alias = enabled_alias(aliases, model)
+    if not key_may_use(alias.id, allowed, aliases):
+        raise model_not_allowed(alias.id, routed=alias.id == AUTO)
+    return alias
 
 
 def check_streamed(stream: object, streamed_only: bool) -> None:

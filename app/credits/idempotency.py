@@ -10,12 +10,21 @@ operator's request never takes an account's key.
 For completions the check and the record ride in the reserve and settle scripts
 (``reserve.lua``, ``settle.lua``: their headers say how); this module names the record,
 says what identifies a request (``IdempotencyRecords.claim_for``, for the streams and the
-other routes alike), and claims and closes the records of the other routes
+other routes alike), and claims, keeps and frees the records of the other routes
 (``IdempotencyRecords``).
+
+When a JSON route's answer cannot be recorded (Redis fails as the run closes its key, or an
+answer is over the bound), what the request did stands and its answer is sent: undoing it
+(a key or webhook revoked, a grant taken back) could fail the same way, and a 503 for a
+request that did its work would leave a resource nobody knows the secret of. The key is
+freed instead, so the client is never left with a key that answers 409 for a day: at once
+when Redis answers, else when the claim lapses (``RUNNING_TTL_S``, a minute). A retry with
+that key then runs again, as one without a key would.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
@@ -27,6 +36,7 @@ from app.core.errors import invalid_value
 from app.credits.outcomes import Refusal, ScriptStatus
 from app.credits.script_args import ScriptArgs
 from app.credits.scripts import Scripts
+from app.kv.client import REDIS_ERRORS
 from app.kv.layout import KeySpace
 
 if TYPE_CHECKING:
@@ -223,12 +233,17 @@ def answer_limit(max_body_bytes: int) -> int:
 class IdempotencyRecords:
     """The Idempotency-Key records: where a request's record is and what seals it
     (``claim_for``, every route's), and, for the routes other than the streams, the record
-    claimed before a request runs and closed with its answer after."""
+    claimed before a request runs and closed with its answer after (``keep``), or freed
+    (``free``). ``max_body_bytes``: the request-size limit, which bounds the answers kept
+    (``answer_limit``)."""
 
-    def __init__(self, scripts: Scripts, layout: KeySpace, pepper: bytes) -> None:
+    def __init__(
+        self, scripts: Scripts, layout: KeySpace, pepper: bytes, *, max_body_bytes: int
+    ) -> None:
         self._run = scripts.run
         self._layout = layout
         self._pepper = pepper
+        self._answer_limit = answer_limit(max_body_bytes)
 
     def claim_for(
         self, pid: str, key: str, route: str, body: bytes, *, environment: str
@@ -267,3 +282,30 @@ class IdempotencyRecords:
                 token=token, outcome="done", status=answer.status, body=answer.body, ttl=TTL_S
             )
         await self._run("idempotency_close", [claim.record], args)
+
+    async def keep(self, claim: IdempotencyClaim, token: str, status: int, answer: bytes) -> bool:
+        """Record ``answer`` (the run ``token``'s JSON, answered with ``status``), sealed, for
+        ``claim``'s key; whether it was kept. One over ``answer_limit``, or one Redis fails
+        to record, is not: the key is freed instead (``free``; see the module docstring)."""
+        sealed = claim.seal.seal(answer)
+        if len(sealed) > self._answer_limit:
+            log.warning("idempotent answer of %d bytes not kept; its key is freed", len(sealed))
+            await self.free(claim, token)
+            return False
+        try:
+            # shielded: a client that leaves now still finds its answer when it retries
+            await asyncio.shield(self.close(claim, token, RecordedAnswer(status, sealed)))
+        except REDIS_ERRORS as exc:
+            log.warning("idempotent answer not recorded (%s); its key is freed", type(exc).__name__)
+            await self.free(claim, token)
+            return False
+        return True
+
+    async def free(self, claim: IdempotencyClaim, token: str) -> None:
+        """Free ``claim``'s key of the run ``token`` (it failed, or its answer is not kept);
+        when Redis fails here too, the claim lapses on its own (``RUNNING_TTL_S``) and the
+        request's own outcome stands."""
+        try:
+            await asyncio.shield(self.close(claim, token, None))
+        except REDIS_ERRORS as exc:
+            log.warning("idempotency key not freed (%s); its claim lapses", type(exc).__name__)

@@ -8,7 +8,6 @@ import msgspec
 from litestar import Controller, Request, Response, delete, get, patch, post
 from litestar.datastructures import ResponseHeader
 from litestar.di import Provide
-from msgspec import UnsetType
 
 from app.accounts.answers import (
     AccountList,
@@ -120,11 +119,7 @@ class AdminController(Controller):
         """Disable the account (every key refused at once, on every instance: 403
         ``account_disabled``) or enable it again; set, change or clear (null) its
         ``external_id``. Answers the account."""
-        req = account_update_request(await request.body())
-        if not isinstance(req.external_id, UnsetType):  # first: a 409 changes nothing
-            await services.accounts.set_external_id(pid, req.external_id)
-        if not isinstance(req.status, UnsetType):
-            await services.accounts.set_status(pid, req.status)
+        await services.accounts.update(pid, account_update_request(await request.body()))
         return await account_detail(
             services.accounts, services.api_keys, services.usage, pid, services.clock()
         )

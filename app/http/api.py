@@ -15,14 +15,13 @@ from app.accounts.answers import (
     ApiKeyItem,
     ApiKeyList,
     CreditBalance,
-    credit_balance,
 )
 from app.accounts.ledger_pages import LedgerList, ledger_list, parse_ledger_filter
 from app.apis.operation import API_KEY, KEY_ERRORS
-from app.completion.catalog import AUTO, Alias
+from app.completion.catalog import Alias
 from app.completion.pricing import PriceList, price_list
-from app.completion.request import enabled_alias, key_may_use
-from app.core.errors import ErrorKind, model_not_allowed
+from app.completion.request import usable_alias, usable_aliases
+from app.core.errors import ErrorKind
 from app.core.validation import decode_json
 from app.credits.outcomes import Identity
 from app.http import key_routes
@@ -32,7 +31,6 @@ from app.http.headers import NO_STORE
 from app.http.openapi import errors
 from app.http.queries import Days, GroupBy, Query, UsageFormat, activity_query, ledger_query
 from app.http.reports import activity_answer, csv_download, receipt_answer
-from app.keys.refusals import key_refusal
 from app.keys.roles import require_manager
 from app.runtime import Services
 from app.store import KeyRecord
@@ -104,12 +102,7 @@ class V1Controller(Controller):
     async def models(self, services: Services, request: Request[Any, Any, Any]) -> ModelList:
         """The enabled model aliases the key may use (spec 2.1, 4.2)."""
         allowed = await _allowed_models(services, request)
-        aliases = services.aliases
-        items = [
-            model_item(a)
-            for a in aliases.values()
-            if a.enabled and key_may_use(a.id, allowed, aliases)
-        ]
+        items = [model_item(a) for a in usable_aliases(services.aliases, allowed)]
         return ModelList(object="list", data=items)
 
     @get(
@@ -122,10 +115,7 @@ class V1Controller(Controller):
         """One enabled model alias, as listed by ``GET /v1/models``; an unknown or disabled
         one is 404 ``model_not_found``, one the key may not use 403 ``model_not_allowed``."""
         allowed = await _allowed_models(services, request)
-        alias = enabled_alias(services.aliases, model)
-        if not key_may_use(alias.id, allowed, services.aliases):
-            raise model_not_allowed(alias.id, routed=alias.id == AUTO)
-        return model_item(alias)
+        return model_item(usable_alias(services.aliases, model, allowed))
 
     @get("/pricing", responses=errors(*KEY_ERRORS))
     async def pricing(self, services: Services, request: Request[Any, Any, Any]) -> PriceList:
@@ -133,25 +123,16 @@ class V1Controller(Controller):
         /v1/models`` lists): input, cached input, cache write and output prices in credits
         per 1,000 tokens, the formula and its rounding, and the output cap."""
         allowed = await _allowed_models(services, request)
-        aliases = services.aliases
-        usable = {a for a in aliases if key_may_use(a, allowed, aliases)}
-        return price_list(aliases, usable)
+        usable = {a.id for a in usable_aliases(services.aliases, allowed)}
+        return price_list(services.aliases, usable)
 
     @get("/credits", responses=errors(*KEY_ERRORS))
     async def credits(self, services: Services, request: Request[Any, Any, Any]) -> CreditBalance:
         """The account's credit pools (spec 2.5); one script call checks the key too."""
-
-        async def balance_of(ident: Identity) -> CreditBalance:
-            status, balance = await services.money.balance(ident, services.clock())
-            refusal = key_refusal(status)
-            if refusal is not None:
-                raise refusal
-            return credit_balance(balance)
-
         return await services.auth.authenticated(
             request.headers.get("authorization"),
             request_address(services, request.scope),
-            balance_of,
+            services.accounts.key_balance,
         )
 
     @get(

@@ -20,6 +20,7 @@ from app.core.errors import StoreError
 from app.core.settings import Settings
 from app.http.admin import AdminController
 from app.http.api import V1Controller
+from app.http.beside import beside_routes
 from app.http.books import BooksController
 from app.http.console import ConsoleController, root
 from app.http.errors import handle_exception
@@ -31,6 +32,7 @@ from app.http.purchases import PurchasesController
 from app.http.purchases_apple import ApplePurchasesController
 from app.http.purchases_google import GooglePurchasesController
 from app.http.spotlights import SpotlightController
+from app.http.streams import STREAMS
 from app.kv.client import REDIS_ERRORS
 from app.runtime import open_services
 
@@ -82,6 +84,7 @@ def create_app(settings: Settings) -> Litestar:
     return _App(
         route_handlers=[
             V1Controller,
+            *beside_routes(STREAMS),
             SpotlightController,
             PurchasesController,
             GooglePurchasesController,

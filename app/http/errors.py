@@ -1,14 +1,19 @@
-"""One place where every failure becomes an OpenAI-shaped error response."""
+"""One place where every failure becomes an error response: OpenAI-shaped, or in the shape
+of the dialect whose route it is (``shaped_handler``)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, InternalServerException
 
+from app.apis.dialect import ErrorShape
 from app.core.errors import ApiError, ErrorKind
+from app.core.logs import request_id
+from app.core.metrics import METRICS
 from app.http.headers import SECURITY_HEADERS
 from app.runtime import public_error
 
@@ -76,3 +81,31 @@ def handle_exception(_: Request[Any, Any, Any], exc: Exception) -> Response[byte
         log.info("client disconnected before sending the whole request body")
         return Response(content=b"", status_code=CLIENT_CLOSED_REQUEST)
     return error_response(as_api_error(exc))
+
+
+ExceptionHandler = Callable[[Request[Any, Any, Any], Exception], Response[bytes]]
+
+
+def shaped_handler(shape: ErrorShape) -> ExceptionHandler:
+    """A Litestar exception handler answering in ``shape``, a dialect's, with the request id
+    it names (``ErrorShape``), for the routes a dialect answers beside its stream; a refusal
+    is counted as the streams count theirs."""
+
+    def handle(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
+        if client_left(exc):
+            return handle_exception(request, exc)
+        error = as_api_error(exc)
+        METRICS.labelled(METRICS.rejections, error.kind.code).inc()
+        answer = shape(error, request_id.get() or "")
+        headers = dict(SECURITY_HEADERS)
+        media_type = "application/json"
+        for name, value in answer.headers:
+            if name == "content-type":
+                media_type = value
+            else:
+                headers[name] = value
+        return Response(
+            answer.body, status_code=error.status, media_type=media_type, headers=headers
+        )
+
+    return handle

@@ -8,22 +8,12 @@ scripts (``app.http.streams``).
 A record belongs to its account and environment: the key's (``live``; test keys cannot use
 these routes) or ``idempotency.OPERATOR`` for the admin API.
 
-Every answer a route can produce is kept: the bound is ``idempotency.answer_limit`` of the
-request-size limit (``SVC_MAX_BODY_BYTES``), which no answer of these routes reaches.
-
-When the answer cannot be recorded (Redis fails as the run closes its key, or an answer
-is over the bound), what the request did stands and its answer is sent: undoing it (a key
-or webhook revoked, a grant taken back) could fail the same way, and a 503 for a request
-that did its work would leave a resource nobody knows the secret of. The key is freed
-instead, so the client is never left with a key that answers 409 for a day: at once when
-Redis answers, else when the claim lapses (``idempotency.RUNNING_TTL_S``, a minute). A
-retry with that key then runs again, as one without a key would.
+The records are ``IdempotencyRecords``' (``app.credits.idempotency``): what is kept, and
+what happens when an answer cannot be (its key freed, the answer sent all the same).
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -33,15 +23,12 @@ from litestar import Request, Response
 from app.core.errors import repeated_header
 from app.core.ids import random_id
 from app.credits import idempotency
-from app.credits.idempotency import IdempotencyClaim, IdempotencyRecords, RecordedAnswer
 from app.credits.outcomes import Refusal
 from app.keys.refusals import refusal_error
-from app.kv.client import REDIS_ERRORS
 from app.runtime import Services
 
 T = TypeVar("T")
 REPLAYED = {"idempotent-replayed": "true"}
-log = logging.getLogger("svc.http")
 
 
 def idempotency_key(request: Request[Any, Any, Any]) -> str | None:
@@ -86,26 +73,7 @@ async def once(
         result = await run()
     except BaseException:
         # a request that failed did nothing: its key is free for the request sent again
-        await _free(records, claim, token)
+        await records.free(claim, token)
         raise
-    sealed = claim.seal.seal(msgspec.json.encode(result))
-    if len(sealed) > idempotency.answer_limit(services.settings.max_body_bytes):
-        log.warning("idempotent answer of %d bytes not kept; its key is freed", len(sealed))
-        await _free(records, claim, token)
-    else:
-        try:
-            # shielded: a client that leaves now still finds its answer when it retries
-            await asyncio.shield(records.close(claim, token, RecordedAnswer(status, sealed)))
-        except REDIS_ERRORS as exc:
-            log.warning("idempotent answer not recorded (%s); its key is freed", type(exc).__name__)
-            await _free(records, claim, token)
+    await records.keep(claim, token, status, msgspec.json.encode(result))
     return Response(result, status_code=status)
-
-
-async def _free(records: IdempotencyRecords, claim: IdempotencyClaim, token: str) -> None:
-    """Free the key of the run ``token``; when Redis fails here too, its claim lapses on its
-    own (``RUNNING_TTL_S``) and the request's own outcome stands."""
-    try:
-        await asyncio.shield(records.close(claim, token, None))
-    except REDIS_ERRORS as exc:
-        log.warning("idempotency key not freed (%s); its claim lapses", type(exc).__name__)

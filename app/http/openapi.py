@@ -3,8 +3,8 @@
 decode themselves (so Litestar, which generates the document from the routes, cannot infer
 them; the query parameters it documents from ``app.http.queries``).
 
-``app.http.openapi_document`` adds the rest once per worker (the routes served over RSGI,
-whose operations their dialects write; the msgspec schemas; the headers every response
+``app.http.openapi_document`` adds the rest once per worker (the dialects' routes, whose
+operations their dialects write; the msgspec schemas; the headers every response
 carries). The errors and headers the routes share are ``app.apis.operation``'s. The
 schemathesis suite (tests/e2e/test_schemathesis.py) holds the server to it.
 """

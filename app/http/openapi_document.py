@@ -1,6 +1,7 @@
 """The OpenAPI document as served: Litestar's generated one, completed once per worker with
-what it cannot see (the routes served over RSGI, the streams and the Messages API's token
-count, whose operations their dialects write; the msgspec schemas of the request bodies,
+what it cannot see (the routes whose operations their dialects write: the streams, served
+over RSGI, and the JSON routes beside them, the Messages API's token count, in an error
+shape of their own; the msgspec schemas of the request bodies,
 stream chunks and events; the limits the handlers check after decoding; the headers every
 response carries)."""
 
@@ -154,7 +155,7 @@ def complete_document(
                 content = response.get("content", {}).get("application/json", {})
                 if int(status) == 400 and "$ref" not in content.get("schema", {}):
                     response.update(error_response([ErrorKind.INVALID_VALUE]))
-    document["paths"].update(_served_over_rsgi())
+    document["paths"].update(_written_by_dialects())
     for path_item in document["paths"].values():
         for operation in path_item.values():
             for status, response in operation.get("responses", {}).items():
@@ -162,12 +163,14 @@ def complete_document(
     return document
 
 
-def _served_over_rsgi() -> dict[str, Any]:
-    """The paths granian serves, which Litestar cannot see: each as its dialect writes it."""
+def _written_by_dialects() -> dict[str, Any]:
+    """The dialects' paths (the streams and the JSON routes beside them): each as its
+    dialect writes it."""
     paths = {}
     for dialect in STREAMS:
-        for path, operation in ((dialect.path, dialect.operation), *dialect.beside):
-            paths[path] = {"post": operation()}
+        paths[dialect.path] = {"post": dialect.operation()}
+        for route in dialect.beside:
+            paths[route.path] = {"post": route.operation()}
     return paths
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import msgspec
 
@@ -31,16 +31,29 @@ class StartUsage(Usage, frozen=True):
     left first) bills the prompt from it and the output by svc's estimate."""
 
 
+def bearer(key: str | None) -> dict[str, str]:
+    """A provider's key as a bearer token, as OpenAI's API takes it (none when not set)."""
+    return {} if key is None else {"authorization": f"Bearer {key}"}
+
+
 class NativeRequest(Protocol):
     """A request in an API other than Chat Completions, kept as the client sent it for a
     provider that serves that API itself: what it is sent to (``path`` under the
-    provider's ``base_url``), which providers take it, its body, and the parser of the
-    stream that answers it (``app.upstream.native_responses``, ``native_messages``)."""
+    provider's ``base_url``), which providers take it, the headers it goes with, its body,
+    and the parser of the stream that answers it (``app.upstream.native_responses``,
+    ``native_messages``). The kind's own (``path``, ``served_by``, ``headers``) are known
+    without a request: a provider writes each path's request head once."""
 
-    @property
-    def path(self) -> str: ...
+    path: ClassVar[str]
 
-    def served_by(self, config: ProviderConfig) -> bool: ...
+    @classmethod
+    def served_by(cls, config: ProviderConfig) -> bool: ...
+
+    @classmethod
+    def headers(cls, key: str | None) -> dict[str, str]:
+        """The headers every request of this API carries: the provider's key (None: not
+        set) where the API takes it, and what else the API asks of every request."""
+        ...
 
     def body(self, model: str, max_tokens: int) -> bytes: ...
 

@@ -12,6 +12,9 @@ from app.upstream.messages_sse import MessagesEvents
 from app.upstream.sse import LineParser
 
 PATH = "/messages"
+ANTHROPIC_VERSION = "2023-06-01"
+"""The ``anthropic-version`` a Messages request is sent with: the API's version whose events
+``app.upstream.messages_sse`` reads."""
 
 
 MIN_THINKING_BUDGET = 1024
@@ -59,9 +62,19 @@ class NativeMessages(msgspec.Struct, frozen=True, kw_only=True):
             return head + b"}"
         return head + b"," + self.fields[1:]
 
-    def served_by(self, config: ProviderConfig) -> bool:
+    @classmethod
+    def served_by(cls, config: ProviderConfig) -> bool:
         """Whether ``config``'s provider serves the Messages API (``messages_api``)."""
         return config.messages_api
+
+    @classmethod
+    def headers(cls, key: str | None) -> dict[str, str]:
+        """Anthropic's: the API's version, and the key as ``x-api-key``, as Anthropic's
+        clients send it."""
+        headers = {"anthropic-version": ANTHROPIC_VERSION}
+        if key is not None:
+            headers["x-api-key"] = key
+        return headers
 
     def events(self) -> LineParser:
         """The parser of the provider's stream of Messages events."""

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import msgspec
 
+from app.upstream.base import bearer
 from app.upstream.config import ProviderConfig
 from app.upstream.responses_sse import ResponsesEvents
 from app.upstream.sse import LineParser
@@ -39,9 +40,15 @@ class NativeResponses(msgspec.Struct, frozen=True):
             return head + b"}"
         return head + b"," + self.fields[1:]
 
-    def served_by(self, config: ProviderConfig) -> bool:
+    @classmethod
+    def served_by(cls, config: ProviderConfig) -> bool:
         """Whether ``config``'s provider serves the Responses API (``responses_api``)."""
         return config.responses_api
+
+    @classmethod
+    def headers(cls, key: str | None) -> dict[str, str]:
+        """OpenAI's: the key as a bearer token."""
+        return bearer(key)
 
     def events(self) -> LineParser:
         """The parser of the provider's stream of Responses events."""

@@ -11,9 +11,10 @@ import msgspec
 from msgspec import UNSET
 
 from app.core.errors import UpstreamError, UpstreamOutcome
-from app.upstream import native_messages, native_responses
-from app.upstream.base import UpstreamCall
+from app.upstream.base import NativeRequest, UpstreamCall, bearer
 from app.upstream.config import ProviderConfig
+from app.upstream.native_messages import NativeMessages
+from app.upstream.native_responses import NativeResponses
 from app.upstream.sse import LineParser, parse_data_line
 from app.upstream.wire import StreamOptions
 
@@ -51,12 +52,12 @@ class Exchange(msgspec.Struct, frozen=True):
 
 
 CHAT_PATH = "/chat/completions"
-RESPONSES_PATH = native_responses.PATH
-MESSAGES_PATH = native_messages.PATH
-PATHS = (CHAT_PATH, RESPONSES_PATH, MESSAGES_PATH)
-ANTHROPIC_VERSION = "2023-06-01"
-"""The ``anthropic-version`` a Messages request is sent with: the API's version whose events
-``app.upstream.messages_sse`` reads."""
+NATIVES: tuple[type[NativeRequest], ...] = (NativeResponses, NativeMessages)
+"""The APIs a request may be forwarded in as the client sent it, to a provider serving them."""
+_NATIVE_PATHS = {native.path: native for native in NATIVES}
+RESPONSES_PATH = NativeResponses.path
+MESSAGES_PATH = NativeMessages.path
+PATHS = (CHAT_PATH, *_NATIVE_PATHS)
 
 
 def exchange(call: UpstreamCall, config: ProviderConfig) -> Exchange:
@@ -77,22 +78,20 @@ def sanitize(message: str, model: str) -> str:
 
 
 def provider_headers(config: ProviderConfig, path: str = CHAT_PATH) -> dict[str, str]:
-    """The headers of every request to ``path`` of the provider: its key as a bearer token,
-    or, on the Messages path of a ``messages_api`` provider, as Anthropic's ``x-api-key``
-    with ``anthropic-version``. Only the variable's name is ever logged."""
+    """The headers of every request to ``path`` of the provider: on the path of an API it
+    serves (``NATIVES``), that API's own (``NativeRequest.headers``: its key where that API
+    takes it); else its key as a bearer token. Only the variable's name is ever logged."""
     headers = {"content-type": "application/json", "accept": "text/event-stream"}
-    anthropic = path == MESSAGES_PATH and config.messages_api
-    if anthropic:
-        headers["anthropic-version"] = ANTHROPIC_VERSION
+    key = None
     if config.api_key_env:
-        key = os.environ.get(config.api_key_env)
-        if not key:
-            if path == CHAT_PATH:  # once per provider: every provider has this path's headers
-                log.warning("provider key variable %s is not set", config.api_key_env)
-        elif anthropic:
-            headers["x-api-key"] = key
-        else:
-            headers["authorization"] = f"Bearer {key}"
+        key = os.environ.get(config.api_key_env) or None
+        if key is None and path == CHAT_PATH:  # once per provider: each has this path's head
+            log.warning("provider key variable %s is not set", config.api_key_env)
+    native = _NATIVE_PATHS.get(path)
+    if native is not None and native.served_by(config):
+        headers.update(native.headers(key))
+    else:
+        headers.update(bearer(key))
     return headers
 
 

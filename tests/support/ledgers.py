@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.core.settings import Settings
 from app.credits.holds import Holds
 from app.credits.idempotency import IdempotencyRecords
 from app.credits.key_records import KeyRecords
@@ -70,4 +71,5 @@ class Ledgers:
         self.keys = KeyRecords(self.scripts, layout)
         self.usage = UsageCounts(self.scripts, layout)
         self.throttle = ThrottleCounts(self.scripts, layout)
-        self.idempotency = IdempotencyRecords(self.scripts, layout, pepper)
+        limit = Settings().max_body_bytes
+        self.idempotency = IdempotencyRecords(self.scripts, layout, pepper, max_body_bytes=limit)

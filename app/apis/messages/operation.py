@@ -1,6 +1,7 @@
-"""``POST /v1/messages`` and ``POST /v1/messages/count_tokens`` in the OpenAPI document
-(granian serves them, so Litestar cannot document them): Anthropic's headers, credentials
-and error shape."""
+"""``POST /v1/messages`` and ``POST /v1/messages/count_tokens`` in the OpenAPI document,
+written here (granian serves the first, so Litestar cannot document it; Litestar's
+response specs cannot state the second's errors): Anthropic's headers, credentials and
+error shape."""
 
 from __future__ import annotations
 

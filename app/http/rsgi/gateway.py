@@ -1,5 +1,5 @@
 """The RSGI app granian serves: the streaming APIs (``app.http.streams.STREAM_ROUTES``)
-and the Messages API's token count natively, everything else through Litestar.
+natively, everything else through Litestar.
 
 Every HTTP request gets a request id (the client's ``x-request-id`` when it is a sane one,
 else a new one): it is sent back in ``x-request-id`` and tags the request's logs.
@@ -16,10 +16,8 @@ from typing import cast
 
 from litestar import Litestar
 
-from app.apis.messages import COUNT_TOKENS_PATH
 from app.core.logs import request_id
 from app.core.metrics import METRICS
-from app.http import count_tokens
 from app.http.rsgi.asgi_bridge import ASGIApp, ASGIRequest
 from app.http.rsgi.exchange import RSGIExchange
 from app.http.rsgi.lifespan import Lifespan, LifespanFailed
@@ -71,15 +69,10 @@ class Gateway:
         rid = incoming_request_id(scope.headers) or new_request_id()
         token = request_id.set(rid)
         try:
-            path = scope.path
-            api = STREAM_ROUTES.get(path)
+            api = STREAM_ROUTES.get(scope.path)
             if api is not None:
                 services = self.app.state.services
                 await serve_stream(api, services, RSGIExchange(scope, protocol), rid)
-            elif path == COUNT_TOKENS_PATH:
-                services = self.app.state.services
-                exchange = RSGIExchange(scope, protocol)
-                await count_tokens.serve_count_tokens(services, exchange, rid)
             else:
                 await self._routed(scope, protocol, rid)
         finally:

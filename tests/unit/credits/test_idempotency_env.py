@@ -11,6 +11,7 @@ import httpx
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from app.core.settings import Settings
 from app.credits import idempotency
 from app.credits.idempotency import (
     IdempotencyClaim,
@@ -128,6 +129,23 @@ async def test_a_claim_lapses_soon_and_a_recorded_answer_lives_a_day(ledger: Led
     assert 0 < await ledger.redis.ttl(claim.record) <= idempotency.RUNNING_TTL_S
     await ledger.idempotency.close(claim, "run-1", RecordedAnswer(201, b"{}"))
     assert idempotency.TTL_S - 5 <= await ledger.redis.ttl(claim.record) <= idempotency.TTL_S
+
+
+async def test_an_answer_over_the_bound_is_not_kept_and_its_key_is_freed(ledger: Ledgers) -> None:
+    claim = idempotency.claim(
+        ledger.layout, "acct_A", "k", "/v1/x", b"{}", environment="live", pepper=PEPPER
+    )
+    limit = Settings().max_body_bytes
+    records = ledger.idempotency
+    assert await records.claim(claim, "run-1") is None
+    too_big = b"x" * (idempotency.answer_limit(limit) - 27)  # sealed: 28 bytes more
+    assert not await records.keep(claim, "run-1", 201, too_big)
+    assert await ledger.redis.exists(claim.record) == 0  # free: the retry runs
+    assert await records.claim(claim, "run-2") is None
+    assert await records.keep(claim, "run-2", 201, too_big[:-1])  # at the bound: kept
+    sealed = await records.claim(claim, "run-3")
+    assert isinstance(sealed, RecordedAnswer)
+    assert (sealed.status, claim.seal.unseal(sealed.body)) == (201, too_big[:-1])
 
 
 def test_the_answer_bound_covers_every_answer_a_request_can_ask_for() -> None:

@@ -21,9 +21,8 @@ from app.upstream.base import CHOICE_END, ChoiceEnd, StartUsage, UpstreamCall, U
 from app.upstream.config import ProviderConfig
 from app.upstream.http11 import StreamingProvider
 from app.upstream.messages_sse import MessagesEvents
-from app.upstream.native_messages import NativeMessages
+from app.upstream.native_messages import ANTHROPIC_VERSION, NativeMessages
 from app.upstream.openai_http import (
-    ANTHROPIC_VERSION,
     CHAT_PATH,
     MESSAGES_PATH,
     RESPONSES_PATH,

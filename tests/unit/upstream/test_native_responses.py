@@ -12,7 +12,14 @@ from app.completion.catalog import DEFAULT_ALIASES, load_catalog
 from app.core.errors import UpstreamError
 from app.upstream.base import CHOICE_END, UpstreamCall, Usage
 from app.upstream.config import ProviderConfig
-from app.upstream.openai_http import CHAT_PATH, RESPONSES_PATH, exchange, request_body
+from app.upstream.openai_http import (
+    CHAT_PATH,
+    PATHS,
+    RESPONSES_PATH,
+    exchange,
+    provider_headers,
+    request_body,
+)
 from app.upstream.responses_sse import ResponsesEvents
 from app.upstream.sse import FinalPieces, LineSplitter, parse_data_line
 from app.upstream.wire import ChatRequest, Delta, Message, ToolCallDelta, ToolCallFunctionDelta
@@ -77,6 +84,22 @@ def test_only_a_provider_that_serves_responses_is_sent_one() -> None:
     assert translated.body == request_body(call)
     chat_call = UpstreamCall(model="m", request=chat, max_tokens=9)
     assert exchange(chat_call, speaks).path == CHAT_PATH
+
+
+def test_a_responses_request_carries_the_key_as_a_bearer_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each path's headers come from the API of that path (``NativeRequest.headers``): the
+    Responses API takes the key as chat completions do, and nothing of Anthropic's."""
+    monkeypatch.setenv("SVC_TEST_RESPONSES_KEY", "sk-secret")
+    config = ProviderConfig(
+        base_url="http://x/v1", api_key_env="SVC_TEST_RESPONSES_KEY", responses_api=True
+    )
+    for path in PATHS:
+        headers = provider_headers(config, path)
+        assert headers["authorization"] == "Bearer sk-secret", path
+        assert not {"x-api-key", "anthropic-version"} & set(headers), path
+    assert provider_headers(config, RESPONSES_PATH) == provider_headers(config, CHAT_PATH)
 
 
 def test_an_alias_is_native_when_one_of_its_providers_serves_responses(tmp_path) -> None:  # type: ignore[no-untyped-def]
