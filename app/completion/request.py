@@ -9,6 +9,7 @@ Each API's dialect (``app.apis``) reads its own body into the OpenAI wire format
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from msgspec import UNSET
@@ -16,6 +17,7 @@ from msgspec import UNSET
 from app.completion.catalog import AUTO, AUTO_ROUTES, FAST, Alias, route_auto
 from app.completion.output import StreamOutput
 from app.core.errors import ApiError, ErrorKind, invalid_value, model_not_allowed, stream_required
+from app.core.settings import REFUSE_NON_STREAMING
 from app.core.tokens import (
     IMAGE_TOKENS_ESTIMATE,
     audio_token_bound,
@@ -32,6 +34,9 @@ from app.upstream.wire import (
     NamedToolChoice,
     message_text,
 )
+
+if TYPE_CHECKING:
+    from app.core.settings import Settings
 
 DEFAULT_TEMPERATURE = 0.7
 DEFAULT_TOP_P = 1.0
@@ -208,6 +213,22 @@ def usable_alias(aliases: dict[str, Alias], model: str, allowed: frozenset[str] 
     if not key_may_use(alias.id, allowed, aliases):
         raise model_not_allowed(alias.id, routed=alias.id == AUTO)
     return alias
+
+
+def request_limits(settings: Settings) -> dict[str, int]:
+    """The configured limits every request is read with (a dialect's ``limits``)."""
+    return {
+        "max_messages": settings.max_messages,
+        "max_message_chars": settings.max_message_chars,
+        "image_token_bound": settings.image_token_bound,
+    }
+
+
+def stream_limits(settings: Settings) -> dict[str, Any]:
+    """``request_limits``, and ``streamed_only``: whether a request must ask for a stream
+    (``SVC_NON_STREAMING=refuse``; ``check_streamed`` refuses the others)."""
+    refuse = settings.non_streaming == REFUSE_NON_STREAMING
+    return {**request_limits(settings), "streamed_only": refuse}
 
 
 def check_streamed(stream: object, streamed_only: bool) -> None:

@@ -21,12 +21,12 @@ from litestar.exceptions import HTTPException
 from litestar.handlers import HTTPRouteHandler
 
 from app.apis.dialect import Dialect, JsonRoute
+from app.completion.request import request_limits
 from app.core.errors import ApiError, ErrorKind
 from app.core.logs import request_id
 from app.http.deps import request_address, services_of
 from app.http.errors import request_too_large, shaped_handler
 from app.http.headers import NO_STORE
-from app.http.streams import request_limits
 
 NOT_POST = [method for method in HttpMethod if method is not HttpMethod.POST]
 
@@ -57,7 +57,7 @@ def _handlers(dialect: Dialect, json: JsonRoute) -> tuple[HTTPRouteHandler, HTTP
         credentials = dialect.credentials(lambda name: request.headers.get(name))
         address = request_address(services, request.scope)
         async with services.auth.presented(credentials, address) as key:
-            limits = request_limits(services)
+            limits = request_limits(services.settings)
             answered = await json.answer(services.auth, key, body, services.aliases, limits)
         rid = request_id.get() or ""
         return Response(answered, headers={NO_STORE[0]: NO_STORE[1], "request-id": rid})

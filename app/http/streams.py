@@ -18,17 +18,16 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from app.apis.chat import CHAT
 from app.apis.dialect import Dialect, ErrorShape, Headers, openai_error, routes
 from app.apis.messages import MESSAGES
 from app.apis.responses import RESPONSES
-from app.completion.request import Identify
+from app.completion.request import Identify, stream_limits
 from app.core import tracing
 from app.core.errors import ApiError, ClientDisconnected, ErrorKind
 from app.core.metrics import METRICS
-from app.core.settings import REFUSE_NON_STREAMING
 from app.credits import ceilings, idempotency
 from app.credits.ceilings import requested_ceiling
 from app.credits.outcomes import Replay
@@ -112,22 +111,6 @@ def send_error(
     exchange.answer(error.status, headers, answer.body)
 
 
-def request_limits(services: Services) -> dict[str, int]:
-    """The configured limits every request is read with."""
-    settings = services.settings
-    return {
-        "max_messages": settings.max_messages,
-        "max_message_chars": settings.max_message_chars,
-        "image_token_bound": settings.image_token_bound,
-    }
-
-
-def _stream_limits(services: Services) -> dict[str, Any]:
-    """``request_limits``, and whether a request must ask for a stream (SVC_NON_STREAMING)."""
-    refuse = services.settings.non_streaming == REFUSE_NON_STREAMING
-    return {**request_limits(services), "streamed_only": refuse}
-
-
 def _identify(services: Services, pid: str) -> Identify:
     """The ``safety_identifier`` of account ``pid``'s request, given the client's own."""
     return functools.partial(services.safety_identifiers.of, pid)
@@ -164,7 +147,7 @@ async def _open(
             body,
             services.aliases,
             identify=_identify(services, key.ident.pid),
-            **_stream_limits(services),
+            **stream_limits(services.settings),
         )
         opening.model = request.alias.id
         claim = None
