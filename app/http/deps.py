@@ -16,6 +16,7 @@ from app.core.logs import request_id
 from app.core.operator import ADMIN_API, Operator, acting
 from app.credits.outcomes import Identity
 from app.keys.format import bearer_secret
+from app.keys.roles import require_live
 from app.keys.throttle import client_address
 from app.runtime import Services
 
@@ -67,12 +68,11 @@ async def provide_identity(request: Request[Any, Any, Any]) -> Identity:
 
 
 def live_only(why: str) -> Callable[[Identity], Awaitable[Identity]]:
-    """A dependency: the request's key when it is a live key; else 403 saying ``why`` (the
-    routes whose work belongs to live traffic: webhooks, spotlight rewards, purchases)."""
+    """A dependency: the request's key when ``require_live`` lets it through (the routes
+    whose work belongs to live traffic: webhooks, spotlight rewards, purchases)."""
 
     async def provide_live(ident: Identity) -> Identity:
-        if ident.environment != "live":
-            raise ApiError(ErrorKind.TEST_KEY_FORBIDDEN, f"{why}: use a live key.")
+        require_live(ident.environment, why)
         return ident
 
     return provide_live

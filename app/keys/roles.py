@@ -47,6 +47,14 @@ def lineage_of_keys_made_by(granter: KeyRecord | None) -> str | None:
     return granter.cap_kid
 
 
+def require_live(environment: str, why: str) -> None:
+    """Nothing for a live key's ``environment``; else the 403 ``test_key_forbidden`` saying
+    ``why``: the work that belongs to live traffic (webhooks, spotlight rewards, purchases)
+    is refused to test keys."""
+    if environment != "live":
+        raise ApiError(ErrorKind.TEST_KEY_FORBIDDEN, f"{why}: use a live key.")
+
+
 def require_manager(caller: KeyRecord) -> KeyRecord:
     """``caller`` when it may manage keys and webhooks: a live ``admin`` key; else 403."""
     if caller.environment != "live":
