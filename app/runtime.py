@@ -41,6 +41,7 @@ from app.credits.sweeper import Sweeper
 from app.credits.throttle_counts import ThrottleCounts
 from app.credits.usage_counts import UsageCounts
 from app.keys.auth import Authenticator
+from app.keys.operators import OperatorTokens
 from app.keys.throttle import FailedAuthThrottle, parse_networks
 from app.kv.client import REDIS_ERRORS, RedisClient, open_redis
 from app.kv.layout import KeySpace
@@ -157,11 +158,16 @@ class Services:
             settings.failed_auth_window_s,
             self.throttle_counts.count_failed_auth,
         )
-        self.admin_throttle = FailedAuthThrottle(  # wrong admin tokens alone: the right one
-            settings.failed_auth_limit,  # is refused past their limit, never for wrong keys
-            settings.failed_auth_window_s,
-            self.throttle_counts.count_failed_admin,
-            read=self.throttle_counts.failed_admin,
+        self.operators = OperatorTokens(
+            settings.admin_token,
+            settings.metrics_token,
+            auth_throttle=self.auth_throttle,
+            admin_throttle=FailedAuthThrottle(  # wrong admin tokens alone: the right one
+                settings.failed_auth_limit,  # is refused past their limit, never for wrong keys
+                settings.failed_auth_window_s,
+                self.throttle_counts.count_failed_admin,
+                read=self.throttle_counts.failed_admin,
+            ),
         )
         self.auth = Authenticator(
             self.key_records,

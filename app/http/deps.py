@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -11,11 +10,9 @@ from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from app.core.errors import ApiError, ErrorKind
 from app.core.logs import request_id
 from app.core.operator import ADMIN_API, Operator, acting
 from app.credits.outcomes import Identity
-from app.keys.format import bearer_secret
 from app.keys.roles import require_live
 from app.keys.throttle import client_address
 from app.runtime import Services
@@ -78,30 +75,8 @@ def live_only(why: str) -> Callable[[Identity], Awaitable[Identity]]:
     return provide_live
 
 
-async def require_bearer(
-    connection: ASGIConnection[Any, Any, Any, Any],
-    expected: str | None,
-    message: str,
-    *,
-    admin: bool = False,
-) -> None:
-    """Refuse (401, counted against the client address) a request that does not carry
-    ``Authorization: Bearer <expected>``; an unset ``expected`` refuses everyone.
-    ``admin``: the admin token, whose wrong values have a counter of their own (wrong API
-    keys never lock the operator out), and an address over that limit is refused (429) the
-    right token too (``FailedAuthThrottle.refuse_over_limit``)."""
-    services = services_of(connection)
-    given = bearer_secret(connection.headers.get("authorization")) or ""
-    address = request_address(services, connection.scope)
-    throttle = services.admin_throttle if admin else services.auth_throttle
-    if admin:
-        await throttle.refuse_over_limit(address)
-    async with throttle.guarding(address):
-        if not expected or not hmac.compare_digest(given.encode(), expected.encode()):
-            raise ApiError(ErrorKind.ADMIN_UNAUTHORIZED, message)
-
-
 async def admin_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-    """Only the bearer of ``SVC_ADMIN_TOKEN`` passes."""
-    expected = services_of(connection).settings.admin_token
-    await require_bearer(connection, expected, "A valid admin token is required.", admin=True)
+    """Only the bearer of ``SVC_ADMIN_TOKEN`` passes (``OperatorTokens.admit_admin``)."""
+    services = services_of(connection)
+    address = request_address(services, connection.scope)
+    await services.operators.admit_admin(connection.headers.get("authorization"), address)

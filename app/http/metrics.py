@@ -11,7 +11,7 @@ from litestar.di import Provide
 
 from app.core.errors import ErrorKind
 from app.core.metrics import CONTENT_TYPE, METRICS, RedisReadings, exposition
-from app.http.deps import provide_services, require_bearer
+from app.http.deps import provide_services, request_address
 from app.http.openapi import errors
 from app.kv.client import REDIS_ERRORS
 from app.runtime import Services
@@ -50,8 +50,7 @@ class MetricsController(Controller):
     async def metrics(self, request: Request[Any, Any, Any], services: Services) -> Response[bytes]:
         """Every worker's counters and histograms, plus gauges read from Redis. Needs
         ``Authorization: Bearer <SVC_METRICS_TOKEN>`` when that token is set."""
-        expected = services.settings.metrics_token
-        if expected:
-            await require_bearer(request, expected, "A valid metrics token is required.")
+        address = request_address(services, request.scope)
+        await services.operators.admit_metrics(request.headers.get("authorization"), address)
         body = await exposition(METRICS, lambda: redis_gauges(services))
         return Response(body, media_type=CONTENT_TYPE)

@@ -1,3 +1,4 @@
 """API keys: their format and digests, authentication (the hot path's cached identities and
-the argon2 cold path) and the failed-auth throttle.
+the argon2 cold path), the failed-auth throttle, what a key's role and environment let it
+do, and the operators' tokens (admin and metrics).
 """
