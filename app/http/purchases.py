@@ -11,19 +11,17 @@ from litestar.datastructures import ResponseHeader
 from litestar.di import Provide
 
 from app.apis.operation import API_KEY, KEY_ERRORS
-from app.core.errors import ApiError, ErrorKind, StoreError
-from app.core.metrics import METRICS
+from app.core.errors import ErrorKind
 from app.credits.outcomes import Identity
 from app.http.deps import live_only, provide_identity, provide_services
 from app.http.headers import NO_STORE
 from app.http.openapi import errors
 from app.purchases.account_token import AccountToken
 from app.purchases.purchases import Result
-from app.purchases.stripe_events import payment_event
-from app.purchases.stripe_signature import SIGNATURE_HEADER, verify
+from app.purchases.received import stripe_event
+from app.purchases.stripe_signature import SIGNATURE_HEADER
 from app.runtime import Services
 
-STRIPE = "stripe"
 _LIVE = {
     "ident": Provide(provide_identity),
     "live": Provide(live_only("Purchases belong to live traffic")),
@@ -76,27 +74,8 @@ class PurchasesController(Controller):
         ``client_reference_id`` names, once; refunds and disputes take them back. 200 for
         every event svc applied, saw before, keeps or ignores; 400 with nothing written for
         a bad signature or body; 503 when it could not be recorded (Stripe retries)."""
-        if not services.stripe_secrets:
-            raise ApiError(
-                ErrorKind.NOT_FOUND,
-                "Stripe purchases are off: the operator sets SVC_STRIPE_WEBHOOK_SECRETS.",
-            )
-        body = await request.body()
-        try:
-            verify(
-                body,
-                request.headers.get(SIGNATURE_HEADER),
-                services.stripe_secrets,
-                services.clock(),
-            )
-        except ApiError:
-            METRICS.labelled(METRICS.purchase_events, STRIPE, "invalid", "invalid_signature").inc()
-            raise
-        event = payment_event(body)
-        try:
-            result = await services.purchases.apply(STRIPE, event)
-        except (ApiError, StoreError):
-            METRICS.labelled(METRICS.purchase_events, STRIPE, event.kind, "unavailable").inc()
-            raise
-        METRICS.labelled(METRICS.purchase_events, STRIPE, event.kind, result).inc()
+        signature = request.headers.get(SIGNATURE_HEADER)
+        result = await stripe_event(
+            services.purchases, services.stripe_secrets, request.body, signature, services.clock
+        )
         return EventReceived(received=True, result=result)

@@ -4,45 +4,27 @@ Server Notifications V2 (no key: Apple's signature), off (404) until the operato
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from litestar import Controller, Request, post
 from litestar.datastructures import ResponseHeader
 from litestar.di import Provide
 
 from app.apis.operation import API_KEY, KEY_ERRORS
-from app.core.errors import ApiError, ErrorKind, StoreError
-from app.core.metrics import METRICS
+from app.core.errors import ErrorKind
 from app.credits.outcomes import Identity
 from app.http.body_routes import body_route
 from app.http.deps import live_only, provide_identity, provide_services
 from app.http.headers import NO_STORE
 from app.http.purchases import EventReceived
-from app.purchases.apple_wire import APPLE, ApplePurchase, NotificationBody, TransactionBody
+from app.purchases.apple_wire import ApplePurchase, NotificationBody, TransactionBody
+from app.purchases.received import apple_notification, apple_transaction
 from app.runtime import Services
-
-if TYPE_CHECKING:
-    from app.purchases.apple_store import AppleStore
 
 _LIVE = {
     "ident": Provide(provide_identity),
     "live": Provide(live_only("Purchases belong to live traffic")),
 }
-_REFUSED = (ErrorKind.INVALID_APPLE_SIGNATURE, ErrorKind.INVALID_VALUE)
-
-
-def _apple(services: Services) -> AppleStore:  # the type only: imported when it is on
-    if services.apple is None:
-        raise ApiError(
-            ErrorKind.NOT_FOUND,
-            "App Store purchases are off: the operator sets SVC_APPLE_BUNDLE_ID and "
-            "SVC_APPLE_PRODUCTS.",
-        )
-    return services.apple
-
-
-def _count(event: str, result: str) -> None:
-    METRICS.labelled(METRICS.purchase_events, APPLE, event, result).inc()
 
 
 class ApplePurchasesController(Controller):
@@ -74,19 +56,7 @@ class ApplePurchasesController(Controller):
         purchase, ``result: "duplicate"``). 400 with nothing written for a transaction the
         App Store did not sign for this app and environment, another account's, a revoked
         one, or one of a product svc does not sell; 503 when it could not be recorded."""
-        apple = _apple(services)
-        try:
-            bought = await apple.record(live.pid, await request.body())
-        except ApiError as refused:
-            if refused.kind in (*_REFUSED, ErrorKind.ACCOUNT_TOKEN_MISMATCH):
-                _count("invalid", "invalid_signature")
-            else:
-                _count("paid", "unavailable")
-            raise
-        except StoreError:
-            _count("paid", "unavailable")
-            raise
-        _count("paid", bought.result)
+        bought = await apple_transaction(services.apple, live.pid, request.body)
         return bought
 
     @body_route(
@@ -110,14 +80,5 @@ class ApplePurchasesController(Controller):
         notification svc applied, saw before or ignores; 400 with nothing written for one
         Apple did not sign for this app and environment; 503 when it could not be recorded
         or answered (Apple sends it again)."""
-        apple = _apple(services)
-        try:
-            kind, result = await apple.notify(await request.body())
-        except ApiError as refused:
-            _count("invalid", "invalid_signature" if refused.kind in _REFUSED else "unavailable")
-            raise
-        except StoreError:
-            _count("invalid", "unavailable")
-            raise
-        _count(kind, result)
+        result = await apple_notification(services.apple, request.body)
         return EventReceived(received=True, result=result)

@@ -10,30 +10,20 @@ from litestar.datastructures import ResponseHeader
 from litestar.di import Provide
 
 from app.apis.operation import API_KEY, KEY_ERRORS
-from app.core.errors import ApiError, ErrorKind, StoreError
-from app.core.metrics import METRICS
+from app.core.errors import ErrorKind
 from app.credits.outcomes import Identity
 from app.http.deps import live_only, provide_identity, provide_services
 from app.http.headers import NO_STORE
 from app.http.openapi import documented, errors
 from app.http.purchases import EventReceived
-from app.purchases.google import GOOGLE, Claimed, GoogleClaim, GooglePlay
+from app.purchases.google import Claimed, GoogleClaim
+from app.purchases.received import google_claim, google_notification
 from app.runtime import Services
 
 _LIVE = {
     "ident": Provide(provide_identity),
     "live": Provide(live_only("Purchases belong to live traffic")),
 }
-_OFF = (
-    "Google Play purchases are off: the operator sets SVC_GOOGLE_PACKAGE_NAME, "
-    "SVC_GOOGLE_PRODUCTS and SVC_GOOGLE_SERVICE_ACCOUNT_FILE."
-)
-
-
-def _google(services: Services) -> GooglePlay:
-    if services.google_play is None:
-        raise ApiError(ErrorKind.NOT_FOUND, _OFF)
-    return services.google_play
 
 
 class GooglePurchasesController(Controller):
@@ -68,16 +58,7 @@ class GooglePurchasesController(Controller):
         with nothing written (send it again once Play says it is purchased); 400 for a
         purchase that can never be credited; 503 when Google or svc's backends cannot be
         reached (send it again)."""
-        google = _google(services)
-        body = await request.body()
-        try:
-            claimed = await google.claim(live.pid, body)
-        except (ApiError, StoreError) as refused:
-            if not isinstance(refused, ApiError) or refused.status >= 500:
-                METRICS.labelled(METRICS.purchase_events, GOOGLE, "paid", "unavailable").inc()
-            raise
-        kind = "pending" if claimed.result is None else "paid"
-        METRICS.labelled(METRICS.purchase_events, GOOGLE, kind, claimed.result or "ignored").inc()
+        claimed = await google_claim(services.google_play, live.pid, request.body)
         return Response(claimed, status_code=202 if claimed.result is None else 200)
 
     @post(
@@ -101,23 +82,6 @@ class GooglePurchasesController(Controller):
         back (debt when spent). 200 for every notification applied, seen before or ignored;
         401 for a push token svc cannot trust and 400 for a body that is not a push, both
         with nothing written; 503 when it could not be recorded (Pub/Sub pushes it again)."""
-        google = _google(services)
-        if google.push is None:
-            raise ApiError(
-                ErrorKind.NOT_FOUND,
-                "Google Play notifications are off: the operator sets "
-                "SVC_GOOGLE_PUSH_AUDIENCE and SVC_GOOGLE_PUSH_SERVICE_ACCOUNT.",
-            )
-        body = await request.body()
-        try:
-            kind, result = await google.notify(request.headers.get("authorization"), body)
-        except (ApiError, StoreError) as refused:
-            if isinstance(refused, ApiError) and refused.kind is ErrorKind.INVALID_PUSH_TOKEN:
-                METRICS.labelled(
-                    METRICS.purchase_events, GOOGLE, "invalid", "invalid_signature"
-                ).inc()
-            elif not isinstance(refused, ApiError) or refused.status >= 500:
-                METRICS.labelled(METRICS.purchase_events, GOOGLE, "ignored", "unavailable").inc()
-            raise
-        METRICS.labelled(METRICS.purchase_events, GOOGLE, kind, result).inc()
+        authorization = request.headers.get("authorization")
+        result = await google_notification(services.google_play, authorization, request.body)
         return EventReceived(received=True, result=result)
