@@ -206,12 +206,11 @@ def _money_ops(args: argparse.Namespace) -> dict[str, AdminOp]:
 
     async def books(s: Services) -> Any:
         from app.books.report import book_days, books_csv, read_books
-        from app.books.value import setting_value
+        from app.books.value import configured_value
 
         named = (("from", args.from_day), ("to", args.to_day))
         days = book_days({k: v for k, v in named if v is not None}, s.clock())
-        raw = s.settings.credit_value
-        found = await read_books(s.store, days, None if raw is None else setting_value(raw))
+        found = await read_books(s.store, days, configured_value(s.settings.credit_value))
         return CsvLines(_lines(books_csv(found))) if args.csv else found
 
     return {

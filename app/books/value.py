@@ -44,6 +44,12 @@ def setting_value(raw: str) -> CreditValue:
     )
 
 
+def configured_value(setting: str | None) -> CreditValue | None:
+    """The value ``SVC_CREDIT_VALUE`` (``setting``) gives a credit, None while it is unset
+    (each currency's revenue per credit sold values them then)."""
+    return None if setting is None else setting_value(setting)
+
+
 def revenue_values(net: dict[str, int], sold: dict[str, int]) -> dict[str, CreditValue]:
     """Per currency, its net revenue (micro-units) per credit sold in it; none for a
     currency that sold no credit."""

@@ -10,7 +10,7 @@ from litestar.datastructures import ResponseHeader
 from litestar.di import Provide
 
 from app.books.report import book_days, books_csv, read_books
-from app.books.value import setting_value
+from app.books.value import configured_value
 from app.core.errors import ErrorKind
 from app.http.deps import admin_guard, operator_middleware, provide_services
 from app.http.headers import NO_STORE
@@ -42,8 +42,8 @@ class BooksController(Controller):
         alias (docs/operations.md, "The books")."""
         csv_wanted = parse_format(params.get("format")) == "csv"
         days = book_days(params, services.clock())
-        raw = services.settings.credit_value
-        books = await read_books(services.store, days, None if raw is None else setting_value(raw))
+        value = configured_value(services.settings.credit_value)
+        books = await read_books(services.store, days, value)
         if csv_wanted:
             return csv_download(books_csv(books), f"books-{days[0]}-{days[-1]}.csv")
         return Response(books)

@@ -15,7 +15,7 @@ import pytest
 from app.accounts.accounts import Accounts
 from app.accounts.ledger import Ledger
 from app.books.report import book_days, books_csv, read_books
-from app.books.value import setting_value
+from app.books.value import configured_value, setting_value
 from app.completion.costs import CostEntry, cost_micros, upstream_cost
 from app.core.clock import day_start
 from app.core.errors import ApiError
@@ -225,3 +225,8 @@ def test_a_bad_range_is_a_400_naming_it(params: dict[str, str], param: str) -> N
 def test_the_default_range_is_the_30_days_that_end_today() -> None:
     days = book_days({}, NOON)
     assert (len(days), days[-1], days[0]) == (30, DAY, "2026-10-26")
+
+
+def test_the_credit_value_setting_unset_values_credits_by_revenue() -> None:
+    assert configured_value(None) is None
+    assert configured_value(" 0.1 USD ") == setting_value("0.1 USD")
