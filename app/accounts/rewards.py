@@ -25,12 +25,20 @@ from app.core.errors import (
     invalid_value,
     service_unavailable,
 )
-from app.core.validation import convert_fields
+from app.core.validation import convert_fields, query_int
 from app.credits.money import Money
 from app.credits.outcomes import ScriptStatus
 from app.store import AccountRecord, GrantRecord, Store
 
 MAX_VIEW_ID = 200
+REWARDS_LIMIT = 20  # rewards listed unless told: four days' worth at the default limit
+MAX_REWARDS_LIMIT = 100
+
+
+def rewards_limit(raw: str | None) -> int:
+    """How many rewards ``GET /v1/spotlights/rewards`` lists: its ``limit`` parameter from
+    1 to ``MAX_REWARDS_LIMIT`` (``REWARDS_LIMIT`` when absent); a 400 naming it otherwise."""
+    return query_int(raw, "limit", low=1, high=MAX_REWARDS_LIMIT, default=REWARDS_LIMIT)
 
 
 class SpotlightRequest(msgspec.Struct):

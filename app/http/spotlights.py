@@ -11,10 +11,9 @@ from litestar import Controller, MediaType, Request, get, post
 from litestar.datastructures import ResponseHeader
 from litestar.di import Provide
 
-from app.accounts.rewards import RewardList
+from app.accounts.rewards import MAX_REWARDS_LIMIT, REWARDS_LIMIT, RewardList, rewards_limit
 from app.apis.operation import API_KEY, KEY_ERRORS
 from app.core.errors import ErrorKind
-from app.core.validation import query_int
 from app.credits.outcomes import Identity
 from app.http.body_routes import body_route
 from app.http.deps import live_only, provide_identity, provide_services
@@ -32,8 +31,6 @@ from app.spotlights.signed import reward_callback as reward_signed
 
 _IDENT = {"ident": Provide(provide_identity)}
 _LIVE = {**_IDENT, "live": Provide(live_only("Spotlight intents are live traffic"))}
-REWARDS_LIMIT = 20  # rewards listed unless told: four days' worth at the default limit
-MAX_REWARDS_LIMIT = 100
 # what a network's callback (a GET with its query) may be answered besides 200
 NETWORK_ERRORS = (
     ErrorKind.INVALID_VALUE,
@@ -83,7 +80,7 @@ class SpotlightController(Controller):
         """The account's latest spotlight rewards, newest first (any key of the account):
         each one's network, view, credits and the expiry it gave the earned pool, and
         today's count against the daily limit."""
-        wanted = query_int(limit, "limit", low=1, high=MAX_REWARDS_LIMIT, default=REWARDS_LIMIT)
+        wanted = rewards_limit(limit)
         return await services.spotlights.history(ident.pid, wanted, services.clock())
 
     @body_route(
