@@ -10,8 +10,8 @@ operator's request never takes an account's key.
 For completions the check and the record ride in the reserve and settle scripts
 (``reserve.lua``, ``settle.lua``: their headers say how); this module names the record,
 says what identifies a request (``IdempotencyRecords.claim_for``, for the streams and the
-other routes alike), and claims, keeps and frees the records of the other routes
-(``IdempotencyRecords``).
+other routes alike), and runs the other routes once per key (``IdempotencyRecords.once``:
+their records claimed, replayed, kept and freed).
 
 When a JSON route's answer cannot be recorded (Redis fails as the run closes its key, or an
 answer is over the bound), what the request did stands and its answer is sent: undoing it
@@ -29,10 +29,14 @@ import hashlib
 import hmac
 import logging
 import os
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
+
+import msgspec
 
 from app.core.clock import DAY_S
 from app.core.errors import invalid_value
+from app.core.ids import random_id
 from app.credits.outcomes import Refusal, ScriptStatus
 from app.credits.script_args import ScriptArgs
 from app.credits.scripts import Scripts
@@ -43,6 +47,7 @@ if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 log = logging.getLogger("svc.idempotency")
+T = TypeVar("T")
 
 HEADER = "idempotency-key"
 SHOWN = "Idempotency-Key"  # the header as errors name it (their param)
@@ -159,6 +164,15 @@ class RecordedAnswer(NamedTuple):
 
     status: int
     body: bytes
+
+
+class Answered(NamedTuple, Generic[T]):
+    """What a JSON route answers: ``answer`` with ``status``, ``replayed`` when it is the
+    answer its key's first request got (decoded from its record; nothing ran again)."""
+
+    answer: T
+    status: int
+    replayed: bool
 
 
 class RecordedResponse(NamedTuple):
@@ -309,3 +323,30 @@ class IdempotencyRecords:
             await asyncio.shield(self.close(claim, token, None))
         except REDIS_ERRORS as exc:
             log.warning("idempotency key not freed (%s); its claim lapses", type(exc).__name__)
+
+    async def once(
+        self,
+        claim: IdempotencyClaim,
+        answer: tuple[int, type[T]],
+        run: Callable[[], Awaitable[T]],
+    ) -> Answered[T] | Refusal:
+        """``run``'s answer (``answer``: its status and type) once per ``claim``'s key: the
+        answer its first request got when it ran before, the ``Refusal`` while it runs or
+        when it was another request's. A run that fails frees the key (it did nothing: the
+        request sent again runs); one that succeeds keeps its answer (``keep``)."""
+        status, kind = answer
+        token = random_id("run_", 16)
+        recorded = await self.claim(claim, token)
+        if isinstance(recorded, Refusal):
+            return recorded
+        if recorded is not None:
+            kept = claim.seal.unseal(recorded.body)
+            replay = msgspec.json.decode(kept, type=kind)
+            return Answered(replay, recorded.status, replayed=True)
+        try:
+            result = await run()
+        except BaseException:
+            await self.free(claim, token)
+            raise
+        await self.keep(claim, token, status, msgspec.json.encode(result))
+        return Answered(result, status, replayed=False)

@@ -8,8 +8,10 @@ scripts (``app.http.streams``).
 A record belongs to its account and environment: the key's (``live``; test keys cannot use
 these routes) or ``idempotency.OPERATOR`` for the admin API.
 
-The records are ``IdempotencyRecords``' (``app.credits.idempotency``): what is kept, and
-what happens when an answer cannot be (its key freed, the answer sent all the same).
+The records are ``IdempotencyRecords``' (``app.credits.idempotency``): the run once per key
+(``once``: claimed, replayed, kept, or freed when the run fails), what is kept, and what
+happens when an answer cannot be (its key freed, the answer sent all the same); this module
+only reads the header and body and writes the answer.
 """
 
 from __future__ import annotations
@@ -17,11 +19,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-import msgspec
 from litestar import Request, Response
 
 from app.core.errors import repeated_header
-from app.core.ids import random_id
 from app.credits import idempotency
 from app.credits.outcomes import Refusal
 from app.keys.refusals import refusal_error
@@ -53,27 +53,15 @@ async def once(
     """``run``'s answer (``answer``: its HTTP status and type), or, for a request with an
     Idempotency-Key that ran before in ``environment`` (the key's, or
     ``idempotency.OPERATOR``), the answer it got then."""
-    status, kind = answer
     key = idempotency_key(request)
     if key is None:
-        return Response(await run(), status_code=status)
+        return Response(await run(), status_code=answer[0])
     records = services.idempotency_records
     claim = records.claim_for(
         pid, key, request.url.path, await request.body(), environment=environment
     )
-    token = random_id("run_", 16)
-    recorded = await records.claim(claim, token)
-    if isinstance(recorded, Refusal):
-        raise refusal_error(recorded)
-    if recorded is not None:
-        kept = claim.seal.unseal(recorded.body)
-        replay = msgspec.json.decode(kept, type=kind)
-        return Response(replay, status_code=recorded.status, headers=REPLAYED)
-    try:
-        result = await run()
-    except BaseException:
-        # a request that failed did nothing: its key is free for the request sent again
-        await records.free(claim, token)
-        raise
-    await records.keep(claim, token, status, msgspec.json.encode(result))
-    return Response(result, status_code=status)
+    answered = await records.once(claim, answer, run)
+    if isinstance(answered, Refusal):
+        raise refusal_error(answered)
+    headers = REPLAYED if answered.replayed else None
+    return Response(answered.answer, status_code=answered.status, headers=headers)
