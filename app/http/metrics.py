@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from typing import Any
 
 from litestar import Controller, Request, Response, get
@@ -13,27 +11,14 @@ from app.core.errors import ErrorKind
 from app.core.metrics import CONTENT_TYPE, METRICS, RedisReadings, exposition
 from app.http.deps import provide_services, request_address
 from app.http.openapi import errors
-from app.kv.client import REDIS_ERRORS
+from app.ops.gauges import redis_readings
 from app.runtime import Services
-
-REDIS_READ_TIMEOUT_S = 1.0
 
 
 async def redis_gauges(services: Services) -> RedisReadings | None:
-    """The open reservations and those past their deadline (``Holds.open_reservations``),
-    then the usage streams' backlog (``Flusher.lag``), or ``None`` when Redis does not
+    """What a scrape reads from Redis (``app.ops.gauges``), or ``None`` when it does not
     answer in time."""
-    with contextlib.suppress(*REDIS_ERRORS, OSError, TimeoutError):
-        async with asyncio.timeout(REDIS_READ_TIMEOUT_S):
-            reservations = await services.holds.open_reservations(services.clock())
-            lag = await services.flusher.lag()
-            return RedisReadings(
-                open_reservations=reservations.open,
-                reservations_past_deadline=reservations.past_deadline,
-                pending_events=lag.pending_events,
-                oldest_event_age_s=lag.oldest_event_age_s,
-            )
-    return None
+    return await redis_readings(services.holds, services.flusher, services.clock)
 
 
 class MetricsController(Controller):

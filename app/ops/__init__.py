@@ -1,4 +1,5 @@
 """Operations: ``svc admin inspect``, ``reconcile`` and ``rebuild-redis``, an account as an
-operator looks it up (``lookup``: the admin API's and ``svc admin account``), and the
-embedded Valkey of the zero-configuration mode.
+operator looks it up (``lookup``: the admin API's and ``svc admin account``), the gauges a
+metrics scrape reads from Redis (``gauges``), and the embedded Valkey of the
+zero-configuration mode.
 """

@@ -23,7 +23,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class RedisReadings(NamedTuple):
-    """What a scrape reads from Redis (``app.http.metrics.redis_gauges``)."""
+    """What a scrape reads from Redis (``app.ops.gauges.redis_readings``)."""
 
     open_reservations: int  # not yet settled, over every shard
     reservations_past_deadline: int  # of those, the ones the sweeper should have refunded
