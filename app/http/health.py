@@ -3,19 +3,14 @@ the durable store all answer), for load balancers and orchestrators. No authenti
 
 from __future__ import annotations
 
-import asyncio
-
 import msgspec
 from litestar import Controller, Response, get
 from litestar.di import Provide
 from litestar.openapi import ResponseSpec
 
-from app.core.errors import StoreError
 from app.http.deps import provide_services
-from app.kv.client import REDIS_ERRORS
+from app.ops.readiness import readiness
 from app.runtime import Services
-
-READY_TIMEOUT_S = 2.0
 
 
 class Health(msgspec.Struct):
@@ -46,19 +41,7 @@ class HealthController(Controller):
     )
     async def readyz(self, services: Services) -> Response[Health]:
         """Redis answers and holds every script; the durable store answers. 503 otherwise."""
-        checks = {"redis": False, "scripts": False, "store": False}
-        try:
-            async with asyncio.timeout(READY_TIMEOUT_S):
-                checks["redis"] = bool(await services.redis.ping())
-                checks["scripts"] = await services.scripts.loaded()
-        except (*REDIS_ERRORS, OSError, TimeoutError):
-            pass
-        try:
-            async with asyncio.timeout(READY_TIMEOUT_S):
-                await services.store.ping()
-                checks["store"] = True
-        except (StoreError, OSError, TimeoutError):
-            pass
+        checks = await readiness(services.redis, services.scripts, services.store)
         ready = all(checks.values())
         return Response(
             Health(status="ok" if ready else "unavailable", checks=checks),
