@@ -27,6 +27,7 @@ from app.core.errors import (
     service_unavailable,
 )
 from app.core.ids import random_id
+from app.credits import idempotency
 from app.credits.money import Money
 from app.credits.outcomes import Balance, Identity, ScriptStatus
 from app.keys.refusals import key_refusal
@@ -110,27 +111,38 @@ class Accounts:
         credits: int,
         *,
         grant_id: str | None = None,
+        idempotency_key: str | None = None,
         source: str = OPERATOR_SOURCE,
         reason: str | None = None,
     ) -> CreditBalance:
         """Add purchased credits (they never expire; they pay the account's debt first): an
         operator's grant, a ledger entry (``app.accounts.ledger``) written before Redis
-        changes. An account Redis lost (its data lost, before ``rebuild-redis``) is never
-        opened empty here (the rebuild would keep that hash, and the account's credits with
-        it): the entry is taken back and the answer is a 503, which the operator retries
-        once the account is restored."""
+        changes. ``grant_id``: the entry's id; else one derived from the request's
+        ``idempotency_key`` (``idempotency.grant_id``: the grant is applied once per key,
+        whatever the key's record says); else a random one. An account Redis lost (its data
+        lost, before ``rebuild-redis``) is never opened empty here (the rebuild would keep
+        that hash, and the account's credits with it): the entry is taken back and the
+        answer is a 503, which the operator retries once the account is restored."""
         details = {"credits": credits, "pool": "purchased", "reason": reason}
+        entry_id = grant_id or idempotency.grant_id(pid, idempotency_key)
         return await self._operator_entry(
-            pid, credits, "grant", audit.CREDITS_GRANT, details, grant_id, source, reason
+            pid, credits, "grant", audit.CREDITS_GRANT, details, entry_id, source, reason
         )
 
     async def debit(
-        self, pid: str, credits: int, *, entry_id: str | None = None, reason: str | None = None
+        self,
+        pid: str,
+        credits: int,
+        *,
+        entry_id: str | None = None,
+        idempotency_key: str | None = None,
+        reason: str | None = None,
     ) -> CreditBalance:
         """Take ``credits`` back as a refund does: out of the purchased pool, then the earned
         one, the rest owed as the account's debt (its live keys are refused, 402, until a
-        grant pays it)."""
+        grant pays it). Its id as ``grant_purchased``'s."""
         details = {"credits": credits, "reason": reason}
+        entry_id = entry_id or idempotency.grant_id(pid, idempotency_key, kind="debit")
         return await self._operator_entry(
             pid, -credits, "debit", audit.CREDITS_DEBIT, details, entry_id, OPERATOR_SOURCE, reason
         )

@@ -148,8 +148,7 @@ class AdminController(Controller):
     ) -> Response[CreditBalance]:
         """Add purchased credits (once per Idempotency-Key, when one is sent)."""
         req = decode_json(await request.body(), GrantRequest)
-        # applied once per Idempotency-Key by the grant itself, whatever its record says
-        grant_id = idempotency.grant_id(pid, idempotency_key(request))
+        key = idempotency_key(request)
         return await once(
             services,
             request,
@@ -157,7 +156,7 @@ class AdminController(Controller):
             idempotency.OPERATOR,
             (200, CreditBalance),
             lambda: services.accounts.grant_purchased(
-                pid, req.credits, grant_id=grant_id, reason=req.reason
+                pid, req.credits, idempotency_key=key, reason=req.reason
             ),
         )
 
@@ -175,14 +174,16 @@ class AdminController(Controller):
         """Take credits back as a refund does: the purchased pool first, then the earned
         one, the rest owed as debt (once per Idempotency-Key, when one is sent)."""
         req = decode_json(await request.body(), DebitRequest)
-        entry_id = idempotency.grant_id(pid, idempotency_key(request), kind="debit")
+        key = idempotency_key(request)
         return await once(
             services,
             request,
             pid,
             idempotency.OPERATOR,
             (200, CreditBalance),
-            lambda: services.accounts.debit(pid, req.credits, entry_id=entry_id, reason=req.reason),
+            lambda: services.accounts.debit(
+                pid, req.credits, idempotency_key=key, reason=req.reason
+            ),
         )
 
     @get(
