@@ -35,7 +35,7 @@ from app.kv.fields import usage_field
 from app.kv.layout import KeySpace
 from bench import beside, floor, scale
 from bench.compiled_peers import VALKEY_PEERS
-from bench.loadgen import MESSAGES, LoadConfig, LoadResult, run_in_process
+from bench.loadgen import MESSAGES, LoadConfig, LoadResult
 from bench.measures import (
     SCRIPT_COMMANDS,
     ProcessTree,
@@ -56,6 +56,7 @@ from bench.peers import unavailable as peer_unavailable
 from bench.peers import version as peer_version
 from bench.profiles import Profile, run_peers
 from bench.replicas import ReplicaCost, grown
+from bench.shards import run_in_process
 from bench.valkey_cluster import ValkeyCluster
 
 ROOT = Path(__file__).resolve().parents[1]
