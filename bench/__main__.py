@@ -12,10 +12,10 @@ from bench.profiles import build_parser, run_plan
 
 
 def _run(args: argparse.Namespace) -> int:
-    from bench import replica_run, report
+    from bench import replica_run, report, scale_run
     from bench.orchestrate import run
 
-    result = run(*run_plan(args), replicated=replica_run.measure)
+    result = run(*run_plan(args), replicated=replica_run.measure, scaled=scale_run.measure)
     paths = report.write(result, args.out, png=not args.no_chart)
     print(report.markdown(result))
     print("written: " + ", ".join(str(p) for p in paths))
