@@ -15,10 +15,12 @@ import contextlib
 import math
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import IO
 
 import msgspec
 
@@ -42,13 +44,15 @@ def split(streams: int, processes: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(processes) if base or i < extra]
 
 
-def _spawn(cfg: LoadConfig, env: Mapping[str, str] | None) -> subprocess.Popen[bytes]:
+def _spawn(
+    cfg: LoadConfig, env: Mapping[str, str] | None, out: IO[bytes], err: IO[bytes]
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "bench", "load", "--config", msgspec.json.encode(cfg).decode()],
         cwd=Path(__file__).resolve().parents[1],
         env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=out,
+        stderr=err,
     )
 
 
@@ -58,45 +62,36 @@ def run_in_processes(
     env: Mapping[str, str] | None = None,
 ) -> list[LoadResult]:
     """Run each config in a fresh process (``python -m bench load``) at once and read their
-    JSON results; ``sample`` is called about every 0.25 s while they run."""
-    processes = [_spawn(cfg, env) for cfg in cfgs]
+    JSON results; ``sample`` is called about every 0.25 s while they run. Each writes to a
+    file of its own, not a pipe: with its samples its JSON runs to megabytes, which a pipe
+    would have to be drained of while the others run."""
     lead = max((c.start_at - time.time() for c in cfgs if c.start_at is not None), default=0)
     longest = max(c.warmup_s + c.duration_s + c.timeout_s for c in cfgs)
     deadline = time.monotonic() + max(0.0, lead) + longest + 60
-    outputs: list[tuple[bytes, bytes] | None] = [None] * len(processes)
-    try:
-        while any(out is None for out in outputs):
-            for i, process in enumerate(processes):
-                if outputs[i] is None and process.poll() is not None:
-                    outputs[i] = process.communicate()
-            if any(out is None for out in outputs):
+    with contextlib.ExitStack() as files:
+        outs = [files.enter_context(tempfile.TemporaryFile()) for _ in cfgs]
+        errs = [files.enter_context(tempfile.TemporaryFile()) for _ in cfgs]
+        processes = [_spawn(c, env, o, e) for c, o, e in zip(cfgs, outs, errs, strict=True)]
+        try:
+            while any(p.poll() is None for p in processes):
                 if time.monotonic() > deadline:
                     raise RuntimeError("the load generator did not finish in time")
-                # a process's pipe must be drained as it writes: its JSON can be megabytes
-                _drain(processes, outputs)
                 if sample is not None:
                     sample()
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-    results = []
-    for process, out in zip(processes, outputs, strict=True):
-        assert out is not None
-        if process.returncode != 0:
-            raise RuntimeError(f"the load generator failed:\n{out[1].decode()[-3000:]}")
-        results.append(msgspec.json.decode(out[0], type=LoadResult))
+                time.sleep(0.25)
+        finally:
+            for process in processes:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+        results = []
+        for process, out, err in zip(processes, outs, errs, strict=True):
+            if process.returncode != 0:
+                err.seek(0)
+                raise RuntimeError(f"the load generator failed:\n{err.read().decode()[-3000:]}")
+            out.seek(0)
+            results.append(msgspec.json.decode(out.read(), type=LoadResult))
     return results
-
-
-def _drain(
-    processes: list[subprocess.Popen[bytes]], outputs: list[tuple[bytes, bytes] | None]
-) -> None:
-    """Wait up to 0.25 s for the first unfinished process, reading its output as it comes."""
-    i = next(i for i, out in enumerate(outputs) if out is None)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        outputs[i] = processes[i].communicate(timeout=0.25)
 
 
 def run_in_process(
