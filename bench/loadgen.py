@@ -44,7 +44,7 @@ class LoadConfig(msgspec.Struct, frozen=True, kw_only=True):
     ramp_s: float = 0.5  # workers start spread over this long, so connections open gradually
     max_requests: int = 1_000_000  # a bound on the whole run, warm-up included
     timeout_s: float = 30.0  # per request
-    client: str = "aiohttp"  # or "openai"
+    client: str = "aiohttp"  # or "openai", or "raw" (bench.rawclient: chat, the scale levels)
     api: str = "chat"  # or "responses" (POST /v1/responses), "messages" (POST /v1/messages)
     max_tokens: int | None = None
     extra_headers: dict[str, str] = {}
@@ -603,6 +603,10 @@ async def run_load(cfg: LoadConfig) -> LoadResult:
     if cfg.start_at is not None:  # one of several processes: they all start together
         await asyncio.sleep(max(0.0, cfg.start_at - time.time()))
     factory = _openai_requests if cfg.client == "openai" else _aiohttp_requests
+    if cfg.client == "raw":  # the scale levels' lean client (imports this module)
+        from bench import rawclient
+
+        factory = rawclient.raw_requests
     one, close = await factory(cfg)
     samples: list[_Sample] = []
     t0, wall0 = time.perf_counter(), time.time()

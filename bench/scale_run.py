@@ -87,7 +87,7 @@ def level_config(
         warmup_s=level.warmup_s,
         ramp_s=level.ramp_s,
         timeout_s=level.timeout_s,
-        client="aiohttp",
+        client="raw",  # about half aiohttp's CPU per chunk (bench.rawclient)
     )
 
 
@@ -106,14 +106,15 @@ def hold(
     peak, held = list(idle), [0] * len(idle)
     cpu = scale.CpuSamples()
     ticks = itertools.count()
+    every = 20 if cfg.concurrency > shards.STREAMS_PER_PROCESS else 8
 
     def sample() -> None:
         cpu.add(time.time(), server.cpu_seconds())
         for i, size in enumerate(rss_mb()[: len(peak)]):
             peak[i] = max(peak[i], size)
-        # every 5 s or so: psutil reads the whole socket table for each worker, which at
-        # 10,000 streams took a fifth of a core every 2 s from the machine under test
-        if next(ticks) % 20 == 19:
+        # every 2 s, every 5 s above 2,500 streams: psutil reads the whole socket table for
+        # each worker, which at 10,000 streams took a fifth of a core every 2 s
+        if next(ticks) % every == every - 1:
             for i, count in enumerate(open_streams()[: len(held)]):
                 held[i] = max(held[i], count)
 

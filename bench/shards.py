@@ -79,6 +79,8 @@ def run_in_processes(
                 if sample is not None:
                     sample()
                 time.sleep(0.25)
+            if sample is not None:  # once more after the end: the window's end is inside
+                sample()
         finally:
             for process in processes:
                 if process.poll() is None:
