@@ -30,13 +30,18 @@ def main(argv: list[str] | None = None) -> int:
             args = build_parser().parse_args(["run"])
         return _run(args)
     if args.command == "load":
-        from bench.loadgen import LoadConfig, run_load
+        from bench.loadgen import LoadConfig, Requests, run_load
         from bench.looplag import no_full_collections
 
         cfg = msgspec.json.decode(args.config, type=LoadConfig)
         with_uvloop()
         no_full_collections()  # a pause of its own would count as the server's lag
-        result = asyncio.run(run_load(cfg))
+        factory: Requests | None = None
+        if cfg.client == "raw":  # the scale levels' lean client
+            from bench.rawclient import raw_requests
+
+            factory = raw_requests
+        result = asyncio.run(run_load(cfg, factory))
         sys.stdout.buffer.write(msgspec.json.encode(result) + b"\n")
         return 0
     from bench.mock_upstream import Options, _serve

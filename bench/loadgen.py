@@ -598,15 +598,16 @@ def _percentiles(values: list[float]) -> Percentiles:
     return Percentiles(round(q[49], 3), round(q[89], 3), round(q[98], 3))
 
 
-async def run_load(cfg: LoadConfig) -> LoadResult:
-    """Run one closed-loop point and summarise it."""
+Requests = Callable[[LoadConfig], Awaitable[tuple[OneRequest, Callable[[], Awaitable[None]]]]]
+
+
+async def run_load(cfg: LoadConfig, factory: Requests | None = None) -> LoadResult:
+    """Run one closed-loop point and summarise it; ``factory`` makes its requests when not
+    the client ``cfg`` names (``bench.rawclient``, which builds on this module)."""
     if cfg.start_at is not None:  # one of several processes: they all start together
         await asyncio.sleep(max(0.0, cfg.start_at - time.time()))
-    factory = _openai_requests if cfg.client == "openai" else _aiohttp_requests
-    if cfg.client == "raw":  # the scale levels' lean client (imports this module)
-        from bench import rawclient
-
-        factory = rawclient.raw_requests
+    if factory is None:
+        factory = _openai_requests if cfg.client == "openai" else _aiohttp_requests
     one, close = await factory(cfg)
     samples: list[_Sample] = []
     t0, wall0 = time.perf_counter(), time.time()
