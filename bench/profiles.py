@@ -60,6 +60,9 @@ class Profile(msgspec.Struct, frozen=True, kw_only=True):
     scale_chunks: int = 20
     scale_delay_ms: int = 1000
     scale_duration_s: float = 20.0
+    # load processes sharing each level's streams (bench.shards); 0: as many as the level
+    # needs (``bench.shards.processes_for``: one up to 2,500 streams)
+    scale_load_processes: int = 0
     # other gateways measured on the same points after svc (bench.peers; ``--peer NAME`` adds
     # one, ``--no-peers`` empties this); one that cannot be installed here is skipped
     peers: tuple[str, ...] = ()
@@ -145,6 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=_ints,
         help="open slow streams held at once on one instance, e.g. 200,2000,10000 (0: none)",
     )
+    run.add_argument(
+        "--scale-load-processes",
+        type=int,
+        help="load processes sharing each scale level's streams (0: by the level's size)",
+    )
     run.add_argument("--client", choices=["aiohttp", "openai"], help="load generator client")
     run.add_argument(
         "--no-floor", action="store_true", help="skip the floor (bare relay + 2 Redis round trips)"
@@ -202,6 +210,7 @@ def run_plan(args: argparse.Namespace) -> tuple[Profile, tuple[str, ...]]:
             if args.scale_streams is not None
             else None
         ),
+        "scale_load_processes": args.scale_load_processes,
         "client": args.client,
         "floor": False if args.no_floor else None,
         "peers": () if args.no_peers else None,

@@ -17,6 +17,7 @@ from bench.orchestrate import (
     RunReport,
     memory_concurrency,
 )
+from bench.scale_report import scale_table, scale_targets
 
 # Targets of the bench issue; each is a ratio or a count measured within the same run.
 THROUGHPUT_RATIO = 0.30  # svc / direct req/s, fast upstream, C=50
@@ -131,7 +132,7 @@ def targets(report: RunReport) -> list[Target]:
         if paired is not None:
             out.append(paired)
     out += tokens_targets(report)
-    out += scale_targets(report)
+    out += [Target(g.name, g.goal, g.measured, g.met) for g in scale_targets(report)]
     out += same_run_targets(report)
     out.append(conservation_target("conservation", report.conservation))
     if report.cluster_conservation is not None:
@@ -326,74 +327,6 @@ def tokens_table(report: RunReport) -> list[str]:
             f"| {load.inter_chunk_ms.p99:.2f} | {cpu} | {rss} | {sum(load.errors.values())} |"
         )
     return lines
-
-
-def _scale_points(report: RunReport) -> list[Point]:
-    return [p for p in report.points if p.scenario == "scale"]
-
-
-def scale_table(report: RunReport) -> list[str]:
-    """The scale levels (``bench.scale``): one instance holding each level's streams."""
-    points = _scale_points(report)
-    if not points:
-        return []
-    prof = report.profile
-    lines = [
-        "",
-        f"Scale: one instance ({prof.workers} worker{'s' if prof.workers != 1 else ''}) "
-        "holding each level's streams at once, "
-        f"each {prof.scale_chunks} content chunks {prof.scale_delay_ms} ms apart, started over "
-        "one stream's length; every level on svc started afresh. Server CPU per chunk: the "
-        "process tree's CPU inside the measured window / the chunks relayed in it; RSS per "
-        "stream: (the workers' peak RSS - their RSS before the level) / streams.",
-        "",
-        "| streams | held per worker | req/s | chunks/s | TTFB p50 | p99 | inter-chunk p99 "
-        "| server CPU µs/chunk | RSS MB/worker before → peak | RSS KB/stream | errors "
-        "| reservations open after |",
-        "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
-    ]
-    for p in points:
-        load = p.load
-        held = "/".join(f"{n:,}" for n in p.streams_per_worker or [])
-        cpu = f"{p.server_cpu_us_per_chunk:.1f}" if p.server_cpu_us_per_chunk else ""
-        before = "/".join(f"{x:.0f}" for x in p.idle_rss_mb_per_worker or [])
-        peak = "/".join(f"{x:.0f}" for x in p.rss_mb_per_worker or [])
-        per_stream = f"{p.rss_kb_per_stream:.1f}" if p.rss_kb_per_stream is not None else ""
-        errors = sum(load.errors.values()) + sum(load.errors_outside_window.values())
-        lines.append(
-            f"| {load.concurrency:,} | {held} | {load.rps:,.0f} | {load.chunks_per_s:,.0f} "
-            f"| {load.ttfb_ms.p50:.1f} | {load.ttfb_ms.p99:.1f} | {load.inter_chunk_ms.p99:.1f} "
-            f"| {cpu} | {before} → {peak} | {per_stream} | {errors} "
-            f"| {p.reservations_open_after} |"
-        )
-    return lines
-
-
-def scale_targets(report: RunReport) -> list[Target]:
-    """At every scale level: no request failed (warm-up and drain included), and no
-    reservation was left open."""
-    points = _scale_points(report)
-    if not points:
-        return []
-    levels = "/".join(f"{p.load.concurrency:,}" for p in points)
-    errors = [
-        sum(p.load.errors.values()) + sum(p.load.errors_outside_window.values()) for p in points
-    ]
-    still = [p.reservations_open_after for p in points]
-    return [
-        Target(
-            f"scale: errors at {levels} open streams",
-            "0 at each",
-            "/".join(str(n) for n in errors),
-            not any(errors),
-        ),
-        Target(
-            f"scale: reservations open after {levels} streams",
-            "0 at each (every one settled)",
-            "/".join(str(n) for n in still),
-            all(n == 0 for n in still),
-        ),
-    ]
 
 
 def peers_table(report: RunReport) -> list[str]:

