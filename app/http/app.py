@@ -1,11 +1,9 @@
 """The Litestar app factory: the routes the RSGI gateway does not serve itself, error
-handling, and the lifespan that opens the services, runs the background tasks (sweeper,
-ledger repair, flusher, webhooks) and, at shutdown, drains the settlements and closes."""
+handling, and the lifespan, which serves for as long as the worker's services are up
+(``app.serving``: opened, their background tasks run, drained and closed at shutdown)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -14,9 +12,6 @@ from litestar.datastructures import ResponseHeader
 from litestar.plugins import PluginProtocol
 from litestar.plugins.core import MsgspecDIPlugin
 
-from app.completion.lifecycle import GracePeriod
-from app.completion.settlement import drain_background
-from app.core.errors import StoreError
 from app.core.settings import Settings
 from app.http.admin import AdminController
 from app.http.api import V1Controller
@@ -33,8 +28,7 @@ from app.http.purchases_apple import ApplePurchasesController
 from app.http.purchases_google import GooglePurchasesController
 from app.http.spotlights import SpotlightController
 from app.http.streams import STREAMS
-from app.kv.client import REDIS_ERRORS
-from app.runtime import open_services
+from app.serving import serving
 
 
 class _App(Litestar):
@@ -55,31 +49,9 @@ def create_app(settings: Settings) -> Litestar:
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        services = await open_services(settings, traces=True)
-        app.state.services = services
-        with contextlib.suppress(*REDIS_ERRORS, StoreError, OSError):
-            await services.usage.start_epochs()  # a new or emptied Redis starts them
-        grace = GracePeriod(settings.shutdown_grace_s)
-        grace.install()  # SIGTERM: streams get the grace period, then are cut and settled
-        tasks = [
-            asyncio.create_task(services.sweeper.run()),
-            asyncio.create_task(services.ledger_repair.run()),
-            asyncio.create_task(services.flusher.run()),
-            asyncio.create_task(services.deliverer.run()),
-            asyncio.create_task(services.scanner.run()),
-        ]
-        try:
+        async with serving(settings) as services:
+            app.state.services = services
             yield
-        finally:
-            grace.uninstall()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await drain_background()  # settlements still running finish first
-            with contextlib.suppress(*REDIS_ERRORS, StoreError, OSError):
-                # what they recorded goes out now
-                await services.flusher.final_flush(settings.flush_lease_s)
-            await services.close()
 
     return _App(
         route_handlers=[
