@@ -52,8 +52,12 @@ def test_bench_smoke_run(tmp_path: Path) -> None:
         assert p["rss_kb_per_stream"] is not None
     assert "| svc | 4 |" in markdown.split("Tokens:")[1]
     # the scale level: its streams all held at once, each worker's RSS before and at its
-    # peak, no error, no reservation left open
-    (level,) = [p for p in points if p["scenario"] == "scale"]
+    # peak, no error, no reservation left open; the same streams straight to the mock first
+    scale = {p["target"]: p for p in points if p["scenario"] == "scale"}
+    assert sorted(scale) == ["direct", "svc"]
+    assert scale["direct"]["load"]["concurrency"] == 8
+    assert scale["direct"]["load"]["content_chunks"] == 3 * scale["direct"]["load"]["requests"]
+    level = scale["svc"]
     assert level["load"]["concurrency"] == 8
     assert level["load"]["content_chunks"] == 3 * level["load"]["requests"] > 0
     assert level["reservations_open_after"] == 0
