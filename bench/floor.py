@@ -32,13 +32,14 @@ SCENARIOS = ("fast", "tokens")
 overhead) and a relayed chunk's (``tokens``)."""
 
 
-def relay_command(port: int, workers: int) -> list[str]:
+def relay_command(port: int, workers: int, worker_streams: int = WORKER_STREAMS) -> list[str]:
     """granian serving the bare relay on 127.0.0.1:``port`` as ``svc serve`` serves svc: RSGI,
-    uvloop, no websockets, the same backpressure and backlog per worker."""
+    uvloop, no websockets, the same backpressure and backlog per worker (``worker_streams``:
+    svc's ``SVC_WORKER_STREAMS``, which a scale level raises to its streams)."""
     return [
         *(sys.executable, "-m", "granian", "--interface", "rsgi", "--workers", str(workers)),
         *("--loop", "uvloop", "--no-ws", "--host", "127.0.0.1", "--port", str(port)),
-        *("--backpressure", str(WORKER_STREAMS), "--backlog", str(WORKER_STREAMS)),
+        *("--backpressure", str(worker_streams), "--backlog", str(worker_streams)),
         *("--log-level", "warning", "--no-access-log", RELAY_APP),
     ]
 

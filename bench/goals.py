@@ -138,14 +138,14 @@ class ScaleFigures(msgspec.Struct, frozen=True, kw_only=True):
     """What the scale target reads of one level's side (``bench.scale_run``)."""
 
     streams: int
-    target: str  # "direct" | "svc"
+    target: str  # "direct" | "floor" | "svc"
     inter_chunk_p99_ms: float
     ttfb_p99_ms: float
 
 
-def scale_added(points: list[ScaleFigures]) -> dict[int, tuple[float, float]]:
-    """svc's inter-chunk p99 and TTFB p99 minus direct's, in ms, at each level where both
-    sides ran, by streams."""
+def scale_added(points: list[ScaleFigures], target: str = "svc") -> dict[int, tuple[float, float]]:
+    """``target``'s inter-chunk p99 and TTFB p99 minus direct's, in ms, at each level where
+    both sides ran, by streams."""
     direct = {f.streams: f for f in points if f.target == "direct"}
     return {
         f.streams: (
@@ -153,24 +153,28 @@ def scale_added(points: list[ScaleFigures]) -> dict[int, tuple[float, float]]:
             f.ttfb_p99_ms - direct[f.streams].ttfb_p99_ms,
         )
         for f in points
-        if f.target == "svc" and f.streams in direct
+        if f.target == target and f.streams in direct
     }
 
 
-def scale_goal(points: list[ScaleFigures]) -> Goal | None:
+def scale_goal(points: list[ScaleFigures], floor: str | None = None) -> Goal | None:
     """The inter-chunk p99 svc adds over direct at the largest level both sides ran (the TTFB
-    p99 it adds beside it, not held to a goal); None when no level ran both."""
+    p99 it adds beside it, not held to a goal, and what the floor, target name ``floor``,
+    adds at that level when it ran: the share of the stack under svc); None when no level
+    ran both."""
     added = scale_added(points)
     if not added:
         return None
     streams = max(added)
     gap, ttfb = added[streams]
     svc = next(f for f in points if (f.streams, f.target) == (streams, "svc"))
+    under = scale_added(points, floor).get(streams) if floor else None
+    floor_said = "" if under is None else f"; the floor adds {under[0]:+.1f} / {under[1]:+.1f} ms"
     return Goal(
         f"scale: inter-chunk p99 svc adds over direct, {streams:,} streams",
         f"<= {SCALE_ADDED_MS:g} ms",
         f"{gap:+.1f} ms ({svc.inter_chunk_p99_ms:,.1f} ms, direct "
-        f"{svc.inter_chunk_p99_ms - gap:,.1f}); TTFB p99 {ttfb:+.1f} ms",
+        f"{svc.inter_chunk_p99_ms - gap:,.1f}); TTFB p99 {ttfb:+.1f} ms{floor_said}",
         gap <= SCALE_ADDED_MS,
     )
 

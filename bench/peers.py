@@ -164,7 +164,9 @@ def _envoy(work: Path, mock: MockProcess, workers: int, port: int) -> Launch:
     )
 
 
-def _floor(mock: MockProcess, workers: int, port: int, valkey_url: str | None) -> Launch:
+def _floor(
+    mock: MockProcess, workers: int, port: int, valkey_url: str | None, worker_streams: int
+) -> Launch:
     if not valkey_url:
         raise ValueError("the floor needs the bench's Valkey")
     base = f"http://127.0.0.1:{port}"
@@ -180,7 +182,7 @@ def _floor(mock: MockProcess, workers: int, port: int, valkey_url: str | None) -
         return f"{base}/v1" if answered[0] >= 5 else None
 
     return Launch(
-        floor.relay_command(port, workers),
+        floor.relay_command(port, workers, worker_streams),
         floor.relay_env(mock.base_url, valkey_url),
         ready,
         cwd=floor.ROOT,
@@ -195,7 +197,9 @@ def launch(
     workers: int,
     port: int,
     valkey_url: str | None = None,
+    worker_streams: int = floor.WORKER_STREAMS,
 ) -> Launch:
+    """How ``name`` is started (``worker_streams``: the floor's backpressure per worker)."""
     if name == compiled.LITELLM:
         return _litellm(work, mock, models, workers, port)
     if name == "portkey":
@@ -205,7 +209,7 @@ def launch(
     if name == compiled.ENVOY:
         return _envoy(work, mock, workers, port)
     if name == floor.FLOOR:
-        return _floor(mock, workers, port, valkey_url)
+        return _floor(mock, workers, port, valkey_url, worker_streams)
     raise ValueError(f"unknown peer {name!r}; known: {', '.join(KNOWN_PEERS)}")
 
 
@@ -218,10 +222,12 @@ def running_peer(
     workers: int,
     port: int,
     valkey_url: str | None = None,
+    worker_streams: int = floor.WORKER_STREAMS,
 ) -> Iterator[RunningPeer]:
     """Start the peer pointed at the mock, on 127.0.0.1 only (``valkey_url``: the bench's
-    Valkey, for the peers that keep state there)."""
-    how = launch(name, work, mock, models, workers, port, valkey_url)
+    Valkey, for the peers that keep state there; ``worker_streams``: the floor's streams per
+    worker, raised by a scale level as svc's is)."""
+    how = launch(name, work, mock, models, workers, port, valkey_url, worker_streams)
     log_path = work / f"{name}.log"
     process = subprocess.Popen(
         how.command,

@@ -4,7 +4,7 @@ and the mock did meanwhile; the scale targets (``bench.goals.scale_goal`` and th
 
 from __future__ import annotations
 
-from bench import goals
+from bench import floor, goals
 from bench.looplag import LagSummary
 from bench.orchestrate import Point, RunReport
 
@@ -41,15 +41,18 @@ def scale_table(report: RunReport) -> list[str]:
     if not points:
         return []
     prof = report.profile
-    added = goals.scale_added(figures(points))
+    found = figures(points)
+    added = {target: goals.scale_added(found, target) for target in ("svc", floor.FLOOR)}
     lines = [
         "",
         f"Scale: one instance ({prof.workers} worker{'s' if prof.workers != 1 else ''}) "
         "holding each level's streams at once, "
         f"each {prof.scale_chunks} content chunks {prof.scale_delay_ms} ms apart, started over "
-        "one stream's length; every level straight to the mock (direct), then on svc started "
-        "afresh. Added: svc's p99 - direct's. Load processes: each one's CPU share of a core "
-        "/ its event loop's lag p99 (ms) over the window; mock lag: the mock's loop lag p99 "
+        "one stream's length; every level straight to the mock (direct), then through the "
+        "floor (the bare relay with two Redis round trips a stream; not in every profile), "
+        "then on svc started afresh. Added: svc's (the floor's) p99 - direct's. Load "
+        "processes: each one's CPU share of a core / its event loop's lag p99 (ms) over the "
+        "window; mock lag: the mock's loop lag p99 "
         "(ms). Server CPU per chunk: the process tree's CPU inside the measured window / the "
         "chunks relayed in it (direct: the mock's); RSS per stream: (the workers' peak RSS - "
         "their RSS before the level) / streams.",
@@ -71,7 +74,7 @@ def scale_table(report: RunReport) -> list[str]:
         errors = sum(load.errors.values()) + sum(load.errors_outside_window.values())
         gap, ttfb = (
             (f"{a[0]:+.1f}", f"{a[1]:+.1f}")
-            if p.target == "svc" and (a := added.get(load.concurrency))
+            if (a := added.get(p.target, {}).get(load.concurrency))
             else ("", "")
         )
         still = "" if p.reservations_open_after is None else str(p.reservations_open_after)
@@ -97,7 +100,7 @@ def scale_targets(report: RunReport) -> list[goals.Goal]:
         sum(p.load.errors.values()) + sum(p.load.errors_outside_window.values()) for p in points
     ]
     still = [p.reservations_open_after for p in points]
-    added = goals.scale_goal(figures(scale_points(report)))
+    added = goals.scale_goal(figures(scale_points(report)), floor.FLOOR)
     return [
         goals.Goal(
             f"scale: errors at {levels} open streams",

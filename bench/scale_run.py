@@ -1,7 +1,10 @@
 """The scale levels run (``bench.scale`` plans them): at each level the same streams straight
-to the mock ("direct"), then through svc started afresh, in the same run, so that what svc
-adds to the streams' pace (inter-chunk p99, TTFB p99) is read against a baseline measured
-beside it (``bench.goals.scale_goal``) rather than against the nominal cadence.
+to the mock ("direct"), then through the floor (``bench.floor``: the bare relay with two
+Redis round trips per stream, unless the profile skips the floor), then through svc started
+afresh, in the same run, so that what svc adds to the streams' pace (inter-chunk p99, TTFB
+p99) is read against a baseline measured beside it (``bench.goals.scale_goal``) rather than
+against the nominal cadence, and beside what the stack under svc adds by itself (the floor's
+own lag over direct: granian, uvloop, svc's upstream client and encoder, the machine).
 
 Each side's load is shared over several load processes when the level is large
 (``bench.shards``), and each side reports what the stack's other parts did meanwhile: each
@@ -20,7 +23,7 @@ from collections.abc import Callable
 import msgspec
 import redis
 
-from bench import scale, shards
+from bench import floor, scale, shards
 from bench.loadgen import LoadConfig, LoadResult
 from bench.looplag import LagSummary, read_lag
 from bench.measures import ProcessTree
@@ -30,8 +33,10 @@ from bench.orchestrate import (
     Stack,
     Svc,
     base_aliases,
+    free_port,
     open_reservations,
 )
+from bench.peers import PEER_API_KEY, running_peer
 from bench.profiles import Profile
 
 SETTLED_WAIT_S = 10.0
@@ -52,6 +57,8 @@ def measure(
             continue
         stack.stop_svc()  # direct with nothing else running, as svc's side runs
         points.append(measure_direct(stack, model, streams, profile))
+        if profile.floor:
+            points.append(measure_floor(stack, model, streams, profile))
         # every stream of the level may land on one worker: the kernel spreads them unevenly
         svc = stack.start_svc({**base_aliases(), TOKENS_ALIAS: model}, worker_streams=streams)
         point, pid = measure_svc(svc, stack, r, streams, profile)
@@ -151,6 +158,38 @@ def measure_direct(stack: Stack, model: str, streams: int, profile: Profile) -> 
     return Point(
         scenario="scale",
         target="direct",
+        load=held.load,
+        server_cpu_us_per_chunk=held.cpu_us_per_chunk,
+        mock_lag=held.mock_lag,
+    )
+
+
+def measure_floor(stack: Stack, model: str, streams: int, profile: Profile) -> Point:
+    """A level's streams through the floor, with svc stopped: the bare relay on as many
+    workers, each allowed every stream of the level at once, as svc's are."""
+    with running_peer(
+        floor.FLOOR,
+        stack.work,
+        stack.mock,
+        [model],
+        profile.workers,
+        free_port(),
+        stack.valkey.tcp_url,
+        worker_streams=streams,
+    ) as running:
+        tree = ProcessTree(running.pid)
+        cfg = level_config(running.base_url, model, PEER_API_KEY, False, streams, profile)
+        held = hold(
+            cfg,
+            tree,
+            lambda: [round(tree.rss_bytes() / 2**20, 1)],
+            lambda: [],
+            stack.mock.base_url,
+            _processes(streams, profile),
+        )
+    return Point(
+        scenario="scale",
+        target=floor.FLOOR,
         load=held.load,
         server_cpu_us_per_chunk=held.cpu_us_per_chunk,
         mock_lag=held.mock_lag,

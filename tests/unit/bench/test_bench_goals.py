@@ -131,3 +131,21 @@ def test_the_scale_target_is_what_svc_adds_over_direct_at_the_largest_level() ->
     assert not missed.met
     # a level without its direct side is not held to the target
     assert scale_goal([_scale(10_000, "svc", 1740.0, 2000.0)]) is None
+
+
+def test_the_scale_target_says_what_the_floor_adds_at_the_same_level() -> None:
+    points = [
+        _scale(10_000, "direct", 1010.0, 1020.0),
+        _scale(10_000, "floor", 1300.0, 1500.0),
+        _scale(10_000, "svc", 1410.0, 2700.0),
+    ]
+    assert scale_added(points, "floor") == {10_000: (290.0, 480.0)}
+    goal = scale_goal(points, "floor")
+    assert goal is not None
+    assert not goal.met  # held to what svc adds over direct, whatever the floor adds
+    assert goal.measured == (
+        "+400.0 ms (1,410.0 ms, direct 1,010.0); TTFB p99 +1680.0 ms; "
+        "the floor adds +290.0 / +480.0 ms"
+    )
+    # the floor's rows are not svc's: without svc at a level there is no target
+    assert scale_goal(points[:2], "floor") is None
