@@ -10,7 +10,8 @@ from app.kv.client import RedisClient
 from app.kv.fields import NOTHING_SERVED, Served
 from app.kv.stream_events import ExpiryEvent, UsageEvent
 from app.store import ActivityQuery, ActivityRecord, Store
-from app.usage.flusher import Flusher, aggregate, expiries, next_stream_id
+from app.usage.batch_rows import aggregate, expiries
+from app.usage.flusher import Flusher, next_stream_id
 from tests.conftest import Clock
 from tests.support.ledgers import Ledgers
 from tests.support.scripts_helpers import account, key, reserve
@@ -223,6 +224,29 @@ async def test_a_shard_has_one_drainer_while_its_lease_lives(
     await redis.set(ledger.layout.flush_lease(shard), holder.token, px=60_000)
     assert await other.flush_shard(shard) == 0
     assert await holder.flush_shard(shard) > 0
+
+
+async def test_a_carried_cursor_another_drainer_moved_is_read_again(
+    redis: RedisClient, ledger: Ledgers, store: Store, clock: Clock
+) -> None:
+    # The holder carries its cursor from batch to batch; another drainer applies a batch
+    # while the holder's lease token is (wrongly) its own, as after a lapse nobody saw.
+    charged = await _traffic(ledger, clock, accounts=1, each=3)
+    shard = ledger.layout.shard("acct_F0")
+    lease = ledger.layout.flush_lease(shard)
+    holder = _flusher(redis, ledger, store, clock, lease_s=60)
+    other = _flusher(redis, ledger, store, clock, lease_s=60)
+    assert await holder.flush_shard(shard) == 3
+    charged += await _traffic(ledger, clock, accounts=1, each=2)
+    await redis.set(lease, other.token, px=60_000)
+    assert await other.flush_shard(shard) == 5 - 3
+    await redis.set(lease, holder.token, px=60_000)
+    charged += await _traffic(ledger, clock, accounts=1, each=4)
+    # its first batch starts below the durable cursor: refused, the cursor is read again
+    assert await holder.flush_shard(shard) == 4
+    assert await _durable_credits(store, 1) == (charged, 9)
+    assert len(await _activity(store, 1)) == 9  # one row per event
+    assert await _pending(ledger) == 0
 
 
 async def test_expiries_and_old_events_flush_once(
