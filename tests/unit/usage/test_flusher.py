@@ -249,6 +249,35 @@ async def test_a_carried_cursor_another_drainer_moved_is_read_again(
     assert await _pending(ledger) == 0
 
 
+async def test_a_pass_drains_the_shards_whose_lease_it_holds_once_each(
+    redis: RedisClient, ledger: Ledgers, store: Store, clock: Clock
+) -> None:
+    # flush_all asks for every busy shard's lease at once and reads the first batch of the
+    # shards it kept with the renewal: the other drainer's shard is left alone, a moved
+    # cursor is read again, and every event is applied once.
+    charged = await _traffic(ledger, clock, accounts=4, each=3)
+    shard = ledger.layout.shard("acct_F0")
+    lease = ledger.layout.flush_lease(shard)
+    holder = _flusher(redis, ledger, store, clock, lease_s=60)
+    other = _flusher(redis, ledger, store, clock, lease_s=60)
+    await redis.set(lease, holder.token, px=60_000)
+    others = sum(1 for a in range(4) if ledger.layout.shard(f"acct_F{a}") == shard)
+    assert await other.flush_all() == 12 - 3 * others
+    assert await holder.flush_all() == 3 * others
+    for _ in range(2):  # renewed, with the carried cursors: the first batches prefetched
+        charged += await _traffic(ledger, clock, accounts=4, each=2)
+        assert await holder.flush_all() + await other.flush_all() == 8
+    await redis.set(lease, other.token, px=60_000)
+    charged += await _traffic(ledger, clock, accounts=4, each=1)
+    assert await other.flush_all() == 4  # every shard now (the holder's lapsed, say)
+    await redis.set(lease, holder.token, px=60_000)
+    charged += await _traffic(ledger, clock, accounts=4, each=1)
+    assert await holder.flush_all() + await other.flush_all() == 4
+    assert await _durable_credits(store, 4) == (charged, 36)
+    assert len(await _activity(store, 4)) == 36
+    assert await _pending(ledger) == 0
+
+
 async def test_expiries_and_old_events_flush_once(
     redis: RedisClient, ledger: Ledgers, store: Store, clock: Clock
 ) -> None:
