@@ -185,11 +185,17 @@ class Flusher:
         return (await self._drain(shard))[1]
 
     async def _drain(
-        self, shard: int, *, held: bool = False, first: Any = None
+        self,
+        shard: int,
+        *,
+        held: bool = False,
+        first: Any = None,
+        trims: dict[int, str] | None = None,
     ) -> tuple[bool, int]:
         """(whether this process got the shard's lease, events applied). ``held``: the
         lease was just asked for (``_hold_leases``), and ``first``, if any, is the first
-        batch read after the carried cursor."""
+        batch read after the carried cursor; ``trims``: where the stream's last trim goes
+        (shard -> cursor) for the pass to send with the other shards'."""
         applied = 0
         leased = False
         while held or await self._hold_lease(shard):
@@ -229,9 +235,10 @@ class Flusher:
                     continue
                 else:
                     cursor = await self.store.get_cursor(shard)  # another drainer moved on
-            if cursor:
-                # everything at or below the durable cursor is in the store: drop it
-                await self.redis.xtrim(self.layout.events(shard), minid=next_stream_id(cursor))
+            if cursor and trims is not None and len(events) < self.batch_size:
+                trims[shard] = cursor
+            elif cursor:
+                await self._trim({shard: cursor})
             self._cursors[shard] = cursor
             if len(events) < self.batch_size:
                 break
@@ -253,10 +260,29 @@ class Flusher:
         random.shuffle(busy)
         held, firsts = await self._hold_leases(busy)
         total = 0
+        trims: dict[int, str] = {}
         for shard in held:
-            _, applied = await self._drain(shard, held=True, first=firsts.get(shard))
+            _, applied = await self._drain(shard, held=True, first=firsts.get(shard), trims=trims)
             total += applied
+        # Each shard's stream is trimmed to its durable cursor once the pass is over, all
+        # in one round trip. Trims a failure skips are made by the shard's next batch: a
+        # carried cursor that finds nothing after it, though the stream has entries, is
+        # read again and trimmed to.
+        if trims:
+            await self._trim(trims)
         return total
+
+    async def _trim(self, cursors: dict[int, str]) -> None:
+        """Drop from each shard's stream what is at or below its durable cursor (it is in
+        the store): one XTRIM, or one pipelined round trip for several."""
+        if len(cursors) == 1:
+            ((shard, cursor),) = cursors.items()
+            await self.redis.xtrim(self.layout.events(shard), minid=next_stream_id(cursor))
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for shard, cursor in cursors.items():
+            pipe.xtrim(self.layout.events(shard), minid=next_stream_id(cursor))
+        await pipe.execute()
 
     async def final_flush(self, wait_s: float) -> int:
         """On shutdown, after this process's last settlement: drain every shard that has
