@@ -119,6 +119,8 @@ def notices(shard: int, events: Sequence[StreamEvent]) -> list[WebhookEventRecor
     fallen below its threshold (``credits.low``), a cap threshold crossed."""
     told = []
     for e in events:
+        if isinstance(e, UsageEvent):
+            continue  # nearly every event: its key is not made for nothing
         at = f"{shard}:{e.id}"
         if isinstance(e, ExpiryEvent):
             told.append(earned_expired(e.account_pid, at, e.credits, e.ts))
