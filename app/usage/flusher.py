@@ -144,8 +144,8 @@ class Flusher:
         """``_hold_lease`` for several shards at once: the ones whose lease this process
         holds now, and the first batch (XRANGE's reply) of each whose lease it renewed and
         whose cursor it carries. One round trip asks for every lease, one more renews the
-        held ones and reads those batches, as many as a pass of one shard at a time made
-        per shard (round trips were most of the flusher's CPU per event)."""
+        held ones and reads those batches: asked shard by shard, that was up to four per
+        shard, and round trips were most of the flusher's CPU per event."""
         pipe = self.redis.pipeline(transaction=False)
         for shard in shards:
             key = self.layout.flush_lease(shard)
