@@ -202,10 +202,10 @@ class Flusher:
             held = False
             leased = True
             # The cursor this process's last batch left saves a store call per batch. One
-            # that finds nothing after it (the pass saw entries), or whose batch is refused
-            # (another drainer moved the cursor, in a lapse of the lease too short to
-            # notice), is read from the store and the batch tried again. Taken out while
-            # the batch runs: one that fails carries none.
+            # from an earlier drain that finds nothing after it (the pass saw entries), or
+            # one whose batch is refused (another drainer moved the cursor, in a lapse of
+            # the lease too short to notice), is read from the store and the batch tried
+            # again. Taken out while the batch runs: one that fails carries none.
             carried = shard in self._cursors
             cursor = self._cursors.pop(shard) if carried else await self.store.get_cursor(shard)
             if carried and first is not None:
@@ -213,7 +213,7 @@ class Flusher:
             else:
                 events = await self.events_after(shard, cursor, self.batch_size)
             first = None
-            if carried and not events:
+            if carried and not events and not applied:
                 continue
             if events:
                 last = events[-1].id
