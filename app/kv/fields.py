@@ -275,26 +275,34 @@ class Served(msgspec.Struct, frozen=True, kw_only=True):
     def parse(cls, text: str) -> Served:
         """``text()`` read back, with or without its prices and upstream; anything else is
         nothing known."""
+        # The flusher parses one per event: one struct built, the digits checked in C.
         parts = text.split(" ", 12)
+        count = len(parts)
         numbers = parts[1:4] + parts[5:9] + parts[11:12]
-        if len(parts) not in (5, 9, 13) or not all(p.isdigit() for p in numbers):
+        if count not in (5, 9, 13) or not all(map(str.isdigit, numbers)):
             return NOTHING_SERVED
         source = USAGE_UPSTREAM if parts[4] == USAGE_UPSTREAM else USAGE_ESTIMATED
-        served = cls(
+        prices = None
+        if count > 5:
+            prices = Rates(int(parts[5]), int(parts[6]), int(parts[7]), int(parts[8]))
+        if count < 13:
+            return cls(
+                response_id=parts[0],
+                created=int(parts[1]),
+                ttfb_ms=int(parts[2]),
+                duration_ms=int(parts[3]),
+                usage_source=source,
+                prices=prices,
+            )
+        return cls(
             response_id=parts[0],
             created=int(parts[1]),
             ttfb_ms=int(parts[2]),
             duration_ms=int(parts[3]),
             usage_source=source,
-            prices=Rates(*map(int, parts[5:9])) if len(parts) > 5 else None,
-        )
-        if len(parts) < 13:
-            return served
-        currency = "" if parts[10] == NO_CURRENCY else parts[10]
-        return msgspec.structs.replace(
-            served,
+            prices=prices,
             provider=parts[9],
-            cost_currency=currency,
+            cost_currency="" if parts[10] == NO_CURRENCY else parts[10],
             upstream_cost=int(parts[11]),
             upstream_model=parts[12],
         )

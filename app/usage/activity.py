@@ -1,7 +1,7 @@
 """Request activity (``GET /v1/activity``): an account's settled requests, newest first,
 a page at a time, as JSON or CSV.
 
-The rows are written by the flusher from the settle events (``flusher.activity``), so
+The rows are written by the flusher from the settle events (``batch_rows.activity``), so
 listing them costs the hot path nothing; a page is one range scan of an index of the
 store (``statements.activity_page``). ``after`` is the ``id`` of the last row of the
 previous page, as in OpenAI's lists.

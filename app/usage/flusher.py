@@ -2,11 +2,12 @@
 
 Every settle appends one event to its shard's stream; a script that finds an account's
 earned pool expired appends an expiry event there too (written to ``credit_expiries``).
-Each usage event is also one request's row of activity (``activity``); until it is
-written, the request's receipt is read from the stream (``app.usage.receipts``).
+Each usage event is also one request's row of activity (``batch_rows.activity``); until it
+is written, the request's receipt is read from the stream (``app.usage.receipts``).
 Each worker runs a flusher; a lease per shard (``SET NX PX``, taken over once it lapses)
 lets one of them drain a shard at a time. A batch is the events after the shard's durable
-cursor; it is aggregated into rollups per (account, key, day, alias, environment, API) and
+cursor (read from the store, or as this drainer's last batch left it when it has held the
+lease since); it is aggregated into rollups per (account, key, day, alias, environment, API) and
 written, with its expiries, in one database transaction together with the new cursor, and
 only if the cursor is still the one the batch started from (two drainers racing after a
 lapsed lease cannot both apply). Only then are the entries trimmed from the stream, so a
@@ -21,7 +22,9 @@ import logging
 import random
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from enum import Enum, auto
+from typing import Any
 
 import msgspec
 from redis.exceptions import WatchError
@@ -31,24 +34,10 @@ from app.core.errors import StoreError
 from app.core.metrics import METRICS
 from app.kv.client import REDIS_ERRORS, RedisClient
 from app.kv.layout import KeySpace, as_text
-from app.kv.stream_events import (
-    CapEvent,
-    ExpiryEvent,
-    LowBalanceEvent,
-    StreamEvent,
-    UsageEvent,
-    parse_event,
-)
-from app.store import (
-    ActivityRecord,
-    CreditExpiry,
-    Store,
-    UsageRollup,
-    WebhookEventRecord,
-    stream_id_key,
-)
+from app.kv.stream_events import StreamEvent, parse_event
+from app.store import Store, stream_id_key
+from app.usage.batch_rows import activity, aggregate, expiries, notices
 from app.usage.upstream_costs import upstream_costs
-from app.webhooks.events import cap_threshold, credits_low, earned_expired
 
 log = logging.getLogger("svc.flusher")
 
@@ -58,119 +47,24 @@ PRUNE_BATCH = 5_000  # activity rows deleted per transaction
 PRUNE_BATCHES_PER_ROUND = 20
 
 
+def parsed(entries: Any) -> list[StreamEvent]:
+    """XRANGE's reply as the events it holds."""
+    return [parse_event(entry_id, fields) for entry_id, fields in entries or []]
+
+
+class Held(Enum):
+    """What asking for a lease found."""
+
+    NO = auto()  # another process holds it
+    TAKEN = auto()  # free (or lapsed): this process took it
+    RENEWED = auto()  # this process held it: it lives ``px`` ms more
+
+
 class Lag(msgspec.Struct):
     """How far the durable rollups are behind Redis."""
 
     pending_events: int  # entries still in the streams (flushed ones are trimmed)
     oldest_event_age_s: float  # age of the oldest entry, 0 when none
-
-
-def aggregate(events: Sequence[StreamEvent]) -> list[UsageRollup]:
-    """Sum the usage events per (account, key, day, alias, environment, API), in
-    first-seen order; expiry events are not usage and are left out."""
-    sums: dict[tuple[str, str, str, str, str, str], list[int]] = {}
-    for e in events:
-        if not isinstance(e, UsageEvent):
-            continue
-        key = (e.account_pid, e.kid, e.day, e.alias, e.environment, e.api)
-        acc = sums.setdefault(key, [0, 0, 0, 0, 0])
-        acc[0] += 1
-        acc[1] += e.prompt_tokens
-        acc[2] += e.completion_tokens
-        acc[3] += e.credits
-        acc[4] += e.earned_credits
-    return [
-        UsageRollup(
-            account_pid=pid,
-            kid=kid,
-            day=day,
-            alias=alias,
-            environment=env,
-            api=api,
-            requests=n,
-            prompt_tokens=pt,
-            completion_tokens=ct,
-            credits=cr,
-            earned_credits=ec,
-        )
-        for (pid, kid, day, alias, env, api), (n, pt, ct, cr, ec) in sums.items()
-    ]
-
-
-def expiries(shard: int, events: Sequence[StreamEvent]) -> list[CreditExpiry]:
-    """The expiry events as durable rows, each keyed by its shard and stream id."""
-    return [
-        CreditExpiry(
-            expiry_id=f"{shard}:{e.id}",
-            account_pid=e.account_pid,
-            credits=e.credits,
-            expired_at=e.ts,
-        )
-        for e in events
-        if isinstance(e, ExpiryEvent)
-    ]
-
-
-def activity_row(shard: int, e: UsageEvent) -> ActivityRecord:
-    """A usage event as its activity row, keyed by its shard and stream id. A request whose
-    response id is unknown (swept: its worker stopped before settling) is named by its
-    reservation; one whose start is unknown (an event from before the field) by its settle
-    time. Its failovers are not known when nothing served is (swept: its worker stopped
-    before it could tell), nor the prices it was settled at."""
-    prices = e.served.prices
-    return ActivityRecord(
-        event_key=f"{shard}:{e.id}",
-        account_pid=e.account_pid,
-        environment=e.environment,
-        created=e.served.created or e.ts,
-        id=e.served.response_id or e.reservation_id,
-        kid=e.kid,
-        requested_model=e.requested or e.alias,
-        model=e.alias,
-        api=e.api,
-        prompt_tokens=e.prompt_tokens,
-        completion_tokens=e.completion_tokens,
-        credits_used=e.credits,
-        outcome=e.outcome,
-        ttfb_ms=e.served.ttfb_ms,
-        duration_ms=e.served.duration_ms,
-        usage_source=e.served.usage_source,
-        earned_credits=e.earned_credits,
-        cached_tokens=e.cached_tokens,
-        cache_write_tokens=e.cache_write_tokens,
-        reasoning_tokens=e.reasoning_tokens,
-        failovers=e.failovers if e.served.response_id else None,
-        input_price=None if prices is None else prices.input,
-        cached_input_price=None if prices is None else prices.cached_input,
-        cache_write_price=None if prices is None else prices.cache_write,
-        output_price=None if prices is None else prices.output,
-        provider=e.served.provider or None,
-        upstream_model=e.served.upstream_model if e.served.provider else None,
-        cost_currency=e.served.cost_currency or None,
-        upstream_cost_micros=e.served.upstream_cost if e.served.cost_currency else None,
-    )
-
-
-def activity(shard: int, events: Sequence[StreamEvent]) -> list[ActivityRecord]:
-    """The usage events as activity rows (``activity_row``)."""
-    return [activity_row(shard, e) for e in events if isinstance(e, UsageEvent)]
-
-
-def notices(shard: int, events: Sequence[StreamEvent]) -> list[WebhookEventRecord]:
-    """The events webhooks are told of: expiries (``credits.earned_expired``), a balance
-    fallen below its threshold (``credits.low``), a cap threshold crossed."""
-    told = []
-    for e in events:
-        at = f"{shard}:{e.id}"
-        if isinstance(e, ExpiryEvent):
-            told.append(earned_expired(e.account_pid, at, e.credits, e.ts))
-        elif isinstance(e, LowBalanceEvent):
-            told.append(credits_low(e.account_pid, at, e.balance, e.low, e.ts))
-        elif isinstance(e, CapEvent):
-            told.append(
-                cap_threshold(e.account_pid, e.kid, e.counter, e.level, e.cap, e.spent, e.ts)
-            )
-    return told
 
 
 def next_stream_id(stream_id: str) -> str:
@@ -206,43 +100,121 @@ class Flusher:
         self._next_prune = 0.0  # monotonic time of this process's next pruning round
         self.token = secrets.token_hex(8)
         self._leased: set[int] = set()  # shards whose lease this process took
+        # The durable cursor of each shard this process drains, as its last batch left it,
+        # kept while it holds the shard's lease without a break (``_drain``).
+        self._cursors: dict[int, str | None] = {}
         self.applied = 0  # events this process wrote to the store
 
     async def _hold_lease(self, shard: int) -> bool:
-        if await self._lease(self.layout.flush_lease(shard), self.lease_ms):
-            self._leased.add(shard)
-            return True
-        return False
+        """Whether this process holds the shard's lease (taken or renewed now); a cursor it
+        carries is dropped unless the lease was renewed (held since its last batch)."""
+        held = await self._lease_held(self.layout.flush_lease(shard), self.lease_ms)
+        if held is not Held.RENEWED:
+            self._cursors.pop(shard, None)
+        if held is Held.NO:
+            return False
+        self._leased.add(shard)
+        return True
 
     async def _lease(self, key: str, px: int) -> bool:
         """Take the lease at ``key`` for ``px`` ms, or renew it when this process holds it."""
-        if await self.redis.set(key, self.token, nx=True, px=px):
-            return True
-        holder = await self.redis.get(key)
+        return await self._lease_held(key, px) is not Held.NO
+
+    async def _lease_held(self, key: str, px: int) -> Held:
+        # SET NX and the GET go out together: a lease held, by this process or another,
+        # costs one round trip less than asking the second only when the first fails.
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(key, self.token, nx=True, px=px)
+        pipe.get(key)
+        taken, holder = await pipe.execute()
+        if taken:
+            return Held.TAKEN
         if holder is not None and as_text(holder) == self.token:
-            await self.redis.pexpire(key, px)
-            return True
-        return False
+            # it may lapse between the GET and here: held as before, but not throughout
+            return Held.RENEWED if await self.redis.pexpire(key, px) else Held.TAKEN
+        return Held.NO
 
     async def events_after(self, shard: int, cursor: str | None, count: int) -> list[StreamEvent]:
         """Up to ``count`` events of the shard with ids above ``cursor``, oldest first."""
         start = f"({cursor}" if cursor else "-"
         entries = await self.redis.xrange(self.layout.events(shard), start, "+", count=count)
-        return [parse_event(entry_id, fields) for entry_id, fields in entries or []]
+        return parsed(entries)
+
+    async def _hold_leases(self, shards: list[int]) -> tuple[list[int], dict[int, Any]]:
+        """``_hold_lease`` for several shards at once: the ones whose lease this process
+        holds now, and the first batch (XRANGE's reply) of each whose lease it renewed and
+        whose cursor it carries. One round trip asks for every lease, one more renews the
+        held ones and reads those batches: asked shard by shard, that was up to four per
+        shard, and round trips were most of the flusher's CPU per event."""
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in shards:
+            key = self.layout.flush_lease(shard)
+            pipe.set(key, self.token, nx=True, px=self.lease_ms)
+            pipe.get(key)
+        replies = await pipe.execute()
+        held, renewing = [], []
+        for shard, taken, holder in zip(shards, replies[::2], replies[1::2], strict=True):
+            ours = holder is not None and as_text(holder) == self.token
+            if taken or ours:
+                held.append(shard)
+            if ours and not taken:
+                renewing.append(shard)
+            else:
+                self._cursors.pop(shard, None)  # not held throughout: read again
+        self._leased.update(held)
+        if not renewing:
+            return held, {}
+        pipe = self.redis.pipeline(transaction=False)
+        carried = [shard for shard in renewing if shard in self._cursors]
+        for shard in renewing:
+            pipe.pexpire(self.layout.flush_lease(shard), self.lease_ms)
+        for shard in carried:
+            cursor = self._cursors[shard]
+            start = f"({cursor}" if cursor else "-"
+            pipe.xrange(self.layout.events(shard), start, "+", count=self.batch_size)
+        replies = await pipe.execute()
+        for shard, renewed in zip(renewing, replies, strict=False):
+            if not renewed:  # lapsed after the GET: held as before, but not throughout
+                self._cursors.pop(shard, None)
+        batches = zip(carried, replies[len(renewing) :], strict=True)
+        return held, {shard: entries for shard, entries in batches if shard in self._cursors}
 
     async def flush_shard(self, shard: int) -> int:
         """Apply the shard's pending events, batch by batch, while this process holds the
         shard's lease; returns how many events it applied."""
         return (await self._drain(shard))[1]
 
-    async def _drain(self, shard: int) -> tuple[bool, int]:
-        """(whether this process got the shard's lease, events applied)."""
+    async def _drain(
+        self,
+        shard: int,
+        *,
+        held: bool = False,
+        first: Any = None,
+        trims: dict[int, str] | None = None,
+    ) -> tuple[bool, int]:
+        """(whether this process got the shard's lease, events applied). ``held``: the
+        lease was just asked for (``_hold_leases``), and ``first``, if any, is the first
+        batch read after the carried cursor; ``trims``: where the stream's last trim goes
+        (shard -> cursor) for the pass to send with the other shards'."""
         applied = 0
         leased = False
-        while await self._hold_lease(shard):
+        while held or await self._hold_lease(shard):
+            held = False
             leased = True
-            cursor = await self.store.get_cursor(shard)
-            events = await self.events_after(shard, cursor, self.batch_size)
+            # The cursor this process's last batch left saves a store call per batch. One
+            # from an earlier drain that finds nothing after it (the pass saw entries), or
+            # one whose batch is refused (another drainer moved the cursor, in a lapse of
+            # the lease too short to notice), is read from the store and the batch tried
+            # again. Taken out while the batch runs: one that fails carries none.
+            carried = shard in self._cursors
+            cursor = self._cursors.pop(shard) if carried else await self.store.get_cursor(shard)
+            if carried and first is not None:
+                events = parsed(first)
+            else:
+                events = await self.events_after(shard, cursor, self.batch_size)
+            first = None
+            if carried and not events and not applied:
+                continue
             if events:
                 last = events[-1].id
                 if await self.store.apply_usage(
@@ -259,11 +231,15 @@ class Flusher:
                     cursor = last
                     METRICS.flushes.inc()
                     METRICS.flushed_events.inc(len(events))
+                elif carried:
+                    continue
                 else:
                     cursor = await self.store.get_cursor(shard)  # another drainer moved on
-            if cursor:
-                # everything at or below the durable cursor is in the store: drop it
-                await self.redis.xtrim(self.layout.events(shard), minid=next_stream_id(cursor))
+            if cursor and trims is not None and len(events) < self.batch_size:
+                trims[shard] = cursor
+            elif cursor:
+                await self._trim({shard: cursor})
+            self._cursors[shard] = cursor
             if len(events) < self.batch_size:
                 break
         self.applied += applied
@@ -279,11 +255,34 @@ class Flusher:
         """One pass over the shards that have events (in random order, so workers spread
         out); an idle pass is one pipelined round trip."""
         busy = await self._busy_shards()
+        if not busy:
+            return 0
         random.shuffle(busy)
+        held, firsts = await self._hold_leases(busy)
         total = 0
-        for shard in busy:
-            total += await self.flush_shard(shard)
+        trims: dict[int, str] = {}
+        for shard in held:
+            _, applied = await self._drain(shard, held=True, first=firsts.get(shard), trims=trims)
+            total += applied
+        # Each shard's stream is trimmed to its durable cursor once the pass is over, all
+        # in one round trip. Trims a failure skips are made by the shard's next batch: a
+        # carried cursor that finds nothing after it, though the stream has entries, is
+        # read again and trimmed to.
+        if trims:
+            await self._trim(trims)
         return total
+
+    async def _trim(self, cursors: dict[int, str]) -> None:
+        """Drop from each shard's stream what is at or below its durable cursor (it is in
+        the store): one XTRIM, or one pipelined round trip for several."""
+        if len(cursors) == 1:
+            ((shard, cursor),) = cursors.items()
+            await self.redis.xtrim(self.layout.events(shard), minid=next_stream_id(cursor))
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for shard, cursor in cursors.items():
+            pipe.xtrim(self.layout.events(shard), minid=next_stream_id(cursor))
+        await pipe.execute()
 
     async def final_flush(self, wait_s: float) -> int:
         """On shutdown, after this process's last settlement: drain every shard that has

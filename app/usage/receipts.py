@@ -26,7 +26,7 @@ from app.kv.client import RedisClient
 from app.kv.layout import KeySpace, as_text
 from app.kv.stream_events import EventField, UsageEvent, parse_event
 from app.store import ActivityRecord, Store
-from app.usage.flusher import activity_row
+from app.usage.batch_rows import activity_row
 
 ID_PREFIXES = ("chatcmpl-svc-", "resp_svc_", "msg_svc_", "rsv_")
 """What an activity id starts with: a chat completion's, a response's, a message's (the

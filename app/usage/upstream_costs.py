@@ -33,20 +33,18 @@ def upstream_costs(events: Sequence[StreamEvent]) -> list[UpstreamCostRollup]:
         served = e.served
         key = (e.day, e.alias, served.provider, served.upstream_model, served.cost_currency)
         acc = sums.setdefault((*key, e.environment), [0] * len(_SUMS))
-        estimated = served.usage_source == USAGE_ESTIMATED
-        parts = (
-            1,
-            e.prompt_tokens,
-            e.cached_tokens,
-            e.cache_write_tokens,
-            e.completion_tokens,
-            e.credits,
-            served.upstream_cost,
-            int(estimated),
-            served.upstream_cost if estimated else 0,
-        )
-        for i, value in enumerate(parts):
-            acc[i] += value
+        # in _SUMS order, added one by one: a loop over a tuple of them cost the flusher
+        # twice as much per event
+        acc[0] += 1
+        acc[1] += e.prompt_tokens
+        acc[2] += e.cached_tokens
+        acc[3] += e.cache_write_tokens
+        acc[4] += e.completion_tokens
+        acc[5] += e.credits
+        acc[6] += served.upstream_cost
+        if served.usage_source == USAGE_ESTIMATED:
+            acc[7] += 1
+            acc[8] += served.upstream_cost
     return [
         UpstreamCostRollup(
             day=day,

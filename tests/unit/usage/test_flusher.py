@@ -10,7 +10,8 @@ from app.kv.client import RedisClient
 from app.kv.fields import NOTHING_SERVED, Served
 from app.kv.stream_events import ExpiryEvent, UsageEvent
 from app.store import ActivityQuery, ActivityRecord, Store
-from app.usage.flusher import Flusher, aggregate, expiries, next_stream_id
+from app.usage.batch_rows import aggregate, expiries
+from app.usage.flusher import Flusher, next_stream_id
 from tests.conftest import Clock
 from tests.support.ledgers import Ledgers
 from tests.support.scripts_helpers import account, key, reserve
@@ -122,7 +123,7 @@ async def test_a_crash_between_commit_and_trim_is_not_counted_twice(
     async def die(*args: object, **kwargs: object) -> None:
         raise ConnectionError("worker killed after the commit")
 
-    monkeypatch.setattr(first.redis, "xtrim", die)
+    monkeypatch.setattr(first, "_trim", die)  # every trim of the streams goes through it
     with pytest.raises(ConnectionError):
         await first.flush_all()
     monkeypatch.undo()
@@ -223,6 +224,58 @@ async def test_a_shard_has_one_drainer_while_its_lease_lives(
     await redis.set(ledger.layout.flush_lease(shard), holder.token, px=60_000)
     assert await other.flush_shard(shard) == 0
     assert await holder.flush_shard(shard) > 0
+
+
+async def test_a_carried_cursor_another_drainer_moved_is_read_again(
+    redis: RedisClient, ledger: Ledgers, store: Store, clock: Clock
+) -> None:
+    # The holder carries its cursor from batch to batch; another drainer applies a batch
+    # while the holder's lease token is (wrongly) its own, as after a lapse nobody saw.
+    charged = await _traffic(ledger, clock, accounts=1, each=3)
+    shard = ledger.layout.shard("acct_F0")
+    lease = ledger.layout.flush_lease(shard)
+    holder = _flusher(redis, ledger, store, clock, lease_s=60)
+    other = _flusher(redis, ledger, store, clock, lease_s=60)
+    assert await holder.flush_shard(shard) == 3
+    charged += await _traffic(ledger, clock, accounts=1, each=2)
+    await redis.set(lease, other.token, px=60_000)
+    assert await other.flush_shard(shard) == 5 - 3
+    await redis.set(lease, holder.token, px=60_000)
+    charged += await _traffic(ledger, clock, accounts=1, each=4)
+    # its first batch starts below the durable cursor: refused, the cursor is read again
+    assert await holder.flush_shard(shard) == 4
+    assert await _durable_credits(store, 1) == (charged, 9)
+    assert len(await _activity(store, 1)) == 9  # one row per event
+    assert await _pending(ledger) == 0
+
+
+async def test_a_pass_drains_the_shards_whose_lease_it_holds_once_each(
+    redis: RedisClient, ledger: Ledgers, store: Store, clock: Clock
+) -> None:
+    # flush_all asks for every busy shard's lease at once and reads the first batch of the
+    # shards it kept with the renewal: the other drainer's shard is left alone, a moved
+    # cursor is read again, and every event is applied once.
+    charged = await _traffic(ledger, clock, accounts=4, each=3)
+    shard = ledger.layout.shard("acct_F0")
+    lease = ledger.layout.flush_lease(shard)
+    holder = _flusher(redis, ledger, store, clock, lease_s=60)
+    other = _flusher(redis, ledger, store, clock, lease_s=60)
+    await redis.set(lease, holder.token, px=60_000)
+    others = sum(1 for a in range(4) if ledger.layout.shard(f"acct_F{a}") == shard)
+    assert await other.flush_all() == 12 - 3 * others
+    assert await holder.flush_all() == 3 * others
+    for _ in range(2):  # renewed, with the carried cursors: the first batches prefetched
+        charged += await _traffic(ledger, clock, accounts=4, each=2)
+        assert await holder.flush_all() + await other.flush_all() == 8
+    await redis.set(lease, other.token, px=60_000)
+    charged += await _traffic(ledger, clock, accounts=4, each=1)
+    assert await other.flush_all() == 4  # every shard now (the holder's lapsed, say)
+    await redis.set(lease, holder.token, px=60_000)
+    charged += await _traffic(ledger, clock, accounts=4, each=1)
+    assert await holder.flush_all() + await other.flush_all() == 4
+    assert await _durable_credits(store, 4) == (charged, 36)
+    assert len(await _activity(store, 4)) == 36
+    assert await _pending(ledger) == 0
 
 
 async def test_expiries_and_old_events_flush_once(

@@ -19,7 +19,8 @@ from app.kv.fields import NOTHING_SERVED, Served
 from app.kv.stream_events import EventField, UsageEvent, parse_event
 from app.store import ActivityRecord, Store, migrations
 from app.store.migrations import MIGRATIONS
-from app.usage.flusher import Flusher, activity_row
+from app.usage.batch_rows import activity_row
+from app.usage.flusher import Flusher
 from app.usage.receipts import ReceiptPrices, Receipts, receipt
 from tests.conftest import Clock
 from tests.support.databases import Database
