@@ -31,6 +31,11 @@ from typing import Any
 
 import msgspec
 
+# first, before anything imports redis-py: granian forks the workers from this process, so a
+# module imported here is in every worker's memory too (the metrics SDK and psutil, 2.6 MB)
+from app.kv import redis_import  # noqa: F401
+
+# isort: split
 from app.admin.actions import admin
 from app.admin.commands import add_admin_commands
 from app.core.allocator import give_back_large_blocks

@@ -66,6 +66,13 @@ def test_a_worker_s_app_and_its_outbound_clients_load_none_of_them(tmp_path: Pat
     assert _loaded_after(code, tmp_path) == []
 
 
+def test_svc_serve_s_own_imports_load_none_of_them(tmp_path: Path) -> None:
+    """granian forks the workers from ``svc serve``'s process (multiprocessing's default on
+    Linux): what that process imported before is in every worker's memory as well."""
+    code = "import app.cli\nimport granian\n"
+    assert _loaded_after(code, tmp_path) == []
+
+
 def test_the_first_intent_or_sealed_answer_loads_cryptography(tmp_path: Path) -> None:
     code = (
         "from app.spotlights.intents import Intents\n"
