@@ -313,7 +313,7 @@ def run_granian(settings: Settings, log_config: dict[str, Any]) -> int:
     """Serve under granian until stopped; a failure before it listens is a start-up
     failure like the others."""
     from granian import Granian
-    from granian.constants import Interfaces, Loops
+    from granian.constants import HTTPModes, Interfaces, Loops
 
     workers = settings.workers or os.cpu_count() or 1
     listening = False
@@ -330,6 +330,7 @@ def run_granian(settings: Settings, log_config: dict[str, Any]) -> int:
             address=settings.host,
             port=settings.port,
             interface=Interfaces.RSGI,  # the chat streams' interface; Litestar is adapted
+            http=HTTPModes.auto if settings.http2 else HTTPModes.http1,
             websockets=False,  # svc has no websocket route
             workers=workers,
             backpressure=settings.worker_streams,
