@@ -26,6 +26,7 @@ FLOOR = "floor"
 RELAY_APP = "tests.perf.bare_relay:app"
 UPSTREAM_ENV = "FLOOR_UPSTREAM_URL"  # the upstream's base URL, ending in /v1
 REDIS_ENV = "FLOOR_REDIS_URL"  # set: two round trips per request on this Redis
+STREAMS_ENV = "FLOOR_WORKER_STREAMS"  # connections to the upstream per worker, as svc's provider
 WORKER_STREAMS = 2048  # svc's default worker_streams: granian's backpressure per worker
 SCENARIOS = ("fast", "tokens")
 """Where the floor is measured: a request's floor (``fast``: 20 chunks in one write, all
@@ -44,11 +45,20 @@ def relay_command(port: int, workers: int, worker_streams: int = WORKER_STREAMS)
     ]
 
 
-def relay_env(upstream_url: str, redis_url: str | None) -> dict[str, str]:
+def relay_env(
+    upstream_url: str, redis_url: str | None, worker_streams: int = WORKER_STREAMS
+) -> dict[str, str]:
     """This environment with the checkout first on the path (the relay's module lives in
-    ``tests/``), the upstream, and the Redis of the round trips when given."""
+    ``tests/``), the upstream, the Redis of the round trips when given, and the connections
+    to the upstream each worker may hold (at least its streams, as a scale level sets svc's
+    provider's ``max_connections``)."""
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "PYTHONPATH": path, UPSTREAM_ENV: upstream_url}
+    env = {
+        **os.environ,
+        "PYTHONPATH": path,
+        UPSTREAM_ENV: upstream_url,
+        STREAMS_ENV: str(worker_streams),
+    }
     if redis_url:
         env[REDIS_ENV] = redis_url
     else:

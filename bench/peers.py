@@ -183,7 +183,7 @@ def _floor(
 
     return Launch(
         floor.relay_command(port, workers, worker_streams),
-        floor.relay_env(mock.base_url, valkey_url),
+        floor.relay_env(mock.base_url, valkey_url, worker_streams),
         ready,
         cwd=floor.ROOT,
     )

@@ -51,7 +51,7 @@ from app.upstream.base import Piece, UpstreamCall
 from app.upstream.config import ProviderConfig
 from app.upstream.http11 import StreamingProvider
 from app.upstream.wire import ChatRequest, Delta
-from bench.floor import REDIS_ENV, UPSTREAM_ENV
+from bench.floor import REDIS_ENV, STREAMS_ENV, UPSTREAM_ENV
 
 REDIS_TIMEOUT_S = 2.0
 DEFAULT_MAX_TOKENS = 4096  # sent upstream when the client set no limit (svc: the hold's)
@@ -142,7 +142,11 @@ class BareRelay:
 
     def _upstream(self) -> StreamingProvider:
         if self._provider is None:  # in the worker's process and loop, on its first request
-            self._provider = StreamingProvider(ProviderConfig(base_url=os.environ[UPSTREAM_ENV]))
+            config = ProviderConfig(
+                base_url=os.environ[UPSTREAM_ENV],
+                max_connections=int(os.environ.get(STREAMS_ENV, ProviderConfig.max_connections)),
+            )
+            self._provider = StreamingProvider(config)
         return self._provider
 
     async def __rsgi__(self, scope: Scope, protocol: HTTPProtocol) -> None:

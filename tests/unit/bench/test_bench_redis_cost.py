@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from bench.floor import REDIS_ENV, RELAY_APP, UPSTREAM_ENV, relay_command, relay_env
+from bench.floor import (
+    REDIS_ENV,
+    RELAY_APP,
+    STREAMS_ENV,
+    UPSTREAM_ENV,
+    WORKER_STREAMS,
+    relay_command,
+    relay_env,
+)
 from bench.measures import (
     RedisSnapshot,
     idle_per_completion,
@@ -68,6 +76,15 @@ def test_the_floor_is_served_as_svc_is_with_its_upstream_and_redis() -> None:
     env = relay_env("http://127.0.0.1:9/v1", "redis://127.0.0.1:6/0")
     assert (env[UPSTREAM_ENV], env[REDIS_ENV]) == ("http://127.0.0.1:9/v1", "redis://127.0.0.1:6/0")
     assert REDIS_ENV not in relay_env("http://127.0.0.1:9/v1", None)
+    assert f"--backpressure {WORKER_STREAMS} --backlog {WORKER_STREAMS}" in joined
+    assert env[STREAMS_ENV] == str(WORKER_STREAMS)
+
+
+def test_a_scale_level_lets_each_floor_worker_hold_all_its_streams() -> None:
+    # as svc's workers at a scale level: granian's backpressure, and connections upstream
+    joined = " ".join(relay_command(8123, 2, 10_000))
+    assert "--backpressure 10000 --backlog 10000" in joined
+    assert relay_env("http://127.0.0.1:9/v1", None, 10_000)[STREAMS_ENV] == "10000"
 
 
 def test_the_idle_rate_is_spread_over_the_point_per_completion() -> None:
