@@ -45,6 +45,9 @@ PRUNE_EVERY_S = 60.0  # how often a worker tries to prune old activity (jittered
 PRUNE_LEASE_MS = 50_000  # one worker prunes per round; no one releases it early
 PRUNE_BATCH = 5_000  # activity rows deleted per transaction
 PRUNE_BATCHES_PER_ROUND = 20
+READ_AHEAD_EVENTS = 5_000
+"""Events a pass reads ahead at once over all the shards whose cursor it carries (a bound on
+its memory when every shard has a backlog: a full batch each would be 64,000)."""
 
 
 def parsed(entries: Any) -> list[StreamEvent]:
@@ -140,12 +143,14 @@ class Flusher:
         entries = await self.redis.xrange(self.layout.events(shard), start, "+", count=count)
         return parsed(entries)
 
-    async def _hold_leases(self, shards: list[int]) -> tuple[list[int], dict[int, Any]]:
+    async def _hold_leases(self, shards: list[int]) -> tuple[list[int], dict[int, Any], int]:
         """``_hold_lease`` for several shards at once: the ones whose lease this process
-        holds now, and the first batch (XRANGE's reply) of each whose lease it renewed and
-        whose cursor it carries. One round trip asks for every lease, one more renews the
-        held ones and reads those batches: asked shard by shard, that was up to four per
-        shard, and round trips were most of the flusher's CPU per event."""
+        holds now, the first batch (XRANGE's reply) of each whose lease it renewed and whose
+        cursor it carries, and how many events each of those batches was asked for (at most
+        ``batch_size``, less when many shards share ``READ_AHEAD_EVENTS``). One round trip
+        asks for every lease, one more renews the held ones and reads those batches: asked
+        shard by shard, that was up to four per shard, and round trips were most of the
+        flusher's CPU per event."""
         pipe = self.redis.pipeline(transaction=False)
         for shard in shards:
             key = self.layout.flush_lease(shard)
@@ -163,21 +168,23 @@ class Flusher:
                 self._cursors.pop(shard, None)  # not held throughout: read again
         self._leased.update(held)
         if not renewing:
-            return held, {}
+            return held, {}, self.batch_size
         pipe = self.redis.pipeline(transaction=False)
         carried = [shard for shard in renewing if shard in self._cursors]
+        ahead = max(1, min(self.batch_size, READ_AHEAD_EVENTS // max(1, len(carried))))
         for shard in renewing:
             pipe.pexpire(self.layout.flush_lease(shard), self.lease_ms)
         for shard in carried:
             cursor = self._cursors[shard]
             start = f"({cursor}" if cursor else "-"
-            pipe.xrange(self.layout.events(shard), start, "+", count=self.batch_size)
+            pipe.xrange(self.layout.events(shard), start, "+", count=ahead)
         replies = await pipe.execute()
         for shard, renewed in zip(renewing, replies, strict=False):
             if not renewed:  # lapsed after the GET: held as before, but not throughout
                 self._cursors.pop(shard, None)
         batches = zip(carried, replies[len(renewing) :], strict=True)
-        return held, {shard: entries for shard, entries in batches if shard in self._cursors}
+        firsts = {shard: entries for shard, entries in batches if shard in self._cursors}
+        return held, firsts, ahead
 
     async def flush_shard(self, shard: int) -> int:
         """Apply the shard's pending events, batch by batch, while this process holds the
@@ -190,12 +197,14 @@ class Flusher:
         *,
         held: bool = False,
         first: Any = None,
+        first_count: int = 0,
         trims: dict[int, str] | None = None,
     ) -> tuple[bool, int]:
         """(whether this process got the shard's lease, events applied). ``held``: the
         lease was just asked for (``_hold_leases``), and ``first``, if any, is the first
-        batch read after the carried cursor; ``trims``: where the stream's last trim goes
-        (shard -> cursor) for the pass to send with the other shards'."""
+        batch read after the carried cursor, of ``first_count`` events asked for;
+        ``trims``: where the stream's last trim goes (shard -> cursor) for the pass to send
+        with the other shards'."""
         applied = 0
         leased = False
         while held or await self._hold_lease(shard):
@@ -208,10 +217,12 @@ class Flusher:
             # again. Taken out while the batch runs: one that fails carries none.
             carried = shard in self._cursors
             cursor = self._cursors.pop(shard) if carried else await self.store.get_cursor(shard)
+            # a batch shorter than it was asked for leaves nothing after it
             if carried and first is not None:
-                events = parsed(first)
+                events, asked = parsed(first), first_count
             else:
-                events = await self.events_after(shard, cursor, self.batch_size)
+                asked = self.batch_size
+                events = await self.events_after(shard, cursor, asked)
             first = None
             if carried and not events and not applied:
                 continue
@@ -235,12 +246,12 @@ class Flusher:
                     continue
                 else:
                     cursor = await self.store.get_cursor(shard)  # another drainer moved on
-            if cursor and trims is not None and len(events) < self.batch_size:
+            if cursor and trims is not None and len(events) < asked:
                 trims[shard] = cursor
             elif cursor:
                 await self._trim({shard: cursor})
             self._cursors[shard] = cursor
-            if len(events) < self.batch_size:
+            if len(events) < asked:
                 break
         self.applied += applied
         return leased, applied
@@ -258,11 +269,13 @@ class Flusher:
         if not busy:
             return 0
         random.shuffle(busy)
-        held, firsts = await self._hold_leases(busy)
+        held, firsts, ahead = await self._hold_leases(busy)
         total = 0
         trims: dict[int, str] = {}
         for shard in held:
-            _, applied = await self._drain(shard, held=True, first=firsts.get(shard), trims=trims)
+            _, applied = await self._drain(
+                shard, held=True, first=firsts.get(shard), first_count=ahead, trims=trims
+            )
             total += applied
         # Each shard's stream is trimmed to its durable cursor once the pass is over, all
         # in one round trip. Trims a failure skips are made by the shard's next batch: a

@@ -10,6 +10,7 @@ from app.kv.client import RedisClient
 from app.kv.fields import NOTHING_SERVED, Served
 from app.kv.stream_events import ExpiryEvent, UsageEvent
 from app.store import ActivityQuery, ActivityRecord, Store
+from app.usage import flusher as flusher_module
 from app.usage.batch_rows import aggregate, expiries
 from app.usage.flusher import Flusher, next_stream_id
 from tests.conftest import Clock
@@ -275,6 +276,38 @@ async def test_a_pass_drains_the_shards_whose_lease_it_holds_once_each(
     assert await holder.flush_all() + await other.flush_all() == 4
     assert await _durable_credits(store, 4) == (charged, 36)
     assert len(await _activity(store, 4)) == 36
+    assert await _pending(ledger) == 0
+
+
+async def test_a_pass_reads_ahead_no_more_than_its_bound_and_drains_every_backlog(
+    redis: RedisClient,
+    ledger: Ledgers,
+    store: Store,
+    clock: Clock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Carried cursors on several shards with a backlog each: the batches read ahead share
+    # READ_AHEAD_EVENTS, and a full read-ahead batch (shorter than batch_size) does not end
+    # its shard's drain: the rest follows in full batches, every event applied once.
+    monkeypatch.setattr(flusher_module, "READ_AHEAD_EVENTS", 4)
+    charged = await _traffic(ledger, clock, accounts=4, each=1)
+    flusher = _flusher(redis, ledger, store, clock, lease_s=60, batch_size=5)
+    assert await flusher.flush_all() == 4  # every shard's cursor carried from now on
+    read_ahead: list[int] = []
+    hold_leases = flusher._hold_leases
+
+    async def spied(shards: list[int]) -> tuple[list[int], dict[int, object], int]:
+        held, firsts, ahead = await hold_leases(shards)
+        read_ahead.append(sum(len(entries) for entries in firsts.values()))
+        return held, firsts, ahead
+
+    charged += await _traffic(ledger, clock, accounts=4, each=7)
+    monkeypatch.setattr(flusher, "_hold_leases", spied)
+    assert await flusher.flush_all() == 28
+    assert read_ahead
+    assert 0 < read_ahead[0] <= 4  # the bound, shared by the shards
+    assert await _durable_credits(store, 4) == (charged, 32)
+    assert len(await _activity(store, 4)) == 32
     assert await _pending(ledger) == 0
 
 
