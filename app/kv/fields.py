@@ -285,15 +285,7 @@ class Served(msgspec.Struct, frozen=True, kw_only=True):
         prices = None
         if count > 5:
             prices = Rates(int(parts[5]), int(parts[6]), int(parts[7]), int(parts[8]))
-        if count < 13:
-            return cls(
-                response_id=parts[0],
-                created=int(parts[1]),
-                ttfb_ms=int(parts[2]),
-                duration_ms=int(parts[3]),
-                usage_source=source,
-                prices=prices,
-            )
+        upstream = count == 13  # else the fields of an upstream keep their defaults
         return cls(
             response_id=parts[0],
             created=int(parts[1]),
@@ -301,10 +293,10 @@ class Served(msgspec.Struct, frozen=True, kw_only=True):
             duration_ms=int(parts[3]),
             usage_source=source,
             prices=prices,
-            provider=parts[9],
-            cost_currency="" if parts[10] == NO_CURRENCY else parts[10],
-            upstream_cost=int(parts[11]),
-            upstream_model=parts[12],
+            provider=parts[9] if upstream else "",
+            cost_currency="" if not upstream or parts[10] == NO_CURRENCY else parts[10],
+            upstream_cost=int(parts[11]) if upstream else 0,
+            upstream_model=parts[12] if upstream else "",
         )
 
 
