@@ -114,25 +114,32 @@ async def test_an_unanswered_command_times_out_and_the_next_gets_a_new_connectio
 
 
 async def test_a_timeout_fails_no_other_caller_before_its_own_deadline(
-    impatient: PipelinedRedis, admin: redis_sync.Redis
+    url: str, admin: redis_sync.Redis
 ) -> None:
     """A reserve's give-up time is its caller's deadline: a caller that stopped waiting
     sooner could miss a hold Redis still makes. So one command's timeout fails no other:
     the connection turns stale (new commands go to a new one) but stays open while any
     caller on it is still within its time, and closes once none is."""
-    first_id = await impatient.execute("CLIENT", "ID")
-    admin.execute_command("CLIENT", "PAUSE", 2000, "ALL")
-    early = asyncio.ensure_future(impatient.execute("ECHO", "early"))
-    await asyncio.sleep(0.2)
-    late = asyncio.ensure_future(impatient.execute("ECHO", "late"))
-    with pytest.raises(RedisTimeoutError):
-        await early
-    assert not late.done()  # still within its own time
-    admin.execute_command("CLIENT", "UNPAUSE")
-    assert await late == b"late"
-    assert await impatient.execute("CLIENT", "ID") != first_id  # new commands: a new one
-    await asyncio.sleep(0.05)
-    assert [c["name"] for c in admin.client_list()].count(NAME) == 1  # stale one closed
+    # the second caller's deadline comes 0.6 s after the first's: room for the unpause and
+    # its reply on a busy machine (0.2 s was not, under CI's load)
+    client = PipelinedRedis(url, timeout_s=1.0, name=NAME)
+    try:
+        first_id = await client.execute("CLIENT", "ID")
+        admin.execute_command("CLIENT", "PAUSE", 3000, "ALL")
+        early = asyncio.ensure_future(client.execute("ECHO", "early"))
+        await asyncio.sleep(0.6)
+        late = asyncio.ensure_future(client.execute("ECHO", "late"))
+        with pytest.raises(RedisTimeoutError):
+            await early
+        assert not late.done()  # still within its own time
+        admin.execute_command("CLIENT", "UNPAUSE")
+        assert await late == b"late"
+        assert await client.execute("CLIENT", "ID") != first_id  # new commands: a new one
+        await asyncio.sleep(0.05)
+        assert [c["name"] for c in admin.client_list()].count(NAME) == 1  # stale one closed
+    finally:
+        admin.execute_command("CLIENT", "UNPAUSE")
+        await client.aclose()
 
 
 async def test_a_cancelled_caller_leaves_the_replies_in_step(
