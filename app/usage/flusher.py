@@ -45,9 +45,23 @@ PRUNE_EVERY_S = 60.0  # how often a worker tries to prune old activity (jittered
 PRUNE_LEASE_MS = 50_000  # one worker prunes per round; no one releases it early
 PRUNE_BATCH = 5_000  # activity rows deleted per transaction
 PRUNE_BATCHES_PER_ROUND = 20
-READ_AHEAD_EVENTS = 5_000
-"""Events a pass reads ahead at once over all the shards whose cursor it carries (a bound on
-its memory when every shard has a backlog: a full batch each would be 64,000)."""
+READ_AHEAD_EVENTS = 1_000
+"""About how many events a pass reads in one round trip, and holds at once (and keeps the
+memory of: at 5,000, a worker's RSS stayed ~8 MB higher, at 1,000 ~4 MB)."""
+
+
+def read_ahead_groups(shards: list[int], lengths: dict[int, int], bound: int) -> list[list[int]]:
+    """``shards`` in turn, in groups whose streams hold ``bound`` entries at most together
+    (by XLEN, ``lengths``; a group holds one shard at least)."""
+    groups: list[list[int]] = []
+    size = bound + 1
+    for shard in shards:
+        if size + lengths.get(shard, 0) > bound:
+            groups.append([])
+            size = 0
+        groups[-1].append(shard)
+        size += lengths.get(shard, 0)
+    return groups
 
 
 def parsed(entries: Any) -> list[StreamEvent]:
@@ -143,14 +157,9 @@ class Flusher:
         entries = await self.redis.xrange(self.layout.events(shard), start, "+", count=count)
         return parsed(entries)
 
-    async def _hold_leases(self, shards: list[int]) -> tuple[list[int], dict[int, Any], int]:
-        """``_hold_lease`` for several shards at once: the ones whose lease this process
-        holds now, the first batch (XRANGE's reply) of each whose lease it renewed and whose
-        cursor it carries, and how many events each of those batches was asked for (at most
-        ``batch_size``, less when many shards share ``READ_AHEAD_EVENTS``). One round trip
-        asks for every lease, one more renews the held ones and reads those batches: asked
-        shard by shard, that was up to four per shard, and round trips were most of the
-        flusher's CPU per event."""
+    async def _hold_leases(self, shards: list[int]) -> tuple[list[int], list[int]]:
+        """``_hold_lease`` for several shards in two round trips (ask, renew): the ones held
+        now, and of those the ones renewed with a carried cursor (``_read_ahead`` reads on)."""
         pipe = self.redis.pipeline(transaction=False)
         for shard in shards:
             key = self.layout.flush_lease(shard)
@@ -168,23 +177,23 @@ class Flusher:
                 self._cursors.pop(shard, None)  # not held throughout: read again
         self._leased.update(held)
         if not renewing:
-            return held, {}, self.batch_size
+            return held, []
         pipe = self.redis.pipeline(transaction=False)
-        carried = [shard for shard in renewing if shard in self._cursors]
-        ahead = max(1, min(self.batch_size, READ_AHEAD_EVENTS // max(1, len(carried))))
         for shard in renewing:
             pipe.pexpire(self.layout.flush_lease(shard), self.lease_ms)
-        for shard in carried:
-            cursor = self._cursors[shard]
-            start = f"({cursor}" if cursor else "-"
-            pipe.xrange(self.layout.events(shard), start, "+", count=ahead)
-        replies = await pipe.execute()
-        for shard, renewed in zip(renewing, replies, strict=False):
+        for shard, renewed in zip(renewing, await pipe.execute(), strict=True):
             if not renewed:  # lapsed after the GET: held as before, but not throughout
                 self._cursors.pop(shard, None)
-        batches = zip(carried, replies[len(renewing) :], strict=True)
-        firsts = {shard: entries for shard, entries in batches if shard in self._cursors}
-        return held, firsts, ahead
+        return held, [shard for shard in renewing if shard in self._cursors]
+
+    async def _read_ahead(self, shards: list[int]) -> dict[int, Any]:
+        """Each shard's first batch after its carried cursor (XRANGE's reply): one trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in shards:
+            cursor = self._cursors[shard]
+            start = f"({cursor}" if cursor else "-"
+            pipe.xrange(self.layout.events(shard), start, "+", count=self.batch_size)
+        return dict(zip(shards, await pipe.execute(), strict=True))
 
     async def flush_shard(self, shard: int) -> int:
         """Apply the shard's pending events, batch by batch, while this process holds the
@@ -197,14 +206,12 @@ class Flusher:
         *,
         held: bool = False,
         first: Any = None,
-        first_count: int = 0,
         trims: dict[int, str] | None = None,
     ) -> tuple[bool, int]:
         """(whether this process got the shard's lease, events applied). ``held``: the
-        lease was just asked for (``_hold_leases``), and ``first``, if any, is the first
-        batch read after the carried cursor, of ``first_count`` events asked for;
-        ``trims``: where the stream's last trim goes (shard -> cursor) for the pass to send
-        with the other shards'."""
+        lease was just asked for (``_hold_leases``); ``first``: the first batch, read ahead
+        (``_read_ahead``); ``trims``: where the stream's last trim goes (shard -> cursor),
+        for the pass to send with the other shards'."""
         applied = 0
         leased = False
         while held or await self._hold_lease(shard):
@@ -219,10 +226,9 @@ class Flusher:
             cursor = self._cursors.pop(shard) if carried else await self.store.get_cursor(shard)
             # a batch shorter than it was asked for leaves nothing after it
             if carried and first is not None:
-                events, asked = parsed(first), first_count
+                events = parsed(first)
             else:
-                asked = self.batch_size
-                events = await self.events_after(shard, cursor, asked)
+                events = await self.events_after(shard, cursor, self.batch_size)
             first = None
             if carried and not events and not applied:
                 continue
@@ -246,21 +252,22 @@ class Flusher:
                     continue
                 else:
                     cursor = await self.store.get_cursor(shard)  # another drainer moved on
-            if cursor and trims is not None and len(events) < asked:
+            if cursor and trims is not None and len(events) < self.batch_size:
                 trims[shard] = cursor
             elif cursor:
                 await self._trim({shard: cursor})
             self._cursors[shard] = cursor
-            if len(events) < asked:
+            if len(events) < self.batch_size:
                 break
         self.applied += applied
         return leased, applied
 
-    async def _busy_shards(self) -> list[int]:
+    async def _busy_shards(self) -> dict[int, int]:
+        """The shards whose stream has entries, and how many."""
         pipe = self.redis.pipeline(transaction=False)
         for shard in self.layout.all_shards():
             pipe.xlen(self.layout.events(shard))
-        return [shard for shard, n in enumerate(await pipe.execute()) if int(n)]
+        return {shard: int(n) for shard, n in enumerate(await pipe.execute()) if int(n)}
 
     async def flush_all(self) -> int:
         """One pass over the shards that have events (in random order, so workers spread
@@ -268,19 +275,22 @@ class Flusher:
         busy = await self._busy_shards()
         if not busy:
             return 0
-        random.shuffle(busy)
-        held, firsts, ahead = await self._hold_leases(busy)
+        order = list(busy)
+        random.shuffle(order)
+        held, carried = await self._hold_leases(order)
         total = 0
         trims: dict[int, str] = {}
+        firsts_read = set(carried)
+        for group in read_ahead_groups(carried, busy, READ_AHEAD_EVENTS):
+            firsts = await self._read_ahead(group)
+            for shard in group:
+                total += (await self._drain(shard, held=True, first=firsts[shard], trims=trims))[1]
         for shard in held:
-            _, applied = await self._drain(
-                shard, held=True, first=firsts.get(shard), first_count=ahead, trims=trims
-            )
-            total += applied
-        # Each shard's stream is trimmed to its durable cursor once the pass is over, all
-        # in one round trip. Trims a failure skips are made by the shard's next batch: a
-        # carried cursor that finds nothing after it, though the stream has entries, is
-        # read again and trimmed to.
+            if shard not in firsts_read:
+                total += (await self._drain(shard, held=True, trims=trims))[1]
+        # The streams are trimmed to their cursors in one round trip at the end. A trim a
+        # failure skips is made by the shard's next batch: a carried cursor that finds
+        # nothing after it, though the stream has entries, is read again and trimmed to.
         if trims:
             await self._trim(trims)
         return total
@@ -303,7 +313,7 @@ class Flusher:
         it exits, or its lease lapses), then let go of this process's own leases so the
         next worker to exit need not wait for them."""
         deadline = time.monotonic() + wait_s
-        pending = await self._busy_shards()
+        pending = list(await self._busy_shards())
         total = 0
         try:
             while pending:

@@ -116,10 +116,11 @@ async def test_processes_share_a_fresh_file(tmp_path: Path) -> None:
 
 async def test_connection_settings(store: SQLiteStore) -> None:
     def pragmas(conn: sqlite3.Connection) -> list[object]:
-        names = ("journal_mode", "synchronous", "busy_timeout", "foreign_keys")
+        names = ("journal_mode", "synchronous", "busy_timeout", "foreign_keys", "cache_size")
         return [conn.execute(f"PRAGMA {name}").fetchone()[0] for name in names]
 
-    assert await store._call(pragmas) == ["wal", 1, 5000, 1]  # synchronous 1 = NORMAL
+    # synchronous 1 = NORMAL; a negative cache_size is KiB (SQLite's default -2000)
+    assert await store._call(pragmas) == ["wal", 1, 5000, 1, -256]
 
 
 # -- failures -------------------------------------------------------------------------

@@ -286,29 +286,39 @@ async def test_a_pass_reads_ahead_no_more_than_its_bound_and_drains_every_backlo
     clock: Clock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Carried cursors on several shards with a backlog each: the batches read ahead share
-    # READ_AHEAD_EVENTS, and a full read-ahead batch (shorter than batch_size) does not end
-    # its shard's drain: the rest follows in full batches, every event applied once.
-    monkeypatch.setattr(flusher_module, "READ_AHEAD_EVENTS", 4)
+    # Carried cursors on several shards with a backlog each: a pass reads their first
+    # batches a group of about READ_AHEAD_EVENTS at a time, and a full first batch does not
+    # end its shard's drain: the rest follows in full batches, every event applied once.
+    monkeypatch.setattr(flusher_module, "READ_AHEAD_EVENTS", 8)
     charged = await _traffic(ledger, clock, accounts=4, each=1)
     flusher = _flusher(redis, ledger, store, clock, lease_s=60, batch_size=5)
     assert await flusher.flush_all() == 4  # every shard's cursor carried from now on
     read_ahead: list[int] = []
-    hold_leases = flusher._hold_leases
+    read = flusher._read_ahead
 
-    async def spied(shards: list[int]) -> tuple[list[int], dict[int, object], int]:
-        held, firsts, ahead = await hold_leases(shards)
+    async def spied(shards: list[int]) -> dict[int, object]:
+        firsts = await read(shards)
         read_ahead.append(sum(len(entries) for entries in firsts.values()))
-        return held, firsts, ahead
+        return firsts
 
     charged += await _traffic(ledger, clock, accounts=4, each=7)
-    monkeypatch.setattr(flusher, "_hold_leases", spied)
+    monkeypatch.setattr(flusher, "_read_ahead", spied)
     assert await flusher.flush_all() == 28
-    assert read_ahead
-    assert 0 < read_ahead[0] <= 4  # the bound, shared by the shards
+    assert read_ahead == [5, 5, 5, 5]  # 7 + 7 > 8: a group each, its batch full
     assert await _durable_credits(store, 4) == (charged, 32)
     assert len(await _activity(store, 4)) == 32
     assert await _pending(ledger) == 0
+
+
+def test_read_ahead_groups_hold_their_bound_and_one_shard_at_least() -> None:
+    lengths = {1: 3, 2: 4, 3: 9, 4: 1, 5: 2}
+    assert flusher_module.read_ahead_groups([1, 2, 3, 4, 5], lengths, 8) == [
+        [1, 2],
+        [3],  # alone past the bound
+        [4, 5],
+    ]
+    assert flusher_module.read_ahead_groups([3, 1], lengths, 8) == [[3], [1]]
+    assert flusher_module.read_ahead_groups([], lengths, 8) == []
 
 
 async def test_expiries_and_old_events_flush_once(
