@@ -13,7 +13,7 @@ from pathlib import Path
 from app.core.errors import StoreConflict, StoreError
 from app.store.audit import AuditQuery, AuditRecord
 from app.store.books import BooksSums, RevenueEntry, RevenueSum, UpstreamCostRollup
-from app.store.contract import ANY_CURSOR, END_OF_TIME, Store, stream_id_key
+from app.store.contract import END_OF_TIME, Store, stream_id_key
 from app.store.ledger import LedgerPosition
 from app.store.purchases import KeptEvent, PurchaseChange, PurchaseQuery, PurchaseRecord
 from app.store.records import (
@@ -33,6 +33,7 @@ from app.store.records import (
     WebhookEventRecord,
     WebhookRecord,
 )
+from app.store.usage_batch import ANY_CURSOR, UsageBatch
 
 __all__ = [
     "ANY_CURSOR",
@@ -63,6 +64,7 @@ __all__ = [
     "StoreConflict",
     "StoreError",
     "UpstreamCostRollup",
+    "UsageBatch",
     "UsageRollup",
     "WebhookEventRecord",
     "WebhookRecord",

@@ -15,7 +15,7 @@ from app.store import statements as sql
 from app.store.accounts import AccountsSQL
 from app.store.audit import AuditRecord, AuditSQL, write_audit
 from app.store.books import UPSERT_COSTS, BooksSQL, UpstreamCostRollup
-from app.store.contract import ANY_CURSOR, END_OF_TIME, stream_id_key
+from app.store.contract import END_OF_TIME, stream_id_key
 from app.store.ledger import LedgerSQL
 from app.store.program import Program, Transaction, each, execute, row, rows, take
 from app.store.purchases import PurchasesSQL
@@ -27,6 +27,7 @@ from app.store.records import (
     KeyRecord,
     KeyRotation,
     LedgerSnapshot,
+    Row,
     UsageRollup,
     WebhookEventRecord,
     grouped_sums,
@@ -35,6 +36,7 @@ from app.store.records import (
     to_row,
     usage_sums,
 )
+from app.store.usage_batch import ANY_CURSOR, UsageBatch
 from app.store.webhooks import WebhooksSQL, write_webhook_events
 
 
@@ -186,30 +188,44 @@ class SQLStore(AccountsSQL, AuditSQL, BooksSQL, LedgerSQL, PurchasesSQL, Webhook
         webhook_events: Sequence[WebhookEventRecord] = (),
         costs: Sequence[UpstreamCostRollup] = (),
     ) -> bool:
-        position = stream_id_key(last_stream_id)  # a bad id fails before any I/O
-        usage_rows = [to_row(u) for u in rollups]
-        cost_rows = [to_row(c) for c in costs]
-        expiry_rows = [to_row(e) for e in expiries]
-        activity_rows = [to_row(a) for a in activity]
+        batch = UsageBatch(
+            shard=shard,
+            last_stream_id=last_stream_id,
+            rollups=rollups,
+            after=after,
+            expiries=expiries,
+            activity=activity,
+            webhook_events=webhook_events,
+            costs=costs,
+        )
+        return (await self.apply_usage_batches([batch]))[0]
 
-        def apply() -> Program[bool]:
-            # Concurrent batches of a shard take turns; the cursor read after the lock
-            # sees what the previous holder committed.
-            yield from take(self.SHARD_LOCK, shard)
-            cursor = yield from row(sql.GET_CURSOR, (shard,))
-            if cursor is not None and position <= stream_id_key(cursor[0]):
-                return False
-            if after != ANY_CURSOR and (cursor[0] if cursor else None) != after:
-                return False
-            yield from each(sql.UPSERT_USAGE, usage_rows)
-            yield from each(UPSERT_COSTS, cost_rows)
-            yield from each(sql.INSERT_EXPIRY, expiry_rows)
-            yield from each(sql.INSERT_ACTIVITY, activity_rows)
-            yield from write_webhook_events(webhook_events, int(time.time()))
-            yield from execute(sql.UPSERT_CURSOR, (shard, last_stream_id, int(time.time())))
-            return True
+    async def apply_usage_batches(self, batches: Sequence[UsageBatch]) -> list[bool]:
+        # The shards in one order (their locks taken in it: two writers never deadlock);
+        # each batch's rows made before the transaction (a bad id fails before any I/O).
+        ordered = [(b, stream_id_key(b.last_stream_id), _usage_rows(b)) for b in batches]
+        ordered.sort(key=lambda prepared: prepared[0].shard)
 
-        return await self._write(apply())
+        def apply() -> Program[set[int]]:
+            kept: list[tuple[UsageBatch, tuple[list[Row], ...]]] = []
+            for batch, position, batch_rows in ordered:
+                # Concurrent batches of a shard take turns; the cursor read after the lock
+                # sees what the previous holder committed.
+                yield from take(self.SHARD_LOCK, batch.shard)
+                found = yield from row(sql.GET_CURSOR, (batch.shard,))
+                cursor = found[0] if found else None
+                stale = cursor is not None and position <= stream_id_key(cursor)
+                if not stale and batch.after in (ANY_CURSOR, cursor):
+                    kept.append((batch, batch_rows))
+            now = int(time.time())
+            for n, query in enumerate(USAGE_INSERTS):
+                yield from each(query, [r for _, batch_rows in kept for r in batch_rows[n]])
+            yield from write_webhook_events([e for b, _ in kept for e in b.webhook_events], now)
+            yield from each(sql.UPSERT_CURSOR, [(b.shard, b.last_stream_id, now) for b, _ in kept])
+            return {b.shard for b, _ in kept}
+
+        applied = await self._write(apply())
+        return [b.shard in applied for b in batches]
 
     async def get_cursor(self, shard: int) -> str | None:
         found = await self._rows(sql.GET_CURSOR, (shard,))
@@ -272,3 +288,16 @@ class SQLStore(AccountsSQL, AuditSQL, BooksSQL, LedgerSQL, PurchasesSQL, Webhook
 
     async def prune_activity(self, before: int, limit: int) -> int:
         return await self._write(execute(sql.PRUNE_ACTIVITY, (before, limit)))
+
+
+USAGE_INSERTS = (sql.UPSERT_USAGE, UPSERT_COSTS, sql.INSERT_EXPIRY, sql.INSERT_ACTIVITY)
+"""The statements of a usage batch's rows, in the order ``_usage_rows`` makes them."""
+
+
+def _usage_rows(batch: UsageBatch) -> tuple[list[Row], ...]:
+    return (
+        [to_row(u) for u in batch.rollups],
+        [to_row(c) for c in batch.costs],
+        [to_row(e) for e in batch.expiries],
+        [to_row(a) for a in batch.activity],
+    )

@@ -27,11 +27,10 @@ from app.store.records import (
     WebhookEventRecord,
     WebhookRecord,
 )
+from app.store.usage_batch import ANY_CURSOR, UsageBatch
 
 END_OF_TIME = "9999-12-31"
 """A day after every real one: ``usage_totals`` sums all time up to it."""
-ANY_CURSOR = "*"
-"""``apply_usage(after=…)`` default: apply whatever the cursor is (never a stream id)."""
 
 
 def stream_id_key(stream_id: str) -> tuple[int, int]:
@@ -267,14 +266,15 @@ class Store(Protocol):
         webhook_events: Sequence[WebhookEventRecord] = (),
         costs: Sequence[UpstreamCostRollup] = (),
     ) -> bool:
-        """Add the rollups, the expiries, the activity rows, the upstream cost rollups and
-        the webhook events' deliveries (``add_webhook_events``; one already stored is
-        skipped) and move the
-        shard's cursor to ``last_stream_id``, in one transaction. False (nothing written)
-        when ``last_stream_id`` is at or below the cursor already, so a replayed batch is
-        never counted twice, and, when ``after`` is given, unless the cursor is still
-        ``after`` (None: no cursor yet), the one the batch was read after: of two
-        drainers that read overlapping batches, one applies."""
+        """``apply_usage_batches`` of the one batch these make (``UsageBatch``)."""
+
+    async def apply_usage_batches(self, batches: Sequence[UsageBatch]) -> list[bool]:
+        """In one transaction, each batch (a shard at most once): its rows (deliveries for
+        its webhook events, as ``add_webhook_events``) added and its shard's cursor moved to
+        ``last_stream_id``; or nothing of it, when that is at or below the cursor (a replay
+        is never counted twice) or ``after`` is given and the cursor is not ``after`` (None:
+        no cursor; of two drainers that read overlapping batches, one applies). Whether each
+        batch was applied, in order."""
 
     async def list_audit(self, query: AuditQuery) -> list[AuditRecord]:
         """One page of the audit log (``audit_page``), newest first."""

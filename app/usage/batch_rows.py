@@ -6,6 +6,7 @@ rows (each keyed by its shard and stream id, so the store writes it once)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from app.kv.stream_events import (
     CapEvent,
@@ -13,14 +14,36 @@ from app.kv.stream_events import (
     LowBalanceEvent,
     StreamEvent,
     UsageEvent,
+    parse_event,
 )
 from app.store import (
     ActivityRecord,
     CreditExpiry,
+    UsageBatch,
     UsageRollup,
     WebhookEventRecord,
 )
+from app.usage.upstream_costs import upstream_costs
 from app.webhooks.events import cap_threshold, credits_low, earned_expired
+
+
+def parsed(entries: Any) -> list[StreamEvent]:
+    """XRANGE's reply as the events it holds."""
+    return [parse_event(entry_id, fields) for entry_id, fields in entries or []]
+
+
+def usage_batch(shard: int, events: Sequence[StreamEvent], after: str | None) -> UsageBatch:
+    """The shard's events (read after the cursor ``after``) as the batch the store applies."""
+    return UsageBatch(
+        shard=shard,
+        last_stream_id=events[-1].id,
+        rollups=aggregate(events),
+        after=after,
+        expiries=expiries(shard, events),
+        activity=activity(shard, events),
+        webhook_events=notices(shard, events),
+        costs=upstream_costs(events),
+    )
 
 
 def aggregate(events: Sequence[StreamEvent]) -> list[UsageRollup]:

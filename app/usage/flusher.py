@@ -34,10 +34,9 @@ from app.core.errors import StoreError
 from app.core.metrics import METRICS
 from app.kv.client import REDIS_ERRORS, RedisClient
 from app.kv.layout import KeySpace, as_text
-from app.kv.stream_events import StreamEvent, parse_event
+from app.kv.stream_events import StreamEvent
 from app.store import Store, stream_id_key
-from app.usage.batch_rows import activity, aggregate, expiries, notices
-from app.usage.upstream_costs import upstream_costs
+from app.usage.batch_rows import parsed, usage_batch
 
 log = logging.getLogger("svc.flusher")
 
@@ -62,11 +61,6 @@ def read_ahead_groups(shards: list[int], lengths: dict[int, int], bound: int) ->
         groups[-1].append(shard)
         size += lengths.get(shard, 0)
     return groups
-
-
-def parsed(entries: Any) -> list[StreamEvent]:
-    """XRANGE's reply as the events it holds."""
-    return [parse_event(entry_id, fields) for entry_id, fields in entries or []]
 
 
 class Held(Enum):
@@ -234,16 +228,7 @@ class Flusher:
                 continue
             if events:
                 last = events[-1].id
-                if await self.store.apply_usage(
-                    shard,
-                    last,
-                    aggregate(events),
-                    after=cursor,
-                    expiries=expiries(shard, events),
-                    activity=activity(shard, events),
-                    webhook_events=notices(shard, events),
-                    costs=upstream_costs(events),
-                ):
+                if (await self.store.apply_usage_batches([usage_batch(shard, events, cursor)]))[0]:
                     applied += len(events)
                     cursor = last
                     METRICS.flushes.inc()
@@ -282,9 +267,7 @@ class Flusher:
         trims: dict[int, str] = {}
         firsts_read = set(carried)
         for group in read_ahead_groups(carried, busy, READ_AHEAD_EVENTS):
-            firsts = await self._read_ahead(group)
-            for shard in group:
-                total += (await self._drain(shard, held=True, first=firsts[shard], trims=trims))[1]
+            total += await self._apply_read_ahead(await self._read_ahead(group), trims)
         for shard in held:
             if shard not in firsts_read:
                 total += (await self._drain(shard, held=True, trims=trims))[1]
@@ -293,6 +276,33 @@ class Flusher:
         # nothing after it, though the stream has entries, is read again and trimmed to.
         if trims:
             await self._trim(trims)
+        return total
+
+    async def _apply_read_ahead(self, firsts: dict[int, Any], trims: dict[int, str]) -> int:
+        """The first batches read ahead, applied in one store transaction; a shard whose
+        batch was full, refused (another drainer moved its cursor) or empty (its stream
+        holds only what is at or below the cursor) is drained on (``_drain``)."""
+        batches, sizes, on = [], {}, []
+        for shard, entries in firsts.items():
+            events, cursor = parsed(entries), self._cursors.pop(shard)  # a failure carries none
+            sizes[shard] = len(events)
+            if events:
+                batches.append(usage_batch(shard, events, cursor))
+            else:
+                on.append(shard)
+        results = await self.store.apply_usage_batches(batches) if batches else []
+        applied = [batch for batch, done in zip(batches, results, strict=True) if done]
+        on += [batch.shard for batch, done in zip(batches, results, strict=True) if not done]
+        for batch in applied:
+            self._cursors[batch.shard] = trims[batch.shard] = batch.last_stream_id
+            if sizes[batch.shard] >= self.batch_size:
+                on.append(batch.shard)
+        total = sum(sizes[batch.shard] for batch in applied)
+        METRICS.flushes.inc(len(applied))
+        METRICS.flushed_events.inc(total)
+        self.applied += total
+        for shard in on:
+            total += (await self._drain(shard, trims=trims))[1]
         return total
 
     async def _trim(self, cursors: dict[int, str]) -> None:
@@ -351,20 +361,14 @@ class Flusher:
 
     async def lag(self) -> Lag:
         """Unflushed events and the age of the oldest, over every shard (two round trips)."""
+        busy = await self._busy_shards()
         pipe = self.redis.pipeline(transaction=False)
-        for shard in self.layout.all_shards():
-            pipe.xlen(self.layout.events(shard))
-        lengths = await pipe.execute()
-        pipe = self.redis.pipeline(transaction=False)
-        for shard in self.layout.all_shards():
+        for shard in busy:
             pipe.xrange(self.layout.events(shard), "-", "+", count=1)
-        firsts = await pipe.execute()
-        oldest_ms = min(
-            (stream_id_key(as_text(entries[0][0]))[0] for entries in firsts if entries),
-            default=None,
-        )
+        firsts = await pipe.execute() if busy else []
+        oldest_ms = min((stream_id_key(as_text(e[0][0]))[0] for e in firsts if e), default=None)
         age = 0.0 if oldest_ms is None else max(0.0, self.clock() - oldest_ms / 1000)
-        return Lag(pending_events=sum(int(n) for n in lengths), oldest_event_age_s=round(age, 3))
+        return Lag(pending_events=sum(busy.values()), oldest_event_age_s=round(age, 3))
 
     async def prune_activity(self) -> int:
         """Delete the activity rows older than ``activity_days``, a batch per transaction

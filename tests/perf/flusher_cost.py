@@ -138,7 +138,7 @@ async def one_run(
     for name in ("xrange", "xtrim", "xlen", "set", "get", "pexpire", "pipeline"):
         if name != "pipeline":
             setattr(redis, name, meter.wrap("redis", getattr(redis, name)))
-    for name in ("apply_usage", "get_cursor"):
+    for name in ("apply_usage", "apply_usage_batches", "get_cursor"):
         setattr(store, name, meter.wrap("store", getattr(store, name)))
     pipeline = redis.pipeline
     writes = pipeline(transaction=False)

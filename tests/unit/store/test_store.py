@@ -16,6 +16,7 @@ from app.store import (
     KeyRecord,
     KeyRotation,
     Store,
+    UsageBatch,
     UsageRollup,
     migrations,
     stream_id_key,
@@ -348,6 +349,28 @@ async def test_apply_usage_skips_replays_at_or_below_the_cursor(store: Store) ->
     assert totals is not None
     assert (totals.requests, totals.prompt_tokens, totals.completion_tokens) == (2, 20, 40)
     assert totals.credits == 10
+
+
+async def test_usage_batches_apply_in_one_call_each_checked_on_its_own(store: Store) -> None:
+    day = "2026-11-20"
+    assert await store.apply_usage(5, "8-0", [_use(day, 1)])
+    batches = [
+        UsageBatch(shard=9, last_stream_id="3-0", rollups=[_use(day, 2)], after=None),
+        UsageBatch(shard=5, last_stream_id="7-0", rollups=[_use(day, 100)]),  # a replay
+        UsageBatch(shard=2, last_stream_id="4-0", rollups=[_use(day, 200)], after="1-0"),
+        UsageBatch(shard=6, last_stream_id="2-0", rollups=[_use(day, 3)]),
+    ]
+    # in the order asked, though applied in shard order; shard 2's cursor is not "1-0"
+    assert await store.apply_usage_batches(batches) == [True, False, False, True]
+    cursors = [await store.get_cursor(shard) for shard in (2, 5, 6, 9)]
+    assert cursors == [None, "8-0", "2-0", "3-0"]
+    totals = await store.usage_totals("acct_A")
+    assert totals is not None
+    assert (totals.requests, totals.credits) == (3, 6)
+    assert await store.apply_usage_batches(batches) == [False, False, False, False]
+    assert await store.apply_usage_batches([]) == []
+    with pytest.raises(ValueError):  # a bad id fails before anything is written
+        await store.apply_usage_batches([*batches, UsageBatch(shard=1, last_stream_id="x")])
 
 
 async def test_apply_usage_accumulates_in_one_row(store: Store, database: Database) -> None:
