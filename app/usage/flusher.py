@@ -1,18 +1,15 @@
 """The flusher: usage events from Redis streams into durable daily rollups, exactly once.
 
-Every settle appends one event to its shard's stream; a script that finds an account's
-earned pool expired appends an expiry event there too (written to ``credit_expiries``).
-Each usage event is also one request's row of activity (``batch_rows.activity``); until it
-is written, the request's receipt is read from the stream (``app.usage.receipts``).
-Each worker runs a flusher; a lease per shard (``SET NX PX``, taken over once it lapses)
-lets one of them drain a shard at a time. A batch is the events after the shard's durable
-cursor (read from the store, or as this drainer's last batch left it when it has held the
-lease since); it is aggregated into rollups per (account, key, day, alias, environment, API) and
-written, with its expiries, in one database transaction together with the new cursor, and
-only if the cursor is still the one the batch started from (two drainers racing after a
+Every settle appends one event to its shard's stream (so do the scripts' expiry, low-balance
+and cap events); each usage event is also a request's activity row (``batch_rows``), read
+from the stream until it is written (``app.usage.receipts``). Each worker runs a flusher; a
+lease per shard (``SET NX PX``, taken over once it lapses) lets one of them drain a shard at
+a time. A batch is the events after the shard's durable cursor (read from the store, or as
+this drainer's last batch left it while it held the lease); its rows are written with the
+new cursor in one transaction (a pass's read-ahead batches of several shards in one), each
+only if its cursor is still the one the batch was read after (two drainers racing after a
 lapsed lease cannot both apply). Only then are the entries trimmed from the stream, so a
-crash at any point replays at most what is already at or below the cursor, which is
-skipped.
+crash at any point replays at most what is at or below the cursor, which is skipped.
 """
 
 from __future__ import annotations
@@ -212,10 +209,9 @@ class Flusher:
             held = False
             leased = True
             # The cursor this process's last batch left saves a store call per batch. One
-            # from an earlier drain that finds nothing after it (the pass saw entries), or
-            # one whose batch is refused (another drainer moved the cursor, in a lapse of
-            # the lease too short to notice), is read from the store and the batch tried
-            # again. Taken out while the batch runs: one that fails carries none.
+            # that finds nothing after it (the pass saw entries), or whose batch is refused
+            # (another drainer moved the cursor, in a lapse of the lease too short to
+            # notice), is read from the store again. Taken out while the batch runs.
             carried = shard in self._cursors
             cursor = self._cursors.pop(shard) if carried else await self.store.get_cursor(shard)
             # a batch shorter than it was asked for leaves nothing after it

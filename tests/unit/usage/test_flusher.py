@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import pytest
 
 from app.kv.client import RedisClient
 from app.kv.fields import NOTHING_SERVED, Served
 from app.kv.stream_events import ExpiryEvent, UsageEvent
-from app.store import ActivityQuery, ActivityRecord, Store
+from app.store import ActivityQuery, ActivityRecord, Store, UsageBatch
 from app.usage import flusher as flusher_module
 from app.usage.batch_rows import aggregate, expiries
 from app.usage.flusher import Flusher, next_stream_id
@@ -307,6 +308,33 @@ async def test_a_pass_reads_ahead_no_more_than_its_bound_and_drains_every_backlo
     assert read_ahead == [5, 5, 5, 5]  # 7 + 7 > 8: a group each, its batch full
     assert await _durable_credits(store, 4) == (charged, 32)
     assert len(await _activity(store, 4)) == 32
+    assert await _pending(ledger) == 0
+
+
+async def test_a_pass_applies_a_group_of_shards_in_one_store_transaction(
+    redis: RedisClient,
+    ledger: Ledgers,
+    store: Store,
+    clock: Clock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Carried cursors on four shards: their batches, read ahead together, are applied in
+    # one call of the store (one transaction); a shard without a carried cursor on its own.
+    charged = await _traffic(ledger, clock, accounts=4, each=1)
+    flusher = _flusher(redis, ledger, store, clock, lease_s=60)
+    assert await flusher.flush_all() == 4  # every shard's cursor carried from now on
+    calls: list[list[int]] = []
+    apply = store.apply_usage_batches
+
+    async def spied(batches: Sequence[UsageBatch]) -> list[bool]:
+        calls.append(sorted(b.shard for b in batches))
+        return await apply(batches)
+
+    monkeypatch.setattr(store, "apply_usage_batches", spied)
+    charged += await _traffic(ledger, clock, accounts=4, each=2)
+    assert await flusher.flush_all() == 8
+    assert [len(shards) for shards in calls] == [4]  # one call, every shard in it
+    assert await _durable_credits(store, 4) == (charged, 12)
     assert await _pending(ledger) == 0
 
 
