@@ -319,7 +319,7 @@ async def test_a_pass_applies_a_group_of_shards_in_one_store_transaction(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Carried cursors on four shards: their batches, read ahead together, are applied in
-    # one call of the store (one transaction); a shard without a carried cursor on its own.
+    # one call of the store (one transaction).
     charged = await _traffic(ledger, clock, accounts=4, each=1)
     flusher = _flusher(redis, ledger, store, clock, lease_s=60)
     assert await flusher.flush_all() == 4  # every shard's cursor carried from now on
