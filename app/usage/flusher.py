@@ -196,13 +196,11 @@ class Flusher:
         shard: int,
         *,
         held: bool = False,
-        first: Any = None,
         trims: dict[int, str] | None = None,
     ) -> tuple[bool, int]:
         """(whether this process got the shard's lease, events applied). ``held``: the
-        lease was just asked for (``_hold_leases``); ``first``: the first batch, read ahead
-        (``_read_ahead``); ``trims``: where the stream's last trim goes (shard -> cursor),
-        for the pass to send with the other shards'."""
+        lease was just asked for (``_hold_leases``); ``trims``: where the stream's last trim
+        goes (shard -> cursor), for the pass to send with the other shards'."""
         applied = 0
         leased = False
         while held or await self._hold_lease(shard):
@@ -215,11 +213,7 @@ class Flusher:
             carried = shard in self._cursors
             cursor = self._cursors.pop(shard) if carried else await self.store.get_cursor(shard)
             # a batch shorter than it was asked for leaves nothing after it
-            if carried and first is not None:
-                events = parsed(first)
-            else:
-                events = await self.events_after(shard, cursor, self.batch_size)
-            first = None
+            events = await self.events_after(shard, cursor, self.batch_size)
             if carried and not events and not applied:
                 continue
             if events:
